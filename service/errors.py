@@ -1,0 +1,197 @@
+"""Domain errors and the one table that maps them (and asyncpg's) to the contract's error body.
+
+Every error leaves the service as `{"code", "message", "details"}` (spec/API.md). The
+repository and service layers raise the domain errors below and never HTTP exceptions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from typing import Any
+
+import asyncpg
+import msgspec
+from litestar import Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+
+log = logging.getLogger("haki.errors")
+
+
+class ErrorBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The error body of every non-2xx response."""
+
+    code: str
+    message: str
+    details: dict[str, Any] | None = None
+
+
+class HakiError(Exception):
+    status_code = 500
+    code = "internal"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details or None
+
+
+class Unauthorized(HakiError):
+    status_code = 401
+    code = "unauthorized"
+
+
+class Forbidden(HakiError):
+    status_code = 403
+    code = "forbidden"
+
+
+class NotFound(HakiError):
+    status_code = 404
+    code = "not_found"
+
+
+class InvalidInput(HakiError):
+    """Well-formed input that breaks a rule only the service can check; names the field."""
+
+    status_code = 422
+    code = "validation_error"
+
+    def __init__(self, field: str, message: str, **details: Any) -> None:
+        super().__init__(f"{field}: {message}", field=field, **details)
+
+
+class BudgetExceeded(HakiError):
+    status_code = 400
+    code = "budget_exceeded"
+
+
+class Conflict(HakiError):
+    status_code = 409
+    code = "conflict"
+
+
+class TooManyRequests(HakiError):
+    status_code = 429
+    code = "rate_limited"
+
+
+class Unavailable(HakiError):
+    status_code = 503
+    code = "unavailable"
+
+
+# asyncpg failures that mean "the database cannot answer now", not "your input is wrong".
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    asyncpg.QueryCanceledError,  # statement_timeout
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.TooManyConnectionsError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.ConnectionFailureError,
+    asyncpg.DeadlockDetectedError,
+    asyncpg.SerializationError,
+    ConnectionError,
+    TimeoutError,
+    asyncio.TimeoutError,
+    OSError,
+)
+
+_FIELD_AT = re.compile(r"- at `\$(?P<path>[^`]*)`")
+_NAMED_FIELD = re.compile(r"(?:missing required field|unknown field) `(?P<name>[^`]+)`")
+
+
+def _field_of(key: object, message: str) -> str | None:
+    """The dotted path of the offending field: Litestar's key, plus the field a message names."""
+    path = str(key) if key not in (None, "", "data") else ""
+    if not path:
+        m = _FIELD_AT.search(message)
+        path = m.group("path").lstrip(".") if m else ""
+    named = _NAMED_FIELD.search(message)
+    if named:
+        path = f"{path}.{named.group('name')}" if path else named.group("name")
+    return path or None
+
+
+def _validation_body(exc: ValidationException) -> tuple[int, ErrorBody]:
+    problems: list[dict[str, Any]] = []
+    extra = exc.extra
+    if isinstance(extra, list):
+        for item in extra:
+            if isinstance(item, dict):
+                problems.append({k: v for k, v in item.items() if k in ("key", "message", "source")})
+    elif isinstance(extra, dict):
+        problems.append({k: v for k, v in extra.items() if k in ("key", "message", "source")})
+    field: str | None = None
+    message = exc.detail or "Validation failed"
+    for p in problems:
+        text = str(p.get("message", ""))
+        field = _field_of(p.get("key"), text)
+        if text:
+            message = text
+        if field:
+            break
+    if field is None:
+        field = _field_of(None, message)
+    if field is not None and field.split(".")[0].split("[")[0] == "budget_tokens":
+        return 400, ErrorBody(
+            code=BudgetExceeded.code,
+            message="budget_tokens must be a positive integer",
+            details={"field": "budget_tokens", "errors": problems},
+        )
+    details: dict[str, Any] = {"errors": problems}
+    if field:
+        details["field"] = field
+        if not message.startswith(field):
+            message = f"{field}: {message}"
+    return 400, ErrorBody(code="validation_error", message=message, details=details)
+
+
+_HTTP_CODES = {
+    400: "validation_error",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    429: "rate_limited",
+    503: "unavailable",
+}
+
+
+def error_response(status: int, body: ErrorBody, headers: dict[str, str] | None = None) -> Response[Any]:
+    return Response(content=body, status_code=status, headers=headers, media_type="application/json")
+
+
+def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    if isinstance(exc, HakiError):
+        headers = None
+        retry_after = (exc.details or {}).get("retry_after_seconds")
+        if retry_after is not None:
+            headers = {"Retry-After": str(retry_after)}
+        return error_response(
+            exc.status_code, ErrorBody(code=exc.code, message=exc.message, details=exc.details), headers
+        )
+    if isinstance(exc, ValidationException):
+        status, body = _validation_body(exc)
+        return error_response(status, body)
+    if isinstance(exc, HTTPException):
+        code = _HTTP_CODES.get(exc.status_code, "error" if exc.status_code < 500 else "internal")
+        extra = exc.extra if isinstance(exc.extra, dict) else None
+        return error_response(
+            exc.status_code, ErrorBody(code=code, message=exc.detail, details=extra), exc.headers
+        )
+    if isinstance(exc, _UNAVAILABLE):
+        log.warning("database unavailable on %s %s: %r", request.method, request.url.path, exc)
+        return error_response(
+            503,
+            ErrorBody(code="unavailable", message="The database is unavailable; retry shortly."),
+            {"Retry-After": "1"},
+        )
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(500, ErrorBody(code="internal", message="Internal server error."))

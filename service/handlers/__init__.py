@@ -1,0 +1,1 @@
+"""HTTP handlers: validated Struct in, one service call, Struct out."""

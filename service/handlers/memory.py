@@ -1,0 +1,137 @@
+"""Write-side routes: facts, events, conflicts."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+from uuid import UUID
+
+from litestar import Controller, get, patch, post
+from litestar.params import Parameter
+
+from service import memory
+from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, MAX_SCOPE_CHARS
+from service.handlers.deps import ERRORS, Caller, Conn, EmbedderDep, SettingsDep
+from service.structs import (
+    ConflictList,
+    ConflictSet,
+    Fact,
+    FactPage,
+    PatchFactRequest,
+    ResolveConflictRequest,
+    WriteEventsRequest,
+    WriteEventsResponse,
+    WriteFactsRequest,
+    WriteFactsResponse,
+)
+
+ProjectQuery = Annotated[
+    str,
+    Parameter(
+        query="project_id",
+        min_length=1,
+        max_length=MAX_SCOPE_CHARS,
+        description="Project id; must be the key's project.",
+    ),
+]
+SubjectQuery = Annotated[
+    str | None,
+    Parameter(query="subject_id", min_length=1, max_length=MAX_SCOPE_CHARS, description="Only this subject."),
+]
+
+
+class FactsController(Controller):
+    path = "/v1/facts"
+    tags = ["facts"]
+
+    @post(
+        "/",
+        status_code=201,
+        responses=ERRORS,
+        summary="Write a batch of facts",
+        description="1..1000 facts of one scope, written atomically: a failed batch writes nothing. "
+        "Conflict detection by `key`, replacement by `supersedes`.",
+    )
+    async def write_facts(
+        self,
+        data: WriteFactsRequest,
+        conn: Conn,
+        principal: Caller,
+        embedder: EmbedderDep,
+        settings: SettingsDep,
+    ) -> WriteFactsResponse:
+        return await memory.write_facts(conn, embedder, settings, principal, data)
+
+    @get("/", responses=ERRORS, summary="List facts (keyset pagination)")
+    async def list_facts(
+        self,
+        conn: Conn,
+        principal: Caller,
+        project_id: ProjectQuery,
+        subject_id: SubjectQuery = None,
+        status: Annotated[
+            Literal["active", "superseded", "retracted"] | None,
+            Parameter(query="status", description="Only facts with this status."),
+        ] = None,
+        limit: Annotated[
+            int, Parameter(query="limit", ge=1, le=MAX_PAGE_LIMIT, description="Page size, 1..500.")
+        ] = DEFAULT_PAGE_LIMIT,
+        cursor: Annotated[
+            str | None,
+            Parameter(query="cursor", max_length=64, description="`next_cursor` of the previous page."),
+        ] = None,
+    ) -> FactPage:
+        return await memory.list_facts(conn, principal, project_id, subject_id, status, limit, cursor)
+
+    @get("/{fact_id:uuid}", responses=ERRORS, summary="Read one fact")
+    async def get_fact(self, conn: Conn, principal: Caller, fact_id: UUID) -> Fact:
+        return await memory.get_fact(conn, principal, fact_id)
+
+    @patch("/{fact_id:uuid}", responses=ERRORS, summary="Retract a fact or set its valid_to")
+    async def patch_fact(
+        self, data: PatchFactRequest, conn: Conn, principal: Caller, fact_id: UUID
+    ) -> Fact:
+        return await memory.patch_fact(conn, principal, fact_id, data)
+
+
+class EventsController(Controller):
+    path = "/v1/events"
+    tags = ["events"]
+
+    @post("/", status_code=201, responses=ERRORS, summary="Write a batch of dated events")
+    async def write_events(
+        self, data: WriteEventsRequest, conn: Conn, principal: Caller, embedder: EmbedderDep
+    ) -> WriteEventsResponse:
+        return await memory.write_events(conn, embedder, principal, data)
+
+
+class ConflictsController(Controller):
+    path = "/v1/conflicts"
+    tags = ["conflicts"]
+
+    @get("/", responses=ERRORS, summary="List conflict sets")
+    async def list_conflicts(
+        self,
+        conn: Conn,
+        principal: Caller,
+        project_id: ProjectQuery,
+        subject_id: SubjectQuery = None,
+        status: Annotated[
+            Literal["open", "resolved"] | None, Parameter(query="status", description="Only this status.")
+        ] = None,
+    ) -> ConflictList:
+        return await memory.list_conflicts(conn, principal, project_id, subject_id, status)
+
+    @post(
+        "/{conflict_set_id:uuid}/resolve",
+        status_code=200,
+        responses=ERRORS,
+        summary="Resolve a conflict set: kept facts stay active, the others become superseded",
+    )
+    async def resolve_conflict(
+        self,
+        data: ResolveConflictRequest,
+        conn: Conn,
+        principal: Caller,
+        conflict_set_id: UUID,
+    ) -> ConflictSet:
+        return await memory.resolve_conflict(conn, principal, conflict_set_id, data)

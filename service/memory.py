@@ -1,0 +1,203 @@
+"""The write side: facts, events and conflict sets (spec/API.md, "Write side")."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+from uuid import UUID
+
+from service import repository as repo
+from service.auth import Principal
+from service.embedder import Embedder, EmbedderError
+from service.errors import Conflict, InvalidInput, NotFound, Unavailable
+from service.ids import uuid7_batch
+from service.settings import Settings
+from service.structs import (
+    ConflictList,
+    ConflictSet,
+    EventWriteResult,
+    Fact,
+    FactPage,
+    FactWriteResult,
+    PatchFactRequest,
+    ResolveConflictRequest,
+    WriteEventsRequest,
+    WriteEventsResponse,
+    WriteFactsRequest,
+    WriteFactsResponse,
+)
+
+
+async def embed_or_unavailable(embedder: Embedder, texts: list[str]) -> list[Any]:
+    try:
+        return await embedder.embed(texts)
+    except EmbedderError as exc:
+        raise Unavailable(f"The embedder is unavailable: {exc}", embedder=embedder.name) from exc
+
+
+def _check_fact_items(req: WriteFactsRequest) -> None:
+    for i, f in enumerate(req.facts):
+        if f.valid_from is not None and f.valid_to is not None and f.valid_to <= f.valid_from:
+            raise InvalidInput(f"facts[{i}].valid_to", "must be later than valid_from")
+        if f.stale_after_seconds is not None and f.volatility != "volatile":
+            raise InvalidInput(f"facts[{i}].stale_after_seconds", "applies to volatile facts only")
+
+
+async def write_facts(
+    conn: repo.Conn, embedder: Embedder, settings: Settings, principal: Principal, req: WriteFactsRequest
+) -> WriteFactsResponse:
+    principal.require(req.project_id)
+    _check_fact_items(req)
+    facts = req.facts
+    embeddings = await embed_or_unavailable(embedder, [f.content for f in facts])
+    fact_ids = uuid7_batch(len(facts))
+    columns: dict[str, list[Any]] = {
+        "fact_ids": fact_ids,
+        "contents": [f.content for f in facts],
+        "keys": [f.key for f in facts],
+        "valid_froms": [f.valid_from for f in facts],
+        "valid_tos": [f.valid_to for f in facts],
+        "volatilities": [f.volatility for f in facts],
+        "stale_after_seconds": [
+            float(f.stale_after_seconds or settings.volatile_stale_after_seconds)
+            if f.volatility == "volatile"
+            else None
+            for f in facts
+        ],
+        "supersedes": [f.supersedes for f in facts],
+        "source_event_ids": [f.source_event_id for f in facts],
+        "metadatas": [f.metadata for f in facts],
+        "embeddings": embeddings,
+    }
+    async with conn.transaction():
+        superseding = [(i, f.supersedes, f.valid_from) for i, f in enumerate(facts) if f.supersedes]
+        if superseding:
+            changed = await repo.supersede_facts(
+                conn,
+                req.project_id,
+                req.subject_id,
+                [s[1] for s in superseding if s[1] is not None],
+                [s[2] for s in superseding],
+            )
+            for i, old_id, _ in superseding:
+                if old_id not in changed:
+                    raise InvalidInput(
+                        f"facts[{i}].supersedes",
+                        "is not an active fact of this scope, or it does not start before the new fact",
+                        fact_id=str(old_id),
+                    )
+        sources = {f.source_event_id for f in facts if f.source_event_id is not None}
+        if sources:
+            missing = await repo.missing_events(conn, req.project_id, req.subject_id, list(sources))
+            for i, f in enumerate(facts):
+                if f.source_event_id in missing:
+                    raise InvalidInput(
+                        f"facts[{i}].source_event_id",
+                        "is not an event of this scope",
+                        event_id=str(f.source_event_id),
+                    )
+        await repo.insert_facts(conn, req.project_id, req.subject_id, columns)
+        in_conflict: dict[UUID, UUID] = {}
+        keyed = [fid for fid, f in zip(fact_ids, facts, strict=True) if f.key is not None and not f.supersedes]
+        if keyed:
+            in_conflict = await repo.detect_conflicts(conn, req.project_id, req.subject_id, keyed)
+    return WriteFactsResponse(
+        facts=[
+            FactWriteResult(fact_id=fid, status="active", conflict_set_id=in_conflict.get(fid)) for fid in fact_ids
+        ]
+    )
+
+
+async def get_fact(conn: repo.Conn, principal: Principal, fact_id: UUID) -> Fact:
+    fact = await repo.get_fact(conn, principal.project_id, fact_id)
+    if fact is None:
+        raise NotFound("No fact with this id in the key's project.", fact_id=str(fact_id))
+    return fact
+
+
+def encode_cursor(fact_id: UUID) -> str:
+    return base64.urlsafe_b64encode(fact_id.bytes).rstrip(b"=").decode()
+
+
+def decode_cursor(cursor: str) -> UUID:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        return UUID(bytes=raw)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidInput("cursor", "is not a cursor returned by this endpoint") from exc
+
+
+async def list_facts(
+    conn: repo.Conn,
+    principal: Principal,
+    project_id: str,
+    subject_id: str | None,
+    status: str | None,
+    limit: int,
+    cursor: str | None,
+) -> FactPage:
+    principal.require(project_id)
+    after = decode_cursor(cursor) if cursor else None
+    rows = await repo.list_facts(conn, project_id, subject_id, status, after, limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return FactPage(facts=rows, next_cursor=encode_cursor(rows[-1].fact_id) if more and rows else None)
+
+
+async def patch_fact(conn: repo.Conn, principal: Principal, fact_id: UUID, req: PatchFactRequest) -> Fact:
+    if req.status is None and req.valid_to is None:
+        raise InvalidInput("status", "send `status: retracted` and/or `valid_to`")
+    async with conn.transaction():
+        found = await repo.patch_fact(
+            conn, principal.project_id, fact_id, retract=req.status == "retracted", valid_to=req.valid_to
+        )
+        if not found:
+            raise NotFound("No fact with this id in the key's project.", fact_id=str(fact_id))
+    return await get_fact(conn, principal, fact_id)
+
+
+async def write_events(
+    conn: repo.Conn, embedder: Embedder, principal: Principal, req: WriteEventsRequest
+) -> WriteEventsResponse:
+    principal.require(req.project_id)
+    events = req.events
+    embeddings = await embed_or_unavailable(embedder, [e.content for e in events])
+    event_ids = uuid7_batch(len(events))
+    await repo.insert_events(
+        conn,
+        req.project_id,
+        req.subject_id,
+        event_ids,
+        [e.content for e in events],
+        [e.occurred_at for e in events],
+        [e.metadata for e in events],
+        embeddings,
+    )
+    return WriteEventsResponse(events=[EventWriteResult(event_id=eid) for eid in event_ids])
+
+
+async def list_conflicts(
+    conn: repo.Conn, principal: Principal, project_id: str, subject_id: str | None, status: str | None
+) -> ConflictList:
+    principal.require(project_id)
+    return ConflictList(conflicts=await repo.list_conflicts(conn, project_id, subject_id, status))
+
+
+async def resolve_conflict(
+    conn: repo.Conn, principal: Principal, conflict_set_id: UUID, req: ResolveConflictRequest
+) -> ConflictSet:
+    project_id = principal.project_id
+    async with conn.transaction():
+        locked = await repo.lock_conflict_set(conn, project_id, conflict_set_id)
+        if locked is None:
+            raise NotFound("No conflict set with this id in the key's project.", conflict_set_id=str(conflict_set_id))
+        status, members = locked
+        if status != "open":
+            raise Conflict("This conflict set is already resolved.", conflict_set_id=str(conflict_set_id))
+        for i, fact_id in enumerate(req.keep):
+            if fact_id not in members:
+                raise InvalidInput(f"keep[{i}]", "is not a member of this conflict set", fact_id=str(fact_id))
+        await repo.resolve_conflict_set(conn, project_id, conflict_set_id, req.keep)
+    (resolved,) = await repo.list_conflicts(conn, project_id, None, None, conflict_set_id)
+    return resolved

@@ -1,0 +1,152 @@
+"""Test fixtures on the real embedded PostgreSQL 18 + pgvector (never a mock).
+
+One throw-away server per test session, migrated once. Each test gets its own connection inside
+a transaction that is rolled back, and an app whose "pool" lends exactly that connection, so HTTP
+tests through Litestar's AsyncTestClient see (and undo) the same data.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from service import auth
+from service.app import create_app
+from service.db import connect, init_connection
+from service.embedded import embedded_server, embedded_url
+from service.embedder import Embedder, HashEmbedder, LocalEmbedder
+from service.migrations import migrate
+from service.settings import Settings
+
+warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+
+
+@pytest.fixture(scope="session")
+def pg_data_dir() -> Iterator[Path]:
+    base = Path(os.environ.get("HAKI_TEST_TMP", tempfile.gettempdir()))
+    path = Path(tempfile.mkdtemp(prefix="haki-test-", dir=base))
+    yield path
+    server = embedded_server(path)
+    server.cleanup()
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def settings(pg_data_dir: Path) -> Settings:
+    return Settings(data_dir=pg_data_dir, embed_provider="hash", database_url=embedded_url(pg_data_dir))
+
+
+@pytest.fixture(scope="session")
+async def migrated(settings: Settings) -> str:
+    conn = await connect(settings)
+    try:
+        await migrate(conn)
+    finally:
+        await conn.close()
+    assert settings.database_url is not None
+    return settings.database_url
+
+
+@pytest.fixture
+async def conn(settings: Settings, migrated: str) -> AsyncIterator[asyncpg.Connection]:
+    """A connection inside a transaction that is rolled back after the test."""
+    c = await connect(settings)
+    await init_connection(c)
+    tx = c.transaction()
+    await tx.start()
+    try:
+        yield c
+    finally:
+        await tx.rollback()
+        await c.close()
+
+
+class SingleConnectionPool:
+    """Lends the test's own connection, so app writes stay inside the test transaction."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self.conn = conn
+
+    @asynccontextmanager
+    async def acquire(self, timeout: float | None = None) -> AsyncIterator[asyncpg.Connection]:
+        yield self.conn
+
+    async def close(self) -> None:
+        return None
+
+
+@pytest.fixture(scope="session")
+def hash_embedder() -> Embedder:
+    return HashEmbedder()
+
+
+@pytest.fixture(scope="session")
+async def local_embedder(settings: Settings) -> AsyncIterator[Embedder]:
+    emb = LocalEmbedder(Settings(data_dir=settings.data_dir))
+    await emb.load()
+    yield emb
+    await emb.aclose()
+
+
+@asynccontextmanager
+async def make_client(
+    settings: Settings, conn: asyncpg.Connection, embedder: Embedder, **overrides: Any
+) -> AsyncIterator[httpx.AsyncClient]:
+    """An httpx client on the ASGI app in *this* event loop (Litestar's AsyncTestClient runs the
+    app on a portal thread, where the test's asyncpg connection cannot be used). The pool and
+    embedder are handed in, so the app's lifespan has nothing to start."""
+    app_settings = settings if not overrides else _replace(settings, **overrides)
+    app = create_app(app_settings, pool=SingleConnectionPool(conn), embedder=embedder)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+        yield client
+
+
+def _replace(settings: Settings, **changes: Any) -> Settings:
+    import msgspec
+
+    return msgspec.structs.replace(settings, **changes)
+
+
+@pytest.fixture
+async def client(settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder) -> AsyncIterator[Any]:
+    """HTTP client on the hash embedder (SQL and contract tests)."""
+    async with make_client(settings, conn, hash_embedder) as c:
+        yield c
+
+
+@pytest.fixture
+async def model_client(
+    settings: Settings, conn: asyncpg.Connection, local_embedder: Embedder
+) -> AsyncIterator[Any]:
+    """HTTP client on the real all-MiniLM-L6-v2 model (end-to-end retrieval tests)."""
+    async with make_client(settings, conn, local_embedder) as c:
+        yield c
+
+
+@pytest.fixture
+async def key(conn: asyncpg.Connection) -> str:
+    """A key of project `proj-a`."""
+    _, k = await auth.create_key(conn, "proj-a")
+    return k
+
+
+@pytest.fixture
+async def other_key(conn: asyncpg.Connection) -> str:
+    """A key of project `proj-b`."""
+    _, k = await auth.create_key(conn, "proj-b")
+    return k
+
+
+def bearer(k: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {k}"}

