@@ -17,11 +17,11 @@ from service import __version__
 from service.db import create_pool
 from service.embedder import Embedder, build_embedder, check_embedder
 from service.errors import handle_exception
+from service.handlers.context import ContextController
 from service.handlers.deps import provide_conn, provide_embedder, provide_principal, provide_settings
 from service.handlers.health import healthz
 from service.handlers.memory import ConflictsController, EventsController, FactsController
 from service.settings import Settings
-
 
 
 def create_app(
@@ -50,7 +50,7 @@ def create_app(
                 await app.state.embedder.aclose()
 
     return Litestar(
-        route_handlers=[healthz, FactsController, EventsController, ConflictsController],
+        route_handlers=[healthz, FactsController, EventsController, ConflictsController, ContextController],
         lifespan=[lifespan],
         state=State({"settings": settings, "pool": pool, "embedder": embedder}),
         dependencies={
@@ -71,7 +71,9 @@ def create_app(
             render_plugins=[ScalarRenderPlugin(), SwaggerRenderPlugin(path="/swagger")],
             components=Components(
                 security_schemes={
-                    "bearer": SecurityScheme(type="http", scheme="bearer", description="A Haki API key (hk_...).")
+                    "bearer": SecurityScheme(
+                        type="http", scheme="bearer", description="A Haki API key (hk_...)."
+                    )
                 }
             ),
             security=[{"bearer": []}],

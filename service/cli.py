@@ -113,7 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     keys = sub.add_parser("keys", help="manage API keys")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
-    create = keys_sub.add_parser("create", help="print a new API key for PROJECT_ID (only its hash is stored)")
+    create = keys_sub.add_parser(
+        "create", help="print a new API key for PROJECT_ID (only its hash is stored)"
+    )
     create.add_argument("project_id", metavar="PROJECT_ID")
     create.add_argument("--label", default=None, help="a note to tell keys apart")
     create.set_defaults(func=_keys_create)

@@ -18,14 +18,14 @@ _SERVERS: dict[Path, Any] = {}
 
 
 def embedded_server(data_dir: Path) -> Any:
-    import pgserver
+    from pgserver.postgres_server import get_server
 
     pgdata = (data_dir / "pgdata").expanduser().resolve()
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     server = _SERVERS.get(pgdata)
     if server is None:
         log.info("starting or joining the embedded PostgreSQL in %s", pgdata)
-        server = pgserver.get_server(pgdata, cleanup_mode="stop")
+        server = get_server(pgdata, cleanup_mode="stop")
         _SERVERS[pgdata] = server
     return server
 

@@ -99,12 +99,15 @@ async def write_facts(
                     )
         await repo.insert_facts(conn, req.project_id, req.subject_id, columns)
         in_conflict: dict[UUID, UUID] = {}
-        keyed = [fid for fid, f in zip(fact_ids, facts, strict=True) if f.key is not None and not f.supersedes]
+        keyed = [
+            fid for fid, f in zip(fact_ids, facts, strict=True) if f.key is not None and not f.supersedes
+        ]
         if keyed:
             in_conflict = await repo.detect_conflicts(conn, req.project_id, req.subject_id, keyed)
     return WriteFactsResponse(
         facts=[
-            FactWriteResult(fact_id=fid, status="active", conflict_set_id=in_conflict.get(fid)) for fid in fact_ids
+            FactWriteResult(fact_id=fid, status="active", conflict_set_id=in_conflict.get(fid))
+            for fid in fact_ids
         ]
     )
 
@@ -191,7 +194,9 @@ async def resolve_conflict(
     async with conn.transaction():
         locked = await repo.lock_conflict_set(conn, project_id, conflict_set_id)
         if locked is None:
-            raise NotFound("No conflict set with this id in the key's project.", conflict_set_id=str(conflict_set_id))
+            raise NotFound(
+                "No conflict set with this id in the key's project.", conflict_set_id=str(conflict_set_id)
+            )
         status, members = locked
         if status != "open":
             raise Conflict("This conflict set is already resolved.", conflict_set_id=str(conflict_set_id))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeAlias
 from uuid import UUID
 
 import asyncpg
@@ -15,7 +15,7 @@ from service.errors import InvalidInput
 from service.sql import load_queries
 from service.structs import ConflictMember, ConflictSet, Fact
 
-Conn = asyncpg.Connection
+Conn: TypeAlias = asyncpg.Connection
 
 
 def q() -> Any:
@@ -29,7 +29,9 @@ async def collect(rows: AsyncIterator[Any]) -> list[Any]:
 # --- api keys --------------------------------------------------------------------------------
 
 
-async def insert_api_key(conn: Conn, project_id: str, key_id: UUID, key_hash: bytes, label: str | None) -> None:
+async def insert_api_key(
+    conn: Conn, project_id: str, key_id: UUID, key_hash: bytes, label: str | None
+) -> None:
     await q().insert_api_key(conn, project_id=project_id, key_id=key_id, key_hash=key_hash, label=label)
 
 
@@ -70,7 +72,9 @@ async def supersede_facts(
     return {r["fact_id"] for r in rows}
 
 
-async def missing_events(conn: Conn, project_id: str, subject_id: str, event_ids: Sequence[UUID]) -> set[UUID]:
+async def missing_events(
+    conn: Conn, project_id: str, subject_id: str, event_ids: Sequence[UUID]
+) -> set[UUID]:
     rows = await collect(
         q().missing_events(conn, project_id=project_id, subject_id=subject_id, event_ids=list(event_ids))
     )
@@ -188,7 +192,15 @@ async def list_conflicts(
         if entry is None:
             head = {
                 k: r[k]
-                for k in ("conflict_set_id", "project_id", "subject_id", "key", "status", "created_at", "resolved_at")
+                for k in (
+                    "conflict_set_id",
+                    "project_id",
+                    "subject_id",
+                    "key",
+                    "status",
+                    "created_at",
+                    "resolved_at",
+                )
             }
             entry = sets[r["conflict_set_id"]] = (head, [])
         entry[1].append(
@@ -203,14 +215,18 @@ async def list_conflicts(
     return [ConflictSet(**head, members=members) for head, members in sets.values()]
 
 
-async def lock_conflict_set(conn: Conn, project_id: str, conflict_set_id: UUID) -> tuple[str, set[UUID]] | None:
+async def lock_conflict_set(
+    conn: Conn, project_id: str, conflict_set_id: UUID
+) -> tuple[str, set[UUID]] | None:
     row = await q().lock_conflict_set(conn, project_id=project_id, conflict_set_id=conflict_set_id)
     if row is None:
         return None
     return row["status"], set(row["member_ids"])
 
 
-async def resolve_conflict_set(conn: Conn, project_id: str, conflict_set_id: UUID, keep: Sequence[UUID]) -> None:
+async def resolve_conflict_set(
+    conn: Conn, project_id: str, conflict_set_id: UUID, keep: Sequence[UUID]
+) -> None:
     await q().resolve_conflict_set(
         conn, project_id=project_id, conflict_set_id=conflict_set_id, keep_ids=list(keep)
     )

@@ -114,17 +114,17 @@ class WriteFactsRequest(Request):
     ]
 
 
-class FactWriteResult(Response):
+class FactWriteResult(Response, frozen=True, kw_only=True):
     fact_id: UUID
     status: FactStatus
     conflict_set_id: UUID | None = None
 
 
-class WriteFactsResponse(Response):
+class WriteFactsResponse(Response, frozen=True, kw_only=True):
     facts: list[FactWriteResult]
 
 
-class Fact(Response):
+class Fact(Response, frozen=True, kw_only=True):
     fact_id: UUID
     project_id: str
     subject_id: str
@@ -142,7 +142,7 @@ class Fact(Response):
     conflict_set_id: UUID | None
 
 
-class FactPage(Response):
+class FactPage(Response, frozen=True, kw_only=True):
     facts: list[Fact]
     next_cursor: str | None = None
 
@@ -174,18 +174,18 @@ class WriteEventsRequest(Request):
     ]
 
 
-class EventWriteResult(Response):
+class EventWriteResult(Response, frozen=True, kw_only=True):
     event_id: UUID
 
 
-class WriteEventsResponse(Response):
+class WriteEventsResponse(Response, frozen=True, kw_only=True):
     events: list[EventWriteResult]
 
 
 # --- conflicts -------------------------------------------------------------------------------
 
 
-class ConflictMember(Response):
+class ConflictMember(Response, frozen=True, kw_only=True):
     fact_id: UUID
     content: str
     status: FactStatus
@@ -193,7 +193,7 @@ class ConflictMember(Response):
     recorded_from: datetime
 
 
-class ConflictSet(Response):
+class ConflictSet(Response, frozen=True, kw_only=True):
     conflict_set_id: UUID
     project_id: str
     subject_id: str
@@ -204,7 +204,7 @@ class ConflictSet(Response):
     members: list[ConflictMember]
 
 
-class ConflictList(Response):
+class ConflictList(Response, frozen=True, kw_only=True):
     conflicts: list[ConflictSet]
 
 
@@ -242,12 +242,12 @@ class ContextRequest(Request):
             "Anything but a positive integer is a 400 budget_exceeded.",
         ),
     ] = 900
-    include_episodes: Annotated[
-        bool, Meta(description="Pack the closest dated events after the facts.")
-    ] = True
+    include_episodes: Annotated[bool, Meta(description="Pack the closest dated events after the facts.")] = (
+        True
+    )
 
 
-class PacketFact(Response):
+class PacketFact(Response, frozen=True, kw_only=True):
     fact_id: UUID
     content: str
     score: float
@@ -259,7 +259,7 @@ class PacketFact(Response):
     source_event_id: UUID | None
 
 
-class PacketEpisode(Response):
+class PacketEpisode(Response, frozen=True, kw_only=True):
     event_id: UUID
     content: str
     occurred_at: datetime
@@ -267,7 +267,7 @@ class PacketEpisode(Response):
     tokens: int
 
 
-class ContextPacket(Response):
+class ContextPacket(Response, frozen=True, kw_only=True):
     trace_id: UUID
     status: Literal["ok", "degraded"]
     warnings: list[str]
@@ -278,7 +278,7 @@ class ContextPacket(Response):
     episodes: list[PacketEpisode]
 
 
-class Decision(Response):
+class Decision(Response, frozen=True, kw_only=True):
     item_type: Literal["fact", "episode"]
     item_id: UUID
     decision: Literal["included", "excluded", "blocked"]
@@ -292,7 +292,7 @@ class Decision(Response):
     tokens: int
 
 
-class Inspection(Response):
+class Inspection(Response, frozen=True, kw_only=True):
     trace_id: UUID
     project_id: str
     subject_id: str
@@ -306,7 +306,7 @@ class Inspection(Response):
     decisions: list[Decision]
 
 
-class StatsOverview(Response):
+class StatsOverview(Response, frozen=True, kw_only=True):
     project_id: str
     context_calls: int
     injection_rate: float
@@ -319,7 +319,7 @@ class StatsOverview(Response):
     open_conflicts: int
 
 
-class Health(Response):
+class Health(Response, frozen=True, kw_only=True):
     status: Literal["ok"]
     database: Literal["ok"]
     embedder: str

@@ -16,7 +16,6 @@ from service.embedder import Embedder
 from service.errors import ErrorBody
 from service.settings import Settings
 
-
 # Injected objects are ours, not client input: Litestar must not try to validate them.
 Conn = Annotated[asyncpg.Connection, Dependency(skip_validation=True)]
 Caller = Annotated[Principal, Dependency(skip_validation=True)]

@@ -87,9 +87,7 @@ class FactsController(Controller):
         return await memory.get_fact(conn, principal, fact_id)
 
     @patch("/{fact_id:uuid}", responses=ERRORS, summary="Retract a fact or set its valid_to")
-    async def patch_fact(
-        self, data: PatchFactRequest, conn: Conn, principal: Caller, fact_id: UUID
-    ) -> Fact:
+    async def patch_fact(self, data: PatchFactRequest, conn: Conn, principal: Caller, fact_id: UUID) -> Fact:
         return await memory.patch_fact(conn, principal, fact_id, data)
 
 

@@ -1,0 +1,246 @@
+-- Context Assembler statements (spec/context-assembler.md). Every fact statement applies the
+-- hard filters inside the query, before any scoring: status = 'active', the exact
+-- (project_id, subject_id) scope, valid_to IS NULL OR valid_to > now(); servable facts also
+-- sit in no open ConflictSet and are not stale volatile facts (those are reported as blocked).
+
+-- name: configure_vector_scan(ef_search)$
+-- For this transaction only: let HNSW return K rows (ef_search defaults to 40) and keep
+-- scanning past rows that the scope filter rejects (iterative scan).
+SELECT set_config('hnsw.ef_search', :ef_search::integer::text, true) AS ef_search,
+       set_config('hnsw.iterative_scan', 'relaxed_order', true) AS iterative_scan;
+
+-- name: fact_candidates(project_id, subject_id, query_embedding, query_text, top_k, candidate_limit, w_similarity, w_text_rank, w_recency, tau_seconds)
+-- Phase 1 (top-K by cosine via HNSW UNION top-K by full-text rank via GIN) and phase 2 (the
+-- hybrid score on that union only, capped at CANDIDATE_LIMIT), plus the blocked facts of the
+-- scope, in one round trip. Never returns embeddings. A NULL query_embedding (embedder down)
+-- leaves the full-text side alone.
+WITH q AS MATERIALIZED (
+    SELECT websearch_to_tsquery('simple', :query_text) AS tsq
+),
+vector_top AS (
+    SELECT f.fact_id
+    FROM facts AS f
+    WHERE :query_embedding::vector IS NOT NULL
+      AND f.project_id = :project_id
+      AND f.subject_id = :subject_id
+      AND f.status = 'active'
+      AND (f.valid_to IS NULL OR f.valid_to > now())
+      AND NOT (f.volatility = 'volatile'
+               AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now())
+      AND NOT EXISTS (
+          SELECT 1
+          FROM conflict_members AS cm
+          JOIN conflict_sets AS cs
+            ON cs.project_id = cm.project_id AND cs.conflict_set_id = cm.conflict_set_id
+          WHERE cm.project_id = f.project_id AND cm.fact_id = f.fact_id AND cs.status = 'open'
+      )
+    ORDER BY f.embedding <=> :query_embedding::vector
+    LIMIT :top_k
+),
+text_top AS (
+    SELECT f.fact_id
+    FROM facts AS f, q
+    WHERE f.project_id = :project_id
+      AND f.subject_id = :subject_id
+      AND f.search_vector @@ q.tsq
+      AND f.status = 'active'
+      AND (f.valid_to IS NULL OR f.valid_to > now())
+      AND NOT (f.volatility = 'volatile'
+               AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now())
+      AND NOT EXISTS (
+          SELECT 1
+          FROM conflict_members AS cm
+          JOIN conflict_sets AS cs
+            ON cs.project_id = cm.project_id AND cs.conflict_set_id = cm.conflict_set_id
+          WHERE cm.project_id = f.project_id AND cm.fact_id = f.fact_id AND cs.status = 'open'
+      )
+    ORDER BY ts_rank_cd(f.search_vector, q.tsq, 32) DESC, f.fact_id
+    LIMIT :top_k
+),
+parts AS (
+    SELECT f.fact_id, f.content, f.valid_from, f.valid_to, f.recorded_from, f.source_event_id,
+           greatest(1, char_length(f.content) / 4) AS tokens,
+           (f.embedding <=> :query_embedding::vector) AS cosine_distance,
+           ts_rank_cd(f.search_vector, q.tsq, 32) AS text_rank,
+           least(1.0, exp(-greatest(0.0, extract(epoch FROM now() - coalesce(f.valid_from, f.recorded_from)))
+                          / :tau_seconds::float8)) AS recency
+    FROM (SELECT fact_id FROM vector_top UNION SELECT fact_id FROM text_top) AS c
+    JOIN facts AS f ON f.project_id = :project_id AND f.fact_id = c.fact_id
+    CROSS JOIN q
+),
+scored AS (
+    SELECT p.*, 1 - p.cosine_distance AS similarity,
+           :w_similarity::float8 * coalesce(1 - p.cosine_distance, 0)
+           + :w_text_rank::float8 * p.text_rank
+           + :w_recency::float8 * p.recency AS score
+    FROM parts AS p
+    ORDER BY score DESC, p.fact_id
+    LIMIT :candidate_limit
+),
+blocked AS (
+    SELECT f.fact_id,
+           CASE WHEN oc.open THEN 'conflict_open' ELSE 'volatility_expired' END AS reason_code,
+           greatest(1, char_length(f.content) / 4) AS tokens
+    FROM facts AS f
+    CROSS JOIN LATERAL (
+        SELECT EXISTS (
+            SELECT 1
+            FROM conflict_members AS cm
+            JOIN conflict_sets AS cs
+              ON cs.project_id = cm.project_id AND cs.conflict_set_id = cm.conflict_set_id
+            WHERE cm.project_id = f.project_id AND cm.fact_id = f.fact_id AND cs.status = 'open'
+        ) AS open
+    ) AS oc
+    WHERE f.project_id = :project_id
+      AND f.subject_id = :subject_id
+      AND f.status = 'active'
+      AND (f.valid_to IS NULL OR f.valid_to > now())
+      AND (oc.open
+           OR (f.volatility = 'volatile'
+               AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now()))
+)
+SELECT 'candidate' AS kind, s.fact_id, s.content, s.valid_from, s.valid_to, s.recorded_from,
+       s.source_event_id, s.tokens, s.cosine_distance, s.similarity, s.text_rank, s.recency, s.score,
+       NULL::text AS reason_code, NULL::bigint AS blocked_total
+FROM scored AS s
+UNION ALL
+SELECT 'blocked', b.fact_id, NULL, NULL, NULL, NULL, NULL, b.tokens, NULL, NULL, NULL, NULL, NULL,
+       b.reason_code, count(*) OVER (PARTITION BY b.reason_code)
+FROM blocked AS b;
+
+-- name: multi_hop_facts(project_id, subject_id, entities, exclude_ids, per_entity, query_embedding, query_text, w_similarity, w_text_rank, w_recency, tau_seconds)
+-- Multi-hop expansion: for each entity (in rank order) the top full-text matches among the
+-- servable facts of the scope not yet decided, one hop, no new embedding. Score parts are
+-- those of the original query, for the trace.
+WITH q AS MATERIALIZED (
+    SELECT websearch_to_tsquery('simple', :query_text) AS tsq
+)
+SELECT e.entity, e.entity_rank, h.fact_id, h.content, h.valid_from, h.valid_to, h.recorded_from,
+       h.source_event_id, h.tokens, h.cosine_distance, 1 - h.cosine_distance AS similarity,
+       h.text_rank, h.recency,
+       :w_similarity::float8 * coalesce(1 - h.cosine_distance, 0)
+       + :w_text_rank::float8 * h.text_rank
+       + :w_recency::float8 * h.recency AS score
+FROM unnest(:entities::text[]) WITH ORDINALITY AS e(entity, entity_rank)
+CROSS JOIN q
+CROSS JOIN LATERAL (
+    SELECT f.fact_id, f.content, f.valid_from, f.valid_to, f.recorded_from, f.source_event_id,
+           greatest(1, char_length(f.content) / 4) AS tokens,
+           (f.embedding <=> :query_embedding::vector) AS cosine_distance,
+           ts_rank_cd(f.search_vector, q.tsq, 32) AS text_rank,
+           least(1.0, exp(-greatest(0.0, extract(epoch FROM now() - coalesce(f.valid_from, f.recorded_from)))
+                          / :tau_seconds::float8)) AS recency
+    FROM facts AS f
+    WHERE f.project_id = :project_id
+      AND f.subject_id = :subject_id
+      AND f.search_vector @@ plainto_tsquery('simple', e.entity)
+      AND f.status = 'active'
+      AND (f.valid_to IS NULL OR f.valid_to > now())
+      AND NOT (f.volatility = 'volatile'
+               AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now())
+      AND NOT EXISTS (
+          SELECT 1
+          FROM conflict_members AS cm
+          JOIN conflict_sets AS cs
+            ON cs.project_id = cm.project_id AND cs.conflict_set_id = cm.conflict_set_id
+          WHERE cm.project_id = f.project_id AND cm.fact_id = f.fact_id AND cs.status = 'open'
+      )
+      AND NOT (f.fact_id = ANY(:exclude_ids::uuid[]))
+    ORDER BY ts_rank_cd(f.search_vector, plainto_tsquery('simple', e.entity), 32) DESC, f.fact_id
+    LIMIT :per_entity
+) AS h
+ORDER BY e.entity_rank, h.text_rank DESC, h.fact_id;
+
+-- name: episode_candidates(project_id, subject_id, query_embedding, top_k)
+-- Episodic memory: the EPISODE_TOP_K events of the scope closest to the query (HNSW on
+-- events.embedding). Never returns embeddings.
+SELECT e.event_id, e.content, e.occurred_at,
+       greatest(1, char_length(e.content) / 4) AS tokens,
+       (e.embedding <=> :query_embedding::vector) AS cosine_distance
+FROM events AS e
+WHERE e.project_id = :project_id
+  AND e.subject_id = :subject_id
+ORDER BY e.embedding <=> :query_embedding::vector
+LIMIT :top_k;
+
+-- name: insert_context_trace(project_id, trace_id, subject_id, query, budget_tokens, used_tokens, status, warnings, empty_reason, facts_served, episodes_served, item_types, item_ids, decisions, reason_codes, ranks, scores, similarities, text_ranks, recencies, cosine_distances, tokens)!
+-- Persists one context call and every decision of it in one round trip (one INSERT of the call,
+-- one INSERT ... SELECT FROM unnest of the decisions).
+WITH call AS (
+    INSERT INTO context_calls (
+        project_id, trace_id, subject_id, query, budget_tokens, used_tokens, status, warnings,
+        empty_reason, facts_served, episodes_served
+    )
+    VALUES (
+        :project_id, :trace_id, :subject_id, :query, :budget_tokens, :used_tokens, :status,
+        :warnings::text[], :empty_reason, :facts_served, :episodes_served
+    )
+    RETURNING project_id, trace_id
+)
+INSERT INTO context_traces (
+    project_id, trace_id, ord, item_type, item_id, decision, reason_code, rank, score,
+    similarity, text_rank, recency, cosine_distance, tokens
+)
+SELECT call.project_id, call.trace_id, t.ord, t.item_type, t.item_id, t.decision, t.reason_code,
+       t.rank, t.score, t.similarity, t.text_rank, t.recency, t.cosine_distance, t.tokens
+FROM call
+CROSS JOIN unnest(
+    :item_types::text[], :item_ids::uuid[], :decisions::text[], :reason_codes::text[],
+    :ranks::int[], :scores::float8[], :similarities::float8[], :text_ranks::float8[],
+    :recencies::float8[], :cosine_distances::float8[], :tokens::int[]
+) WITH ORDINALITY AS t(item_type, item_id, decision, reason_code, rank, score, similarity,
+                       text_rank, recency, cosine_distance, tokens, ord);
+
+-- name: get_context_call(project_id, trace_id)^
+-- One logged context call of a project (GET /v1/inspect/{trace_id}).
+SELECT trace_id, project_id, subject_id, query, created_at, budget_tokens, used_tokens, status,
+       warnings, empty_reason
+FROM context_calls
+WHERE project_id = :project_id
+  AND trace_id = :trace_id;
+
+-- name: list_context_decisions(project_id, trace_id)
+-- Every decision of one context call, in the order the assembler made them.
+SELECT item_type, item_id, decision, reason_code, rank, score, similarity, text_rank, recency,
+       cosine_distance, tokens
+FROM context_traces
+WHERE project_id = :project_id
+  AND trace_id = :trace_id
+ORDER BY ord;
+
+-- name: stats_overview(project_id)^
+-- Usage overview of a project, computed over the call log and the memory tables.
+SELECT :project_id::text AS project_id,
+       calls.context_calls,
+       calls.injection_rate,
+       calls.injection_rate AS hit_rate,
+       calls.avg_used_tokens,
+       calls.degraded_rate,
+       fs.facts_active,
+       fs.facts_total,
+       ev.events_total,
+       oc.open_conflicts
+FROM (
+    SELECT count(*) AS context_calls,
+           coalesce(avg((c.facts_served > 0)::int), 0)::float8 AS injection_rate,
+           coalesce(avg(c.used_tokens), 0)::float8 AS avg_used_tokens,
+           coalesce(avg((c.status = 'degraded')::int), 0)::float8 AS degraded_rate
+    FROM context_calls AS c
+    WHERE c.project_id = :project_id
+) AS calls
+CROSS JOIN (
+    SELECT count(*) FILTER (WHERE f.status = 'active') AS facts_active, count(*) AS facts_total
+    FROM facts AS f
+    WHERE f.project_id = :project_id
+) AS fs
+CROSS JOIN (
+    SELECT count(*) AS events_total
+    FROM events AS e
+    WHERE e.project_id = :project_id
+) AS ev
+CROSS JOIN (
+    SELECT count(*) AS open_conflicts
+    FROM conflict_sets AS cs
+    WHERE cs.project_id = :project_id
+      AND cs.status = 'open'
+) AS oc;

@@ -1,0 +1,54 @@
+"""Read-side routes: context packets, their traces, and usage stats."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from litestar import Controller, Response, get, post
+
+from service.context import assembler
+from service.handlers.deps import ERRORS, Caller, Conn, EmbedderDep, SettingsDep
+from service.handlers.memory import ProjectQuery
+from service.structs import ContextPacket, ContextRequest, Inspection, StatsOverview
+
+
+def server_timing(timer: assembler.StageTimer) -> str:
+    return ", ".join(f"{name};dur={ms:.2f}" for name, ms in timer.ms.items())
+
+
+class ContextController(Controller):
+    tags = ["context"]
+
+    @post(
+        "/v1/context",
+        status_code=200,
+        responses=ERRORS,
+        summary="Assemble a ContextPacket under a token budget",
+        description="Hybrid retrieval over the facts of one scope (cosine + full text + recency), "
+        "packed by decreasing score, then multi-hop expansion and the closest episodes into what "
+        "is left. Every decision is traced: see GET /v1/inspect/{trace_id}. The Server-Timing "
+        "header gives the time per stage.",
+    )
+    async def context(
+        self,
+        data: ContextRequest,
+        conn: Conn,
+        principal: Caller,
+        embedder: EmbedderDep,
+        settings: SettingsDep,
+    ) -> Response[ContextPacket]:
+        timer = assembler.StageTimer()
+        packet = await assembler.assemble(conn, embedder, settings, principal, data, timer=timer)
+        return Response(packet, status_code=200, headers={"Server-Timing": server_timing(timer)})
+
+    @get(
+        "/v1/inspect/{trace_id:uuid}",
+        responses=ERRORS,
+        summary="Every decision of one context call",
+    )
+    async def inspect(self, conn: Conn, principal: Caller, trace_id: UUID) -> Inspection:
+        return await assembler.inspect(conn, principal, trace_id)
+
+    @get("/v1/stats/overview", responses=ERRORS, summary="Usage overview of a project")
+    async def stats(self, conn: Conn, principal: Caller, project_id: ProjectQuery) -> StatsOverview:
+        return await assembler.stats(conn, principal, project_id)
