@@ -101,7 +101,10 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
 )
 
 _FIELD_AT = re.compile(r"- at `\$(?P<path>[^`]*)`")
-_NAMED_FIELD = re.compile(r"(?:missing required field|unknown field) `(?P<name>[^`]+)`")
+_NAMED_FIELD = re.compile(
+    r"(?:missing required field|unknown field) `(?P<name>[^`]+)`"
+    r"|Missing required (?:query |header |cookie |path )?parameter '(?P<param>[^']+)'"
+)
 
 
 def _field_of(key: object, message: str) -> str | None:
@@ -112,7 +115,8 @@ def _field_of(key: object, message: str) -> str | None:
         path = m.group("path").lstrip(".") if m else ""
     named = _NAMED_FIELD.search(message)
     if named:
-        path = f"{path}.{named.group('name')}" if path else named.group("name")
+        name = named.group("name") or named.group("param")
+        path = f"{path}.{name}" if path else name
     return path or None
 
 

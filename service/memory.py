@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -36,8 +37,42 @@ async def embed_or_unavailable(embedder: Embedder, texts: list[str]) -> list[Any
         raise Unavailable(f"The embedder is unavailable: {exc}", embedder=embedder.name) from exc
 
 
+def _check_timestamp(field: str, value: datetime | None) -> None:
+    """asyncpg sends timestamps in UTC: one whose UTC form leaves years 1..9999 cannot be stored."""
+    if value is None:
+        return
+    try:
+        value.astimezone(UTC)
+    except OverflowError as exc:
+        raise InvalidInput(field, "is out of range (years 1..9999 in UTC)") from exc
+
+
+def _has_nul(value: Any) -> bool:
+    """PostgreSQL jsonb cannot hold \\u0000 in any string, keys included."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def _check_metadata(field: str, metadata: dict[str, Any] | None) -> None:
+    if metadata is not None and _has_nul(metadata):
+        raise InvalidInput(field, "must not contain NUL characters (\\u0000)")
+
+
 def _check_fact_items(req: WriteFactsRequest) -> None:
     for i, f in enumerate(req.facts):
+        _check_timestamp(f"facts[{i}].valid_from", f.valid_from)
+        _check_timestamp(f"facts[{i}].valid_to", f.valid_to)
+        _check_metadata(f"facts[{i}].metadata", f.metadata)
         if f.valid_from is not None and f.valid_to is not None and f.valid_to <= f.valid_from:
             raise InvalidInput(f"facts[{i}].valid_to", "must be later than valid_from")
         if f.stale_after_seconds is not None and f.volatility != "volatile":
@@ -151,6 +186,7 @@ async def list_facts(
 async def patch_fact(conn: repo.Conn, principal: Principal, fact_id: UUID, req: PatchFactRequest) -> Fact:
     if req.status is None and req.valid_to is None:
         raise InvalidInput("status", "send `status: retracted` and/or `valid_to`")
+    _check_timestamp("valid_to", req.valid_to)
     async with conn.transaction():
         found = await repo.patch_fact(
             conn, principal.project_id, fact_id, retract=req.status == "retracted", valid_to=req.valid_to
@@ -165,6 +201,9 @@ async def write_events(
 ) -> WriteEventsResponse:
     principal.require(req.project_id)
     events = req.events
+    for i, e in enumerate(events):
+        _check_timestamp(f"events[{i}].occurred_at", e.occurred_at)
+        _check_metadata(f"events[{i}].metadata", e.metadata)
     embeddings = await embed_or_unavailable(embedder, [e.content for e in events])
     event_ids = uuid7_batch(len(events))
     await repo.insert_events(

@@ -24,18 +24,28 @@ from service.structs import (
     WriteFactsResponse,
 )
 
+# PostgreSQL text cannot hold NUL: refused here, with the parameter named, not in SQL.
+NO_NUL = r"^[^\x00]*$"
+
 ProjectQuery = Annotated[
     str,
     Parameter(
         query="project_id",
         min_length=1,
         max_length=MAX_SCOPE_CHARS,
+        pattern=NO_NUL,
         description="Project id; must be the key's project.",
     ),
 ]
 SubjectQuery = Annotated[
     str | None,
-    Parameter(query="subject_id", min_length=1, max_length=MAX_SCOPE_CHARS, description="Only this subject."),
+    Parameter(
+        query="subject_id",
+        min_length=1,
+        max_length=MAX_SCOPE_CHARS,
+        pattern=NO_NUL,
+        description="Only this subject.",
+    ),
 ]
 
 

@@ -1,0 +1,291 @@
+"""ConflictSets: opened by keyed facts that disagree, listed, and resolved (spec/API.md)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import bearer
+from tests.test_facts import PROJECT, assert_error, get_fact, post_facts, ts, write_facts
+
+
+async def list_conflicts(client: httpx.AsyncClient, key: str, **params: Any) -> list[dict[str, Any]]:
+    r = await client.get("/v1/conflicts", params={"project_id": PROJECT, **params}, headers=bearer(key))
+    assert r.status_code == 200, r.text
+    sets: list[dict[str, Any]] = r.json()["conflicts"]
+    return sets
+
+
+def member_ids(conflict_set: dict[str, Any]) -> set[str]:
+    return {m["fact_id"] for m in conflict_set["members"]}
+
+
+async def resolve(client: httpx.AsyncClient, key: str, set_id: str, keep: list[str]) -> httpx.Response:
+    return await client.post(f"/v1/conflicts/{set_id}/resolve", json={"keep": keep}, headers=bearer(key))
+
+
+async def open_conflict(
+    client: httpx.AsyncClient, key: str, subject_id: str = "c1", slot: str = "employer"
+) -> tuple[str, str, str]:
+    """Two clashing facts written one after the other: returns (set id, first fact, second fact)."""
+    (a,) = await write_facts(client, key, [{"content": "Alice works at Acme", "key": slot}], subject_id)
+    assert a["conflict_set_id"] is None
+    (b,) = await write_facts(client, key, [{"content": "Alice works at Globex", "key": slot}], subject_id)
+    assert b["status"] == "active"
+    assert b["conflict_set_id"] is not None
+    return b["conflict_set_id"], a["fact_id"], b["fact_id"]
+
+
+# --- opening and joining -----------------------------------------------------------------------
+
+
+async def test_clash_opens_a_set_with_both_facts(client: httpx.AsyncClient, key: str) -> None:
+    set_id, a, b = await open_conflict(client, key)
+    uuid.UUID(set_id)
+    (cs,) = await list_conflicts(client, key, subject_id="c1")
+    assert cs["conflict_set_id"] == set_id
+    assert cs["status"] == "open"
+    assert cs["key"] == "employer"
+    assert cs["project_id"] == PROJECT and cs["subject_id"] == "c1"
+    assert cs["resolved_at"] is None
+    assert cs["created_at"] is not None
+    assert member_ids(cs) == {a, b}
+    assert {m["status"] for m in cs["members"]} == {"active"}
+    assert {m["content"] for m in cs["members"]} == {"Alice works at Acme", "Alice works at Globex"}
+    # Both facts stay active and point at the open set.
+    for fid in (a, b):
+        fact = await get_fact(client, key, fid)
+        assert fact["status"] == "active"
+        assert fact["conflict_set_id"] == set_id
+
+
+async def test_third_value_joins_the_same_open_set(client: httpx.AsyncClient, key: str) -> None:
+    set_id, a, b = await open_conflict(client, key)
+    (c,) = await write_facts(client, key, [{"content": "Alice works at Initech", "key": "employer"}], "c1")
+    assert c["conflict_set_id"] == set_id
+    sets = await list_conflicts(client, key, subject_id="c1")
+    assert len(sets) == 1
+    assert member_ids(sets[0]) == {a, b, c["fact_id"]}
+    # A repeat of a value already in the set still disagrees with the others: it joins too.
+    (d,) = await write_facts(client, key, [{"content": "Alice works at Acme", "key": "employer"}], "c1")
+    assert d["conflict_set_id"] == set_id
+    sets = await list_conflicts(client, key, subject_id="c1")
+    assert len(sets) == 1 and len(sets[0]["members"]) == 4
+
+
+async def test_same_key_same_content_is_no_conflict(client: httpx.AsyncClient, key: str) -> None:
+    (a,) = await write_facts(client, key, [{"content": "Alice lives in Oslo", "key": "city"}], "same")
+    (b,) = await write_facts(client, key, [{"content": "Alice lives in Oslo", "key": "city"}], "same")
+    assert a["conflict_set_id"] is None and b["conflict_set_id"] is None
+    assert await list_conflicts(client, key, subject_id="same") == []
+    assert (await get_fact(client, key, a["fact_id"]))["conflict_set_id"] is None
+
+
+async def test_different_keys_subjects_and_unkeyed_facts_do_not_clash(client: httpx.AsyncClient, key: str) -> None:
+    await write_facts(client, key, [{"content": "Alice lives in Oslo", "key": "city"}], "iso-1")
+    res = await write_facts(client, key, [{"content": "Alice lives in Bergen", "key": "home"}], "iso-1")
+    res += await write_facts(client, key, [{"content": "Alice lives in Bergen", "key": "city"}], "iso-2")
+    res += await write_facts(client, key, [{"content": "Alice lives in Bergen"}], "iso-1")
+    assert all(r["conflict_set_id"] is None for r in res)
+    assert await list_conflicts(client, key, subject_id="iso-1") == []
+    assert await list_conflicts(client, key, subject_id="iso-2") == []
+
+
+async def test_other_projects_facts_do_not_clash(client: httpx.AsyncClient, key: str, other_key: str) -> None:
+    r = await post_facts(client, other_key, [{"content": "Alice works at Acme", "key": "employer"}],
+                         subject_id="x-proj", project_id="proj-b")
+    assert r.status_code == 201
+    (mine,) = await write_facts(client, key, [{"content": "Alice works at Globex", "key": "employer"}], "x-proj")
+    assert mine["conflict_set_id"] is None
+
+
+async def test_clash_inside_one_batch_opens_one_set(client: httpx.AsyncClient, key: str) -> None:
+    res = await write_facts(
+        client,
+        key,
+        [
+            {"content": "Bob is 30", "key": "age"},
+            {"content": "Bob likes jazz"},
+            {"content": "Bob is 31", "key": "age"},
+            {"content": "Bob drives a Fiat", "key": "car"},
+            {"content": "Bob drives a Volvo", "key": "car"},
+        ],
+        "batch",
+    )
+    assert res[1]["conflict_set_id"] is None
+    assert res[0]["conflict_set_id"] is not None
+    assert res[0]["conflict_set_id"] == res[2]["conflict_set_id"]
+    assert res[3]["conflict_set_id"] is not None
+    assert res[3]["conflict_set_id"] == res[4]["conflict_set_id"] != res[0]["conflict_set_id"]
+    sets = {cs["key"]: cs for cs in await list_conflicts(client, key, subject_id="batch")}
+    assert set(sets) == {"age", "car"}
+    assert member_ids(sets["age"]) == {res[0]["fact_id"], res[2]["fact_id"]}
+    assert member_ids(sets["car"]) == {res[3]["fact_id"], res[4]["fact_id"]}
+
+
+async def test_supersedes_is_no_conflict(client: httpx.AsyncClient, key: str) -> None:
+    (a,) = await write_facts(client, key, [{"content": "Alice works at Acme", "key": "employer"}], "sup")
+    (b,) = await write_facts(
+        client, key, [{"content": "Alice works at Globex", "key": "employer", "supersedes": a["fact_id"]}], "sup"
+    )
+    assert b["conflict_set_id"] is None
+    assert await list_conflicts(client, key, subject_id="sup") == []
+    assert (await get_fact(client, key, a["fact_id"]))["status"] == "superseded"
+    # The replaced value is no longer active, so a repeat of the current value clashes with nothing.
+    (c,) = await write_facts(client, key, [{"content": "Alice works at Globex", "key": "employer"}], "sup")
+    assert c["conflict_set_id"] is None
+
+
+async def test_retracted_fact_does_not_clash(client: httpx.AsyncClient, key: str) -> None:
+    (a,) = await write_facts(client, key, [{"content": "Alice works at Acme", "key": "employer"}], "ret")
+    r = await client.patch(f"/v1/facts/{a['fact_id']}", json={"status": "retracted"}, headers=bearer(key))
+    assert r.status_code == 200
+    (b,) = await write_facts(client, key, [{"content": "Alice works at Globex", "key": "employer"}], "ret")
+    assert b["conflict_set_id"] is None
+
+
+# --- listing -----------------------------------------------------------------------------------
+
+
+async def test_list_filters_by_subject_and_status(client: httpx.AsyncClient, key: str) -> None:
+    s1, _, keep1 = await open_conflict(client, key, subject_id="lf-1")
+    s2, _, _ = await open_conflict(client, key, subject_id="lf-2")
+    s3, _, _ = await open_conflict(client, key, subject_id="lf-2", slot="city")
+    r = await resolve(client, key, s1, [keep1])
+    assert r.status_code == 200, r.text
+
+    assert [cs["conflict_set_id"] for cs in await list_conflicts(client, key, subject_id="lf-1")] == [s1]
+    assert {cs["conflict_set_id"] for cs in await list_conflicts(client, key, subject_id="lf-2")} == {s2, s3}
+    open_ids = {cs["conflict_set_id"] for cs in await list_conflicts(client, key, status="open")}
+    assert {s2, s3} <= open_ids and s1 not in open_ids
+    resolved = await list_conflicts(client, key, status="resolved")
+    assert s1 in {cs["conflict_set_id"] for cs in resolved}
+    assert all(cs["status"] == "resolved" for cs in resolved)
+    assert await list_conflicts(client, key, subject_id="lf-1", status="open") == []
+    everything = {cs["conflict_set_id"] for cs in await list_conflicts(client, key)}
+    assert {s1, s2, s3} <= everything
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [({"status": "closed"}, "status"), ({"subject_id": ""}, "subject_id"), ({"subject_id": "s" * 201}, "subject_id")],
+    ids=["status", "empty_subject", "long_subject"],
+)
+async def test_list_bad_params(client: httpx.AsyncClient, key: str, params: dict[str, Any], field: str) -> None:
+    r = await client.get("/v1/conflicts", params={"project_id": PROJECT, **params}, headers=bearer(key))
+    assert_error(r, 400, "validation_error", field)
+
+
+# --- resolving ---------------------------------------------------------------------------------
+
+
+async def test_resolve_keeps_some_and_supersedes_the_others(client: httpx.AsyncClient, key: str) -> None:
+    set_id, a, b = await open_conflict(client, key, subject_id="res")
+    (c,) = await write_facts(client, key, [{"content": "Alice works at Initech", "key": "employer"}], "res")
+    assert c["conflict_set_id"] == set_id
+
+    r = await resolve(client, key, set_id, [b])
+    assert r.status_code == 200, r.text
+    cs = r.json()
+    assert cs["conflict_set_id"] == set_id
+    assert cs["status"] == "resolved"
+    resolved_at = ts(cs["resolved_at"])
+    assert resolved_at is not None and abs(datetime.now(UTC) - resolved_at) < timedelta(minutes=5)
+    assert {m["fact_id"]: m["status"] for m in cs["members"]} == {
+        a: "superseded",
+        b: "active",
+        c["fact_id"]: "superseded",
+    }
+
+    kept = await get_fact(client, key, b)
+    assert kept["status"] == "active"
+    assert kept["valid_to"] is None
+    assert kept["conflict_set_id"] is None  # no longer in an *open* set
+    for fid in (a, c["fact_id"]):
+        dropped = await get_fact(client, key, fid)
+        assert dropped["status"] == "superseded"
+        assert dropped["valid_to"] is not None
+        assert ts(dropped["valid_to"]) == resolved_at
+        assert dropped["conflict_set_id"] is None
+
+    (listed,) = await list_conflicts(client, key, subject_id="res")
+    assert listed["status"] == "resolved" and ts(listed["resolved_at"]) == resolved_at
+    assert await list_conflicts(client, key, subject_id="res", status="open") == []
+
+    # A later clash with the kept value opens a new set.
+    (d,) = await write_facts(client, key, [{"content": "Alice works at Umbrella", "key": "employer"}], "res")
+    assert d["conflict_set_id"] is not None and d["conflict_set_id"] != set_id
+    (new_set,) = await list_conflicts(client, key, subject_id="res", status="open")
+    assert member_ids(new_set) == {b, d["fact_id"]}
+
+
+async def test_resolve_keeping_several(client: httpx.AsyncClient, key: str) -> None:
+    set_id, a, b = await open_conflict(client, key, subject_id="res2")
+    (c,) = await write_facts(client, key, [{"content": "Alice works at Initech", "key": "employer"}], "res2")
+    r = await resolve(client, key, set_id, [a, c["fact_id"]])
+    assert r.status_code == 200, r.text
+    assert (await get_fact(client, key, a))["status"] == "active"
+    assert (await get_fact(client, key, c["fact_id"]))["status"] == "active"
+    assert (await get_fact(client, key, b))["status"] == "superseded"
+
+
+async def test_resolve_future_dated_member_keeps_a_valid_interval(client: httpx.AsyncClient, key: str) -> None:
+    (a,) = await write_facts(client, key, [{"content": "Alice works at Acme", "key": "employer"}], "fut")
+    (b,) = await write_facts(
+        client,
+        key,
+        [{"content": "Alice works at Globex", "key": "employer", "valid_from": "2999-01-01T00:00:00Z"}],
+        "fut",
+    )
+    set_id = b["conflict_set_id"]
+    assert set_id is not None
+    r = await resolve(client, key, set_id, [a["fact_id"]])
+    assert r.status_code == 200, r.text
+    dropped = await get_fact(client, key, b["fact_id"])
+    assert dropped["status"] == "superseded"
+    if dropped["valid_to"] is not None:
+        assert ts(dropped["valid_to"]) > ts(dropped["valid_from"])  # type: ignore[operator]
+
+
+async def test_resolve_twice_is_409(client: httpx.AsyncClient, key: str) -> None:
+    set_id, a, b = await open_conflict(client, key, subject_id="twice")
+    assert (await resolve(client, key, set_id, [a])).status_code == 200
+    r = await resolve(client, key, set_id, [b])
+    assert_error(r, 409, "conflict")
+    # The second call changed nothing.
+    assert (await get_fact(client, key, a))["status"] == "active"
+    assert (await get_fact(client, key, b))["status"] == "superseded"
+
+
+async def test_resolve_with_non_member_is_422(client: httpx.AsyncClient, key: str) -> None:
+    set_id, a, b = await open_conflict(client, key, subject_id="nonmember")
+    (outsider,) = await write_facts(client, key, [{"content": "Alice has a cat"}], "nonmember")
+    for keep, field in (([outsider["fact_id"]], "keep[0]"), ([a, str(uuid.uuid4())], "keep[1]")):
+        r = await resolve(client, key, set_id, keep)
+        assert_error(r, 422, "validation_error", field)
+    (cs,) = await list_conflicts(client, key, subject_id="nonmember")
+    assert cs["status"] == "open" and cs["resolved_at"] is None
+    assert {m["status"] for m in cs["members"]} == {"active"}
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [({"keep": []}, "keep"), ({}, "keep"), ({"keep": ["nope"]}, "keep[0]"), ({"keep": "x"}, "keep")],
+    ids=["empty_keep", "missing_keep", "not_uuid", "wrong_type"],
+)
+async def test_resolve_bad_bodies(client: httpx.AsyncClient, key: str, body: dict[str, Any], field: str) -> None:
+    set_id, _, _ = await open_conflict(client, key, subject_id="badbody")
+    r = await client.post(f"/v1/conflicts/{set_id}/resolve", json=body, headers=bearer(key))
+    assert_error(r, 400, "validation_error", field)
+    (cs,) = await list_conflicts(client, key, subject_id="badbody")
+    assert cs["status"] == "open"
+
+
+async def test_resolve_unknown_set_is_404(client: httpx.AsyncClient, key: str) -> None:
+    _, a, _ = await open_conflict(client, key, subject_id="unknown")
+    r = await resolve(client, key, str(uuid.uuid4()), [a])
+    assert_error(r, 404, "not_found")
