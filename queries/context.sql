@@ -5,9 +5,13 @@
 
 -- name: configure_vector_scan(ef_search)$
 -- For this transaction only: let HNSW return K rows (ef_search defaults to 40) and keep
--- scanning past rows that the scope filter rejects (iterative scan).
+-- scanning past rows that the scope filter rejects (iterative scan). Plan every statement for
+-- its own parameters: after five runs a prepared statement may switch to a generic plan, which
+-- cannot tell a 100-fact scope (exact scan) from a 1M-fact one (HNSW) and picked the exact
+-- scan for every scope (docs/performance.md).
 SELECT set_config('hnsw.ef_search', :ef_search::integer::text, true) AS ef_search,
-       set_config('hnsw.iterative_scan', 'relaxed_order', true) AS iterative_scan;
+       set_config('hnsw.iterative_scan', 'relaxed_order', true) AS iterative_scan,
+       set_config('plan_cache_mode', 'force_custom_plan', true) AS plan_cache_mode;
 
 -- name: fact_candidates(project_id, subject_id, query_embedding, query_text, top_k, candidate_limit, w_similarity, w_text_rank, w_recency, tau_seconds)
 -- Phase 1 (top-K by cosine via HNSW UNION top-K by full-text rank via GIN) and phase 2 (the
@@ -69,7 +73,9 @@ parts AS (
     CROSS JOIN q
 ),
 scored AS (
-    SELECT p.*, 1 - p.cosine_distance AS similarity,
+    SELECT p.fact_id, p.content, p.valid_from, p.valid_to, p.recorded_from, p.source_event_id,
+           p.tokens, p.cosine_distance, p.text_rank, p.recency,
+           1 - p.cosine_distance AS similarity,
            :w_similarity::float8 * coalesce(1 - p.cosine_distance, 0)
            + :w_text_rank::float8 * p.text_rank
            + :w_recency::float8 * p.recency AS score
@@ -77,27 +83,35 @@ scored AS (
     ORDER BY score DESC, p.fact_id
     LIMIT :candidate_limit
 ),
+open_members AS (
+    -- The facts of the open ConflictSets of the scope (a set has the scope of its members), found
+    -- from those few sets instead of probing every fact of the scope (migration 0005).
+    SELECT DISTINCT cm.fact_id
+    FROM conflict_sets AS cs
+    JOIN conflict_members AS cm
+      ON cm.project_id = cs.project_id AND cm.conflict_set_id = cs.conflict_set_id
+    WHERE cs.project_id = :project_id
+      AND cs.subject_id = :subject_id
+      AND cs.status = 'open'
+),
 blocked AS (
-    SELECT f.fact_id,
-           CASE WHEN oc.open THEN 'conflict_open' ELSE 'volatility_expired' END AS reason_code,
-           greatest(1, char_length(f.content) / 4) AS tokens
+    SELECT f.fact_id, 'conflict_open' AS reason_code, greatest(1, char_length(f.content) / 4) AS tokens
+    FROM open_members AS om
+    JOIN facts AS f ON f.project_id = :project_id AND f.fact_id = om.fact_id
+    WHERE f.subject_id = :subject_id
+      AND f.status = 'active'
+      AND (f.valid_to IS NULL OR f.valid_to > now())
+    UNION ALL
+    -- Stale volatile facts not already blocked by a conflict (partial index of migration 0005).
+    SELECT f.fact_id, 'volatility_expired', greatest(1, char_length(f.content) / 4)
     FROM facts AS f
-    CROSS JOIN LATERAL (
-        SELECT EXISTS (
-            SELECT 1
-            FROM conflict_members AS cm
-            JOIN conflict_sets AS cs
-              ON cs.project_id = cm.project_id AND cs.conflict_set_id = cm.conflict_set_id
-            WHERE cm.project_id = f.project_id AND cm.fact_id = f.fact_id AND cs.status = 'open'
-        ) AS open
-    ) AS oc
     WHERE f.project_id = :project_id
       AND f.subject_id = :subject_id
       AND f.status = 'active'
+      AND f.volatility = 'volatile'
       AND (f.valid_to IS NULL OR f.valid_to > now())
-      AND (oc.open
-           OR (f.volatility = 'volatile'
-               AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now()))
+      AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now()
+      AND NOT EXISTS (SELECT 1 FROM open_members AS om WHERE om.fact_id = f.fact_id)
 )
 SELECT 'candidate' AS kind, s.fact_id, s.content, s.valid_from, s.valid_to, s.recorded_from,
        s.source_event_id, s.tokens, s.cosine_distance, s.similarity, s.text_rank, s.recency, s.score,
@@ -111,29 +125,26 @@ FROM blocked AS b;
 -- name: multi_hop_facts(project_id, subject_id, entities, exclude_ids, per_entity, query_embedding, query_text, w_similarity, w_text_rank, w_recency, tau_seconds)
 -- Multi-hop expansion: for each entity (in rank order) the top full-text matches among the
 -- servable facts of the scope not yet decided, one hop, no new embedding. Score parts are
--- those of the original query, for the trace.
+-- those of the original query, for the trace. One index pass (GIN AND the scope B-tree) finds
+-- the facts naming any entity; each entity then ranks its own among those.
 WITH q AS MATERIALIZED (
     SELECT websearch_to_tsquery('simple', :query_text) AS tsq
-)
-SELECT e.entity, e.entity_rank, h.fact_id, h.content, h.valid_from, h.valid_to, h.recorded_from,
-       h.source_event_id, h.tokens, h.cosine_distance, 1 - h.cosine_distance AS similarity,
-       h.text_rank, h.recency,
-       :w_similarity::float8 * coalesce(1 - h.cosine_distance, 0)
-       + :w_text_rank::float8 * h.text_rank
-       + :w_recency::float8 * h.recency AS score
-FROM unnest(:entities::text[]) WITH ORDINALITY AS e(entity, entity_rank)
-CROSS JOIN q
-CROSS JOIN LATERAL (
-    SELECT f.fact_id, f.content, f.valid_from, f.valid_to, f.recorded_from, f.source_event_id,
-           greatest(1, char_length(f.content) / 4) AS tokens,
-           (f.embedding <=> :query_embedding::vector) AS cosine_distance,
-           ts_rank_cd(f.search_vector, q.tsq, 32) AS text_rank,
-           least(1.0, exp(-greatest(0.0, extract(epoch FROM now() - coalesce(f.valid_from, f.recorded_from)))
-                          / :tau_seconds::float8)) AS recency
-    FROM facts AS f
+),
+e AS MATERIALIZED (
+    SELECT u.entity, u.entity_rank, plainto_tsquery('simple', u.entity) AS etsq
+    FROM unnest(:entities::text[]) WITH ORDINALITY AS u(entity, entity_rank)
+),
+any_entity AS MATERIALIZED (
+    SELECT string_agg(e.etsq::text, ' | ')::tsquery AS tsq
+    FROM e
+    WHERE numnode(e.etsq) > 0
+),
+matches AS MATERIALIZED (
+    SELECT f.fact_id, f.search_vector
+    FROM facts AS f, any_entity AS a
     WHERE f.project_id = :project_id
       AND f.subject_id = :subject_id
-      AND f.search_vector @@ plainto_tsquery('simple', e.entity)
+      AND f.search_vector @@ a.tsq
       AND f.status = 'active'
       AND (f.valid_to IS NULL OR f.valid_to > now())
       AND NOT (f.volatility = 'volatile'
@@ -146,10 +157,38 @@ CROSS JOIN LATERAL (
           WHERE cm.project_id = f.project_id AND cm.fact_id = f.fact_id AND cs.status = 'open'
       )
       AND NOT (f.fact_id = ANY(:exclude_ids::uuid[]))
-    ORDER BY ts_rank_cd(f.search_vector, plainto_tsquery('simple', e.entity), 32) DESC, f.fact_id
-    LIMIT :per_entity
-) AS h
-ORDER BY e.entity_rank, h.text_rank DESC, h.fact_id;
+),
+picked AS (
+    SELECT e.entity, e.entity_rank, p.fact_id
+    FROM e
+    CROSS JOIN LATERAL (
+        SELECT m.fact_id
+        FROM matches AS m
+        WHERE m.search_vector @@ e.etsq
+        ORDER BY ts_rank_cd(m.search_vector, e.etsq, 32) DESC, m.fact_id
+        LIMIT :per_entity
+    ) AS p
+),
+hits AS (
+    SELECT pk.entity, pk.entity_rank, f.fact_id, f.content, f.valid_from, f.valid_to,
+           f.recorded_from, f.source_event_id,
+           greatest(1, char_length(f.content) / 4) AS tokens,
+           (f.embedding <=> :query_embedding::vector) AS cosine_distance,
+           ts_rank_cd(f.search_vector, q.tsq, 32) AS text_rank,
+           least(1.0, exp(-greatest(0.0, extract(epoch FROM now() - coalesce(f.valid_from, f.recorded_from)))
+                          / :tau_seconds::float8)) AS recency
+    FROM picked AS pk
+    JOIN facts AS f ON f.project_id = :project_id AND f.fact_id = pk.fact_id
+    CROSS JOIN q
+)
+SELECT h.entity, h.entity_rank, h.fact_id, h.content, h.valid_from, h.valid_to, h.recorded_from,
+       h.source_event_id, h.tokens, h.cosine_distance, 1 - h.cosine_distance AS similarity,
+       h.text_rank, h.recency,
+       :w_similarity::float8 * coalesce(1 - h.cosine_distance, 0)
+       + :w_text_rank::float8 * h.text_rank
+       + :w_recency::float8 * h.recency AS score
+FROM hits AS h
+ORDER BY h.entity_rank, h.text_rank DESC, h.fact_id;
 
 -- name: episode_candidates(project_id, subject_id, query_embedding, top_k)
 -- Episodic memory: the EPISODE_TOP_K events of the scope closest to the query (HNSW on

@@ -13,3 +13,4 @@ fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 # torch is pinned <2.14 in pyproject.toml: a looser pin pulls a multi-GB CUDA build.
 .venv/bin/python -m pip install --quiet -e '.[dev]'
+.venv/bin/python -m pip install --quiet -e sdk/python

@@ -21,6 +21,9 @@ from service.handlers.context import ContextController
 from service.handlers.deps import provide_conn, provide_embedder, provide_principal, provide_settings
 from service.handlers.health import healthz
 from service.handlers.memory import ConflictsController, EventsController, FactsController
+from service.observability.metrics import Metrics, metrics_endpoint
+from service.observability.ui import TraceInspector
+from service.ratelimit import RateLimiter
 from service.settings import Settings
 
 
@@ -49,10 +52,28 @@ def create_app(
             if own_embedder:
                 await app.state.embedder.aclose()
 
+    metrics = Metrics()
     return Litestar(
-        route_handlers=[healthz, FactsController, EventsController, ConflictsController, ContextController],
+        route_handlers=[
+            healthz,
+            FactsController,
+            EventsController,
+            ConflictsController,
+            ContextController,
+            metrics_endpoint,
+            TraceInspector,
+        ],
         lifespan=[lifespan],
-        state=State({"settings": settings, "pool": pool, "embedder": embedder}),
+        middleware=[metrics.middleware],
+        state=State(
+            {
+                "settings": settings,
+                "pool": pool,
+                "embedder": embedder,
+                "rate_limiter": RateLimiter(settings.rate_limit_per_minute),
+                "metrics": metrics,
+            }
+        ),
         dependencies={
             "conn": Provide(provide_conn),
             "principal": Provide(provide_principal),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import signal
 import sys
 import warnings
 from collections.abc import Awaitable, Callable
@@ -31,11 +32,20 @@ async def _with_migrated_conn(settings: Settings, work: Callable[[asyncpg.Connec
         await conn.close()
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
 def _serve(settings: Settings, args: argparse.Namespace) -> int:
     import uvicorn
 
     from service.app import create_app
 
+    # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal with the handler it
+    # found at start-up. Python's default handler would end the process without running atexit,
+    # so the embedded PostgreSQL handle would never be released and the server would outlive the
+    # last `haki` process. A normal exit runs that cleanup.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     asyncio.run(_migrate_only(settings))
     uvicorn.run(
         create_app(settings),

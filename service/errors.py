@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from typing import Any
+from typing import Annotated, Any
 
 import asyncpg
 import msgspec
@@ -22,9 +22,18 @@ log = logging.getLogger("haki.errors")
 class ErrorBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """The error body of every non-2xx response."""
 
-    code: str
-    message: str
-    details: dict[str, Any] | None = None
+    code: Annotated[
+        str,
+        msgspec.Meta(
+            description="snake_case error code: unauthorized, forbidden, not_found, validation_error, "
+            "budget_exceeded, conflict, rate_limited, unavailable..."
+        ),
+    ]
+    message: Annotated[str, msgspec.Meta(description="What went wrong, for humans.")]
+    details: Annotated[
+        dict[str, Any] | None,
+        msgspec.Meta(description="Machine-readable specifics; `field` names the offending field."),
+    ] = None
 
 
 class HakiError(Exception):
@@ -97,6 +106,17 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     ConnectionError,
     TimeoutError,
     asyncio.TimeoutError,
+    OSError,
+)
+
+# The subset of the above that means the connection itself is gone (server stopped or restarted),
+# so the pool's other idle connections are probably dead as well.
+CONNECTION_LOST: tuple[type[BaseException], ...] = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.CannotConnectNowError,
     OSError,
 )
 

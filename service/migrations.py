@@ -66,9 +66,9 @@ async def migrate(conn: asyncpg.Connection, directory: Path | None = None) -> li
             if recorded is not None:
                 if recorded != m.sha256:
                     raise MigrationError(
-                        f"migration {m.path.name} was applied with sha256 {recorded} but the file now "
-                        f"has sha256 {m.sha256}; migrations are forward-only: restore the file and "
-                        "put the change in a new numbered migration"
+                        f"migration {m.path.name} has changed since it was applied (applied with "
+                        f"sha256 {recorded}, the file now has sha256 {m.sha256}); migrations are "
+                        "forward-only: restore the file and put the change in a new numbered migration"
                     )
                 continue
             async with conn.transaction():

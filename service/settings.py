@@ -35,6 +35,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     torch_threads: int = 0
     max_body_bytes: int = 16 * 1024 * 1024
     pool_acquire_timeout_seconds: float = 5.0
+    idempotency_ttl_seconds: int = 24 * 3600
+    rate_limit_per_minute: int = 600
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -67,6 +69,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         put("HAKI_TORCH_THREADS", "torch_threads", int)
         put("HAKI_MAX_BODY_BYTES", "max_body_bytes", int)
         put("HAKI_POOL_ACQUIRE_TIMEOUT_SECONDS", "pool_acquire_timeout_seconds", float)
+        put("HAKI_IDEMPOTENCY_TTL_SECONDS", "idempotency_ttl_seconds", int)
+        put("HAKI_RATE_LIMIT_PER_MINUTE", "rate_limit_per_minute", int)
         try:
             settings = msgspec.convert(raw, cls)
         except msgspec.ValidationError as exc:
@@ -83,3 +87,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             raise SettingsError("HAKI_POOL_MAX_SIZE must be >= max(1, HAKI_POOL_MIN_SIZE)")
         if self.volatile_stale_after_seconds <= 0:
             raise SettingsError("HAKI_VOLATILE_STALE_AFTER_SECONDS must be positive")
+        if self.idempotency_ttl_seconds <= 0:
+            raise SettingsError("HAKI_IDEMPOTENCY_TTL_SECONDS must be positive")
+        if self.rate_limit_per_minute < 0:
+            raise SettingsError("HAKI_RATE_LIMIT_PER_MINUTE must be >= 0 (0 turns the limit off)")

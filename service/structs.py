@@ -50,6 +50,44 @@ Timestamp = Annotated[datetime, Meta(tz=True, description="RFC 3339 timestamp wi
 FactStatus = Literal["active", "superseded", "retracted"]
 Volatility = Literal["stable", "volatile"]
 
+# Field types shared by several Structs: one description each, so the schema reads the same
+# wherever the field appears.
+FactId = Annotated[UUID, Meta(description="Fact id (UUIDv7: ids sort by creation time).")]
+EventId = Annotated[UUID, Meta(description="Event id (UUIDv7: ids sort by creation time).")]
+ConflictSetId = Annotated[UUID, Meta(description="Conflict set id.")]
+TraceId = Annotated[UUID, Meta(description="Id of the context call; GET /v1/inspect/{trace_id} explains it.")]
+ScopeProject = Annotated[str, Meta(description="Project (tenant) id.")]
+ScopeSubject = Annotated[str, Meta(description="Subject id the memory is about.")]
+MemoryText = Annotated[str, Meta(description="The memory text, as written.")]
+Metadata = Annotated[dict[str, Any], Meta(description="Free-form JSON object, returned as written.")]
+ValidFrom = Annotated[
+    datetime | None,
+    Meta(description="Start of business validity (when the fact became true); null: unknown."),
+]
+ValidTo = Annotated[
+    datetime | None, Meta(description="End of business validity; null: still valid (open-ended).")
+]
+RecordedFrom = Annotated[
+    datetime, Meta(description="Transaction time: when the service recorded the fact (set by the server).")
+]
+Tokens = Annotated[int, Meta(description="Estimated tokens of the content: max(1, len(content) // 4).")]
+Score = Annotated[
+    float,
+    Meta(description="Hybrid score (similarity, full-text rank and recency; the weights may change)."),
+]
+BudgetTokens = Annotated[int, Meta(description="Token ceiling the call asked for.")]
+UsedTokens = Annotated[int, Meta(description="Tokens taken by the served facts and episodes.")]
+PacketStatus = Annotated[
+    Literal["ok", "degraded"], Meta(description="`degraded` whenever `warnings` is not empty.")
+]
+Warnings = Annotated[
+    list[str],
+    Meta(
+        description="Machine-readable prefix, a colon, then prose: `open_conflict: ...`, "
+        "`volatility_expired: ...`, `embedding_unavailable: ...`."
+    ),
+]
+
 
 class Request(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Base of every request body."""
@@ -77,8 +115,14 @@ class FactIn(Request):
         ]
         | None
     ) = None
-    valid_from: Timestamp | None = None
-    valid_to: Timestamp | None = None
+    valid_from: Annotated[
+        Timestamp | None,
+        Meta(description="Start of business validity (when the fact became true); omit if unknown."),
+    ] = None
+    valid_to: Annotated[
+        Timestamp | None,
+        Meta(description="End of business validity; must be after valid_from. Omit: open-ended."),
+    ] = None
     volatility: Annotated[
         Volatility, Meta(description="A volatile fact goes stale after stale_after_seconds.")
     ] = "stable"
@@ -115,36 +159,50 @@ class WriteFactsRequest(Request):
 
 
 class FactWriteResult(Response, frozen=True, kw_only=True):
-    fact_id: UUID
-    status: FactStatus
-    conflict_set_id: UUID | None = None
+    fact_id: FactId
+    status: Annotated[FactStatus, Meta(description="Status of the new fact (always `active`).")]
+    conflict_set_id: Annotated[
+        UUID | None,
+        Meta(description="The open ConflictSet this fact landed in (same key, other content); else null."),
+    ] = None
 
 
 class WriteFactsResponse(Response, frozen=True, kw_only=True):
-    facts: list[FactWriteResult]
+    facts: Annotated[list[FactWriteResult], Meta(description="One result per written fact, in input order.")]
 
 
 class Fact(Response, frozen=True, kw_only=True):
-    fact_id: UUID
-    project_id: str
-    subject_id: str
-    content: str
-    key: str | None
-    status: FactStatus
-    valid_from: datetime | None
-    valid_to: datetime | None
-    recorded_from: datetime
-    volatility: Volatility
-    stale_after_seconds: int | None
-    supersedes: UUID | None
-    source_event_id: UUID | None
-    metadata: dict[str, Any]
-    conflict_set_id: UUID | None
+    fact_id: FactId
+    project_id: ScopeProject
+    subject_id: ScopeSubject
+    content: MemoryText
+    key: Annotated[str | None, Meta(description="Slot name used for conflict detection, if any.")]
+    status: Annotated[
+        FactStatus,
+        Meta(description="`active`, `superseded` (replaced or lost a conflict) or `retracted`."),
+    ]
+    valid_from: ValidFrom
+    valid_to: ValidTo
+    recorded_from: RecordedFrom
+    volatility: Annotated[Volatility, Meta(description="`volatile` facts go stale after a while.")]
+    stale_after_seconds: Annotated[
+        int | None, Meta(description="Volatile facts: seconds until stale; null for stable facts.")
+    ]
+    supersedes: Annotated[UUID | None, Meta(description="The fact this one replaced, if any.")]
+    source_event_id: Annotated[
+        UUID | None, Meta(description="The event this fact was extracted from, if any.")
+    ]
+    metadata: Metadata
+    conflict_set_id: Annotated[
+        UUID | None, Meta(description="The open ConflictSet holding this fact; null when none.")
+    ]
 
 
 class FactPage(Response, frozen=True, kw_only=True):
-    facts: list[Fact]
-    next_cursor: str | None = None
+    facts: Annotated[list[Fact], Meta(description="One page of facts in id (creation) order.")]
+    next_cursor: Annotated[
+        str | None, Meta(description="Pass as `cursor` for the next page; null on the last page.")
+    ] = None
 
 
 class PatchFactRequest(Request):
@@ -161,8 +219,10 @@ class PatchFactRequest(Request):
 
 class EventIn(Request):
     content: Content
-    occurred_at: Timestamp
-    metadata: dict[str, Any] | None = None
+    occurred_at: Annotated[Timestamp, Meta(description="When it happened (RFC 3339 with an offset).")]
+    metadata: Annotated[
+        dict[str, Any] | None, Meta(description="Free-form JSON object, returned as written.")
+    ] = None
 
 
 class WriteEventsRequest(Request):
@@ -175,37 +235,42 @@ class WriteEventsRequest(Request):
 
 
 class EventWriteResult(Response, frozen=True, kw_only=True):
-    event_id: UUID
+    event_id: EventId
 
 
 class WriteEventsResponse(Response, frozen=True, kw_only=True):
-    events: list[EventWriteResult]
+    events: Annotated[
+        list[EventWriteResult], Meta(description="One result per written event, in input order.")
+    ]
 
 
 # --- conflicts -------------------------------------------------------------------------------
 
 
 class ConflictMember(Response, frozen=True, kw_only=True):
-    fact_id: UUID
-    content: str
-    status: FactStatus
-    valid_from: datetime | None
-    recorded_from: datetime
+    fact_id: FactId
+    content: MemoryText
+    status: Annotated[FactStatus, Meta(description="The member fact's current status.")]
+    valid_from: ValidFrom
+    recorded_from: RecordedFrom
 
 
 class ConflictSet(Response, frozen=True, kw_only=True):
-    conflict_set_id: UUID
-    project_id: str
-    subject_id: str
-    key: str
-    status: Literal["open", "resolved"]
-    created_at: datetime
-    resolved_at: datetime | None
-    members: list[ConflictMember]
+    conflict_set_id: ConflictSetId
+    project_id: ScopeProject
+    subject_id: ScopeSubject
+    key: Annotated[str, Meta(description="The slot name the member facts disagree on.")]
+    status: Annotated[
+        Literal["open", "resolved"],
+        Meta(description="`open`: members are blocked from context until resolved."),
+    ]
+    created_at: Annotated[datetime, Meta(description="When the conflict was detected.")]
+    resolved_at: Annotated[datetime | None, Meta(description="When it was resolved; null while open.")]
+    members: Annotated[list[ConflictMember], Meta(description="The facts in disagreement.")]
 
 
 class ConflictList(Response, frozen=True, kw_only=True):
-    conflicts: list[ConflictSet]
+    conflicts: Annotated[list[ConflictSet], Meta(description="Conflict sets, newest first.")]
 
 
 class ResolveConflictRequest(Request):
@@ -248,78 +313,108 @@ class ContextRequest(Request):
 
 
 class PacketFact(Response, frozen=True, kw_only=True):
-    fact_id: UUID
-    content: str
-    score: float
-    tokens: int
-    reason_code: Literal["packed", "multi_hop_expansion"]
-    valid_from: datetime | None
-    valid_to: datetime | None
-    recorded_from: datetime
-    source_event_id: UUID | None
+    fact_id: FactId
+    content: MemoryText
+    score: Score
+    tokens: Tokens
+    reason_code: Annotated[
+        Literal["packed", "multi_hop_expansion"],
+        Meta(description="`packed` (ranked by score) or `multi_hop_expansion` (linked by an entity)."),
+    ]
+    valid_from: ValidFrom
+    valid_to: ValidTo
+    recorded_from: RecordedFrom
+    source_event_id: Annotated[
+        UUID | None, Meta(description="The event this fact was extracted from, if any.")
+    ]
 
 
 class PacketEpisode(Response, frozen=True, kw_only=True):
-    event_id: UUID
-    content: str
-    occurred_at: datetime
-    score: float
-    tokens: int
+    event_id: EventId
+    content: MemoryText
+    occurred_at: Annotated[datetime, Meta(description="When the event happened.")]
+    score: Annotated[float, Meta(description="Cosine similarity of the event to the query.")]
+    tokens: Tokens
 
 
 class ContextPacket(Response, frozen=True, kw_only=True):
-    trace_id: UUID
-    status: Literal["ok", "degraded"]
-    warnings: list[str]
-    empty_reason: Literal["no_relevant_memory"] | None
-    budget_tokens: int
-    used_tokens: int
-    facts: list[PacketFact]
-    episodes: list[PacketEpisode]
+    trace_id: TraceId
+    status: PacketStatus
+    warnings: Warnings
+    empty_reason: Annotated[
+        Literal["no_relevant_memory"] | None,
+        Meta(
+            description="`no_relevant_memory` when the recall gate excluded every candidate; "
+            "null otherwise (an empty packet is not a warning)."
+        ),
+    ]
+    budget_tokens: BudgetTokens
+    used_tokens: UsedTokens
+    facts: Annotated[list[PacketFact], Meta(description="Served facts, in pack order.")]
+    episodes: Annotated[list[PacketEpisode], Meta(description="Served dated events, in pack order.")]
 
 
 class Decision(Response, frozen=True, kw_only=True):
-    item_type: Literal["fact", "episode"]
-    item_id: UUID
-    decision: Literal["included", "excluded", "blocked"]
-    reason_code: str
-    rank: int | None
-    score: float | None
-    similarity: float | None
-    text_rank: float | None
-    recency: float | None
-    cosine_distance: float | None
-    tokens: int
+    item_type: Annotated[Literal["fact", "episode"], Meta(description="What the decision is about.")]
+    item_id: Annotated[UUID, Meta(description="The fact_id or event_id.")]
+    decision: Annotated[
+        Literal["included", "excluded", "blocked"],
+        Meta(description="`included` (served), `excluded` (ranked out) or `blocked` (a hard rule)."),
+    ]
+    reason_code: Annotated[
+        str,
+        Meta(
+            description="`packed`, `multi_hop_expansion` (included); `over_budget`, "
+            "`below_relevance_floor` (excluded); `conflict_open`, `volatility_expired` (blocked)."
+        ),
+    ]
+    rank: Annotated[int | None, Meta(description="1-based position in score order; null when blocked.")]
+    score: Annotated[float | None, Meta(description="The hybrid score; null when blocked.")]
+    similarity: Annotated[
+        float | None, Meta(description="1 - cosine distance to the query; null without an embedding.")
+    ]
+    text_rank: Annotated[
+        float | None, Meta(description="Normalised full-text rank, in [0, 1); null for episodes.")
+    ]
+    recency: Annotated[float | None, Meta(description="exp(-age / 30 days), in (0, 1]; null for episodes.")]
+    cosine_distance: Annotated[
+        float | None, Meta(description="Cosine distance to the query (what the recall gate checks).")
+    ]
+    tokens: Tokens
 
 
 class Inspection(Response, frozen=True, kw_only=True):
-    trace_id: UUID
-    project_id: str
-    subject_id: str
-    query: str
-    created_at: datetime
-    budget_tokens: int
-    used_tokens: int
-    status: Literal["ok", "degraded"]
-    warnings: list[str]
-    empty_reason: str | None
-    decisions: list[Decision]
+    trace_id: TraceId
+    project_id: ScopeProject
+    subject_id: ScopeSubject
+    query: Annotated[str, Meta(description="The query of the call.")]
+    created_at: Annotated[datetime, Meta(description="When the call was made.")]
+    budget_tokens: BudgetTokens
+    used_tokens: UsedTokens
+    status: PacketStatus
+    warnings: Warnings
+    empty_reason: Annotated[str | None, Meta(description="The packet's empty_reason.")]
+    decisions: Annotated[
+        list[Decision], Meta(description="Every decision, in the order the assembler made them.")
+    ]
 
 
 class StatsOverview(Response, frozen=True, kw_only=True):
-    project_id: str
-    context_calls: int
-    injection_rate: float
-    hit_rate: float
-    avg_used_tokens: float
-    degraded_rate: float
-    facts_active: int
-    facts_total: int
-    events_total: int
-    open_conflicts: int
+    project_id: ScopeProject
+    context_calls: Annotated[int, Meta(description="Context calls logged for the project.")]
+    injection_rate: Annotated[
+        float, Meta(description="Share of context calls that served at least one fact.")
+    ]
+    hit_rate: Annotated[float, Meta(description="Same value as injection_rate (kept for old clients).")]
+    avg_used_tokens: Annotated[float, Meta(description="Mean used_tokens per context call.")]
+    degraded_rate: Annotated[float, Meta(description="Share of context calls answered `degraded`.")]
+    facts_active: Annotated[int, Meta(description="Facts with status `active`.")]
+    facts_total: Annotated[int, Meta(description="Facts of any status.")]
+    events_total: Annotated[int, Meta(description="Events written.")]
+    open_conflicts: Annotated[int, Meta(description="Conflict sets still open.")]
 
 
 class Health(Response, frozen=True, kw_only=True):
-    status: Literal["ok"]
-    database: Literal["ok"]
-    embedder: str
+    status: Annotated[Literal["ok"], Meta(description="`ok` once the service can answer.")]
+    database: Annotated[Literal["ok"], Meta(description="`ok` once the database answers.")]
+    embedder: Annotated[str, Meta(description="The embedder in use (`local:...`, `openai:...`, `hash`).")]

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Annotated
 from uuid import UUID
 
 from litestar import Controller, Response, get, post
+from litestar.datastructures import State
+from litestar.params import Parameter
 
 from service.context import assembler
 from service.handlers.deps import ERRORS, Caller, Conn, EmbedderDep, SettingsDep
 from service.handlers.memory import ProjectQuery
+from service.observability.metrics import observe_context
 from service.structs import ContextPacket, ContextRequest, Inspection, StatsOverview
 
 
@@ -36,9 +40,11 @@ class ContextController(Controller):
         principal: Caller,
         embedder: EmbedderDep,
         settings: SettingsDep,
+        state: State,
     ) -> Response[ContextPacket]:
         timer = assembler.StageTimer()
         packet = await assembler.assemble(conn, embedder, settings, principal, data, timer=timer)
+        observe_context(state, timer, packet)
         return Response(packet, status_code=200, headers={"Server-Timing": server_timing(timer)})
 
     @get(
@@ -46,7 +52,12 @@ class ContextController(Controller):
         responses=ERRORS,
         summary="Every decision of one context call",
     )
-    async def inspect(self, conn: Conn, principal: Caller, trace_id: UUID) -> Inspection:
+    async def inspect(
+        self,
+        conn: Conn,
+        principal: Caller,
+        trace_id: Annotated[UUID, Parameter(description="The trace_id of a ContextPacket.")],
+    ) -> Inspection:
         return await assembler.inspect(conn, principal, trace_id)
 
     @get("/v1/stats/overview", responses=ERRORS, summary="Usage overview of a project")

@@ -13,7 +13,9 @@ from litestar.params import Dependency
 
 from service.auth import Principal, authenticate
 from service.embedder import Embedder
-from service.errors import ErrorBody
+from service.errors import CONNECTION_LOST, ErrorBody
+from service.ratelimit import RateLimiter
+from service.strict_body import check_body
 from service.settings import Settings
 
 # Injected objects are ours, not client input: Litestar must not try to validate them.
@@ -26,11 +28,25 @@ SettingsDep = Annotated[Settings, Dependency(skip_validation=True)]
 async def provide_conn(state: State) -> AsyncGenerator[asyncpg.Connection, None]:
     settings: Settings = state.settings
     async with state.pool.acquire(timeout=settings.pool_acquire_timeout_seconds) as conn:
-        yield conn
+        try:
+            yield conn
+        except CONNECTION_LOST:
+            # asyncpg finds a dead connection only by using it: after a database restart every idle
+            # connection of the pool is dead, and each would fail one more request. Replace them all.
+            expire = getattr(state.pool, "expire_connections", None)
+            if expire is not None:
+                await expire()
+            raise
 
 
-async def provide_principal(request: Request[Any, Any, Any], conn: Conn) -> Principal:
-    return await authenticate(conn, request.headers.get("authorization"))
+async def provide_principal(request: Request[Any, Any, Any], conn: Conn, state: State) -> Principal:
+    principal = await authenticate(conn, request.headers.get("authorization"))
+    limiter: RateLimiter = state.rate_limiter
+    limiter.take(principal.key_id)
+    # Every authenticated route resolves the caller, so the strict body check sits here: after the
+    # key and rate checks (401 and 429 come first), before the handler sees a lax-converted body.
+    await check_body(request)
+    return principal
 
 
 def provide_embedder(state: State) -> Embedder:
@@ -52,7 +68,9 @@ ERRORS: dict[int, ResponseSpec] = {
     401: _spec("unauthorized: missing, unknown or revoked API key"),
     403: _spec("forbidden: the key belongs to another project"),
     404: _spec("not_found"),
-    409: _spec("conflict"),
+    409: _spec("conflict: e.g. an Idempotency-Key reused with another body"),
+    413: _spec("payload_too_large: the body exceeds HAKI_MAX_BODY_BYTES"),
     422: _spec("validation_error: a rule only the service can check; `details.field` names the field"),
+    429: _spec("rate_limited: too many requests for this API key; wait `Retry-After` seconds"),
     503: _spec("unavailable: database or embedder down, or a statement timeout; retry"),
 }

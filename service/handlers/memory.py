@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Annotated, Literal
 from uuid import UUID
 
-from litestar import Controller, get, patch, post
+from litestar import Controller, Response, get, patch, post
 from litestar.params import Parameter
 
-from service import memory
+from service import idempotency, memory
 from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, MAX_SCOPE_CHARS
 from service.handlers.deps import ERRORS, Caller, Conn, EmbedderDep, SettingsDep
 from service.structs import (
@@ -49,6 +49,28 @@ SubjectQuery = Annotated[
 ]
 
 
+IdempotencyKey = Annotated[
+    str | None,
+    Parameter(
+        header="Idempotency-Key",
+        min_length=1,
+        max_length=idempotency.MAX_KEY_CHARS,
+        pattern=r"^[\x21-\x7e]+$",
+        description="Optional, 1..255 visible ASCII characters (a UUID is a good choice). A retry with "
+        "the same key and the same body returns the first response (same ids, same status code, "
+        "header `Idempotent-Replayed: true`) and writes nothing; the same key with another body is a "
+        "409 `conflict`. Keys are scoped per project and expire HAKI_IDEMPOTENCY_TTL_SECONDS "
+        "(default 86400) after the first write. Only successful writes are recorded: the retry of a "
+        "failed request runs again.",
+    ),
+]
+
+
+def idempotent_response(outcome: idempotency.Outcome[idempotency.T]) -> Response[idempotency.T]:
+    headers = {"Idempotent-Replayed": "true"} if outcome.replayed else None
+    return Response(outcome.body, status_code=outcome.status_code, headers=headers)
+
+
 class FactsController(Controller):
     path = "/v1/facts"
     tags = ["facts"]
@@ -68,8 +90,21 @@ class FactsController(Controller):
         principal: Caller,
         embedder: EmbedderDep,
         settings: SettingsDep,
-    ) -> WriteFactsResponse:
-        return await memory.write_facts(conn, embedder, settings, principal, data)
+        idempotency_key: IdempotencyKey = None,
+    ) -> Response[WriteFactsResponse]:
+        outcome = await idempotency.run_once(
+            conn,
+            settings,
+            principal,
+            project_id=data.project_id,
+            key=idempotency_key,
+            route="POST /v1/facts",
+            request=data,
+            status_code=201,
+            response_type=WriteFactsResponse,
+            write=lambda: memory.write_facts(conn, embedder, settings, principal, data),
+        )
+        return idempotent_response(outcome)
 
     @get("/", responses=ERRORS, summary="List facts (keyset pagination)")
     async def list_facts(
@@ -107,9 +142,27 @@ class EventsController(Controller):
 
     @post("/", status_code=201, responses=ERRORS, summary="Write a batch of dated events")
     async def write_events(
-        self, data: WriteEventsRequest, conn: Conn, principal: Caller, embedder: EmbedderDep
-    ) -> WriteEventsResponse:
-        return await memory.write_events(conn, embedder, principal, data)
+        self,
+        data: WriteEventsRequest,
+        conn: Conn,
+        principal: Caller,
+        embedder: EmbedderDep,
+        settings: SettingsDep,
+        idempotency_key: IdempotencyKey = None,
+    ) -> Response[WriteEventsResponse]:
+        outcome = await idempotency.run_once(
+            conn,
+            settings,
+            principal,
+            project_id=data.project_id,
+            key=idempotency_key,
+            route="POST /v1/events",
+            request=data,
+            status_code=201,
+            response_type=WriteEventsResponse,
+            write=lambda: memory.write_events(conn, embedder, principal, data),
+        )
+        return idempotent_response(outcome)
 
 
 class ConflictsController(Controller):

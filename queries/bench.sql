@@ -1,0 +1,140 @@
+-- Benchmark-only statements (benchmarks/): bulk-load helpers and the score-every-fact baseline.
+-- Never called by the service. They run on a throw-away benchmark database only.
+
+-- name: bench_set_maintenance(maintenance_work_mem, parallel_workers)$
+-- Session-wide, for a bulk load: room for an in-memory HNSW build, parallel index builds, and
+-- no statement timeout (the service's 5 s would cancel an index build).
+SELECT set_config('maintenance_work_mem', :maintenance_work_mem::text, false) AS maintenance_work_mem,
+       set_config('max_parallel_maintenance_workers', :parallel_workers::integer::text, false)
+           AS max_parallel_maintenance_workers,
+       set_config('statement_timeout', '0', false) AS statement_timeout;
+
+-- name: bench_stash_indexes#
+-- Saves then drops the secondary indexes of facts and events (the definitions the migrations
+-- produced, read from the catalog), so a bulk COPY does not maintain HNSW and GIN row by row;
+-- pg_temp.bench_restore_index(name) rebuilds one. Session-local: one connection does both.
+CREATE TEMP TABLE IF NOT EXISTS bench_index_defs (
+    index_name   text PRIMARY KEY,
+    table_name   text NOT NULL,
+    method       text NOT NULL,
+    definition   text NOT NULL
+);
+CREATE OR REPLACE FUNCTION pg_temp.bench_restore_index(p_index_name text) RETURNS void
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_definition text;
+BEGIN
+    DELETE FROM bench_index_defs WHERE index_name = p_index_name RETURNING definition INTO v_definition;
+    IF v_definition IS NULL THEN
+        RAISE EXCEPTION 'no stashed index %', p_index_name;
+    END IF;
+    EXECUTE v_definition;
+END
+$fn$;
+DO $do$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT ic.relname AS index_name, tc.relname AS table_name, am.amname AS method,
+               pg_get_indexdef(i.indexrelid) AS definition
+        FROM pg_index AS i
+        JOIN pg_class AS ic ON ic.oid = i.indexrelid
+        JOIN pg_class AS tc ON tc.oid = i.indrelid
+        JOIN pg_am AS am ON am.oid = ic.relam
+        WHERE tc.relname IN ('facts', 'events')
+          AND tc.relnamespace = 'public'::regnamespace
+          AND NOT i.indisprimary
+          AND NOT EXISTS (SELECT 1 FROM pg_constraint AS k WHERE k.conindid = i.indexrelid)
+    LOOP
+        INSERT INTO bench_index_defs (index_name, table_name, method, definition)
+        VALUES (r.index_name, r.table_name, r.method, r.definition);
+        EXECUTE format('DROP INDEX public.%I', r.index_name);
+    END LOOP;
+END
+$do$;
+
+-- name: bench_stashed_indexes()
+-- The indexes bench_stash_indexes dropped, B-trees first and HNSW last (longest build).
+SELECT index_name, table_name, method
+FROM bench_index_defs
+ORDER BY (method = 'hnsw'), (method = 'gin'), index_name;
+
+-- name: bench_restore_index(index_name)$
+-- Rebuilds one stashed index with its original definition.
+SELECT pg_temp.bench_restore_index(:index_name) IS NULL AS restored;
+
+-- name: bench_vacuum_analyze#
+-- Steady state after a bulk load: visibility map and hint bits set, planner statistics fresh.
+VACUUM (ANALYZE) facts, events, conflict_sets, conflict_members;
+
+-- name: bench_relation_sizes()
+-- Heap (with TOAST) and index sizes of the memory tables, in bytes.
+SELECT c.relname AS relation, c.relkind AS kind, pg_total_relation_size(c.oid) AS total_bytes,
+       pg_relation_size(c.oid) AS main_bytes, coalesce(am.amname, 'heap') AS method
+FROM pg_class AS c
+LEFT JOIN pg_am AS am ON am.oid = c.relam AND c.relkind = 'i'
+LEFT JOIN pg_index AS i ON i.indexrelid = c.oid
+LEFT JOIN pg_class AS t ON t.oid = i.indrelid
+WHERE c.relnamespace = 'public'::regnamespace
+  AND (c.relname IN ('facts', 'events') OR t.relname IN ('facts', 'events'))
+ORDER BY c.relname;
+
+-- name: bench_score_all_facts(project_id, subject_id, query_embedding, query_text, candidate_limit, w_similarity, w_text_rank, w_recency, tau_seconds)
+-- The baseline two-phase retrieval replaced: the same hybrid score as fact_candidates, computed
+-- over every servable fact of the scope (same hard filters), ORDER BY score, LIMIT 256.
+WITH q AS MATERIALIZED (
+    SELECT websearch_to_tsquery('simple', :query_text) AS tsq
+),
+parts AS (
+    SELECT f.fact_id, f.content, f.valid_from, f.valid_to, f.recorded_from, f.source_event_id,
+           greatest(1, char_length(f.content) / 4) AS tokens,
+           (f.embedding <=> :query_embedding::vector) AS cosine_distance,
+           ts_rank_cd(f.search_vector, q.tsq, 32) AS text_rank,
+           least(1.0, exp(-greatest(0.0, extract(epoch FROM now() - coalesce(f.valid_from, f.recorded_from)))
+                          / :tau_seconds::float8)) AS recency
+    FROM facts AS f
+    CROSS JOIN q
+    WHERE f.project_id = :project_id
+      AND f.subject_id = :subject_id
+      AND f.status = 'active'
+      AND (f.valid_to IS NULL OR f.valid_to > now())
+      AND NOT (f.volatility = 'volatile'
+               AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now())
+      AND NOT EXISTS (
+          SELECT 1
+          FROM conflict_members AS cm
+          JOIN conflict_sets AS cs
+            ON cs.project_id = cm.project_id AND cs.conflict_set_id = cm.conflict_set_id
+          WHERE cm.project_id = f.project_id AND cm.fact_id = f.fact_id AND cs.status = 'open'
+      )
+)
+SELECT p.fact_id, p.content, p.valid_from, p.valid_to, p.recorded_from, p.source_event_id, p.tokens,
+       p.cosine_distance, 1 - p.cosine_distance AS similarity, p.text_rank, p.recency,
+       :w_similarity::float8 * coalesce(1 - p.cosine_distance, 0)
+       + :w_text_rank::float8 * p.text_rank
+       + :w_recency::float8 * p.recency AS score
+FROM parts AS p
+ORDER BY score DESC, p.fact_id
+LIMIT :candidate_limit;
+
+-- name: bench_exact_neighbours(project_id, subject_id, query_embedding, top_k)
+-- Ground truth for recall: the exact top-K servable facts of the scope by cosine distance (the
+-- hard filters of fact_candidates), computed without the vector index (`+ 0` hides the operator).
+SELECT f.fact_id, f.embedding <=> :query_embedding::vector AS cosine_distance
+FROM facts AS f
+WHERE f.project_id = :project_id
+  AND f.subject_id = :subject_id
+  AND f.status = 'active'
+  AND (f.valid_to IS NULL OR f.valid_to > now())
+  AND NOT (f.volatility = 'volatile'
+           AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now())
+  AND NOT EXISTS (
+      SELECT 1
+      FROM conflict_members AS cm
+      JOIN conflict_sets AS cs
+        ON cs.project_id = cm.project_id AND cs.conflict_set_id = cm.conflict_set_id
+      WHERE cm.project_id = f.project_id AND cm.fact_id = f.fact_id AND cs.status = 'open'
+  )
+ORDER BY (f.embedding <=> :query_embedding::vector) + 0, f.fact_id
+LIMIT :top_k;

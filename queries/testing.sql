@@ -1,0 +1,58 @@
+-- Test-only statements (tests/test_context_*.py). The service never calls them: every name
+-- starts with test_, and each one runs inside a test's rolled-back transaction.
+
+-- name: test_prepare_bulk_load()^
+-- For the current transaction only: no statement timeout, and room to build an HNSW index in
+-- memory, so a test can seed tens of thousands of facts.
+SELECT set_config('statement_timeout', '0', true) AS statement_timeout,
+       set_config('maintenance_work_mem', '256MB', true) AS maintenance_work_mem,
+       set_config('max_parallel_maintenance_workers', '4', true) AS max_parallel_maintenance_workers;
+
+-- name: test_drop_fact_vector_index()!
+-- Remembers the definition of the facts HNSW index (in a transaction-local setting) and drops
+-- it, so a bulk seed skips one-by-one graph insertions; test_restore_fact_vector_index builds
+-- the very same index back in one pass. Only ever inside a transaction that is rolled back.
+DO $$
+BEGIN
+    PERFORM set_config('haki_test.facts_hnsw_def', pg_get_indexdef('facts_embedding_hnsw'::regclass), true);
+    DROP INDEX facts_embedding_hnsw;
+END
+$$;
+
+-- name: test_restore_fact_vector_index()!
+-- Rebuilds the facts HNSW index dropped by test_drop_fact_vector_index, from its saved definition.
+DO $$
+BEGIN
+    EXECUTE current_setting('haki_test.facts_hnsw_def');
+END
+$$;
+
+-- name: test_seed_random_facts(project_id, subject_id, n, content_prefix)!
+-- Bulk-seeds n active facts of one scope, server-side, with random unit embeddings (Gaussian
+-- coordinates, L2-normalised, so uniform on the sphere) and the content "<content_prefix> <i>".
+INSERT INTO facts (project_id, fact_id, subject_id, content, embedding)
+SELECT :project_id, uuidv7(), :subject_id, :content_prefix || ' ' || g.i, v.embedding
+FROM generate_series(1, :n::integer) AS g(i)
+CROSS JOIN LATERAL (
+    SELECT l2_normalize(array_agg(random_normal())::vector(384)) AS embedding
+    FROM generate_series(1, 384)
+    WHERE g.i IS NOT NULL  -- correlated, so every row draws its own vector
+) AS v;
+
+-- name: test_analyze_facts()!
+-- Refreshes the planner statistics of facts after a bulk seed.
+ANALYZE facts;
+
+-- name: test_count_facts()$
+-- Number of rows in the facts table, all projects and statuses.
+SELECT count(*) FROM facts;
+
+-- name: test_vector_scan_settings()^
+-- The HNSW scan settings in force for the current transaction.
+SELECT current_setting('hnsw.ef_search')::integer AS ef_search,
+       current_setting('hnsw.iterative_scan') AS iterative_scan;
+
+-- name: test_index_scans(index_name)$
+-- Index scans started on one index by the current transaction so far
+-- (pg_stat_get_xact_numscans): tells which plan ran without parsing EXPLAIN.
+SELECT pg_stat_get_xact_numscans(:index_name::regclass);

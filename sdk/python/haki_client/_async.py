@@ -1,0 +1,213 @@
+"""`AsyncHaki`: the asyncio client, method for method the same as `Haki`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, TypeVar
+from uuid import UUID
+
+import httpx
+
+from haki_client._core import (
+    Call,
+    Core,
+    RetryPolicy,
+    connection_error,
+    decode_response,
+    new_idempotency_key,
+    parse_retry_after,
+    request_headers,
+    should_retry,
+)
+from haki_client.models import (
+    ConflictList,
+    ConflictSet,
+    ContextPacket,
+    EventIn,
+    Fact,
+    FactIn,
+    FactPage,
+    Health,
+    Inspection,
+    StatsOverview,
+    WriteEventsResponse,
+    WriteFactsResponse,
+)
+
+T = TypeVar("T")
+
+# Failures where the request may not have been processed, or was processed but the answer was
+# lost: both are safe to retry because every write carries its Idempotency-Key.
+RETRYABLE_TRANSPORT_ERRORS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+
+
+class AsyncHaki:
+    """asyncio client of one Haki server.
+
+    `api_key` defaults to $HAKI_API_KEY and `base_url` to $HAKI_BASE_URL (else
+    http://127.0.0.1:8000). `project_id` is the default project of every call (a key reaches one
+    project only); each method also takes it explicitly.
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        project_id: str | None = None,
+        timeout: float = 10.0,
+        max_retries: int = 3,
+        backoff: float = 0.25,
+        max_wait: float = 10.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._core = Core(base_url, api_key, project_id, RetryPolicy(max_retries, backoff, max_wait))
+        self._http = httpx.AsyncClient(
+            base_url=self._core.base_url,
+            timeout=timeout,
+            headers=self._core.headers(),
+            transport=transport,
+        )
+
+    @property
+    def project_id(self) -> str | None:
+        return self._core.project_id
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncHaki:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def _run(self, call: Call[T]) -> T:
+        retry = self._core.retry
+        headers = request_headers(call, new_idempotency_key() if call.is_write else None)
+        attempt = 0
+        while True:
+            try:
+                response = await self._http.request(
+                    call.method, call.path, params=call.params, content=call.body, headers=headers
+                )
+            except RETRYABLE_TRANSPORT_ERRORS as exc:
+                if attempt >= retry.max_retries:
+                    raise connection_error(call, exc) from exc
+                await asyncio.sleep(retry.delay(attempt, None))
+                attempt += 1
+                continue
+            if should_retry(response.status_code) and attempt < retry.max_retries:
+                await asyncio.sleep(
+                    retry.delay(attempt, parse_retry_after(response.headers.get("retry-after")))
+                )
+                attempt += 1
+                continue
+            return decode_response(call, response)
+
+    # --- write side ----------------------------------------------------------------------------
+
+    async def write_facts(
+        self,
+        subject_id: str,
+        facts: Sequence[FactIn | str | Mapping[str, Any]],
+        *,
+        project_id: str | None = None,
+    ) -> WriteFactsResponse:
+        """Writes 1..1000 facts atomically; a plain string is a fact with only `content`."""
+        return await self._run(self._core.write_facts(subject_id, facts, project_id))
+
+    async def get_fact(self, fact_id: UUID | str) -> Fact:
+        return await self._run(self._core.get_fact(fact_id))
+
+    async def list_facts(
+        self,
+        subject_id: str | None = None,
+        *,
+        status: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+        project_id: str | None = None,
+    ) -> FactPage:
+        return await self._run(self._core.list_facts(subject_id, status, limit, cursor, project_id))
+
+    async def iter_facts(
+        self,
+        subject_id: str | None = None,
+        *,
+        status: str | None = None,
+        page_size: int | None = None,
+        project_id: str | None = None,
+    ) -> AsyncIterator[Fact]:
+        """Every matching fact, page after page (keyset pagination)."""
+        cursor: str | None = None
+        while True:
+            page = await self.list_facts(
+                subject_id, status=status, limit=page_size, cursor=cursor, project_id=project_id
+            )
+            for fact in page.facts:
+                yield fact
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def patch_fact(
+        self, fact_id: UUID | str, *, status: str | None = None, valid_to: datetime | None = None
+    ) -> Fact:
+        return await self._run(self._core.patch_fact(fact_id, status, valid_to))
+
+    async def retract_fact(self, fact_id: UUID | str) -> Fact:
+        return await self.patch_fact(fact_id, status="retracted")
+
+    async def write_events(
+        self,
+        subject_id: str,
+        events: Sequence[EventIn | Mapping[str, Any]],
+        *,
+        project_id: str | None = None,
+    ) -> WriteEventsResponse:
+        return await self._run(self._core.write_events(subject_id, events, project_id))
+
+    async def list_conflicts(
+        self,
+        subject_id: str | None = None,
+        *,
+        status: str | None = None,
+        project_id: str | None = None,
+    ) -> ConflictList:
+        return await self._run(self._core.list_conflicts(subject_id, status, project_id))
+
+    async def resolve_conflict(self, conflict_set_id: UUID | str, keep: Sequence[UUID | str]) -> ConflictSet:
+        return await self._run(self._core.resolve_conflict(conflict_set_id, keep))
+
+    # --- read side -----------------------------------------------------------------------------
+
+    async def context(
+        self,
+        subject_id: str,
+        query: str,
+        *,
+        budget_tokens: int | None = None,
+        include_episodes: bool | None = None,
+        project_id: str | None = None,
+    ) -> ContextPacket:
+        return await self._run(
+            self._core.context(subject_id, query, budget_tokens, include_episodes, project_id)
+        )
+
+    async def inspect(self, trace_id: UUID | str) -> Inspection:
+        return await self._run(self._core.inspect(trace_id))
+
+    async def stats(self, *, project_id: str | None = None) -> StatsOverview:
+        return await self._run(self._core.stats(project_id))
+
+    async def healthz(self) -> Health:
+        return await self._run(self._core.healthz())

@@ -1,0 +1,271 @@
+"""What `Haki` and `AsyncHaki` share: request building, the retry policy, response decoding.
+
+Both clients only differ in how they send a request and how they sleep; everything that decides
+what is sent and what an answer means lives here, once.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import os
+import random
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+from uuid import UUID
+
+import httpx
+import msgspec
+
+from haki_client.errors import HakiConnectionError, HakiError, error_for
+from haki_client.models import (
+    ConflictList,
+    ConflictSet,
+    ContextPacket,
+    ErrorBody,
+    EventIn,
+    Fact,
+    FactIn,
+    FactPage,
+    Health,
+    Inspection,
+    StatsOverview,
+    WriteEventsResponse,
+    WriteFactsResponse,
+)
+
+__version__ = "0.1.0"
+
+T = TypeVar("T")
+
+DEFAULT_BASE_URL = "http://127.0.0.1:8000"
+RETRY_STATUSES = frozenset({429, 503})
+_ERROR_DECODER = msgspec.json.Decoder(ErrorBody)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded retries of 429, 503 and lost connections.
+
+    The wait before retry n (0-based) is the server's `Retry-After` when it sends one, else
+    `backoff * 2**n` with jitter; either way at most `max_wait` seconds, so a misbehaving server
+    cannot park a caller for an hour. Writes are safe to retry: each call carries one
+    Idempotency-Key for all its attempts.
+    """
+
+    max_retries: int = 3
+    backoff: float = 0.25
+    max_wait: float = 10.0
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return max(0.0, min(retry_after, self.max_wait))
+        base: float = min(self.max_wait, self.backoff * 2.0**attempt)
+        # Full jitter in [base/2, base]: clients that failed together do not retry together.
+        return base / 2 + random.random() * base / 2
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    method: str
+    path: str
+    out: type[T]
+    params: dict[str, str] | None = None
+    body: bytes | None = None
+
+    @property
+    def is_write(self) -> bool:
+        return self.method != "GET"
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """`Retry-After` is either delta-seconds or an HTTP date (RFC 9110 §10.2.3)."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def new_idempotency_key() -> str:
+    return str(uuid.uuid4())
+
+
+def decode_response(call: Call[T], response: httpx.Response) -> T:
+    if 200 <= response.status_code < 300:
+        try:
+            return msgspec.json.decode(response.content, type=call.out)
+        except msgspec.DecodeError as exc:
+            raise HakiError(
+                f"unexpected response body for {call.method} {call.path}: {exc}",
+                code="invalid_response",
+                status_code=response.status_code,
+            ) from exc
+    raise error_from(response)
+
+
+def error_from(response: httpx.Response) -> HakiError:
+    retry_after = parse_retry_after(response.headers.get("retry-after"))
+    try:
+        body = _ERROR_DECODER.decode(response.content)
+    except msgspec.DecodeError:
+        text = response.text.strip().replace("\n", " ")[:200] or response.reason_phrase
+        return error_for(response.status_code, None, text, None, retry_after)
+    return error_for(response.status_code, body.code, body.message, body.details, retry_after)
+
+
+def connection_error(call: Call[Any], exc: httpx.TransportError) -> HakiConnectionError:
+    return HakiConnectionError(f"{call.method} {call.path}: no answer from Haki: {exc!r}")
+
+
+def _params(**values: object) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, value in values.items():
+        if value is None:
+            continue
+        out[name] = str(value).lower() if isinstance(value, bool) else str(value)
+    return out
+
+
+def _fact_item(item: FactIn | str | Mapping[str, Any]) -> FactIn | Mapping[str, Any]:
+    return FactIn(content=item) if isinstance(item, str) else item
+
+
+class Core:
+    """Configuration and request building shared by both clients."""
+
+    def __init__(
+        self,
+        base_url: str | None,
+        api_key: str | None,
+        project_id: str | None,
+        retry: RetryPolicy,
+    ) -> None:
+        self.base_url = (base_url or os.environ.get("HAKI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        self.api_key = api_key if api_key is not None else os.environ.get("HAKI_API_KEY")
+        self.project_id = project_id
+        self.retry = retry
+
+    def headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": f"haki-client-python/{__version__}"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        return headers
+
+    def _project(self, project_id: str | None) -> str:
+        project = project_id or self.project_id
+        if not project:
+            raise ValueError("project_id is required (pass it, or give the client a default project_id)")
+        return project
+
+    # --- calls: one per route of the contract ----------------------------------------------
+
+    def write_facts(
+        self,
+        subject_id: str,
+        facts: Sequence[FactIn | str | Mapping[str, Any]],
+        project_id: str | None,
+    ) -> Call[WriteFactsResponse]:
+        body = {
+            "project_id": self._project(project_id),
+            "subject_id": subject_id,
+            "facts": [_fact_item(f) for f in facts],
+        }
+        return Call("POST", "/v1/facts", WriteFactsResponse, body=msgspec.json.encode(body))
+
+    def get_fact(self, fact_id: UUID | str) -> Call[Fact]:
+        return Call("GET", f"/v1/facts/{UUID(str(fact_id))}", Fact)
+
+    def list_facts(
+        self,
+        subject_id: str | None,
+        status: str | None,
+        limit: int | None,
+        cursor: str | None,
+        project_id: str | None,
+    ) -> Call[FactPage]:
+        params = _params(
+            project_id=self._project(project_id),
+            subject_id=subject_id,
+            status=status,
+            limit=limit,
+            cursor=cursor,
+        )
+        return Call("GET", "/v1/facts", FactPage, params=params)
+
+    def patch_fact(self, fact_id: UUID | str, status: str | None, valid_to: datetime | None) -> Call[Fact]:
+        body: dict[str, Any] = {}
+        if status is not None:
+            body["status"] = status
+        if valid_to is not None:
+            body["valid_to"] = valid_to
+        return Call("PATCH", f"/v1/facts/{UUID(str(fact_id))}", Fact, body=msgspec.json.encode(body))
+
+    def write_events(
+        self, subject_id: str, events: Sequence[EventIn | Mapping[str, Any]], project_id: str | None
+    ) -> Call[WriteEventsResponse]:
+        body = {"project_id": self._project(project_id), "subject_id": subject_id, "events": list(events)}
+        return Call("POST", "/v1/events", WriteEventsResponse, body=msgspec.json.encode(body))
+
+    def list_conflicts(
+        self, subject_id: str | None, status: str | None, project_id: str | None
+    ) -> Call[ConflictList]:
+        params = _params(project_id=self._project(project_id), subject_id=subject_id, status=status)
+        return Call("GET", "/v1/conflicts", ConflictList, params=params)
+
+    def resolve_conflict(self, conflict_set_id: UUID | str, keep: Sequence[UUID | str]) -> Call[ConflictSet]:
+        body = {"keep": [str(UUID(str(k))) for k in keep]}
+        path = f"/v1/conflicts/{UUID(str(conflict_set_id))}/resolve"
+        return Call("POST", path, ConflictSet, body=msgspec.json.encode(body))
+
+    def context(
+        self,
+        subject_id: str,
+        query: str,
+        budget_tokens: int | None,
+        include_episodes: bool | None,
+        project_id: str | None,
+    ) -> Call[ContextPacket]:
+        body: dict[str, Any] = {
+            "project_id": self._project(project_id),
+            "subject_id": subject_id,
+            "query": query,
+        }
+        if budget_tokens is not None:
+            body["budget_tokens"] = budget_tokens
+        if include_episodes is not None:
+            body["include_episodes"] = include_episodes
+        return Call("POST", "/v1/context", ContextPacket, body=msgspec.json.encode(body))
+
+    def inspect(self, trace_id: UUID | str) -> Call[Inspection]:
+        return Call("GET", f"/v1/inspect/{UUID(str(trace_id))}", Inspection)
+
+    def stats(self, project_id: str | None) -> Call[StatsOverview]:
+        params = _params(project_id=self._project(project_id))
+        return Call("GET", "/v1/stats/overview", StatsOverview, params=params)
+
+    def healthz(self) -> Call[Health]:
+        return Call("GET", "/healthz", Health)
+
+
+def request_headers(call: Call[Any], idempotency_key: str | None) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    if call.body is not None:
+        headers["Content-Type"] = "application/json"
+    if idempotency_key is not None:
+        headers["Idempotency-Key"] = idempotency_key
+    return headers
+
+
+def should_retry(status_code: int) -> bool:
+    return status_code in RETRY_STATUSES

@@ -1,0 +1,208 @@
+"""`Haki`: the blocking client."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, TypeVar
+from uuid import UUID
+
+import httpx
+
+from haki_client._core import (
+    Call,
+    Core,
+    RetryPolicy,
+    connection_error,
+    decode_response,
+    new_idempotency_key,
+    parse_retry_after,
+    request_headers,
+    should_retry,
+)
+from haki_client.models import (
+    ConflictList,
+    ConflictSet,
+    ContextPacket,
+    EventIn,
+    Fact,
+    FactIn,
+    FactPage,
+    Health,
+    Inspection,
+    StatsOverview,
+    WriteEventsResponse,
+    WriteFactsResponse,
+)
+
+T = TypeVar("T")
+
+# Failures where the request may not have been processed, or was processed but the answer was
+# lost: both are safe to retry because every write carries its Idempotency-Key.
+RETRYABLE_TRANSPORT_ERRORS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+
+
+class Haki:
+    """Blocking client of one Haki server.
+
+    `api_key` defaults to $HAKI_API_KEY and `base_url` to $HAKI_BASE_URL (else
+    http://127.0.0.1:8000). `project_id` is the default project of every call (a key reaches one
+    project only); each method also takes it explicitly.
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        project_id: str | None = None,
+        timeout: float = 10.0,
+        max_retries: int = 3,
+        backoff: float = 0.25,
+        max_wait: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._core = Core(base_url, api_key, project_id, RetryPolicy(max_retries, backoff, max_wait))
+        self._http = httpx.Client(
+            base_url=self._core.base_url,
+            timeout=timeout,
+            headers=self._core.headers(),
+            transport=transport,
+        )
+
+    @property
+    def project_id(self) -> str | None:
+        return self._core.project_id
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Haki:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _run(self, call: Call[T]) -> T:
+        retry = self._core.retry
+        headers = request_headers(call, new_idempotency_key() if call.is_write else None)
+        attempt = 0
+        while True:
+            try:
+                response = self._http.request(
+                    call.method, call.path, params=call.params, content=call.body, headers=headers
+                )
+            except RETRYABLE_TRANSPORT_ERRORS as exc:
+                if attempt >= retry.max_retries:
+                    raise connection_error(call, exc) from exc
+                time.sleep(retry.delay(attempt, None))
+                attempt += 1
+                continue
+            if should_retry(response.status_code) and attempt < retry.max_retries:
+                time.sleep(retry.delay(attempt, parse_retry_after(response.headers.get("retry-after"))))
+                attempt += 1
+                continue
+            return decode_response(call, response)
+
+    # --- write side ----------------------------------------------------------------------------
+
+    def write_facts(
+        self,
+        subject_id: str,
+        facts: Sequence[FactIn | str | Mapping[str, Any]],
+        *,
+        project_id: str | None = None,
+    ) -> WriteFactsResponse:
+        """Writes 1..1000 facts atomically; a plain string is a fact with only `content`."""
+        return self._run(self._core.write_facts(subject_id, facts, project_id))
+
+    def get_fact(self, fact_id: UUID | str) -> Fact:
+        return self._run(self._core.get_fact(fact_id))
+
+    def list_facts(
+        self,
+        subject_id: str | None = None,
+        *,
+        status: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+        project_id: str | None = None,
+    ) -> FactPage:
+        return self._run(self._core.list_facts(subject_id, status, limit, cursor, project_id))
+
+    def iter_facts(
+        self,
+        subject_id: str | None = None,
+        *,
+        status: str | None = None,
+        page_size: int | None = None,
+        project_id: str | None = None,
+    ) -> Iterator[Fact]:
+        """Every matching fact, page after page (keyset pagination)."""
+        cursor: str | None = None
+        while True:
+            page = self.list_facts(
+                subject_id, status=status, limit=page_size, cursor=cursor, project_id=project_id
+            )
+            yield from page.facts
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def patch_fact(
+        self, fact_id: UUID | str, *, status: str | None = None, valid_to: datetime | None = None
+    ) -> Fact:
+        return self._run(self._core.patch_fact(fact_id, status, valid_to))
+
+    def retract_fact(self, fact_id: UUID | str) -> Fact:
+        return self.patch_fact(fact_id, status="retracted")
+
+    def write_events(
+        self,
+        subject_id: str,
+        events: Sequence[EventIn | Mapping[str, Any]],
+        *,
+        project_id: str | None = None,
+    ) -> WriteEventsResponse:
+        return self._run(self._core.write_events(subject_id, events, project_id))
+
+    def list_conflicts(
+        self,
+        subject_id: str | None = None,
+        *,
+        status: str | None = None,
+        project_id: str | None = None,
+    ) -> ConflictList:
+        return self._run(self._core.list_conflicts(subject_id, status, project_id))
+
+    def resolve_conflict(self, conflict_set_id: UUID | str, keep: Sequence[UUID | str]) -> ConflictSet:
+        return self._run(self._core.resolve_conflict(conflict_set_id, keep))
+
+    # --- read side -----------------------------------------------------------------------------
+
+    def context(
+        self,
+        subject_id: str,
+        query: str,
+        *,
+        budget_tokens: int | None = None,
+        include_episodes: bool | None = None,
+        project_id: str | None = None,
+    ) -> ContextPacket:
+        return self._run(self._core.context(subject_id, query, budget_tokens, include_episodes, project_id))
+
+    def inspect(self, trace_id: UUID | str) -> Inspection:
+        return self._run(self._core.inspect(trace_id))
+
+    def stats(self, *, project_id: str | None = None) -> StatsOverview:
+        return self._run(self._core.stats(project_id))
+
+    def healthz(self) -> Health:
+        return self._run(self._core.healthz())

@@ -1,0 +1,211 @@
+"""Typed shapes of the Haki HTTP contract (v1), decoded and encoded by msgspec.
+
+Enumerated values (statuses, reason codes) are typed `str`, not `Literal`: a server may add a
+value in a minor version, and a client must keep decoding the rest of the packet when it does.
+Unknown response fields are ignored for the same reason.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import msgspec
+
+# Documentation aliases: what values the contract defines today.
+FactStatus = str  # "active" | "superseded" | "retracted"
+Volatility = str  # "stable" | "volatile"
+ConflictStatus = str  # "open" | "resolved"
+PacketStatus = str  # "ok" | "degraded"
+Decision = str  # "included" | "excluded" | "blocked"
+ReasonCode = str  # packed | multi_hop_expansion | over_budget | below_relevance_floor | conflict_open | ...
+
+
+class _In(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Request items: unset optional fields are left out of the body, so server defaults apply."""
+
+
+class _Out(msgspec.Struct, frozen=True, kw_only=True):
+    """Response shapes: immutable values."""
+
+
+# --- write side ------------------------------------------------------------------------------
+
+
+class FactIn(_In, kw_only=True, omit_defaults=True):
+    """One fact to write. Only `content` is required."""
+
+    content: str
+    key: str | None = None
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    volatility: Volatility | None = None
+    stale_after_seconds: int | None = None
+    supersedes: UUID | None = None
+    source_event_id: UUID | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class EventIn(_In, kw_only=True, omit_defaults=True):
+    """One dated event (episodic memory) to write."""
+
+    content: str
+    occurred_at: datetime
+    metadata: dict[str, Any] | None = None
+
+
+class FactWriteResult(_Out, frozen=True, kw_only=True):
+    fact_id: UUID
+    status: FactStatus
+    conflict_set_id: UUID | None = None
+
+
+class WriteFactsResponse(_Out, frozen=True, kw_only=True):
+    facts: list[FactWriteResult]
+
+
+class EventWriteResult(_Out, frozen=True, kw_only=True):
+    event_id: UUID
+
+
+class WriteEventsResponse(_Out, frozen=True, kw_only=True):
+    events: list[EventWriteResult]
+
+
+class Fact(_Out, frozen=True, kw_only=True):
+    fact_id: UUID
+    project_id: str
+    subject_id: str
+    content: str
+    status: FactStatus
+    recorded_from: datetime
+    key: str | None = None
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    volatility: Volatility = "stable"
+    stale_after_seconds: int | None = None
+    supersedes: UUID | None = None
+    source_event_id: UUID | None = None
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    conflict_set_id: UUID | None = None
+
+
+class FactPage(_Out, frozen=True, kw_only=True):
+    facts: list[Fact]
+    next_cursor: str | None = None
+
+
+class ConflictMember(_Out, frozen=True, kw_only=True):
+    fact_id: UUID
+    content: str
+    status: FactStatus
+    recorded_from: datetime
+    valid_from: datetime | None = None
+
+
+class ConflictSet(_Out, frozen=True, kw_only=True):
+    conflict_set_id: UUID
+    project_id: str
+    subject_id: str
+    key: str
+    status: ConflictStatus
+    created_at: datetime
+    members: list[ConflictMember]
+    resolved_at: datetime | None = None
+
+
+class ConflictList(_Out, frozen=True, kw_only=True):
+    conflicts: list[ConflictSet]
+
+
+# --- read side -------------------------------------------------------------------------------
+
+
+class PacketFact(_Out, frozen=True, kw_only=True):
+    fact_id: UUID
+    content: str
+    score: float
+    tokens: int
+    reason_code: ReasonCode
+    recorded_from: datetime
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    source_event_id: UUID | None = None
+
+
+class PacketEpisode(_Out, frozen=True, kw_only=True):
+    event_id: UUID
+    content: str
+    occurred_at: datetime
+    score: float
+    tokens: int
+
+
+class ContextPacket(_Out, frozen=True, kw_only=True):
+    trace_id: UUID
+    status: PacketStatus
+    budget_tokens: int
+    used_tokens: int
+    facts: list[PacketFact]
+    episodes: list[PacketEpisode]
+    warnings: list[str] = msgspec.field(default_factory=list)
+    empty_reason: str | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        """Nothing served: no fact and no episode."""
+        return not self.facts and not self.episodes
+
+
+class TraceDecision(_Out, frozen=True, kw_only=True):
+    item_type: str
+    item_id: UUID
+    decision: Decision
+    reason_code: ReasonCode
+    tokens: int
+    rank: int | None = None
+    score: float | None = None
+    similarity: float | None = None
+    text_rank: float | None = None
+    recency: float | None = None
+    cosine_distance: float | None = None
+
+
+class Inspection(_Out, frozen=True, kw_only=True):
+    trace_id: UUID
+    project_id: str
+    subject_id: str
+    query: str
+    created_at: datetime
+    budget_tokens: int
+    used_tokens: int
+    status: PacketStatus
+    decisions: list[TraceDecision]
+    warnings: list[str] = msgspec.field(default_factory=list)
+    empty_reason: str | None = None
+
+
+class StatsOverview(_Out, frozen=True, kw_only=True):
+    context_calls: int
+    injection_rate: float
+    hit_rate: float
+    avg_used_tokens: float
+    facts_active: int
+    open_conflicts: int
+    project_id: str | None = None
+    degraded_rate: float | None = None
+    facts_total: int | None = None
+    events_total: int | None = None
+
+
+class Health(_Out, frozen=True, kw_only=True):
+    status: str
+    database: str | None = None
+    embedder: str | None = None
+
+
+class ErrorBody(_Out, frozen=True, kw_only=True):
+    code: str
+    message: str
+    details: dict[str, Any] | None = None

@@ -1,0 +1,67 @@
+"""`render(packet)`: a ContextPacket as one compact `<haki_memory>` block for a prompt."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+from haki_client.models import ContextPacket, PacketEpisode, PacketFact
+
+OPEN_TAG = "<haki_memory>"
+CLOSE_TAG = "</haki_memory>"
+
+# Memory content is untrusted text: a copy of the block's own tags inside it could close the
+# block early and make what follows read as instructions outside the memory.
+_TAG = re.compile(r"<\s*/?\s*haki_memory\s*>", re.IGNORECASE)
+_SPACE = re.compile(r"\s+")
+
+
+def _clean(text: str) -> str:
+    """One line per item: a newline inside content would read as the start of another item."""
+    return _SPACE.sub(" ", _TAG.sub("[haki_memory tag removed]", text)).strip()
+
+
+def _when(value: datetime) -> str:
+    """A date alone when the time is midnight UTC (the usual case for business dates)."""
+    utc = value.astimezone(UTC) if value.tzinfo is not None else value
+    if (utc.hour, utc.minute, utc.second, utc.microsecond) == (0, 0, 0, 0):
+        return utc.strftime("%Y-%m-%d")
+    return utc.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _fact_line(fact: PacketFact) -> str:
+    line = f"- {_clean(fact.content)}"
+    if fact.valid_from is not None and fact.valid_to is not None:
+        line += f" (valid {_when(fact.valid_from)} to {_when(fact.valid_to)})"
+    elif fact.valid_from is not None:
+        line += f" (since {_when(fact.valid_from)})"
+    elif fact.valid_to is not None:
+        line += f" (until {_when(fact.valid_to)})"
+    return line
+
+
+def _episode_line(episode: PacketEpisode) -> str:
+    return f"- [{_when(episode.occurred_at)}] {_clean(episode.content)}"
+
+
+def render(packet: ContextPacket) -> str:
+    """The packet as a block to put in a prompt; the empty string when it serves nothing.
+
+    Facts come first, then the dated episodes, each in pack order (most relevant first), then
+    the warnings. An empty packet renders as nothing at all: a "no memory" block would itself
+    distract the model.
+    """
+    if not packet.facts and not packet.episodes:
+        return ""
+    lines = [OPEN_TAG]
+    if packet.facts:
+        lines.append("Facts:")
+        lines.extend(_fact_line(f) for f in packet.facts)
+    if packet.episodes:
+        lines.append("Episodes:")
+        lines.extend(_episode_line(e) for e in packet.episodes)
+    if packet.warnings:
+        lines.append("Warnings:")
+        lines.extend(f"- {_clean(w)}" for w in packet.warnings)
+    lines.append(CLOSE_TAG)
+    return "\n".join(lines)

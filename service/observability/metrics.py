@@ -1,0 +1,158 @@
+"""Prometheus metrics: `GET /metrics` in the text exposition format.
+
+Each app owns its registry (not prometheus_client's global one), so several apps in one process
+(tests, workers) never collide and every app reports only its own traffic.
+
+Labels stay bounded: the route *template* (never the raw path, which holds ids), the method and
+the status code. No project or subject label: tenants are unbounded, and a scrape of per-tenant
+series would also leak tenant names to whoever reads the metrics.
+
+`/metrics` needs no key: it carries no tenant data, only aggregates. Expose it on an internal
+network only (see docs/scaling.md, "Metrics").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from litestar import Response, get
+from litestar.datastructures import State
+from litestar.enums import ScopeType
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from service.context.assembler import StageTimer
+from service.observability import repository as repo
+from service.structs import ContextPacket
+
+log = logging.getLogger("haki.metrics")
+
+# Request latencies from a cached read (~ms) to a 1,000-fact write batch on the CPU model (~s).
+REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# Assembler stages run from sub-millisecond (pack) to tens of milliseconds (embed, candidates).
+STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+# A scrape must answer even while the database does not: the gauge then keeps its last value.
+SCRAPE_QUERY_TIMEOUT_SECONDS = 2.0
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.request_duration = Histogram(
+            "haki_http_request_duration_seconds",
+            "HTTP request latency by route template, method and status code.",
+            ["method", "route", "status"],
+            buckets=REQUEST_BUCKETS,
+            registry=self.registry,
+        )
+        self.stage_duration = Histogram(
+            "haki_context_stage_duration_seconds",
+            "Context Assembler time per stage (embed, candidates, pack, multi_hop, episodes, trace).",
+            ["stage"],
+            buckets=STAGE_BUCKETS,
+            registry=self.registry,
+        )
+        self.context_calls = Counter(
+            "haki_context_calls",
+            "POST /v1/context calls answered, by packet status.",
+            ["status"],
+            registry=self.registry,
+        )
+        self.injections = Counter(
+            "haki_context_injections",
+            "POST /v1/context calls that served at least one fact (injection rate = this / calls).",
+            registry=self.registry,
+        )
+        self.open_conflicts = Gauge(
+            "haki_open_conflicts",
+            "Open conflict sets, all projects together (refreshed at each scrape).",
+            registry=self.registry,
+        )
+        self.database_up = Gauge(
+            "haki_database_up",
+            "1 when the last scrape could query the database, else 0.",
+            registry=self.registry,
+        )
+
+    def observe_context(self, timer: StageTimer, packet: ContextPacket) -> None:
+        for stage, ms in timer.ms.items():
+            self.stage_duration.labels(stage=stage).observe(ms / 1000.0)
+        self.context_calls.labels(status=packet.status).inc()
+        if packet.facts:
+            self.injections.inc()
+
+    def middleware(self, app: ASGIApp) -> ASGIApp:
+        """ASGI middleware timing every HTTP request that reached a route."""
+
+        async def timed(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != ScopeType.HTTP:
+                await app(scope, receive, send)
+                return
+            status = 500
+            start = time.perf_counter()
+
+            async def send_and_record_status(message: Message) -> None:
+                nonlocal status
+                if message["type"] == "http.response.start":
+                    status = message["status"]
+                await send(message)
+
+            try:
+                await app(scope, receive, send_and_record_status)
+            finally:
+                route = scope.get("path_template") or "<unmatched>"
+                self.request_duration.labels(method=scope["method"], route=route, status=str(status)).observe(
+                    time.perf_counter() - start
+                )
+
+        return timed
+
+    async def refresh(self, state: State) -> None:
+        """Scrape-time gauges: one cheap cross-project count (an index-only scan)."""
+        try:
+            async with asyncio.timeout(SCRAPE_QUERY_TIMEOUT_SECONDS):
+                async with state.pool.acquire(timeout=SCRAPE_QUERY_TIMEOUT_SECONDS) as conn:
+                    self.open_conflicts.set(await repo.count_open_conflicts_all_projects(conn))
+        except Exception as exc:  # a scrape must not fail because the database does
+            log.warning("metrics: open conflicts not refreshed: %r", exc)
+            self.database_up.set(0)
+        else:
+            self.database_up.set(1)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def metrics_of(state: State) -> Metrics | None:
+    found: Any = state.get("metrics")
+    return found if isinstance(found, Metrics) else None
+
+
+def observe_context(state: State, timer: StageTimer, packet: ContextPacket) -> None:
+    metrics = metrics_of(state)
+    if metrics is not None:
+        metrics.observe_context(timer, packet)
+
+
+@get(
+    "/metrics",
+    include_in_schema=False,
+    media_type=CONTENT_TYPE_LATEST,
+    summary="Prometheus metrics (no key: serve on an internal network only)",
+)
+async def metrics_endpoint(state: State) -> Response[bytes]:
+    metrics = metrics_of(state)
+    if metrics is None:
+        return Response(b"", status_code=404, media_type=CONTENT_TYPE_LATEST)
+    await metrics.refresh(state)
+    return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

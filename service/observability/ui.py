@@ -1,0 +1,225 @@
+"""The trace inspector: server-rendered HTML pages under /ui, for people rather than agents.
+
+    GET  /ui/login              form asking for a project API key
+    POST /ui/login              checks the key, keeps it in an HttpOnly SameSite=Strict cookie
+    POST /ui/logout             forgets it
+    GET  /ui/traces?subject_id= the latest context calls of the key's project
+    GET  /ui/traces/{trace_id}  one call: query, budget bar, every decision, warnings
+
+Memory content, queries and subject ids are untrusted text: every value goes through Jinja2's
+autoescaping and the pages run no script at all (the Content-Security-Policy forbids it), so a
+fact written as `<script>` renders as text. The key travels only in the POST body and in the
+cookie, never in a URL, and the cookie is scoped to /ui so the JSON API never receives it.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Annotated, Any, Final
+from urllib.parse import quote
+from uuid import UUID
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from litestar import Controller, MediaType, Request, Response, get, post
+from litestar.datastructures import Cookie
+from litestar.params import Parameter
+from litestar.response import Redirect
+
+from service import auth
+from service.constants import MAX_SCOPE_CHARS
+from service.errors import Unauthorized
+from service.handlers.deps import Conn
+from service.observability import repository as repo
+
+COOKIE_NAME: Final = "haki_ui_key"
+COOKIE_PATH: Final = "/ui"
+# A working day: long enough not to nag, short enough that a forgotten browser forgets the key.
+COOKIE_MAX_AGE_SECONDS: Final = 8 * 3600
+RECENT_CALLS_DEFAULT: Final = 50
+RECENT_CALLS_MAX: Final = 500
+
+SECURITY_HEADERS: Final = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    # Pages show tenant memory: no shared or browser cache may keep them.
+    "Cache-Control": "no-store",
+}
+
+SECTIONS: Final = (
+    ("included", "Served", "Included in the packet, in pack order."),
+    (
+        "excluded",
+        "Excluded",
+        "Candidates ranked out: over_budget (did not fit in what was left) or below_relevance_floor "
+        "(farther from the query than HAKI_RECALL_MAX_DISTANCE).",
+    ),
+    (
+        "blocked",
+        "Blocked",
+        "Hidden by a hard rule before any scoring: conflict_open (in an open conflict set) or "
+        "volatility_expired (a stale volatile fact).",
+    ),
+)
+
+
+def _when(value: datetime | None) -> str:
+    if value is None:
+        return "—"
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _num(value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return "—"
+    return f"{value:.3f}"
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("service.observability", "templates"),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["when"] = _when
+    env.filters["num"] = _num
+    env.filters["urlencode"] = lambda s: quote(str(s), safe="")
+    return env
+
+
+_ENV: Final = _environment()
+_CSS: Final = (resources.files("service.observability") / "templates" / "haki.css").read_bytes()
+
+
+def _page(template: str, status_code: int = 200, **context: Any) -> Response[str]:
+    context.setdefault("project_id", None)
+    html = _ENV.get_template(template).render(**context)
+    return Response(html, status_code=status_code, media_type=MediaType.HTML, headers=SECURITY_HEADERS)
+
+
+def _to_login() -> Redirect:
+    # The cookie is dropped too: one that no longer authenticates (revoked key) is useless.
+    return Redirect(
+        "/ui/login",
+        status_code=303,
+        headers=SECURITY_HEADERS,
+        cookies=[Cookie(key=COOKIE_NAME, value="", path=COOKIE_PATH, max_age=0, expires=0)],
+    )
+
+
+async def _principal(request: Request[Any, Any, Any], conn: Conn) -> auth.Principal | None:
+    token = request.cookies.get(COOKIE_NAME)
+    if not token:
+        return None
+    try:
+        return await auth.authenticate(conn, f"Bearer {token}")
+    except Unauthorized:
+        return None
+
+
+class TraceInspector(Controller):
+    path = "/ui"
+    include_in_schema = False
+
+    @get("/", media_type=MediaType.HTML)
+    async def index(self) -> Redirect:
+        return Redirect("/ui/traces", status_code=303)
+
+    @get("/assets/haki.css", media_type="text/css")
+    async def stylesheet(self) -> Response[bytes]:
+        return Response(
+            _CSS,
+            media_type="text/css; charset=utf-8",
+            headers={"Cache-Control": "public, max-age=3600", "X-Content-Type-Options": "nosniff"},
+        )
+
+    @get("/login", media_type=MediaType.HTML)
+    async def login_form(self) -> Response[str]:
+        return _page("login.html", error=None)
+
+    @post("/login", media_type=MediaType.HTML, status_code=303)
+    async def login(self, request: Request[Any, Any, Any], conn: Conn) -> Response[Any]:
+        form = await request.form()
+        raw = form.get("key")
+        key = raw.strip() if isinstance(raw, str) else ""
+        if not key or len(key) > 200 or "\x00" in key:
+            return _page("login.html", status_code=400, error="Enter an API key (hk_...).")
+        try:
+            await auth.authenticate(conn, f"Bearer {key}")
+        except Unauthorized:
+            return _page("login.html", status_code=401, error="Unknown or revoked API key.")
+        cookie = Cookie(
+            key=COOKIE_NAME,
+            value=key,
+            path=COOKIE_PATH,
+            max_age=COOKIE_MAX_AGE_SECONDS,
+            httponly=True,
+            samesite="strict",
+            # Behind TLS the cookie never travels in clear; plain http stays usable on localhost.
+            secure=request.url.scheme == "https",
+        )
+        return Redirect("/ui/traces", status_code=303, headers=SECURITY_HEADERS, cookies=[cookie])
+
+    @post("/logout", status_code=303)
+    async def logout(self) -> Redirect:
+        return _to_login()
+
+    @get("/traces", media_type=MediaType.HTML)
+    async def recent_calls(
+        self,
+        request: Request[Any, Any, Any],
+        conn: Conn,
+        subject_id: Annotated[
+            str | None,
+            Parameter(query="subject_id", max_length=MAX_SCOPE_CHARS, pattern=r"^[^\x00]*$"),
+        ] = None,
+        limit: Annotated[int, Parameter(query="limit", ge=1, le=RECENT_CALLS_MAX)] = RECENT_CALLS_DEFAULT,
+    ) -> Response[Any]:
+        principal = await _principal(request, conn)
+        if principal is None:
+            return _to_login()
+        subject = subject_id or None
+        calls = await repo.recent_context_calls(conn, principal.project_id, subject, limit)
+        return _page("traces.html", project_id=principal.project_id, subject_id=subject, calls=calls)
+
+    @get("/traces/{trace_id:uuid}", media_type=MediaType.HTML)
+    async def trace(self, request: Request[Any, Any, Any], conn: Conn, trace_id: UUID) -> Response[Any]:
+        principal = await _principal(request, conn)
+        if principal is None:
+            return _to_login()
+        call = await repo.get_context_call(conn, principal.project_id, trace_id)
+        if call is None:
+            return _page(
+                "error.html",
+                status_code=404,
+                project_id=principal.project_id,
+                title="Trace not found",
+                message="No context call with this id in the key's project.",
+            )
+        items = await repo.trace_items(conn, principal.project_id, trace_id)
+        included = [d for d in items if d["decision"] == "included"]
+        budget = int(call["budget_tokens"])
+        used = int(call["used_tokens"])
+        return _page(
+            "trace.html",
+            project_id=principal.project_id,
+            call=call,
+            sections=[
+                {
+                    "decision": decision,
+                    "title": title,
+                    "hint": hint,
+                    "rows": [d for d in items if d["decision"] == decision],
+                }
+                for decision, title, hint in SECTIONS
+            ],
+            percent=round(100 * used / budget) if budget > 0 else 0,
+            fact_tokens=sum(d["tokens"] for d in included if d["item_type"] == "fact"),
+            episode_tokens=sum(d["tokens"] for d in included if d["item_type"] == "episode"),
+        )

@@ -1,0 +1,46 @@
+"""Per-key rate limit: a token bucket per API key, in this process's memory.
+
+Each key may burst up to `rate_limit_per_minute` requests, then gets one more every
+60/rate seconds. The buckets live in one process: N workers behind a balancer allow N times the
+rate, which is acceptable for a guard against runaway agents (not a billing meter).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from uuid import UUID
+
+from service.errors import TooManyRequests
+
+
+class RateLimiter:
+    def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.capacity = float(per_minute)
+        self.refill_per_second = per_minute / 60.0
+        self.clock = clock
+        # key id -> (tokens left, time they were counted). Bounded by the number of live keys.
+        self._buckets: dict[UUID, tuple[float, float]] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return self.capacity > 0
+
+    def take(self, key_id: UUID) -> None:
+        """Spends one token of this key, or raises TooManyRequests with the wait in seconds."""
+        if not self.enabled:
+            return
+        now = self.clock()
+        tokens, then = self._buckets.get(key_id, (self.capacity, now))
+        tokens = min(self.capacity, tokens + (now - then) * self.refill_per_second)
+        if tokens < 1.0:
+            self._buckets[key_id] = (tokens, now)
+            wait = max(1, math.ceil((1.0 - tokens) / self.refill_per_second))
+            raise TooManyRequests(
+                f"Rate limit of {int(self.capacity)} requests per minute for this API key exceeded; "
+                f"retry in {wait} s.",
+                retry_after_seconds=wait,
+                limit_per_minute=int(self.capacity),
+            )
+        self._buckets[key_id] = (tokens - 1.0, now)

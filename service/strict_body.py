@@ -1,0 +1,31 @@
+"""Strict decoding of JSON request bodies.
+
+Litestar converts a body to its Struct in msgspec's lax mode, which turns `"900"` into 900, `0`
+into false and `0` into 1970-01-01T00:00:00Z. The contract says otherwise (`budget_tokens` must
+be a positive integer, times are RFC 3339 strings), so every Struct body is decoded once more,
+strictly, and refused with the field named when lax mode was all that made it pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Request
+from litestar.exceptions import ValidationException
+
+
+async def check_body(request: Request[Any, Any, Any]) -> None:
+    field = request.route_handler.parsed_data_field
+    target = field.annotation if field is not None else None
+    if not (isinstance(target, type) and issubclass(target, msgspec.Struct)):
+        return
+    try:
+        msgspec.json.decode(await request.body(), type=target)
+    except msgspec.ValidationError as exc:
+        raise ValidationException(
+            detail=str(exc), extra=[{"key": None, "message": str(exc), "source": "body"}]
+        ) from exc
+    except msgspec.DecodeError:
+        # Malformed JSON never gets this far: Litestar's own decoding refused it with a 400.
+        return

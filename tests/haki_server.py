@@ -1,0 +1,112 @@
+"""A real `haki serve` in a subprocess, for tests that need a listening server (SDK, browser).
+
+Each server gets its own data directory, so its embedded PostgreSQL is its own too, and the hash
+embedder, so it starts in seconds without the model.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+START_TIMEOUT_SECONDS = 120.0
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    data_dir: Path
+    env: dict[str, str]
+    log: Path
+
+    def cli(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        """`python -m service.cli ARGS` against this server's data directory."""
+        return subprocess.run(
+            [sys.executable, "-m", "service.cli", *args],
+            cwd=REPO,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def create_key(self, project_id: str) -> str:
+        done = self.cli("keys", "create", project_id)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def server_env(data_dir: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HAKI_")}
+    env.update(
+        HAKI_DATA_DIR=str(data_dir),
+        HAKI_EMBED_PROVIDER="hash",
+        PYTHONUNBUFFERED="1",
+        **extra,
+    )
+    return env
+
+
+def _log_tail(log: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@contextmanager
+def running_server(data_dir: Path, **extra_env: str) -> Iterator[Server]:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    env = server_env(data_dir, **extra_env)
+    log = data_dir / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    server = Server(url=f"http://127.0.0.1:{port}", data_dir=data_dir, env=env, log=log)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"haki serve exited with {proc.returncode}:\n{_log_tail(log)}")
+            try:
+                if httpx.get(f"{server.url}/healthz", timeout=2.0).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"haki serve not ready after {START_TIMEOUT_SECONDS}s:\n{_log_tail(log)}")
+            time.sleep(0.2)
+        yield server
+    finally:
+        # SIGTERM: uvicorn shuts down and the embedded PostgreSQL stops with the last handle.
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)

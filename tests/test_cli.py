@@ -1,0 +1,265 @@
+"""The `haki` command line, run as real processes on a throw-away embedded PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from service import auth
+from service.db import connect
+from service.embedded import embedded_server
+from service.errors import Unauthorized
+from service.settings import Settings
+
+REPO = Path(__file__).resolve().parent.parent
+HEALTH_TIMEOUT_SECONDS = 60.0
+KEY_ID_LINE = re.compile(r"key id (?P<key_id>[0-9a-f-]{36}) ")
+
+
+def short_tmp_dir(prefix: str) -> Path:
+    """PostgreSQL's socket path is limited to ~100 bytes: keep data dirs short."""
+    base = Path(os.environ.get("HAKI_TEST_TMP", tempfile.gettempdir()))
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+
+
+def postmaster_pid(data_dir: Path) -> int | None:
+    pid_file = data_dir / "pgdata" / "postmaster.pid"
+    try:
+        return int(pid_file.read_text().split("\n", 1)[0])
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def wait_stopped(data_dir: Path, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if postmaster_pid(data_dir) is None:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def stop_embedded(data_dir: Path) -> None:
+    """Stops the embedded server of `data_dir` if it is still up, then removes the dir."""
+    if postmaster_pid(data_dir) is not None:
+        embedded_server(data_dir).cleanup()
+    pid = postmaster_pid(data_dir)
+    if pid is not None:
+        # Another handle (a process of this test that died) kept it alive: fast shutdown by pid.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGINT)
+        wait_stopped(data_dir, 15)
+    shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def cli_env(data_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HAKI_")}
+    env.update(HAKI_DATA_DIR=str(data_dir), HAKI_EMBED_PROVIDER="hash", PYTHONUNBUFFERED="1")
+    return env
+
+
+def run_cli(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", *args],
+        env=cli_env(data_dir),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def create_key(data_dir: Path, project_id: str) -> tuple[str, str]:
+    """(key, key id) from `haki keys create`."""
+    res = run_cli(data_dir, "keys", "create", project_id)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert len(lines) == 1, res.stdout
+    assert res.stdout == lines[0] + "\n"
+    key = lines[0]
+    assert key.startswith("hk_")
+    m = KEY_ID_LINE.search(res.stderr)
+    assert m is not None, res.stderr
+    return key, m.group("key_id")
+
+
+@pytest.fixture(scope="module")
+def data_dir() -> Iterator[Path]:
+    path = short_tmp_dir("haki-cli-")
+    try:
+        yield path
+    finally:
+        stop_embedded(path)
+
+
+async def authenticates(data_dir: Path, key: str) -> bool:
+    conn = await connect(Settings(data_dir=data_dir, embed_provider="hash"))
+    try:
+        try:
+            principal = await auth.authenticate(conn, f"Bearer {key}")
+        except Unauthorized:
+            return False
+        return principal.project_id == "proj-x"
+    finally:
+        await conn.close()
+
+
+def test_migrate_exits_0_and_is_idempotent(data_dir: Path) -> None:
+    first = run_cli(data_dir, "migrate")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == ""
+    second = run_cli(data_dir, "migrate")
+    assert second.returncode == 0, second.stderr
+    assert "applied 0 migration(s)" in second.stderr
+
+
+def test_keys_create_prints_exactly_the_key(data_dir: Path) -> None:
+    key, _ = create_key(data_dir, "proj-x")
+    other, _ = create_key(data_dir, "proj-x")
+    assert key != other
+    assert len(key) >= 40
+
+
+@pytest.mark.parametrize("project_id", ["", "p" * 201])
+def test_keys_create_refuses_bad_project_ids(data_dir: Path, project_id: str) -> None:
+    res = run_cli(data_dir, "keys", "create", project_id)
+    assert res.returncode == 2
+    assert res.stdout == ""
+
+
+async def test_keys_revoke_and_list(data_dir: Path) -> None:
+    key, key_id = await asyncio.to_thread(create_key, data_dir, "proj-x")
+    assert await authenticates(data_dir, key)
+
+    listed = await asyncio.to_thread(run_cli, data_dir, "keys", "list", "proj-x")
+    assert listed.returncode == 0, listed.stderr
+    assert key not in listed.stdout  # ids only, never the keys
+    (line,) = [ln for ln in listed.stdout.splitlines() if ln.startswith(key_id)]
+    assert line.split("\t")[2] == "live"
+
+    revoked = await asyncio.to_thread(run_cli, data_dir, "keys", "revoke", key)
+    assert revoked.returncode == 0, revoked.stderr
+    assert not await authenticates(data_dir, key)
+
+    listed = await asyncio.to_thread(run_cli, data_dir, "keys", "list", "proj-x")
+    assert listed.returncode == 0, listed.stderr
+    (line,) = [ln for ln in listed.stdout.splitlines() if ln.startswith(key_id)]
+    assert line.split("\t")[2].startswith("revoked ")
+
+    again = await asyncio.to_thread(run_cli, data_dir, "keys", "revoke", key)
+    assert again.returncode == 1
+
+
+async def test_keys_revoke_by_id(data_dir: Path) -> None:
+    key, key_id = await asyncio.to_thread(create_key, data_dir, "proj-x")
+    no_project = await asyncio.to_thread(run_cli, data_dir, "keys", "revoke", key_id)
+    assert no_project.returncode == 2
+    assert await authenticates(data_dir, key)
+    res = await asyncio.to_thread(run_cli, data_dir, "keys", "revoke", key_id, "--project", "proj-x")
+    assert res.returncode == 0, res.stderr
+    assert not await authenticates(data_dir, key)
+
+
+# --- haki serve --------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def start_serve(data_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
+            env=cli_env(data_dir),
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def wait_healthy(proc: subprocess.Popen[bytes], port: int, log: Path) -> dict[str, Any]:
+    deadline = time.monotonic() + HEALTH_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"haki serve exited with {proc.returncode}:\n{log.read_text()}")
+        try:
+            r = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+            if r.status_code == 200:
+                body: dict[str, Any] = r.json()
+                return body
+        except httpx.TransportError:
+            pass
+        time.sleep(0.25)
+    raise AssertionError(f"/healthz not 200 within {HEALTH_TIMEOUT_SECONDS}s:\n{log.read_text()}")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> int:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    return proc.returncode
+
+
+def test_two_serve_processes_share_one_embedded_server() -> None:
+    data_dir = short_tmp_dir("haki-srv-")
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        port1, port2 = free_port(), free_port()
+        log1, log2 = data_dir / "serve1.log", data_dir / "serve2.log"
+        procs.append(start_serve(data_dir, port1, log1))
+        health = wait_healthy(procs[0], port1, log1)
+        assert health == {"status": "ok", "database": "ok", "embedder": health["embedder"]}
+
+        key, _ = create_key(data_dir, "proj-serve")
+        headers = {"Authorization": f"Bearer {key}"}
+        body = {"project_id": "proj-serve", "subject_id": "u1", "facts": [{"content": "served over HTTP"}]}
+        r = httpx.post(f"http://127.0.0.1:{port1}/v1/facts", json=body, headers=headers, timeout=30)
+        assert r.status_code == 201, r.text
+        fact_id = r.json()["facts"][0]["fact_id"]
+        r = httpx.get(f"http://127.0.0.1:{port1}/v1/facts/{fact_id}", timeout=10)
+        assert r.status_code == 401
+        assert r.json()["code"] == "unauthorized"
+
+        procs.append(start_serve(data_dir, port2, log2))
+        wait_healthy(procs[1], port2, log2)
+        r = httpx.get(f"http://127.0.0.1:{port2}/v1/facts/{fact_id}", headers=headers, timeout=10)
+        assert r.status_code == 200, r.text
+        assert r.json()["content"] == "served over HTTP"
+
+        # The first process leaving does not take the shared server down with it.
+        assert stop(procs[0]) == 0, log1.read_text()
+        wait_healthy(procs[1], port2, log2)
+        body["facts"] = [{"content": "written after the first process left"}]
+        r = httpx.post(f"http://127.0.0.1:{port2}/v1/facts", json=body, headers=headers, timeout=30)
+        assert r.status_code == 201, r.text
+        assert stop(procs[1]) == 0, log2.read_text()
+        # The last process out stops the embedded server it shared.
+        assert wait_stopped(data_dir, 20), "the embedded PostgreSQL outlived every haki process"
+    finally:
+        for p in procs:
+            stop(p)
+        stop_embedded(data_dir)

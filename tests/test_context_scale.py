@@ -1,0 +1,141 @@
+"""Two-phase retrieval at scale (spec/context-assembler.md, "Two-phase retrieval").
+
+The facts are seeded server-side (queries/testing.sql) inside the test's rolled-back
+transaction: random unit embeddings, the HNSW index dropped for the seed and rebuilt in one
+pass, then ANALYZE, so the planner sees the table it would see in production.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+import httpx
+import numpy as np
+import pytest
+
+from service.constants import (
+    CANDIDATE_LIMIT,
+    RECENCY_TAU_SECONDS,
+    RETRIEVAL_TOP_K,
+    WEIGHT_RECENCY,
+    WEIGHT_SIMILARITY,
+    WEIGHT_TEXT_RANK,
+)
+from service.context import assembler
+from service.context import repository as repo
+from service.sql import load_queries
+from tests.test_context_rules import PROJECT, candidate_decisions, context_and_trace
+
+pytestmark = pytest.mark.slow
+
+HNSW_INDEX = "facts_embedding_hnsw"
+NO_MATCH = "qqxxjjnothingmatchesthis"
+WEIGHTS = (WEIGHT_SIMILARITY, WEIGHT_TEXT_RANK, WEIGHT_RECENCY)
+
+
+async def seed_scopes(conn: asyncpg.Connection, scopes: dict[str, tuple[int, str]]) -> None:
+    """Seeds {subject_id: (n, content_prefix)} in PROJECT, then rebuilds the index and ANALYZEs."""
+    q = load_queries()
+    await q.test_prepare_bulk_load(conn)
+    await q.test_drop_fact_vector_index(conn)
+    for subject_id, (n, prefix) in scopes.items():
+        await q.test_seed_random_facts(conn, project_id=PROJECT, subject_id=subject_id, n=n, content_prefix=prefix)
+    await q.test_restore_fact_vector_index(conn)
+    await q.test_analyze_facts(conn)
+
+
+def random_unit_vector(seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=384)
+    return (v / np.linalg.norm(v)).astype(np.float32)
+
+
+async def vector_phase(conn: asyncpg.Connection, subject_id: str, qvec: np.ndarray) -> tuple[list[Any], int]:
+    """fact_candidates with a query text that matches nothing (so only the vector side
+    contributes), and how many HNSW index scans it started."""
+    q = load_queries()
+    before = await q.test_index_scans(conn, index_name=HNSW_INDEX)
+    rows = await repo.fact_candidates(
+        conn,
+        project_id=PROJECT,
+        subject_id=subject_id,
+        query_embedding=qvec,
+        query_text=NO_MATCH,
+        top_k=RETRIEVAL_TOP_K,
+        candidate_limit=CANDIDATE_LIMIT,
+        weights=WEIGHTS,
+        tau_seconds=RECENCY_TAU_SECONDS,
+    )
+    after = await q.test_index_scans(conn, index_name=HNSW_INDEX)
+    return rows, after - before
+
+
+async def test_two_phase_vector_candidates_exactly_64(
+    conn: asyncpg.Connection, client: httpx.AsyncClient, key: str
+) -> None:
+    q = load_queries()
+    scopes = {"scale-a": (10_000, "alpha seeded fact"), "scale-b": (10_000, "bravo seeded fact"),
+              "scale-c": (10_000, "charlie seeded fact")}  # fmt: skip
+    await seed_scopes(conn, scopes)
+    assert await q.test_count_facts(conn) >= 30_000
+    qvec = random_unit_vector(42)
+
+    # Without configure_vector_scan: pgvector's defaults (ef_search 40, no iterative scan). The
+    # HNSW scan then yields at most ef_search rows over the whole table, and the scope filter
+    # keeps about a third of them: fewer than RETRIEVAL_TOP_K. Deterministic part: if the plan
+    # scans the HNSW index, it cannot return more than ef_search rows.
+    async with conn.transaction():
+        defaults = await q.test_vector_scan_settings(conn)
+        assert (defaults["ef_search"], defaults["iterative_scan"]) == (40, "off")
+        rows, hnsw_scans = await vector_phase(conn, "scale-b", qvec)
+    if hnsw_scans:
+        assert len(rows) <= defaults["ef_search"] < RETRIEVAL_TOP_K
+    else:  # the planner chose an exact scan instead: a different plan, exact results
+        assert len(rows) == RETRIEVAL_TOP_K
+
+    # With it, as the assembler runs it: exactly RETRIEVAL_TOP_K candidates, through the HNSW index.
+    async with conn.transaction():
+        await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
+        configured = await q.test_vector_scan_settings(conn)
+        assert configured["ef_search"] >= RETRIEVAL_TOP_K
+        assert configured["iterative_scan"] != "off"
+        rows, hnsw_scans = await vector_phase(conn, "scale-b", qvec)
+    assert hnsw_scans >= 1
+    assert len(rows) == RETRIEVAL_TOP_K
+    assert all(r["kind"] == "candidate" for r in rows)
+    assert len({r["fact_id"] for r in rows}) == RETRIEVAL_TOP_K
+    assert all(r["content"].startswith("bravo seeded fact ") for r in rows)
+    assert all(r["text_rank"] == 0.0 for r in rows)
+    for r in rows:
+        assert r["score"] == pytest.approx(
+            WEIGHT_SIMILARITY * r["similarity"] + WEIGHT_RECENCY * r["recency"], abs=1e-9
+        )
+
+    # End to end: the same scope through POST /v1/context traces exactly RETRIEVAL_TOP_K candidates.
+    _, trace = await context_and_trace(client, key, NO_MATCH, "scale-b", include_episodes=False)
+    candidates = candidate_decisions(trace)
+    assert len(candidates) == RETRIEVAL_TOP_K
+    assert all(d["text_rank"] == 0.0 for d in candidates)
+
+
+async def test_trace_never_exceeds_candidate_limit(
+    conn: asyncpg.Connection, client: httpx.AsyncClient, key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every fact matches the query's words, so both phase-1 sides fill up to RETRIEVAL_TOP_K.
+    await seed_scopes(conn, {"limit": (1_000, "common words fact")})
+    _, trace = await context_and_trace(client, key, "common words", "limit", include_episodes=False)
+    candidates = candidate_decisions(trace)
+    facts = [d for d in trace["decisions"] if d["item_type"] == "fact"]
+    assert len(facts) == len(candidates)  # no blocked fact, no entity to hop on
+    assert RETRIEVAL_TOP_K < len(candidates) <= 2 * RETRIEVAL_TOP_K <= CANDIDATE_LIMIT
+    assert sum(1 for d in candidates if d["text_rank"] > 0) == len(candidates)
+    assert [d["rank"] for d in candidates] == list(range(1, len(candidates) + 1))
+
+    # The phase-2 cap really applies: below the union size, the trace holds exactly the cap,
+    # and it is the best-scored head of the same union.
+    cap = len(candidates) - 20
+    monkeypatch.setattr(assembler, "CANDIDATE_LIMIT", cap)
+    _, capped = await context_and_trace(client, key, "common words", "limit", include_episodes=False)
+    capped_candidates = candidate_decisions(capped)
+    assert len(capped_candidates) == len(capped["decisions"]) == cap
+    assert [d["item_id"] for d in capped_candidates] == [d["item_id"] for d in candidates[:cap]]

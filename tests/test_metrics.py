@@ -1,0 +1,113 @@
+"""GET /metrics: Prometheus text format, bounded labels, and values that move with traffic."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import bearer
+
+PROJECT = "proj-a"
+STAGES = ("embed", "candidates", "pack", "multi_hop", "episodes", "trace")
+
+
+async def scrape(client: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    r = await client.get("/metrics")  # no key: see docs/scaling.md, "Metrics"
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("text/plain")
+    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for family in text_string_to_metric_families(r.text):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples
+
+
+def value(samples: dict[Any, float], name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+async def test_metric_names_and_moving_values(client: Any, key: str) -> None:
+    before = await scrape(client)
+    for name in (
+        "haki_open_conflicts",
+        "haki_database_up",
+        "haki_context_injections_total",
+    ):
+        assert any(n == name for n, _ in before), name
+    assert value(before, "haki_database_up") == 1.0
+
+    r = await client.post(
+        "/v1/facts",
+        json={
+            "project_id": PROJECT,
+            "subject_id": "m1",
+            "facts": [
+                {"content": "Mia works at Initech.", "key": "employer"},
+                {"content": "Mia works at Umbrella.", "key": "employer"},
+                {"content": "Mia plays the cello in an orchestra."},
+            ],
+        },
+        headers=bearer(key),
+    )
+    assert r.status_code == 201, r.text
+    fact_id = r.json()["facts"][2]["fact_id"]
+    served = await client.post(
+        "/v1/context",
+        json={"project_id": PROJECT, "subject_id": "m1", "query": "What does Mia play?"},
+        headers=bearer(key),
+    )
+    assert served.status_code == 200 and served.json()["facts"], served.text
+    empty = await client.post(
+        "/v1/context",
+        json={"project_id": PROJECT, "subject_id": "nobody", "query": "anything?"},
+        headers=bearer(key),
+    )
+    assert empty.status_code == 200 and not empty.json()["facts"]
+    assert (await client.get(f"/v1/facts/{fact_id}", headers=bearer(key))).status_code == 200
+    assert (await client.get("/v1/stats/overview?project_id=proj-a")).status_code == 401
+
+    after = await scrape(client)
+    # Only the call that served a fact is an injection; both are calls (one degraded: conflict).
+    assert value(after, "haki_context_injections_total") - value(before, "haki_context_injections_total") == 1
+    calls = sum(
+        value(after, "haki_context_calls_total", status=s)
+        - value(before, "haki_context_calls_total", status=s)
+        for s in ("ok", "degraded")
+    )
+    assert calls == 2
+    assert value(after, "haki_context_calls_total", status="degraded") >= 1
+    for stage in STAGES:
+        moved = value(after, "haki_context_stage_duration_seconds_count", stage=stage) - value(
+            before, "haki_context_stage_duration_seconds_count", stage=stage
+        )
+        assert moved == 2, stage
+        assert value(after, "haki_context_stage_duration_seconds_sum", stage=stage) > 0, stage
+
+    # Latency per route template, never per raw path (ids would explode the cardinality).
+    ctx = value(
+        after, "haki_http_request_duration_seconds_count", method="POST", route="/v1/context", status="200"
+    )
+    assert ctx == 2
+    routes = {dict(labels).get("route") for name, labels in after if name.startswith("haki_http_request")}
+    assert "/v1/facts/{fact_id}" in routes
+    assert not any(fact_id in (r or "") for r in routes)
+    assert (
+        value(
+            after,
+            "haki_http_request_duration_seconds_count",
+            method="GET",
+            route="/v1/stats/overview",
+            status="401",
+        )
+        == 1
+    )
+
+    # The open-conflicts gauge is refreshed at scrape time.
+    assert value(after, "haki_open_conflicts") == value(before, "haki_open_conflicts") + 1
+
+
+async def test_metrics_is_not_in_the_api_schema(client: Any) -> None:
+    spec = (await client.get("/docs/openapi.json")).json()
+    assert "/metrics" not in spec["paths"]
+    assert not any(p.startswith("/ui") for p in spec["paths"])

@@ -1,0 +1,164 @@
+"""The forward-only migration runner, each test on its own throw-away embedded PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from service import repository as repo
+from service.db import connect, init_connection
+from service.embedded import embedded_server, embedded_url
+from service.migrations import MigrationError, discover, migrate
+from service.sql import load_queries, resource_dir
+from service.settings import Settings
+
+FIRST_FOUR = ["0001_extensions", "0002_memory", "0003_context_log", "0004_search_vector"]
+
+
+@pytest.fixture
+def fresh_dir() -> Iterator[Path]:
+    """A data dir for a new embedded server (short path: PostgreSQL's socket path is limited)."""
+    base = Path(os.environ.get("HAKI_TEST_TMP", tempfile.gettempdir()))
+    path = Path(tempfile.mkdtemp(prefix="haki-mig-", dir=base))
+    try:
+        yield path
+    finally:
+        embedded_server(path).cleanup()
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def fresh_settings(fresh_dir: Path) -> Settings:
+    return Settings(data_dir=fresh_dir, embed_provider="hash", database_url=embedded_url(fresh_dir))
+
+
+@pytest.fixture
+async def fresh_conn(fresh_settings: Settings) -> AsyncIterator[asyncpg.Connection]:
+    c = await connect(fresh_settings)
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+@pytest.fixture
+def migrations_copy(tmp_path: Path) -> Path:
+    target = tmp_path / "migrations"
+    shutil.copytree(resource_dir("migrations"), target)
+    return target
+
+
+async def applied(conn: asyncpg.Connection) -> dict[str, str]:
+    return {r["version"]: r["sha256"] async for r in load_queries().applied_migrations(conn)}
+
+
+async def test_fresh_database_gets_every_migration_once(fresh_conn: asyncpg.Connection) -> None:
+    expected = [m.version for m in discover()]
+    assert expected[:4] == FIRST_FOUR
+
+    done = await migrate(fresh_conn)
+    assert done == expected
+    assert await applied(fresh_conn) == {m.version: m.sha256 for m in discover()}
+
+    assert await migrate(fresh_conn) == []
+    assert await migrate(fresh_conn) == []
+    assert list(await applied(fresh_conn)) == expected
+
+    # The schema is really there: the named queries of the service run against it.
+    await init_connection(fresh_conn)
+    assert await repo.list_facts(fresh_conn, "p", None, None, None, 10) == []
+    assert await repo.list_conflicts(fresh_conn, "p", None, None) == []
+    assert await repo.ping(fresh_conn)
+
+
+async def test_changed_applied_file_is_refused(
+    fresh_conn: asyncpg.Connection, fresh_settings: Settings, migrations_copy: Path
+) -> None:
+    assert await migrate(fresh_conn, migrations_copy) == [m.version for m in discover(migrations_copy)]
+    target = migrations_copy / "0002_memory.sql"
+    target.write_text(target.read_text() + "\n-- an innocent-looking edit\n")
+    with pytest.raises(MigrationError) as err:
+        await migrate(fresh_conn, migrations_copy)
+    message = str(err.value)
+    assert "0002_memory.sql" in message
+    assert "changed" in message
+    # The refusal released the migration lock: another session can take it at once.
+    other = await connect(fresh_settings)
+    try:
+        await asyncio.wait_for(load_queries().lock_migrations(other), timeout=5)
+        assert await load_queries().unlock_migrations(other) is True
+    finally:
+        await other.close()
+
+
+async def test_file_added_later_is_applied(fresh_conn: asyncpg.Connection, migrations_copy: Path) -> None:
+    first = await migrate(fresh_conn, migrations_copy)
+    assert first[:4] == FIRST_FOUR
+    (migrations_copy / "0900_later.sql").write_text(
+        "CREATE TABLE later_test (project_id text NOT NULL, n integer, PRIMARY KEY (project_id));\n"
+    )
+    assert await migrate(fresh_conn, migrations_copy) == ["0900_later"]
+    assert await migrate(fresh_conn, migrations_copy) == []
+    assert "0900_later" in await applied(fresh_conn)
+
+
+async def test_failing_migration_is_rolled_back_and_not_recorded(
+    fresh_conn: asyncpg.Connection, migrations_copy: Path
+) -> None:
+    await migrate(fresh_conn, migrations_copy)
+    broken = migrations_copy / "0901_broken.sql"
+    broken.write_text("CREATE TABLE half_done (x int);\nTHIS IS NOT SQL;\n")
+    with pytest.raises(asyncpg.PostgresSyntaxError):
+        await migrate(fresh_conn, migrations_copy)
+    assert "0901_broken" not in await applied(fresh_conn)
+    broken.write_text("CREATE TABLE half_done (x int);\n")
+    assert await migrate(fresh_conn, migrations_copy) == ["0901_broken"]
+
+
+async def test_database_ahead_of_the_files_is_refused(fresh_conn: asyncpg.Connection, migrations_copy: Path) -> None:
+    await migrate(fresh_conn, migrations_copy)
+    (migrations_copy / "0004_search_vector.sql").unlink()
+    with pytest.raises(MigrationError, match="0004_search_vector"):
+        await migrate(fresh_conn, migrations_copy)
+
+
+@pytest.mark.parametrize("name", ["5_short.sql", "0005-dash.sql", "0005_Upper.sql"])
+def test_badly_named_file_is_refused(migrations_copy: Path, name: str) -> None:
+    """`migrate` runs `discover` before it touches the database."""
+    (migrations_copy / name).write_text("SELECT 1;\n")
+    with pytest.raises(MigrationError, match="NNNN_name.sql"):
+        discover(migrations_copy)
+
+
+def test_duplicate_number_is_refused(migrations_copy: Path) -> None:
+    (migrations_copy / "0002_again.sql").write_text("SELECT 1;\n")
+    with pytest.raises(MigrationError, match="share a number"):
+        discover(migrations_copy)
+
+
+def test_non_sql_files_are_ignored(migrations_copy: Path) -> None:
+    (migrations_copy / "README.md").write_text("notes\n")
+    assert [m.version for m in discover(migrations_copy)] == [m.version for m in discover()]
+
+
+async def test_concurrent_runners_apply_each_file_once(fresh_settings: Settings) -> None:
+    expected = [m.version for m in discover()]
+    conns = [await connect(fresh_settings) for _ in range(3)]
+    try:
+        results = await asyncio.gather(*(migrate(c) for c in conns))
+        assert sorted(results, key=len) == [[], [], expected]
+        rows = [r async for r in load_queries().applied_migrations(conns[0])]
+        assert [r["version"] for r in rows] == expected
+        # Every runner released the advisory lock.
+        for c in conns:
+            assert await asyncio.wait_for(migrate(c), timeout=10) == []
+    finally:
+        for c in conns:
+            await c.close()

@@ -1,0 +1,203 @@
+"""House rules of queries/*.sql, checked statically (no database needed).
+
+- every `-- name:` line is followed by a purpose comment;
+- no `SELECT *` (the Structs' fields are the SQL aliases, so columns are listed);
+- every named query is called somewhere: service queries under service/, `test_` queries
+  (test-only statements) under tests/; `bench_` statements are not checked;
+- every statement that reads or writes a tenant table (a table whose rows carry project_id)
+  is anchored to the caller's project: each tenant table it reads is constrained on its
+  project_id, and the statement ties project_id to the :project_id parameter.
+  `bench_` statements (throw-away benchmark database) are exempt.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from service.sql import load_queries, resource_dir
+
+REPO = Path(__file__).resolve().parent.parent
+QUERIES_DIR = resource_dir("queries")
+MIGRATIONS_DIR = resource_dir("migrations")
+
+# The spec's tenant tables; the list derived from the migrations must include them.
+SPEC_TENANT_TABLES = {"facts", "events", "conflict_sets", "conflict_members", "context_calls", "context_traces"}
+# api_keys carries project_id but is looked up by key hash alone (the key names no project).
+NOT_TENANT = {"api_keys"}
+
+NAME_LINE = re.compile(r"^--\s*name:\s*(?P<name>[A-Za-z_]\w*)")
+TABLE_REF = re.compile(
+    r"\b(?P<kw>FROM|JOIN|UPDATE|INTO|USING)\s+(?:ONLY\s+)?(?P<table>\w+)(?:\s+(?:AS\s+)?(?P<alias>\w+))?",
+    re.IGNORECASE,
+)
+SQL_WORDS = {
+    "where", "set", "on", "join", "left", "right", "inner", "outer", "cross", "full", "natural", "order",
+    "group", "limit", "offset", "using", "returning", "window", "having", "union", "except", "intersect",
+    "for", "and", "or", "lateral", "values", "select", "tablesample", "default", "do", "as",
+}  # fmt: skip
+SELECT_STAR = re.compile(
+    r"\bSELECT\s+(?:DISTINCT\s+)?(?:\w+\.)?\*|,\s*(?:\w+\.)?\*\s*(?:,|\bFROM\b)|\bRETURNING\s+(?:\w+\.)?\*",
+    re.IGNORECASE,
+)
+PROJECT_ANCHOR = re.compile(r"project_id\s*=\s*(?::project_id\b|ANY\s*\(\s*:)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Query:
+    file: str
+    name: str
+    comment: str  # the line right after `-- name:`
+    sql: str  # without comments
+
+    @property
+    def label(self) -> str:
+        return f"{self.file}:{self.name}"
+
+
+def strip_comments(sql: str) -> str:
+    return "\n".join(line.split("--", 1)[0] for line in sql.splitlines())
+
+
+@cache
+def parse_queries() -> tuple[Query, ...]:
+    out: list[Query] = []
+    for path in sorted(QUERIES_DIR.glob("*.sql")):
+        lines = path.read_text().splitlines()
+        starts = [i for i, line in enumerate(lines) if NAME_LINE.match(line)]
+        for n, start in enumerate(starts):
+            end = starts[n + 1] if n + 1 < len(starts) else len(lines)
+            m = NAME_LINE.match(lines[start])
+            assert m is not None
+            comment = lines[start + 1] if start + 1 < end else ""
+            out.append(
+                Query(
+                    file=path.name,
+                    name=m.group("name"),
+                    comment=comment,
+                    sql=strip_comments("\n".join(lines[start + 1 : end])),
+                )
+            )
+    return tuple(out)
+
+
+@cache
+def tenant_tables() -> frozenset[str]:
+    tables: set[str] = set()
+    create = re.compile(r"CREATE TABLE (?:IF NOT EXISTS )?(?P<table>\w+)\s*\((?P<body>.*?)\n\);", re.S | re.I)
+    for path in sorted(MIGRATIONS_DIR.glob("*.sql")):
+        for m in create.finditer(strip_comments(path.read_text())):
+            if re.search(r"^\s*project_id\s", m.group("body"), re.M):
+                tables.add(m.group("table"))
+    return frozenset(tables - NOT_TENANT)
+
+
+@cache
+def python_sources(folder: str) -> str:
+    root = REPO / folder
+    return "\n".join(p.read_text() for p in sorted(root.rglob("*.py"))) if root.is_dir() else ""
+
+
+def query_ids() -> list[str]:
+    return [q.label for q in parse_queries()]
+
+
+def test_queries_load() -> None:
+    queries = load_queries()
+    names = set(queries.available_queries)
+    parsed = {q.name for q in parse_queries()}
+    assert parsed, "no named queries found"
+    assert parsed <= names
+    for required in ("insert_facts", "list_facts", "find_api_key", "detect_conflicts", "lock_migrations"):
+        assert hasattr(queries, required), required
+
+
+def test_query_names_are_unique() -> None:
+    names = [q.name for q in parse_queries()]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+
+
+def test_tenant_tables_come_from_the_migrations() -> None:
+    assert SPEC_TENANT_TABLES <= tenant_tables()
+
+
+@pytest.mark.parametrize("query", parse_queries(), ids=query_ids())
+def test_purpose_comment_after_name(query: Query) -> None:
+    assert re.match(r"^--\s+\S", query.comment), f"{query.label}: the line after `-- name:` must say what it is for"
+    assert not NAME_LINE.match(query.comment)
+    assert query.sql.strip(), f"{query.label}: empty statement"
+
+
+@pytest.mark.parametrize("query", parse_queries(), ids=query_ids())
+def test_no_select_star(query: Query) -> None:
+    m = SELECT_STAR.search(query.sql)
+    assert m is None, f"{query.label}: list the columns instead of `{m.group(0) if m else ''}`"
+
+
+@pytest.mark.parametrize(
+    "query", [q for q in parse_queries() if not q.name.startswith("bench_")], ids=lambda q: q.label
+)
+def test_every_query_is_called(query: Query) -> None:
+    folder = "tests" if query.name.startswith("test_") else "service"
+    source = python_sources(folder)
+    pattern = re.compile(rf"\.{re.escape(query.name)}\(")
+    assert pattern.search(source), f"{query.label} is never called as `.{query.name}(` under {folder}/"
+
+
+def tenant_refs(sql: str) -> list[tuple[str, str, str]]:
+    """(keyword, table, alias) of every tenant table the statement reads or writes."""
+    tables = tenant_tables()
+    refs = []
+    for m in TABLE_REF.finditer(sql):
+        table = m.group("table")
+        if table not in tables:
+            continue
+        alias = m.group("alias")
+        if alias is None or alias.lower() in SQL_WORDS:
+            alias = table
+        refs.append((m.group("kw").upper(), table, alias))
+    return refs
+
+
+@pytest.mark.parametrize(
+    "query", [q for q in parse_queries() if not q.name.startswith("bench_")], ids=lambda q: q.label
+)
+def test_tenant_tables_are_filtered_on_project_id(query: Query) -> None:
+    refs = tenant_refs(query.sql)
+    if not refs:
+        return
+    problems = []
+    for kw, table, alias in refs:
+        if kw == "INTO":
+            if not re.search(r":project_id\b", query.sql):
+                problems.append(f"INSERT INTO {table} does not take :project_id")
+            continue
+        qualified = re.compile(
+            rf"\b{re.escape(alias)}\.project_id\s*=|=\s*{re.escape(alias)}\.project_id\b", re.IGNORECASE
+        )
+        unqualified = re.compile(r"(?<![\w.])project_id\s*=", re.IGNORECASE)
+        if not (qualified.search(query.sql) or (alias == table and unqualified.search(query.sql))):
+            problems.append(f"{kw} {table} AS {alias} is not constrained on {alias}.project_id")
+    if not (PROJECT_ANCHOR.search(query.sql) or all(kw == "INTO" for kw, _, _ in refs)):
+        problems.append("no `project_id = :project_id` (or `= ANY(:...)`) filter")
+    assert not problems, f"{query.label}: " + "; ".join(problems)
+
+
+def test_the_rule_checker_catches_violations() -> None:
+    """The checks above would fail on statements that break them."""
+    leaky = "SELECT f.fact_id FROM facts AS f WHERE f.subject_id = :subject_id"
+    assert tenant_refs(leaky) == [("FROM", "facts", "f")]
+    assert not PROJECT_ANCHOR.search(leaky)
+    join_leak = (
+        "SELECT f.fact_id FROM facts AS f JOIN conflict_members AS cm ON cm.fact_id = f.fact_id "
+        "WHERE f.project_id = :project_id"
+    )
+    assert not re.search(r"\bcm\.project_id\s*=|=\s*cm\.project_id\b", join_leak)
+    assert SELECT_STAR.search("SELECT * FROM facts")
+    assert SELECT_STAR.search("SELECT f.* FROM facts AS f")
+    assert SELECT_STAR.search("SELECT a, f.* FROM facts AS f")
+    assert not SELECT_STAR.search("SELECT count(*) FROM facts")

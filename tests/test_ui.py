@@ -1,0 +1,149 @@
+"""The trace inspector pages (/ui): cookie login, escaping of untrusted memory, every decision.
+
+The same pages are driven in a real headless Chromium by tests/test_ui_browser.py.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+import asyncpg
+
+from service import auth
+from tests.conftest import bearer
+
+PROJECT = "proj-a"
+XSS = '<script>alert("pwned")</script><img src=x onerror=alert(1)>'
+
+
+async def login(client: Any, key: str) -> dict[str, str]:
+    r = await client.post("/ui/login", data={"key": key})
+    assert r.status_code == 303, r.text
+    assert r.headers["location"] == "/ui/traces"
+    return {"Cookie": f"haki_ui_key={key}"}
+
+
+async def seed_trace(client: Any, key: str, subject: str = "ui-1") -> str:
+    r = await client.post(
+        "/v1/facts",
+        json={
+            "project_id": PROJECT,
+            "subject_id": subject,
+            "facts": [
+                {"content": f"Zoe's note: {XSS}"},
+                {"content": "Zoe works at Hooli.", "key": "employer"},
+                {"content": "Zoe works at Pied Piper.", "key": "employer"},
+                {"content": "Zoe lives in Palo Alto. " * 20},
+            ],
+        },
+        headers=bearer(key),
+    )
+    assert r.status_code == 201, r.text
+    r = await client.post(
+        "/v1/events",
+        json={
+            "project_id": PROJECT,
+            "subject_id": subject,
+            "events": [{"content": "Zoe demoed the compression app.", "occurred_at": "2025-02-03T10:00:00Z"}],
+        },
+        headers=bearer(key),
+    )
+    assert r.status_code == 201, r.text
+    r = await client.post(
+        "/v1/context",
+        json={
+            "project_id": PROJECT,
+            "subject_id": subject,
+            "query": f"Where does Zoe work? {XSS}",
+            "budget_tokens": 40,
+        },
+        headers=bearer(key),
+    )
+    assert r.status_code == 200, r.text
+    trace_id: str = r.json()["trace_id"]
+    return trace_id
+
+
+async def test_pages_need_the_login_cookie(client: Any, key: str) -> None:
+    for path in ("/ui/traces", "/ui/traces/01900000-0000-7000-8000-000000000000"):
+        r = await client.get(path)
+        assert r.status_code == 303 and r.headers["location"] == "/ui/login"
+    # A bearer header is no way in: the pages read the cookie only.
+    assert (await client.get("/ui/traces", headers=bearer(key))).status_code == 303
+    # A cookie holding a bad key is dropped on the way to the login form.
+    r = await client.get("/ui/traces", headers={"Cookie": "haki_ui_key=hk_wrong"})
+    assert r.status_code == 303 and "max-age=0" in r.headers["set-cookie"].lower()
+
+
+async def test_login_sets_an_httponly_strict_cookie_and_never_a_url(client: Any, key: str) -> None:
+    form = await client.get("/ui/login")
+    assert form.status_code == 200 and form.headers["content-type"].startswith("text/html")
+    assert 'method="post" action="/ui/login"' in form.text and 'name="key"' in form.text
+
+    bad = await client.post("/ui/login", data={"key": "hk_not_a_key"})
+    assert bad.status_code == 401 and "Unknown or revoked API key" in bad.text
+    assert "set-cookie" not in bad.headers
+
+    r = await client.post("/ui/login", data={"key": key})
+    assert r.status_code == 303 and key not in r.headers["location"]
+    cookie = r.headers["set-cookie"]
+    attributes = {a.strip().split("=")[0].lower() for a in cookie.split(";")}
+    assert cookie.startswith(f"haki_ui_key={key}")
+    assert {"httponly", "samesite", "path"} <= attributes
+    assert re.search(r"samesite=strict", cookie, re.I) and re.search(r"path=/ui(;|$)", cookie, re.I)
+
+    out = await client.post("/ui/logout", headers={"Cookie": f"haki_ui_key={key}"})
+    assert out.status_code == 303 and "max-age=0" in out.headers["set-cookie"].lower()
+
+
+async def test_trace_page_escapes_untrusted_text_and_shows_every_decision(
+    client: Any, key: str, conn: asyncpg.Connection
+) -> None:
+    trace_id = await seed_trace(client, key)
+    cookie = await login(client, key)
+    inspection = (await client.get(f"/v1/inspect/{trace_id}", headers=bearer(key))).json()
+
+    r = await client.get(f"/ui/traces/{trace_id}", headers=cookie)
+    assert r.status_code == 200, r.text
+    page = r.text
+    assert "script-src" not in r.headers["content-security-policy"]  # default-src 'none' covers it
+    assert r.headers["cache-control"] == "no-store"
+    # Untrusted text is shown, escaped: never as markup.
+    assert "<script>" not in page and "<img src=x" not in page
+    assert html.escape(XSS, quote=False) in page or "&lt;script&gt;" in page
+    assert "Where does Zoe work?" in page
+
+    rows = re.findall(r'<tr class="decision (\w+)" data-item-id="([0-9a-f-]+)" data-reason="(\w+)"', page)
+    assert len(rows) == len(inspection["decisions"])
+    expected = sorted((d["decision"], d["item_id"], d["reason_code"]) for d in inspection["decisions"])
+    assert sorted(rows) == expected
+    decisions = {d for d, _, _ in rows}
+    assert {"included", "blocked", "excluded"} <= decisions
+    assert '<section class="decisions blocked" id="blocked">' in page
+    assert "open_conflict: 2 fact(s) hidden pending conflict resolution" in page
+    used, budget = inspection["used_tokens"], inspection["budget_tokens"]
+    assert f'<meter id="budget" min="0" max="{budget}" value="{used}">' in page
+
+    listing = await client.get("/ui/traces?subject_id=ui-1", headers=cookie)
+    assert listing.status_code == 200 and f"/ui/traces/{trace_id}" in listing.text
+    assert "<script>" not in listing.text
+    other = await client.get("/ui/traces?subject_id=someone-else", headers=cookie)
+    assert f"/ui/traces/{trace_id}" not in other.text and "No context call yet" in other.text
+
+
+async def test_a_key_sees_only_its_own_project(client: Any, key: str, conn: asyncpg.Connection) -> None:
+    trace_id = await seed_trace(client, key, subject="ui-2")
+    _, other_key = await auth.create_key(conn, "proj-other")
+    cookie = await login(client, other_key)
+    r = await client.get(f"/ui/traces/{trace_id}", headers=cookie)
+    assert r.status_code == 404 and "Trace not found" in r.text
+    listing = await client.get("/ui/traces", headers=cookie)
+    assert trace_id not in listing.text
+
+
+async def test_stylesheet_is_served_without_a_key(client: Any) -> None:
+    r = await client.get("/ui/assets/haki.css")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/css")
+    assert "section.decisions.blocked" in r.text
