@@ -43,7 +43,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -183,19 +182,42 @@ class Mode:
     weights: tuple[float, float, float] | None  # None: the shipped weights
     options: dict[str, Any] = field(default_factory=dict)  # evaluation-only assemble() switches
     note: str = ""
+    group: str = "spec"
     # False: the query is never embedded, so assemble() takes its embedder-down path (full-text
     # fact candidates only, no episodes: events have no full-text index).
     query_vector: bool = True
 
 
 def default_modes() -> list[Mode]:
+    """The shipped assembler in every mode asked for, then the proposals of docs/quality.md."""
+    from service.context.proposals import Proposal
+
+    vector, text = (1.0, 0.0, 0.0), (0.0, 1.0, 0.0)
+    p1a = Proposal(text_query="any")
+    p1b = Proposal(text_query="idf")
+    p2 = Proposal(shared_budget=True)
+    p1b2 = Proposal(text_query="idf", shared_budget=True)
+    p1a23 = Proposal(text_query="any", shared_budget=True, episode_text=True)
+    full = Proposal(text_query="idf", shared_budget=True, episode_text=True)
     return [
-        Mode("hybrid", 900, None, note="shipped behaviour"),
-        Mode("vector-only", 900, (1.0, 0.0, 0.0)),
-        Mode("full-text-only", 900, (0.0, 1.0, 0.0), query_vector=False),
-        Mode("text-ranked", 900, (0.0, 1.0, 0.0), note="weights (0,1,0) over the hybrid candidates"),
-        Mode("hybrid@450", 450, None),
-        Mode("hybrid@1800", 1800, None),
+        Mode("hybrid", 900, None, group="spec", note="shipped behaviour"),
+        Mode("vector-only", 900, vector, group="spec"),
+        Mode("full-text-only", 900, text, group="spec", query_vector=False),
+        Mode("text-ranked", 900, text, group="spec"),
+        Mode("hybrid@450", 450, None, group="spec"),
+        Mode("hybrid@1800", 1800, None, group="spec"),
+        Mode("P1a any-word", 900, None, {"proposal": p1a}, group="proposals"),
+        Mode("P1b idf", 900, None, {"proposal": p1b}, group="proposals"),
+        Mode("P2 shared", 900, None, {"proposal": p2}, group="proposals"),
+        Mode("P1b+P2", 900, None, {"proposal": p1b2}, group="proposals"),
+        Mode("P1a+P2+P3", 900, None, {"proposal": p1a23}, group="proposals"),
+        Mode("P1b+P2+P3", 900, None, {"proposal": full}, group="proposals"),
+        Mode("P1b+P2+P3 vector-only", 900, vector, {"proposal": full}, group="proposals"),
+        Mode(
+            "P1b+P2+P3 full-text-only", 900, text, {"proposal": full}, group="proposals", query_vector=False
+        ),
+        Mode("P1b+P2+P3@450", 450, None, {"proposal": full}, group="proposals"),
+        Mode("P1b+P2+P3@1800", 1800, None, {"proposal": full}, group="proposals"),
     ]
 
 
@@ -269,7 +291,11 @@ async def ingest(client: Any, headers: dict[str, str], conv: Conversation) -> di
             "project_id": PROJECT_ID,
             "subject_id": conv.sample_id,
             "events": [
-                {"content": t.content, "occurred_at": t.occurred_at.isoformat(), "metadata": {"dia_id": t.dia_id}}
+                {
+                    "content": t.content,
+                    "occurred_at": t.occurred_at.isoformat(),
+                    "metadata": {"dia_id": t.dia_id},
+                }
                 for t in batch
             ],
         }
@@ -318,9 +344,12 @@ async def evaluate(
         if progress:
             print(msg, file=sys.stderr, flush=True)
 
-    # The full-text-only mode takes the embedder-down path, which logs a warning per call.
-    logging.getLogger("haki.context").setLevel(logging.ERROR)
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    # The full-text-only mode takes the embedder-down path, which logs a warning per call, and
+    # httpx logs every request; both are restored on the way out (tests share the process).
+    quiet = {"haki.context": logging.ERROR, "httpx": logging.WARNING}
+    levels = {name: logging.getLogger(name).level for name in quiet}
+    for name, level in quiet.items():
+        logging.getLogger(name).setLevel(level)
     started = time.perf_counter()
     data_dir = Path(tempfile.mkdtemp(prefix="haki-locomo-"))
     pool: Any = None
@@ -404,7 +433,8 @@ async def evaluate(
                     "name": m.name,
                     "budget": m.budget,
                     "weights": list(m.weights or DEFAULT_WEIGHTS),
-                    "options": m.options,
+                    "options": {k: repr(v) for k, v in m.options.items()},
+                    "group": m.group,
                     "note": m.note,
                     "overall": stats[m.name].summary(),
                     "categories": {str(c): stats[m.name].summary(c) for c in CATEGORIES},
@@ -420,6 +450,8 @@ async def evaluate(
             "elapsed_seconds": elapsed,
         }
     finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
         if embedder is not None:
             await embedder.aclose()
         if pool is not None:
@@ -430,7 +462,9 @@ async def evaluate(
             shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def select(conversations: list[Conversation], n_conv: int | None, n_questions: int | None) -> list[Conversation]:
+def select(
+    conversations: list[Conversation], n_conv: int | None, n_questions: int | None
+) -> list[Conversation]:
     chosen = conversations[:n_conv] if n_conv else conversations
     if n_questions:
         for c in chosen:
@@ -450,7 +484,8 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+    system = f"{platform.system()} {platform.release()}"
+    return f"{cpu}, {os.cpu_count()} cores, {system}, Python {platform.python_version()}"
 
 
 def markdown(result: dict[str, Any], command: str) -> str:
@@ -464,7 +499,8 @@ def markdown(result: dict[str, Any], command: str) -> str:
         "",
         "Evidence recall (mean over QAs) per category, then overall:",
         "",
-        "| mode | budget | " + " | ".join(f"{c} {n}" for c, n in CATEGORIES.items())
+        "| mode | budget | "
+        + " | ".join(f"{c} {n}" for c, n in CATEGORIES.items())
         + " | **overall** | full-evidence hit | mean used tokens | p50 latency | random packet |",
         "|---|---:|" + "---:|" * len(CATEGORIES) + "---:|---:|---:|---:|---:|",
     ]
@@ -477,14 +513,17 @@ def markdown(result: dict[str, Any], command: str) -> str:
         if not o["n"]:
             continue
         lines.append(
-            f"| {m['name']} | {m['budget']} | " + " | ".join(cats)
+            f"| {m['name']} | {m['budget']} | "
+            + " | ".join(cats)
             + f" | **{o['recall']:.3f}** | {o['full_hit']:.3f} | {o['used_tokens']:.0f} | "
             f"{o['p50_ms']:.1f} ms | {o['random_recall']:.3f} |"
         )
     counts = result["modes"][0]["categories"]
     lines += [
         "",
-        "Questions per category: " + ", ".join(f"{n} {counts[str(c)]['n']}" for c, n in CATEGORIES.items()) + ".",
+        "Questions per category: "
+        + ", ".join(f"{n} {counts[str(c)]['n']}" for c, n in CATEGORIES.items())
+        + ".",
         "",
         "Full-evidence hit rate per category:",
         "",
@@ -501,11 +540,25 @@ def markdown(result: dict[str, Any], command: str) -> str:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
+    )
     p.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="LoCoMo JSON (default: %(default)s)")
-    p.add_argument("--conversations", type=int, default=None, metavar="N", help="only the first N conversations")
-    p.add_argument("--questions", type=int, default=None, metavar="N", help="only the first N questions (with evidence) of each conversation")
-    p.add_argument("--modes", default=None, help="comma-separated mode names (default: all)")
+    p.add_argument(
+        "--conversations", type=int, default=None, metavar="N", help="only the first N conversations"
+    )
+    p.add_argument(
+        "--questions",
+        type=int,
+        default=None,
+        metavar="N",
+        help="only the first N questions (with evidence) of each conversation",
+    )
+    p.add_argument(
+        "--modes",
+        default=None,
+        help="comma-separated mode names or groups (`spec`, `proposals`); default: all",
+    )
     p.add_argument("--json", type=Path, default=None, help="also write the metrics as JSON here")
     return p.parse_args(argv)
 
@@ -520,11 +573,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     modes = default_modes()
     if args.modes:
         wanted = [n.strip() for n in args.modes.split(",") if n.strip()]
-        unknown = set(wanted) - {m.name for m in modes}
+        groups = {m.group for m in modes}
+        unknown = set(wanted) - {m.name for m in modes} - groups
         if unknown:
             print(f"unknown modes: {sorted(unknown)}; known: {[m.name for m in modes]}", file=sys.stderr)
             return 2
-        modes = [m for m in modes if m.name in wanted]
+        modes = [m for m in modes if m.name in wanted or m.group in wanted]
     result = asyncio.run(evaluate(conversations, modes))
     command = "benchmarks/locomo.py " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     print(markdown(result, command.strip()))

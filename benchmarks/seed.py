@@ -27,10 +27,55 @@ from service.constants import EMBED_DIM
 SEED = 20240917
 
 NAMES = (
-    "Alice Bruno Chloe Daniel Emma Farid Grace Hugo Ines Jonas Kira Liam Maya Noah Olga Pablo "
-    "Quinn Rosa Sami Tara Ugo Vera Wang Xena Yusuf Zoe Amir Bianca Carlos Dana Elif Felix Greta "
-    "Hana Ivan Julia Kenji Lena Marco Nadia Omar Priya Rafael Sofia Tomas Uma Viktor Yara"
-).split()
+    "Alice",
+    "Bruno",
+    "Chloe",
+    "Daniel",
+    "Emma",
+    "Farid",
+    "Grace",
+    "Hugo",
+    "Ines",
+    "Jonas",
+    "Kira",
+    "Liam",
+    "Maya",
+    "Noah",
+    "Olga",
+    "Pablo",
+    "Quinn",
+    "Rosa",
+    "Sami",
+    "Tara",
+    "Ugo",
+    "Vera",
+    "Wang",
+    "Xena",
+    "Yusuf",
+    "Zoe",
+    "Amir",
+    "Bianca",
+    "Carlos",
+    "Dana",
+    "Elif",
+    "Felix",
+    "Greta",
+    "Hana",
+    "Ivan",
+    "Julia",
+    "Kenji",
+    "Lena",
+    "Marco",
+    "Nadia",
+    "Omar",
+    "Priya",
+    "Rafael",
+    "Sofia",
+    "Tomas",
+    "Uma",
+    "Viktor",
+    "Yara",
+)
 
 # 32 topics x 8 items. Capitalised items double as multi-hop entities.
 TOPICS: dict[str, tuple[str, ...]] = {
@@ -52,24 +97,64 @@ TOPICS: dict[str, tuple[str, ...]] = {
     "clothes": ("sneakers", "scarf", "raincoat", "sweater", "boots", "jeans", "hoodie", "sandals"),
     "weather": ("snow", "humidity", "heatwave", "drizzle", "thunderstorms", "fog", "wind", "sunshine"),
     "cars": ("Tesla", "Volvo", "Peugeot", "Subaru", "Fiat", "Toyota", "Skoda", "Mazda"),
-    "study": ("calculus", "chemistry", "linguistics", "statistics", "philosophy", "geology", "astronomy",
-              "economics"),
+    "study": (
+        "calculus",
+        "chemistry",
+        "linguistics",
+        "statistics",
+        "philosophy",
+        "geology",
+        "astronomy",
+        "economics",
+    ),
     "languages": ("Spanish", "Mandarin", "Swahili", "German", "Portuguese", "Japanese", "Arabic", "Italian"),
     "diet": ("vegan", "gluten", "lactose", "keto", "halal", "kosher", "peanuts", "shellfish"),
     "games": ("poker", "sudoku", "crosswords", "Minecraft", "Zelda", "Tetris", "bridge", "backgammon"),
-    "art": ("watercolor", "sculpture", "photography", "graffiti", "mosaics", "etching", "ceramics",
-            "sketching"),
+    "art": (
+        "watercolor",
+        "sculpture",
+        "photography",
+        "graffiti",
+        "mosaics",
+        "etching",
+        "ceramics",
+        "sketching",
+    ),
     "plants": ("tomatoes", "roses", "basil", "orchids", "cactus", "lavender", "tulips", "bonsai"),
     "apps": ("Slack", "WhatsApp", "Discord", "Signal", "Mastodon", "Telegram", "Reddit", "Instagram"),
-    "shopping": ("groceries", "furniture", "bicycles", "vinyl", "perfume", "jewelry", "stationery",
-                 "headphones"),
+    "shopping": (
+        "groceries",
+        "furniture",
+        "bicycles",
+        "vinyl",
+        "perfume",
+        "jewelry",
+        "stationery",
+        "headphones",
+    ),
     "projects": ("Apollo", "Hermes", "Zephyr", "Orion", "Phoenix", "Atlas", "Nimbus", "Vega"),
-    "occasions": ("wedding", "birthday", "conference", "marathon", "reunion", "festival", "graduation",
-                  "housewarming"),
+    "occasions": (
+        "wedding",
+        "birthday",
+        "conference",
+        "marathon",
+        "reunion",
+        "festival",
+        "graduation",
+        "housewarming",
+    ),
     "transport": ("subway", "tram", "ferry", "scooter", "carpool", "train", "bus", "taxi"),
     "fears": ("spiders", "heights", "flying", "crowds", "needles", "darkness", "thunder", "clowns"),
-    "volunteering": ("shelter", "hospice", "library", "cleanup", "mentoring", "tutoring", "foodbank",
-                     "fundraiser"),
+    "volunteering": (
+        "shelter",
+        "hospice",
+        "library",
+        "cleanup",
+        "mentoring",
+        "tutoring",
+        "foodbank",
+        "fundraiser",
+    ),
     "sleep": ("insomnia", "naps", "snoring", "melatonin", "nightmares", "jetlag", "alarm", "mattress"),
 }
 TOPIC_NAMES = tuple(TOPICS)
@@ -79,22 +164,52 @@ ITEMS_PER_TOPIC = 8
 N_ITEMS = len(ITEMS)
 
 VERBS = (
-    "likes", "mentioned", "talked about", "asked about", "is worried about", "recommended",
-    "bought", "plans to try", "stopped", "keeps forgetting", "loves", "complained about",
+    "likes",
+    "mentioned",
+    "talked about",
+    "asked about",
+    "is worried about",
+    "recommended",
+    "bought",
+    "plans to try",
+    "stopped",
+    "keeps forgetting",
+    "loves",
+    "complained about",
 )
 TAILS = (
-    "last week", "since 2019", "every weekend", "at the office", "with friends", "on Fridays",
-    "during the holidays", "before the move", "after the trip", "most evenings", "this spring",
-    "at home", "with the kids", "for years", "again yesterday", "in the new flat",
+    "last week",
+    "since 2019",
+    "every weekend",
+    "at the office",
+    "with friends",
+    "on Fridays",
+    "during the holidays",
+    "before the move",
+    "after the trip",
+    "most evenings",
+    "this spring",
+    "at home",
+    "with the kids",
+    "for years",
+    "again yesterday",
+    "in the new flat",
 )
 EVENT_TEMPLATES = (
-    "Call with {name} about {item}", "{name} sent photos of the {item}",
-    "Meeting notes: {item} review with {name}", "{name} booked a slot for {item}",
+    "Call with {name} about {item}",
+    "{name} sent photos of the {item}",
+    "Meeting notes: {item} review with {name}",
+    "{name} booked a slot for {item}",
 )
 QUESTION_TEMPLATES = (
-    "What does {name} think about {item}?", "Tell me about {name} and {item}", "{item}",
-    "{name} {item}", "Any news on {item}?", "What should I remember about {item} {tail}?",
-    "{name} {verb} {item}", "Is {name} into {topic}?",
+    "What does {name} think about {item}?",
+    "Tell me about {name} and {item}",
+    "{item}",
+    "{name} {item}",
+    "Any news on {item}?",
+    "What should I remember about {item} {tail}?",
+    "{name} {verb} {item}",
+    "Is {name} into {topic}?",
 )
 
 # Mixing weights of the vector model (unit vectors; see the module docstring).
@@ -105,8 +220,18 @@ QUERY_NOISE = 0.6
 NOW = datetime(2025, 6, 1, tzinfo=UTC)
 
 FACT_COLUMNS = [
-    "project_id", "fact_id", "subject_id", "content", "key", "status", "valid_from", "valid_to",
-    "recorded_from", "volatility", "stale_after", "embedding",
+    "project_id",
+    "fact_id",
+    "subject_id",
+    "content",
+    "key",
+    "status",
+    "valid_from",
+    "valid_to",
+    "recorded_from",
+    "volatility",
+    "stale_after",
+    "embedding",
 ]
 EVENT_COLUMNS = ["project_id", "event_id", "subject_id", "content", "occurred_at", "embedding"]
 
@@ -321,17 +446,41 @@ async def load(
     )
     await q.bench_stash_indexes(conn)
     stashed = [dict(r) async for r in q.bench_stashed_indexes(conn)]
-    scopes: dict[str, ScopeRows] = {}
+    scopes = {spec.subject_id: ScopeRows(spec) for spec in specs}
     start = time.perf_counter()
+    # Rows of every scope interleave in the heap, as they do when many subjects write over time
+    # (a scope-by-scope load would cluster each scope on its own pages and flatter every scan).
+    rounds = max(1, sum(s.facts + s.inactive for s in specs) // 20_000)
+    streams = [
+        fact_records(
+            project_id,
+            spec,
+            model,
+            rng,
+            scopes[spec.subject_id],
+            chunk=max(1, math.ceil((spec.facts + spec.inactive) / rounds)),
+        )
+        for spec in specs
+    ]
+    while streams:
+        batch: list[tuple[Any, ...]] = []
+        for stream in list(streams):
+            chunk = next(stream, None)
+            if chunk is None:
+                streams.remove(stream)
+            else:
+                batch.extend(chunk)
+        if batch:
+            order = rng.permutation(len(batch))
+            await conn.copy_records_to_table("facts", records=[batch[i] for i in order], columns=FACT_COLUMNS)
+            report.rows += len(batch)
+            say(f"  copied {report.rows} facts")
+    events = [row for spec in specs if spec.events for row in event_records(project_id, spec, model, rng)]
+    if events:
+        order = rng.permutation(len(events))
+        await conn.copy_records_to_table("events", records=[events[i] for i in order], columns=EVENT_COLUMNS)
     for spec in specs:
-        rows = ScopeRows(spec)
-        scopes[spec.subject_id] = rows
-        for chunk in fact_records(project_id, spec, model, rng, rows):
-            await conn.copy_records_to_table("facts", records=chunk, columns=FACT_COLUMNS)
-            report.rows += len(chunk)
-        if spec.events:
-            events = event_records(project_id, spec, model, rng)
-            await conn.copy_records_to_table("events", records=events, columns=EVENT_COLUMNS)
+        rows = scopes[spec.subject_id]
         if rows.conflict_pairs:
             sets = [(project_id, uuid7(), spec.subject_id, key, "open") for key, _, _ in rows.conflict_pairs]
             await conn.copy_records_to_table(
@@ -347,13 +496,13 @@ async def load(
             await conn.copy_records_to_table(
                 "conflict_members", records=members, columns=["project_id", "conflict_set_id", "fact_id"]
             )
-        say(f"  copied {spec.subject_id}: {spec.facts + spec.inactive} facts, {spec.events} events")
     report.copy_seconds = time.perf_counter() - start
     for idx in stashed:
         t0 = time.perf_counter()
         await q.bench_restore_index(conn, index_name=idx["index_name"])
         report.index_seconds[idx["index_name"]] = time.perf_counter() - t0
-        say(f"  built {idx['index_name']} ({idx['method']}) in {report.index_seconds[idx['index_name']]:.1f}s")
+        seconds = report.index_seconds[idx["index_name"]]
+        say(f"  built {idx['index_name']} ({idx['method']}) in {seconds:.1f}s")
     t0 = time.perf_counter()
     await q.bench_vacuum_analyze(conn)
     report.analyze_seconds = time.perf_counter() - t0

@@ -4,14 +4,23 @@
 -- sit in no open ConflictSet and are not stale volatile facts (those are reported as blocked).
 
 -- name: configure_vector_scan(ef_search)$
--- For this transaction only: let HNSW return K rows (ef_search defaults to 40) and keep
--- scanning past rows that the scope filter rejects (iterative scan). Plan every statement for
--- its own parameters: after five runs a prepared statement may switch to a generic plan, which
--- cannot tell a 100-fact scope (exact scan) from a 1M-fact one (HNSW) and picked the exact
--- scan for every scope (docs/performance.md).
+-- For this transaction (one context call) only: let HNSW return K rows (ef_search defaults to
+-- 40) and keep scanning past rows that the scope filter rejects (iterative scan). Plan each
+-- statement for its own parameters: after five runs a prepared statement may switch to a
+-- generic plan, which cannot tell a 1,000-fact scope (exact scan) from a 1M-fact one (HNSW)
+-- and exact-scanned every scope. Commit without waiting for the WAL flush: the call only
+-- writes its trace, and an fsync per read call cost more than the retrieval itself; a crash
+-- can lose the traces of the last few hundred ms, never corrupt them (docs/performance.md).
 SELECT set_config('hnsw.ef_search', :ef_search::integer::text, true) AS ef_search,
        set_config('hnsw.iterative_scan', 'relaxed_order', true) AS iterative_scan,
-       set_config('plan_cache_mode', 'force_custom_plan', true) AS plan_cache_mode;
+       set_config('plan_cache_mode', 'force_custom_plan', true) AS plan_cache_mode,
+       set_config('synchronous_commit', 'off', true) AS synchronous_commit;
+
+-- name: end_custom_plans()!
+-- After the vector-index scans, back to the session's plan cache mode for the rest of the
+-- call: multi-hop and the trace insert have one right plan for every scope, and re-planning
+-- the insert of up to 256 decisions each call doubled its cost (docs/performance.md).
+SET LOCAL plan_cache_mode TO DEFAULT;
 
 -- name: fact_candidates(project_id, subject_id, query_embedding, query_text, top_k, candidate_limit, w_similarity, w_text_rank, w_recency, tau_seconds)
 -- Phase 1 (top-K by cosine via HNSW UNION top-K by full-text rank via GIN) and phase 2 (the
@@ -20,6 +29,17 @@ SELECT set_config('hnsw.ef_search', :ef_search::integer::text, true) AS ef_searc
 -- leaves the full-text side alone.
 WITH q AS MATERIALIZED (
     SELECT websearch_to_tsquery('simple', :query_text) AS tsq
+),
+open_members AS MATERIALIZED (
+    -- The facts of the scope's open ConflictSets (a set has the scope of its members), read once
+    -- from those few sets: the servable sides below exclude them, `blocked` reports them.
+    SELECT DISTINCT cm.fact_id
+    FROM conflict_sets AS cs
+    JOIN conflict_members AS cm
+      ON cm.project_id = cs.project_id AND cm.conflict_set_id = cs.conflict_set_id
+    WHERE cs.project_id = :project_id
+      AND cs.subject_id = :subject_id
+      AND cs.status = 'open'
 ),
 vector_top AS (
     SELECT f.fact_id
@@ -31,13 +51,7 @@ vector_top AS (
       AND (f.valid_to IS NULL OR f.valid_to > now())
       AND NOT (f.volatility = 'volatile'
                AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now())
-      AND NOT EXISTS (
-          SELECT 1
-          FROM conflict_members AS cm
-          JOIN conflict_sets AS cs
-            ON cs.project_id = cm.project_id AND cs.conflict_set_id = cm.conflict_set_id
-          WHERE cm.project_id = f.project_id AND cm.fact_id = f.fact_id AND cs.status = 'open'
-      )
+      AND NOT EXISTS (SELECT 1 FROM open_members AS om WHERE om.fact_id = f.fact_id)
     ORDER BY f.embedding <=> :query_embedding::vector
     LIMIT :top_k
 ),
@@ -51,13 +65,7 @@ text_top AS (
       AND (f.valid_to IS NULL OR f.valid_to > now())
       AND NOT (f.volatility = 'volatile'
                AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now())
-      AND NOT EXISTS (
-          SELECT 1
-          FROM conflict_members AS cm
-          JOIN conflict_sets AS cs
-            ON cs.project_id = cm.project_id AND cs.conflict_set_id = cm.conflict_set_id
-          WHERE cm.project_id = f.project_id AND cm.fact_id = f.fact_id AND cs.status = 'open'
-      )
+      AND NOT EXISTS (SELECT 1 FROM open_members AS om WHERE om.fact_id = f.fact_id)
     ORDER BY ts_rank_cd(f.search_vector, q.tsq, 32) DESC, f.fact_id
     LIMIT :top_k
 ),
@@ -82,17 +90,6 @@ scored AS (
     FROM parts AS p
     ORDER BY score DESC, p.fact_id
     LIMIT :candidate_limit
-),
-open_members AS (
-    -- The facts of the open ConflictSets of the scope (a set has the scope of its members), found
-    -- from those few sets instead of probing every fact of the scope (migration 0005).
-    SELECT DISTINCT cm.fact_id
-    FROM conflict_sets AS cs
-    JOIN conflict_members AS cm
-      ON cm.project_id = cs.project_id AND cm.conflict_set_id = cs.conflict_set_id
-    WHERE cs.project_id = :project_id
-      AND cs.subject_id = :subject_id
-      AND cs.status = 'open'
 ),
 blocked AS (
     SELECT f.fact_id, 'conflict_open' AS reason_code, greatest(1, char_length(f.content) / 4) AS tokens
@@ -283,3 +280,192 @@ CROSS JOIN (
     WHERE cs.project_id = :project_id
       AND cs.status = 'open'
 ) AS oc;
+
+-- name: proposal_candidates(project_id, subject_id, query_embedding, query_text, text_mode, with_episodes, episode_text, top_k, candidate_limit, w_similarity, w_text_rank, w_recency, tau_seconds)
+-- EVALUATION ONLY: the retrieval proposals P1-P3 of docs/quality.md, reached only through
+-- assemble(proposal=...) by benchmarks/locomo.py, never through the HTTP API; the shipped
+-- path is fact_candidates above. Same hard filters and blocked rows as fact_candidates; then:
+-- - text_mode 'websearch': the spec's websearch_to_tsquery('simple', query) and ts_rank_cd;
+--   'any' (P1a): the OR of the query's words minus English stop words, ranked by ts_rank_cd;
+--   'idf' (P1b): the same OR query for matching, ranked by the share of the query's IDF that a
+--   text matches, sum(idf(matched words)) / sum(idf(query words)), with the BM25 idf
+--   ln(1 + (N - df + 0.5) / (df + 0.5)) over the scope's active facts and events;
+-- - with_episodes (P2): events are candidates too (top-K by cosine), scored with the same
+--   formula (recency from occurred_at), so facts and episodes share one ranking;
+-- - episode_text (P3): plus the top-K events by the text rank.
+-- Events have no search_vector yet (P3 adds one in a migration, with a GIN index), so this
+-- evaluation parses the scope's events once per call (event_docs): slower, same ranking.
+-- Never returns embeddings.
+WITH words AS MATERIALIZED (
+    SELECT DISTINCT w.word, plainto_tsquery('simple', w.word) AS wq
+    FROM unnest(tsvector_to_array(to_tsvector('simple', :query_text))) AS w(word)
+    WHERE to_tsvector('english', w.word) <> ''::tsvector
+),
+q AS MATERIALIZED (
+    SELECT CASE WHEN :text_mode::text = 'websearch' THEN websearch_to_tsquery('simple', :query_text)
+                ELSE (SELECT websearch_to_tsquery('simple', coalesce(string_agg(word, ' or '), ''))
+                      FROM words)
+           END AS tsq
+),
+event_docs AS MATERIALIZED (
+    SELECT ev.event_id, to_tsvector('simple', ev.content) AS sv
+    FROM events AS ev
+    WHERE (:text_mode::text = 'idf' OR (:with_episodes::boolean AND :episode_text::boolean))
+      AND ev.project_id = :project_id
+      AND ev.subject_id = :subject_id
+),
+corpus AS MATERIALIZED (
+    SELECT (SELECT count(*) FROM facts AS f
+            WHERE f.project_id = :project_id AND f.subject_id = :subject_id AND f.status = 'active')
+         + (SELECT count(*) FROM event_docs) AS docs
+),
+idf AS MATERIALIZED (
+    SELECT w.word, w.wq,
+           ln(1 + (c.docs - d.df + 0.5) / (d.df + 0.5)) AS idf
+    FROM words AS w
+    CROSS JOIN corpus AS c
+    CROSS JOIN LATERAL (
+        SELECT (SELECT count(*) FROM facts AS f
+                WHERE f.project_id = :project_id AND f.subject_id = :subject_id
+                  AND f.status = 'active' AND f.search_vector @@ w.wq)
+             + (SELECT count(*) FROM event_docs AS e WHERE e.sv @@ w.wq) AS df
+    ) AS d
+    WHERE :text_mode::text = 'idf'
+),
+idf_total AS MATERIALIZED (
+    SELECT nullif(sum(idf), 0) AS total FROM idf
+),
+fact_vector_top AS (
+    SELECT f.fact_id
+    FROM facts AS f
+    WHERE :query_embedding::vector IS NOT NULL
+      AND f.project_id = :project_id
+      AND f.subject_id = :subject_id
+      AND f.status = 'active'
+      AND (f.valid_to IS NULL OR f.valid_to > now())
+      AND NOT (f.volatility = 'volatile'
+               AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now())
+      AND NOT EXISTS (
+          SELECT 1
+          FROM conflict_members AS cm
+          JOIN conflict_sets AS cs
+            ON cs.project_id = cm.project_id AND cs.conflict_set_id = cm.conflict_set_id
+          WHERE cm.project_id = f.project_id AND cm.fact_id = f.fact_id AND cs.status = 'open'
+      )
+    ORDER BY f.embedding <=> :query_embedding::vector
+    LIMIT :top_k
+),
+fact_text AS (
+    SELECT f.fact_id,
+           coalesce(CASE WHEN :text_mode::text = 'idf'
+                         THEN ((SELECT sum(i.idf) FROM idf AS i WHERE f.search_vector @@ i.wq)
+                               / (SELECT total FROM idf_total))::float8
+                         ELSE ts_rank_cd(f.search_vector, q.tsq, 32)::float8
+                    END, 0) AS text_rank
+    FROM facts AS f, q
+    WHERE f.project_id = :project_id
+      AND f.subject_id = :subject_id
+      AND f.search_vector @@ q.tsq
+      AND f.status = 'active'
+      AND (f.valid_to IS NULL OR f.valid_to > now())
+      AND NOT (f.volatility = 'volatile'
+               AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now())
+      AND NOT EXISTS (
+          SELECT 1
+          FROM conflict_members AS cm
+          JOIN conflict_sets AS cs
+            ON cs.project_id = cm.project_id AND cs.conflict_set_id = cm.conflict_set_id
+          WHERE cm.project_id = f.project_id AND cm.fact_id = f.fact_id AND cs.status = 'open'
+      )
+),
+fact_text_top AS (
+    SELECT t.fact_id FROM fact_text AS t ORDER BY t.text_rank DESC, t.fact_id LIMIT :top_k
+),
+event_vector_top AS (
+    SELECT e.event_id
+    FROM events AS e
+    WHERE :with_episodes::boolean
+      AND :query_embedding::vector IS NOT NULL
+      AND e.project_id = :project_id
+      AND e.subject_id = :subject_id
+    ORDER BY e.embedding <=> :query_embedding::vector
+    LIMIT :top_k
+),
+event_text AS (
+    SELECT e.event_id,
+           coalesce(CASE WHEN :text_mode::text = 'idf'
+                         THEN ((SELECT sum(i.idf) FROM idf AS i WHERE e.sv @@ i.wq)
+                               / (SELECT total FROM idf_total))::float8
+                         ELSE ts_rank_cd(e.sv, q.tsq, 32)::float8
+                    END, 0) AS text_rank
+    FROM event_docs AS e, q
+    WHERE :with_episodes::boolean
+      AND :episode_text::boolean
+      AND e.sv @@ q.tsq
+),
+event_text_top AS (
+    SELECT t.event_id FROM event_text AS t ORDER BY t.text_rank DESC, t.event_id LIMIT :top_k
+),
+parts AS (
+    SELECT 'fact' AS item_type, f.fact_id AS item_id, f.content, f.valid_from, f.valid_to,
+           f.recorded_from, f.source_event_id, NULL::timestamptz AS occurred_at,
+           greatest(1, char_length(f.content) / 4) AS tokens,
+           (f.embedding <=> :query_embedding::vector) AS cosine_distance,
+           coalesce(ft.text_rank, 0) AS text_rank,
+           least(1.0, exp(-greatest(0.0, extract(epoch FROM now() - coalesce(f.valid_from, f.recorded_from)))
+                          / :tau_seconds::float8)) AS recency
+    FROM (SELECT fact_id FROM fact_vector_top UNION SELECT fact_id FROM fact_text_top) AS c
+    JOIN facts AS f ON f.project_id = :project_id AND f.fact_id = c.fact_id
+    LEFT JOIN fact_text AS ft ON ft.fact_id = c.fact_id
+    UNION ALL
+    SELECT 'episode', e.event_id, e.content, NULL, NULL, NULL, NULL, e.occurred_at,
+           greatest(1, char_length(e.content) / 4),
+           (e.embedding <=> :query_embedding::vector),
+           coalesce(et.text_rank, 0),
+           least(1.0, exp(-greatest(0.0, extract(epoch FROM now() - e.occurred_at)) / :tau_seconds::float8))
+    FROM (SELECT event_id FROM event_vector_top UNION SELECT event_id FROM event_text_top) AS c
+    JOIN events AS e ON e.project_id = :project_id AND e.event_id = c.event_id
+    LEFT JOIN event_text AS et ON et.event_id = c.event_id
+),
+scored AS (
+    SELECT p.item_type, p.item_id, p.content, p.valid_from, p.valid_to, p.recorded_from,
+           p.source_event_id, p.occurred_at, p.tokens, p.cosine_distance, p.text_rank, p.recency,
+           1 - p.cosine_distance AS similarity,
+           :w_similarity::float8 * coalesce(1 - p.cosine_distance, 0)
+           + :w_text_rank::float8 * p.text_rank
+           + :w_recency::float8 * p.recency AS score
+    FROM parts AS p
+    ORDER BY score DESC, p.item_type, p.item_id
+    LIMIT :candidate_limit
+),
+blocked AS (
+    SELECT f.fact_id,
+           CASE WHEN oc.open THEN 'conflict_open' ELSE 'volatility_expired' END AS reason_code,
+           greatest(1, char_length(f.content) / 4) AS tokens
+    FROM facts AS f
+    CROSS JOIN LATERAL (
+        SELECT EXISTS (
+            SELECT 1
+            FROM conflict_members AS cm
+            JOIN conflict_sets AS cs
+              ON cs.project_id = cm.project_id AND cs.conflict_set_id = cm.conflict_set_id
+            WHERE cm.project_id = f.project_id AND cm.fact_id = f.fact_id AND cs.status = 'open'
+        ) AS open
+    ) AS oc
+    WHERE f.project_id = :project_id
+      AND f.subject_id = :subject_id
+      AND f.status = 'active'
+      AND (f.valid_to IS NULL OR f.valid_to > now())
+      AND (oc.open
+           OR (f.volatility = 'volatile'
+               AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now()))
+)
+SELECT 'candidate' AS kind, s.item_type, s.item_id, s.content, s.valid_from, s.valid_to,
+       s.recorded_from, s.source_event_id, s.occurred_at, s.tokens, s.cosine_distance,
+       s.similarity, s.text_rank, s.recency, s.score,
+       NULL::text AS reason_code, NULL::bigint AS blocked_total
+FROM scored AS s
+UNION ALL
+SELECT 'blocked', 'fact', b.fact_id, NULL, NULL, NULL, NULL, NULL, NULL, b.tokens, NULL, NULL,
+       NULL, NULL, NULL, b.reason_code, count(*) OVER (PARTITION BY b.reason_code)
+FROM blocked AS b;

@@ -9,6 +9,7 @@ import signal
 import sys
 import warnings
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TypeVar
 from uuid import UUID
 
@@ -107,6 +108,21 @@ def _keys_list(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _import(settings: Settings, args: argparse.Namespace) -> int:
+    # Imported here: rich and the embedder stack are not needed by the other commands.
+    from service import importer
+
+    options = importer.ImportOptions(
+        path=Path(args.file),
+        project_id=args.project,
+        subject_id=args.subject,
+        kind=args.kind,
+        restart=args.restart,
+        batch_size=args.batch_size,
+    )
+    return importer.main_sync(settings, options)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="haki", description="Haki memory service for AI agents.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -136,6 +152,21 @@ def build_parser() -> argparse.ArgumentParser:
     lst = keys_sub.add_parser("list", help="list the keys of a project (ids, never the keys)")
     lst.add_argument("project_id", metavar="PROJECT_ID")
     lst.set_defaults(func=_keys_list)
+
+    imp = sub.add_parser(
+        "import",
+        help="bulk-load a JSONL file of facts (or events) into one scope, resumably",
+        description="Each line is one fact (or event) object as in POST /v1/facts (/v1/events). "
+        "Bad lines are reported by line number and never stop the import; the position of the "
+        "last committed batch is kept in FILE.haki-progress, so the same command resumes.",
+    )
+    imp.add_argument("file", metavar="FILE.jsonl")
+    imp.add_argument("--project", required=True, help="project id")
+    imp.add_argument("--subject", required=True, help="subject id")
+    imp.add_argument("--kind", choices=["facts", "events"], default="facts")
+    imp.add_argument("--restart", action="store_true", help="ignore a saved position and start over")
+    imp.add_argument("--batch-size", type=int, default=1000, help="lines per atomic batch (1..1000)")
+    imp.set_defaults(func=_import)
     return parser
 
 

@@ -45,6 +45,7 @@ async def create_pool(settings: Settings, url: str | None = None) -> asyncpg.Poo
         server_settings=server_settings(settings),
         timeout=settings.connect_timeout_seconds,
         command_timeout=settings.statement_timeout_ms / 1000 + 5,
+        statement_cache_size=settings.db_statement_cache_size,
     )
     return pool
 
@@ -54,5 +55,6 @@ async def connect(settings: Settings, url: str | None = None) -> asyncpg.Connect
         url or database_url(settings),
         server_settings=server_settings(settings),
         timeout=settings.connect_timeout_seconds,
+        statement_cache_size=settings.db_statement_cache_size,
     )
     return conn

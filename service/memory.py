@@ -37,14 +37,21 @@ async def embed_or_unavailable(embedder: Embedder, texts: list[str]) -> list[Any
         raise Unavailable(f"The embedder is unavailable: {exc}", embedder=embedder.name) from exc
 
 
+# asyncpg encodes these two instants as PostgreSQL's -infinity and infinity, which read back as
+# naive datetimes: the stored value would not be the one written.
+_INFINITE = (datetime.min.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC))
+
+
 def _check_timestamp(field: str, value: datetime | None) -> None:
     """asyncpg sends timestamps in UTC: one whose UTC form leaves years 1..9999 cannot be stored."""
     if value is None:
         return
     try:
-        value.astimezone(UTC)
+        utc = value.astimezone(UTC)
     except OverflowError as exc:
         raise InvalidInput(field, "is out of range (years 1..9999 in UTC)") from exc
+    if utc in _INFINITE:
+        raise InvalidInput(field, "is out of range (0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999999Z)")
 
 
 def _has_nul(value: Any) -> bool:

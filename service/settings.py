@@ -35,6 +35,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     torch_threads: int = 0
     max_body_bytes: int = 16 * 1024 * 1024
     pool_acquire_timeout_seconds: float = 5.0
+    # 0 behind pgBouncer < 1.21 in transaction mode: a prepared statement lives on one server
+    # connection, and the next transaction may run on another (docs/scaling.md).
+    db_statement_cache_size: int = 100
     idempotency_ttl_seconds: int = 24 * 3600
     rate_limit_per_minute: int = 600
 
@@ -69,6 +72,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         put("HAKI_TORCH_THREADS", "torch_threads", int)
         put("HAKI_MAX_BODY_BYTES", "max_body_bytes", int)
         put("HAKI_POOL_ACQUIRE_TIMEOUT_SECONDS", "pool_acquire_timeout_seconds", float)
+        put("HAKI_DB_STATEMENT_CACHE_SIZE", "db_statement_cache_size", int)
         put("HAKI_IDEMPOTENCY_TTL_SECONDS", "idempotency_ttl_seconds", int)
         put("HAKI_RATE_LIMIT_PER_MINUTE", "rate_limit_per_minute", int)
         try:
@@ -87,6 +91,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             raise SettingsError("HAKI_POOL_MAX_SIZE must be >= max(1, HAKI_POOL_MIN_SIZE)")
         if self.volatile_stale_after_seconds <= 0:
             raise SettingsError("HAKI_VOLATILE_STALE_AFTER_SECONDS must be positive")
+        if self.db_statement_cache_size < 0:
+            raise SettingsError("HAKI_DB_STATEMENT_CACHE_SIZE must be >= 0 (0 turns the cache off)")
         if self.idempotency_ttl_seconds <= 0:
             raise SettingsError("HAKI_IDEMPOTENCY_TTL_SECONDS must be positive")
         if self.rate_limit_per_minute < 0:

@@ -303,8 +303,10 @@ class ContextRequest(Request):
         int,
         Meta(
             ge=1,
+            # The call log stores it as a bigint: a larger "positive integer" used to be a 500.
+            le=2**63 - 1,
             description="Token ceiling of the packet (estimated as len(text)//4, at least 1 per item). "
-            "Anything but a positive integer is a 400 budget_exceeded.",
+            "Anything but a positive integer (up to 2^63-1) is a 400 budget_exceeded.",
         ),
     ] = 900
     include_episodes: Annotated[bool, Meta(description="Pack the closest dated events after the facts.")] = (

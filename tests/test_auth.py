@@ -1,8 +1,16 @@
 """Every route needs a live key of the right project (spec/API.md, "Conventions").
 
 The route walk is derived from the app itself: a route that exists but is missing from ROUTES
-fails `test_route_table_covers_every_route`, so each new route must say here how it is called
-and how it is scoped (by a project named in the request, or by an object id alone).
+fails `test_route_table_covers_every_route`, so each new route must say here how it is called,
+how it authenticates and how it is scoped:
+
+- `bearer`: the JSON API. No, malformed, unknown or revoked key -> 401 `unauthorized`; a key of
+  another project -> 403 `forbidden` when the request names a project, 404 when it addresses an
+  object by id (the lookup is scoped to the key's project, so nothing leaks).
+- `cookie`: the HTML trace inspector under /ui (a browser cannot send a Bearer header on
+  navigation): no live key in its cookie -> 303 to /ui/login; another project's object -> 404.
+- `public`: the documented exceptions, each with its reason (they serve no tenant data).
+/healthz and the OpenAPI pages under /docs are public by the spec and not listed.
 """
 
 from __future__ import annotations
@@ -29,9 +37,10 @@ from tests.test_facts import PROJECT, assert_error, get_fact
 
 OTHER_PROJECT = "proj-b"
 SKIPPED_METHODS = {"OPTIONS", "HEAD"}  # Litestar's automatic preflight answers carry no data
+UI_COOKIE = "haki_ui_key"
 
 
-def is_public(path: str) -> bool:
+def is_spec_public(path: str) -> bool:
     return path == "/healthz" or path == "/docs" or path.startswith("/docs/")
 
 
@@ -50,45 +59,83 @@ Request = tuple[str, dict[str, Any] | None, dict[str, Any] | None]  # url, query
 
 @dataclass(frozen=True)
 class Route:
-    scope: Literal["project", "id"]
+    auth: Literal["bearer", "cookie", "public"]
+    scope: Literal["project", "id", "none"]  # names a project / addresses an object by id / neither
     build: Callable[[Objects, str], Request]
     ok_status: int = 200
+    why_public: str = ""
+
+
+def _facts_body(o: Objects, p: str) -> Request:
+    return "/v1/facts", None, {"project_id": p, "subject_id": "auth", "facts": [{"content": "x"}]}
+
+
+def _events_body(o: Objects, p: str) -> Request:
+    event = {"content": "e", "occurred_at": "2024-01-01T00:00:00Z"}
+    return "/v1/events", None, {"project_id": p, "subject_id": "auth", "events": [event]}
+
+
+def _context_body(o: Objects, p: str) -> Request:
+    return "/v1/context", None, {"project_id": p, "subject_id": "auth", "query": "where does Alice work"}
+
+
+def _project_query(url: str) -> Callable[[Objects, str], Request]:
+    return lambda o, p: (url, {"project_id": p}, None)
+
+
+def _url(template: str, body: dict[str, Any] | None = None) -> Callable[[Objects, str], Request]:
+    """A request on `template` formatted with the objects (`{o.fact_id}`...)."""
+
+    def build(o: Objects, p: str) -> Request:
+        filled = (
+            None
+            if body is None
+            else {k: [x.format(o=o) for x in v] if isinstance(v, list) else v for k, v in body.items()}
+        )
+        return template.format(o=o), None, filled
+
+    return build
 
 
 ROUTES: dict[tuple[str, str], Route] = {
-    ("POST", "/v1/facts"): Route(
-        "project",
-        lambda o, p: ("/v1/facts", None, {"project_id": p, "subject_id": "auth", "facts": [{"content": "x"}]}),
-        201,
-    ),
-    ("GET", "/v1/facts"): Route("project", lambda o, p: ("/v1/facts", {"project_id": p}, None)),
-    ("GET", "/v1/facts/{fact_id}"): Route("id", lambda o, p: (f"/v1/facts/{o.fact_id}", None, None)),
+    # --- the JSON API ---
+    ("POST", "/v1/facts"): Route("bearer", "project", _facts_body, 201),
+    ("GET", "/v1/facts"): Route("bearer", "project", _project_query("/v1/facts")),
+    ("GET", "/v1/facts/{fact_id}"): Route("bearer", "id", _url("/v1/facts/{o.fact_id}")),
     ("PATCH", "/v1/facts/{fact_id}"): Route(
-        "id", lambda o, p: (f"/v1/facts/{o.fact_id}", None, {"status": "retracted"})
+        "bearer", "id", _url("/v1/facts/{o.fact_id}", {"status": "retracted"})
     ),
-    ("POST", "/v1/events"): Route(
-        "project",
-        lambda o, p: (
-            "/v1/events",
-            None,
-            {
-                "project_id": p,
-                "subject_id": "auth",
-                "events": [{"content": "e", "occurred_at": "2024-01-01T00:00:00Z"}],
-            },
-        ),
-        201,
-    ),
-    ("GET", "/v1/conflicts"): Route("project", lambda o, p: ("/v1/conflicts", {"project_id": p}, None)),
+    ("POST", "/v1/events"): Route("bearer", "project", _events_body, 201),
+    ("GET", "/v1/conflicts"): Route("bearer", "project", _project_query("/v1/conflicts")),
     ("POST", "/v1/conflicts/{conflict_set_id}/resolve"): Route(
-        "id", lambda o, p: (f"/v1/conflicts/{o.conflict_set_id}/resolve", None, {"keep": [o.fact_id]})
+        "bearer", "id", _url("/v1/conflicts/{o.conflict_set_id}/resolve", {"keep": ["{o.fact_id}"]})
     ),
-    ("POST", "/v1/context"): Route(
-        "project",
-        lambda o, p: ("/v1/context", None, {"project_id": p, "subject_id": "auth", "query": "where does Alice work"}),
+    ("POST", "/v1/context"): Route("bearer", "project", _context_body),
+    ("GET", "/v1/inspect/{trace_id}"): Route("bearer", "id", _url("/v1/inspect/{o.trace_id}")),
+    ("GET", "/v1/stats/overview"): Route("bearer", "project", _project_query("/v1/stats/overview")),
+    # --- the trace inspector (HTML, cookie) ---
+    ("GET", "/ui/traces"): Route("cookie", "none", _url("/ui/traces")),
+    ("GET", "/ui/traces/{trace_id}"): Route("cookie", "id", _url("/ui/traces/{o.trace_id}")),
+    # --- documented public routes ---
+    ("GET", "/metrics"): Route(
+        "public",
+        "none",
+        _url("/metrics"),
+        why_public="Prometheus scrape: aggregates with no tenant label, for an internal network",
     ),
-    ("GET", "/v1/inspect/{trace_id}"): Route("id", lambda o, p: (f"/v1/inspect/{o.trace_id}", None, None)),
-    ("GET", "/v1/stats/overview"): Route("project", lambda o, p: ("/v1/stats/overview", {"project_id": p}, None)),
+    ("GET", "/ui"): Route("public", "none", _url("/ui"), 303, why_public="redirect to /ui/traces"),
+    ("GET", "/ui/assets/haki.css"): Route(
+        "public", "none", _url("/ui/assets/haki.css"), why_public="stylesheet"
+    ),
+    ("GET", "/ui/login"): Route("public", "none", _url("/ui/login"), why_public="the login form"),
+    ("POST", "/ui/login"): Route(
+        "public",
+        "none",
+        _url("/ui/login"),
+        400,
+        why_public="checks the key sent in its form body (see test_ui_login_checks_the_key)",
+    ),
+    ("POST", "/ui/logout"): Route("public", "none", _url("/ui/logout"), 303, why_public="forgets the cookie"),
 }
 
 
@@ -98,11 +145,11 @@ def _app() -> Any:
 
 @cache
 def app_routes() -> list[tuple[str, str]]:
-    """(method, path) of every route of the app that needs a key."""
+    """(method, path) of every route of the app but /healthz and /docs."""
     out: set[tuple[str, str]] = set()
     for route in _app().routes:
         path = getattr(route, "path_format", route.path)
-        if is_public(path):
+        if is_spec_public(path):
             continue
         for method in getattr(route, "methods", ()):
             if method not in SKIPPED_METHODS:
@@ -110,13 +157,30 @@ def app_routes() -> list[tuple[str, str]]:
     return sorted(out, key=lambda mp: (mp[1], mp[0]))
 
 
-def route_ids() -> list[str]:
-    return [f"{m} {p}" for m, p in app_routes()]
+def routes_where(**match: str) -> list[tuple[str, str]]:
+    """The app's routes whose table entry matches; a route missing from the table is included
+    (its test then fails on the missing entry instead of being silently skipped)."""
+    out = []
+    for mp in app_routes():
+        entry = ROUTES.get(mp)
+        if entry is None or all(getattr(entry, k) == v for k, v in match.items()):
+            out.append(mp)
+    return out
 
 
-async def send(client: httpx.AsyncClient, method: str, req: Request, headers: dict[str, str]) -> httpx.Response:
+def ids(routes: list[tuple[str, str]]) -> list[str]:
+    return [f"{m} {p}" for m, p in routes]
+
+
+async def send(
+    client: httpx.AsyncClient, method: str, req: Request, headers: dict[str, str]
+) -> httpx.Response:
     url, params, body = req
     return await client.request(method, url, params=params, json=body, headers=headers)
+
+
+def cookie(k: str) -> dict[str, str]:
+    return {"Cookie": f"{UI_COOKIE}={k}"}
 
 
 @pytest.fixture
@@ -150,6 +214,21 @@ async def objects(client: httpx.AsyncClient, key: str) -> Objects:
     )
 
 
+async def assert_objects_unchanged(client: httpx.AsyncClient, key: str, objects: Objects) -> None:
+    fact = await get_fact(client, key, objects.fact_id)
+    assert fact["status"] == "active"
+    assert fact["valid_to"] is None
+    assert fact["conflict_set_id"] == objects.conflict_set_id
+    r = await client.get(
+        "/v1/conflicts", params={"project_id": PROJECT, "subject_id": "auth"}, headers=bearer(key)
+    )
+    (cs,) = r.json()["conflicts"]
+    assert cs["status"] == "open"
+    assert {m["status"] for m in cs["members"]} == {"active"}
+    r = await client.get(f"/v1/inspect/{objects.trace_id}", headers=bearer(key))
+    assert r.status_code == 200
+
+
 # --- the table matches the app ----------------------------------------------------------------
 
 
@@ -168,23 +247,29 @@ def _openapi_names_project(schema: dict[str, Any], method: str, path: str) -> bo
 
 async def test_route_table_covers_every_route(client: httpx.AsyncClient) -> None:
     routes = set(app_routes())
-    assert routes, "no authenticated routes found"
+    assert routes, "no routes found"
     missing = sorted(routes - set(ROUTES))
     assert not missing, f"routes without an entry in tests/test_auth.py ROUTES: {missing}"
     stale = sorted(set(ROUTES) - routes)
     assert not stale, f"ROUTES entries for routes the app no longer has: {stale}"
-    # The scope recorded in the table agrees with the OpenAPI schema: a route whose query or
-    # body names project_id is project-scoped; every other route addresses an object by id.
+    for mp, entry in ROUTES.items():
+        assert (entry.auth == "public") == bool(entry.why_public), mp
+    # Every bearer route is in the OpenAPI schema, and the scope recorded in the table agrees
+    # with it: a route whose query or body names project_id is project-scoped; every other
+    # bearer route addresses an object by id.
     schema = (await client.get("/docs/openapi.json")).json()
-    for method, path in routes:
+    for method, path in routes_where(auth="bearer"):
+        assert path in schema["paths"], f"{method} {path} is missing from the OpenAPI schema"
         names_project = _openapi_names_project(schema, method, path)
         assert (ROUTES[(method, path)].scope == "project") == names_project, (method, path)
         if not names_project:
             assert "{" in path, f"{method} {path} names neither a project nor an object id"
 
 
-@pytest.mark.parametrize(("method", "path"), app_routes(), ids=route_ids())
-async def test_every_route_works_with_the_right_key(
+@pytest.mark.parametrize(
+    ("method", "path"), routes_where(auth="bearer"), ids=ids(routes_where(auth="bearer"))
+)
+async def test_every_bearer_route_works_with_the_right_key(
     client: httpx.AsyncClient, key: str, objects: Objects, method: str, path: str
 ) -> None:
     """The table's example requests are valid, so the 401/403/404 below are about the key alone."""
@@ -205,8 +290,10 @@ MALFORMED = [
 ]
 
 
-@pytest.mark.parametrize(("method", "path"), app_routes(), ids=route_ids())
-async def test_every_route_refuses_missing_malformed_unknown_and_revoked_keys(
+@pytest.mark.parametrize(
+    ("method", "path"), routes_where(auth="bearer"), ids=ids(routes_where(auth="bearer"))
+)
+async def test_every_bearer_route_refuses_missing_malformed_unknown_and_revoked_keys(
     client: httpx.AsyncClient,
     conn: asyncpg.Connection,
     key: str,
@@ -223,18 +310,21 @@ async def test_every_route_refuses_missing_malformed_unknown_and_revoked_keys(
         r = await send(client, method, req, {"Authorization": header})
         assert_error(r, 401, "unauthorized")
 
-    for unknown in (auth.new_key(), "hk_", "not-a-key", key + "x", key[:-1], hashlib.sha256(key.encode()).hexdigest()):
+    hashed = hashlib.sha256(key.encode()).hexdigest()
+    for unknown in (auth.new_key(), "hk_", "not-a-key", key + "x", key[:-1], hashed):
         r = await send(client, method, req, bearer(unknown))
         assert_error(r, 401, "unauthorized")
+
+    # The UI cookie is not a credential of the JSON API.
+    r = await send(client, method, req, cookie(key))
+    assert_error(r, 401, "unauthorized")
 
     _, doomed = await auth.create_key(conn, PROJECT)
     assert await auth.revoke_key(conn, doomed)
     r = await send(client, method, req, bearer(doomed))
     assert_error(r, 401, "unauthorized")
 
-    # Nothing above changed the objects.
-    fact = await get_fact(client, key, objects.fact_id)
-    assert fact["status"] == "active" and fact["conflict_set_id"] == objects.conflict_set_id
+    await assert_objects_unchanged(client, key, objects)
 
 
 async def test_revocation_is_immediate_and_only_hits_that_key(
@@ -250,11 +340,12 @@ async def test_revocation_is_immediate_and_only_hits_that_key(
 
 
 async def test_bearer_scheme_is_case_insensitive(client: httpx.AsyncClient, key: str) -> None:
-    r = await client.get("/v1/facts", params={"project_id": PROJECT}, headers={"Authorization": f"bearer {key}"})
+    headers = {"Authorization": f"bearer {key}"}
+    r = await client.get("/v1/facts", params={"project_id": PROJECT}, headers=headers)
     assert r.status_code == 200, r.text
 
 
-async def test_public_routes_need_no_key(client: httpx.AsyncClient) -> None:
+async def test_spec_public_routes_need_no_key(client: httpx.AsyncClient) -> None:
     r = await client.get("/healthz")
     assert r.status_code == 200, r.text
     assert r.json()["status"] == "ok"
@@ -265,45 +356,36 @@ async def test_public_routes_need_no_key(client: httpx.AsyncClient) -> None:
 
 # --- 403 and 404 across projects ---------------------------------------------------------------
 
-PROJECT_ROUTES = [mp for mp in app_routes() if ROUTES.get(mp) is None or ROUTES[mp].scope == "project"]
-ID_ROUTES = [mp for mp in app_routes() if ROUTES.get(mp) is not None and ROUTES[mp].scope == "id"]
+PROJECT_ROUTES = routes_where(auth="bearer", scope="project")
+ID_ROUTES = routes_where(auth="bearer", scope="id")
 
 
-@pytest.mark.parametrize(("method", "path"), PROJECT_ROUTES, ids=[f"{m} {p}" for m, p in PROJECT_ROUTES])
+@pytest.mark.parametrize(("method", "path"), PROJECT_ROUTES, ids=ids(PROJECT_ROUTES))
 async def test_project_mismatch_is_403(
     client: httpx.AsyncClient, key: str, other_key: str, objects: Objects, method: str, path: str
 ) -> None:
     route = ROUTES[(method, path)]
-    before = (await client.get("/v1/facts", params={"project_id": OTHER_PROJECT}, headers=bearer(other_key))).json()
+    listing = {"project_id": OTHER_PROJECT}
+    before = (await client.get("/v1/facts", params=listing, headers=bearer(other_key))).json()
     r = await send(client, method, route.build(objects, OTHER_PROJECT), bearer(key))
     body = assert_error(r, 403, "forbidden")
     assert body["details"]["field"] == "project_id"
     # The other way round too: proj-b's key cannot name proj-a.
     r = await send(client, method, route.build(objects, PROJECT), bearer(other_key))
     assert_error(r, 403, "forbidden")
-    after = (await client.get("/v1/facts", params={"project_id": OTHER_PROJECT}, headers=bearer(other_key))).json()
+    after = (await client.get("/v1/facts", params=listing, headers=bearer(other_key))).json()
     assert after == before
+    await assert_objects_unchanged(client, key, objects)
 
 
-@pytest.mark.parametrize(("method", "path"), ID_ROUTES, ids=[f"{m} {p}" for m, p in ID_ROUTES])
+@pytest.mark.parametrize(("method", "path"), ID_ROUTES, ids=ids(ID_ROUTES))
 async def test_object_of_another_project_is_404_and_unchanged(
     client: httpx.AsyncClient, key: str, other_key: str, objects: Objects, method: str, path: str
 ) -> None:
     route = ROUTES[(method, path)]
     r = await send(client, method, route.build(objects, PROJECT), bearer(other_key))
     assert_error(r, 404, "not_found")
-    fact = await get_fact(client, key, objects.fact_id)
-    assert fact["status"] == "active"
-    assert fact["valid_to"] is None
-    assert fact["conflict_set_id"] == objects.conflict_set_id
-    r = await client.get(
-        "/v1/conflicts", params={"project_id": PROJECT, "subject_id": "auth"}, headers=bearer(key)
-    )
-    (cs,) = r.json()["conflicts"]
-    assert cs["status"] == "open"
-    assert {m["status"] for m in cs["members"]} == {"active"}
-    r = await client.get(f"/v1/inspect/{objects.trace_id}", headers=bearer(key))
-    assert r.status_code == 200
+    await assert_objects_unchanged(client, key, objects)
 
 
 async def test_other_projects_lists_do_not_leak(
@@ -313,6 +395,70 @@ async def test_other_projects_lists_do_not_leak(
     assert objects.fact_id not in {f["fact_id"] for f in r.json()["facts"]}
     r = await client.get("/v1/conflicts", params={"project_id": OTHER_PROJECT}, headers=bearer(other_key))
     assert objects.conflict_set_id not in {c["conflict_set_id"] for c in r.json()["conflicts"]}
+
+
+# --- the trace inspector (cookie) --------------------------------------------------------------
+
+COOKIE_ROUTES = routes_where(auth="cookie")
+
+
+@pytest.mark.parametrize(("method", "path"), COOKIE_ROUTES, ids=ids(COOKIE_ROUTES))
+async def test_ui_pages_need_a_live_key_in_the_cookie(
+    client: httpx.AsyncClient,
+    conn: asyncpg.Connection,
+    key: str,
+    other_key: str,
+    objects: Objects,
+    method: str,
+    path: str,
+) -> None:
+    route = ROUTES[(method, path)]
+    req = route.build(objects, PROJECT)
+    _, doomed = await auth.create_key(conn, PROJECT)
+    assert await auth.revoke_key(conn, doomed)
+    for headers in ({}, cookie(auth.new_key()), cookie("junk"), cookie(doomed), bearer(key)):
+        r = await send(client, method, req, headers)
+        assert r.status_code == 303, (headers, r.text)
+        assert r.headers["location"] == "/ui/login"
+        assert objects.trace_id not in r.text
+    r = await send(client, method, req, cookie(key))
+    assert r.status_code == route.ok_status, r.text
+    assert objects.trace_id in r.text
+    # Another project's key sees nothing of proj-a.
+    r = await send(client, method, req, cookie(other_key))
+    assert objects.trace_id not in r.text
+    if route.scope == "id":
+        assert r.status_code == 404, r.text
+    else:
+        assert r.status_code == 200, r.text
+
+
+async def test_ui_login_checks_the_key(client: httpx.AsyncClient, conn: asyncpg.Connection, key: str) -> None:
+    _, doomed = await auth.create_key(conn, PROJECT)
+    assert await auth.revoke_key(conn, doomed)
+    for bad in (auth.new_key(), doomed):
+        r = await client.post("/ui/login", data={"key": bad})
+        assert r.status_code == 401, r.text
+        assert UI_COOKIE not in r.cookies
+    r = await client.post("/ui/login", data={"key": ""})
+    assert r.status_code == 400
+    r = await client.post("/ui/login", data={"key": key})
+    assert r.status_code == 303
+    set_cookie = r.headers["set-cookie"].lower()
+    assert f"{UI_COOKIE}=" in set_cookie and "httponly" in set_cookie and "path=/ui" in set_cookie
+    client.cookies.clear()
+
+
+async def test_public_routes_serve_no_tenant_data(
+    client: httpx.AsyncClient, key: str, objects: Objects
+) -> None:
+    for method, path in routes_where(auth="public"):
+        route = ROUTES[(method, path)]
+        r = await send(client, method, route.build(objects, PROJECT), {})
+        assert r.status_code == route.ok_status, (method, path, r.text)
+        for secret in (PROJECT, "Alice works at", objects.fact_id, objects.trace_id, key):
+            assert secret not in r.text, (method, path, secret)
+    client.cookies.clear()
 
 
 # --- key storage -------------------------------------------------------------------------------

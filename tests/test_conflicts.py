@@ -85,7 +85,9 @@ async def test_same_key_same_content_is_no_conflict(client: httpx.AsyncClient, k
     assert (await get_fact(client, key, a["fact_id"]))["conflict_set_id"] is None
 
 
-async def test_different_keys_subjects_and_unkeyed_facts_do_not_clash(client: httpx.AsyncClient, key: str) -> None:
+async def test_different_keys_subjects_and_unkeyed_facts_do_not_clash(
+    client: httpx.AsyncClient, key: str
+) -> None:
     await write_facts(client, key, [{"content": "Alice lives in Oslo", "key": "city"}], "iso-1")
     res = await write_facts(client, key, [{"content": "Alice lives in Bergen", "key": "home"}], "iso-1")
     res += await write_facts(client, key, [{"content": "Alice lives in Bergen", "key": "city"}], "iso-2")
@@ -96,10 +98,17 @@ async def test_different_keys_subjects_and_unkeyed_facts_do_not_clash(client: ht
 
 
 async def test_other_projects_facts_do_not_clash(client: httpx.AsyncClient, key: str, other_key: str) -> None:
-    r = await post_facts(client, other_key, [{"content": "Alice works at Acme", "key": "employer"}],
-                         subject_id="x-proj", project_id="proj-b")
+    r = await post_facts(
+        client,
+        other_key,
+        [{"content": "Alice works at Acme", "key": "employer"}],
+        subject_id="x-proj",
+        project_id="proj-b",
+    )
     assert r.status_code == 201
-    (mine,) = await write_facts(client, key, [{"content": "Alice works at Globex", "key": "employer"}], "x-proj")
+    (mine,) = await write_facts(
+        client, key, [{"content": "Alice works at Globex", "key": "employer"}], "x-proj"
+    )
     assert mine["conflict_set_id"] is None
 
 
@@ -130,7 +139,10 @@ async def test_clash_inside_one_batch_opens_one_set(client: httpx.AsyncClient, k
 async def test_supersedes_is_no_conflict(client: httpx.AsyncClient, key: str) -> None:
     (a,) = await write_facts(client, key, [{"content": "Alice works at Acme", "key": "employer"}], "sup")
     (b,) = await write_facts(
-        client, key, [{"content": "Alice works at Globex", "key": "employer", "supersedes": a["fact_id"]}], "sup"
+        client,
+        key,
+        [{"content": "Alice works at Globex", "key": "employer", "supersedes": a["fact_id"]}],
+        "sup",
     )
     assert b["conflict_set_id"] is None
     assert await list_conflicts(client, key, subject_id="sup") == []
@@ -172,10 +184,16 @@ async def test_list_filters_by_subject_and_status(client: httpx.AsyncClient, key
 
 @pytest.mark.parametrize(
     ("params", "field"),
-    [({"status": "closed"}, "status"), ({"subject_id": ""}, "subject_id"), ({"subject_id": "s" * 201}, "subject_id")],
+    [
+        ({"status": "closed"}, "status"),
+        ({"subject_id": ""}, "subject_id"),
+        ({"subject_id": "s" * 201}, "subject_id"),
+    ],
     ids=["status", "empty_subject", "long_subject"],
 )
-async def test_list_bad_params(client: httpx.AsyncClient, key: str, params: dict[str, Any], field: str) -> None:
+async def test_list_bad_params(
+    client: httpx.AsyncClient, key: str, params: dict[str, Any], field: str
+) -> None:
     r = await client.get("/v1/conflicts", params={"project_id": PROJECT, **params}, headers=bearer(key))
     assert_error(r, 400, "validation_error", field)
 
@@ -233,7 +251,9 @@ async def test_resolve_keeping_several(client: httpx.AsyncClient, key: str) -> N
     assert (await get_fact(client, key, b))["status"] == "superseded"
 
 
-async def test_resolve_future_dated_member_keeps_a_valid_interval(client: httpx.AsyncClient, key: str) -> None:
+async def test_resolve_future_dated_member_keeps_a_valid_interval(
+    client: httpx.AsyncClient, key: str
+) -> None:
     (a,) = await write_facts(client, key, [{"content": "Alice works at Acme", "key": "employer"}], "fut")
     (b,) = await write_facts(
         client,
@@ -262,7 +282,7 @@ async def test_resolve_twice_is_409(client: httpx.AsyncClient, key: str) -> None
 
 
 async def test_resolve_with_non_member_is_422(client: httpx.AsyncClient, key: str) -> None:
-    set_id, a, b = await open_conflict(client, key, subject_id="nonmember")
+    set_id, a, _ = await open_conflict(client, key, subject_id="nonmember")
     (outsider,) = await write_facts(client, key, [{"content": "Alice has a cat"}], "nonmember")
     for keep, field in (([outsider["fact_id"]], "keep[0]"), ([a, str(uuid.uuid4())], "keep[1]")):
         r = await resolve(client, key, set_id, keep)
@@ -277,7 +297,9 @@ async def test_resolve_with_non_member_is_422(client: httpx.AsyncClient, key: st
     [({"keep": []}, "keep"), ({}, "keep"), ({"keep": ["nope"]}, "keep[0]"), ({"keep": "x"}, "keep")],
     ids=["empty_keep", "missing_keep", "not_uuid", "wrong_type"],
 )
-async def test_resolve_bad_bodies(client: httpx.AsyncClient, key: str, body: dict[str, Any], field: str) -> None:
+async def test_resolve_bad_bodies(
+    client: httpx.AsyncClient, key: str, body: dict[str, Any], field: str
+) -> None:
     set_id, _, _ = await open_conflict(client, key, subject_id="badbody")
     r = await client.post(f"/v1/conflicts/{set_id}/resolve", json=body, headers=bearer(key))
     assert_error(r, 400, "validation_error", field)

@@ -40,7 +40,9 @@ async def seed_scopes(conn: asyncpg.Connection, scopes: dict[str, tuple[int, str
     await q.test_prepare_bulk_load(conn)
     await q.test_drop_fact_vector_index(conn)
     for subject_id, (n, prefix) in scopes.items():
-        await q.test_seed_random_facts(conn, project_id=PROJECT, subject_id=subject_id, n=n, content_prefix=prefix)
+        await q.test_seed_random_facts(
+            conn, project_id=PROJECT, subject_id=subject_id, n=n, content_prefix=prefix
+        )
     await q.test_restore_fact_vector_index(conn)
     await q.test_analyze_facts(conn)
 

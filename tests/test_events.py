@@ -136,5 +136,7 @@ async def test_source_event_of_another_project_is_refused(
 
 
 async def test_unknown_source_event_is_refused(client: httpx.AsyncClient, key: str) -> None:
-    r = await post_facts(client, key, [{"content": "x", "source_event_id": str(uuid.uuid4())}], subject_id="u1")
+    r = await post_facts(
+        client, key, [{"content": "x", "source_event_id": str(uuid.uuid4())}], subject_id="u1"
+    )
     assert_error(r, 422, "validation_error", "facts[0].source_event_id")

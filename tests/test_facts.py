@@ -20,9 +20,7 @@ PROJECT = "proj-a"
 # --- helpers shared with the other write-side test modules ------------------------------------
 
 
-def assert_error(
-    r: httpx.Response, status: int, code: str, field: str | None = None
-) -> dict[str, Any]:
+def assert_error(r: httpx.Response, status: int, code: str, field: str | None = None) -> dict[str, Any]:
     """The contract's error body: exactly {code, message, details?}, never a 500."""
     assert r.status_code == status, r.text
     body = r.json()
@@ -137,7 +135,9 @@ async def test_write_all_fields_round_trip(client: httpx.AsyncClient, key: str) 
 
 
 async def test_full_batch_of_1000_is_accepted(client: httpx.AsyncClient, key: str) -> None:
-    results = await write_facts(client, key, [{"content": f"bulk {i}"} for i in range(1000)], subject_id="bulk")
+    results = await write_facts(
+        client, key, [{"content": f"bulk {i}"} for i in range(1000)], subject_id="bulk"
+    )
     assert len({r["fact_id"] for r in results}) == 1000
     assert len(await list_all_facts(client, key, subject_id="bulk")) == 1000
 
@@ -187,12 +187,20 @@ VALIDATION_CASES: list[tuple[str, Any, int, str | None]] = [
     ("content_8001_chars", _facts({"content": "x" * 8001}), 400, "facts[0].content"),
     ("batch_of_1001", _facts(*[{"content": "x"}] * 1001), 400, "facts"),
     ("empty_batch", _facts(), 400, "facts"),
-    ("naive_valid_from", _facts({"content": "x", "valid_from": "2024-01-01T00:00:00"}), 400, "facts[0].valid_from"),
+    (
+        "naive_valid_from",
+        _facts({"content": "x", "valid_from": "2024-01-01T00:00:00"}),
+        400,
+        "facts[0].valid_from",
+    ),
     ("naive_valid_to", _facts({"content": "x", "valid_to": "2024-01-01T00:00:00"}), 400, "facts[0].valid_to"),
     ("not_a_datetime", _facts({"content": "x", "valid_from": "yesterday"}), 400, "facts[0].valid_from"),
     (
         "valid_to_before_valid_from",
-        _facts({"content": "x"}, {"content": "y", "valid_from": "2024-02-01T00:00:00Z", "valid_to": "2024-01-01T00:00:00Z"}),
+        _facts(
+            {"content": "x"},
+            {"content": "y", "valid_from": "2024-02-01T00:00:00Z", "valid_to": "2024-01-01T00:00:00Z"},
+        ),
         422,
         "facts[1].valid_to",
     ),
@@ -226,7 +234,12 @@ VALIDATION_CASES: list[tuple[str, Any, int, str | None]] = [
     ("empty_subject", {**_facts({"content": "x"}), "subject_id": ""}, 400, "subject_id"),
     ("subject_201_chars", {**_facts({"content": "x"}), "subject_id": "s" * 201}, 400, "subject_id"),
     ("body_not_object", [], 400, None),
-    ("nul_in_metadata_value", _facts({"content": "x", "metadata": {"a": "b\x00c"}}), 422, "facts[0].metadata"),
+    (
+        "nul_in_metadata_value",
+        _facts({"content": "x", "metadata": {"a": "b\x00c"}}),
+        422,
+        "facts[0].metadata",
+    ),
     ("nul_in_metadata_key", _facts({"content": "x", "metadata": {"a\x00": 1}}), 422, "facts[0].metadata"),
     (
         "valid_from_below_range",
@@ -271,14 +284,25 @@ async def test_unparseable_bodies_are_400(client: httpx.AsyncClient, key: str, r
 # --- supersede ---------------------------------------------------------------------------------
 
 
-async def test_supersede_with_valid_from_closes_the_old_fact_then(client: httpx.AsyncClient, key: str) -> None:
+async def test_supersede_with_valid_from_closes_the_old_fact_then(
+    client: httpx.AsyncClient, key: str
+) -> None:
     (old,) = await write_facts(
-        client, key, [{"content": "Bob lives in Paris", "valid_from": "2020-01-01T00:00:00Z"}], subject_id="sup"
+        client,
+        key,
+        [{"content": "Bob lives in Paris", "valid_from": "2020-01-01T00:00:00Z"}],
+        subject_id="sup",
     )
     (new,) = await write_facts(
         client,
         key,
-        [{"content": "Bob lives in Rome", "valid_from": "2024-05-01T12:00:00+02:00", "supersedes": old["fact_id"]}],
+        [
+            {
+                "content": "Bob lives in Rome",
+                "valid_from": "2024-05-01T12:00:00+02:00",
+                "supersedes": old["fact_id"],
+            }
+        ],
         subject_id="sup",
     )
     assert new["status"] == "active"
@@ -291,7 +315,9 @@ async def test_supersede_with_valid_from_closes_the_old_fact_then(client: httpx.
     assert new_fact["status"] == "active"
 
 
-async def test_supersede_without_valid_from_closes_the_old_fact_now(client: httpx.AsyncClient, key: str) -> None:
+async def test_supersede_without_valid_from_closes_the_old_fact_now(
+    client: httpx.AsyncClient, key: str
+) -> None:
     (old,) = await write_facts(client, key, [{"content": "Bob drives a Fiat"}], subject_id="sup2")
     (new,) = await write_facts(
         client, key, [{"content": "Bob drives a Volvo", "supersedes": old["fact_id"]}], subject_id="sup2"
@@ -306,7 +332,9 @@ async def test_supersede_without_valid_from_closes_the_old_fact_now(client: http
     assert abs(datetime.now(UTC) - valid_to) < timedelta(minutes=5)
 
 
-@pytest.mark.parametrize("case", ["unknown", "other_subject", "already_superseded", "retracted", "starts_later"])
+@pytest.mark.parametrize(
+    "case", ["unknown", "other_subject", "already_superseded", "retracted", "starts_later"]
+)
 async def test_supersede_must_name_an_active_earlier_fact_of_the_scope(
     client: httpx.AsyncClient, key: str, case: str
 ) -> None:
@@ -363,9 +391,9 @@ async def test_patch_retract(client: httpx.AsyncClient, key: str) -> None:
     fact = await get_fact(client, key, f["fact_id"])
     assert fact["status"] == "retracted"
     assert fact["content"] == "to retract"  # nothing is deleted
-    assert [x["fact_id"] for x in await list_all_facts(client, key, subject_id="patch", status="retracted")] == [
-        f["fact_id"]
-    ]
+    assert [
+        x["fact_id"] for x in await list_all_facts(client, key, subject_id="patch", status="retracted")
+    ] == [f["fact_id"]]
 
 
 async def test_patch_valid_to(client: httpx.AsyncClient, key: str) -> None:
@@ -425,7 +453,9 @@ async def test_patch_valid_to_before_valid_from_is_422(client: httpx.AsyncClient
     ],
     ids=["status_active", "status_unknown", "naive_valid_to", "valid_to_out_of_range", "unknown_field"],
 )
-async def test_patch_bad_bodies(client: httpx.AsyncClient, key: str, body: dict[str, Any], field: str) -> None:
+async def test_patch_bad_bodies(
+    client: httpx.AsyncClient, key: str, body: dict[str, Any], field: str
+) -> None:
     (f,) = await write_facts(client, key, [{"content": "patch target"}], subject_id="patch")
     r = await client.patch(f"/v1/facts/{f['fact_id']}", json=body, headers=bearer(key))
     assert r.status_code in (400, 422), r.text
@@ -470,7 +500,9 @@ async def test_volatile_default_comes_from_settings(
     assert fact["stale_after_seconds"] == settings.volatile_stale_after_seconds
     # A different configured default is the one used.
     async with make_client(settings, conn, hash_embedder, volatile_stale_after_seconds=4321) as other:
-        (g,) = await write_facts(other, key, [{"content": "Alice is at home", "volatility": "volatile"}], "vol")
+        (g,) = await write_facts(
+            other, key, [{"content": "Alice is at home", "volatility": "volatile"}], "vol"
+        )
         assert (await get_fact(other, key, g["fact_id"]))["stale_after_seconds"] == 4321
 
 
@@ -478,9 +510,15 @@ async def test_volatile_default_comes_from_settings(
 
 
 async def test_keyset_pagination(client: httpx.AsyncClient, key: str) -> None:
-    ids = [r["fact_id"] for r in await write_facts(client, key, [{"content": f"p{i}"} for i in range(4)], "pages")]
+    ids = [
+        r["fact_id"]
+        for r in await write_facts(client, key, [{"content": f"p{i}"} for i in range(4)], "pages")
+    ]
     await write_facts(client, key, [{"content": "noise"}], subject_id="not-pages")
-    ids += [r["fact_id"] for r in await write_facts(client, key, [{"content": f"p{i}"} for i in range(4, 7)], "pages")]
+    ids += [
+        r["fact_id"]
+        for r in await write_facts(client, key, [{"content": f"p{i}"} for i in range(4, 7)], "pages")
+    ]
 
     seen: list[str] = []
     sizes: list[int] = []
@@ -517,13 +555,20 @@ async def test_exact_multiple_of_limit_ends_with_null_cursor(client: httpx.Async
     if r2.json()["next_cursor"] is not None:
         r3 = await client.get(
             "/v1/facts",
-            params={"project_id": PROJECT, "subject_id": "exact", "limit": 3, "cursor": r2.json()["next_cursor"]},
+            params={
+                "project_id": PROJECT,
+                "subject_id": "exact",
+                "limit": 3,
+                "cursor": r2.json()["next_cursor"],
+            },
             headers=bearer(key),
         )
         assert r3.json() == {"facts": [], "next_cursor": None}
 
 
-async def test_list_filters_by_subject_and_status(client: httpx.AsyncClient, key: str, other_key: str) -> None:
+async def test_list_filters_by_subject_and_status(
+    client: httpx.AsyncClient, key: str, other_key: str
+) -> None:
     a = await write_facts(client, key, [{"content": f"a{i}"} for i in range(3)], "filter-a")
     b = await write_facts(client, key, [{"content": f"b{i}"} for i in range(2)], "filter-b")
     await post_facts(client, other_key, [{"content": "other project"}], "filter-a", project_id="proj-b")
@@ -556,8 +601,17 @@ async def test_list_filters_by_subject_and_status(client: httpx.AsyncClient, key
         ({"subject_id": "s" * 201}, 400, "subject_id"),
         ({"subject_id": "a\x00b"}, 400, "subject_id"),
     ],
-    ids=["bad_cursor", "short_cursor", "limit0", "limit501", "limit_neg", "limit_str", "status", "subject_long",
-         "subject_nul"],
+    ids=[
+        "bad_cursor",
+        "short_cursor",
+        "limit0",
+        "limit501",
+        "limit_neg",
+        "limit_str",
+        "status",
+        "subject_long",
+        "subject_nul",
+    ],
 )
 async def test_list_bad_params(
     client: httpx.AsyncClient, key: str, params: dict[str, Any], status: int, field: str
@@ -575,7 +629,9 @@ async def test_limits_accept_boundaries(client: httpx.AsyncClient, key: str) -> 
     await write_facts(client, key, [{"content": "one"}, {"content": "two"}], "bounds")
     for limit, n in ((1, 1), (500, 2)):
         r = await client.get(
-            "/v1/facts", params={"project_id": PROJECT, "subject_id": "bounds", "limit": limit}, headers=bearer(key)
+            "/v1/facts",
+            params={"project_id": PROJECT, "subject_id": "bounds", "limit": limit},
+            headers=bearer(key),
         )
         assert r.status_code == 200, r.text
         assert len(r.json()["facts"]) == n

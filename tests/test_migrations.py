@@ -16,8 +16,8 @@ from service import repository as repo
 from service.db import connect, init_connection
 from service.embedded import embedded_server, embedded_url
 from service.migrations import MigrationError, discover, migrate
-from service.sql import load_queries, resource_dir
 from service.settings import Settings
+from service.sql import load_queries, resource_dir
 
 FIRST_FOUR = ["0001_extensions", "0002_memory", "0003_context_log", "0004_search_vector"]
 
@@ -122,7 +122,9 @@ async def test_failing_migration_is_rolled_back_and_not_recorded(
     assert await migrate(fresh_conn, migrations_copy) == ["0901_broken"]
 
 
-async def test_database_ahead_of_the_files_is_refused(fresh_conn: asyncpg.Connection, migrations_copy: Path) -> None:
+async def test_database_ahead_of_the_files_is_refused(
+    fresh_conn: asyncpg.Connection, migrations_copy: Path
+) -> None:
     await migrate(fresh_conn, migrations_copy)
     (migrations_copy / "0004_search_vector.sql").unlink()
     with pytest.raises(MigrationError, match="0004_search_vector"):
@@ -133,7 +135,7 @@ async def test_database_ahead_of_the_files_is_refused(fresh_conn: asyncpg.Connec
 def test_badly_named_file_is_refused(migrations_copy: Path, name: str) -> None:
     """`migrate` runs `discover` before it touches the database."""
     (migrations_copy / name).write_text("SELECT 1;\n")
-    with pytest.raises(MigrationError, match="NNNN_name.sql"):
+    with pytest.raises(MigrationError, match=r"NNNN_name\.sql"):
         discover(migrations_copy)
 
 

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
 
 import numpy as np
@@ -47,6 +47,9 @@ from service.structs import (
     PacketFact,
     StatsOverview,
 )
+
+if TYPE_CHECKING:
+    from service.context.proposals import Proposal
 
 log = logging.getLogger("haki.context")
 
@@ -261,15 +264,29 @@ async def expand_multi_hop(
             out.decide("fact", row, row["fact_id"], "excluded", "over_budget", rank, row["score"])
 
 
-async def pack_episodes(
-    conn: Conn, req: ContextRequest, qvec: np.ndarray | None, settings: Settings, out: Assembly
-) -> None:
-    """The EPISODE_TOP_K closest events, into what the facts left of the budget."""
+async def fetch_episodes(conn: Conn, req: ContextRequest, qvec: np.ndarray | None) -> list[Any]:
+    """The EPISODE_TOP_K events closest to the query (HNSW), none without episodes or a vector."""
     if not req.include_episodes or qvec is None:
-        return
-    rows = await repo.episode_candidates(
+        return []
+    return await repo.episode_candidates(
         conn, project_id=req.project_id, subject_id=req.subject_id, query_embedding=qvec, top_k=EPISODE_TOP_K
     )
+
+
+async def pack_episodes(
+    conn: Conn,
+    req: ContextRequest,
+    qvec: np.ndarray | None,
+    settings: Settings,
+    out: Assembly,
+    rows: list[Any] | None = None,
+) -> None:
+    """The EPISODE_TOP_K closest events, into what the facts left of the budget. `rows` are
+    those of fetch_episodes when the call fetched them already."""
+    if not req.include_episodes or qvec is None:
+        return
+    if rows is None:
+        rows = await fetch_episodes(conn, req, qvec)
     out.considered += len(rows)
     for rank, raw in enumerate(rows, start=1):
         row = {**dict(raw), "similarity": 1.0 - raw["cosine_distance"]}
@@ -325,27 +342,40 @@ async def assemble(
     *,
     weights: Weights = DEFAULT_WEIGHTS,
     timer: StageTimer | None = None,
+    proposal: Proposal | None = None,
 ) -> ContextPacket:
     """Builds, traces and returns the ContextPacket of one POST /v1/context call.
 
     `weights` exists for the offline quality evaluation (vector-only / full-text-only modes);
-    the HTTP API never exposes it.
+    the HTTP API never exposes it. `proposal` likewise: the measured spec-change proposals of
+    docs/quality.md (service/context/proposals.py), evaluation only.
     """
     principal.require(req.project_id)
     timer = timer or StageTimer()
+    if proposal is not None:
+        from service.context import proposals
+
+        return await proposals.assemble(
+            conn, embedder, settings, principal, req, weights=weights, timer=timer, proposal=proposal
+        )
     out = Assembly(req.budget_tokens)
     with timer.stage("embed"):
         qvec = await embed_query(embedder, settings, req.query, out)
     async with conn.transaction():
+        # The two vector-index scans first, planned for this call's scope (configure_vector_scan);
+        # the episodes are packed later, in the spec's order, from the rows fetched here.
         with timer.stage("candidates"):
             await repo.configure_vector_scan(conn, EF_SEARCH)
             await retrieve_candidates(conn, req, qvec, weights, out)
+        with timer.stage("episodes"):
+            episode_rows = await fetch_episodes(conn, req, qvec)
+            await repo.end_custom_plans(conn)
         with timer.stage("pack"):
             pack_facts(settings, out)
         with timer.stage("multi_hop"):
             await expand_multi_hop(conn, req, qvec, weights, out)
         with timer.stage("episodes"):
-            await pack_episodes(conn, req, qvec, settings, out)
+            await pack_episodes(conn, req, qvec, settings, out, episode_rows)
         served = len(out.facts) + len(out.episodes)
         emptied_by_gate = served == 0 and out.considered > 0 and out.gated == out.considered
         packet = ContextPacket(

@@ -21,6 +21,10 @@ async def configure_vector_scan(conn: Conn, ef_search: int) -> None:
     await q().configure_vector_scan(conn, ef_search=ef_search)
 
 
+async def end_custom_plans(conn: Conn) -> None:
+    await q().end_custom_plans(conn)
+
+
 async def fact_candidates(
     conn: Conn,
     *,
@@ -127,3 +131,39 @@ async def get_inspection(conn: Conn, project_id: str, trace_id: UUID) -> Inspect
 async def stats_overview(conn: Conn, project_id: str) -> StatsOverview:
     row = await q().stats_overview(conn, project_id=project_id)
     return StatsOverview(**dict(row))
+
+
+async def proposal_candidates(
+    conn: Conn,
+    *,
+    project_id: str,
+    subject_id: str,
+    query_embedding: np.ndarray | None,
+    query_text: str,
+    text_mode: str,
+    with_episodes: bool,
+    episode_text: bool,
+    top_k: int,
+    candidate_limit: int,
+    weights: tuple[float, float, float],
+    tau_seconds: float,
+) -> list[Any]:
+    """Evaluation only (docs/quality.md proposals): see service/context/proposals.py."""
+    return await collect(
+        q().proposal_candidates(
+            conn,
+            project_id=project_id,
+            subject_id=subject_id,
+            query_embedding=_vec(query_embedding),
+            query_text=query_text,
+            text_mode=text_mode,
+            with_episodes=with_episodes,
+            episode_text=episode_text,
+            top_k=top_k,
+            candidate_limit=candidate_limit,
+            w_similarity=weights[0],
+            w_text_rank=weights[1],
+            w_recency=weights[2],
+            tau_seconds=tau_seconds,
+        )
+    )

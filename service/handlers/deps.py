@@ -15,8 +15,8 @@ from service.auth import Principal, authenticate
 from service.embedder import Embedder
 from service.errors import CONNECTION_LOST, ErrorBody
 from service.ratelimit import RateLimiter
-from service.strict_body import check_body
 from service.settings import Settings
+from service.strict_body import check_body
 
 # Injected objects are ours, not client input: Litestar must not try to validate them.
 Conn = Annotated[asyncpg.Connection, Dependency(skip_validation=True)]
@@ -31,8 +31,9 @@ async def provide_conn(state: State) -> AsyncGenerator[asyncpg.Connection, None]
         try:
             yield conn
         except CONNECTION_LOST:
-            # asyncpg finds a dead connection only by using it: after a database restart every idle
-            # connection of the pool is dead, and each would fail one more request. Replace them all.
+            # A connection whose server vanished without closing the socket (host crash, network
+            # cut) is found dead only when used, and its idle siblings are as dead: replace them all
+            # now rather than fail one more request per pooled connection.
             expire = getattr(state.pool, "expire_connections", None)
             if expire is not None:
                 await expire()

@@ -49,6 +49,10 @@ SubjectQuery = Annotated[
 ]
 
 
+FactIdPath = Annotated[UUID, Parameter(description="A fact_id of the key's project.")]
+ConflictSetIdPath = Annotated[UUID, Parameter(description="A conflict_set_id of the key's project.")]
+
+
 IdempotencyKey = Annotated[
     str | None,
     Parameter(
@@ -128,11 +132,13 @@ class FactsController(Controller):
         return await memory.list_facts(conn, principal, project_id, subject_id, status, limit, cursor)
 
     @get("/{fact_id:uuid}", responses=ERRORS, summary="Read one fact")
-    async def get_fact(self, conn: Conn, principal: Caller, fact_id: UUID) -> Fact:
+    async def get_fact(self, conn: Conn, principal: Caller, fact_id: FactIdPath) -> Fact:
         return await memory.get_fact(conn, principal, fact_id)
 
     @patch("/{fact_id:uuid}", responses=ERRORS, summary="Retract a fact or set its valid_to")
-    async def patch_fact(self, data: PatchFactRequest, conn: Conn, principal: Caller, fact_id: UUID) -> Fact:
+    async def patch_fact(
+        self, data: PatchFactRequest, conn: Conn, principal: Caller, fact_id: FactIdPath
+    ) -> Fact:
         return await memory.patch_fact(conn, principal, fact_id, data)
 
 
@@ -193,6 +199,6 @@ class ConflictsController(Controller):
         data: ResolveConflictRequest,
         conn: Conn,
         principal: Caller,
-        conflict_set_id: UUID,
+        conflict_set_id: ConflictSetIdPath,
     ) -> ConflictSet:
         return await memory.resolve_conflict(conn, principal, conflict_set_id, data)

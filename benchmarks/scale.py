@@ -1,0 +1,306 @@
+"""How the Context Assembler's SQL path scales: 10k -> 100k -> 1M facts, and 1M over 100 scopes.
+
+    .venv/bin/python -m benchmarks.scale                       # every configuration (about 1 h)
+    .venv/bin/python -m benchmarks.scale --only 10k,100k       # a subset
+    .venv/bin/python -m benchmarks.scale --markdown out.md
+
+Not in CI: the 1M configurations load 1M x 384-dim vectors and build their HNSW graph (tens of
+minutes on 2 cores). Each configuration gets its own throw-away embedded PostgreSQL (default
+settings of the embedded server, as Haki ships it; `--tuned` for shared_buffers 2GB instead
+of 128MB), is COPY-loaded with the deterministic data of benchmarks/seed.py, indexed in one pass
+(maintenance_work_mem 4GB, one parallel worker), VACUUM ANALYZEd, then measured:
+
+- SQL path p50/p95: service.context.assembler.assemble with a precomputed query vector (all but
+  the embedding: candidates, pack, multi-hop, episodes, trace write, transaction);
+- fact_candidates alone p50, and the score-every-fact baseline p50 (skipped above 100k facts in
+  the measured scope: seconds per call, and nobody would ship it);
+- HNSW build time, table (heap + TOAST) and HNSW index sizes;
+- recall@64: the vector side of fact_candidates (a query text that matches nothing) against the
+  exact top-64 of the scope (sequential distance, queries/bench.sql bench_exact_neighbours).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pgvector import Vector
+
+from benchmarks.seed import Query, ScopeSpec, load, percentile, queries
+from benchmarks.world import InstantEmbedder
+from service import embedded
+from service.auth import Principal
+from service.constants import (
+    CANDIDATE_LIMIT,
+    RECENCY_TAU_SECONDS,
+    RETRIEVAL_TOP_K,
+    WEIGHT_RECENCY,
+    WEIGHT_SIMILARITY,
+    WEIGHT_TEXT_RANK,
+)
+from service.context import assembler
+from service.context import repository as repo
+from service.db import connect, init_connection
+from service.embedded import embedded_url
+from service.migrations import migrate
+from service.settings import Settings
+from service.sql import load_queries
+from service.structs import ContextRequest
+
+PROJECT = "scale"
+NO_TEXT_MATCH = "qqxxjjnothingmatchesthis"
+
+
+@dataclass
+class Config:
+    name: str
+    scopes: list[ScopeSpec]
+    measured: str  # the subject_id measured
+    recall_queries: int = 50
+
+
+def configs() -> list[Config]:
+    def one(n: int) -> ScopeSpec:
+        return ScopeSpec("scope-0", n, inactive=n // 20, events=1_000, open_conflicts=20, stale_volatile=50)
+
+    return [
+        Config("10k", [one(10_000)], "scope-0"),
+        Config("100k", [one(100_000)], "scope-0"),
+        Config("1M", [one(1_000_000)], "scope-0", recall_queries=20),
+        Config(
+            "1M/100",
+            [
+                ScopeSpec(f"scope-{i}", 10_000, inactive=500, events=100, open_conflicts=2, stale_volatile=5)
+                for i in range(100)
+            ],
+            "scope-0",
+            recall_queries=30,
+        ),
+    ]
+
+
+@dataclass
+class Result:
+    config: str
+    facts_total: int
+    facts_in_scope: int
+    scopes: int
+    copy_s: float = 0.0
+    hnsw_build_s: float = 0.0
+    gin_build_s: float = 0.0
+    table_mb: float = 0.0
+    hnsw_mb: float = 0.0
+    sql_p50_ms: float = 0.0
+    sql_p95_ms: float = 0.0
+    candidates_p50_ms: float = 0.0
+    baseline_p50_ms: float | None = None
+    recall_at_64: float = 0.0
+    stages_p50_ms: dict[str, float] = field(default_factory=dict)
+
+
+async def measure(conn: Any, settings: Settings, cfg: Config, rounds: int, result: Result) -> None:
+    q = load_queries()
+    pool = queries(300)
+    emb = InstantEmbedder()
+    principal = Principal(project_id=PROJECT, key_id=uuid.uuid4())
+
+    async def sql_path(query: Query, timer: assembler.StageTimer) -> None:
+        emb.vector = query.vector
+        req = ContextRequest(project_id=PROJECT, subject_id=cfg.measured, query=query.text)
+        await assembler.assemble(conn, emb, settings, principal, req, timer=timer)
+
+    async def candidates(query: Query, text: str) -> list[Any]:
+        async with conn.transaction():
+            await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
+            return await repo.fact_candidates(
+                conn,
+                project_id=PROJECT,
+                subject_id=cfg.measured,
+                query_embedding=query.vector,
+                query_text=text,
+                top_k=RETRIEVAL_TOP_K,
+                candidate_limit=CANDIDATE_LIMIT,
+                weights=assembler.DEFAULT_WEIGHTS,
+                tau_seconds=RECENCY_TAU_SECONDS,
+            )
+
+    # Warm-up: a production server's buffers hold its hot indexes.
+    for i in range(30):
+        await sql_path(pool[i], assembler.StageTimer())
+    times: list[float] = []
+    stages: dict[str, list[float]] = {}
+    for i in range(rounds):
+        timer = assembler.StageTimer()
+        t0 = time.perf_counter()
+        await sql_path(pool[i % len(pool)], timer)
+        times.append((time.perf_counter() - t0) * 1000)
+        for k, v in timer.ms.items():
+            stages.setdefault(k, []).append(v)
+    result.sql_p50_ms = percentile(times, 50)
+    result.sql_p95_ms = percentile(times, 95)
+    result.stages_p50_ms = {k: round(percentile(v, 50), 3) for k, v in stages.items()}
+    cand: list[float] = []
+    for i in range(rounds):
+        t0 = time.perf_counter()
+        await candidates(pool[i % len(pool)], pool[i % len(pool)].text)
+        cand.append((time.perf_counter() - t0) * 1000)
+    result.candidates_p50_ms = percentile(cand, 50)
+    if result.facts_in_scope <= 100_000:
+        base: list[float] = []
+        for i in range(min(rounds, 30)):
+            query = pool[i]
+            t0 = time.perf_counter()
+            _ = [
+                r
+                async for r in q.bench_score_all_facts(
+                    conn,
+                    project_id=PROJECT,
+                    subject_id=cfg.measured,
+                    query_embedding=Vector(query.vector),
+                    query_text=query.text,
+                    candidate_limit=CANDIDATE_LIMIT,
+                    w_similarity=WEIGHT_SIMILARITY,
+                    w_text_rank=WEIGHT_TEXT_RANK,
+                    w_recency=WEIGHT_RECENCY,
+                    tau_seconds=RECENCY_TAU_SECONDS,
+                )
+            ]
+            base.append((time.perf_counter() - t0) * 1000)
+        result.baseline_p50_ms = percentile(base, 50)
+    hits = 0
+    for query in pool[: cfg.recall_queries]:
+        got = {r["fact_id"] for r in await candidates(query, NO_TEXT_MATCH) if r["kind"] == "candidate"}
+        truth = {
+            r["fact_id"]
+            async for r in q.bench_exact_neighbours(
+                conn,
+                project_id=PROJECT,
+                subject_id=cfg.measured,
+                query_embedding=Vector(query.vector),
+                top_k=RETRIEVAL_TOP_K,
+            )
+        }
+        hits += len(got & truth)
+    result.recall_at_64 = hits / (RETRIEVAL_TOP_K * cfg.recall_queries)
+
+
+async def run_config(cfg: Config, base: Path, rounds: int, tuned: bool) -> Result:
+    data_dir = Path(tempfile.mkdtemp(prefix=f"haki-scale-{cfg.name.replace('/', '-')}-", dir=base))
+    total = sum(s.facts + s.inactive for s in cfg.scopes)
+    measured = next(s for s in cfg.scopes if s.subject_id == cfg.measured)
+    result = Result(cfg.name, total, measured.facts, len(cfg.scopes))
+    try:
+        settings = Settings(data_dir=data_dir, embed_provider="hash", database_url=embedded_url(data_dir))
+        if tuned:
+            conn = await connect(settings)
+            await load_queries().bench_tune_shared_buffers(conn)
+            await conn.close()
+            embedded._SERVERS.pop((data_dir / "pgdata").resolve()).cleanup()
+            settings = Settings(data_dir=data_dir, embed_provider="hash", database_url=embedded_url(data_dir))
+        conn = await connect(settings)
+        await migrate(conn)
+        await init_connection(conn)
+        say(f"[{cfg.name}] loading {total} facts over {len(cfg.scopes)} scope(s)")
+        _, report = await load(
+            conn, PROJECT, cfg.scopes, maintenance_work_mem="4GB", parallel_workers=1, log=say
+        )
+        result.copy_s = report.copy_seconds
+        result.hnsw_build_s = report.index_seconds.get("facts_embedding_hnsw", 0.0)
+        result.gin_build_s = report.index_seconds.get("facts_search_vector_gin", 0.0)
+        sizes = {r["relation"]: r async for r in load_queries().bench_relation_sizes(conn)}
+        result.table_mb = sizes["facts"]["main_bytes"] / 2**20
+        result.hnsw_mb = sizes["facts_embedding_hnsw"]["total_bytes"] / 2**20
+        await conn.close()
+        conn = await connect(settings)  # a fresh session, as the service's pool would lend
+        await init_connection(conn)
+        say(f"[{cfg.name}] measuring")
+        await measure(conn, settings, cfg, rounds, result)
+        await conn.close()
+    finally:
+        handle = embedded._SERVERS.pop((data_dir / "pgdata").resolve(), None)
+        if handle is not None:
+            handle.cleanup()
+        shutil.rmtree(data_dir, ignore_errors=True)
+    say(f"[{cfg.name}] {asdict(result)}")
+    return result
+
+
+def say(*parts: Any) -> None:
+    print(*parts, file=sys.stderr, flush=True)
+
+
+def machine() -> str:
+    cpu = platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem = ""
+    with contextlib.suppress(OSError):
+        kb = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f", {kb / 2**20:.0f} GiB RAM"
+    return f"{cpu}, {os.cpu_count()} cores{mem}"
+
+
+def table(results: list[Result]) -> str:
+    head = (
+        "| config | facts (table) | facts (scope) | scopes | SQL path p50 ms | p95 ms | fact_candidates "
+        "p50 ms | baseline p50 ms | HNSW build s | table MB | HNSW MB | recall@64 |"
+    )
+    lines = [head, "|" + "---|" * 12]
+    for r in results:
+        base = f"{r.baseline_p50_ms:.1f}" if r.baseline_p50_ms is not None else "n/a"
+        lines.append(
+            f"| {r.config} | {r.facts_total:,} | {r.facts_in_scope:,} | {r.scopes} | {r.sql_p50_ms:.2f} | "
+            f"{r.sql_p95_ms:.2f} | {r.candidates_p50_ms:.2f} | {base} | {r.hnsw_build_s:.0f} | "
+            f"{r.table_mb:.0f} | {r.hnsw_mb:.0f} | {r.recall_at_64:.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", default=None, help="comma-separated config names: 10k,100k,1M,1M/100")
+    p.add_argument("--rounds", type=int, default=300, help="measured calls per configuration")
+    p.add_argument("--tuned", action="store_true", help="shared_buffers 2GB (default: the embedded 128MB)")
+    p.add_argument("--markdown", type=Path, default=None, help="also write the table here")
+    p.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
+    args = p.parse_args(argv)
+    wanted = set(args.only.split(",")) if args.only else None
+    chosen = [c for c in configs() if wanted is None or c.name in wanted]
+    base = Path(os.environ.get("HAKI_BENCH_TMP", tempfile.gettempdir()))
+    started = time.time()
+    load_at_start = os.getloadavg()
+    results = [asyncio.run(run_config(c, base, args.rounds, args.tuned)) for c in chosen]
+    out = table(results)
+    header = (
+        f"{machine()}; load average {load_at_start[0]:.2f} at start, {os.getloadavg()[0]:.2f} at end; "
+        f"{(time.time() - started) / 60:.0f} min; "
+        f"shared_buffers {'2GB' if args.tuned else '128MB (embedded default)'}"
+    )
+    print(header)
+    print(out)
+    for r in results:
+        print(f"{r.config} stages p50 (ms): {r.stages_p50_ms}")
+    if args.markdown:
+        args.markdown.write_text(header + "\n\n" + out + "\n")
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in results], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

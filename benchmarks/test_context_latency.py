@@ -1,0 +1,225 @@
+"""Latency of the Context Assembler's SQL path on a 10k-fact scope of a 106k-fact table.
+
+Run: .venv/bin/pytest benchmarks/test_context_latency.py --benchmark-only
+CI guard (no pytest-benchmark timing, only the interleaved guard loop and the structural
+checks): .venv/bin/pytest benchmarks/test_context_latency.py --benchmark-disable
+
+Only one test asserts on time, and only as a ratio measured in the same run plus a generous
+ceiling: `test_two_phase_guard`. Everything else reports (pytest-benchmark tables, extra_info).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from benchmarks.seed import percentile
+from benchmarks.world import PROJECT, SMALL, TARGET, World
+from service.constants import CANDIDATE_LIMIT, RETRIEVAL_TOP_K
+from service.context import repository as repo
+from service.ids import uuid7
+from service.sql import load_queries
+from service.structs import Decision
+
+GUARD_ROUNDS = 60
+GUARD_WARMUP = 10
+# The spec's bound is two-phase >= 30x faster than scoring every fact; CI only fails below 10x,
+# or above a ceiling far beyond the 5 ms target, so a loaded CI machine does not flap.
+GUARD_MIN_SPEEDUP = 10.0
+GUARD_CEILING_MS = 50.0
+NO_TEXT_MATCH = "qqxxjjnothingmatchesthis"
+
+
+class Rotation:
+    """Cycles through the query pool, so no two consecutive calls share a vector or a text."""
+
+    def __init__(self, world: World) -> None:
+        self.queries = world.queries
+        self.i = 0
+
+    def next(self) -> Any:
+        query = self.queries[self.i % len(self.queries)]
+        self.i += 1
+        return query
+
+
+def test_assembler_sql_path(benchmark: Any, world: World) -> None:
+    """POST /v1/context minus HTTP and the query embedding: candidates, pack, multi-hop,
+    episodes, the trace write, and the transaction around them."""
+    rot = Rotation(world)
+    packet = benchmark.pedantic(
+        lambda: world.assemble(rot.next()), rounds=300, iterations=1, warmup_rounds=30
+    )
+    assert packet.facts
+
+
+def test_assembler_sql_path_small_scope(benchmark: Any, world: World) -> None:
+    """The same on the 1,000-fact scope (0.9 % of the table): the planner's exact scan."""
+    rot = Rotation(world)
+    packet = benchmark.pedantic(
+        lambda: world.assemble(rot.next(), SMALL), rounds=200, iterations=1, warmup_rounds=20
+    )
+    assert packet.facts
+
+
+def test_fact_candidates_only(benchmark: Any, world: World) -> None:
+    """Phase 1 + phase 2 + the blocked facts, one statement: the like-for-like rival of the baseline."""
+    rot = Rotation(world)
+    rows = benchmark.pedantic(
+        lambda: world.candidates(rot.next()), rounds=300, iterations=1, warmup_rounds=30
+    )
+    assert sum(1 for r in rows if r["kind"] == "candidate") >= RETRIEVAL_TOP_K
+
+
+def test_baseline_score_every_fact(benchmark: Any, world: World) -> None:
+    """What two-phase retrieval replaced: the hybrid score over every servable fact of the scope."""
+    rot = Rotation(world)
+    rows = benchmark.pedantic(lambda: world.baseline(rot.next()), rounds=40, iterations=1, warmup_rounds=5)
+    assert len(rows) == CANDIDATE_LIMIT
+
+
+def _decisions(n: int) -> list[Decision]:
+    return [
+        Decision(
+            item_type="fact" if i < n - 8 else "episode",
+            item_id=uuid.uuid4(),
+            decision="included" if i < 64 else "excluded",
+            reason_code="packed" if i < 64 else "over_budget",
+            rank=i + 1,
+            score=0.5 - i / 1000,
+            similarity=0.6,
+            text_rank=0.1,
+            recency=0.4,
+            cosine_distance=0.4,
+            tokens=12,
+        )
+        for i in range(n)
+    ]
+
+
+def _write_trace(world: World, decisions: list[Decision]) -> None:
+    call = {
+        "project_id": PROJECT,
+        "trace_id": uuid7(),
+        "subject_id": TARGET,
+        "query": "trace write benchmark",
+        "budget_tokens": 900,
+        "used_tokens": 768,
+        "status": "ok",
+        "warnings": [],
+        "empty_reason": None,
+        "facts_served": 64,
+        "episodes_served": 0,
+    }
+    world.run(repo.insert_context_trace(world.conn, call, decisions))
+
+
+def test_trace_write_256_decisions(benchmark: Any, world: World) -> None:
+    """One call row and 256 decision rows. Timed for the report; asserted only to be one statement."""
+    decisions = _decisions(256)
+    statements: list[str] = []
+
+    def log(record: Any) -> None:
+        statements.append(record.query)
+
+    world.conn.add_query_logger(log)
+    try:
+        _write_trace(world, decisions)
+    finally:
+        world.conn.remove_query_logger(log)
+    assert len(statements) == 1, statements
+    benchmark.pedantic(lambda: _write_trace(world, decisions), rounds=300, iterations=1, warmup_rounds=20)
+
+
+def _recall(world: World, subject_id: str, queries: list[Any]) -> float:
+    """recall@64 of fact_candidates' vector side (a query text that matches nothing leaves
+    only vector_top) against the exact top-64 of the scope, averaged over the queries."""
+    hits = 0
+    for query in queries:
+        rows = world.candidates(query, subject_id, text=NO_TEXT_MATCH)
+        got = {r["fact_id"] for r in rows if r["kind"] == "candidate"}
+
+        async def exact(query: Any = query) -> set[Any]:
+            from pgvector import Vector
+
+            return {
+                r["fact_id"]
+                async for r in load_queries().bench_exact_neighbours(
+                    world.conn,
+                    project_id=PROJECT,
+                    subject_id=subject_id,
+                    query_embedding=Vector(query.vector),
+                    top_k=RETRIEVAL_TOP_K,
+                )
+            }
+
+        truth: set[Any] = world.run(exact())
+        hits += len(got & truth)
+    return hits / (RETRIEVAL_TOP_K * len(queries))
+
+
+@pytest.mark.parametrize("subject_id", [TARGET, SMALL])
+def test_vector_recall_at_64(benchmark: Any, world: World, subject_id: str) -> None:
+    """Reported, and held to a floor below the 0.95 target (HNSW builds are not bit-for-bit
+    reproducible with parallel workers)."""
+    recall = _recall(world, subject_id, world.queries[:50])
+    benchmark.extra_info["recall_at_64"] = recall
+    rot = Rotation(world)
+    benchmark.pedantic(
+        lambda: world.candidates(rot.next(), subject_id, text=NO_TEXT_MATCH), rounds=50, iterations=1
+    )
+    assert recall >= 0.9, recall
+
+
+def test_two_phase_guard(benchmark: Any, world: World) -> None:
+    """The CI guard: the assembler SQL path against the score-every-fact baseline, interleaved
+    call by call in one loop (so machine load hits both alike), compared as medians."""
+    two_phase: list[float] = []
+    baseline: list[float] = []
+    rot = Rotation(world)
+
+    def one_baseline() -> None:
+        t0 = time.perf_counter()
+        world.baseline(rot.next())
+        baseline.append((time.perf_counter() - t0) * 1000)
+
+    def one_two_phase() -> None:
+        t0 = time.perf_counter()
+        world.assemble(rot.next())
+        two_phase.append((time.perf_counter() - t0) * 1000)
+
+    for _ in range(GUARD_WARMUP):
+        one_baseline()
+        one_two_phase()
+    two_phase.clear()
+    baseline.clear()
+    if benchmark.disabled:
+        for _ in range(GUARD_ROUNDS):
+            one_baseline()
+            one_two_phase()
+    else:
+        benchmark.pedantic(one_two_phase, setup=one_baseline, rounds=GUARD_ROUNDS, iterations=1)
+    two_median = statistics.median(two_phase)
+    base_median = statistics.median(baseline)
+    speedup = base_median / two_median
+    benchmark.extra_info.update(
+        {
+            "two_phase_p50_ms": round(two_median, 3),
+            "two_phase_p95_ms": round(percentile(two_phase, 95), 3),
+            "baseline_p50_ms": round(base_median, 3),
+            "speedup": round(speedup, 2),
+        }
+    )
+    print(
+        f"\ntwo-phase p50 {two_median:.2f} ms, baseline p50 {base_median:.2f} ms, "
+        f"speed-up x{speedup:.1f} over {GUARD_ROUNDS} interleaved rounds"
+    )
+    assert two_median <= GUARD_CEILING_MS, f"two-phase median {two_median:.1f} ms > {GUARD_CEILING_MS} ms"
+    assert speedup >= GUARD_MIN_SPEEDUP, (
+        f"two-phase median {two_median:.2f} ms is only x{speedup:.1f} faster than scoring every "
+        f"fact ({base_median:.2f} ms); the guard wants x{GUARD_MIN_SPEEDUP:.0f}"
+    )

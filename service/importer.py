@@ -1,0 +1,369 @@
+"""`haki import FILE.jsonl`: bulk-load facts or events through the service's own write path.
+
+Each line is one FactIn (or EventIn) object. Lines are validated one by one with the request
+Structs, then written in batches of up to 1,000 by service.memory.write_facts / write_events,
+in-process, so an import obeys exactly the rules of POST /v1/facts (conflict detection,
+supersedes, embeddings) without HTTP in between.
+
+A bad line never stops the import: invalid JSON, a Struct violation, or a rule only the service
+checks (`InvalidInput` naming `facts[i]`) rejects that line alone, and the summary lists it with
+its line number.
+
+Resuming: after each committed batch the byte offset and line number reached are written to
+FILE.haki-progress (atomically, fsynced). Ctrl-C or SIGTERM finishes the batch in flight, saves
+the position and exits 130; the same command then resumes after the last committed batch, so
+each line is written once. Only a hard kill (SIGKILL, power loss) landing in the millisecond
+between a batch's COMMIT and the progress write can replay that one batch. `--restart` ignores
+a saved position.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+from uuid import UUID
+
+import msgspec
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
+
+from service import memory
+from service.auth import Principal
+from service.constants import MAX_BATCH
+from service.db import connect, create_pool
+from service.embedder import Embedder, build_embedder, check_embedder
+from service.errors import InvalidInput
+from service.migrations import migrate
+from service.settings import Settings
+from service.structs import (
+    EventIn,
+    FactIn,
+    ProjectId,
+    SubjectId,
+    WriteEventsRequest,
+    WriteFactsRequest,
+)
+
+Kind = Literal["facts", "events"]
+
+PROGRESS_SUFFIX: Final = ".haki-progress"
+PROGRESS_VERSION: Final = 1
+# The summary names every rejected line up to this many; the progress file keeps as many.
+MAX_LISTED_REJECTS: Final = 1000
+EXIT_OK: Final = 0
+EXIT_REJECTED: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_INTERRUPTED: Final = 130
+# The CLI is the operator's own tool, run with database access: it acts for the project it is
+# told, like `haki keys create`, without an API key.
+CLI_KEY_ID: Final = UUID(int=0)
+
+_ITEM_INDEX = re.compile(r"^(?:facts|events)\[(?P<i>\d+)\]")
+
+
+class ImportAborted(Exception):
+    """The import cannot start or go on (bad arguments, unreadable file, stale progress)."""
+
+
+class Rejected(msgspec.Struct, frozen=True):
+    line: int
+    error: str
+
+
+class ImportProgress(msgspec.Struct, kw_only=True):
+    version: int = PROGRESS_VERSION
+    kind: Kind
+    project_id: str
+    subject_id: str
+    offset: int = 0
+    line: int = 0
+    written: int = 0
+    rejected_count: int = 0
+    rejected: list[Rejected] = msgspec.field(default_factory=list)
+    done: bool = False
+
+
+class _Scope(msgspec.Struct, forbid_unknown_fields=True):
+    project_id: ProjectId
+    subject_id: SubjectId
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    path: Path
+    project_id: str
+    subject_id: str
+    kind: Kind = "facts"
+    restart: bool = False
+    batch_size: int = MAX_BATCH
+    show_progress: bool = True
+
+
+@dataclass
+class _Batch:
+    items: list[tuple[int, Any]] = field(default_factory=list)
+    rejects: list[Rejected] = field(default_factory=list)
+    end_offset: int = 0
+    end_line: int = 0
+
+
+def progress_path(path: Path) -> Path:
+    return path.with_name(path.name + PROGRESS_SUFFIX)
+
+
+def _load_progress(opts: ImportOptions) -> ImportProgress:
+    fresh = ImportProgress(kind=opts.kind, project_id=opts.project_id, subject_id=opts.subject_id)
+    saved_at = progress_path(opts.path)
+    if opts.restart or not saved_at.exists():
+        return fresh
+    try:
+        saved = msgspec.json.decode(saved_at.read_bytes(), type=ImportProgress)
+    except msgspec.DecodeError as exc:
+        raise ImportAborted(f"{saved_at} is unreadable ({exc}); use --restart to start over") from exc
+    if (saved.kind, saved.project_id, saved.subject_id) != (opts.kind, opts.project_id, opts.subject_id):
+        raise ImportAborted(
+            f"{saved_at} belongs to an import of {saved.kind} into {saved.project_id}/{saved.subject_id}; "
+            "run that command again to resume it, or use --restart"
+        )
+    if saved.offset > opts.path.stat().st_size:
+        raise ImportAborted(f"{opts.path} is shorter than the position saved in {saved_at}; use --restart")
+    return saved
+
+
+def _save_progress(opts: ImportOptions, progress: ImportProgress) -> None:
+    target = progress_path(opts.path)
+    tmp = target.with_name(target.name + ".tmp")
+    with tmp.open("wb") as f:
+        f.write(msgspec.json.encode(progress))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, target)
+
+
+def count_lines(path: Path) -> int:
+    lines = 0
+    last = b"\n"
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            lines += chunk.count(b"\n")
+            last = chunk[-1:]
+    return lines + (0 if last == b"\n" else 1)
+
+
+def _short(exc: Exception) -> str:
+    return str(exc).replace("\n", " ")[:300]
+
+
+def _batches(opts: ImportOptions, start_offset: int, start_line: int) -> Iterator[_Batch]:
+    """Reads from the saved position; yields batches of valid items with the lines they reject."""
+    item_type: type[FactIn] | type[EventIn] = FactIn if opts.kind == "facts" else EventIn
+    decoder = msgspec.json.Decoder(item_type)
+    batch = _Batch(end_offset=start_offset, end_line=start_line)
+    with opts.path.open("rb") as f:
+        f.seek(start_offset)
+        offset, line_no = start_offset, start_line
+        for raw in f:
+            offset += len(raw)
+            line_no += 1
+            text = raw.strip()
+            if text:
+                try:
+                    batch.items.append((line_no, decoder.decode(text)))
+                except msgspec.ValidationError as exc:
+                    batch.rejects.append(Rejected(line_no, f"invalid {opts.kind[:-1]}: {_short(exc)}"))
+                except msgspec.DecodeError as exc:
+                    batch.rejects.append(Rejected(line_no, f"invalid JSON: {_short(exc)}"))
+            batch.end_offset, batch.end_line = offset, line_no
+            if len(batch.items) >= opts.batch_size:
+                yield batch
+                batch = _Batch(end_offset=offset, end_line=line_no)
+    if batch.items or batch.end_line > start_line:
+        yield batch
+
+
+async def _write_batch(
+    conn: Any, embedder: Embedder, settings: Settings, opts: ImportOptions, batch: _Batch
+) -> int:
+    """Writes the batch atomically; a line the service refuses is rejected and the rest retried.
+
+    The retry re-embeds the batch, which the embedders' caches make cheap.
+    """
+    principal = Principal(project_id=opts.project_id, key_id=CLI_KEY_ID)
+    items = list(batch.items)
+    while items:
+        try:
+            if opts.kind == "facts":
+                facts_req = WriteFactsRequest(
+                    project_id=opts.project_id, subject_id=opts.subject_id, facts=[i for _, i in items]
+                )
+                await memory.write_facts(conn, embedder, settings, principal, facts_req)
+            else:
+                events_req = WriteEventsRequest(
+                    project_id=opts.project_id, subject_id=opts.subject_id, events=[i for _, i in items]
+                )
+                await memory.write_events(conn, embedder, principal, events_req)
+        except InvalidInput as exc:
+            where = _ITEM_INDEX.match(str((exc.details or {}).get("field", "")))
+            if where is None or int(where.group("i")) >= len(items):
+                batch.rejects.extend(Rejected(n, f"refused: {exc.message}") for n, _ in items)
+                return 0
+            line_no, _ = items.pop(int(where.group("i")))
+            message = re.sub(r"^(?:facts|events)\[\d+\]\.?", "", exc.message).lstrip(": ")
+            batch.rejects.append(Rejected(line_no, f"refused: {message or exc.message}"))
+            continue
+        return len(items)
+    return 0
+
+
+class _RateColumn(ProgressColumn):
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text("-- lines/s" if speed is None else f"{speed:,.0f} lines/s", style="progress.data.speed")
+
+
+def _progress_bar(console: Console, enabled: bool) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("lines"),
+        _RateColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not enabled,
+    )
+
+
+def _summary(out: Console, opts: ImportOptions, progress: ImportProgress, total_lines: int) -> None:
+    out.print(
+        f"{opts.path}: {progress.written} {opts.kind} written into "
+        f"{opts.project_id}/{opts.subject_id}, {progress.rejected_count} line(s) rejected, "
+        f"{progress.line} of {total_lines} line(s) read",
+        highlight=False,
+    )
+    if progress.rejected:
+        out.print("rejected lines:", highlight=False)
+        for r in sorted(progress.rejected, key=lambda r: r.line):
+            out.print(f"  line {r.line}: {r.error}", highlight=False, markup=False)
+        hidden = progress.rejected_count - len(progress.rejected)
+        if hidden > 0:
+            out.print(f"  ... and {hidden} more", highlight=False)
+
+
+async def run_import(settings: Settings, opts: ImportOptions) -> int:
+    err = Console(stderr=True, soft_wrap=True)
+    out = Console(soft_wrap=True)
+    try:
+        msgspec.convert({"project_id": opts.project_id, "subject_id": opts.subject_id}, _Scope)
+        if not 1 <= opts.batch_size <= MAX_BATCH:
+            raise ImportAborted(f"--batch-size must be within 1..{MAX_BATCH}")
+        if not opts.path.is_file():
+            raise ImportAborted(f"{opts.path}: no such file")
+        progress = _load_progress(opts)
+    except (ImportAborted, msgspec.ValidationError, OSError) as exc:
+        err.print(f"haki import: {exc}", highlight=False, markup=False)
+        return EXIT_USAGE
+    total_lines = count_lines(opts.path)
+    if progress.done:
+        err.print(
+            f"{opts.path} was already imported (see {progress_path(opts.path)}); --restart imports it again",
+            highlight=False,
+        )
+        _summary(out, opts, progress, total_lines)
+        return EXIT_REJECTED if progress.rejected_count else EXIT_OK
+    if progress.line:
+        err.print(f"resuming after line {progress.line} ({progress.written} {opts.kind} already written)")
+
+    conn = await connect(settings)
+    try:
+        await migrate(conn)
+    finally:
+        await conn.close()
+    embedder = build_embedder(settings)
+    await check_embedder(embedder)
+    pool = await create_pool(settings)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def request_stop() -> None:
+        if not stop.is_set():
+            err.print("stopping after the batch in flight (Ctrl-C again to abort at once)...")
+            stop.set()
+            # A second Ctrl-C falls back to the default: KeyboardInterrupt, batch rolled back.
+            loop.remove_signal_handler(signal.SIGINT)
+
+    handled = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, request_stop)
+            handled.append(sig)
+    try:
+        with _progress_bar(err, opts.show_progress and err.is_terminal) as bar:
+            task = bar.add_task(f"importing {opts.kind}", total=total_lines, completed=progress.line)
+            for batch in _batches(opts, progress.offset, progress.line):
+                if batch.items:
+                    async with pool.acquire() as conn:
+                        progress.written += await _write_batch(conn, embedder, settings, opts, batch)
+                progress.offset, progress.line = batch.end_offset, batch.end_line
+                progress.rejected_count += len(batch.rejects)
+                room = MAX_LISTED_REJECTS - len(progress.rejected)
+                progress.rejected.extend(batch.rejects[: max(0, room)])
+                _save_progress(opts, progress)
+                bar.update(task, completed=progress.line)
+                if stop.is_set():
+                    break
+            else:
+                progress.done = True
+                _save_progress(opts, progress)
+    except Exception as exc:
+        err.print(
+            f"haki import: stopped after line {progress.line} ({exc!r}); run the same command to resume",
+            highlight=False,
+            markup=False,
+        )
+        _summary(out, opts, progress, total_lines)
+        return EXIT_REJECTED
+    finally:
+        for sig in handled:
+            loop.remove_signal_handler(sig)
+        await pool.close()
+        await embedder.aclose()
+
+    _summary(out, opts, progress, total_lines)
+    if not progress.done:
+        err.print(
+            f"interrupted after line {progress.line}: run the same command to resume "
+            f"(position kept in {progress_path(opts.path)})",
+            highlight=False,
+        )
+        return EXIT_INTERRUPTED
+    return EXIT_REJECTED if progress.rejected_count else EXIT_OK
+
+
+def main_sync(settings: Settings, opts: ImportOptions) -> int:
+    try:
+        return asyncio.run(run_import(settings, opts))
+    except KeyboardInterrupt:
+        print("haki import: aborted; the batch in flight was rolled back", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -1,0 +1,231 @@
+"""`Idempotency-Key` on POST /v1/facts and POST /v1/events (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from service import auth
+from service.app import create_app
+from service.db import create_pool
+from service.embedder import Embedder
+from service.settings import Settings, SettingsError
+from service.sql import load_queries
+from tests.conftest import bearer, make_client
+from tests.test_facts import PROJECT, assert_error
+
+OTHER = "proj-b"
+
+
+def facts_body(*contents: str, project_id: str = PROJECT, subject_id: str = "idem") -> dict[str, Any]:
+    return {"project_id": project_id, "subject_id": subject_id, "facts": [{"content": c} for c in contents]}
+
+
+def events_body(*contents: str, project_id: str = PROJECT) -> dict[str, Any]:
+    return {
+        "project_id": project_id,
+        "subject_id": "idem",
+        "events": [{"content": c, "occurred_at": "2024-03-01T12:00:00Z"} for c in contents],
+    }
+
+
+def idem(key: str, idempotency_key: str) -> dict[str, str]:
+    return {**bearer(key), "Idempotency-Key": idempotency_key}
+
+
+async def fact_ids(client: httpx.AsyncClient, key: str, project_id: str = PROJECT) -> list[str]:
+    """Every fact of the project, through GET /v1/facts."""
+    out: list[str] = []
+    cursor: str | None = None
+    while True:
+        params: dict[str, Any] = {"project_id": project_id, "limit": 500}
+        if cursor:
+            params["cursor"] = cursor
+        r = await client.get("/v1/facts", params=params, headers=bearer(key))
+        assert r.status_code == 200, r.text
+        page = r.json()
+        out += [f["fact_id"] for f in page["facts"]]
+        cursor = page["next_cursor"]
+        if not cursor:
+            return out
+
+
+async def test_retry_returns_the_first_response_and_writes_nothing(
+    client: httpx.AsyncClient, key: str
+) -> None:
+    body = facts_body("Alice works at Acme", "Alice lives in Lyon")
+    first = await client.post("/v1/facts", json=body, headers=idem(key, "k-1"))
+    assert first.status_code == 201, first.text
+    assert "idempotent-replayed" not in first.headers
+    written = await fact_ids(client, key)
+    assert len(written) == 2
+
+    for _ in range(3):
+        again = await client.post("/v1/facts", json=body, headers=idem(key, "k-1"))
+        assert again.status_code == 201, again.text
+        assert again.json() == first.json()
+        assert again.headers["idempotent-replayed"] == "true"
+    # Same request re-serialised (other key order, other whitespace): still a replay.
+    reordered = {"facts": body["facts"], "subject_id": body["subject_id"], "project_id": body["project_id"]}
+    again = await client.post("/v1/facts", json=reordered, headers=idem(key, "k-1"))
+    assert again.status_code == 201 and again.json() == first.json()
+    assert await fact_ids(client, key) == written
+
+
+async def test_same_key_other_body_is_a_409(client: httpx.AsyncClient, key: str) -> None:
+    first = await client.post("/v1/facts", json=facts_body("one"), headers=idem(key, "k-2"))
+    assert first.status_code == 201
+    r = await client.post("/v1/facts", json=facts_body("two"), headers=idem(key, "k-2"))
+    body = assert_error(r, 409, "conflict")
+    assert body["details"]["idempotency_key"] == "k-2"
+    # The same key on the other route is another request too.
+    r = await client.post("/v1/events", json=events_body("one"), headers=idem(key, "k-2"))
+    assert_error(r, 409, "conflict")
+    assert len(await fact_ids(client, key)) == 1
+
+
+async def events_count(conn: asyncpg.Connection) -> int:
+    n: int = await load_queries().test_count_project_events(conn, project_id=PROJECT)
+    return n
+
+
+async def test_events_are_idempotent_too(
+    client: httpx.AsyncClient, conn: asyncpg.Connection, key: str
+) -> None:
+    body = events_body("met Bob", "moved to Lyon")
+    first = await client.post("/v1/events", json=body, headers=idem(key, "e-1"))
+    assert first.status_code == 201, first.text
+    again = await client.post("/v1/events", json=body, headers=idem(key, "e-1"))
+    assert again.status_code == 201 and again.json() == first.json()
+    assert again.headers["idempotent-replayed"] == "true"
+    assert await events_count(conn) == 2
+    assert_error(
+        await client.post("/v1/events", json=events_body("x"), headers=idem(key, "e-1")), 409, "conflict"
+    )
+    assert await events_count(conn) == 2
+
+
+async def test_keys_are_scoped_per_project(client: httpx.AsyncClient, key: str, other_key: str) -> None:
+    a = await client.post("/v1/facts", json=facts_body("A's fact"), headers=idem(key, "shared"))
+    assert a.status_code == 201
+    # B with the same key and its own body: a write of its own, not A's response, not a 409.
+    b = await client.post(
+        "/v1/facts", json=facts_body("B's fact", project_id=OTHER), headers=idem(other_key, "shared")
+    )
+    assert b.status_code == 201, b.text
+    assert "idempotent-replayed" not in b.headers
+    assert b.json() != a.json()
+    # B replaying A's exact request gets the 403 of any cross-project request, not A's response.
+    r = await client.post("/v1/facts", json=facts_body("A's fact"), headers=idem(other_key, "shared"))
+    assert_error(r, 403, "forbidden")
+    assert "fact_id" not in r.text
+
+
+async def test_failed_requests_are_not_recorded(client: httpx.AsyncClient, key: str) -> None:
+    bad = {**facts_body("x"), "facts": [{"content": "x", "supersedes": str(uuid.uuid4())}]}
+    for _ in range(2):
+        assert_error(
+            await client.post("/v1/facts", json=bad, headers=idem(key, "k-3")), 422, "validation_error"
+        )
+    # Nothing was recorded for the key: the corrected request goes through with it.
+    r = await client.post("/v1/facts", json=facts_body("x"), headers=idem(key, "k-3"))
+    assert r.status_code == 201 and "idempotent-replayed" not in r.headers
+
+
+async def test_keys_expire_after_the_ttl(
+    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str
+) -> None:
+    q = load_queries()
+    async with make_client(settings, conn, hash_embedder, idempotency_ttl_seconds=120) as client:
+        body = facts_body("volatile memory")
+        first = await client.post("/v1/facts", json=body, headers=idem(key, "k-ttl"))
+        assert first.status_code == 201
+        record = await q.test_idempotency_record(conn, project_id=PROJECT, idempotency_key="k-ttl")
+        assert (record["expires_at"] - record["created_at"]).total_seconds() == 120
+        assert record["status_code"] == 201
+
+        await q.test_expire_idempotency_keys(conn, project_id=PROJECT)
+        again = await client.post("/v1/facts", json=body, headers=idem(key, "k-ttl"))
+        assert again.status_code == 201 and "idempotent-replayed" not in again.headers
+        assert again.json() != first.json()  # an expired key is a new request: written again
+        assert len(await fact_ids(client, key)) == 2
+        # And the key is live again, for the new response.
+        third = await client.post("/v1/facts", json=body, headers=idem(key, "k-ttl"))
+        assert third.json() == again.json() and third.headers["idempotent-replayed"] == "true"
+
+
+@pytest.mark.parametrize("bad", ["", "x" * 256, "clé", "with space", "tab\tkey"])
+async def test_malformed_keys_are_a_400(client: httpx.AsyncClient, key: str, bad: str) -> None:
+    r = await client.post(
+        "/v1/facts", json=facts_body("x"), headers={**bearer(key), "Idempotency-Key": bad.encode()}
+    )
+    assert r.status_code == 400, r.text
+    assert r.json()["code"] == "validation_error"
+
+
+async def test_header_is_documented_in_the_openapi_schema(client: httpx.AsyncClient) -> None:
+    schema = (await client.get("/docs/openapi.json")).json()
+    for path in ("/v1/facts", "/v1/events"):
+        params = {p["name"]: p for p in schema["paths"][path]["post"]["parameters"]}
+        header = params["Idempotency-Key"]
+        assert header["in"] == "header" and not header.get("required", False)
+        assert "HAKI_IDEMPOTENCY_TTL_SECONDS" in header["description"]
+
+
+def test_ttl_setting_from_the_environment() -> None:
+    assert Settings.from_env({}).idempotency_ttl_seconds == 24 * 3600
+    assert Settings.from_env({"HAKI_IDEMPOTENCY_TTL_SECONDS": "60"}).idempotency_ttl_seconds == 60
+    for bad in ("0", "-5", "soon"):
+        with pytest.raises(SettingsError):
+            Settings.from_env({"HAKI_IDEMPOTENCY_TTL_SECONDS": bad})
+
+
+# --- concurrency, on a real pool (committed data, a project of its own) -------------------------
+
+
+@pytest.fixture
+async def pooled(
+    settings: Settings, migrated: str, hash_embedder: Embedder
+) -> AsyncIterator[tuple[Any, str, str]]:
+    project = f"idem-{uuid.uuid4().hex[:12]}"
+    pool = await create_pool(msgspec_replace(settings, pool_max_size=8))
+    async with pool.acquire() as c:
+        _, project_key = await auth.create_key(c, project)
+    app = create_app(settings, pool=pool, embedder=hash_embedder)
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+            yield client, project, project_key
+    finally:
+        await pool.close()
+
+
+def msgspec_replace(settings: Settings, **changes: Any) -> Settings:
+    import msgspec
+
+    return msgspec.structs.replace(settings, **changes)
+
+
+async def test_concurrent_retries_write_once(pooled: tuple[httpx.AsyncClient, str, str]) -> None:
+    client, project, project_key = pooled
+    body = facts_body(*(f"fact {i}" for i in range(50)), project_id=project)
+    responses = await asyncio.gather(
+        *(client.post("/v1/facts", json=body, headers=idem(project_key, "race")) for _ in range(8))
+    )
+    assert {r.status_code for r in responses} == {201}, [r.text for r in responses]
+    assert len({r.text for r in responses}) == 1
+    assert sum("idempotent-replayed" not in r.headers for r in responses) == 1
+    assert len(await fact_ids(client, project_key, project)) == 50
+
+    # Racing different bodies under one key: one wins, the others get a 409, one batch is written.
+    bodies = [facts_body(f"variant {i}", project_id=project) for i in range(6)]
+    responses = await asyncio.gather(
+        *(client.post("/v1/facts", json=b, headers=idem(project_key, "race-2")) for b in bodies)
+    )
+    assert sorted(r.status_code for r in responses) == [201] + [409] * 5, [r.text for r in responses]
+    assert len(await fact_ids(client, project_key, project)) == 51

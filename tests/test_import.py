@@ -1,0 +1,167 @@
+"""`haki import FILE.jsonl`: bad lines reported by number, resumable after an interruption.
+
+Each test runs the real command in a subprocess against a throw-away embedded PostgreSQL (one
+per module, reached through HAKI_DATABASE_URL) with the hash embedder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from service.db import connect
+from service.embedded import embedded_server, embedded_url
+from service.settings import Settings
+from service.sql import load_queries
+from tests.haki_server import REPO, server_env
+
+PROJECT = "import-proj"
+
+
+@pytest.fixture(scope="module")
+def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    data_dir = Path(tmp_path_factory.mktemp("import-db"))
+    url = embedded_url(data_dir)
+    yield url
+    embedded_server(data_dir).cleanup()
+
+
+def haki_import(database: str, *args: str | Path, wait: bool = True) -> Any:
+    env = server_env(Path("/nonexistent"), HAKI_DATABASE_URL=database)
+    cmd = [sys.executable, "-m", "service.cli", "import", *map(str, args)]
+    if not wait:
+        return subprocess.Popen(
+            cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def counts(database: str, subject: str) -> dict[str, int]:
+    return asyncio.run(_counts(database, subject))
+
+
+async def _counts(database: str, subject: str) -> dict[str, int]:
+    conn = await connect(Settings(database_url=database))
+    try:
+        row = await load_queries().test_import_counts(conn, project_id=PROJECT, subject_id=subject)
+        return dict(row)
+    finally:
+        await conn.close()
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def test_bad_lines_are_reported_by_number_and_the_rest_is_written(database: str, tmp_path: Path) -> None:
+    path = write_lines(
+        tmp_path / "facts.jsonl",
+        [
+            json.dumps({"content": "Alice works at Acme.", "key": "employer"}),  # 1
+            "{not json",  # 2
+            json.dumps({"content": ""}),  # 3: violates FactIn (min_length)
+            "",  # 4: blank lines are skipped, not rejected
+            json.dumps({"content": "Alice lives in Lyon.", "colour": "blue"}),  # 5: unknown field
+            json.dumps(  # 6: a rule only the service checks
+                {"content": "x", "valid_from": "2024-02-01T00:00:00Z", "valid_to": "2024-01-01T00:00:00Z"}
+            ),
+            json.dumps({"content": "Alice works at Globex.", "key": "employer"}),  # 7: a conflict, written
+            json.dumps(
+                {"content": "Alice has a cat.", "volatility": "volatile", "stale_after_seconds": 60}
+            ),  # 8
+            json.dumps(["a list"]),  # 9
+        ],
+    )
+    done = haki_import(database, path, "--project", PROJECT, "--subject", "bad-lines", "--batch-size", "3")
+    assert done.returncode == 1, done.stderr  # finished, with rejected lines
+    out = done.stdout
+    assert "3 facts written" in out and "5 line(s) rejected" in out, out
+    rejected = [int(n) for n in re.findall(r"^  line (\d+):", out, flags=re.M)]
+    assert rejected == [2, 3, 5, 6, 9], out
+    assert "line 2: invalid JSON" in out and "line 5: invalid fact" in out and "unknown field `colour`" in out
+    assert "line 6: refused: valid_to: must be later than valid_from" in out
+    assert counts(database, "bad-lines") == {"facts": 3, "distinct_contents": 3, "events": 0}
+
+    progress = json.loads(Path(f"{path}.haki-progress").read_text())
+    assert progress["done"] is True and progress["line"] == 9 and progress["written"] == 3
+
+    # Done is done: running it again writes nothing; --restart writes the good lines again.
+    again = haki_import(database, path, "--project", PROJECT, "--subject", "bad-lines")
+    assert "already imported" in again.stderr and again.returncode == 1
+    assert (counts(database, "bad-lines"))["facts"] == 3
+    restarted = haki_import(database, path, "--project", PROJECT, "--subject", "bad-lines", "--restart")
+    assert restarted.returncode == 1 and "3 facts written" in restarted.stdout
+    assert (counts(database, "bad-lines"))["facts"] == 6
+
+
+def test_events_import(database: str, tmp_path: Path) -> None:
+    path = write_lines(
+        tmp_path / "events.jsonl",
+        [
+            json.dumps({"content": "Alice joined Acme.", "occurred_at": "2024-03-01T09:00:00Z"}),
+            json.dumps({"content": "Alice moved to Lyon."}),  # no occurred_at
+            json.dumps({"content": "Alice adopted a cat.", "occurred_at": "2024-05-01T00:00:00"}),  # naive
+            json.dumps({"content": "Alice gave a talk.", "occurred_at": "2025-01-10T18:30:00+01:00"}),
+        ],
+    )
+    done = haki_import(database, path, "--project", PROJECT, "--subject", "ev", "--kind", "events")
+    assert done.returncode == 1, done.stderr
+    assert "2 events written" in done.stdout and "line 2: invalid event" in done.stdout
+    assert "line 3: invalid event" in done.stdout
+    assert counts(database, "ev") == {"facts": 0, "distinct_contents": 0, "events": 2}
+
+
+def test_resume_after_an_interruption_writes_each_line_once(database: str, tmp_path: Path) -> None:
+    n = 1500
+    path = write_lines(
+        tmp_path / "big.jsonl", [json.dumps({"content": f"Fact number {i} about Zed."}) for i in range(n)]
+    )
+    progress_file = Path(f"{path}.haki-progress")
+    args = (path, "--project", PROJECT, "--subject", "resume", "--batch-size", "50")
+
+    proc = haki_import(database, *args, wait=False)
+    deadline = time.monotonic() + 120
+    while not progress_file.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no batch committed in time"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGINT)  # Ctrl-C: finish the batch in flight, keep the position
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "run the same command to resume" in stderr
+
+    saved = msgspec.json.decode(progress_file.read_bytes())
+    assert not saved["done"] and 0 < saved["line"] < n and saved["line"] % 50 == 0, saved
+    first = counts(database, "resume")
+    assert first["facts"] == saved["written"] == saved["line"]
+
+    resumed = haki_import(database, *args)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming after line {saved['line']}" in resumed.stderr
+    assert f"{n} facts written" in resumed.stdout and "0 line(s) rejected" in resumed.stdout
+    assert counts(database, "resume") == {"facts": n, "distinct_contents": n, "events": 0}
+
+
+def test_usage_errors(database: str, tmp_path: Path) -> None:
+    missing = haki_import(database, tmp_path / "nope.jsonl", "--project", PROJECT, "--subject", "s")
+    assert missing.returncode == 2 and "no such file" in missing.stderr
+    path = write_lines(tmp_path / "one.jsonl", [json.dumps({"content": "x"})])
+    bad_scope = haki_import(database, path, "--project", "", "--subject", "s")
+    assert bad_scope.returncode == 2
+    Path(f"{path}.haki-progress").write_text(
+        json.dumps({"kind": "facts", "project_id": "other", "subject_id": "s", "offset": 0, "line": 0})
+    )
+    other = haki_import(database, path, "--project", PROJECT, "--subject", "s")
+    assert other.returncode == 2 and "--restart" in other.stderr

@@ -1,0 +1,267 @@
+"""A key of project B never reaches project A's memories, on any route (spec/API.md, "Conventions").
+
+The route list is the app's OpenAPI schema: a route the schema serves but PROBES lacks fails
+`test_every_served_route_has_probes`, so each new route must say here how B tries to reach A's
+objects through it. Project A's objects (facts, an event, a conflict set, a trace) are created
+through the API; every probe by B must get one of its expected statuses, and no body may contain
+anything of A that B did not send itself: its object ids, its contents, its query. 401s are
+tests/test_auth.py's business.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from service.app import create_app
+from service.embedder import HashEmbedder
+from service.settings import Settings
+from tests.conftest import bearer
+
+A = "proj-a"  # the `key` fixture's project
+B = "proj-b"  # the `other_key` fixture's project
+SUBJECT = "alice"  # both projects hold memories about a subject with the same id
+HTTP_METHODS = {"get", "post", "put", "patch", "delete"}
+
+
+@dataclass(frozen=True)
+class World:
+    a_fact_ids: list[str]
+    a_event_id: str
+    a_conflict_set_id: str
+    a_trace_id: str
+    a_contents: list[str]
+    a_query: str
+    b_fact_id: str
+
+    @property
+    def markers(self) -> list[str]:
+        """Anything of A that must never show up in an answer to B."""
+        return [
+            *self.a_fact_ids,
+            self.a_event_id,
+            self.a_conflict_set_id,
+            self.a_trace_id,
+            *self.a_contents,
+            self.a_query,
+        ]
+
+
+@dataclass(frozen=True)
+class Probe:
+    url: str
+    params: dict[str, Any] | None
+    body: dict[str, Any] | None
+    expected: frozenset[int]
+    check: Callable[[Any, World], None] | None = None
+
+
+def probe(
+    url: str,
+    params: dict[str, Any] | None = None,
+    body: dict[str, Any] | None = None,
+    expected: set[int] | int = 404,
+    check: Callable[[Any, World], None] | None = None,
+) -> Probe:
+    statuses = {expected} if isinstance(expected, int) else expected
+    return Probe(url, params, body, frozenset(statuses), check)
+
+
+def only_b_facts(body: Any, w: World) -> None:
+    assert [f["fact_id"] for f in body["facts"]] == [w.b_fact_id], body
+    assert all(f["project_id"] == B for f in body["facts"]), body
+
+
+def no_conflicts(body: Any, w: World) -> None:
+    assert body["conflicts"] == [], body
+
+
+def b_stats_only(body: Any, w: World) -> None:
+    assert body["project_id"] == B
+    assert body["facts_total"] == 1 and body["events_total"] == 0 and body["open_conflicts"] == 0, body
+    assert body["context_calls"] <= 1, body  # at most B's own context probe
+
+
+def b_packet_only(body: Any, w: World) -> None:
+    served = [f["fact_id"] for f in body["facts"]] + [e["event_id"] for e in body["episodes"]]
+    assert set(served) <= {w.b_fact_id}, body
+
+
+def b_fact(content: str, **extra: Any) -> dict[str, Any]:
+    return {"project_id": B, "subject_id": SUBJECT, "facts": [{"content": content, **extra}]}
+
+
+# (method, OpenAPI path) -> how B tries to reach A through that route.
+PROBES: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
+    ("GET", "/healthz"): lambda w: [probe("/healthz", expected=200)],
+    ("POST", "/v1/facts"): lambda w: [
+        probe("/v1/facts", body={**b_fact("x"), "project_id": A}, expected=403),
+        probe("/v1/facts", body=b_fact("x", supersedes=w.a_fact_ids[0]), expected=422),
+        probe("/v1/facts", body=b_fact("x", source_event_id=w.a_event_id), expected=422),
+    ],
+    ("GET", "/v1/facts"): lambda w: [
+        probe("/v1/facts", params={"project_id": A}, expected=403),
+        probe("/v1/facts", params={"project_id": A, "subject_id": SUBJECT}, expected=403),
+        probe("/v1/facts", params={"project_id": B}, expected=200, check=only_b_facts),
+        probe("/v1/facts", params={"project_id": B, "subject_id": SUBJECT}, expected=200, check=only_b_facts),
+    ],
+    ("GET", "/v1/facts/{fact_id}"): lambda w: [probe(f"/v1/facts/{f}") for f in w.a_fact_ids],
+    ("PATCH", "/v1/facts/{fact_id}"): lambda w: [
+        probe(f"/v1/facts/{f}", body=body)
+        for f in w.a_fact_ids
+        for body in ({"status": "retracted"}, {"valid_to": "2030-01-01T00:00:00Z"})
+    ],
+    ("POST", "/v1/events"): lambda w: [
+        probe(
+            "/v1/events",
+            body={
+                "project_id": A,
+                "subject_id": SUBJECT,
+                "events": [{"content": "x", "occurred_at": "2024-01-01T00:00:00Z"}],
+            },
+            expected=403,
+        )
+    ],
+    ("GET", "/v1/conflicts"): lambda w: [
+        probe("/v1/conflicts", params={"project_id": A}, expected=403),
+        probe("/v1/conflicts", params={"project_id": A, "status": "open"}, expected=403),
+        probe("/v1/conflicts", params={"project_id": B}, expected=200, check=no_conflicts),
+    ],
+    ("POST", "/v1/conflicts/{conflict_set_id}/resolve"): lambda w: [
+        probe(f"/v1/conflicts/{w.a_conflict_set_id}/resolve", body={"keep": [w.a_fact_ids[0]]}),
+        probe(f"/v1/conflicts/{w.a_conflict_set_id}/resolve", body={"keep": [w.b_fact_id]}),
+    ],
+    ("POST", "/v1/context"): lambda w: [
+        probe("/v1/context", body={"project_id": A, "subject_id": SUBJECT, "query": w.a_query}, expected=403),
+        probe(
+            "/v1/context",
+            body={"project_id": B, "subject_id": SUBJECT, "query": w.a_query, "budget_tokens": 100000},
+            expected=200,
+            check=b_packet_only,
+        ),
+    ],
+    ("GET", "/v1/inspect/{trace_id}"): lambda w: [probe(f"/v1/inspect/{w.a_trace_id}")],
+    ("GET", "/v1/stats/overview"): lambda w: [
+        probe("/v1/stats/overview", params={"project_id": A}, expected=403),
+        probe("/v1/stats/overview", params={"project_id": B}, expected=200, check=b_stats_only),
+    ],
+}
+
+
+def schema_routes(schema: dict[str, Any]) -> set[tuple[str, str]]:
+    return {
+        (method.upper(), path)
+        for path, item in schema["paths"].items()
+        for method in item
+        if method in HTTP_METHODS
+    }
+
+
+def built_routes() -> list[tuple[str, str]]:
+    """The schema of an app built without a database, to parametrize at collection time; the
+    served schema is compared with the table below, so the two cannot drift apart."""
+    app = create_app(Settings(embed_provider="hash"), pool=object(), embedder=HashEmbedder())
+    return sorted(schema_routes(app.openapi_schema.to_schema()), key=lambda mp: (mp[1], mp[0]))
+
+
+ROUTES = built_routes()
+
+
+async def test_every_served_route_has_probes(client: httpx.AsyncClient) -> None:
+    served = schema_routes((await client.get("/docs/openapi.json")).json())
+    assert served, "the served schema lists no route"
+    missing = sorted(served - set(PROBES))
+    assert not missing, f"routes without isolation probes in tests/test_isolation.py PROBES: {missing}"
+    stale = sorted(set(PROBES) - served)
+    assert not stale, f"PROBES entries for routes the app no longer serves: {stale}"
+    assert served == set(ROUTES)
+
+
+@pytest.fixture
+async def world(client: httpx.AsyncClient, key: str, other_key: str) -> World:
+    tag = uuid.uuid4().hex[:10]
+    contents = [
+        f"Alice works at Acme {tag}",
+        f"Alice works at Globex {tag}",
+        f"Alice is allergic to peanuts {tag}",
+    ]
+    r = await client.post(
+        "/v1/facts",
+        json={
+            "project_id": A,
+            "subject_id": SUBJECT,
+            "facts": [
+                {"content": contents[0], "key": "employer"},
+                {"content": contents[1], "key": "employer"},
+                {"content": contents[2]},
+            ],
+        },
+        headers=bearer(key),
+    )
+    assert r.status_code == 201, r.text
+    facts = r.json()["facts"]
+    assert facts[0]["conflict_set_id"] is not None
+    event_content = f"Alice moved to Lyon {tag}"
+    r = await client.post(
+        "/v1/events",
+        json={
+            "project_id": A,
+            "subject_id": SUBJECT,
+            "events": [{"content": event_content, "occurred_at": "2024-05-01T10:00:00Z"}],
+        },
+        headers=bearer(key),
+    )
+    assert r.status_code == 201, r.text
+    event_id = r.json()["events"][0]["event_id"]
+    query = f"Where does Alice work and what is she allergic to {tag}"
+    r = await client.post(
+        "/v1/context", json={"project_id": A, "subject_id": SUBJECT, "query": query}, headers=bearer(key)
+    )
+    assert r.status_code == 200, r.text
+    packet = r.json()
+    assert packet["facts"] and packet["episodes"], packet  # A's own key does see A's memories
+    r = await client.post("/v1/facts", json=b_fact("Bob likes tea"), headers=bearer(other_key))
+    assert r.status_code == 201, r.text
+    return World(
+        a_fact_ids=[f["fact_id"] for f in facts],
+        a_event_id=event_id,
+        a_conflict_set_id=facts[0]["conflict_set_id"],
+        a_trace_id=packet["trace_id"],
+        a_contents=[*contents, event_content],
+        a_query=query,
+        b_fact_id=r.json()["facts"][0]["fact_id"],
+    )
+
+
+async def a_snapshot(client: httpx.AsyncClient, key: str, w: World) -> Any:
+    facts = (await client.get("/v1/facts", params={"project_id": A}, headers=bearer(key))).json()
+    conflicts = (await client.get("/v1/conflicts", params={"project_id": A}, headers=bearer(key))).json()
+    trace = (await client.get(f"/v1/inspect/{w.a_trace_id}", headers=bearer(key))).json()
+    stats = (await client.get("/v1/stats/overview", params={"project_id": A}, headers=bearer(key))).json()
+    return facts, conflicts, trace, stats
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTES, ids=[f"{m} {p}" for m, p in ROUTES])
+async def test_key_of_b_never_reaches_a(
+    client: httpx.AsyncClient, key: str, other_key: str, world: World, method: str, path: str
+) -> None:
+    before = await a_snapshot(client, key, world)
+    for p in PROBES[(method, path)](world):
+        r = await client.request(method, p.url, params=p.params, json=p.body, headers=bearer(other_key))
+        assert r.status_code in p.expected, (method, p.url, p.body, r.status_code, r.text)
+        # An id B sent may be echoed back (a 404 names the id it did not find); nothing else may.
+        sent = f"{p.url} {p.params} {p.body}"
+        for marker in world.markers:
+            assert marker in sent or marker not in r.text, (method, p.url, marker, r.text)
+        if r.status_code >= 400:
+            body = r.json()
+            assert set(body) <= {"code", "message", "details"}, body
+        if p.check is not None:
+            p.check(r.json(), world)
+    # Nothing B did changed anything of A.
+    assert await a_snapshot(client, key, world) == before

@@ -1,0 +1,96 @@
+"""The served OpenAPI document: every field described, the error body on every route, docs UIs up.
+
+Agents and SDK authors read /docs/openapi.json as the contract, so a field without a
+description or a route without its error responses is a documentation bug this test catches.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+ERROR_REF = "#/components/schemas/ErrorBody"
+# Every keyed route can answer each of these with the contract's error body.
+REQUIRED_ERRORS = ("400", "401", "403", "404", "422", "503")
+# /healthz takes no key, no body and no parameter: only "unavailable" applies.
+NO_KEY_ROUTES = {("/healthz", "get"): ("503",)}
+
+
+@pytest.fixture
+async def spec(client: Any) -> dict[str, Any]:
+    r = await client.get("/docs/openapi.json")
+    assert r.status_code == 200
+    body: dict[str, Any] = r.json()
+    return body
+
+
+def operations(spec: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    methods = {"get", "post", "put", "patch", "delete"}
+    return [(p, m, op) for p, item in spec["paths"].items() for m, op in item.items() if m in methods]
+
+
+def test_every_route_of_the_contract_is_documented(spec: dict[str, Any]) -> None:
+    documented = {(p, m) for p, m, _ in operations(spec)}
+    assert {
+        ("/healthz", "get"),
+        ("/v1/facts", "post"),
+        ("/v1/facts", "get"),
+        ("/v1/facts/{fact_id}", "get"),
+        ("/v1/facts/{fact_id}", "patch"),
+        ("/v1/events", "post"),
+        ("/v1/conflicts", "get"),
+        ("/v1/conflicts/{conflict_set_id}/resolve", "post"),
+        ("/v1/context", "post"),
+        ("/v1/inspect/{trace_id}", "get"),
+        ("/v1/stats/overview", "get"),
+    } <= documented
+
+
+def test_every_operation_documents_the_error_body(spec: dict[str, Any]) -> None:
+    missing = []
+    for path, method, op in operations(spec):
+        for status in NO_KEY_ROUTES.get((path, method), REQUIRED_ERRORS):
+            response = op.get("responses", {}).get(status)
+            ref = (
+                (response or {}).get("content", {}).get("application/json", {}).get("schema", {}).get("$ref")
+            )
+            if ref != ERROR_REF:
+                missing.append(f"{method.upper()} {path} {status}")
+        for status, response in op.get("responses", {}).items():
+            if status.startswith(("4", "5")):
+                assert response["content"]["application/json"]["schema"]["$ref"] == ERROR_REF, (path, status)
+    assert not missing, "responses without the ErrorBody schema: " + ", ".join(missing)
+    error = spec["components"]["schemas"]["ErrorBody"]
+    assert set(error["required"]) == {"code", "message"} and "details" in error["properties"]
+
+
+def test_every_schema_property_and_parameter_is_described(spec: dict[str, Any]) -> None:
+    undescribed = [
+        f"{name}.{prop}"
+        for name, schema in spec["components"]["schemas"].items()
+        for prop, body in schema.get("properties", {}).items()
+        if not body.get("description", "").strip()
+    ]
+    assert not undescribed, "schema properties without a description: " + ", ".join(undescribed)
+    params = [
+        f"{method.upper()} {path} {p['name']}"
+        for path, method, op in operations(spec)
+        for p in op.get("parameters", [])
+        if not p.get("description", "").strip()
+    ]
+    assert not params, "parameters without a description: " + ", ".join(params)
+
+
+def test_keyed_routes_declare_the_bearer_scheme(spec: dict[str, Any]) -> None:
+    assert spec["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    assert spec["security"] == [{"bearer": []}]
+    health = spec["paths"]["/healthz"]["get"]
+    assert health.get("security") == [{}], "the readiness probe must say it needs no key"
+
+
+async def test_docs_uis_are_served(client: Any) -> None:
+    for path, marker in (("/docs", "/docs/openapi.json"), ("/docs/swagger", "SwaggerUIBundle")):
+        r = await client.get(path)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/html"), path
+        assert marker in r.text, path

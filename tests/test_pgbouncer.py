@@ -1,0 +1,151 @@
+"""Haki behind pgBouncer in transaction mode (docs/scaling.md, "pgBouncer in transaction mode").
+
+A real pgBouncer (Debian's, 1.18: no `max_prepared_statements`) in front of a throw-away embedded
+PostgreSQL; the app's real request path (pool, repository, assembler) through it, with
+concurrent requests so that consecutive transactions of one client land on different server
+connections. With HAKI_DB_STATEMENT_CACHE_SIZE=0 every request succeeds; with asyncpg's default
+cache, requests fail with "prepared statement ... does not exist", which is why the setting
+exists.
+
+Skips when pgBouncer is not installed (Debian: `apt-get install -y pgbouncer`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from service import auth
+from service.app import create_app
+from service.db import connect, create_pool
+from service.embedded import embedded_server, embedded_url
+from service.embedder import HashEmbedder
+from service.migrations import migrate
+from service.settings import Settings
+from tests.haki_server import free_port
+
+PGBOUNCER = shutil.which("pgbouncer") or next(
+    (p for p in ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer") if os.path.exists(p)), None
+)
+pytestmark = pytest.mark.skipif(
+    PGBOUNCER is None, reason="pgBouncer is not installed: `apt-get install -y pgbouncer` enables this test"
+)
+PROJECT = "pgb"
+
+
+@pytest.fixture(scope="module")
+def bouncer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    assert PGBOUNCER is not None
+    base = Path(tmp_path_factory.mktemp("pgbouncer"))
+    direct = embedded_url(base / "db")
+    socket_dir = urllib.parse.parse_qs(urllib.parse.urlsplit(direct).query)["host"][0]
+    port = free_port()
+    conf = base / "conf"
+    conf.mkdir()
+    (conf / "users.txt").write_text('"postgres" ""\n')
+    (conf / "pgbouncer.ini").write_text(
+        f"[databases]\npostgres = host={socket_dir} dbname=postgres user=postgres\n"
+        f"[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
+        f"auth_type = trust\nauth_file = {conf}/users.txt\npool_mode = transaction\n"
+        "default_pool_size = 4\n"
+        # Startup parameters pgBouncer does not forward (set them on the role in production).
+        "ignore_startup_parameters = statement_timeout,idle_in_transaction_session_timeout\n"
+        f"logfile = {conf}/pgbouncer.log\n"
+    )
+    cmd = [PGBOUNCER, str(conf / "pgbouncer.ini")]
+    if os.geteuid() == 0:
+        # pgBouncer refuses to run as root; the embedded server's own user can reach its socket.
+        os.chmod(base, 0o755)
+        os.chmod(conf, 0o777)
+        cmd[1:1] = ["-u", "pgserver"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                err = proc.stderr.read().decode() if proc.stderr else ""
+                pytest.fail(f"pgBouncer did not start: {err}")
+            time.sleep(0.1)
+        yield {"direct": direct, "bounced": f"postgresql://postgres@127.0.0.1:{port}/postgres"}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        embedded_server(base / "db").cleanup()
+
+
+async def hammer(database_url: str, cache_size: int, key: str) -> dict[str, int]:
+    """Concurrent writes, context calls and reads through the app; status code -> count."""
+    settings = Settings(
+        database_url=database_url, embed_provider="hash", db_statement_cache_size=cache_size, pool_max_size=8
+    )
+    pool = await create_pool(settings)
+    app = create_app(settings, pool=pool, embedder=HashEmbedder())
+    statuses: dict[int, int] = {}
+    headers = {"Authorization": f"Bearer {key}"}
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+
+            async def one(i: int) -> None:
+                subject = f"s{i % 4}"
+                calls: list[Any] = [
+                    client.post(
+                        "/v1/facts",
+                        json={
+                            "project_id": PROJECT,
+                            "subject_id": subject,
+                            "facts": [{"content": f"Zed fact {i}"}],
+                        },
+                        headers=headers,
+                    ),
+                    client.post(
+                        "/v1/context",
+                        json={"project_id": PROJECT, "subject_id": subject, "query": "What about Zed?"},
+                        headers=headers,
+                    ),
+                    client.get(
+                        "/v1/facts", params={"project_id": PROJECT, "subject_id": subject}, headers=headers
+                    ),
+                ]
+                for call in calls:
+                    r = await call
+                    statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+
+            for _ in range(4):
+                await asyncio.gather(*(one(i) for i in range(16)))
+    finally:
+        await pool.close()
+    return statuses
+
+
+async def test_transaction_pooling_needs_the_statement_cache_off(bouncer: dict[str, str]) -> None:
+    conn = await connect(Settings(database_url=bouncer["direct"]))
+    try:
+        await migrate(conn)  # directly: the migration lock is a session lock (docs/scaling.md)
+        _, key = await auth.create_key(conn, PROJECT)
+    finally:
+        await conn.close()
+
+    ok = await hammer(bouncer["bounced"], 0, key)
+    assert set(ok) <= {200, 201}, ok
+    assert sum(ok.values()) == 4 * 16 * 3
+
+    cached = await hammer(bouncer["bounced"], 100, key)
+    assert cached.get(500, 0) > 0, f"expected prepared-statement failures with the cache on: {cached}"

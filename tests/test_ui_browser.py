@@ -1,0 +1,299 @@
+"""The trace inspector end to end in headless Chromium, driven over the DevTools protocol.
+
+A real `haki serve` subprocess, a real browser: log in through the form, read the cookie the
+browser kept, open a trace, assert on the DOM, and save a full-page screenshot (its path is
+printed; set HAKI_UI_SCREENSHOT_DIR to keep it somewhere known).
+
+Skips when no Chromium is installed (Debian: `apt-get install -y chromium`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.haki_server import Server, running_server
+
+CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="Chromium is not installed: `apt-get install -y chromium` (Debian) enables this browser test",
+)
+
+PROJECT = "ui-browser"
+SUBJECT = "zoe"
+XSS_TITLE = "pwned"
+XSS = f"<img src=x onerror=\"document.title='{XSS_TITLE}'\"><script>document.title='{XSS_TITLE}'</script>"
+QUERY = f"Where does Zoe work? {XSS}"
+STEP_TIMEOUT_SECONDS = 20.0
+
+
+# --- a tiny DevTools protocol client --------------------------------------------------------
+
+
+class CDP:
+    """Commands and events over the browser's websocket, with flattened page sessions."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+        self.ids = itertools.count(1)
+        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        async for raw in self.ws:
+            message = json.loads(raw)
+            future = self.pending.pop(message.get("id", -1), None)
+            if future is not None and not future.done():
+                future.set_result(message)
+
+    async def send(
+        self, method: str, params: dict[str, Any] | None = None, session: str | None = None
+    ) -> Any:
+        mid = next(self.ids)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.pending[mid] = future
+        message: dict[str, Any] = {"id": mid, "method": method, "params": params or {}}
+        if session is not None:
+            message["sessionId"] = session
+        await self.ws.send(json.dumps(message))
+        async with asyncio.timeout(STEP_TIMEOUT_SECONDS):
+            answer = await future
+        if "error" in answer:
+            raise RuntimeError(f"{method}: {answer['error']}")
+        return answer.get("result", {})
+
+    async def close(self) -> None:
+        self.reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self.reader
+        await self.ws.close()
+
+
+class Page:
+    def __init__(self, cdp: CDP, session: str) -> None:
+        self.cdp = cdp
+        self.session = session
+
+    async def send(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        return await self.cdp.send(method, params, self.session)
+
+    async def eval(self, expression: str) -> Any:
+        result = await self.send(
+            "Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True}
+        )
+        if "exceptionDetails" in result:
+            raise RuntimeError(f"{expression!r}: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    async def wait_for(self, path: str) -> None:
+        """Until the page at `path` has loaded (after a navigation or a form submission)."""
+        deadline = time.monotonic() + STEP_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            with contextlib.suppress(RuntimeError):  # the context is replaced mid-navigation
+                state = await self.eval("[location.pathname + location.search, document.readyState]")
+                if state == [path, "complete"]:
+                    return
+            await asyncio.sleep(0.05)
+        raise TimeoutError(f"page {path} did not load")
+
+    async def goto(self, url: str, path: str) -> None:
+        await self.send("Page.navigate", {"url": url})
+        await self.wait_for(path)
+
+
+@contextlib.asynccontextmanager
+async def chromium(profile: Path) -> AsyncIterator[Page]:
+    from websockets.asyncio.client import connect
+
+    assert CHROMIUM is not None
+    proc = await asyncio.create_subprocess_exec(
+        *[
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            "--remote-debugging-port=0",
+            "--window-size=1280,900",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    cdp: CDP | None = None
+    try:
+        port_file = profile / "DevToolsActivePort"
+        deadline = time.monotonic() + 30
+        while not (port_file.exists() and len(port_file.read_text().splitlines()) >= 2):
+            if proc.returncode is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"Chromium did not start (exit code {proc.returncode})")
+            await asyncio.sleep(0.1)
+        port, ws_path = port_file.read_text().splitlines()[:2]
+        ws = await connect(f"ws://127.0.0.1:{port}{ws_path}", max_size=None)
+        cdp = CDP(ws)
+        target = await cdp.send("Target.createTarget", {"url": "about:blank"})
+        attached = await cdp.send("Target.attachToTarget", {"targetId": target["targetId"], "flatten": True})
+        page = Page(cdp, attached["sessionId"])
+        await page.send("Page.enable")
+        await page.send("Runtime.enable")
+        await page.send("Network.enable")
+        yield page
+    finally:
+        if cdp is not None:
+            with contextlib.suppress(Exception):
+                await cdp.send("Browser.close")
+            await cdp.close()
+        try:
+            async with asyncio.timeout(10):
+                await proc.wait()
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+
+# --- fixtures --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with running_server(Path(tmp_path_factory.mktemp("ui-server"))) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def seeded(server: Server) -> dict[str, Any]:
+    key = server.create_key(PROJECT)
+    auth = {"Authorization": f"Bearer {key}"}
+    with httpx.Client(base_url=server.url, headers=auth, timeout=30) as api:
+        r = api.post(
+            "/v1/facts",
+            json={
+                "project_id": PROJECT,
+                "subject_id": SUBJECT,
+                "facts": [
+                    {"content": "Zoe works at Hooli.", "key": "employer"},
+                    {"content": "Zoe works at Pied Piper.", "key": "employer"},
+                    {"content": f"Zoe wrote in her bio: {XSS}"},
+                    {"content": "Zoe leads the compression team at work, " + "and mentors interns " * 12},
+                    {"content": "Zoe lives in Palo Alto.", "valid_from": "2023-05-01T00:00:00Z"},
+                ],
+            },
+        )
+        assert r.status_code == 201, r.text
+        r = api.post(
+            "/v1/events",
+            json={
+                "project_id": PROJECT,
+                "subject_id": SUBJECT,
+                "events": [
+                    {
+                        "content": "Zoe demoed the compression app at work.",
+                        "occurred_at": "2025-02-03T10:00:00Z",
+                    }
+                ],
+            },
+        )
+        assert r.status_code == 201, r.text
+        r = api.post(
+            "/v1/context",
+            json={"project_id": PROJECT, "subject_id": SUBJECT, "query": QUERY, "budget_tokens": 60},
+        )
+        assert r.status_code == 200, r.text
+        trace_id = r.json()["trace_id"]
+        inspection = api.get(f"/v1/inspect/{trace_id}").json()
+    return {"key": key, "trace_id": trace_id, "inspection": inspection}
+
+
+def _screenshot_dir(tmp_path: Path) -> Path:
+    chosen = os.environ.get("HAKI_UI_SCREENSHOT_DIR")
+    path = Path(chosen) if chosen else tmp_path
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+# --- the test --------------------------------------------------------------------------------
+
+
+async def test_trace_inspector_in_chromium(server: Server, seeded: dict[str, Any], tmp_path: Path) -> None:
+    key, trace_id, inspection = seeded["key"], seeded["trace_id"], seeded["inspection"]
+    async with chromium(tmp_path / "profile") as page:
+        # Not logged in: the pages send the browser to the login form.
+        await page.goto(f"{server.url}/ui/traces/{trace_id}", "/ui/login")
+
+        # Log in the way a person does: type the key, press the button.
+        await page.eval("document.querySelector('#key').focus()")
+        await page.send("Input.insertText", {"text": key})
+        await page.eval("document.querySelector('form[action=\"/ui/login\"] button[type=submit]').click()")
+        await page.wait_for("/ui/traces")
+        assert key not in await page.eval("location.href")
+        assert await page.eval("document.cookie") == "", "the key cookie must be HttpOnly"
+        cookies = (await page.send("Network.getCookies", {"urls": [f"{server.url}/ui/traces"]}))["cookies"]
+        (cookie,) = [c for c in cookies if c["name"] == "haki_ui_key"]
+        assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict" and cookie["path"] == "/ui"
+        api_cookies = (await page.send("Network.getCookies", {"urls": [f"{server.url}/v1/facts"]}))["cookies"]
+        assert not [c for c in api_cookies if c["name"] == "haki_ui_key"], "the API never gets the key cookie"
+
+        # The list of recent calls links to the trace.
+        assert await page.eval(f"!!document.querySelector('a[href=\"/ui/traces/{trace_id}\"]')")
+        listing = await page.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})
+
+        await page.goto(f"{server.url}/ui/traces/{trace_id}", f"/ui/traces/{trace_id}")
+        dom = await page.eval(
+            """({
+            title: document.title,
+            query: document.querySelector('#query').textContent,
+            meter: [document.querySelector('#budget').value, document.querySelector('#budget').max],
+            rows: [...document.querySelectorAll('tr.decision')].map(tr => ({
+                cls: tr.className, id: tr.dataset.itemId, reason: tr.dataset.reason,
+                text: tr.querySelector('.content').textContent})),
+            blockedSection: [...document.querySelectorAll('#blocked tr.decision')].length,
+            warnings: [...document.querySelectorAll('#warnings li.warning')].map(li => li.textContent),
+            images: document.images.length,
+            scripts: document.scripts.length,
+        })"""
+        )
+        shot = await page.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})
+
+    png = _screenshot_dir(tmp_path) / "trace-inspector.png"
+    png.write_bytes(base64.b64decode(shot["data"]))
+    (png.parent / "recent-calls.png").write_bytes(base64.b64decode(listing["data"]))
+    print(f"\nscreenshots: {png}, {png.parent / 'recent-calls.png'}")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+    # The untrusted query is shown as text, and nothing it carried ran or became an element.
+    assert dom["query"] == QUERY
+    assert dom["title"] != XSS_TITLE and dom["images"] == 0 and dom["scripts"] == 0
+    # A row per decision, each classed by its decision; blocked ones in their own section.
+    decisions = inspection["decisions"]
+    assert len(dom["rows"]) == len(decisions)
+    by_id = {d["item_id"]: d for d in decisions}
+    for row in dom["rows"]:
+        decision = by_id[row["id"]]
+        assert row["cls"] == f"decision {decision['decision']}"
+        assert row["reason"] == decision["reason_code"]
+    blocked = [d for d in decisions if d["decision"] == "blocked"]
+    assert len(blocked) == 2 and dom["blockedSection"] == 2
+    assert all(r["cls"] == "decision blocked" for r in dom["rows"] if by_id[r["id"]]["decision"] == "blocked")
+    assert any(d["decision"] == "excluded" for d in decisions), "the budget should leave something out"
+    assert any(XSS in r["text"] for r in dom["rows"])
+    assert dom["warnings"] == inspection["warnings"] and dom["warnings"][0].startswith("open_conflict: 2")
+    assert dom["meter"] == [inspection["used_tokens"], inspection["budget_tokens"]]
