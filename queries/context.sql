@@ -2,6 +2,8 @@
 -- hard filters inside the query, before any scoring: status = 'active', the exact
 -- (project_id, subject_id) scope, valid_to IS NULL OR valid_to > now(); servable facts also
 -- sit in no open ConflictSet and are not stale volatile facts (those are reported as blocked).
+-- Recency is exp(-least(700, age / tau)): PostgreSQL's exp() raises an underflow error below
+-- ~exp(-745), which a memory older than ~60 years reached, failing every call of its scope.
 
 -- name: configure_vector_scan(ef_search)$
 -- For this transaction (one context call) only: let HNSW return K rows (ef_search defaults to
@@ -74,8 +76,8 @@ parts AS (
            greatest(1, char_length(f.content) / 4) AS tokens,
            (f.embedding <=> :query_embedding::vector) AS cosine_distance,
            ts_rank_cd(f.search_vector, q.tsq, 32) AS text_rank,
-           least(1.0, exp(-greatest(0.0, extract(epoch FROM now() - coalesce(f.valid_from, f.recorded_from)))
-                          / :tau_seconds::float8)) AS recency
+           least(1.0, exp(-least(700.0, greatest(0.0, extract(epoch FROM now() - coalesce(f.valid_from, f.recorded_from)))
+                          / :tau_seconds::float8))) AS recency
     FROM (SELECT fact_id FROM vector_top UNION SELECT fact_id FROM text_top) AS c
     JOIN facts AS f ON f.project_id = :project_id AND f.fact_id = c.fact_id
     CROSS JOIN q
@@ -172,8 +174,8 @@ hits AS (
            greatest(1, char_length(f.content) / 4) AS tokens,
            (f.embedding <=> :query_embedding::vector) AS cosine_distance,
            ts_rank_cd(f.search_vector, q.tsq, 32) AS text_rank,
-           least(1.0, exp(-greatest(0.0, extract(epoch FROM now() - coalesce(f.valid_from, f.recorded_from)))
-                          / :tau_seconds::float8)) AS recency
+           least(1.0, exp(-least(700.0, greatest(0.0, extract(epoch FROM now() - coalesce(f.valid_from, f.recorded_from)))
+                          / :tau_seconds::float8))) AS recency
     FROM picked AS pk
     JOIN facts AS f ON f.project_id = :project_id AND f.fact_id = pk.fact_id
     CROSS JOIN q
@@ -189,15 +191,20 @@ ORDER BY h.entity_rank, h.text_rank DESC, h.fact_id;
 
 -- name: episode_candidates(project_id, subject_id, query_embedding, top_k)
 -- Episodic memory: the EPISODE_TOP_K events of the scope closest to the query (HNSW on
--- events.embedding). Never returns embeddings.
-SELECT e.event_id, e.content, e.occurred_at,
-       greatest(1, char_length(e.content) / 4) AS tokens,
-       (e.embedding <=> :query_embedding::vector) AS cosine_distance
-FROM events AS e
-WHERE e.project_id = :project_id
-  AND e.subject_id = :subject_id
-ORDER BY e.embedding <=> :query_embedding::vector
-LIMIT :top_k;
+-- events.embedding), closest first: the iterative scan runs in relaxed order, so the K rows
+-- are sorted again by their exact distance. Never returns embeddings.
+SELECT k.event_id, k.content, k.occurred_at, k.tokens, k.cosine_distance
+FROM (
+    SELECT e.event_id, e.content, e.occurred_at,
+           greatest(1, char_length(e.content) / 4) AS tokens,
+           (e.embedding <=> :query_embedding::vector) AS cosine_distance
+    FROM events AS e
+    WHERE e.project_id = :project_id
+      AND e.subject_id = :subject_id
+    ORDER BY e.embedding <=> :query_embedding::vector
+    LIMIT :top_k
+) AS k
+ORDER BY k.cosine_distance, k.event_id;
 
 -- name: insert_context_trace(project_id, trace_id, subject_id, query, budget_tokens, used_tokens, status, warnings, empty_reason, facts_served, episodes_served, item_types, item_ids, decisions, reason_codes, ranks, scores, similarities, text_ranks, recencies, cosine_distances, tokens)!
 -- Persists one context call and every decision of it in one round trip (one INSERT of the call,
@@ -412,8 +419,8 @@ parts AS (
            greatest(1, char_length(f.content) / 4) AS tokens,
            (f.embedding <=> :query_embedding::vector) AS cosine_distance,
            coalesce(ft.text_rank, 0) AS text_rank,
-           least(1.0, exp(-greatest(0.0, extract(epoch FROM now() - coalesce(f.valid_from, f.recorded_from)))
-                          / :tau_seconds::float8)) AS recency
+           least(1.0, exp(-least(700.0, greatest(0.0, extract(epoch FROM now() - coalesce(f.valid_from, f.recorded_from)))
+                          / :tau_seconds::float8))) AS recency
     FROM (SELECT fact_id FROM fact_vector_top UNION SELECT fact_id FROM fact_text_top) AS c
     JOIN facts AS f ON f.project_id = :project_id AND f.fact_id = c.fact_id
     LEFT JOIN fact_text AS ft ON ft.fact_id = c.fact_id
@@ -422,7 +429,7 @@ parts AS (
            greatest(1, char_length(e.content) / 4),
            (e.embedding <=> :query_embedding::vector),
            coalesce(et.text_rank, 0),
-           least(1.0, exp(-greatest(0.0, extract(epoch FROM now() - e.occurred_at)) / :tau_seconds::float8))
+           least(1.0, exp(-least(700.0, greatest(0.0, extract(epoch FROM now() - e.occurred_at)) / :tau_seconds::float8)))
     FROM (SELECT event_id FROM event_vector_top UNION SELECT event_id FROM event_text_top) AS c
     JOIN events AS e ON e.project_id = :project_id AND e.event_id = c.event_id
     LEFT JOIN event_text AS et ON et.event_id = c.event_id

@@ -159,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Each line is one fact (or event) object as in POST /v1/facts (/v1/events). "
         "Bad lines are reported by line number and never stop the import; the position of the "
         "last committed batch is kept in FILE.haki-progress, so the same command resumes.",
+        epilog="Exit status: 0 every line written; 1 finished with rejected lines, or stopped by an "
+        "error (the position is kept); 2 usage error; 130 interrupted (the position is kept).",
     )
     imp.add_argument("file", metavar="FILE.jsonl")
     imp.add_argument("--project", required=True, help="project id")

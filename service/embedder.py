@@ -36,6 +36,8 @@ _BUNDLED_MODEL_ALIASES: Final = frozenset({LOCAL_MODEL_NAME, f"sentence-transfor
 # The model was trained with 256-token inputs; longer ones only cost time and drift in quality.
 LOCAL_MAX_LENGTH: Final = 256
 LOCAL_CACHE_SIZE: Final = 2048
+# Inputs of at most this many texts (a query) run on one torch thread when HAKI_TORCH_THREADS=0.
+SMALL_INPUT_TEXTS: Final = 8
 OPENAI_DEFAULT_MODEL: Final = "text-embedding-3-small"
 _CHECK_ENV_HINT: Final = (
     "check HAKI_EMBED_PROVIDER, HAKI_EMBED_BASE_URL, HAKI_EMBED_MODEL and HAKI_EMBED_API_KEY"
@@ -158,6 +160,7 @@ class LocalEmbedder:
         self._load_lock = threading.Lock()
         self._tokenizer: Any = None
         self._model: Any = None
+        self._batch_threads = 1
 
     @property
     def loaded(self) -> bool:
@@ -228,6 +231,7 @@ class LocalEmbedder:
                 raise EmbedderConfigError(f"the local embedder needs torch and transformers: {exc}") from exc
             if self._torch_threads > 0:
                 torch.set_num_threads(self._torch_threads)
+            self._batch_threads = torch.get_num_threads()
             try:
                 tokenizer = AutoTokenizer.from_pretrained(str(self._model_dir), local_files_only=True)
                 model = AutoModel.from_pretrained(str(self._model_dir), local_files_only=True)
@@ -243,6 +247,13 @@ class LocalEmbedder:
         self._load_sync()
         import torch
 
+        # HAKI_TORCH_THREADS=0 (auto): one thread for a query-sized input, torch's default (one
+        # per core) for batches. Splitting a one-sentence forward pass across threads costs more
+        # than it saves, and on a small machine shared with PostgreSQL the spinning threads
+        # stall both (docs/performance.md: 17 ms vs 69 ms p50 per query on 2 busy cores).
+        threads = self._torch_threads or (1 if len(texts) <= SMALL_INPUT_TEXTS else self._batch_threads)
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
         # Sorting by length keeps each padded batch close to its longest member.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         out: list[Vector | None] = [None] * len(texts)
