@@ -24,7 +24,7 @@ test *ARGS:
 
 # Lint and format-check the code
 lint:
-    .venv/bin/ruff check service tests benchmarks scripts
+    .venv/bin/ruff check service tests benchmarks scripts sdk
     .venv/bin/ruff format --check service
 
 # Strict type check of the service package

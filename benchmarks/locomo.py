@@ -206,11 +206,11 @@ def default_modes() -> list[Mode]:
         Mode("text-ranked", 900, text, group="spec"),
         Mode("hybrid@450", 450, None, group="spec"),
         Mode("hybrid@1800", 1800, None, group="spec"),
-        Mode("P1a any-word", 900, None, {"proposal": p1a}, group="proposals"),
-        Mode("P1b idf", 900, None, {"proposal": p1b}, group="proposals"),
-        Mode("P2 shared", 900, None, {"proposal": p2}, group="proposals"),
-        Mode("P1b+P2", 900, None, {"proposal": p1b2}, group="proposals"),
-        Mode("P1a+P2+P3", 900, None, {"proposal": p1a23}, group="proposals"),
+        Mode("P1a any-word", 900, None, {"proposal": p1a}, group="ablations"),
+        Mode("P1b idf", 900, None, {"proposal": p1b}, group="ablations"),
+        Mode("P2 shared", 900, None, {"proposal": p2}, group="ablations"),
+        Mode("P1b+P2", 900, None, {"proposal": p1b2}, group="ablations"),
+        Mode("P1a+P2+P3", 900, None, {"proposal": p1a23}, group="ablations"),
         Mode("P1b+P2+P3", 900, None, {"proposal": full}, group="proposals"),
         Mode("P1b+P2+P3 vector-only", 900, vector, {"proposal": full}, group="proposals"),
         Mode(
@@ -557,7 +557,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--modes",
         default=None,
-        help="comma-separated mode names or groups (`spec`, `proposals`); default: all",
+        help="comma-separated mode names or groups: `spec`, `proposals`, `ablations`, `all`\n"
+        "(default: spec,proposals)",
     )
     p.add_argument("--json", type=Path, default=None, help="also write the metrics as JSON here")
     return p.parse_args(argv)
@@ -571,10 +572,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     conversations = select(load_dataset(args.dataset), args.conversations, args.questions)
     modes = default_modes()
-    if args.modes:
-        wanted = [n.strip() for n in args.modes.split(",") if n.strip()]
-        groups = {m.group for m in modes}
-        unknown = set(wanted) - {m.name for m in modes} - groups
+    wanted = [n.strip() for n in (args.modes or "spec,proposals").split(",") if n.strip()]
+    if "all" not in wanted:
+        unknown = set(wanted) - {m.name for m in modes} - {m.group for m in modes}
         if unknown:
             print(f"unknown modes: {sorted(unknown)}; known: {[m.name for m in modes]}", file=sys.stderr)
             return 2

@@ -144,3 +144,30 @@ LIMIT :top_k;
 -- buffers instead of the embedded server's 128MB, so a 1M-fact HNSW index stays in
 -- PostgreSQL's own cache. Only for benchmarks that compare a tuned server.
 ALTER SYSTEM SET shared_buffers = '2GB';
+
+-- name: bench_define_explain#
+-- Session-local pg_temp.bench_explain(statement, args): PREPAREs one named query's SQL and
+-- returns EXPLAIN (ANALYZE, BUFFERS) of its execution with the given arguments (as text
+-- literals, coerced to the parameter types the statement implies), for docs/performance.md.
+CREATE OR REPLACE FUNCTION pg_temp.bench_explain(p_statement text, p_args text[]) RETURNS SETOF text
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    r record;
+    v_args text;
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_prepared_statements WHERE name = 'bench_explained') THEN
+        DEALLOCATE bench_explained;
+    END IF;
+    EXECUTE 'PREPARE bench_explained AS ' || p_statement;
+    SELECT string_agg(quote_nullable(u.a), ', ' ORDER BY u.i) INTO v_args
+    FROM unnest(p_args) WITH ORDINALITY AS u(a, i);
+    FOR r IN EXECUTE format('EXPLAIN (ANALYZE, BUFFERS) EXECUTE bench_explained(%s)', v_args) LOOP
+        RETURN NEXT r."QUERY PLAN";
+    END LOOP;
+    DEALLOCATE bench_explained;
+END
+$fn$;
+
+-- name: bench_explain(statement, args)
+-- The plan lines of pg_temp.bench_explain (bench_define_explain first, same session).
+SELECT line FROM pg_temp.bench_explain(:statement, :args::text[]) AS line;

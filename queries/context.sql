@@ -206,9 +206,10 @@ FROM (
 ) AS k
 ORDER BY k.cosine_distance, k.event_id;
 
--- name: insert_context_trace(project_id, trace_id, subject_id, query, budget_tokens, used_tokens, status, warnings, empty_reason, facts_served, episodes_served, item_types, item_ids, decisions, reason_codes, ranks, scores, similarities, text_ranks, recencies, cosine_distances, tokens)!
--- Persists one context call and every decision of it in one round trip (one INSERT of the call,
--- one INSERT ... SELECT FROM unnest of the decisions).
+-- name: insert_context_trace(project_id, trace_id, subject_id, query, budget_tokens, used_tokens, status, warnings, empty_reason, facts_served, episodes_served, decisions)!
+-- Persists one context call and every decision of it in one round trip: one INSERT of the call,
+-- one INSERT ... SELECT of the decisions, sent as one JSON array of Decision objects (encoding
+-- eleven parallel arrays cost the client twice the time; docs/performance.md).
 WITH call AS (
     INSERT INTO context_calls (
         project_id, trace_id, subject_id, query, budget_tokens, used_tokens, status, warnings,
@@ -227,10 +228,12 @@ INSERT INTO context_traces (
 SELECT call.project_id, call.trace_id, t.ord, t.item_type, t.item_id, t.decision, t.reason_code,
        t.rank, t.score, t.similarity, t.text_rank, t.recency, t.cosine_distance, t.tokens
 FROM call
-CROSS JOIN unnest(
-    :item_types::text[], :item_ids::uuid[], :decisions::text[], :reason_codes::text[],
-    :ranks::int[], :scores::float8[], :similarities::float8[], :text_ranks::float8[],
-    :recencies::float8[], :cosine_distances::float8[], :tokens::int[]
+CROSS JOIN ROWS FROM (
+    json_to_recordset(:decisions::json) AS (
+        item_type text, item_id uuid, decision text, reason_code text, rank integer,
+        score float8, similarity float8, text_rank float8, recency float8,
+        cosine_distance float8, tokens integer
+    )
 ) WITH ORDINALITY AS t(item_type, item_id, decision, reason_code, rank, score, similarity,
                        text_rank, recency, cosine_distance, tokens, ord);
 

@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ruff check service tests benchmarks scripts
+.venv/bin/ruff check service tests benchmarks scripts sdk
 .venv/bin/ruff format --check service
 .venv/bin/mypy service
 .venv/bin/pytest "$@"

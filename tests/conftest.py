@@ -78,7 +78,7 @@ class SingleConnectionPool:
         self.conn = conn
 
     @asynccontextmanager
-    async def acquire(self, timeout: float | None = None) -> AsyncIterator[asyncpg.Connection]:
+    async def acquire(self, timeout: float | None = None) -> AsyncIterator[asyncpg.Connection]:  # noqa: ASYNC109
         yield self.conn
 
     async def close(self) -> None:

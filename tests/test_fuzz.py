@@ -34,9 +34,9 @@ from tests.conftest import bearer
 from tests.serving import serve
 
 PROJECT = "proj-fuzz"
-# Per operation: keeps the whole module around a minute on a small machine. HAKI_FUZZ_EXAMPLES
+# Per operation: keeps the whole module around a minute on a 2-CPU machine. HAKI_FUZZ_EXAMPLES
 # raises it for a deeper run (`HAKI_FUZZ_EXAMPLES=1000 .venv/bin/pytest tests/test_fuzz.py`).
-MAX_EXAMPLES = int(os.environ.get("HAKI_FUZZ_EXAMPLES", "60"))
+MAX_EXAMPLES = int(os.environ.get("HAKI_FUZZ_EXAMPLES", "150"))
 
 
 @pytest.fixture(scope="module")

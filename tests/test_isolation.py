@@ -10,6 +10,7 @@ tests/test_auth.py's business.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ A = "proj-a"  # the `key` fixture's project
 B = "proj-b"  # the `other_key` fixture's project
 SUBJECT = "alice"  # both projects hold memories about a subject with the same id
 HTTP_METHODS = {"get", "post", "put", "patch", "delete"}
+UI_COOKIE = "haki_ui_key"  # service/observability/ui.py
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class Probe:
     body: dict[str, Any] | None
     expected: frozenset[int]
     check: Callable[[Any, World], None] | None = None
+    form: dict[str, str] | None = None  # an HTML form instead of a JSON body
 
 
 def probe(
@@ -67,9 +70,10 @@ def probe(
     body: dict[str, Any] | None = None,
     expected: set[int] | int = 404,
     check: Callable[[Any, World], None] | None = None,
+    form: dict[str, str] | None = None,
 ) -> Probe:
     statuses = {expected} if isinstance(expected, int) else expected
-    return Probe(url, params, body, frozenset(statuses), check)
+    return Probe(url, params, body, frozenset(statuses), check, form)
 
 
 def only_b_facts(body: Any, w: World) -> None:
@@ -153,6 +157,42 @@ PROBES: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
 }
 
 
+# Routes the app serves outside its OpenAPI schema (the /ui pages, /metrics, the /docs pages), by
+# Litestar's path format. B authenticates to /ui with its key in the UI's cookie.
+OFF_SCHEMA: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
+    ("GET", "/ui"): lambda w: [probe("/ui", expected=303)],
+    ("GET", "/ui/assets/haki.css"): lambda w: [probe("/ui/assets/haki.css", expected=200)],
+    ("GET", "/ui/login"): lambda w: [probe("/ui/login", expected=200)],
+    ("POST", "/ui/login"): lambda w: [probe("/ui/login", form={"key": "hk_not_a_key"}, expected=401)],
+    ("POST", "/ui/logout"): lambda w: [probe("/ui/logout", expected=303)],
+    ("GET", "/ui/traces"): lambda w: [
+        probe("/ui/traces", expected=200),
+        probe("/ui/traces", params={"subject_id": SUBJECT, "limit": 500}, expected=200),
+    ],
+    ("GET", "/ui/traces/{trace_id}"): lambda w: [probe(f"/ui/traces/{w.a_trace_id}")],
+    ("GET", "/metrics"): lambda w: [probe("/metrics", expected=200)],
+    ("GET", "/docs"): lambda w: [probe("/docs", expected=200)],
+    ("GET", "/docs/openapi.json"): lambda w: [probe("/docs/openapi.json", expected=200)],
+    ("GET", "/docs/scalar"): lambda w: [probe("/docs/scalar", expected=200)],
+    ("GET", "/docs/swagger"): lambda w: [probe("/docs/swagger", expected=200)],
+    ("GET", "/docs/oauth2-redirect.html"): lambda w: [probe("/docs/oauth2-redirect.html", expected=200)],
+    ("GET", "/docs/{path}"): lambda w: [probe("/docs/openapi.yaml", expected={200, 404})],
+}
+SKIPPED_METHODS = {"OPTIONS", "HEAD"}  # Litestar's automatic answers, no data
+
+
+def app_routes_outside_schema() -> list[tuple[str, str]]:
+    app = create_app(Settings(embed_provider="hash"), pool=object(), embedder=HashEmbedder())
+    in_schema = schema_routes(app.openapi_schema.to_schema())
+    out = set()
+    for route in app.routes:
+        path = re.sub(r"\{(\w+):[^}]*\}", r"{\1}", route.path)
+        for method in getattr(route, "methods", ()):
+            if method not in SKIPPED_METHODS and (method, path) not in in_schema:
+                out.add((method, path))
+    return sorted(out, key=lambda mp: (mp[1], mp[0]))
+
+
 def schema_routes(schema: dict[str, Any]) -> set[tuple[str, str]]:
     return {
         (method.upper(), path)
@@ -170,6 +210,14 @@ def built_routes() -> list[tuple[str, str]]:
 
 
 ROUTES = built_routes()
+OFF_SCHEMA_ROUTES = app_routes_outside_schema()
+
+
+def test_every_route_outside_the_schema_has_probes() -> None:
+    missing = sorted(set(OFF_SCHEMA_ROUTES) - set(OFF_SCHEMA))
+    assert not missing, f"routes without isolation probes in tests/test_isolation.py OFF_SCHEMA: {missing}"
+    stale = sorted(set(OFF_SCHEMA) - set(OFF_SCHEMA_ROUTES))
+    assert not stale, f"OFF_SCHEMA entries for routes the app no longer has: {stale}"
 
 
 async def test_every_served_route_has_probes(client: httpx.AsyncClient) -> None:
@@ -246,22 +294,41 @@ async def a_snapshot(client: httpx.AsyncClient, key: str, w: World) -> Any:
     return facts, conflicts, trace, stats
 
 
+async def run_probes(
+    client: httpx.AsyncClient, key: str, other_key: str, w: World, method: str, probes: list[Probe]
+) -> None:
+    before = await a_snapshot(client, key, w)
+    # B's key as the API wants it, and as the /ui pages keep it (their cookie).
+    headers = {**bearer(other_key), "Cookie": f"{UI_COOKIE}={other_key}"}
+    for p in probes:
+        r = await client.request(
+            method, p.url, params=p.params, json=p.body, data=p.form, headers=headers, follow_redirects=False
+        )
+        assert r.status_code in p.expected, (method, p.url, p.body, r.status_code, r.text)
+        # An id B sent may be echoed back (a 404 names the id it did not find); nothing else may.
+        sent = f"{p.url} {p.params} {p.body}"
+        for marker in w.markers:
+            assert marker in sent or marker not in r.text, (method, p.url, marker, r.text)
+        if r.status_code >= 400 and r.headers.get("content-type", "").startswith("application/json"):
+            body = r.json()
+            assert set(body) <= {"code", "message", "details"}, body
+        if p.check is not None:
+            p.check(r.json(), w)
+    # Nothing B did changed anything of A.
+    assert await a_snapshot(client, key, w) == before
+
+
 @pytest.mark.parametrize(("method", "path"), ROUTES, ids=[f"{m} {p}" for m, p in ROUTES])
 async def test_key_of_b_never_reaches_a(
     client: httpx.AsyncClient, key: str, other_key: str, world: World, method: str, path: str
 ) -> None:
-    before = await a_snapshot(client, key, world)
-    for p in PROBES[(method, path)](world):
-        r = await client.request(method, p.url, params=p.params, json=p.body, headers=bearer(other_key))
-        assert r.status_code in p.expected, (method, p.url, p.body, r.status_code, r.text)
-        # An id B sent may be echoed back (a 404 names the id it did not find); nothing else may.
-        sent = f"{p.url} {p.params} {p.body}"
-        for marker in world.markers:
-            assert marker in sent or marker not in r.text, (method, p.url, marker, r.text)
-        if r.status_code >= 400:
-            body = r.json()
-            assert set(body) <= {"code", "message", "details"}, body
-        if p.check is not None:
-            p.check(r.json(), world)
-    # Nothing B did changed anything of A.
-    assert await a_snapshot(client, key, world) == before
+    await run_probes(client, key, other_key, world, method, PROBES[(method, path)](world))
+
+
+@pytest.mark.parametrize(
+    ("method", "path"), OFF_SCHEMA_ROUTES, ids=[f"{m} {p}" for m, p in OFF_SCHEMA_ROUTES]
+)
+async def test_key_of_b_never_reaches_a_outside_the_schema(
+    client: httpx.AsyncClient, key: str, other_key: str, world: World, method: str, path: str
+) -> None:
+    await run_probes(client, key, other_key, world, method, OFF_SCHEMA[(method, path)](world))

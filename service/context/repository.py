@@ -6,11 +6,15 @@ from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
+import msgspec
 import numpy as np
 from pgvector import Vector
 
 from service.repository import Conn, collect, q
 from service.structs import Decision, Inspection, StatsOverview
+
+# Decision objects as the JSON array insert_context_trace unpacks (field names = column names).
+_DECISIONS = msgspec.json.Encoder()
 
 
 def _vec(embedding: np.ndarray | None) -> Vector | None:
@@ -100,21 +104,7 @@ async def episode_candidates(
 
 
 async def insert_context_trace(conn: Conn, call: dict[str, Any], decisions: Sequence[Decision]) -> None:
-    await q().insert_context_trace(
-        conn,
-        **call,
-        item_types=[d.item_type for d in decisions],
-        item_ids=[d.item_id for d in decisions],
-        decisions=[d.decision for d in decisions],
-        reason_codes=[d.reason_code for d in decisions],
-        ranks=[d.rank for d in decisions],
-        scores=[d.score for d in decisions],
-        similarities=[d.similarity for d in decisions],
-        text_ranks=[d.text_rank for d in decisions],
-        recencies=[d.recency for d in decisions],
-        cosine_distances=[d.cosine_distance for d in decisions],
-        tokens=[d.tokens for d in decisions],
-    )
+    await q().insert_context_trace(conn, **call, decisions=_DECISIONS.encode(list(decisions)).decode())
 
 
 async def get_inspection(conn: Conn, project_id: str, trace_id: UUID) -> Inspection | None:

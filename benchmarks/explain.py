@@ -1,0 +1,257 @@
+"""EXPLAIN (ANALYZE, BUFFERS) of every statement of a context call, on the benchmark world.
+
+    .venv/bin/python -m benchmarks.explain                 # seeds the world of the latency benchmark
+    .venv/bin/python -m benchmarks.explain --markdown plans.md
+
+The statements are the named queries themselves (queries/context.sql), PREPAREd and EXPLAINed
+server-side by pg_temp.bench_explain (queries/bench.sql), inside a transaction configured by
+configure_vector_scan exactly as the assembler configures it: a fresh prepared statement gets a
+plan for its own parameters, as force_custom_plan gives every call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import shutil
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from pgvector import Vector
+
+from benchmarks.seed import load, queries
+from benchmarks.world import PROJECT, SMALL, TARGET, WORLD
+from service import embedded
+from service.constants import (
+    CANDIDATE_LIMIT,
+    EPISODE_TOP_K,
+    MULTI_HOP_MAX_PER_ENTITY,
+    RECENCY_TAU_SECONDS,
+    RETRIEVAL_TOP_K,
+    WEIGHT_RECENCY,
+    WEIGHT_SIMILARITY,
+    WEIGHT_TEXT_RANK,
+)
+from service.context import assembler
+from service.context import repository as repo
+from service.db import connect, init_connection
+from service.embedded import embedded_url
+from service.ids import uuid7
+from service.migrations import migrate
+from service.settings import Settings
+from service.sql import load_queries
+from service.structs import Decision
+
+VECTOR_LITERAL = re.compile(r"'\[[-0-9.e,]+\]'(::vector)?")
+
+
+def as_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, Vector):
+        return str(value.to_text())
+    if isinstance(value, list):
+        return "{" + ",".join(str(v) for v in value) + "}"
+    return str(value)
+
+
+async def explain(conn: Any, name: str, params: dict[str, Any]) -> str:
+    q = load_queries()
+    order = q.driver_adapter.var_sorted[name]
+    args = [as_text(params[p]) for p in order]
+    async with conn.transaction():
+        await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
+        lines = [r["line"] async for r in q.bench_explain(conn, statement=getattr(q, name).sql, args=args)]
+    return VECTOR_LITERAL.sub("'[...384 floats...]'", "\n".join(lines))
+
+
+async def plans(conn: Any) -> list[tuple[str, str]]:
+    pool = queries(300)
+    keyword = next(x for x in pool if " " not in x.text)  # a one-word query: the GIN side matches
+    question = pool[0]
+    common = {
+        "project_id": PROJECT,
+        "top_k": RETRIEVAL_TOP_K,
+        "candidate_limit": CANDIDATE_LIMIT,
+        "w_similarity": WEIGHT_SIMILARITY,
+        "w_text_rank": WEIGHT_TEXT_RANK,
+        "w_recency": WEIGHT_RECENCY,
+        "tau_seconds": RECENCY_TAU_SECONDS,
+    }
+    out: list[tuple[str, str]] = []
+
+    def cand(subject: str, query: Any) -> dict[str, Any]:
+        return {
+            **common,
+            "subject_id": subject,
+            "query_embedding": Vector(query.vector),
+            "query_text": query.text,
+        }
+
+    out.append(
+        (
+            f"fact_candidates, 10k scope of 106k facts, query {question.text!r}",
+            await explain(conn, "fact_candidates", cand(TARGET, question)),
+        )
+    )
+    out.append(
+        (
+            f"fact_candidates, 10k scope, one-word query {keyword.text!r} (the GIN side matches)",
+            await explain(conn, "fact_candidates", cand(TARGET, keyword)),
+        )
+    )
+    out.append(
+        (
+            f"fact_candidates, 1k scope (0.9 % of the table), query {question.text!r}",
+            await explain(conn, "fact_candidates", cand(SMALL, question)),
+        )
+    )
+    rows = await repo.fact_candidates(
+        conn,
+        project_id=PROJECT,
+        subject_id=TARGET,
+        query_embedding=question.vector,
+        query_text=question.text,
+        top_k=RETRIEVAL_TOP_K,
+        candidate_limit=CANDIDATE_LIMIT,
+        weights=assembler.DEFAULT_WEIGHTS,
+        tau_seconds=RECENCY_TAU_SECONDS,
+    )
+    exclude = [r["fact_id"] for r in rows if r["kind"] == "candidate"]
+    out.append(
+        (
+            "multi_hop_facts, 10k scope, entities ['Alice', 'Bruno']",
+            await explain(
+                conn,
+                "multi_hop_facts",
+                {
+                    **cand(TARGET, question),
+                    "entities": ["Alice", "Bruno"],
+                    "exclude_ids": exclude,
+                    "per_entity": MULTI_HOP_MAX_PER_ENTITY,
+                },
+            ),
+        )
+    )
+    out.append(
+        (
+            "episode_candidates, 10k scope (1,000 of its events among 5,600)",
+            await explain(
+                conn,
+                "episode_candidates",
+                {
+                    "project_id": PROJECT,
+                    "subject_id": TARGET,
+                    "query_embedding": Vector(question.vector),
+                    "top_k": EPISODE_TOP_K,
+                },
+            ),
+        )
+    )
+    decisions = [
+        Decision(
+            item_type="fact",
+            item_id=uuid.uuid4(),
+            decision="included",
+            reason_code="packed",
+            rank=i + 1,
+            score=0.5,
+            similarity=0.6,
+            text_rank=0.0,
+            recency=0.4,
+            cosine_distance=0.4,
+            tokens=12,
+        )
+        for i in range(256)
+    ]
+    out.append(
+        (
+            "insert_context_trace, 256 decisions",
+            await explain(
+                conn,
+                "insert_context_trace",
+                {
+                    "project_id": PROJECT,
+                    "trace_id": uuid7(),
+                    "subject_id": TARGET,
+                    "query": question.text,
+                    "budget_tokens": 900,
+                    "used_tokens": 768,
+                    "status": "ok",
+                    "warnings": [],
+                    "empty_reason": None,
+                    "facts_served": 64,
+                    "episodes_served": 0,
+                    "decisions": msgspec.json.encode(decisions).decode(),
+                },
+            ),
+        )
+    )
+    out.append(
+        (
+            "bench_score_all_facts (the baseline), 10k scope",
+            await explain(conn, "bench_score_all_facts", cand(TARGET, question)),
+        )
+    )
+    return out
+
+
+async def run(data_dir: Path | None) -> list[tuple[str, str]]:
+    own = data_dir is None
+    base = Path(tempfile.mkdtemp(prefix="haki-explain-")) if own else data_dir
+    assert base is not None
+    try:
+        settings = Settings(data_dir=base, embed_provider="hash", database_url=embedded_url(base))
+        conn = await connect(settings)
+        await migrate(conn)
+        await init_connection(conn)
+        if own:
+            await load(conn, PROJECT, WORLD, log=lambda m: print(m, file=sys.stderr))
+            await conn.close()
+            conn = await connect(settings)
+            await init_connection(conn)
+        await load_queries().bench_define_explain(conn)
+        # Warm the buffers as a serving process would have them.
+        for query in queries(300)[:50]:
+            await repo.fact_candidates(
+                conn,
+                project_id=PROJECT,
+                subject_id=TARGET,
+                query_embedding=query.vector,
+                query_text=query.text,
+                top_k=RETRIEVAL_TOP_K,
+                candidate_limit=CANDIDATE_LIMIT,
+                weights=assembler.DEFAULT_WEIGHTS,
+                tau_seconds=RECENCY_TAU_SECONDS,
+            )
+        result = await plans(conn)
+        await conn.close()
+        return result
+    finally:
+        if own:
+            handle = embedded._SERVERS.pop((base / "pgdata").resolve(), None)
+            if handle is not None:
+                handle.cleanup()
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data-dir", type=Path, default=None, help="an already seeded world (default: seed one)")
+    p.add_argument("--markdown", type=Path, default=None, help="also write the plans here")
+    args = p.parse_args(argv)
+    result = asyncio.run(run(args.data_dir))
+    text = "\n\n".join(f"#### {title}\n\n```text\n{plan}\n```" for title, plan in result)
+    print(text)
+    if args.markdown:
+        args.markdown.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
