@@ -5,7 +5,9 @@ The route list is the app's OpenAPI schema: a route the schema serves but PROBES
 objects through it. Project A's objects (facts, an event, a conflict set, a trace) are created
 through the API; every probe by B must get one of its expected statuses, and no body may contain
 anything of A that B did not send itself: its object ids, its contents, its query. 401s are
-tests/test_auth.py's business.
+tests/test_auth.py's business. Routes the app serves outside its schema (the /ui pages, which
+take the key from a cookie, /metrics, /docs) have a table of their own, OFF_SCHEMA, derived from
+the app's routes the same way.
 """
 
 from __future__ import annotations
