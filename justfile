@@ -34,3 +34,15 @@ typecheck:
 # Everything CI runs
 ci:
     bash .ci/run
+
+# LoCoMo retrieval-quality evaluation (docs/quality.md); e.g. just locomo --conversations 1 --questions 20
+locomo *ARGS:
+    .venv/bin/python benchmarks/locomo.py {{ARGS}}
+
+# Calibrate HAKI_RECALL_MAX_DISTANCE for the current embedder (prints a table, writes nothing)
+recall-floor *ARGS:
+    .venv/bin/python scripts/check_recall_floor.py {{ARGS}}
+
+# Import a JSONL file of facts or events (resumable, with progress)
+import FILE PROJECT SUBJECT *ARGS:
+    .venv/bin/haki import {{FILE}} --project {{PROJECT}} --subject {{SUBJECT}} {{ARGS}}

@@ -5,10 +5,10 @@
     .venv/bin/python -m benchmarks.scale --markdown out.md
 
 Not in CI: the 1M configurations load 1M x 384-dim vectors and build their HNSW graph (tens of
-minutes on 2 cores). Each configuration gets its own throw-away embedded PostgreSQL (default
-settings of the embedded server, as Haki ships it; `--tuned` for shared_buffers 2GB instead
-of 128MB), is COPY-loaded with the deterministic data of benchmarks/seed.py, indexed in one pass
-(maintenance_work_mem 4GB, one parallel worker), VACUUM ANALYZEd, then measured:
+minutes on 2 cores). Each configuration gets its own throw-away embedded PostgreSQL, configured
+as Haki creates one (shared_buffers RAM/8 within [128MB, 2GB], service/embedded.py; `--tuned`
+forces 2GB), is COPY-loaded with the deterministic data of benchmarks/seed.py, indexed in one
+pass (maintenance_work_mem 4GB, one parallel worker), VACUUM ANALYZEd, then measured:
 
 - SQL path p50/p95: service.context.assembler.assemble with a precomputed query vector (all but
   the embedding: candidates, pack, multi-hop, episodes, trace write, transaction);
@@ -107,6 +107,7 @@ class Result:
     candidates_p50_ms: float = 0.0
     baseline_p50_ms: float | None = None
     recall_at_64: float = 0.0
+    shared_buffers: str = ""
     stages_p50_ms: dict[str, float] = field(default_factory=dict)
 
 
@@ -225,6 +226,7 @@ async def run_config(cfg: Config, base: Path, rounds: int, tuned: bool) -> Resul
         await conn.close()
         conn = await connect(settings)  # a fresh session, as the service's pool would lend
         await init_connection(conn)
+        result.shared_buffers = str(await load_queries().bench_shared_buffers(conn))
         say(f"[{cfg.name}] measuring")
         await measure(conn, settings, cfg, rounds, result)
         await conn.close()
@@ -275,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", default=None, help="comma-separated config names: 10k,100k,1M,1M/100")
     p.add_argument("--rounds", type=int, default=300, help="measured calls per configuration")
-    p.add_argument("--tuned", action="store_true", help="shared_buffers 2GB (default: the embedded 128MB)")
+    p.add_argument("--tuned", action="store_true", help="shared_buffers 2GB (default: the embedded server's)")
     p.add_argument("--markdown", type=Path, default=None, help="also write the table here")
     p.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     args = p.parse_args(argv)
@@ -289,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     header = (
         f"{machine()}; load average {load_at_start[0]:.2f} at start, {os.getloadavg()[0]:.2f} at end; "
         f"{(time.time() - started) / 60:.0f} min; "
-        f"shared_buffers {'2GB' if args.tuned else '128MB (embedded default)'}"
+        f"shared_buffers {', '.join(sorted({r.shared_buffers for r in results}))}"
     )
     print(header)
     print(out)

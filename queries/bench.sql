@@ -171,3 +171,7 @@ $fn$;
 -- name: bench_explain(statement, args)
 -- The plan lines of pg_temp.bench_explain (bench_define_explain first, same session).
 SELECT line FROM pg_temp.bench_explain(:statement, :args::text[]) AS line;
+
+-- name: bench_shared_buffers()$
+-- The server's shared_buffers, for the report.
+SELECT current_setting('shared_buffers') AS shared_buffers;

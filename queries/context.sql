@@ -43,10 +43,51 @@ open_members AS MATERIALIZED (
       AND cs.subject_id = :subject_id
       AND cs.status = 'open'
 ),
-vector_top AS (
+exact_scan AS MATERIALIZED (
+    -- The vector side's strategy. A scope-filtered HNSW walk reads about top_k / selectivity
+    -- index tuples (~6 us each), an exact scan every fact of the scope (~1.2 us each), so the
+    -- exact scan is cheaper below sqrt(5 * top_k * table rows) facts: 5,800 in a 100k-fact
+    -- table, 18,000 in a 1M-fact one (docs/performance.md). The planner's HNSW cost ignores the
+    -- iterative scan: it walked the graph for a 10,000-fact scope of 1M facts (7x slower than
+    -- the exact scan). Counting stops at the threshold (index-only on facts_scope_id).
+    SELECT count(*) < min(t.cap) AS small
+    FROM (
+        SELECT greatest(1000, sqrt(5.0 * :top_k * greatest(c.reltuples, 0)))::bigint AS cap
+        FROM pg_class AS c
+        WHERE c.oid = 'facts'::regclass
+    ) AS t
+    CROSS JOIN LATERAL (
+        SELECT 1
+        FROM facts AS f
+        WHERE f.project_id = :project_id
+          AND f.subject_id = :subject_id
+        LIMIT t.cap
+    ) AS s
+),
+vector_exact AS (
+    SELECT d.fact_id
+    FROM (
+        SELECT f.fact_id, f.embedding <=> :query_embedding::vector AS distance
+        FROM facts AS f
+        WHERE (SELECT x.small FROM exact_scan AS x)
+          AND :query_embedding::vector IS NOT NULL
+          AND f.project_id = :project_id
+          AND f.subject_id = :subject_id
+          AND f.status = 'active'
+          AND (f.valid_to IS NULL OR f.valid_to > now())
+          AND NOT (f.volatility = 'volatile'
+                   AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now())
+          AND NOT EXISTS (SELECT 1 FROM open_members AS om WHERE om.fact_id = f.fact_id)
+        OFFSET 0  -- computed distances, sorted below: never the HNSW ordering
+    ) AS d
+    ORDER BY d.distance, d.fact_id
+    LIMIT :top_k
+),
+vector_hnsw AS (
     SELECT f.fact_id
     FROM facts AS f
-    WHERE :query_embedding::vector IS NOT NULL
+    WHERE NOT (SELECT x.small FROM exact_scan AS x)
+      AND :query_embedding::vector IS NOT NULL
       AND f.project_id = :project_id
       AND f.subject_id = :subject_id
       AND f.status = 'active'
@@ -78,7 +119,11 @@ parts AS (
            ts_rank_cd(f.search_vector, q.tsq, 32) AS text_rank,
            least(1.0, exp(-least(700.0, greatest(0.0, extract(epoch FROM now() - coalesce(f.valid_from, f.recorded_from)))
                           / :tau_seconds::float8))) AS recency
-    FROM (SELECT fact_id FROM vector_top UNION SELECT fact_id FROM text_top) AS c
+    FROM (
+        SELECT fact_id FROM vector_exact
+        UNION SELECT fact_id FROM vector_hnsw
+        UNION SELECT fact_id FROM text_top
+    ) AS c
     JOIN facts AS f ON f.project_id = :project_id AND f.fact_id = c.fact_id
     CROSS JOIN q
 ),

@@ -96,6 +96,9 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     asyncpg.QueryCanceledError,  # statement_timeout
     asyncpg.PostgresConnectionError,
     asyncpg.InterfaceError,
+    # A connection that got the server's shutdown notice while idle is left in a state where the
+    # next query fails with "another operation is in progress" (found by tests/test_db_faults.py).
+    asyncpg.InternalClientError,
     asyncpg.CannotConnectNowError,
     asyncpg.TooManyConnectionsError,
     asyncpg.AdminShutdownError,
@@ -114,6 +117,7 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
 CONNECTION_LOST: tuple[type[BaseException], ...] = (
     asyncpg.PostgresConnectionError,
     asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
     asyncpg.AdminShutdownError,
     asyncpg.CrashShutdownError,
     asyncpg.CannotConnectNowError,

@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import msgspec
 import pytest
 
 from service import auth
+from service import repository as repo
 from service.app import create_app
 from service.db import connect, create_pool, init_connection
 from service.embedded import embedded_server, embedded_url
@@ -274,3 +276,26 @@ async def test_exhausted_pool_is_a_503_after_the_acquire_timeout(
     assert (
         await client.get("/v1/facts", params={"project_id": PROJECT}, headers=bearer(key))
     ).status_code == 200
+
+
+async def test_a_lost_connection_expires_the_whole_pool(
+    fault_pool_client: tuple[httpx.AsyncClient, Any, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first query of a request (the key lookup) meeting a dead connection replaces every
+    pooled connection, not just that one."""
+    client, pool, key = fault_pool_client
+    # asyncpg's Pool has slots (no spying on its methods): expire_connections() bumps this counter,
+    # and every connection of an older generation is replaced at its next acquire.
+    generation = pool._generation
+
+    async def lost(*args: Any, **kwargs: Any) -> Any:
+        raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation")
+
+    with monkeypatch.context() as m:
+        m.setattr(repo, "find_api_key", lost)
+        r = await client.get("/v1/facts", params={"project_id": PROJECT}, headers=bearer(key))
+        assert r.status_code == 503 and r.json()["code"] == "unavailable", r.text
+    assert pool._generation == generation + 1
+    r = await client.get("/v1/facts", params={"project_id": PROJECT}, headers=bearer(key))
+    assert r.status_code == 200
+    assert pool._generation == generation + 1  # a 200 expires nothing

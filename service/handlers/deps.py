@@ -10,6 +10,7 @@ from litestar import Request
 from litestar.datastructures import State
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Dependency
+from litestar.types import Scope
 
 from service.auth import Principal, authenticate
 from service.embedder import Embedder
@@ -28,16 +29,19 @@ SettingsDep = Annotated[Settings, Dependency(skip_validation=True)]
 async def provide_conn(state: State) -> AsyncGenerator[asyncpg.Connection, None]:
     settings: Settings = state.settings
     async with state.pool.acquire(timeout=settings.pool_acquire_timeout_seconds) as conn:
-        try:
-            yield conn
-        except CONNECTION_LOST:
-            # A connection whose server vanished without closing the socket (host crash, network
-            # cut) is found dead only when used, and its idle siblings are as dead: replace them all
-            # now rather than fail one more request per pooled connection.
-            expire = getattr(state.pool, "expire_connections", None)
-            if expire is not None:
-                await expire()
-            raise
+        yield conn
+
+
+async def expire_dead_connections(exc: Exception, scope: Scope) -> None:
+    """After-exception hook: a connection found dead (server restarted, host or network gone) means
+    its idle siblings in the pool are as dead; replace them all now rather than fail one more
+    request per pooled connection. A hook, because a failure inside another dependency (the key
+    lookup is the first query of every request) is never thrown into `provide_conn`."""
+    if not isinstance(exc, CONNECTION_LOST):
+        return
+    expire = getattr(scope["litestar_app"].state.get("pool"), "expire_connections", None)
+    if expire is not None:
+        await expire()
 
 
 async def provide_principal(request: Request[Any, Any, Any], conn: Conn, state: State) -> Principal:
