@@ -19,11 +19,11 @@ from service.embedder import Embedder, build_embedder, check_embedder
 from service.errors import handle_exception
 from service.handlers.context import ContextController
 from service.handlers.deps import (
-    expire_dead_connections,
     provide_conn,
     provide_embedder,
     provide_principal,
     provide_settings,
+    release_after_exception,
 )
 from service.handlers.health import healthz
 from service.handlers.memory import ConflictsController, EventsController, FactsController
@@ -87,7 +87,7 @@ def create_app(
             "settings": Provide(provide_settings, sync_to_thread=False),
         },
         exception_handlers={Exception: handle_exception},
-        after_exception=[expire_dead_connections],
+        after_exception=[release_after_exception],
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(
             title="Haki",

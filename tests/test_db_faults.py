@@ -299,3 +299,20 @@ async def test_a_lost_connection_expires_the_whole_pool(
     r = await client.get("/v1/facts", params={"project_id": PROJECT}, headers=bearer(key))
     assert r.status_code == 200
     assert pool._generation == generation + 1  # a 200 expires nothing
+
+
+async def test_a_refused_request_gives_its_connection_back_at_once(
+    fault_pool_client: tuple[httpx.AsyncClient, Any, str],
+) -> None:
+    """Litestar does not close the connection dependency when a later dependency (the key lookup,
+    the rate limit, the strict body check) fails; the after-exception hook does, before the answer
+    leaves. Without it the one-connection pool stays empty until the garbage collector runs."""
+    client, pool, key = fault_pool_client
+    params = {"project_id": PROJECT}
+    for headers in (bearer("hk_unknown"), {}, bearer(key)):
+        r = await client.get("/v1/facts", params=params, headers=headers)
+        assert r.status_code in (200, 401), r.text
+        assert pool.get_idle_size() == 1, r.status_code
+    r = await client.post("/v1/context", json={"project_id": PROJECT, "query": 1}, headers=bearer(key))
+    assert r.status_code == 400
+    assert pool.get_idle_size() == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
+from contextlib import AsyncExitStack
 from typing import Annotated, Any
 
 import asyncpg
@@ -26,17 +27,48 @@ EmbedderDep = Annotated[Embedder, Dependency(skip_validation=True)]
 SettingsDep = Annotated[Settings, Dependency(skip_validation=True)]
 
 
-async def provide_conn(state: State) -> AsyncGenerator[asyncpg.Connection, None]:
+# Where a request's connection lease is kept in its ASGI scope (see provide_conn).
+LEASE = "haki.connection_lease"
+
+
+class Lease:
+    """A pooled connection lent to one request, given back exactly once, by whoever is first."""
+
+    def __init__(self) -> None:
+        self._stack = AsyncExitStack()
+
+    async def open(self, pool: Any, acquire_timeout_seconds: float) -> asyncpg.Connection:
+        acquiring = pool.acquire(timeout=acquire_timeout_seconds)
+        conn: asyncpg.Connection = await self._stack.enter_async_context(acquiring)
+        return conn
+
+    async def close(self) -> None:
+        await self._stack.aclose()  # a no-op the second time
+
+
+async def provide_conn(
+    request: Request[Any, Any, Any], state: State
+) -> AsyncGenerator[asyncpg.Connection, None]:
     settings: Settings = state.settings
-    async with state.pool.acquire(timeout=settings.pool_acquire_timeout_seconds) as conn:
+    lease = Lease()
+    # Litestar never closes this generator when a later dependency of the same request fails (the
+    # key lookup, the rate limit): the connection would wait for the garbage collector, or for
+    # ever while anything holds the exception. `release_after_exception` closes the lease then.
+    request.scope.setdefault("state", {})[LEASE] = lease
+    conn = await lease.open(state.pool, settings.pool_acquire_timeout_seconds)
+    try:
         yield conn
+    finally:
+        await lease.close()
 
 
-async def expire_dead_connections(exc: Exception, scope: Scope) -> None:
-    """After-exception hook: a connection found dead (server restarted, host or network gone) means
-    its idle siblings in the pool are as dead; replace them all now rather than fail one more
-    request per pooled connection. A hook, because a failure inside another dependency (the key
-    lookup is the first query of every request) is never thrown into `provide_conn`."""
+async def release_after_exception(exc: Exception, scope: Scope) -> None:
+    """After-exception hook: gives the request's connection back, and when the failure means the
+    connection was dead (server restarted, host or network gone) expires the pool's idle ones too,
+    as dead as it: they are replaced now rather than fail one more request each."""
+    lease = scope.get("state", {}).get(LEASE)
+    if isinstance(lease, Lease):
+        await lease.close()
     if not isinstance(exc, CONNECTION_LOST):
         return
     expire = getattr(scope["litestar_app"].state.get("pool"), "expire_connections", None)
