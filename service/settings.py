@@ -34,6 +34,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     connect_timeout_seconds: float = 5.0
     torch_threads: int = 0
     max_body_bytes: int = 16 * 1024 * 1024
+    metrics_token: str | None = None
     pool_acquire_timeout_seconds: float = 5.0
     # 0 behind pgBouncer < 1.21 in transaction mode: a prepared statement lives on one server
     # connection, and the next transaction may run on another (docs/scaling.md).
@@ -71,6 +72,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         put("HAKI_CONNECT_TIMEOUT_SECONDS", "connect_timeout_seconds", float)
         put("HAKI_TORCH_THREADS", "torch_threads", int)
         put("HAKI_MAX_BODY_BYTES", "max_body_bytes", int)
+        put("HAKI_METRICS_TOKEN", "metrics_token")
         put("HAKI_POOL_ACQUIRE_TIMEOUT_SECONDS", "pool_acquire_timeout_seconds", float)
         put("HAKI_DB_STATEMENT_CACHE_SIZE", "db_statement_cache_size", int)
         put("HAKI_IDEMPOTENCY_TTL_SECONDS", "idempotency_ttl_seconds", int)

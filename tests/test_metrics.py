@@ -111,3 +111,17 @@ async def test_metrics_is_not_in_the_api_schema(client: Any) -> None:
     spec = (await client.get("/docs/openapi.json")).json()
     assert "/metrics" not in spec["paths"]
     assert not any(p.startswith("/ui") for p in spec["paths"])
+
+
+async def test_metrics_token_when_configured(settings: Any, conn: Any, hash_embedder: Any) -> None:
+    """With HAKI_METRICS_TOKEN set, /metrics needs that token and refuses project keys."""
+    from tests.conftest import make_client
+
+    async with make_client(settings, conn, hash_embedder, metrics_token="s3cret-scrape") as c:
+        assert (await c.get("/metrics")).status_code == 401
+        wrong = await c.get("/metrics", headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        assert wrong.json()["code"] == "unauthorized"
+        ok = await c.get("/metrics", headers={"Authorization": "Bearer s3cret-scrape"})
+        assert ok.status_code == 200
+        assert b"haki_open_conflicts" in ok.content

@@ -14,11 +14,12 @@ network only (see docs/scaling.md, "Metrics").
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import time
 from typing import Any
 
-from litestar import Response, get
+from litestar import Request, Response, get
 from litestar.datastructures import State
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
@@ -32,6 +33,7 @@ from prometheus_client import (
 )
 
 from service.context.assembler import StageTimer
+from service.errors import Unauthorized
 from service.observability import repository as repo
 from service.structs import ContextPacket
 
@@ -148,11 +150,17 @@ def observe_context(state: State, timer: StageTimer, packet: ContextPacket) -> N
     "/metrics",
     include_in_schema=False,
     media_type=CONTENT_TYPE_LATEST,
-    summary="Prometheus metrics (no key: serve on an internal network only)",
+    summary="Prometheus metrics (HAKI_METRICS_TOKEN when set; else serve on an internal network only)",
 )
-async def metrics_endpoint(state: State) -> Response[bytes]:
+async def metrics_endpoint(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
     metrics = metrics_of(state)
     if metrics is None:
         return Response(b"", status_code=404, media_type=CONTENT_TYPE_LATEST)
+    token = state.settings.metrics_token
+    if token is not None:
+        # Project keys never open /metrics: it aggregates every project, so it has its own token.
+        given = request.headers.get("authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            raise Unauthorized("GET /metrics needs `Authorization: Bearer <HAKI_METRICS_TOKEN>`.")
     await metrics.refresh(state)
     return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
