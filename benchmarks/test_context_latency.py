@@ -126,8 +126,8 @@ def _write_trace(world: World, decisions: list[Decision]) -> None:
 
 def test_trace_write_256_decisions(benchmark: Any, world: World) -> None:
     """One call row and 256 decision rows, timed as the assembler runs it: one statement inside
-    the call's transaction (configured by configure_vector_scan), the commit outside the timing.
-    Asserted only to be one statement."""
+    the call's transaction (configure_vector_scan, then end_custom_plans), the commit outside the
+    timing. Asserted only to be one statement."""
     decisions = _decisions(256)
     statements: list[str] = []
 
@@ -149,6 +149,7 @@ def test_trace_write_256_decisions(benchmark: Any, world: World) -> None:
         tx = world.conn.transaction()
         world.run(tx.start())
         world.run(repo.configure_vector_scan(world.conn, assembler.EF_SEARCH))
+        world.run(repo.end_custom_plans(world.conn))  # as the assembler does before its trace
         open_tx.append(tx)
 
     try:
