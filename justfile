@@ -46,3 +46,23 @@ recall-floor *ARGS:
 # Import a JSONL file of facts or events (resumable, with progress)
 import FILE PROJECT SUBJECT *ARGS:
     .venv/bin/haki import {{FILE}} --project {{PROJECT}} --subject {{SUBJECT}} {{ARGS}}
+
+# Latency benchmarks of the assembler SQL path (pytest-benchmark tables; docs/performance.md)
+bench *ARGS:
+    .venv/bin/pytest benchmarks/test_context_latency.py --benchmark-only {{ARGS}}
+
+# The CI latency guard alone (ratio against the score-every-fact baseline, same run)
+bench-guard:
+    .venv/bin/pytest benchmarks/test_context_latency.py --benchmark-disable -q
+
+# Scale study 10k -> 1M facts (slow; not in CI)
+scale *ARGS:
+    .venv/bin/python -m benchmarks.scale {{ARGS}}
+
+# End-to-end HTTP latency of POST /v1/context on a real server with the local model
+http-bench *ARGS:
+    .venv/bin/python -m benchmarks.http_latency {{ARGS}}
+
+# Mixed load (80% context, 20% writes) at concurrency 16 for 60 s against a real server
+load *ARGS:
+    .venv/bin/python -m benchmarks.load {{ARGS}}
