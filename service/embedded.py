@@ -20,8 +20,8 @@ _SERVERS: dict[Path, Any] = {}
 
 def shared_buffers_mb() -> int:
     """An eighth of the RAM, within [128 MB, 2 GB]. initdb's 128 MB does not even hold the HNSW
-    index of 100k facts (200 MB), and every context call walks it: at 100k facts, 1 GB of shared
-    buffers cut the backend CPU of a call by 40 % (docs/performance.md)."""
+    index of 100k facts (200 MB), and every context call walks it: on a 106k-fact table, 2 GB cut
+    the backend CPU of a call by 31 % (docs/performance.md)."""
     try:
         ram_mb = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2**20
     except (ValueError, OSError, AttributeError):

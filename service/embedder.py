@@ -38,6 +38,8 @@ LOCAL_MAX_LENGTH: Final = 256
 LOCAL_CACHE_SIZE: Final = 2048
 # Inputs of at most this many texts (a query) run on one torch thread when HAKI_TORCH_THREADS=0.
 SMALL_INPUT_TEXTS: Final = 8
+# torch's own thread count (one per core), read once before any embedder changes it.
+_TORCH_DEFAULT_THREADS: int | None = None
 OPENAI_DEFAULT_MODEL: Final = "text-embedding-3-small"
 _CHECK_ENV_HINT: Final = (
     "check HAKI_EMBED_PROVIDER, HAKI_EMBED_BASE_URL, HAKI_EMBED_MODEL and HAKI_EMBED_API_KEY"
@@ -229,9 +231,12 @@ class LocalEmbedder:
                 from transformers import AutoModel, AutoTokenizer
             except ImportError as exc:
                 raise EmbedderConfigError(f"the local embedder needs torch and transformers: {exc}") from exc
+            global _TORCH_DEFAULT_THREADS
+            if _TORCH_DEFAULT_THREADS is None:  # before any embedder of this process changes it
+                _TORCH_DEFAULT_THREADS = torch.get_num_threads()
+            self._batch_threads = _TORCH_DEFAULT_THREADS
             if self._torch_threads > 0:
                 torch.set_num_threads(self._torch_threads)
-            self._batch_threads = torch.get_num_threads()
             try:
                 tokenizer = AutoTokenizer.from_pretrained(str(self._model_dir), local_files_only=True)
                 model = AutoModel.from_pretrained(str(self._model_dir), local_files_only=True)
@@ -250,7 +255,7 @@ class LocalEmbedder:
         # HAKI_TORCH_THREADS=0 (auto): one thread for a query-sized input, torch's default (one
         # per core) for batches. Splitting a one-sentence forward pass across threads costs more
         # than it saves, and on a small machine shared with PostgreSQL the spinning threads
-        # stall both (docs/performance.md: 17 ms vs 69 ms p50 per query on 2 busy cores).
+        # stall both (docs/performance.md: 17 vs 69 ms per query on 2 busy cores, 7.7 vs 5.8 idle).
         threads = self._torch_threads or (1 if len(texts) <= SMALL_INPUT_TEXTS else self._batch_threads)
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
