@@ -1,0 +1,57 @@
+"""The two candidate phases use their indexes: HNSW for the vector top-K, GIN for the text top-K.
+
+Proved by the index scans the statement starts in the current transaction
+(pg_stat_get_xact_numscans), on a table large enough that the planner has a real choice.
+"""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+
+from service.constants import CANDIDATE_LIMIT, RECENCY_TAU_SECONDS, RETRIEVAL_TOP_K
+from service.context import assembler
+from service.context import repository as repo
+from service.sql import load_queries
+from tests.test_context_rules import PROJECT
+from tests.test_context_scale import WEIGHTS, random_unit_vector, seed_scopes
+
+pytestmark = pytest.mark.slow
+
+HNSW_INDEX = "facts_embedding_hnsw"
+GIN_INDEX = "facts_search_vector_gin"
+
+
+async def test_candidate_phases_pick_the_hnsw_and_gin_indexes(conn: asyncpg.Connection) -> None:
+    q = load_queries()
+    await seed_scopes(
+        conn,
+        {
+            "idx-a": (10_000, "alpha seeded fact"),
+            "idx-b": (10_000, "bravo seeded fact"),
+            "idx-c": (10_000, "charlie seeded fact"),
+        },
+    )
+    async with conn.transaction():
+        await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
+        hnsw_before = await q.test_index_scans(conn, index_name=HNSW_INDEX)
+        gin_before = await q.test_index_scans(conn, index_name=GIN_INDEX)
+        rows = await repo.fact_candidates(
+            conn,
+            project_id=PROJECT,
+            subject_id="idx-b",
+            query_embedding=random_unit_vector(7),
+            # The seeded contents end with their row number: "4242" names a handful of facts.
+            query_text="4242",
+            top_k=RETRIEVAL_TOP_K,
+            candidate_limit=CANDIDATE_LIMIT,
+            weights=WEIGHTS,
+            tau_seconds=RECENCY_TAU_SECONDS,
+        )
+        hnsw_scans = await q.test_index_scans(conn, index_name=HNSW_INDEX) - hnsw_before
+        gin_scans = await q.test_index_scans(conn, index_name=GIN_INDEX) - gin_before
+    assert hnsw_scans >= 1, "the vector top-K did not walk the HNSW index"
+    assert gin_scans >= 1, "the full-text top-K did not use the GIN index"
+    texts = [r for r in rows if r["kind"] == "candidate" and r["text_rank"] > 0]
+    assert texts, "the full-text side found nothing"
+    assert all("4242" in r["content"].split() for r in texts)
