@@ -188,23 +188,33 @@ async def retrieve_candidates(
     for row in rows:
         if row["kind"] == "candidate":
             out.candidates.append(row)
-            continue
-        counts[row["reason_code"]] = row["blocked_total"]
-        out.blocked.append(
-            Decision(
-                item_type="fact",
-                item_id=row["fact_id"],
-                decision="blocked",
-                reason_code=row["reason_code"],
-                rank=None,
-                score=None,
-                similarity=None,
-                text_rank=None,
-                recency=None,
-                cosine_distance=None,
-                tokens=row["tokens"],
-            )
+        else:
+            record_blocked(out, counts, row["fact_id"], row)
+    warn_blocked(out, counts)
+
+
+def record_blocked(out: Assembly, counts: dict[str, int], fact_id: UUID, row: Any) -> None:
+    """A hard-filtered fact of the scope: traced `blocked`, counted for its warning."""
+    counts[row["reason_code"]] = row["blocked_total"]
+    out.blocked.append(
+        Decision(
+            item_type="fact",
+            item_id=fact_id,
+            decision="blocked",
+            reason_code=row["reason_code"],
+            rank=None,
+            score=None,
+            similarity=None,
+            text_rank=None,
+            recency=None,
+            cosine_distance=None,
+            tokens=row["tokens"],
         )
+    )
+
+
+def warn_blocked(out: Assembly, counts: dict[str, int]) -> None:
+    """The spec's warnings for facts hidden by an open conflict or a stale volatility."""
     if counts.get("conflict_open"):
         out.warnings.append(
             f"open_conflict: {counts['conflict_open']} fact(s) hidden pending conflict resolution"

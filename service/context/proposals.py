@@ -39,13 +39,15 @@ from service.context.assembler import (
     expand_multi_hop,
     pack_episodes,
     pack_facts,
+    record_blocked,
+    warn_blocked,
     write_trace,
 )
 from service.embedder import Embedder
 from service.ids import uuid7
 from service.repository import Conn
 from service.settings import Settings
-from service.structs import ContextPacket, ContextRequest, Decision, PacketEpisode
+from service.structs import ContextPacket, ContextRequest, PacketEpisode
 
 TextQuery = Literal["websearch", "any", "idf"]
 
@@ -90,32 +92,9 @@ async def retrieve(
             else:
                 episodes.append({**row, "event_id": row["item_id"]})
             continue
-        counts[row["reason_code"]] = row["blocked_total"]
-        out.blocked.append(
-            Decision(
-                item_type="fact",
-                item_id=row["item_id"],
-                decision="blocked",
-                reason_code=row["reason_code"],
-                rank=None,
-                score=None,
-                similarity=None,
-                text_rank=None,
-                recency=None,
-                cosine_distance=None,
-                tokens=row["tokens"],
-            )
-        )
+        record_blocked(out, counts, row["item_id"], row)
     out.candidates.sort(key=lambda r: -r["score"])
-    if counts.get("conflict_open"):
-        out.warnings.append(
-            f"open_conflict: {counts['conflict_open']} fact(s) hidden pending conflict resolution"
-        )
-    if counts.get("volatility_expired"):
-        out.warnings.append(
-            f"volatility_expired: {counts['volatility_expired']} fact(s) hidden because their "
-            "volatile information is stale"
-        )
+    warn_blocked(out, counts)
     return episodes
 
 
