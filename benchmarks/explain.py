@@ -31,6 +31,7 @@ from service import embedded
 from service.constants import (
     CANDIDATE_LIMIT,
     EPISODE_TOP_K,
+    EXACT_SCAN_MIN_FACTS,
     MULTI_HOP_MAX_PER_ENTITY,
     RECENCY_TAU_SECONDS,
     RETRIEVAL_TOP_K,
@@ -84,6 +85,7 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
         "project_id": PROJECT,
         "top_k": RETRIEVAL_TOP_K,
         "candidate_limit": CANDIDATE_LIMIT,
+        "exact_scan_min": EXACT_SCAN_MIN_FACTS,
         "w_similarity": WEIGHT_SIMILARITY,
         "w_text_rank": WEIGHT_TEXT_RANK,
         "w_recency": WEIGHT_RECENCY,

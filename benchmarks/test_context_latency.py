@@ -29,13 +29,16 @@ from service.structs import Decision
 
 GUARD_ROUNDS = 60
 GUARD_WARMUP = 10
-# The target is x30 and 5 ms; this world measures x3.4-x4.4 and 14-18 ms on 2 cores (the
-# filtered HNSW walk of a 10 %-selective scope alone is ~5 ms; docs/performance.md). The guard
-# sits below what the shipped path reaches and above what the path before docs/performance.md
-# reached (x2.1: a generic plan exact-scanned every scope, the blocked facts scanned it again),
-# so it catches those regressions without flapping on a loaded machine. HAKI_BENCH_MIN_SPEEDUP
-# overrides it.
-GUARD_MIN_SPEEDUP = float(os.environ.get("HAKI_BENCH_MIN_SPEEDUP", "2.5"))
+# Two ratios to the score-every-fact baseline, both as medians of one interleaved loop:
+# - two-phase retrieval (fact_candidates: phases 1 and 2 and the blocked facts, the statement
+#   the baseline stands for) must stay 10x faster, the issue's guard (its target is 30x). This
+#   world measures 12-14x on 2 cores since the scope buckets of migration 0008.
+# - the whole SQL path (which also packs, expands multi-hop, fetches episodes and writes the
+#   trace, none of which the baseline does) must stay 3x faster; it measures 5-6x. The path
+#   before docs/performance.md measured 2.1x (a generic plan exact-scanned every scope).
+# HAKI_BENCH_MIN_SPEEDUP and HAKI_BENCH_MIN_PATH_SPEEDUP override them.
+GUARD_MIN_SPEEDUP = float(os.environ.get("HAKI_BENCH_MIN_SPEEDUP", "10"))
+GUARD_MIN_PATH_SPEEDUP = float(os.environ.get("HAKI_BENCH_MIN_PATH_SPEEDUP", "3"))
 GUARD_CEILING_MS = float(os.environ.get("HAKI_BENCH_CEILING_MS", "50"))
 NO_TEXT_MATCH = "qqxxjjnothingmatchesthis"
 
@@ -202,51 +205,64 @@ def test_vector_recall_at_64(benchmark: Any, world: World, subject_id: str) -> N
 
 
 def test_two_phase_guard(benchmark: Any, world: World) -> None:
-    """The CI guard: the assembler SQL path against the score-every-fact baseline, interleaved
-    call by call in one loop (so machine load hits both alike), compared as medians."""
-    two_phase: list[float] = []
+    """The CI guard: two-phase retrieval and the whole assembler SQL path against the
+    score-every-fact baseline, interleaved call by call in one loop (so machine load hits all
+    three alike), compared as medians."""
+    retrieval: list[float] = []
+    path: list[float] = []
     baseline: list[float] = []
     rot = Rotation(world)
 
-    def one_baseline() -> None:
+    def timed(samples: list[float], call: Any) -> None:
         t0 = time.perf_counter()
-        world.baseline(rot.next())
-        baseline.append((time.perf_counter() - t0) * 1000)
+        call(rot.next())
+        samples.append((time.perf_counter() - t0) * 1000)
 
-    def one_two_phase() -> None:
-        t0 = time.perf_counter()
-        world.assemble(rot.next())
-        two_phase.append((time.perf_counter() - t0) * 1000)
+    def one_round() -> None:
+        timed(baseline, world.baseline)
+        timed(retrieval, world.candidates)
+
+    def one_path() -> None:
+        timed(path, world.assemble)
 
     for _ in range(GUARD_WARMUP):
-        one_baseline()
-        one_two_phase()
-    two_phase.clear()
-    baseline.clear()
+        one_round()
+        one_path()
+    for samples in (retrieval, path, baseline):
+        samples.clear()
     # With --benchmark-disable, pedantic runs one round (setup + target): the loop does the rest.
     for _ in range(GUARD_ROUNDS - 1 if benchmark.disabled else 0):
-        one_baseline()
-        one_two_phase()
+        one_round()
+        one_path()
     benchmark.pedantic(
-        one_two_phase, setup=one_baseline, rounds=1 if benchmark.disabled else GUARD_ROUNDS, iterations=1
+        one_path, setup=one_round, rounds=1 if benchmark.disabled else GUARD_ROUNDS, iterations=1
     )
-    two_median = statistics.median(two_phase)
     base_median = statistics.median(baseline)
-    speedup = base_median / two_median
+    retrieval_median = statistics.median(retrieval)
+    path_median = statistics.median(path)
+    speedup = base_median / retrieval_median
+    path_speedup = base_median / path_median
     benchmark.extra_info.update(
         {
-            "two_phase_p50_ms": round(two_median, 3),
-            "two_phase_p95_ms": round(percentile(two_phase, 95), 3),
+            "two_phase_p50_ms": round(retrieval_median, 3),
+            "sql_path_p50_ms": round(path_median, 3),
+            "sql_path_p95_ms": round(percentile(path, 95), 3),
             "baseline_p50_ms": round(base_median, 3),
             "speedup": round(speedup, 2),
+            "path_speedup": round(path_speedup, 2),
         }
     )
     print(
-        f"\ntwo-phase p50 {two_median:.2f} ms, baseline p50 {base_median:.2f} ms, "
-        f"speed-up x{speedup:.1f} over {GUARD_ROUNDS} interleaved rounds"
+        f"\nbaseline p50 {base_median:.2f} ms; two-phase retrieval p50 {retrieval_median:.2f} ms "
+        f"(x{speedup:.1f}); SQL path p50 {path_median:.2f} ms (x{path_speedup:.1f}); "
+        f"{GUARD_ROUNDS} interleaved rounds"
     )
-    assert two_median <= GUARD_CEILING_MS, f"two-phase median {two_median:.1f} ms > {GUARD_CEILING_MS} ms"
+    assert path_median <= GUARD_CEILING_MS, f"SQL path median {path_median:.1f} ms > {GUARD_CEILING_MS} ms"
     assert speedup >= GUARD_MIN_SPEEDUP, (
-        f"two-phase median {two_median:.2f} ms is only x{speedup:.1f} faster than scoring every "
-        f"fact ({base_median:.2f} ms); the guard wants x{GUARD_MIN_SPEEDUP:g}"
+        f"two-phase retrieval median {retrieval_median:.2f} ms is only x{speedup:.1f} faster than "
+        f"scoring every fact ({base_median:.2f} ms); the guard wants x{GUARD_MIN_SPEEDUP:g}"
+    )
+    assert path_speedup >= GUARD_MIN_PATH_SPEEDUP, (
+        f"SQL path median {path_median:.2f} ms is only x{path_speedup:.1f} faster than scoring "
+        f"every fact ({base_median:.2f} ms); the guard wants x{GUARD_MIN_PATH_SPEEDUP:g}"
     )

@@ -24,7 +24,7 @@ SELECT set_config('hnsw.ef_search', :ef_search::integer::text, true) AS ef_searc
 -- the insert of up to 256 decisions each call doubled its cost (docs/performance.md).
 SET LOCAL plan_cache_mode TO DEFAULT;
 
--- name: fact_candidates(project_id, subject_id, query_embedding, query_text, top_k, candidate_limit, w_similarity, w_text_rank, w_recency, tau_seconds)
+-- name: fact_candidates(project_id, subject_id, query_embedding, query_text, top_k, candidate_limit, exact_scan_min, w_similarity, w_text_rank, w_recency, tau_seconds)
 -- Phase 1 (top-K by cosine via HNSW UNION top-K by full-text rank via GIN) and phase 2 (the
 -- hybrid score on that union only, capped at CANDIDATE_LIMIT), plus the blocked facts of the
 -- scope, in one round trip. Never returns embeddings. A NULL query_embedding (embedder down)
@@ -44,15 +44,16 @@ open_members AS MATERIALIZED (
       AND cs.status = 'open'
 ),
 exact_scan AS MATERIALIZED (
-    -- The vector side's strategy. A scope-filtered HNSW walk reads about top_k / selectivity
-    -- index tuples (~6 us each), an exact scan every fact of the scope (~1.2 us each), so the
-    -- exact scan is cheaper below sqrt(5 * top_k * table rows) facts: 5,800 in a 100k-fact
-    -- table, 18,000 in a 1M-fact one (docs/performance.md). The planner's HNSW cost ignores the
-    -- iterative scan: it walked the graph for a 10,000-fact scope of 1M facts (7x slower than
-    -- the exact scan). Counting stops at the threshold (index-only on facts_scope_id).
+    -- The vector side's strategy. A scope-filtered walk of the scope's bucket (migration 0008)
+    -- reads about top_k / selectivity index tuples (~6 us each), an exact scan every fact of
+    -- the scope (~1.2 us each), so the exact scan is cheaper below sqrt(5 * top_k * bucket
+    -- rows) facts: 1,460 in a 106k-fact table, 4,500 in a 1M-fact one (docs/performance.md).
+    -- The planner's HNSW cost ignores the iterative scan, so it cannot make this choice itself.
+    -- Counting stops at the threshold (index-only on facts_scope_id).
     SELECT count(*) < min(t.cap) AS small
     FROM (
-        SELECT greatest(1000, sqrt(5.0 * :top_k * greatest(c.reltuples, 0)))::bigint AS cap
+        SELECT greatest(:exact_scan_min::integer,
+                        sqrt(5.0 * :top_k * greatest(c.reltuples, 0) / public.haki_scope_buckets()))::bigint AS cap
         FROM pg_class AS c
         WHERE c.oid = 'facts'::regclass
     ) AS t
@@ -88,6 +89,8 @@ vector_hnsw AS (
     FROM facts AS f
     WHERE NOT (SELECT x.small FROM exact_scan AS x)
       AND :query_embedding::vector IS NOT NULL
+      -- The scope's bucket: the planner walks that bucket's partial HNSW index (0008).
+      AND public.haki_scope_bucket(f.project_id, f.subject_id) = public.haki_scope_bucket(:project_id, :subject_id)
       AND f.project_id = :project_id
       AND f.subject_id = :subject_id
       AND f.status = 'active'

@@ -9,23 +9,45 @@ SELECT set_config('statement_timeout', '0', true) AS statement_timeout,
        set_config('max_parallel_maintenance_workers', '4', true) AS max_parallel_maintenance_workers;
 
 -- name: test_drop_fact_vector_index()!
--- Remembers the definition of the facts HNSW index (in a transaction-local setting) and drops
--- it, so a bulk seed skips one-by-one graph insertions; test_restore_fact_vector_index builds
--- the very same index back in one pass. Only ever inside a transaction that is rolled back.
+-- Remembers the definitions of the facts HNSW indexes (one per scope bucket, migration 0008) in
+-- a transaction-local setting and drops them, so a bulk seed skips one-by-one graph insertions;
+-- test_restore_fact_vector_index builds the very same indexes back in one pass each. Only ever
+-- inside a transaction that is rolled back.
 DO $$
+DECLARE
+    idx record;
+    defs text[] := '{}';
 BEGIN
-    PERFORM set_config('haki_test.facts_hnsw_def', pg_get_indexdef('facts_embedding_hnsw'::regclass), true);
-    DROP INDEX facts_embedding_hnsw;
+    FOR idx IN
+        SELECT i.indexrelid::regclass AS name, pg_get_indexdef(i.indexrelid) AS def
+        FROM pg_index AS i
+        JOIN pg_class AS c ON c.oid = i.indexrelid
+        JOIN pg_am AS am ON am.oid = c.relam
+        WHERE i.indrelid = 'facts'::regclass AND am.amname = 'hnsw'
+    LOOP
+        defs := defs || idx.def;
+        EXECUTE format('DROP INDEX %s', idx.name);
+    END LOOP;
+    PERFORM set_config('haki_test.facts_hnsw_defs', array_to_string(defs, E'\n'), true);
 END
 $$;
 
 -- name: test_restore_fact_vector_index()!
--- Rebuilds the facts HNSW index dropped by test_drop_fact_vector_index, from its saved definition.
+-- Rebuilds the facts HNSW indexes dropped by test_drop_fact_vector_index, from their saved definitions.
 DO $$
+DECLARE
+    def text;
 BEGIN
-    EXECUTE current_setting('haki_test.facts_hnsw_def');
+    FOREACH def IN ARRAY string_to_array(current_setting('haki_test.facts_hnsw_defs'), E'\n')
+    LOOP
+        EXECUTE def;
+    END LOOP;
 END
 $$;
+
+-- name: test_fact_vector_index(project_id, subject_id)$
+-- The partial HNSW index of a scope's bucket (migration 0008), by name.
+SELECT format('facts_embedding_hnsw_%s', lpad(public.haki_scope_bucket(:project_id, :subject_id)::text, 2, '0'));
 
 -- name: test_seed_random_facts(project_id, subject_id, n, content_prefix)!
 -- Bulk-seeds n active facts of one scope, server-side, with random unit embeddings (Gaussian

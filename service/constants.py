@@ -22,6 +22,10 @@ WEIGHT_SIMILARITY: Final = 0.6
 WEIGHT_TEXT_RANK: Final = 0.3
 WEIGHT_RECENCY: Final = 0.1
 
+# Phase 1 reads every vector of a scope smaller than this (or than the size its bucket calls
+# for, queries/context.sql) instead of walking the bucket's HNSW graph (docs/performance.md).
+EXACT_SCAN_MIN_FACTS: Final = 1000
+
 # ts_rank_cd normalisation flag 32 maps rank to rank/(rank+1), bounded in [0, 1).
 TS_RANK_NORMALIZATION: Final = 32
 

@@ -29,7 +29,6 @@ from tests.test_context_rules import PROJECT, candidate_decisions, context_and_t
 
 pytestmark = pytest.mark.slow
 
-HNSW_INDEX = "facts_embedding_hnsw"
 NO_MATCH = "qqxxjjnothingmatchesthis"
 WEIGHTS = (WEIGHT_SIMILARITY, WEIGHT_TEXT_RANK, WEIGHT_RECENCY)
 
@@ -56,7 +55,8 @@ async def vector_phase(conn: asyncpg.Connection, subject_id: str, qvec: np.ndarr
     """fact_candidates with a query text that matches nothing (so only the vector side
     contributes), and how many HNSW index scans it started."""
     q = load_queries()
-    before = await q.test_index_scans(conn, index_name=HNSW_INDEX)
+    hnsw_index = await q.test_fact_vector_index(conn, project_id=PROJECT, subject_id=subject_id)
+    before = await q.test_index_scans(conn, index_name=hnsw_index)
     rows = await repo.fact_candidates(
         conn,
         project_id=PROJECT,
@@ -68,7 +68,7 @@ async def vector_phase(conn: asyncpg.Connection, subject_id: str, qvec: np.ndarr
         weights=WEIGHTS,
         tau_seconds=RECENCY_TAU_SECONDS,
     )
-    after = await q.test_index_scans(conn, index_name=HNSW_INDEX)
+    after = await q.test_index_scans(conn, index_name=hnsw_index)
     return rows, after - before
 
 

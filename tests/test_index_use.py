@@ -18,7 +18,6 @@ from tests.test_context_scale import WEIGHTS, random_unit_vector, seed_scopes
 
 pytestmark = pytest.mark.slow
 
-HNSW_INDEX = "facts_embedding_hnsw"
 GIN_INDEX = "facts_search_vector_gin"
 
 
@@ -32,9 +31,11 @@ async def test_candidate_phases_pick_the_hnsw_and_gin_indexes(conn: asyncpg.Conn
             "idx-c": (10_000, "charlie seeded fact"),
         },
     )
+    # One partial HNSW index per scope bucket (migration 0008): the one of idx-b's bucket.
+    hnsw_index = await q.test_fact_vector_index(conn, project_id=PROJECT, subject_id="idx-b")
     async with conn.transaction():
         await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
-        hnsw_before = await q.test_index_scans(conn, index_name=HNSW_INDEX)
+        hnsw_before = await q.test_index_scans(conn, index_name=hnsw_index)
         gin_before = await q.test_index_scans(conn, index_name=GIN_INDEX)
         rows = await repo.fact_candidates(
             conn,
@@ -48,7 +49,7 @@ async def test_candidate_phases_pick_the_hnsw_and_gin_indexes(conn: asyncpg.Conn
             weights=WEIGHTS,
             tau_seconds=RECENCY_TAU_SECONDS,
         )
-        hnsw_scans = await q.test_index_scans(conn, index_name=HNSW_INDEX) - hnsw_before
+        hnsw_scans = await q.test_index_scans(conn, index_name=hnsw_index) - hnsw_before
         gin_scans = await q.test_index_scans(conn, index_name=GIN_INDEX) - gin_before
     assert hnsw_scans >= 1, "the vector top-K did not walk the HNSW index"
     assert gin_scans >= 1, "the full-text top-K did not use the GIN index"

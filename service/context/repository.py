@@ -10,6 +10,7 @@ import msgspec
 import numpy as np
 from pgvector import Vector
 
+from service.constants import EXACT_SCAN_MIN_FACTS
 from service.repository import Conn, collect, q
 from service.structs import Decision, Inspection, StatsOverview
 
@@ -40,6 +41,7 @@ async def fact_candidates(
     candidate_limit: int,
     weights: tuple[float, float, float],
     tau_seconds: float,
+    exact_scan_min: int = EXACT_SCAN_MIN_FACTS,
 ) -> list[Any]:
     return await collect(
         q().fact_candidates(
@@ -50,6 +52,7 @@ async def fact_candidates(
             query_text=query_text,
             top_k=top_k,
             candidate_limit=candidate_limit,
+            exact_scan_min=exact_scan_min,
             w_similarity=weights[0],
             w_text_rank=weights[1],
             w_recency=weights[2],
