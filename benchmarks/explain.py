@@ -62,6 +62,10 @@ def as_text(value: Any) -> str | None:
     return str(value)
 
 
+# The statements the assembler runs after end_custom_plans, under one generic plan each.
+GENERIC = {"fact_candidates", "multi_hop_facts", "insert_context_trace"}
+
+
 async def explain(conn: Any, name: str, params: dict[str, Any]) -> str:
     q = load_queries()
     order = q.driver_adapter.var_sorted[name]
@@ -71,6 +75,8 @@ async def explain(conn: Any, name: str, params: dict[str, Any]) -> str:
         args = [as_text(params[p]) for p in order]
         async with conn.transaction():
             await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
+            if name in GENERIC:
+                await repo.end_custom_plans(conn)
             lines = [
                 r["line"] async for r in q.bench_explain(conn, statement=getattr(q, name).sql, args=args)
             ]
@@ -101,22 +107,33 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
             "query_text": query.text,
         }
 
-    out.append(
-        (
-            f"fact_candidates, 10k scope of 106k facts, query {question.text!r}",
-            await explain(conn, "fact_candidates", cand(TARGET, question)),
+    async def walked(subject: str, query: Any) -> dict[str, Any]:
+        """cand() plus what vector_walk hands fact_candidates, as the assembler runs it."""
+        params = cand(subject, query)
+        async with conn.transaction():
+            await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
+            walk = await load_queries().vector_walk(
+                conn, **{p: params[p] for p in load_queries().driver_adapter.var_sorted["vector_walk"]}
+            )
+        return {**params, "exact_scan": walk["exact_scan"], "walked_ids": walk["walked_ids"]}
+
+    for subject, label in ((TARGET, "10k scope of 106k facts"), (SMALL, "1k scope (0.9 % of the table)")):
+        out.append(
+            (
+                f"vector_walk, {label}, query {question.text!r}",
+                await explain(conn, "vector_walk", cand(subject, question)),
+            )
         )
-    )
+        out.append(
+            (
+                f"fact_candidates, {label}, query {question.text!r}",
+                await explain(conn, "fact_candidates", await walked(subject, question)),
+            )
+        )
     out.append(
         (
             f"fact_candidates, 10k scope, one-word query {keyword.text!r} (the GIN side matches)",
-            await explain(conn, "fact_candidates", cand(TARGET, keyword)),
-        )
-    )
-    out.append(
-        (
-            f"fact_candidates, 1k scope (0.9 % of the table), query {question.text!r}",
-            await explain(conn, "fact_candidates", cand(SMALL, question)),
+            await explain(conn, "fact_candidates", await walked(TARGET, keyword)),
         )
     )
     rows = await repo.fact_candidates(

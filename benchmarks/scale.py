@@ -221,7 +221,7 @@ async def run_config(cfg: Config, base: Path, rounds: int, tuned: bool) -> Resul
         # One partial HNSW index per scope bucket (migration 0008): their sum.
         buckets = "facts_embedding_hnsw_"
         result.hnsw_build_s = sum(s for n, s in report.index_seconds.items() if n.startswith(buckets))
-        result.gin_build_s = report.index_seconds.get("facts_search_vector_gin", 0.0)
+        result.gin_build_s = report.index_seconds.get("facts_scoped_search_gin", 0.0)
         sizes = {r["relation"]: r async for r in load_queries().bench_relation_sizes(conn)}
         result.table_mb = sizes["facts"]["main_bytes"] / 2**20
         result.hnsw_mb = sum(r["total_bytes"] for n, r in sizes.items() if n.startswith(buckets)) / 2**20

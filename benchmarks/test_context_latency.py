@@ -28,7 +28,8 @@ from service.sql import load_queries
 from service.structs import Decision
 
 GUARD_ROUNDS = 60
-GUARD_WARMUP = 10
+GUARD_BLOCK = 4
+GUARD_WARMUP = 3
 # Two ratios to the score-every-fact baseline, both as medians of one interleaved loop:
 # - two-phase retrieval (fact_candidates: phases 1 and 2 and the blocked facts, the statement
 #   the baseline stands for) must stay 10x faster, the issue's guard (its target is 30x). This
@@ -206,8 +207,11 @@ def test_vector_recall_at_64(benchmark: Any, world: World, subject_id: str) -> N
 
 def test_two_phase_guard(benchmark: Any, world: World) -> None:
     """The CI guard: two-phase retrieval and the whole assembler SQL path against the
-    score-every-fact baseline, interleaved call by call in one loop (so machine load hits all
-    three alike), compared as medians."""
+    score-every-fact baseline, interleaved in one loop (so machine load hits all three alike),
+    compared as medians. Each round runs the baseline once, then GUARD_BLOCK calls of each
+    path: the baseline reads 10,000 rows and evicts the CPU caches, and timing only the call
+    right after it would charge the fast paths ~1.3 ms of cache misses that a serving process,
+    which never runs the baseline, does not pay."""
     retrieval: list[float] = []
     path: list[float] = []
     baseline: list[float] = []
@@ -220,23 +224,18 @@ def test_two_phase_guard(benchmark: Any, world: World) -> None:
 
     def one_round() -> None:
         timed(baseline, world.baseline)
-        timed(retrieval, world.candidates)
-
-    def one_path() -> None:
-        timed(path, world.assemble)
+        for _ in range(GUARD_BLOCK):
+            timed(retrieval, world.candidates)
+            timed(path, world.assemble)
 
     for _ in range(GUARD_WARMUP):
         one_round()
-        one_path()
     for samples in (retrieval, path, baseline):
         samples.clear()
-    # With --benchmark-disable, pedantic runs one round (setup + target): the loop does the rest.
+    # With --benchmark-disable, pedantic runs one round: the loop does the rest.
     for _ in range(GUARD_ROUNDS - 1 if benchmark.disabled else 0):
         one_round()
-        one_path()
-    benchmark.pedantic(
-        one_path, setup=one_round, rounds=1 if benchmark.disabled else GUARD_ROUNDS, iterations=1
-    )
+    benchmark.pedantic(one_round, rounds=1 if benchmark.disabled else GUARD_ROUNDS, iterations=1)
     base_median = statistics.median(baseline)
     retrieval_median = statistics.median(retrieval)
     path_median = statistics.median(path)
@@ -255,7 +254,7 @@ def test_two_phase_guard(benchmark: Any, world: World) -> None:
     print(
         f"\nbaseline p50 {base_median:.2f} ms; two-phase retrieval p50 {retrieval_median:.2f} ms "
         f"(x{speedup:.1f}); SQL path p50 {path_median:.2f} ms (x{path_speedup:.1f}); "
-        f"{GUARD_ROUNDS} interleaved rounds"
+        f"{GUARD_ROUNDS} interleaved rounds of 1 baseline and {GUARD_BLOCK} of each path"
     )
     assert path_median <= GUARD_CEILING_MS, f"SQL path median {path_median:.1f} ms > {GUARD_CEILING_MS} ms"
     assert speedup >= GUARD_MIN_SPEEDUP, (

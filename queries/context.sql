@@ -7,28 +7,88 @@
 
 -- name: configure_vector_scan(ef_search)$
 -- For this transaction (one context call) only: let HNSW return K rows (ef_search defaults to
--- 40) and keep scanning past rows that the scope filter rejects (iterative scan). Plan each
--- statement for its own parameters: after five runs a prepared statement may switch to a
--- generic plan, which cannot tell a 1,000-fact scope (exact scan) from a 1M-fact one (HNSW)
--- and exact-scanned every scope. Commit without waiting for the WAL flush: the call only
--- writes its trace, and an fsync per read call cost more than the retrieval itself; a crash
--- can lose the traces of the last few hundred ms, never corrupt them (docs/performance.md).
+-- 40) and keep scanning past rows that the scope filter rejects (iterative scan). Plan the
+-- vector walks for their own parameters: a generic plan can name no partial index (the bucket
+-- is a parameter), does not know LIMIT K, and exact-scanned every scope. Commit without
+-- waiting for the WAL flush: the call only writes its trace, and an fsync per read call cost
+-- more than the retrieval itself; a crash can lose the traces of the last few hundred ms,
+-- never corrupt them (docs/performance.md).
 SELECT set_config('hnsw.ef_search', :ef_search::integer::text, true) AS ef_search,
        set_config('hnsw.iterative_scan', 'relaxed_order', true) AS iterative_scan,
        set_config('plan_cache_mode', 'force_custom_plan', true) AS plan_cache_mode,
        set_config('synchronous_commit', 'off', true) AS synchronous_commit;
 
 -- name: end_custom_plans()!
--- After the vector-index scans, back to the session's plan cache mode for the rest of the
--- call: multi-hop and the trace insert have one right plan for every scope, and re-planning
--- the insert of up to 256 decisions each call doubled its cost (docs/performance.md).
-SET LOCAL plan_cache_mode TO DEFAULT;
+-- After the vector walks, generic plans for the rest of the call: fact_candidates, multi-hop
+-- and the trace insert have one right plan for every scope, and planning them for each call's
+-- parameters cost more than running them (fact_candidates: 1.0 ms of planning for 2.5 ms of
+-- execution; the trace insert of 256 decisions: twice its cost; docs/performance.md).
+SET LOCAL plan_cache_mode TO force_generic_plan;
 
--- name: fact_candidates(project_id, subject_id, query_embedding, query_text, top_k, candidate_limit, exact_scan_min, w_similarity, w_text_rank, w_recency, tau_seconds)
--- Phase 1 (top-K by cosine via HNSW UNION top-K by full-text rank via GIN) and phase 2 (the
--- hybrid score on that union only, capped at CANDIDATE_LIMIT), plus the blocked facts of the
--- scope, in one round trip. Never returns embeddings. A NULL query_embedding (embedder down)
--- leaves the full-text side alone.
+-- name: vector_walk(project_id, subject_id, query_embedding, top_k, exact_scan_min)^
+-- Phase 1, vector side, when the scope is large enough to walk its bucket's HNSW graph: the
+-- top-K servable facts of the scope by cosine distance. Runs on its own, planned for its
+-- parameters (configure_vector_scan), so that fact_candidates can keep one generic plan.
+-- Returns one row: whether the scope is small enough for fact_candidates' exact scan instead
+-- (then walked_ids is empty), and the walked fact ids. A NULL query_embedding walks nothing.
+WITH open_members AS MATERIALIZED (
+    -- The facts of the scope's open ConflictSets (a set has the scope of its members), as one
+    -- array: tested on each walked row, it is cheaper than the anti-join the planner picks for
+    -- the few rows it expects from an index walk (a nested loop over the set, 0.24 ms at 10k).
+    SELECT coalesce(array_agg(cm.fact_id), '{}'::uuid[]) AS fact_ids
+    FROM conflict_sets AS cs
+    JOIN conflict_members AS cm
+      ON cm.project_id = cs.project_id AND cm.conflict_set_id = cs.conflict_set_id
+    WHERE cs.project_id = :project_id
+      AND cs.subject_id = :subject_id
+      AND cs.status = 'open'
+),
+exact_scan AS MATERIALIZED (
+    -- The vector side's strategy. A scope-filtered walk of the scope's bucket (migration 0008)
+    -- reads about top_k / selectivity index tuples (~6 us each), an exact scan every fact of
+    -- the scope (~1.2 us each), so the exact scan is cheaper below sqrt(5 * top_k * bucket
+    -- rows) facts: 1,460 in a 106k-fact table, 4,500 in a 1M-fact one (docs/performance.md).
+    -- The planner's HNSW cost ignores the iterative scan, so it cannot make this choice itself.
+    -- The test reads the scope's ids up to the threshold, in index order (index-only on
+    -- facts_scope_id), and asks whether one more exists.
+    SELECT NOT EXISTS (
+        SELECT 1
+        FROM facts AS f
+        WHERE f.project_id = :project_id
+          AND f.subject_id = :subject_id
+        ORDER BY f.fact_id
+        OFFSET (SELECT greatest(:exact_scan_min::integer,
+                                sqrt(5.0 * :top_k * greatest(c.reltuples, 0) / public.haki_scope_buckets()))::bigint
+                FROM pg_class AS c
+                WHERE c.oid = 'facts'::regclass) - 1
+    ) AS small
+),
+walk AS (
+    SELECT f.fact_id
+    FROM facts AS f
+    WHERE NOT (SELECT x.small FROM exact_scan AS x)
+      AND :query_embedding::vector IS NOT NULL
+      -- The scope's bucket: the planner walks that bucket's partial HNSW index (0008).
+      AND public.haki_scope_bucket(f.project_id, f.subject_id) = public.haki_scope_bucket(:project_id, :subject_id)
+      AND f.project_id = :project_id
+      AND f.subject_id = :subject_id
+      AND f.status = 'active'
+      AND (f.valid_to IS NULL OR f.valid_to > now())
+      AND NOT (f.volatility = 'volatile'
+               AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now())
+      AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+    ORDER BY f.embedding <=> :query_embedding::vector
+    LIMIT :top_k
+)
+SELECT (SELECT x.small FROM exact_scan AS x) AS exact_scan,
+       coalesce((SELECT array_agg(w.fact_id) FROM walk AS w), '{}'::uuid[]) AS walked_ids;
+
+-- name: fact_candidates(project_id, subject_id, query_embedding, query_text, top_k, candidate_limit, exact_scan, walked_ids, w_similarity, w_text_rank, w_recency, tau_seconds)
+-- Phase 1 (top-K by cosine UNION top-K by full-text rank via GIN) and phase 2 (the hybrid score
+-- on that union only, capped at CANDIDATE_LIMIT), plus the blocked facts of the scope, in one
+-- round trip. The vector top-K comes from vector_walk (HNSW), or from the exact scan below
+-- when vector_walk found the scope small. Never returns embeddings. A NULL query_embedding
+-- (embedder down) leaves the full-text side alone.
 WITH q AS MATERIALIZED (
     SELECT websearch_to_tsquery('simple', :query_text) AS tsq
 ),
@@ -43,34 +103,12 @@ open_members AS MATERIALIZED (
       AND cs.subject_id = :subject_id
       AND cs.status = 'open'
 ),
-exact_scan AS MATERIALIZED (
-    -- The vector side's strategy. A scope-filtered walk of the scope's bucket (migration 0008)
-    -- reads about top_k / selectivity index tuples (~6 us each), an exact scan every fact of
-    -- the scope (~1.2 us each), so the exact scan is cheaper below sqrt(5 * top_k * bucket
-    -- rows) facts: 1,460 in a 106k-fact table, 4,500 in a 1M-fact one (docs/performance.md).
-    -- The planner's HNSW cost ignores the iterative scan, so it cannot make this choice itself.
-    -- Counting stops at the threshold (index-only on facts_scope_id).
-    SELECT count(*) < min(t.cap) AS small
-    FROM (
-        SELECT greatest(:exact_scan_min::integer,
-                        sqrt(5.0 * :top_k * greatest(c.reltuples, 0) / public.haki_scope_buckets()))::bigint AS cap
-        FROM pg_class AS c
-        WHERE c.oid = 'facts'::regclass
-    ) AS t
-    CROSS JOIN LATERAL (
-        SELECT 1
-        FROM facts AS f
-        WHERE f.project_id = :project_id
-          AND f.subject_id = :subject_id
-        LIMIT t.cap
-    ) AS s
-),
 vector_exact AS (
     SELECT d.fact_id
     FROM (
         SELECT f.fact_id, f.embedding <=> :query_embedding::vector AS distance
         FROM facts AS f
-        WHERE (SELECT x.small FROM exact_scan AS x)
+        WHERE :exact_scan::boolean
           AND :query_embedding::vector IS NOT NULL
           AND f.project_id = :project_id
           AND f.subject_id = :subject_id
@@ -84,28 +122,18 @@ vector_exact AS (
     ORDER BY d.distance, d.fact_id
     LIMIT :top_k
 ),
-vector_hnsw AS (
-    SELECT f.fact_id
-    FROM facts AS f
-    WHERE NOT (SELECT x.small FROM exact_scan AS x)
-      AND :query_embedding::vector IS NOT NULL
-      -- The scope's bucket: the planner walks that bucket's partial HNSW index (0008).
-      AND public.haki_scope_bucket(f.project_id, f.subject_id) = public.haki_scope_bucket(:project_id, :subject_id)
-      AND f.project_id = :project_id
-      AND f.subject_id = :subject_id
-      AND f.status = 'active'
-      AND (f.valid_to IS NULL OR f.valid_to > now())
-      AND NOT (f.volatility = 'volatile'
-               AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now())
-      AND NOT EXISTS (SELECT 1 FROM open_members AS om WHERE om.fact_id = f.fact_id)
-    ORDER BY f.embedding <=> :query_embedding::vector
-    LIMIT :top_k
+vector_walked AS (
+    SELECT w.fact_id FROM unnest(:walked_ids::uuid[]) AS w(fact_id)
 ),
 text_top AS (
     SELECT f.fact_id
     FROM facts AS f, q
-    WHERE f.project_id = :project_id
-      AND f.subject_id = :subject_id
+    -- The scope's postings only (facts_scoped_search_gin, migration 0009). The scope test is
+    -- written so no B-tree matches it: the planner ANDed the GIN bitmap with one of every fact
+    -- of the scope from facts_scope_id, which the scope lexeme already does (0.7 ms at 10k).
+    WHERE (f.project_id = :project_id AND f.subject_id = :subject_id) IS TRUE
+      AND public.haki_scoped_search_vector(f.project_id, f.subject_id, f.search_vector)
+          @@ (q.tsq && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
       AND f.search_vector @@ q.tsq
       AND f.status = 'active'
       AND (f.valid_to IS NULL OR f.valid_to > now())
@@ -124,7 +152,7 @@ parts AS (
                           / :tau_seconds::float8))) AS recency
     FROM (
         SELECT fact_id FROM vector_exact
-        UNION SELECT fact_id FROM vector_hnsw
+        UNION SELECT fact_id FROM vector_walked
         UNION SELECT fact_id FROM text_top
     ) AS c
     JOIN facts AS f ON f.project_id = :project_id AND f.fact_id = c.fact_id
@@ -172,8 +200,9 @@ FROM blocked AS b;
 -- name: multi_hop_facts(project_id, subject_id, entities, exclude_ids, per_entity, query_embedding, query_text, w_similarity, w_text_rank, w_recency, tau_seconds)
 -- Multi-hop expansion: for each entity (in rank order) the top full-text matches among the
 -- servable facts of the scope not yet decided, one hop, no new embedding. Score parts are
--- those of the original query, for the trace. One index pass (GIN AND the scope B-tree) finds
--- the facts naming any entity; each entity then ranks its own among those.
+-- those of the original query, for the trace. One pass over the scope's postings
+-- (facts_scoped_search_gin) finds the facts naming any entity; each entity then ranks its own
+-- among those.
 WITH q AS MATERIALIZED (
     SELECT websearch_to_tsquery('simple', :query_text) AS tsq
 ),
@@ -189,8 +218,10 @@ any_entity AS MATERIALIZED (
 matches AS MATERIALIZED (
     SELECT f.fact_id, f.search_vector
     FROM facts AS f, any_entity AS a
-    WHERE f.project_id = :project_id
-      AND f.subject_id = :subject_id
+    -- As text_top of fact_candidates: the scope's postings, and no bitmap of the whole scope.
+    WHERE (f.project_id = :project_id AND f.subject_id = :subject_id) IS TRUE
+      AND public.haki_scoped_search_vector(f.project_id, f.subject_id, f.search_vector)
+          @@ (a.tsq && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
       AND f.search_vector @@ a.tsq
       AND f.status = 'active'
       AND (f.valid_to IS NULL OR f.valid_to > now())

@@ -18,7 +18,7 @@ from tests.test_context_scale import WEIGHTS, random_unit_vector, seed_scopes
 
 pytestmark = pytest.mark.slow
 
-GIN_INDEX = "facts_search_vector_gin"
+GIN_INDEX = "facts_scoped_search_gin"
 
 
 async def test_candidate_phases_pick_the_hnsw_and_gin_indexes(conn: asyncpg.Connection) -> None:

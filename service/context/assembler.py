@@ -373,14 +373,14 @@ async def assemble(
     with timer.stage("embed"):
         qvec = await embed_query(embedder, settings, req.query, out)
     async with conn.transaction():
-        # The two vector-index scans first, planned for this call's scope (configure_vector_scan);
-        # the episodes are packed later, in the spec's order, from the rows fetched here.
-        with timer.stage("candidates"):
-            await repo.configure_vector_scan(conn, EF_SEARCH)
-            await retrieve_candidates(conn, req, qvec, weights, out)
+        # The two vector-index walks first, planned for this call's scope (configure_vector_scan):
+        # the episodes' here, packed later in the spec's order; the facts' inside
+        # retrieve_candidates, which then turns to generic plans for the rest of the call.
+        await repo.configure_vector_scan(conn, EF_SEARCH)
         with timer.stage("episodes"):
             episode_rows = await fetch_episodes(conn, req, qvec)
-            await repo.end_custom_plans(conn)
+        with timer.stage("candidates"):
+            await retrieve_candidates(conn, req, qvec, weights, out)
         with timer.stage("pack"):
             pack_facts(settings, out)
         with timer.stage("multi_hop"):
