@@ -32,16 +32,10 @@ SET LOCAL plan_cache_mode TO force_generic_plan;
 -- Returns one row: whether the scope is small enough for fact_candidates' exact scan instead
 -- (then walked_ids is empty), and the walked fact ids. A NULL query_embedding walks nothing.
 WITH open_members AS MATERIALIZED (
-    -- The facts of the scope's open ConflictSets (a set has the scope of its members), as one
-    -- array: tested on each walked row, it is cheaper than the anti-join the planner picks for
-    -- the few rows it expects from an index walk (a nested loop over the set, 0.24 ms at 10k).
-    SELECT coalesce(array_agg(cm.fact_id), '{}'::uuid[]) AS fact_ids
-    FROM conflict_sets AS cs
-    JOIN conflict_members AS cm
-      ON cm.project_id = cs.project_id AND cm.conflict_set_id = cs.conflict_set_id
-    WHERE cs.project_id = :project_id
-      AND cs.subject_id = :subject_id
-      AND cs.status = 'open'
+    -- The facts of the scope's open ConflictSets (migration 0010), as one array: tested on each
+    -- walked row, it is cheaper than the anti-join the planner picks for the few rows it
+    -- expects from an index walk (a nested loop over the set, 0.24 ms at 10k).
+    SELECT public.haki_open_conflict_facts(:project_id, :subject_id) AS fact_ids
 ),
 exact_scan AS MATERIALIZED (
     -- The vector side's strategy. A scope-filtered walk of the scope's bucket (migration 0008)
@@ -77,7 +71,8 @@ walk AS (
       AND NOT (f.volatility = 'volatile'
                AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now())
       AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
-    ORDER BY f.embedding <=> :query_embedding::vector
+    -- The expression of the bucket indexes (half precision): the walk's order, not the score.
+    ORDER BY f.embedding::halfvec(384) <=> :query_embedding::vector::halfvec(384)
     LIMIT :top_k
 )
 SELECT (SELECT x.small FROM exact_scan AS x) AS exact_scan,
@@ -93,15 +88,9 @@ WITH q AS MATERIALIZED (
     SELECT websearch_to_tsquery('simple', :query_text) AS tsq
 ),
 open_members AS MATERIALIZED (
-    -- The facts of the scope's open ConflictSets (a set has the scope of its members), read once
-    -- from those few sets: the servable sides below exclude them, `blocked` reports them.
-    SELECT DISTINCT cm.fact_id
-    FROM conflict_sets AS cs
-    JOIN conflict_members AS cm
-      ON cm.project_id = cs.project_id AND cm.conflict_set_id = cs.conflict_set_id
-    WHERE cs.project_id = :project_id
-      AND cs.subject_id = :subject_id
-      AND cs.status = 'open'
+    -- The facts of the scope's open ConflictSets (migration 0010): the servable sides below
+    -- exclude them, `blocked` reports them.
+    SELECT u.fact_id FROM unnest(public.haki_open_conflict_facts(:project_id, :subject_id)) AS u(fact_id)
 ),
 vector_exact AS (
     SELECT d.fact_id
@@ -215,6 +204,10 @@ any_entity AS MATERIALIZED (
     FROM e
     WHERE numnode(e.etsq) > 0
 ),
+open_members AS MATERIALIZED (
+    -- As in vector_walk: the scope's open-conflict facts as one array (migration 0010).
+    SELECT public.haki_open_conflict_facts(:project_id, :subject_id) AS fact_ids
+),
 matches AS MATERIALIZED (
     SELECT f.fact_id, f.search_vector
     FROM facts AS f, any_entity AS a
@@ -227,13 +220,7 @@ matches AS MATERIALIZED (
       AND (f.valid_to IS NULL OR f.valid_to > now())
       AND NOT (f.volatility = 'volatile'
                AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now())
-      AND NOT EXISTS (
-          SELECT 1
-          FROM conflict_members AS cm
-          JOIN conflict_sets AS cs
-            ON cs.project_id = cm.project_id AND cs.conflict_set_id = cm.conflict_set_id
-          WHERE cm.project_id = f.project_id AND cm.fact_id = f.fact_id AND cs.status = 'open'
-      )
+      AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
       AND NOT (f.fact_id = ANY(:exclude_ids::uuid[]))
 ),
 picked AS (
@@ -269,18 +256,20 @@ FROM hits AS h
 ORDER BY h.entity_rank, h.text_rank DESC, h.fact_id;
 
 -- name: episode_candidates(project_id, subject_id, query_embedding, top_k)
--- Episodic memory: the EPISODE_TOP_K events of the scope closest to the query (HNSW on
--- events.embedding), closest first: the iterative scan runs in relaxed order, so the K rows
--- are sorted again by their exact distance. Never returns embeddings.
+-- Episodic memory: the EPISODE_TOP_K events of the scope closest to the query, walked on the
+-- half-precision HNSW index of the scope's bucket (migration 0008), closest first: the
+-- iterative scan runs in relaxed order, so the K rows are sorted again by their exact
+-- full-precision distance. Never returns embeddings.
 SELECT k.event_id, k.content, k.occurred_at, k.tokens, k.cosine_distance
 FROM (
     SELECT e.event_id, e.content, e.occurred_at,
            greatest(1, char_length(e.content) / 4) AS tokens,
            (e.embedding <=> :query_embedding::vector) AS cosine_distance
     FROM events AS e
-    WHERE e.project_id = :project_id
+    WHERE public.haki_scope_bucket(e.project_id, e.subject_id) = public.haki_scope_bucket(:project_id, :subject_id)
+      AND e.project_id = :project_id
       AND e.subject_id = :subject_id
-    ORDER BY e.embedding <=> :query_embedding::vector
+    ORDER BY e.embedding::halfvec(384) <=> :query_embedding::vector::halfvec(384)
     LIMIT :top_k
 ) AS k
 ORDER BY k.cosine_distance, k.event_id;
