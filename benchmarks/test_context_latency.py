@@ -30,16 +30,16 @@ from service.structs import Decision
 GUARD_ROUNDS = 60
 GUARD_BLOCK = 4
 GUARD_WARMUP = 3
-# Two ratios to the score-every-fact baseline, both as medians of one interleaved loop:
-# - two-phase retrieval (fact_candidates: phases 1 and 2 and the blocked facts, the statement
-#   the baseline stands for) must stay 10x faster, the issue's guard (its target is 30x). This
-#   world measures 12-14x on 2 cores since the scope buckets of migration 0008.
+# Two ratios to the score-every-fact baseline, as medians of one interleaved loop:
+# - two-phase retrieval (repo.fact_candidates: phases 1 and 2 and the blocked facts, what the
+#   baseline stands for) must stay 10x faster: the issue's guard (its target is 30x). This
+#   world measures 14-15x on 2 cores since the scope buckets of migration 0008.
 # - the whole SQL path (which also packs, expands multi-hop, fetches episodes and writes the
-#   trace, none of which the baseline does) must stay 3x faster; it measures 5-6x. The path
-#   before docs/performance.md measured 2.1x (a generic plan exact-scanned every scope).
+#   trace, none of which the baseline does) must stay 4.5x faster; it measures 6.5-6.7x, and the
+#   path before this guard rose to 10x measured 3.5-4.1x.
 # HAKI_BENCH_MIN_SPEEDUP and HAKI_BENCH_MIN_PATH_SPEEDUP override them.
 GUARD_MIN_SPEEDUP = float(os.environ.get("HAKI_BENCH_MIN_SPEEDUP", "10"))
-GUARD_MIN_PATH_SPEEDUP = float(os.environ.get("HAKI_BENCH_MIN_PATH_SPEEDUP", "3"))
+GUARD_MIN_PATH_SPEEDUP = float(os.environ.get("HAKI_BENCH_MIN_PATH_SPEEDUP", "4.5"))
 GUARD_CEILING_MS = float(os.environ.get("HAKI_BENCH_CEILING_MS", "50"))
 NO_TEXT_MATCH = "qqxxjjnothingmatchesthis"
 
@@ -208,10 +208,10 @@ def test_vector_recall_at_64(benchmark: Any, world: World, subject_id: str) -> N
 def test_two_phase_guard(benchmark: Any, world: World) -> None:
     """The CI guard: two-phase retrieval and the whole assembler SQL path against the
     score-every-fact baseline, interleaved in one loop (so machine load hits all three alike),
-    compared as medians. Each round runs the baseline once, then GUARD_BLOCK calls of each
-    path: the baseline reads 10,000 rows and evicts the CPU caches, and timing only the call
-    right after it would charge the fast paths ~1.3 ms of cache misses that a serving process,
-    which never runs the baseline, does not pay."""
+    compared as medians. Each round (~0.15 s) runs the baseline once, then GUARD_BLOCK calls of
+    two-phase retrieval, then GUARD_BLOCK of the SQL path: the baseline reads 10,000 rows and
+    evicts the CPU caches, and alternating call by call charged two-phase retrieval ~1 ms of
+    cache misses (4.8 ms against 3.8 ms alone) that a serving process does not pay."""
     retrieval: list[float] = []
     path: list[float] = []
     baseline: list[float] = []
@@ -226,6 +226,7 @@ def test_two_phase_guard(benchmark: Any, world: World) -> None:
         timed(baseline, world.baseline)
         for _ in range(GUARD_BLOCK):
             timed(retrieval, world.candidates)
+        for _ in range(GUARD_BLOCK):
             timed(path, world.assemble)
 
     for _ in range(GUARD_WARMUP):
@@ -254,7 +255,7 @@ def test_two_phase_guard(benchmark: Any, world: World) -> None:
     print(
         f"\nbaseline p50 {base_median:.2f} ms; two-phase retrieval p50 {retrieval_median:.2f} ms "
         f"(x{speedup:.1f}); SQL path p50 {path_median:.2f} ms (x{path_speedup:.1f}); "
-        f"{GUARD_ROUNDS} interleaved rounds of 1 baseline and {GUARD_BLOCK} of each path"
+        f"{GUARD_ROUNDS} rounds of 1 baseline, then {GUARD_BLOCK} of each path"
     )
     assert path_median <= GUARD_CEILING_MS, f"SQL path median {path_median:.1f} ms > {GUARD_CEILING_MS} ms"
     assert speedup >= GUARD_MIN_SPEEDUP, (
