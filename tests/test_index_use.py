@@ -56,3 +56,39 @@ async def test_candidate_phases_pick_the_hnsw_and_gin_indexes(conn: asyncpg.Conn
     texts = [r for r in rows if r["kind"] == "candidate" and r["text_rank"] > 0]
     assert texts, "the full-text side found nothing"
     assert all("4242" in r["content"].split() for r in texts)
+
+
+async def test_generic_plans_never_scan_the_whole_table(conn: asyncpg.Connection) -> None:
+    """After the vector walk the call runs under generic plans (end_custom_plans), built once
+    per connection without the scope's size. In a table one large scope dominates, a generic
+    plan that guessed from the average scope once hashed a sequential scan of every fact: for a
+    tiny scope, whose right plan is a few index probes, that is a whole-table read per call.
+    Neither a tiny scope nor the large one may start a sequential scan of facts."""
+    q = load_queries()
+    await seed_scopes(conn, {"big": (10_000, "big seeded fact")})
+    # A subject that appeared after the last ANALYZE: the statistics know one scope, all of facts.
+    await q.test_seed_random_facts(
+        conn, project_id=PROJECT, subject_id="tiny", n=30, content_prefix="tiny seeded fact"
+    )
+    before = await q.test_index_scans(conn, index_name="facts")  # sequential scans of the table
+    for call in range(8):  # past the five custom plans after which PostgreSQL may go generic
+        subject_id = "tiny" if call % 2 else "big"
+        async with conn.transaction():
+            await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
+            rows = await repo.fact_candidates(
+                conn,
+                project_id=PROJECT,
+                subject_id=subject_id,
+                query_embedding=random_unit_vector(call),
+                query_text="seeded fact 42",
+                top_k=RETRIEVAL_TOP_K,
+                candidate_limit=CANDIDATE_LIMIT,
+                weights=WEIGHTS,
+                tau_seconds=RECENCY_TAU_SECONDS,
+            )
+        candidates = [r for r in rows if r["kind"] == "candidate"]
+        if subject_id == "tiny":
+            assert len(candidates) == 30 and all(r["content"].startswith("tiny") for r in candidates)
+        else:
+            assert len(candidates) >= RETRIEVAL_TOP_K
+    assert await q.test_index_scans(conn, index_name="facts") == before, "a sequential scan of facts"

@@ -43,11 +43,12 @@ async def fact_candidates(
     tau_seconds: float,
     exact_scan_min: int = EXACT_SCAN_MIN_FACTS,
 ) -> list[Any]:
-    """Phases 1 and 2 and the blocked facts: the vector walk, planned for its own parameters,
-    then everything else under generic plans for the rest of the transaction (end_custom_plans):
-    after this call only statements with one right plan for every scope may run."""
+    """Phases 1 and 2 and the blocked facts: the vector side (vector_walk), planned for its own
+    parameters, then everything else under generic plans for the rest of the transaction
+    (end_custom_plans): after this call only statements with one right plan for every scope
+    may run."""
     vec = _vec(query_embedding)
-    walk = await q().vector_walk(
+    walked_ids = await q().vector_walk(
         conn,
         project_id=project_id,
         subject_id=subject_id,
@@ -65,8 +66,7 @@ async def fact_candidates(
             query_text=query_text,
             top_k=top_k,
             candidate_limit=candidate_limit,
-            exact_scan=walk["exact_scan"],
-            walked_ids=walk["walked_ids"],
+            walked_ids=walked_ids,
             w_similarity=weights[0],
             w_text_rank=weights[1],
             w_recency=weights[2],
