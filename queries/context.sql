@@ -267,10 +267,9 @@ FROM hits AS h
 ORDER BY h.entity_rank, h.text_rank DESC, h.fact_id;
 
 -- name: episode_candidates(project_id, subject_id, query_embedding, top_k)
--- Episodic memory: the EPISODE_TOP_K events of the scope closest to the query, walked on the
--- half-precision HNSW index of the scope's bucket (migration 0008), closest first: the
--- iterative scan runs in relaxed order, so the K rows are sorted again by their exact
--- full-precision distance. Never returns embeddings.
+-- Episodic memory: the EPISODE_TOP_K events of the scope closest to the query (the HNSW index
+-- of the scope's bucket, migration 0008), closest first: the iterative scan runs in relaxed
+-- order, so the K rows are sorted again by their exact distance. Never returns embeddings.
 SELECT k.event_id, k.content, k.occurred_at, k.tokens, k.cosine_distance
 FROM (
     SELECT e.event_id, e.content, e.occurred_at,
@@ -280,7 +279,7 @@ FROM (
     WHERE public.haki_scope_bucket(e.project_id, e.subject_id) = public.haki_scope_bucket(:project_id, :subject_id)
       AND e.project_id = :project_id
       AND e.subject_id = :subject_id
-    ORDER BY e.embedding::halfvec(384) <=> :query_embedding::vector::halfvec(384)
+    ORDER BY e.embedding <=> :query_embedding::vector
     LIMIT :top_k
 ) AS k
 ORDER BY k.cosine_distance, k.event_id;
