@@ -234,7 +234,7 @@ matches AS MATERIALIZED (
       AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
       AND NOT (f.fact_id = ANY(:exclude_ids::uuid[]))
 ),
-picked AS (
+picked AS MATERIALIZED (
     SELECT e.entity, e.entity_rank, p.fact_id
     FROM e
     CROSS JOIN LATERAL (
@@ -254,8 +254,12 @@ hits AS (
            least(1.0, exp(-least(700.0, greatest(0.0, extract(epoch FROM now() - coalesce(f.valid_from, f.recorded_from)))
                           / :tau_seconds::float8))) AS recency
     FROM picked AS pk
-    JOIN facts AS f ON f.project_id = :project_id AND f.fact_id = pk.fact_id
+    JOIN facts AS f ON f.fact_id = pk.fact_id
     CROSS JOIN q
+    -- At most per_entity ids an entity, looked up by primary key as one array: the generic plan
+    -- cannot know LIMIT :per_entity, and joined as a set it may hash a scan of every fact.
+    WHERE f.project_id = :project_id
+      AND f.fact_id = ANY ((SELECT array_agg(p.fact_id) FROM picked AS p)::uuid[])
 )
 SELECT h.entity, h.entity_rank, h.fact_id, h.content, h.valid_from, h.valid_to, h.recorded_from,
        h.source_event_id, h.tokens, h.cosine_distance, 1 - h.cosine_distance AS similarity,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from service.constants import CANDIDATE_LIMIT, RECENCY_TAU_SECONDS, RETRIEVAL_TOP_K
+from service.constants import CANDIDATE_LIMIT, MULTI_HOP_MAX_PER_ENTITY, RECENCY_TAU_SECONDS, RETRIEVAL_TOP_K
 from service.context import assembler
 from service.context import repository as repo
 from service.sql import load_queries
@@ -86,7 +86,21 @@ async def test_generic_plans_never_scan_the_whole_table(conn: asyncpg.Connection
                 weights=WEIGHTS,
                 tau_seconds=RECENCY_TAU_SECONDS,
             )
+            # Multi-hop under the same generic plans, on a word every fact of the scope holds.
+            hops = await repo.multi_hop_facts(
+                conn,
+                project_id=PROJECT,
+                subject_id=subject_id,
+                entities=["seeded"],
+                exclude_ids=[],
+                per_entity=MULTI_HOP_MAX_PER_ENTITY,
+                query_embedding=random_unit_vector(call),
+                query_text="seeded fact 42",
+                weights=WEIGHTS,
+                tau_seconds=RECENCY_TAU_SECONDS,
+            )
         candidates = [r for r in rows if r["kind"] == "candidate"]
+        assert len(hops) == MULTI_HOP_MAX_PER_ENTITY
         if subject_id == "tiny":
             assert len(candidates) == 30 and all(r["content"].startswith("tiny") for r in candidates)
         else:
