@@ -320,6 +320,23 @@ async def pack_episodes(
             out.decide("episode", row, row["event_id"], "excluded", "over_budget", rank, score)
 
 
+def build_packet(req: ContextRequest, out: Assembly) -> ContextPacket:
+    """The packet of what was served. Degraded when any warning was raised; `no_relevant_memory`
+    only when the recall gate excluded every candidate that existed (spec, "Recall gate")."""
+    served = len(out.facts) + len(out.episodes)
+    emptied_by_gate = served == 0 and out.considered > 0 and out.gated == out.considered
+    return ContextPacket(
+        trace_id=uuid7(),
+        status="degraded" if out.warnings else "ok",
+        warnings=out.warnings,
+        empty_reason="no_relevant_memory" if emptied_by_gate else None,
+        budget_tokens=req.budget_tokens,
+        used_tokens=out.budget.used,
+        facts=out.facts,
+        episodes=out.episodes,
+    )
+
+
 async def write_trace(conn: Conn, req: ContextRequest, packet: ContextPacket, out: Assembly) -> None:
     """One round trip: the call row and every decision (blocked facts last)."""
     await repo.insert_context_trace(
@@ -387,18 +404,7 @@ async def assemble(
             await expand_multi_hop(conn, req, qvec, weights, out)
         with timer.stage("episodes"):
             await pack_episodes(conn, req, qvec, settings, out, episode_rows)
-        served = len(out.facts) + len(out.episodes)
-        emptied_by_gate = served == 0 and out.considered > 0 and out.gated == out.considered
-        packet = ContextPacket(
-            trace_id=uuid7(),
-            status="degraded" if out.warnings else "ok",
-            warnings=out.warnings,
-            empty_reason="no_relevant_memory" if emptied_by_gate else None,
-            budget_tokens=req.budget_tokens,
-            used_tokens=out.budget.used,
-            facts=out.facts,
-            episodes=out.episodes,
-        )
+        packet = build_packet(req, out)
         with timer.stage("trace"):
             await write_trace(conn, req, packet, out)
     return packet

@@ -35,6 +35,7 @@ from service.context.assembler import (
     Weights,
     _gated,
     _served_fact,
+    build_packet,
     embed_query,
     expand_multi_hop,
     pack_episodes,
@@ -44,7 +45,6 @@ from service.context.assembler import (
     write_trace,
 )
 from service.embedder import Embedder
-from service.ids import uuid7
 from service.repository import Conn
 from service.settings import Settings
 from service.structs import ContextPacket, ContextRequest, PacketEpisode
@@ -162,18 +162,7 @@ async def assemble(
         if not proposal.shared_budget:
             with timer.stage("episodes"):
                 await pack_episodes(conn, req, qvec, settings, out)
-        served = len(out.facts) + len(out.episodes)
-        emptied_by_gate = served == 0 and out.considered > 0 and out.gated == out.considered
-        packet = ContextPacket(
-            trace_id=uuid7(),
-            status="degraded" if out.warnings else "ok",
-            warnings=out.warnings,
-            empty_reason="no_relevant_memory" if emptied_by_gate else None,
-            budget_tokens=req.budget_tokens,
-            used_tokens=out.budget.used,
-            facts=out.facts,
-            episodes=out.episodes,
-        )
+        packet = build_packet(req, out)
         with timer.stage("trace"):
             await write_trace(conn, req, packet, out)
     return packet
