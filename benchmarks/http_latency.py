@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import json
 import os
-import platform
 import shutil
 import socket
 import subprocess
@@ -42,6 +41,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from benchmarks.machine import cores_and_ram
 from benchmarks.seed import (
     EVENT_TEMPLATES,
     ITEMS,
@@ -410,17 +410,7 @@ async def run_pass(
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    mem = ""
-    with contextlib.suppress(OSError):
-        kb = int(Path("/proc/meminfo").read_text().split()[1])
-        mem = f", {kb / 2**20:.0f} GiB RAM"
-    return f"{cpu}, {os.cpu_count()} cores{mem}, load {os.getloadavg()[0]:.2f} at start"
+    return f"{cores_and_ram()}, load {os.getloadavg()[0]:.2f} at start"
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:

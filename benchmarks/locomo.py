@@ -476,16 +476,10 @@ def select(
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from benchmarks.machine import cpu_model
+
     system = f"{platform.system()} {platform.release()}"
-    return f"{cpu}, {os.cpu_count()} cores, {system}, Python {platform.python_version()}"
+    return f"{cpu_model()}, {os.cpu_count()} cores, {system}, Python {platform.python_version()}"
 
 
 def markdown(result: dict[str, Any], command: str) -> str:

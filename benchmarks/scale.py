@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -38,6 +36,7 @@ from typing import Any
 
 from pgvector import Vector
 
+from benchmarks.machine import cores_and_ram
 from benchmarks.seed import Query, ScopeSpec, load, percentile, queries
 from benchmarks.world import InstantEmbedder
 from service import embedded
@@ -245,20 +244,6 @@ def say(*parts: Any) -> None:
     print(*parts, file=sys.stderr, flush=True)
 
 
-def machine() -> str:
-    cpu = platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    mem = ""
-    with contextlib.suppress(OSError):
-        kb = int(Path("/proc/meminfo").read_text().split()[1])
-        mem = f", {kb / 2**20:.0f} GiB RAM"
-    return f"{cpu}, {os.cpu_count()} cores{mem}"
-
-
 def table(results: list[Result]) -> str:
     head = (
         "| config | facts (table) | facts (scope) | scopes | SQL path p50 ms | p95 ms | fact_candidates "
@@ -291,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     results = [asyncio.run(run_config(c, base, args.rounds, args.tuned)) for c in chosen]
     out = table(results)
     header = (
-        f"{machine()}; load average {load_at_start[0]:.2f} at start, {os.getloadavg()[0]:.2f} at end; "
+        f"{cores_and_ram()}; load average {load_at_start[0]:.2f} at start, {os.getloadavg()[0]:.2f} at end; "
         f"{(time.time() - started) / 60:.0f} min; "
         f"shared_buffers {', '.join(sorted({r.shared_buffers for r in results}))}"
     )
