@@ -28,7 +28,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -53,16 +52,11 @@ from benchmarks.seed import (
     fact_text,
     percentile,
 )
+from tests.haki_server import free_port, spawn_serve
 
 PROJECT = "bench-http"
 SUBJECT = "user-10k"
 STAGES = ("embed", "candidates", "pack", "multi_hop", "episodes", "trace")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -90,31 +84,7 @@ class Server:
     def start(self) -> None:
         self.port = free_port()
         self.log_path = self.data_dir / "server.log"
-        log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "service.cli",
-                "serve",
-                "--port",
-                str(self.port),
-                "--log-level",
-                "warning",
-            ],
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.log_path.read_text()[-2000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
-                    return
-            time.sleep(0.5)
-        raise RuntimeError("server did not become healthy in 180 s")
+        self.proc = spawn_serve(self.env, self.port, self.log_path, "--log-level", "warning", timeout=180)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -28,7 +28,6 @@ import platform
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,17 +39,13 @@ from typing import Any
 
 import httpx
 
+from tests.haki_server import free_port, spawn_serve
+
 REPO = Path(__file__).resolve().parent.parent
 PROJECT = "bench-load"
 NAMES = ["Alice", "Bob", "Chloé", "Dmitri", "Emeka", "Fatima", "Giulia", "Hiro", "Ines", "Jonas"]
 TOPICS = ["coffee", "Lyon", "Acme", "tennis", "jazz", "Rust", "gardening", "Kyoto", "sailing", "chess"]
 VERBS = ["likes", "works at", "moved to", "plays", "studies", "visited", "dislikes", "collects"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -98,32 +93,7 @@ class Server:
         return res.stdout.strip()
 
     def start(self) -> None:
-        with self.log.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "service.cli",
-                    "serve",
-                    "--port",
-                    str(self.port),
-                    "--log-level",
-                    "warning",
-                ],
-                env=self.env,
-                cwd=REPO,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"haki serve exited:\n{self.log.read_text()[-3000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
-                    return
-            time.sleep(0.5)
-        raise TimeoutError("haki serve did not become healthy")
+        self.proc = spawn_serve(self.env, self.port, self.log, "--log-level", "warning", timeout=300)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

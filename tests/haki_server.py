@@ -73,34 +73,49 @@ def _log_tail(log: Path, lines: int = 40) -> str:
         return "(no log)"
 
 
+def spawn_serve(
+    env: dict[str, str], port: int, log: Path, *serve_args: str, timeout: float = START_TIMEOUT_SECONDS
+) -> subprocess.Popen[bytes]:
+    """`haki serve` on 127.0.0.1:PORT with its output in LOG, returned once /healthz answers 200.
+    Shared by the tests and the benchmarks that need a real server (benchmarks/http_latency.py,
+    benchmarks/load.py); a server that exits or stays unhealthy raises with its log's tail."""
+    with log.open("wb") as out:
+        command = [sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
+        proc = subprocess.Popen(
+            [*command, *serve_args],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"haki serve exited with {proc.returncode}:\n{_log_tail(log)}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2.0).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise RuntimeError(f"haki serve not ready after {timeout}s:\n{_log_tail(log)}")
+        time.sleep(0.2)
+
+
 @contextmanager
 def running_server(data_dir: Path, **extra_env: str) -> Iterator[Server]:
     data_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     env = server_env(data_dir, **extra_env)
     log = data_dir / "serve.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    proc = spawn_serve(env, port, log)
     server = Server(url=f"http://127.0.0.1:{port}", data_dir=data_dir, env=env, log=log)
     try:
-        deadline = time.monotonic() + START_TIMEOUT_SECONDS
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"haki serve exited with {proc.returncode}:\n{_log_tail(log)}")
-            try:
-                if httpx.get(f"{server.url}/healthz", timeout=2.0).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"haki serve not ready after {START_TIMEOUT_SECONDS}s:\n{_log_tail(log)}")
-            time.sleep(0.2)
         yield server
     finally:
         # SIGTERM: uvicorn shuts down and the embedded PostgreSQL stops with the last handle.
