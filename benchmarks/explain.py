@@ -2,12 +2,18 @@
 
     .venv/bin/python -m benchmarks.explain                 # seeds the world of the latency benchmark
     .venv/bin/python -m benchmarks.explain --markdown plans.md
+    .venv/bin/python -m benchmarks.explain --only unified_candidates   # titles containing it
 
 The statements are the named queries themselves (queries/context.sql), PREPAREd and EXPLAINed
 server-side by pg_temp.bench_explain (queries/bench.sql), inside a transaction configured by
 configure_vector_scan exactly as the assembler configures it: a fresh prepared statement gets a
-plan for its own parameters, as force_custom_plan gives every call. Each statement runs twice
-and the second run is shown (warm buffers, as in a serving process).
+plan for its own parameters, as force_custom_plan gives every call, and the statements the
+assembler runs after end_custom_plans (GENERIC) get the generic plan they run under. Each
+statement runs twice and the second run is shown (warm buffers, as in a serving process).
+
+Both profiles (spec/context-profiles.md): `facts_first` runs vector_walk (facts only),
+episode_candidates and fact_candidates; `unified` runs vector_walk (facts and events) and
+unified_candidates; both run multi_hop_facts (its text query differs) and insert_context_trace.
 """
 
 from __future__ import annotations
@@ -32,9 +38,13 @@ from service.constants import (
     CANDIDATE_LIMIT,
     EPISODE_TOP_K,
     EXACT_SCAN_MIN_FACTS,
+    IDF_SAMPLE_DOCS,
+    MULTI_HOP_MAX_MATCHES_PER_ENTITY,
     MULTI_HOP_MAX_PER_ENTITY,
     RECENCY_TAU_SECONDS,
     RETRIEVAL_TOP_K,
+    TEXT_MATCHES_PER_WORD,
+    TEXT_QUERY_MAX_WORDS,
     WEIGHT_RECENCY,
     WEIGHT_SIMILARITY,
     WEIGHT_TEXT_RANK,
@@ -63,7 +73,7 @@ def as_text(value: Any) -> str | None:
 
 
 # The statements the assembler runs after end_custom_plans, under one generic plan each.
-GENERIC = {"fact_candidates", "multi_hop_facts", "insert_context_trace"}
+GENERIC = {"fact_candidates", "unified_candidates", "multi_hop_facts", "insert_context_trace"}
 
 
 async def explain(conn: Any, name: str, params: dict[str, Any]) -> str:
@@ -96,76 +106,108 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
         "w_text_rank": WEIGHT_TEXT_RANK,
         "w_recency": WEIGHT_RECENCY,
         "tau_seconds": RECENCY_TAU_SECONDS,
+        # unified_candidates' bounds, as repository.unified_candidates passes them
+        "max_words": TEXT_QUERY_MAX_WORDS,
+        "text_per_word": TEXT_MATCHES_PER_WORD,
+        "event_text_per_word": TEXT_MATCHES_PER_WORD,
+        "idf_sample_docs": IDF_SAMPLE_DOCS,
     }
     out: list[tuple[str, str]] = []
 
-    def cand(subject: str, query: Any) -> dict[str, Any]:
+    def cand(subject: str, query: Any, *, unified: bool = False) -> dict[str, Any]:
         return {
             **common,
             "subject_id": subject,
             "query_embedding": Vector(query.vector),
             "query_text": query.text,
+            # facts_first walks no events (its episodes come from episode_candidates)
+            "event_top_k": RETRIEVAL_TOP_K if unified else 0,
         }
 
-    async def walked(subject: str, query: Any) -> dict[str, Any]:
-        """cand() plus what vector_walk hands fact_candidates, as the assembler runs it."""
-        params = cand(subject, query)
+    async def walked(subject: str, query: Any, *, unified: bool = False) -> dict[str, Any]:
+        """cand() plus what vector_walk hands the candidate statement, as the assembler runs it."""
+        params = cand(subject, query, unified=unified)
         async with conn.transaction():
             await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
-            walked_ids = await load_queries().vector_walk(
+            row = await load_queries().vector_walk(
                 conn, **{p: params[p] for p in load_queries().driver_adapter.var_sorted["vector_walk"]}
             )
-        return {**params, "walked_ids": walked_ids}
+        return {**params, "walked_ids": row["walked_ids"], "walked_event_ids": row["walked_event_ids"]}
 
     for subject, label in ((TARGET, "10k scope of 106k facts"), (SMALL, "1k scope (0.9 % of the table)")):
         out.append(
             (
-                f"vector_walk, {label}, query {question.text!r}",
+                f"vector_walk (facts_first: facts only), {label}, query {question.text!r}",
                 await explain(conn, "vector_walk", cand(subject, question)),
             )
         )
         out.append(
             (
-                f"fact_candidates, {label}, query {question.text!r}",
+                f"fact_candidates (facts_first), {label}, query {question.text!r}",
                 await explain(conn, "fact_candidates", await walked(subject, question)),
+            )
+        )
+        out.append(
+            (
+                f"vector_walk (unified: facts and events), {label}, query {question.text!r}",
+                await explain(conn, "vector_walk", cand(subject, question, unified=True)),
+            )
+        )
+        out.append(
+            (
+                f"unified_candidates (unified), {label}, query {question.text!r}",
+                await explain(conn, "unified_candidates", await walked(subject, question, unified=True)),
             )
         )
     out.append(
         (
-            f"fact_candidates, 10k scope, one-word query {keyword.text!r} (the GIN side matches)",
+            f"fact_candidates (facts_first), 10k scope, one-word query {keyword.text!r} "
+            "(the GIN side matches)",
             await explain(conn, "fact_candidates", await walked(TARGET, keyword)),
         )
     )
-    rows = await repo.fact_candidates(
-        conn,
-        project_id=PROJECT,
-        subject_id=TARGET,
-        query_embedding=question.vector,
-        query_text=question.text,
-        top_k=RETRIEVAL_TOP_K,
-        candidate_limit=CANDIDATE_LIMIT,
-        weights=assembler.DEFAULT_WEIGHTS,
-        tau_seconds=RECENCY_TAU_SECONDS,
-    )
-    exclude = [r["fact_id"] for r in rows if r["kind"] == "candidate"]
     out.append(
         (
-            "multi_hop_facts, 10k scope, entities ['Alice', 'Bruno']",
-            await explain(
-                conn,
-                "multi_hop_facts",
-                {
-                    **cand(TARGET, question),
-                    "entities": ["Alice", "Bruno"],
-                    "exclude_ids": exclude,
-                    "per_entity": MULTI_HOP_MAX_PER_ENTITY,
-                },
-            ),
+            f"unified_candidates (unified), 10k scope, one-word query {keyword.text!r}",
+            await explain(conn, "unified_candidates", await walked(TARGET, keyword, unified=True)),
         )
     )
+    async with conn.transaction():
+        await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
+        retrieved = await repo.fact_candidates(
+            conn,
+            project_id=PROJECT,
+            subject_id=TARGET,
+            query_embedding=question.vector,
+            query_text=question.text,
+            top_k=RETRIEVAL_TOP_K,
+            candidate_limit=CANDIDATE_LIMIT,
+            weights=assembler.DEFAULT_WEIGHTS,
+            tau_seconds=RECENCY_TAU_SECONDS,
+        )
+    exclude = [c.item_id for c in retrieved.facts]
+    for profile, text_query in (("facts_first", "websearch"), ("unified", "words")):
+        out.append(
+            (
+                f"multi_hop_facts ({profile}: text query {text_query!r}), 10k scope, "
+                "entities ['Alice', 'Bruno']",
+                await explain(
+                    conn,
+                    "multi_hop_facts",
+                    {
+                        **cand(TARGET, question),
+                        "entities": ["Alice", "Bruno"],
+                        "exclude_ids": exclude,
+                        "per_entity": MULTI_HOP_MAX_PER_ENTITY,
+                        "match_limit": MULTI_HOP_MAX_MATCHES_PER_ENTITY,
+                        "text_query": text_query,
+                    },
+                ),
+            )
+        )
     out.append(
         (
-            "episode_candidates, 10k scope (1,000 of its events among 5,600)",
+            "episode_candidates (facts_first), 10k scope (1,000 of its events among 5,600)",
             await explain(
                 conn,
                 "episode_candidates",
@@ -205,6 +247,7 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
                     "trace_id": uuid7(),
                     "subject_id": TARGET,
                     "query": question.text,
+                    "profile": "unified",
                     "budget_tokens": 900,
                     "used_tokens": 768,
                     "status": "ok",
@@ -241,19 +284,22 @@ async def run(data_dir: Path | None) -> list[tuple[str, str]]:
             conn = await connect(settings)
             await init_connection(conn)
         await load_queries().bench_define_explain(conn)
-        # Warm the buffers as a serving process would have them.
+        # Warm the buffers as a serving process would have them (both profiles' statements).
         for query in queries(300)[:50]:
-            await repo.fact_candidates(
-                conn,
-                project_id=PROJECT,
-                subject_id=TARGET,
-                query_embedding=query.vector,
-                query_text=query.text,
-                top_k=RETRIEVAL_TOP_K,
-                candidate_limit=CANDIDATE_LIMIT,
-                weights=assembler.DEFAULT_WEIGHTS,
-                tau_seconds=RECENCY_TAU_SECONDS,
-            )
+            for candidates in (repo.fact_candidates, repo.unified_candidates):
+                async with conn.transaction():
+                    await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
+                    await candidates(
+                        conn,
+                        project_id=PROJECT,
+                        subject_id=TARGET,
+                        query_embedding=query.vector,
+                        query_text=query.text,
+                        top_k=RETRIEVAL_TOP_K,
+                        candidate_limit=CANDIDATE_LIMIT,
+                        weights=assembler.DEFAULT_WEIGHTS,
+                        tau_seconds=RECENCY_TAU_SECONDS,
+                    )
         result = await plans(conn)
         await conn.close()
         return result
@@ -269,8 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data-dir", type=Path, default=None, help="an already seeded world (default: seed one)")
     p.add_argument("--markdown", type=Path, default=None, help="also write the plans here")
+    p.add_argument("--only", default=None, help="only the plans whose title contains this text")
     args = p.parse_args(argv)
-    result = asyncio.run(run(args.data_dir))
+    result = [(t, plan) for t, plan in asyncio.run(run(args.data_dir)) if not args.only or args.only in t]
     text = "\n\n".join(f"#### {title}\n\n```text\n{plan}\n```" for title, plan in result)
     print(text)
     if args.markdown:

@@ -24,8 +24,19 @@ covered when the packet holds its episode, or a served fact whose `source_event_
 - random: the recall a packet covering as many distinct turns, drawn uniformly, would get in
   expectation (covered turns / turns of the conversation), the floor any retrieval must beat.
 
-Modes are evaluation-only switches of `assemble()` (`weights=`, and the `proposal`
-switches of docs/quality.md); none of them is reachable through the HTTP API.
+Modes (`--modes`, names or groups; default `all`): for each profile of
+spec/context-profiles.md, `unified` (the default) and `facts_first`, set as the ContextRequest's
+`profile`:
+- `<profile>`: the shipped weights at 900 tokens;
+- `<profile> vector-only`: weights (1, 0, 0);
+- `<profile> text-only`: weights (0, 1, 0) and the query never embedded, so `assemble()` takes
+  its embedder-down path (full-text candidates only);
+- `<profile>@450`, `<profile>@1800`: the shipped weights at 450 and 1800 tokens.
+A group (`unified`, `facts_first`, `all`) selects all of its modes; `<profile> hybrid` selects
+the hybrid mode alone (its name is the group's).
+The single-signal modes are built here, with `assemble()`'s evaluation-only `weights=` and an
+embedder that is down; the service carries no such mode, and none is reachable through the
+HTTP API.
 """
 
 from __future__ import annotations
@@ -175,50 +186,58 @@ def load_dataset(path: Path) -> list[Conversation]:
 # --- modes ---------------------------------------------------------------------------------------
 
 
+PROFILES = ("unified", "facts_first")  # spec/context-profiles.md; `unified` is the default
+VECTOR_ONLY = (1.0, 0.0, 0.0)
+TEXT_ONLY = (0.0, 1.0, 0.0)
+
+
 @dataclass(frozen=True)
 class Mode:
     name: str
+    profile: str  # the ContextRequest's `profile`, one of PROFILES
     budget: int
     weights: tuple[float, float, float] | None  # None: the shipped weights
-    options: dict[str, Any] = field(default_factory=dict)  # evaluation-only assemble() switches
     note: str = ""
-    group: str = "spec"
     # False: the query is never embedded, so assemble() takes its embedder-down path (full-text
-    # fact candidates only, no episodes: events have no full-text index).
+    # candidates only, the packet `degraded`).
     query_vector: bool = True
+
+    @property
+    def group(self) -> str:
+        return self.profile
+
+
+def profile_modes(profile: str) -> list[Mode]:
+    """One profile's hybrid (the shipped weights), its two single signals, and two budgets."""
+    return [
+        Mode(profile, profile, 900, None, note="shipped weights"),
+        Mode(f"{profile} vector-only", profile, 900, VECTOR_ONLY),
+        Mode(
+            f"{profile} text-only",
+            profile,
+            900,
+            TEXT_ONLY,
+            note="query never embedded: the embedder-down path",
+            query_vector=False,
+        ),
+        Mode(f"{profile}@450", profile, 450, None),
+        Mode(f"{profile}@1800", profile, 1800, None),
+    ]
 
 
 def default_modes() -> list[Mode]:
-    """The shipped assembler in every mode asked for, then the proposals of docs/quality.md."""
-    from service.context.proposals import Proposal
+    """Every mode of every profile, `unified` (the default) first."""
+    return [mode for profile in PROFILES for mode in profile_modes(profile)]
 
-    vector, text = (1.0, 0.0, 0.0), (0.0, 1.0, 0.0)
-    p1a = Proposal(text_query="any")
-    p1b = Proposal(text_query="idf")
-    p2 = Proposal(shared_budget=True)
-    p1b2 = Proposal(text_query="idf", shared_budget=True)
-    p1a23 = Proposal(text_query="any", shared_budget=True, episode_text=True)
-    full = Proposal(text_query="idf", shared_budget=True, episode_text=True)
-    return [
-        Mode("hybrid", 900, None, group="spec", note="shipped behaviour"),
-        Mode("vector-only", 900, vector, group="spec"),
-        Mode("full-text-only", 900, text, group="spec", query_vector=False),
-        Mode("text-ranked", 900, text, group="spec"),
-        Mode("hybrid@450", 450, None, group="spec"),
-        Mode("hybrid@1800", 1800, None, group="spec"),
-        Mode("P1a any-word", 900, None, {"proposal": p1a}, group="ablations"),
-        Mode("P1b idf", 900, None, {"proposal": p1b}, group="ablations"),
-        Mode("P2 shared", 900, None, {"proposal": p2}, group="ablations"),
-        Mode("P1b+P2", 900, None, {"proposal": p1b2}, group="ablations"),
-        Mode("P1a+P2+P3", 900, None, {"proposal": p1a23}, group="ablations"),
-        Mode("P1b+P2+P3", 900, None, {"proposal": full}, group="proposals"),
-        Mode("P1b+P2+P3 vector-only", 900, vector, {"proposal": full}, group="proposals"),
-        Mode(
-            "P1b+P2+P3 full-text-only", 900, text, {"proposal": full}, group="proposals", query_vector=False
-        ),
-        Mode("P1b+P2+P3@450", 450, None, {"proposal": full}, group="proposals"),
-        Mode("P1b+P2+P3@1800", 1800, None, {"proposal": full}, group="proposals"),
-    ]
+
+# A profile's hybrid is named after its profile, which is also its group's name.
+HYBRID_ALIASES = {f"{profile} hybrid": profile for profile in PROFILES}
+
+
+def select_modes(modes: Sequence[Mode], wanted: Sequence[str]) -> list[Mode]:
+    """The modes named (`<profile> hybrid` for a hybrid alone) or in a group named."""
+    names = {HYBRID_ALIASES.get(w, w) for w in wanted if w not in PROFILES}
+    return [m for m in modes if m.group in wanted or m.name in names]
 
 
 # --- metrics -------------------------------------------------------------------------------------
@@ -231,7 +250,7 @@ class _NoVector:
     dim = 384
 
     async def embed(self, texts: Sequence[str]) -> list[Any]:
-        raise RuntimeError("full-text-only mode: no query embedding")
+        raise RuntimeError("text-only mode: no query embedding")
 
     async def aclose(self) -> None:
         return None
@@ -344,7 +363,7 @@ async def evaluate(
         if progress:
             print(msg, file=sys.stderr, flush=True)
 
-    # The full-text-only mode takes the embedder-down path, which logs a warning per call, and
+    # The text-only modes take the embedder-down path, which logs a warning per call, and
     # httpx logs every request; both are restored on the way out (tests share the process).
     quiet = {"haki.context": logging.ERROR, "httpx": logging.WARNING}
     levels = {name: logging.getLogger(name).level for name in quiet}
@@ -400,6 +419,7 @@ async def evaluate(
                             subject_id=conv.sample_id,
                             query=qa.question,
                             budget_tokens=mode.budget,
+                            profile=mode.profile,
                         )
                         async with pool.acquire() as conn:
                             a0 = time.perf_counter()
@@ -411,9 +431,9 @@ async def evaluate(
                                 req,
                                 weights=mode.weights or DEFAULT_WEIGHTS,
                                 timer=StageTimer(),
-                                **mode.options,
                             )
                             latency = (time.perf_counter() - a0) * 1000.0
+                        assert packet.profile == mode.profile, (packet.profile, mode.name)
                         covered = covered_turns(packet, turn_of_event)
                         hits = sum(1 for d in qa.evidence if d in covered)
                         stats[mode.name].samples.append(
@@ -431,9 +451,10 @@ async def evaluate(
             "modes": [
                 {
                     "name": m.name,
+                    "profile": m.profile,
                     "budget": m.budget,
                     "weights": list(m.weights or DEFAULT_WEIGHTS),
-                    "options": {k: repr(v) for k, v in m.options.items()},
+                    "query_vector": m.query_vector,
                     "group": m.group,
                     "note": m.note,
                     "overall": stats[m.name].summary(),
@@ -551,8 +572,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--modes",
         default=None,
-        help="comma-separated mode names or groups: `spec`, `proposals`, `ablations`, `all`\n"
-        "(default: spec,proposals)",
+        help="comma-separated mode names or groups: `unified`, `facts_first`, `all`\n"
+        "(default: all); `<profile> hybrid` names a profile's hybrid alone; names:\n"
+        + ", ".join(m.name for m in default_modes()),
     )
     p.add_argument("--json", type=Path, default=None, help="also write the metrics as JSON here")
     return p.parse_args(argv)
@@ -566,13 +588,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     conversations = select(load_dataset(args.dataset), args.conversations, args.questions)
     modes = default_modes()
-    wanted = [n.strip() for n in (args.modes or "spec,proposals").split(",") if n.strip()]
+    wanted = [n.strip() for n in (args.modes or "all").split(",") if n.strip()]
     if "all" not in wanted:
-        unknown = set(wanted) - {m.name for m in modes} - {m.group for m in modes}
+        unknown = set(wanted) - {m.name for m in modes} - {m.group for m in modes} - set(HYBRID_ALIASES)
         if unknown:
             print(f"unknown modes: {sorted(unknown)}; known: {[m.name for m in modes]}", file=sys.stderr)
             return 2
-        modes = [m for m in modes if m.name in wanted or m.group in wanted]
+        modes = select_modes(modes, wanted)
     result = asyncio.run(evaluate(conversations, modes))
     command = "benchmarks/locomo.py " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     print(markdown(result, command.strip()))

@@ -10,10 +10,13 @@ as Haki creates one (shared_buffers RAM/8 within [128MB, 2GB], service/embedded.
 forces 2GB), is COPY-loaded with the deterministic data of benchmarks/seed.py, indexed in one
 pass (maintenance_work_mem 4GB, one parallel worker), VACUUM ANALYZEd, then measured:
 
-- SQL path p50/p95: service.context.assembler.assemble with a precomputed query vector (all but
-  the embedding: candidates, pack, multi-hop, episodes, trace write, transaction);
-- fact_candidates alone p50, and the score-every-fact baseline p50 (skipped above 100k facts in
-  the measured scope: seconds per call, and nobody would ship it);
+- SQL path p50/p95 of both profiles (spec/context-profiles.md), `unified` (the default) and
+  `facts_first`, interleaved call by call in one loop, and their ratio:
+  service.context.assembler.assemble with a precomputed query vector (all but the embedding:
+  candidates, pack, multi-hop, episodes, trace write, transaction);
+- fact_candidates alone p50 and unified_candidates alone p50 (interleaved likewise), and the
+  score-every-fact baseline p50 (skipped above 100k facts in the measured scope: seconds per
+  call, and nobody would ship it);
 - HNSW build time, table (heap + TOAST) and HNSW index sizes;
 - recall@64: the vector side of fact_candidates (a query text that matches nothing) against the
   exact top-64 of the scope (sequential distance, queries/bench.sql bench_exact_neighbours).
@@ -51,14 +54,16 @@ from service.constants import (
 )
 from service.context import assembler
 from service.context import repository as repo
+from service.context.model import Retrieved
 from service.db import connect, init_connection
 from service.embedded import embedded_url
 from service.migrations import migrate
-from service.settings import Settings
+from service.settings import ContextProfile, Settings
 from service.sql import load_queries
 from service.structs import ContextRequest
 
 PROJECT = "scale"
+PROFILES: tuple[ContextProfile, ...] = ("unified", "facts_first")
 NO_TEXT_MATCH = "qqxxjjnothingmatchesthis"
 
 
@@ -101,13 +106,16 @@ class Result:
     gin_build_s: float = 0.0
     table_mb: float = 0.0
     hnsw_mb: float = 0.0
-    sql_p50_ms: float = 0.0
-    sql_p95_ms: float = 0.0
-    candidates_p50_ms: float = 0.0
+    events_in_scope: int = 0
+    sql_p50_ms: dict[str, float] = field(default_factory=dict)  # per profile
+    sql_p95_ms: dict[str, float] = field(default_factory=dict)
+    unified_ratio: float = 0.0  # unified SQL path p50 / facts_first SQL path p50
+    candidates_p50_ms: float = 0.0  # fact_candidates (facts_first)
+    unified_candidates_p50_ms: float = 0.0
     baseline_p50_ms: float | None = None
     recall_at_64: float = 0.0
     shared_buffers: str = ""
-    stages_p50_ms: dict[str, float] = field(default_factory=dict)
+    stages_p50_ms: dict[str, dict[str, float]] = field(default_factory=dict)  # per profile
 
 
 async def measure(conn: Any, settings: Settings, cfg: Config, rounds: int, result: Result) -> None:
@@ -116,15 +124,15 @@ async def measure(conn: Any, settings: Settings, cfg: Config, rounds: int, resul
     emb = InstantEmbedder()
     principal = Principal(project_id=PROJECT, key_id=uuid.uuid4())
 
-    async def sql_path(query: Query, timer: assembler.StageTimer) -> None:
+    async def sql_path(query: Query, profile: ContextProfile, timer: assembler.StageTimer) -> None:
         emb.vector = query.vector
-        req = ContextRequest(project_id=PROJECT, subject_id=cfg.measured, query=query.text)
+        req = ContextRequest(project_id=PROJECT, subject_id=cfg.measured, query=query.text, profile=profile)
         await assembler.assemble(conn, emb, settings, principal, req, timer=timer)
 
-    async def candidates(query: Query, text: str) -> list[Any]:
+    async def candidates(query: Query, text: str, statement: Any = repo.fact_candidates) -> Retrieved:
         async with conn.transaction():
             await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
-            return await repo.fact_candidates(
+            retrieved: Retrieved = await statement(
                 conn,
                 project_id=PROJECT,
                 subject_id=cfg.measured,
@@ -135,28 +143,40 @@ async def measure(conn: Any, settings: Settings, cfg: Config, rounds: int, resul
                 weights=assembler.DEFAULT_WEIGHTS,
                 tau_seconds=RECENCY_TAU_SECONDS,
             )
+            return retrieved
 
     # Warm-up: a production server's buffers hold its hot indexes.
     for i in range(30):
-        await sql_path(pool[i], assembler.StageTimer())
-    times: list[float] = []
-    stages: dict[str, list[float]] = {}
+        for profile in PROFILES:
+            await sql_path(pool[i], profile, assembler.StageTimer())
+    # Both profiles in one loop, alternating call by call (and which goes first, round by
+    # round), each on the same query, so machine load and cache state hit them alike.
+    times: dict[str, list[float]] = {profile: [] for profile in PROFILES}
+    stages: dict[str, dict[str, list[float]]] = {profile: {} for profile in PROFILES}
     for i in range(rounds):
-        timer = assembler.StageTimer()
-        t0 = time.perf_counter()
-        await sql_path(pool[i % len(pool)], timer)
-        times.append((time.perf_counter() - t0) * 1000)
-        for k, v in timer.ms.items():
-            stages.setdefault(k, []).append(v)
-    result.sql_p50_ms = percentile(times, 50)
-    result.sql_p95_ms = percentile(times, 95)
-    result.stages_p50_ms = {k: round(percentile(v, 50), 3) for k, v in stages.items()}
-    cand: list[float] = []
+        for profile in PROFILES if i % 2 == 0 else PROFILES[::-1]:
+            timer = assembler.StageTimer()
+            t0 = time.perf_counter()
+            await sql_path(pool[i % len(pool)], profile, timer)
+            times[profile].append((time.perf_counter() - t0) * 1000)
+            for k, v in timer.ms.items():
+                stages[profile].setdefault(k, []).append(v)
+    result.sql_p50_ms = {p: round(percentile(t, 50), 3) for p, t in times.items()}
+    result.sql_p95_ms = {p: round(percentile(t, 95), 3) for p, t in times.items()}
+    result.unified_ratio = round(result.sql_p50_ms["unified"] / result.sql_p50_ms["facts_first"], 3)
+    result.stages_p50_ms = {
+        p: {k: round(percentile(v, 50), 3) for k, v in by_stage.items()} for p, by_stage in stages.items()
+    }
+    cand: dict[str, list[float]] = {"facts_first": [], "unified": []}
+    statements = {"facts_first": repo.fact_candidates, "unified": repo.unified_candidates}
     for i in range(rounds):
-        t0 = time.perf_counter()
-        await candidates(pool[i % len(pool)], pool[i % len(pool)].text)
-        cand.append((time.perf_counter() - t0) * 1000)
-    result.candidates_p50_ms = percentile(cand, 50)
+        query = pool[i % len(pool)]
+        for profile in PROFILES if i % 2 == 0 else PROFILES[::-1]:
+            t0 = time.perf_counter()
+            await candidates(query, query.text, statements[profile])
+            cand[profile].append((time.perf_counter() - t0) * 1000)
+    result.candidates_p50_ms = percentile(cand["facts_first"], 50)
+    result.unified_candidates_p50_ms = percentile(cand["unified"], 50)
     if result.facts_in_scope <= 100_000:
         base: list[float] = []
         for i in range(min(rounds, 30)):
@@ -181,7 +201,7 @@ async def measure(conn: Any, settings: Settings, cfg: Config, rounds: int, resul
         result.baseline_p50_ms = percentile(base, 50)
     hits = 0
     for query in pool[: cfg.recall_queries]:
-        got = {r["fact_id"] for r in await candidates(query, NO_TEXT_MATCH) if r["kind"] == "candidate"}
+        got = {c.item_id for c in (await candidates(query, NO_TEXT_MATCH)).facts}
         truth = {
             r["fact_id"]
             async for r in q.bench_exact_neighbours(
@@ -200,7 +220,7 @@ async def run_config(cfg: Config, base: Path, rounds: int, tuned: bool) -> Resul
     data_dir = Path(tempfile.mkdtemp(prefix=f"haki-scale-{cfg.name.replace('/', '-')}-", dir=base))
     total = sum(s.facts + s.inactive for s in cfg.scopes)
     measured = next(s for s in cfg.scopes if s.subject_id == cfg.measured)
-    result = Result(cfg.name, total, measured.facts, len(cfg.scopes))
+    result = Result(cfg.name, total, measured.facts, len(cfg.scopes), events_in_scope=measured.events)
     try:
         settings = Settings(data_dir=data_dir, embed_provider="hash", database_url=embedded_url(data_dir))
         if tuned:
@@ -246,15 +266,19 @@ def say(*parts: Any) -> None:
 
 def table(results: list[Result]) -> str:
     head = (
-        "| config | facts (table) | facts (scope) | scopes | SQL path p50 ms | p95 ms | fact_candidates "
-        "p50 ms | baseline p50 ms | HNSW build s | table MB | HNSW MB | recall@64 |"
+        "| config | facts (table) | facts (scope) | events (scope) | scopes | unified SQL path p50 ms | "
+        "p95 ms | facts_first SQL path p50 ms | p95 ms | unified / facts_first | unified_candidates "
+        "p50 ms | fact_candidates p50 ms | baseline p50 ms | HNSW build s | table MB | HNSW MB | recall@64 |"
     )
-    lines = [head, "|" + "---|" * 12]
+    lines = [head, "|" + "---|" * 17]
     for r in results:
         base = f"{r.baseline_p50_ms:.1f}" if r.baseline_p50_ms is not None else "n/a"
         lines.append(
-            f"| {r.config} | {r.facts_total:,} | {r.facts_in_scope:,} | {r.scopes} | {r.sql_p50_ms:.2f} | "
-            f"{r.sql_p95_ms:.2f} | {r.candidates_p50_ms:.2f} | {base} | {r.hnsw_build_s:.0f} | "
+            f"| {r.config} | {r.facts_total:,} | {r.facts_in_scope:,} | {r.events_in_scope:,} | "
+            f"{r.scopes} | {r.sql_p50_ms['unified']:.2f} | {r.sql_p95_ms['unified']:.2f} | "
+            f"{r.sql_p50_ms['facts_first']:.2f} | {r.sql_p95_ms['facts_first']:.2f} | "
+            f"{r.unified_ratio:.2f} | {r.unified_candidates_p50_ms:.2f} | {r.candidates_p50_ms:.2f} | "
+            f"{base} | {r.hnsw_build_s:.0f} | "
             f"{r.table_mb:.0f} | {r.hnsw_mb:.0f} | {r.recall_at_64:.3f} |"
         )
     return "\n".join(lines)
@@ -263,7 +287,7 @@ def table(results: list[Result]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", default=None, help="comma-separated config names: 10k,100k,1M,1M/100")
-    p.add_argument("--rounds", type=int, default=300, help="measured calls per configuration")
+    p.add_argument("--rounds", type=int, default=300, help="measured calls per profile and configuration")
     p.add_argument("--tuned", action="store_true", help="shared_buffers 2GB (default: the embedded server's)")
     p.add_argument("--markdown", type=Path, default=None, help="also write the table here")
     p.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
@@ -283,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     print(header)
     print(out)
     for r in results:
-        print(f"{r.config} stages p50 (ms): {r.stages_p50_ms}")
+        for profile, stages in r.stages_p50_ms.items():
+            print(f"{r.config} {profile} stages p50 (ms): {stages}")
     if args.markdown:
         args.markdown.write_text(header + "\n\n" + out + "\n")
     if args.json:

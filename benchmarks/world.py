@@ -34,7 +34,8 @@ from service.constants import (
 )
 from service.context import assembler
 from service.context import repository as repo
-from service.settings import Settings
+from service.context.model import Retrieved
+from service.settings import ContextProfile, Settings
 from service.sql import load_queries
 from service.structs import ContextPacket, ContextRequest
 
@@ -84,10 +85,13 @@ class World:
     def run(self, coro: Any) -> Any:
         return self.runner.run(coro)
 
-    def assemble(self, query: Query, subject_id: str = TARGET) -> ContextPacket:
-        """The whole assembler but the embedding: candidates, pack, multi-hop, episodes, trace."""
+    def assemble(
+        self, query: Query, subject_id: str = TARGET, profile: ContextProfile = "unified"
+    ) -> ContextPacket:
+        """The whole assembler but the embedding, under one profile: candidates, pack, multi-hop,
+        episodes, trace."""
         self.embedder.vector = query.vector
-        req = ContextRequest(project_id=PROJECT, subject_id=subject_id, query=query.text)
+        req = ContextRequest(project_id=PROJECT, subject_id=subject_id, query=query.text, profile=profile)
         packet: ContextPacket = self.run(
             assembler.assemble(self.conn, self.embedder, self.settings, self.principal, req)
         )
@@ -116,10 +120,11 @@ class World:
         result: list[Any] = self.run(go())
         return result
 
-    def candidates(self, query: Query, subject_id: str = TARGET, text: str | None = None) -> list[Any]:
-        """fact_candidates alone, configured as the assembler configures it."""
+    def candidates(self, query: Query, subject_id: str = TARGET, text: str | None = None) -> Retrieved:
+        """fact_candidates alone (`facts_first`: vector_walk, then phases 1 and 2 and the blocked
+        facts), configured as the assembler configures it."""
 
-        async def go() -> list[Any]:
+        async def go() -> Retrieved:
             async with self.conn.transaction():
                 await repo.configure_vector_scan(self.conn, assembler.EF_SEARCH)
                 return await repo.fact_candidates(
@@ -134,5 +139,27 @@ class World:
                     tau_seconds=RECENCY_TAU_SECONDS,
                 )
 
-        result: list[Any] = self.run(go())
+        result: Retrieved = self.run(go())
+        return result
+
+    def unified(self, query: Query, subject_id: str = TARGET, text: str | None = None) -> Retrieved:
+        """unified_candidates alone (`unified`: vector_walk of facts and events, then both
+        kinds' phases 1 and 2 in one ranking, and the blocked facts), configured likewise."""
+
+        async def go() -> Retrieved:
+            async with self.conn.transaction():
+                await repo.configure_vector_scan(self.conn, assembler.EF_SEARCH)
+                return await repo.unified_candidates(
+                    self.conn,
+                    project_id=PROJECT,
+                    subject_id=subject_id,
+                    query_embedding=query.vector,
+                    query_text=query.text if text is None else text,
+                    top_k=RETRIEVAL_TOP_K,
+                    candidate_limit=CANDIDATE_LIMIT,
+                    weights=assembler.DEFAULT_WEIGHTS,
+                    tau_seconds=RECENCY_TAU_SECONDS,
+                )
+
+        result: Retrieved = self.run(go())
         return result

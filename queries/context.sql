@@ -25,11 +25,13 @@ SELECT set_config('hnsw.ef_search', :ef_search::integer::text, true) AS ef_searc
 -- execution; the trace insert of 256 decisions: twice its cost; docs/performance.md).
 SET LOCAL plan_cache_mode TO force_generic_plan;
 
--- name: vector_walk(project_id, subject_id, query_embedding, top_k, exact_scan_min)$
+-- name: vector_walk(project_id, subject_id, query_embedding, top_k, event_top_k, exact_scan_min)^
 -- Phase 1, vector side: the ids of the top-K servable facts of the scope by cosine distance,
--- from an exact scan of a small scope or a walk of its bucket's HNSW graph. Runs on its own,
--- planned for its parameters (configure_vector_scan): its right plan depends on the scope's
--- size, and fact_candidates, which has one right plan for every scope, keeps a generic one.
+-- from an exact scan of a small scope or a walk of its bucket's HNSW graph, and the ids of the
+-- event_top_k closest events of the scope (the `unified` profile's episode candidates; 0 for
+-- `facts_first`, whose episodes come from episode_candidates). Runs on its own, planned for its
+-- parameters (configure_vector_scan): its right plan depends on the scope's size, and the
+-- candidate statements, which have one right plan for every scope, keep a generic one.
 -- A NULL query_embedding walks nothing.
 WITH open_members AS MATERIALIZED (
     -- The facts of the scope's open ConflictSets (migration 0010), as one array: tested on each
@@ -93,13 +95,25 @@ walk AS (
     -- The expression of the bucket indexes (half precision): the walk's order, not the score.
     ORDER BY f.embedding::halfvec(384) <=> :query_embedding::vector::halfvec(384)
     LIMIT :top_k
+),
+event_walk AS (
+    -- The bucket's HNSW graph of events (migration 0008), as episode_candidates walks it.
+    SELECT e.event_id
+    FROM events AS e
+    WHERE :query_embedding::vector IS NOT NULL
+      AND public.haki_scope_bucket(e.project_id, e.subject_id) = public.haki_scope_bucket(:project_id, :subject_id)
+      AND e.project_id = :project_id
+      AND e.subject_id = :subject_id
+    ORDER BY e.embedding <=> :query_embedding::vector
+    LIMIT :event_top_k
 )
-SELECT coalesce(array_agg(v.fact_id), '{}'::uuid[]) AS walked_ids
-FROM (
-    SELECT fact_id FROM vector_exact
-    UNION ALL
-    SELECT fact_id FROM walk
-) AS v;
+SELECT (SELECT coalesce(array_agg(v.fact_id), '{}'::uuid[])
+        FROM (
+            SELECT fact_id FROM vector_exact
+            UNION ALL
+            SELECT fact_id FROM walk
+        ) AS v) AS walked_ids,
+       (SELECT coalesce(array_agg(w.event_id), '{}'::uuid[]) FROM event_walk AS w) AS walked_event_ids;
 
 -- name: fact_candidates(project_id, subject_id, query_embedding, query_text, top_k, candidate_limit, walked_ids, w_similarity, w_text_rank, w_recency, tau_seconds)
 -- Phase 1 (the vector top-K of vector_walk UNION the top-K by full-text rank via GIN) and phase
@@ -170,23 +184,8 @@ scored AS (
     LIMIT :candidate_limit
 ),
 blocked AS (
-    SELECT f.fact_id, 'conflict_open' AS reason_code, greatest(1, char_length(f.content) / 4) AS tokens
-    FROM open_members AS om
-    JOIN facts AS f ON f.project_id = :project_id AND f.fact_id = om.fact_id
-    WHERE f.subject_id = :subject_id
-      AND f.status = 'active'
-      AND (f.valid_to IS NULL OR f.valid_to > now())
-    UNION ALL
-    -- Stale volatile facts not already blocked by a conflict (partial index of migration 0005).
-    SELECT f.fact_id, 'volatility_expired', greatest(1, char_length(f.content) / 4)
-    FROM facts AS f
-    WHERE f.project_id = :project_id
-      AND f.subject_id = :subject_id
-      AND f.status = 'active'
-      AND f.volatility = 'volatile'
-      AND (f.valid_to IS NULL OR f.valid_to > now())
-      AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now()
-      AND NOT EXISTS (SELECT 1 FROM open_members AS om WHERE om.fact_id = f.fact_id)
+    SELECT b.fact_id, b.reason_code, b.tokens
+    FROM public.haki_blocked_facts(:project_id, :subject_id) AS b
 )
 SELECT 'candidate' AS kind, s.fact_id, s.content, s.valid_from, s.valid_to, s.recorded_from,
        s.source_event_id, s.tokens, s.cosine_distance, s.similarity, s.text_rank, s.recency, s.score,
@@ -197,62 +196,63 @@ SELECT 'blocked', b.fact_id, NULL, NULL, NULL, NULL, NULL, b.tokens, NULL, NULL,
        b.reason_code, count(*) OVER (PARTITION BY b.reason_code)
 FROM blocked AS b;
 
--- name: multi_hop_facts(project_id, subject_id, entities, exclude_ids, per_entity, query_embedding, query_text, w_similarity, w_text_rank, w_recency, tau_seconds)
--- Multi-hop expansion: for each entity (in rank order) the top full-text matches among the
--- servable facts of the scope not yet decided, one hop, no new embedding. Score parts are
--- those of the original query, for the trace. One pass over the scope's postings
--- (facts_scoped_search_gin) finds the facts naming any entity; each entity then ranks its own
--- among those.
+-- name: multi_hop_facts(project_id, subject_id, entities, exclude_ids, per_entity, match_limit, query_embedding, query_text, text_query, w_similarity, w_text_rank, w_recency, tau_seconds)
+-- Multi-hop expansion (both profiles): for each entity (in rank order) the top full-text
+-- matches among the servable facts of the scope not yet decided, one hop, no new embedding.
+-- The match step reads at most match_limit facts naming each entity from the scope's postings
+-- (facts_scoped_search_gin), so a name that a million facts carry costs as much as a rare one
+-- (spec/context-profiles.md, "Multi-hop reads are bounded"); the per_entity best of those, by
+-- ts_rank_cd, are the expansion. Score parts are those of the original query, for the trace:
+-- text_query 'websearch' (facts_first) or 'words' (unified: the OR of the query's words,
+-- ranked by ts_rank_cd here, as the expansion never enters the IDF ranking).
 WITH q AS MATERIALIZED (
-    SELECT websearch_to_tsquery('simple', :query_text) AS tsq
+    SELECT CASE WHEN :text_query::text = 'websearch' THEN websearch_to_tsquery('simple', :query_text)
+                ELSE (SELECT string_agg(w.word_query::text, ' | ')::tsquery
+                      FROM public.haki_query_words(:query_text, 64) AS w
+                      WHERE numnode(w.word_query) > 0)
+           END AS tsq
 ),
 e AS MATERIALIZED (
     SELECT u.entity, u.entity_rank, plainto_tsquery('simple', u.entity) AS etsq
     FROM unnest(:entities::text[]) WITH ORDINALITY AS u(entity, entity_rank)
 ),
-any_entity AS MATERIALIZED (
-    SELECT string_agg(e.etsq::text, ' | ')::tsquery AS tsq
-    FROM e
-    WHERE numnode(e.etsq) > 0
-),
 open_members AS MATERIALIZED (
     -- As in vector_walk: the scope's open-conflict facts as one array (migration 0010).
     SELECT public.haki_open_conflict_facts(:project_id, :subject_id) AS fact_ids
-),
-matches AS MATERIALIZED (
-    SELECT f.fact_id, f.search_vector
-    FROM facts AS f, any_entity AS a
-    -- As text_top of fact_candidates: the scope's postings, and no bitmap of the whole scope.
-    WHERE (f.project_id = :project_id AND f.subject_id = :subject_id) IS TRUE
-      AND public.haki_scoped_search_vector(f.project_id, f.subject_id, f.search_vector)
-          @@ (a.tsq && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
-      AND f.search_vector @@ a.tsq
-      AND f.status = 'active'
-      AND (f.valid_to IS NULL OR f.valid_to > now())
-      AND NOT (f.volatility = 'volatile'
-               AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now())
-      AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
-      AND NOT (f.fact_id = ANY(:exclude_ids::uuid[]))
 ),
 picked AS MATERIALIZED (
     SELECT e.entity, e.entity_rank, p.fact_id
     FROM e
     CROSS JOIN LATERAL (
         SELECT m.fact_id
-        FROM matches AS m
-        WHERE m.search_vector @@ e.etsq
+        FROM (
+            SELECT f.fact_id, f.search_vector
+            FROM facts AS f
+            -- As text_top of fact_candidates: the scope's postings, and no bitmap of the scope.
+            WHERE (f.project_id = :project_id AND f.subject_id = :subject_id) IS TRUE
+              AND public.haki_scoped_search_vector(f.project_id, f.subject_id, f.search_vector)
+                  @@ (e.etsq && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
+              AND f.search_vector @@ e.etsq
+              AND f.status = 'active'
+              AND (f.valid_to IS NULL OR f.valid_to > now())
+              AND NOT (f.volatility = 'volatile'
+                       AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now())
+              AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+              AND NOT (f.fact_id = ANY(:exclude_ids::uuid[]))
+            LIMIT :match_limit
+        ) AS m
         ORDER BY ts_rank_cd(m.search_vector, e.etsq, 32) DESC, m.fact_id
         LIMIT :per_entity
     ) AS p
+    WHERE numnode(e.etsq) > 0
 ),
 hits AS (
     SELECT pk.entity, pk.entity_rank, f.fact_id, f.content, f.valid_from, f.valid_to,
            f.recorded_from, f.source_event_id,
-           greatest(1, char_length(f.content) / 4) AS tokens,
+           public.haki_tokens(f.content) AS tokens,
            (f.embedding <=> :query_embedding::vector) AS cosine_distance,
-           ts_rank_cd(f.search_vector, q.tsq, 32) AS text_rank,
-           least(1.0, exp(-least(700.0, greatest(0.0, extract(epoch FROM now() - coalesce(f.valid_from, f.recorded_from)))
-                          / :tau_seconds::float8))) AS recency
+           coalesce(ts_rank_cd(f.search_vector, q.tsq, 32), 0) AS text_rank,
+           public.haki_recency(coalesce(f.valid_from, f.recorded_from), :tau_seconds) AS recency
     FROM picked AS pk
     JOIN facts AS f ON f.fact_id = pk.fact_id
     CROSS JOIN q
@@ -264,9 +264,8 @@ hits AS (
 SELECT h.entity, h.entity_rank, h.fact_id, h.content, h.valid_from, h.valid_to, h.recorded_from,
        h.source_event_id, h.tokens, h.cosine_distance, 1 - h.cosine_distance AS similarity,
        h.text_rank, h.recency,
-       :w_similarity::float8 * coalesce(1 - h.cosine_distance, 0)
-       + :w_text_rank::float8 * h.text_rank
-       + :w_recency::float8 * h.recency AS score
+       public.haki_hybrid_score(h.cosine_distance, h.text_rank, h.recency,
+                                :w_similarity, :w_text_rank, :w_recency) AS score
 FROM hits AS h
 ORDER BY h.entity_rank, h.text_rank DESC, h.fact_id;
 
@@ -288,17 +287,17 @@ FROM (
 ) AS k
 ORDER BY k.cosine_distance, k.event_id;
 
--- name: insert_context_trace(project_id, trace_id, subject_id, query, budget_tokens, used_tokens, status, warnings, empty_reason, facts_served, episodes_served, decisions)!
+-- name: insert_context_trace(project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status, warnings, empty_reason, facts_served, episodes_served, decisions)!
 -- Persists one context call and every decision of it in one round trip: one INSERT of the call,
 -- one INSERT ... SELECT of the decisions, sent as one JSON array of Decision objects (encoding
 -- eleven parallel arrays cost the client twice the time; docs/performance.md).
 WITH call AS (
     INSERT INTO context_calls (
-        project_id, trace_id, subject_id, query, budget_tokens, used_tokens, status, warnings,
-        empty_reason, facts_served, episodes_served
+        project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status,
+        warnings, empty_reason, facts_served, episodes_served
     )
     VALUES (
-        :project_id, :trace_id, :subject_id, :query, :budget_tokens, :used_tokens, :status,
+        :project_id, :trace_id, :subject_id, :query, :profile, :budget_tokens, :used_tokens, :status,
         :warnings::text[], :empty_reason, :facts_served, :episodes_served
     )
     RETURNING project_id, trace_id
@@ -321,8 +320,8 @@ CROSS JOIN ROWS FROM (
 
 -- name: get_context_call(project_id, trace_id)^
 -- One logged context call of a project (GET /v1/inspect/{trace_id}).
-SELECT trace_id, project_id, subject_id, query, created_at, budget_tokens, used_tokens, status,
-       warnings, empty_reason
+SELECT trace_id, project_id, subject_id, query, profile, created_at, budget_tokens, used_tokens,
+       status, warnings, empty_reason
 FROM context_calls
 WHERE project_id = :project_id
   AND trace_id = :trace_id;
@@ -373,184 +372,157 @@ CROSS JOIN (
       AND cs.status = 'open'
 ) AS oc;
 
--- name: proposal_candidates(project_id, subject_id, query_embedding, query_text, text_mode, with_episodes, episode_text, top_k, candidate_limit, w_similarity, w_text_rank, w_recency, tau_seconds)
--- EVALUATION ONLY: the retrieval proposals P1-P3 of docs/quality.md, reached only through
--- assemble(proposal=...) by benchmarks/locomo.py, never through the HTTP API; the shipped
--- path is fact_candidates above. Same hard filters and blocked rows as fact_candidates; then:
--- - text_mode 'websearch': the spec's websearch_to_tsquery('simple', query) and ts_rank_cd;
---   'any' (P1a): the OR of the query's words minus English stop words, ranked by ts_rank_cd;
---   'idf' (P1b): the same OR query for matching, ranked by the share of the query's IDF that a
---   text matches, sum(idf(matched words)) / sum(idf(query words)), with the BM25 idf
---   ln(1 + (N - df + 0.5) / (df + 0.5)) over the scope's active facts and events;
--- - with_episodes (P2): events are candidates too (top-K by cosine), scored with the same
---   formula (recency from occurred_at), so facts and episodes share one ranking;
--- - episode_text (P3): plus the top-K events by the text rank.
--- Events have no search_vector yet (P3 adds one in a migration, with a GIN index), so this
--- evaluation parses the scope's events once per call (event_docs): slower, same ranking.
--- Never returns embeddings.
+-- name: unified_candidates(project_id, subject_id, query_embedding, query_text, walked_ids, walked_event_ids, top_k, candidate_limit, max_words, text_per_word, event_text_per_word, idf_sample_docs, w_similarity, w_text_rank, w_recency, tau_seconds)
+-- The `unified` profile's phases 1 and 2 (spec/context-profiles.md): fact and episode
+-- candidates, each the vector top-K of vector_walk UNION the top-K by text rank, scored by one
+-- hybrid formula (an episode's recency from occurred_at) and capped at CANDIDATE_LIMIT
+-- together, plus the blocked facts of the scope, in one round trip. The text side matches the
+-- OR of the query's words without stop words (haki_query_words) and ranks a text by the share
+-- of the query's BM25 idf it matches: sum(idf(matched)) / sum(idf(query)). Runs under a generic
+-- plan (end_custom_plans). Never returns embeddings. Bounded reads whatever the scope's size:
+-- the document frequencies come from a sample of idf_sample_docs facts and as many events
+-- (the scope's newest: exact up to that size), and each word reads at most text_per_word
+-- postings of each kind (event_text_per_word 0: no episode candidates).
 WITH words AS MATERIALIZED (
-    SELECT DISTINCT w.word, plainto_tsquery('simple', w.word) AS wq
-    FROM unnest(tsvector_to_array(to_tsvector('simple', :query_text))) AS w(word)
-    WHERE to_tsvector('english', w.word) <> ''::tsvector
+    SELECT w.word, w.word_query
+    FROM public.haki_query_words(:query_text, :max_words) AS w
+    WHERE numnode(w.word_query) > 0
 ),
-q AS MATERIALIZED (
-    SELECT CASE WHEN :text_mode::text = 'websearch' THEN websearch_to_tsquery('simple', :query_text)
-                ELSE (SELECT websearch_to_tsquery('simple', coalesce(string_agg(word, ' or '), ''))
-                      FROM words)
-           END AS tsq
-),
-event_docs AS MATERIALIZED (
-    SELECT ev.event_id, to_tsvector('simple', ev.content) AS sv
-    FROM events AS ev
-    WHERE (:text_mode::text = 'idf' OR (:with_episodes::boolean AND :episode_text::boolean))
-      AND ev.project_id = :project_id
-      AND ev.subject_id = :subject_id
-),
-corpus AS MATERIALIZED (
-    SELECT (SELECT count(*) FROM facts AS f
-            WHERE f.project_id = :project_id AND f.subject_id = :subject_id AND f.status = 'active')
-         + (SELECT count(*) FROM event_docs) AS docs
+idf_sample AS MATERIALIZED (
+    SELECT fs.sv
+    FROM (
+        SELECT f.search_vector AS sv
+        FROM facts AS f
+        WHERE EXISTS (SELECT 1 FROM words)
+          AND f.project_id = :project_id
+          AND f.subject_id = :subject_id
+          AND f.status = 'active'
+        ORDER BY f.fact_id DESC
+        LIMIT :idf_sample_docs
+    ) AS fs
+    UNION ALL
+    SELECT es.sv
+    FROM (
+        SELECT e.search_vector AS sv
+        FROM events AS e
+        WHERE EXISTS (SELECT 1 FROM words)
+          AND e.project_id = :project_id
+          AND e.subject_id = :subject_id
+        ORDER BY e.occurred_at DESC
+        LIMIT :idf_sample_docs
+    ) AS es
 ),
 idf AS MATERIALIZED (
-    SELECT w.word, w.wq,
-           ln(1 + (c.docs - d.df + 0.5) / (d.df + 0.5)) AS idf
+    SELECT w.word, w.word_query, public.haki_bm25_idf(n.docs, d.df) AS idf
     FROM words AS w
-    CROSS JOIN corpus AS c
-    CROSS JOIN LATERAL (
-        SELECT (SELECT count(*) FROM facts AS f
-                WHERE f.project_id = :project_id AND f.subject_id = :subject_id
-                  AND f.status = 'active' AND f.search_vector @@ w.wq)
-             + (SELECT count(*) FROM event_docs AS e WHERE e.sv @@ w.wq) AS df
-    ) AS d
-    WHERE :text_mode::text = 'idf'
+    CROSS JOIN (SELECT count(*) AS docs FROM idf_sample) AS n
+    CROSS JOIN LATERAL (SELECT count(*) AS df FROM idf_sample AS s WHERE s.sv @@ w.word_query) AS d
 ),
 idf_total AS MATERIALIZED (
-    SELECT nullif(sum(idf), 0) AS total FROM idf
+    SELECT nullif(sum(i.idf), 0) AS total FROM idf AS i
 ),
-fact_vector_top AS (
-    SELECT f.fact_id
-    FROM facts AS f
-    WHERE :query_embedding::vector IS NOT NULL
-      AND f.project_id = :project_id
-      AND f.subject_id = :subject_id
-      AND f.status = 'active'
-      AND (f.valid_to IS NULL OR f.valid_to > now())
-      AND NOT (f.volatility = 'volatile'
-               AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now())
-      AND NOT EXISTS (
-          SELECT 1
-          FROM conflict_members AS cm
-          JOIN conflict_sets AS cs
-            ON cs.project_id = cm.project_id AND cs.conflict_set_id = cm.conflict_set_id
-          WHERE cm.project_id = f.project_id AND cm.fact_id = f.fact_id AND cs.status = 'open'
-      )
-    ORDER BY f.embedding <=> :query_embedding::vector
-    LIMIT :top_k
+open_members AS MATERIALIZED (
+    -- As in vector_walk: the scope's open-conflict facts as one array (migration 0010).
+    SELECT public.haki_open_conflict_facts(:project_id, :subject_id) AS fact_ids
 ),
-fact_text AS (
-    SELECT f.fact_id,
-           coalesce(CASE WHEN :text_mode::text = 'idf'
-                         THEN ((SELECT sum(i.idf) FROM idf AS i WHERE f.search_vector @@ i.wq)
-                               / (SELECT total FROM idf_total))::float8
-                         ELSE ts_rank_cd(f.search_vector, q.tsq, 32)::float8
-                    END, 0) AS text_rank
-    FROM facts AS f, q
-    WHERE f.project_id = :project_id
-      AND f.subject_id = :subject_id
-      AND f.search_vector @@ q.tsq
-      AND f.status = 'active'
-      AND (f.valid_to IS NULL OR f.valid_to > now())
-      AND NOT (f.volatility = 'volatile'
-               AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now())
-      AND NOT EXISTS (
-          SELECT 1
-          FROM conflict_members AS cm
-          JOIN conflict_sets AS cs
-            ON cs.project_id = cm.project_id AND cs.conflict_set_id = cm.conflict_set_id
-          WHERE cm.project_id = f.project_id AND cm.fact_id = f.fact_id AND cs.status = 'open'
-      )
+fact_hits AS MATERIALIZED (
+    -- Per word, at most text_per_word servable facts from the scope's postings (migration 0009).
+    SELECT coalesce(array_agg(DISTINCT h.fact_id), '{}'::uuid[]) AS ids
+    FROM idf AS i
+    CROSS JOIN LATERAL (
+        SELECT f.fact_id
+        FROM facts AS f
+        WHERE (f.project_id = :project_id AND f.subject_id = :subject_id) IS TRUE
+          AND public.haki_scoped_search_vector(f.project_id, f.subject_id, f.search_vector)
+              @@ (i.word_query && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
+          AND f.search_vector @@ i.word_query
+          AND f.status = 'active'
+          AND (f.valid_to IS NULL OR f.valid_to > now())
+          AND NOT (f.volatility = 'volatile'
+                   AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now())
+          AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+        LIMIT :text_per_word
+    ) AS h
 ),
-fact_text_top AS (
-    SELECT t.fact_id FROM fact_text AS t ORDER BY t.text_rank DESC, t.fact_id LIMIT :top_k
+event_hits AS MATERIALIZED (
+    -- The same for events, from their scope's postings (migration 0011).
+    SELECT coalesce(array_agg(DISTINCT h.event_id), '{}'::uuid[]) AS ids
+    FROM idf AS i
+    CROSS JOIN LATERAL (
+        SELECT e.event_id
+        FROM events AS e
+        WHERE (e.project_id = :project_id AND e.subject_id = :subject_id) IS TRUE
+          AND public.haki_scoped_search_vector(e.project_id, e.subject_id, e.search_vector)
+              @@ (i.word_query && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
+          AND e.search_vector @@ i.word_query
+        LIMIT :event_text_per_word
+    ) AS h
 ),
-event_vector_top AS (
-    SELECT e.event_id
-    FROM events AS e
-    WHERE :with_episodes::boolean
-      AND :query_embedding::vector IS NOT NULL
-      AND e.project_id = :project_id
-      AND e.subject_id = :subject_id
-    ORDER BY e.embedding <=> :query_embedding::vector
-    LIMIT :top_k
+pool AS (
+    -- Every walked or matched item once, by primary key (ids as arrays: a generic plan joining
+    -- them as a set may hash a scan of the whole table), with its text rank.
+    SELECT p.item_type, p.item_id, p.walked, p.hit,
+           coalesce((SELECT sum(i.idf) FROM idf AS i WHERE p.sv @@ i.word_query)
+                    / (SELECT t.total FROM idf_total AS t), 0) AS text_rank
+    FROM (
+        SELECT 'fact' AS item_type, f.fact_id AS item_id, f.search_vector AS sv,
+               f.fact_id = ANY (:walked_ids::uuid[]) AS walked,
+               f.fact_id = ANY ((SELECT h.ids FROM fact_hits AS h)::uuid[]) AS hit
+        FROM facts AS f
+        WHERE f.project_id = :project_id
+          AND f.fact_id = ANY (:walked_ids::uuid[] || (SELECT h.ids FROM fact_hits AS h)::uuid[])
+        UNION ALL
+        SELECT 'episode', e.event_id, e.search_vector,
+               e.event_id = ANY (:walked_event_ids::uuid[]),
+               e.event_id = ANY ((SELECT h.ids FROM event_hits AS h)::uuid[])
+        FROM events AS e
+        WHERE e.project_id = :project_id
+          AND e.event_id = ANY (:walked_event_ids::uuid[] || (SELECT h.ids FROM event_hits AS h)::uuid[])
+    ) AS p
 ),
-event_text AS (
-    SELECT e.event_id,
-           coalesce(CASE WHEN :text_mode::text = 'idf'
-                         THEN ((SELECT sum(i.idf) FROM idf AS i WHERE e.sv @@ i.wq)
-                               / (SELECT total FROM idf_total))::float8
-                         ELSE ts_rank_cd(e.sv, q.tsq, 32)::float8
-                    END, 0) AS text_rank
-    FROM event_docs AS e, q
-    WHERE :with_episodes::boolean
-      AND :episode_text::boolean
-      AND e.sv @@ q.tsq
-),
-event_text_top AS (
-    SELECT t.event_id FROM event_text AS t ORDER BY t.text_rank DESC, t.event_id LIMIT :top_k
+kept AS MATERIALIZED (
+    -- Phase 1: the vector top-K UNION the top-K by text rank, of each kind.
+    SELECT r.item_type, r.item_id, r.text_rank
+    FROM (
+        SELECT p.item_type, p.item_id, p.walked, p.hit, p.text_rank,
+               row_number() OVER (PARTITION BY p.item_type, p.hit
+                                  ORDER BY p.text_rank DESC, p.item_id) AS text_pos
+        FROM pool AS p
+    ) AS r
+    WHERE r.walked OR (r.hit AND r.text_pos <= :top_k)
 ),
 parts AS (
     SELECT 'fact' AS item_type, f.fact_id AS item_id, f.content, f.valid_from, f.valid_to,
            f.recorded_from, f.source_event_id, NULL::timestamptz AS occurred_at,
-           greatest(1, char_length(f.content) / 4) AS tokens,
+           public.haki_tokens(f.content) AS tokens,
            (f.embedding <=> :query_embedding::vector) AS cosine_distance,
-           coalesce(ft.text_rank, 0) AS text_rank,
-           least(1.0, exp(-least(700.0, greatest(0.0, extract(epoch FROM now() - coalesce(f.valid_from, f.recorded_from)))
-                          / :tau_seconds::float8))) AS recency
-    FROM (SELECT fact_id FROM fact_vector_top UNION SELECT fact_id FROM fact_text_top) AS c
-    JOIN facts AS f ON f.project_id = :project_id AND f.fact_id = c.fact_id
-    LEFT JOIN fact_text AS ft ON ft.fact_id = c.fact_id
+           k.text_rank,
+           public.haki_recency(coalesce(f.valid_from, f.recorded_from), :tau_seconds) AS recency
+    FROM facts AS f
+    JOIN kept AS k ON k.item_type = 'fact' AND k.item_id = f.fact_id
+    WHERE f.project_id = :project_id
+      AND f.fact_id = ANY ((SELECT array_agg(k2.item_id) FROM kept AS k2 WHERE k2.item_type = 'fact')::uuid[])
     UNION ALL
     SELECT 'episode', e.event_id, e.content, NULL, NULL, NULL, NULL, e.occurred_at,
-           greatest(1, char_length(e.content) / 4),
+           public.haki_tokens(e.content),
            (e.embedding <=> :query_embedding::vector),
-           coalesce(et.text_rank, 0),
-           least(1.0, exp(-least(700.0, greatest(0.0, extract(epoch FROM now() - e.occurred_at)) / :tau_seconds::float8)))
-    FROM (SELECT event_id FROM event_vector_top UNION SELECT event_id FROM event_text_top) AS c
-    JOIN events AS e ON e.project_id = :project_id AND e.event_id = c.event_id
-    LEFT JOIN event_text AS et ON et.event_id = c.event_id
+           k.text_rank,
+           public.haki_recency(e.occurred_at, :tau_seconds)
+    FROM events AS e
+    JOIN kept AS k ON k.item_type = 'episode' AND k.item_id = e.event_id
+    WHERE e.project_id = :project_id
+      AND e.event_id = ANY ((SELECT array_agg(k2.item_id) FROM kept AS k2 WHERE k2.item_type = 'episode')::uuid[])
 ),
 scored AS (
+    -- Phase 2: one hybrid score for facts and episodes, capped at CANDIDATE_LIMIT together.
     SELECT p.item_type, p.item_id, p.content, p.valid_from, p.valid_to, p.recorded_from,
            p.source_event_id, p.occurred_at, p.tokens, p.cosine_distance, p.text_rank, p.recency,
            1 - p.cosine_distance AS similarity,
-           :w_similarity::float8 * coalesce(1 - p.cosine_distance, 0)
-           + :w_text_rank::float8 * p.text_rank
-           + :w_recency::float8 * p.recency AS score
+           public.haki_hybrid_score(p.cosine_distance, p.text_rank, p.recency,
+                                    :w_similarity, :w_text_rank, :w_recency) AS score
     FROM parts AS p
     ORDER BY score DESC, p.item_type, p.item_id
     LIMIT :candidate_limit
-),
-blocked AS (
-    SELECT f.fact_id,
-           CASE WHEN oc.open THEN 'conflict_open' ELSE 'volatility_expired' END AS reason_code,
-           greatest(1, char_length(f.content) / 4) AS tokens
-    FROM facts AS f
-    CROSS JOIN LATERAL (
-        SELECT EXISTS (
-            SELECT 1
-            FROM conflict_members AS cm
-            JOIN conflict_sets AS cs
-              ON cs.project_id = cm.project_id AND cs.conflict_set_id = cm.conflict_set_id
-            WHERE cm.project_id = f.project_id AND cm.fact_id = f.fact_id AND cs.status = 'open'
-        ) AS open
-    ) AS oc
-    WHERE f.project_id = :project_id
-      AND f.subject_id = :subject_id
-      AND f.status = 'active'
-      AND (f.valid_to IS NULL OR f.valid_to > now())
-      AND (oc.open
-           OR (f.volatility = 'volatile'
-               AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now()))
 )
 SELECT 'candidate' AS kind, s.item_type, s.item_id, s.content, s.valid_from, s.valid_to,
        s.recorded_from, s.source_event_id, s.occurred_at, s.tokens, s.cosine_distance,
@@ -560,4 +532,4 @@ FROM scored AS s
 UNION ALL
 SELECT 'blocked', 'fact', b.fact_id, NULL, NULL, NULL, NULL, NULL, NULL, b.tokens, NULL, NULL,
        NULL, NULL, NULL, b.reason_code, count(*) OVER (PARTITION BY b.reason_code)
-FROM blocked AS b;
+FROM public.haki_blocked_facts(:project_id, :subject_id) AS b;

@@ -15,6 +15,20 @@ EPISODE_TOP_K: Final = 8
 MULTI_HOP_MAX_ENTITIES: Final = 2
 MULTI_HOP_MAX_PER_ENTITY: Final = 5
 DEFAULT_BUDGET_TOKENS: Final = 900
+# Both profiles (spec/context-profiles.md, "Multi-hop reads are bounded"): the match step reads
+# at most this many facts naming each entity, whatever the scope's size, and keeps the
+# MULTI_HOP_MAX_PER_ENTITY best of them.
+MULTI_HOP_MAX_MATCHES_PER_ENTITY: Final = 64
+
+# The `unified` profile's text side (spec/context-profiles.md, rule 1). A query's words beyond
+# the first TEXT_QUERY_MAX_WORDS are not matched (a 4,000-character query would otherwise probe
+# the index hundreds of times); each word reads at most TEXT_MATCHES_PER_WORD postings of facts
+# and as many of events. Document frequencies come from the scope's newest IDF_SAMPLE_DOCS facts
+# and as many events (exact up to that size), so no call counts a common word's postings: for a
+# 7-word query over a 10k-fact scope, 1,000 of each cost 2.2 ms, 256 of each 0.6 ms.
+TEXT_QUERY_MAX_WORDS: Final = 32
+TEXT_MATCHES_PER_WORD: Final = RETRIEVAL_TOP_K
+IDF_SAMPLE_DOCS: Final = 256
 RECENCY_TAU_SECONDS: Final = 30 * 24 * 3600.0
 
 # Hybrid score weights. Not part of the public contract (see module docstring).

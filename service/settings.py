@@ -11,6 +11,7 @@ import msgspec
 import platformdirs
 
 EmbedProvider = Literal["local", "openai", "hash"]
+ContextProfile = Literal["unified", "facts_first"]
 
 
 class SettingsError(ValueError):
@@ -27,6 +28,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     embed_timeout_seconds: float = 10.0
     embed_batch_size: int = 64
     recall_max_distance: float = 0.0
+    # The default rules of POST /v1/context (spec/context-profiles.md); a call may name another.
+    context_profile: ContextProfile = "unified"
     volatile_stale_after_seconds: int = 7 * 24 * 3600
     pool_min_size: int = 1
     pool_max_size: int = 10
@@ -65,6 +68,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         put("HAKI_EMBED_TIMEOUT_SECONDS", "embed_timeout_seconds", float)
         put("HAKI_EMBED_BATCH_SIZE", "embed_batch_size", int)
         put("HAKI_RECALL_MAX_DISTANCE", "recall_max_distance", float)
+        put("HAKI_CONTEXT_PROFILE", "context_profile")
         put("HAKI_VOLATILE_STALE_AFTER_SECONDS", "volatile_stale_after_seconds", int)
         put("HAKI_POOL_MIN_SIZE", "pool_min_size", int)
         put("HAKI_POOL_MAX_SIZE", "pool_max_size", int)

@@ -15,6 +15,7 @@ import msgspec
 from msgspec import Meta
 
 from service.constants import MAX_BATCH, MAX_CONTENT_CHARS, MAX_QUERY_CHARS, MAX_SCOPE_CHARS
+from service.settings import ContextProfile
 
 # PostgreSQL text cannot hold NUL; refusing it here names the field instead of failing in SQL.
 _NO_NUL = r"^[^\x00]*$"
@@ -48,6 +49,13 @@ Content = Annotated[
 ]
 Timestamp = Annotated[datetime, Meta(tz=True, description="RFC 3339 timestamp with an offset.")]
 FactStatus = Literal["active", "superseded", "retracted"]
+Profile = Annotated[
+    ContextProfile,
+    Meta(
+        description="`unified` (one ranking and one budget for facts and episodes) or `facts_first` "
+        "(spec/context-assembler.md exactly: facts first, episodes with what is left)."
+    ),
+]
 Volatility = Literal["stable", "volatile"]
 
 # Field types shared by several Structs: one description each, so the schema reads the same
@@ -309,9 +317,17 @@ class ContextRequest(Request):
             "Anything but a positive integer (up to 2^63-1) is a 400 budget_exceeded.",
         ),
     ] = 900
-    include_episodes: Annotated[bool, Meta(description="Pack the closest dated events after the facts.")] = (
-        True
-    )
+    include_episodes: Annotated[
+        bool, Meta(description="Serve dated events (episodes) too; false serves and traces facts only.")
+    ] = True
+    profile: Annotated[
+        ContextProfile | None,
+        Meta(
+            description="The rules that build the packet: `unified` (one ranking and one budget for "
+            "facts and episodes) or `facts_first` (facts first, episodes with what is left). "
+            "Absent or null: the deployment's HAKI_CONTEXT_PROFILE (default `unified`)."
+        ),
+    ] = None
 
 
 class PacketFact(Response, frozen=True, kw_only=True):
@@ -335,12 +351,19 @@ class PacketEpisode(Response, frozen=True, kw_only=True):
     event_id: EventId
     content: MemoryText
     occurred_at: Annotated[datetime, Meta(description="When the event happened.")]
-    score: Annotated[float, Meta(description="Cosine similarity of the event to the query.")]
+    score: Annotated[
+        float,
+        Meta(
+            description="`unified`: the hybrid score, as for facts (recency from occurred_at); "
+            "`facts_first`: the cosine similarity of the event to the query."
+        ),
+    ]
     tokens: Tokens
 
 
 class ContextPacket(Response, frozen=True, kw_only=True):
     trace_id: TraceId
+    profile: Profile
     status: PacketStatus
     warnings: Warnings
     empty_reason: Annotated[
@@ -367,7 +390,9 @@ class Decision(Response, frozen=True, kw_only=True):
         str,
         Meta(
             description="`packed`, `multi_hop_expansion` (included); `over_budget`, "
-            "`below_relevance_floor` (excluded); `conflict_open`, `volatility_expired` (blocked)."
+            "`below_relevance_floor`, `already_served` (excluded: `unified` only, the item's event "
+            "or the same text is already in the packet); `conflict_open`, `volatility_expired` "
+            "(blocked)."
         ),
     ]
     rank: Annotated[int | None, Meta(description="1-based position in score order; null when blocked.")]
@@ -376,9 +401,16 @@ class Decision(Response, frozen=True, kw_only=True):
         float | None, Meta(description="1 - cosine distance to the query; null without an embedding.")
     ]
     text_rank: Annotated[
-        float | None, Meta(description="Normalised full-text rank, in [0, 1); null for episodes.")
+        float | None,
+        Meta(
+            description="Full-text rank in [0, 1]: `unified`, the share of the query's idf the text "
+            "matches; `facts_first`, normalised ts_rank_cd, and null for episodes."
+        ),
     ]
-    recency: Annotated[float | None, Meta(description="exp(-age / 30 days), in (0, 1]; null for episodes.")]
+    recency: Annotated[
+        float | None,
+        Meta(description="exp(-age / 30 days), in (0, 1]; null for `facts_first` episodes."),
+    ]
     cosine_distance: Annotated[
         float | None, Meta(description="Cosine distance to the query (what the recall gate checks).")
     ]
@@ -387,6 +419,7 @@ class Decision(Response, frozen=True, kw_only=True):
 
 class Inspection(Response, frozen=True, kw_only=True):
     trace_id: TraceId
+    profile: Profile
     project_id: ScopeProject
     subject_id: ScopeSubject
     query: Annotated[str, Meta(description="The query of the call.")]

@@ -14,6 +14,7 @@ from typing import Any
 
 import asyncpg
 import httpx
+import pytest
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 from service import auth
 from service.constants import EPISODE_TOP_K, WEIGHT_RECENCY, WEIGHT_SIMILARITY, WEIGHT_TEXT_RANK
 from tests.conftest import bearer
-from tests.test_context_rules import (
+from tests.helpers import (
     OTHER_PROJECT,
     PROJECT,
     assert_packet_matches_trace,
@@ -139,8 +140,9 @@ async def _build_scope(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(scope=scope_st)
+@pytest.mark.parametrize("profile", ["unified", "facts_first"])
 async def test_packet_invariants_hold_for_random_scopes(
-    client: httpx.AsyncClient, conn: asyncpg.Connection, scope: dict[str, Any]
+    client: httpx.AsyncClient, conn: asyncpg.Connection, scope: dict[str, Any], profile: str
 ) -> None:
     subject = f"prop-{uuid.uuid4()}"
     # Fresh keys per example: the per-key rate limit must not shape the property.
@@ -155,7 +157,9 @@ async def test_packet_invariants_hold_for_random_scopes(
         subject,
         budget_tokens=scope["budget"],
         include_episodes=scope["include_episodes"],
+        profile=profile,
     )
+    assert packet["profile"] == trace["profile"] == profile
 
     # The budget is a ceiling, and exactly the served items spend it.
     assert packet["budget_tokens"] == scope["budget"]
@@ -192,16 +196,29 @@ async def test_packet_invariants_hold_for_random_scopes(
         if d["item_type"] == "fact" and d["decision"] != "blocked":
             parts = WEIGHT_SIMILARITY * d["similarity"] + WEIGHT_TEXT_RANK * d["text_rank"]
             assert math.isclose(d["score"], parts + WEIGHT_RECENCY * d["recency"], abs_tol=1e-9)
-            assert 0.0 <= d["text_rank"] < 1.0
+            # facts_first: ts_rank_cd normalised to rank/(rank+1); unified: a share of the idf.
+            assert 0.0 <= d["text_rank"] < 1.0 or (profile == "unified" and d["text_rank"] == 1.0)
             assert 0.0 <= d["recency"] <= 1.0
-    reasons = [f["reason_code"] for f in packet["facts"]]
-    assert reasons == sorted(reasons, key=lambda r: r == "multi_hop_expansion")
     packed_scores = [f["score"] for f in packet["facts"] if f["reason_code"] == "packed"]
     assert packed_scores == sorted(packed_scores, reverse=True)
     # Every servable fact is decided: the scopes here are far below RETRIEVAL_TOP_K.
     assert {i for i, r in fate_of.items() if r == "servable"} <= set(decided)
+    traced = [d["item_id"] for d in trace["decisions"] if d["item_type"] == "episode"]
     if not scope["include_episodes"]:
-        assert not [d for d in trace["decisions"] if d["item_type"] == "episode"]
-    else:
-        traced = [d["item_id"] for d in trace["decisions"] if d["item_type"] == "episode"]
+        assert not traced
+    elif profile == "facts_first":
+        # Facts first, expansion next, then the EPISODE_TOP_K closest events.
+        reasons = [f["reason_code"] for f in packet["facts"]]
+        assert reasons == sorted(reasons, key=lambda r: r == "multi_hop_expansion")
         assert set(traced) <= events and len(traced) == min(len(events), EPISODE_TOP_K)
+    else:
+        # One ranking: every event of these small scopes is a candidate, and no text is served twice.
+        assert set(traced) == events
+        texts = [" ".join(i["content"].split()).casefold() for i in served]
+        assert len(texts) == len(set(texts))
+        ranked = [
+            d["score"]
+            for d in trace["decisions"]
+            if d["decision"] != "blocked" and d["reason_code"] != "multi_hop_expansion"
+        ]
+        assert ranked == sorted(ranked, reverse=True)

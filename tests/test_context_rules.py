@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
-import numpy as np
+import msgspec
 import pytest
 
 from service.constants import (
@@ -27,202 +27,43 @@ from service.constants import (
     MULTI_HOP_MAX_PER_ENTITY,
     RETRIEVAL_TOP_K,
     WEIGHT_RECENCY,
-    WEIGHT_SIMILARITY,
     WEIGHT_TEXT_RANK,
 )
 from service.context.entities import extract_entities
 from service.embedder import Embedder, EmbedderError, Vector
 from service.settings import Settings
 from tests.conftest import bearer, make_client
+from tests.helpers import (
+    ONE_HIT_TEXT_RANK,
+    OTHER_PROJECT,
+    PROJECT,
+    assert_error,
+    assert_packet_matches_trace,
+    by_item,
+    candidate_decisions,
+    context,
+    context_and_trace,
+    cosine_distances,
+    days_from_now,
+    expected_score,
+    fact_ids,
+    inspect,
+    post_context,
+    stats,
+    tokens_of,
+    write_events,
+    write_facts,
+)
 
-PROJECT = "proj-a"
-OTHER_PROJECT = "proj-b"
-DAY = 24 * 3600.0
-
-# ts_rank_cd of a one-word query against a text holding it once: the D-weight 0.1 of one cover,
-# normalised (flag 32) to rank / (rank + 1).
-ONE_HIT_TEXT_RANK = 0.1 / 1.1
-
-
-# --- helpers (also used by test_context_property.py and test_context_scale.py) --------------
-
-
-def iso(dt: datetime) -> str:
-    return dt.isoformat()
-
-
-def days_from_now(days: float) -> str:
-    return iso(datetime.now(UTC) + timedelta(days=days))
-
-
-def tokens_of(text: str) -> int:
-    return max(1, len(text) // 4)
-
-
-async def write_facts(
-    client: httpx.AsyncClient,
-    key: str,
-    facts: Sequence[dict[str, Any] | str],
-    subject_id: str = "u1",
-    project_id: str = PROJECT,
-) -> list[dict[str, Any]]:
-    body = [{"content": f} if isinstance(f, str) else f for f in facts]
-    r = await client.post(
-        "/v1/facts",
-        json={"project_id": project_id, "subject_id": subject_id, "facts": body},
-        headers=bearer(key),
-    )
-    assert r.status_code == 201, r.text
-    results: list[dict[str, Any]] = r.json()["facts"]
-    assert len(results) == len(body)
-    return results
+# This module is the reference of the `facts_first` profile (spec/context-profiles.md): every
+# rule of spec/context-assembler.md exactly. Its clients serve that profile by default; the
+# `unified` profile's rules are tested in test_context_unified.py.
+FACTS_FIRST = "facts_first"
 
 
-async def fact_ids(
-    client: httpx.AsyncClient,
-    key: str,
-    facts: Sequence[dict[str, Any] | str],
-    subject_id: str = "u1",
-    project_id: str = PROJECT,
-) -> list[str]:
-    return [r["fact_id"] for r in await write_facts(client, key, facts, subject_id, project_id)]
-
-
-async def write_events(
-    client: httpx.AsyncClient,
-    key: str,
-    events: Sequence[tuple[str, str]],
-    subject_id: str = "u1",
-    project_id: str = PROJECT,
-) -> list[str]:
-    r = await client.post(
-        "/v1/events",
-        json={
-            "project_id": project_id,
-            "subject_id": subject_id,
-            "events": [{"content": c, "occurred_at": at} for c, at in events],
-        },
-        headers=bearer(key),
-    )
-    assert r.status_code == 201, r.text
-    return [e["event_id"] for e in r.json()["events"]]
-
-
-async def post_context(
-    client: httpx.AsyncClient,
-    key: str,
-    query: str,
-    subject_id: str = "u1",
-    project_id: str = PROJECT,
-    **extra: Any,
-) -> httpx.Response:
-    return await client.post(
-        "/v1/context",
-        json={"project_id": project_id, "subject_id": subject_id, "query": query, **extra},
-        headers=bearer(key),
-    )
-
-
-async def context(
-    client: httpx.AsyncClient,
-    key: str,
-    query: str,
-    subject_id: str = "u1",
-    project_id: str = PROJECT,
-    **extra: Any,
-) -> dict[str, Any]:
-    r = await post_context(client, key, query, subject_id, project_id, **extra)
-    assert r.status_code == 200, r.text
-    packet: dict[str, Any] = r.json()
-    assert packet["used_tokens"] <= packet["budget_tokens"], packet
-    return packet
-
-
-async def inspect(client: httpx.AsyncClient, key: str, trace_id: str) -> dict[str, Any]:
-    r = await client.get(f"/v1/inspect/{trace_id}", headers=bearer(key))
-    assert r.status_code == 200, r.text
-    found: dict[str, Any] = r.json()
-    return found
-
-
-async def context_and_trace(
-    client: httpx.AsyncClient, key: str, query: str, subject_id: str = "u1", **extra: Any
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    packet = await context(client, key, query, subject_id, **extra)
-    return packet, await inspect(client, key, packet["trace_id"])
-
-
-def by_item(trace: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Decisions keyed by item id; an item is decided at most once per call."""
-    out: dict[str, dict[str, Any]] = {}
-    for d in trace["decisions"]:
-        assert d["item_id"] not in out, f"item decided twice: {d}"
-        out[d["item_id"]] = d
-    return out
-
-
-def candidate_decisions(trace: dict[str, Any]) -> list[dict[str, Any]]:
-    """Fact decisions coming from the candidates (not blocked, not multi-hop), in trace order.
-
-    Multi-hop rows rank after every candidate; one refused for budget is traced over_budget, so
-    it is told apart by its rank only when some other multi-hop row was included: tests that
-    count candidates use scopes where that cannot happen."""
-    rows = [
-        d
-        for d in trace["decisions"]
-        if d["item_type"] == "fact"
-        and d["decision"] != "blocked"
-        and d["reason_code"] != "multi_hop_expansion"
-    ]
-    multi_hop_ranks = {d["rank"] for d in trace["decisions"] if d["reason_code"] == "multi_hop_expansion"}
-    # Multi-hop rows excluded for budget carry over_budget; they rank after every candidate.
-    first_hop = min(multi_hop_ranks, default=None)
-    return [d for d in rows if first_hop is None or d["rank"] < first_hop]
-
-
-def expected_score(d: dict[str, Any]) -> float:
-    similarity = d["similarity"] if d["similarity"] is not None else 0.0
-    return WEIGHT_SIMILARITY * similarity + WEIGHT_TEXT_RANK * d["text_rank"] + WEIGHT_RECENCY * d["recency"]
-
-
-def assert_packet_matches_trace(packet: dict[str, Any], trace: dict[str, Any]) -> None:
-    """Every served item is traced `included` with the same tokens and score; nothing else is."""
-    decided = by_item(trace)
-    served = [("fact", f["fact_id"], f) for f in packet["facts"]] + [
-        ("episode", e["event_id"], e) for e in packet["episodes"]
-    ]
-    for item_type, item_id, item in served:
-        d = decided[item_id]
-        assert d["item_type"] == item_type
-        assert d["decision"] == "included", d
-        assert d["tokens"] == item["tokens"] == tokens_of(item["content"])
-        assert d["score"] == pytest.approx(item["score"], abs=1e-12)
-    for f in packet["facts"]:
-        assert decided[f["fact_id"]]["reason_code"] == f["reason_code"]
-    included = [d["item_id"] for d in trace["decisions"] if d["decision"] == "included"]
-    assert sorted(included) == sorted(i for _, i, _ in served)
-    assert packet["used_tokens"] == sum(item["tokens"] for _, _, item in served)
-    for field in ("budget_tokens", "used_tokens", "status", "warnings", "empty_reason"):
-        assert trace[field] == packet[field], field
-
-
-async def cosine_distances(embedder: Embedder, query: str, texts: Sequence[str]) -> list[float]:
-    """The model's own cosine distances, computed outside the database."""
-    vectors = await embedder.embed([query, *texts])
-    q = vectors[0].astype(np.float64)
-    return [1.0 - float(np.dot(q, v.astype(np.float64))) for v in vectors[1:]]
-
-
-async def stats(client: httpx.AsyncClient, key: str, project_id: str = PROJECT) -> httpx.Response:
-    return await client.get("/v1/stats/overview", params={"project_id": project_id}, headers=bearer(key))
-
-
-def assert_error(r: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert r.status_code == status, r.text
-    body: dict[str, Any] = r.json()
-    assert body["code"] == code, body
-    assert isinstance(body["message"], str) and body["message"]
-    return body
+@pytest.fixture(scope="session")
+def settings(settings: Settings) -> Settings:
+    return msgspec.structs.replace(settings, context_profile=FACTS_FIRST)
 
 
 # --- rule 1: hard filters ---------------------------------------------------------------------

@@ -7,8 +7,6 @@ pass, then ANALYZE, so the planner sees the table it would see in production.
 
 from __future__ import annotations
 
-from typing import Any
-
 import asyncpg
 import httpx
 import numpy as np
@@ -16,7 +14,6 @@ import pytest
 
 from service.constants import (
     CANDIDATE_LIMIT,
-    RECENCY_TAU_SECONDS,
     RETRIEVAL_TOP_K,
     WEIGHT_RECENCY,
     WEIGHT_SIMILARITY,
@@ -24,8 +21,9 @@ from service.constants import (
 )
 from service.context import assembler
 from service.context import repository as repo
+from service.context.model import Candidate
 from service.sql import load_queries
-from tests.test_context_rules import PROJECT, candidate_decisions, context_and_trace
+from tests.helpers import PROJECT, candidate_decisions, context_and_trace
 
 pytestmark = pytest.mark.slow
 
@@ -51,25 +49,25 @@ def random_unit_vector(seed: int) -> np.ndarray:
     return (v / np.linalg.norm(v)).astype(np.float32)
 
 
-async def vector_phase(conn: asyncpg.Connection, subject_id: str, qvec: np.ndarray) -> tuple[list[Any], int]:
+async def vector_phase(
+    conn: asyncpg.Connection, subject_id: str, qvec: np.ndarray
+) -> tuple[list[Candidate], int]:
     """fact_candidates with a query text that matches nothing (so only the vector side
     contributes), and how many HNSW index scans it started."""
     q = load_queries()
     hnsw_index = await q.test_fact_vector_index(conn, project_id=PROJECT, subject_id=subject_id)
     before = await q.test_index_scans(conn, index_name=hnsw_index)
-    rows = await repo.fact_candidates(
+    retrieved = await repo.fact_candidates(
         conn,
         project_id=PROJECT,
         subject_id=subject_id,
         query_embedding=qvec,
         query_text=NO_MATCH,
-        top_k=RETRIEVAL_TOP_K,
-        candidate_limit=CANDIDATE_LIMIT,
         weights=WEIGHTS,
-        tau_seconds=RECENCY_TAU_SECONDS,
     )
     after = await q.test_index_scans(conn, index_name=hnsw_index)
-    return rows, after - before
+    assert not retrieved.blocked
+    return retrieved.candidates, after - before
 
 
 async def test_two_phase_vector_candidates_exactly_64(
@@ -104,13 +102,13 @@ async def test_two_phase_vector_candidates_exactly_64(
         rows, hnsw_scans = await vector_phase(conn, "scale-b", qvec)
     assert hnsw_scans >= 1
     assert len(rows) == RETRIEVAL_TOP_K
-    assert all(r["kind"] == "candidate" for r in rows)
-    assert len({r["fact_id"] for r in rows}) == RETRIEVAL_TOP_K
-    assert all(r["content"].startswith("bravo seeded fact ") for r in rows)
-    assert all(r["text_rank"] == 0.0 for r in rows)
+    assert len({r.item_id for r in rows}) == RETRIEVAL_TOP_K
+    assert all(r.content.startswith("bravo seeded fact ") for r in rows)
+    assert all(r.text_rank == 0.0 for r in rows)
     for r in rows:
-        assert r["score"] == pytest.approx(
-            WEIGHT_SIMILARITY * r["similarity"] + WEIGHT_RECENCY * r["recency"], abs=1e-9
+        assert r.similarity is not None and r.recency is not None
+        assert r.score == pytest.approx(
+            WEIGHT_SIMILARITY * r.similarity + WEIGHT_RECENCY * r.recency, abs=1e-9
         )
 
     # End to end: the same scope through POST /v1/context traces exactly RETRIEVAL_TOP_K candidates.
@@ -136,7 +134,7 @@ async def test_trace_never_exceeds_candidate_limit(
     # The phase-2 cap really applies: below the union size, the trace holds exactly the cap,
     # and it is the best-scored head of the same union.
     cap = len(candidates) - 20
-    monkeypatch.setattr(assembler, "CANDIDATE_LIMIT", cap)
+    monkeypatch.setattr(repo, "CANDIDATE_LIMIT", cap)
     _, capped = await context_and_trace(client, key, "common words", "limit", include_episodes=False)
     capped_candidates = candidate_decisions(capped)
     assert len(capped_candidates) == len(capped["decisions"]) == cap

@@ -48,7 +48,7 @@ async def test_very_old_memories_do_not_break_context(
         json={
             "project_id": PROJECT,
             "subject_id": SUBJECT,
-            "events": [{"content": "Alice was born in Lyon", "occurred_at": valid_from}],
+            "events": [{"content": "Alice said she was born in Lyon", "occurred_at": valid_from}],
         },
         headers=bearer(key),
     )

@@ -79,7 +79,8 @@ async def test_hostile_content_round_trips_and_is_found(
         json={
             "project_id": PROJECT,
             "subject_id": SUBJECT,
-            "events": [{"content": content, "occurred_at": "2024-01-01T00:00:00Z"}],
+            # Not the fact's text: the `unified` profile serves one text once (already_served).
+            "events": [{"content": content + " (event)", "occurred_at": "2024-01-01T00:00:00Z"}],
         },
         headers=bearer(key),
     )
@@ -93,7 +94,7 @@ async def test_hostile_content_round_trips_and_is_found(
     assert [f["fact_id"] for f in packet["facts"]] == [fact_id]
     assert packet["facts"][0]["content"] == content
     assert [e["event_id"] for e in packet["episodes"]] == [event_id]
-    assert packet["episodes"][0]["content"] == content
+    assert packet["episodes"][0]["content"] == content + " (event)"
     inspected = await client.get(f"/v1/inspect/{packet['trace_id']}", headers=bearer(key))
     assert inspected.status_code == 200 and inspected.json()["query"] == content
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from service.constants import CANDIDATE_LIMIT, MULTI_HOP_MAX_PER_ENTITY, RECENCY_TAU_SECONDS, RETRIEVAL_TOP_K
+from service.constants import MULTI_HOP_MAX_PER_ENTITY, RETRIEVAL_TOP_K
 from service.context import assembler
 from service.context import repository as repo
 from service.sql import load_queries
-from tests.test_context_rules import PROJECT
+from tests.helpers import PROJECT
 from tests.test_context_scale import WEIGHTS, random_unit_vector, seed_scopes
 
 pytestmark = pytest.mark.slow
@@ -37,25 +37,22 @@ async def test_candidate_phases_pick_the_hnsw_and_gin_indexes(conn: asyncpg.Conn
         await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
         hnsw_before = await q.test_index_scans(conn, index_name=hnsw_index)
         gin_before = await q.test_index_scans(conn, index_name=GIN_INDEX)
-        rows = await repo.fact_candidates(
+        retrieved = await repo.fact_candidates(
             conn,
             project_id=PROJECT,
             subject_id="idx-b",
             query_embedding=random_unit_vector(7),
             # The seeded contents end with their row number: "4242" names a handful of facts.
             query_text="4242",
-            top_k=RETRIEVAL_TOP_K,
-            candidate_limit=CANDIDATE_LIMIT,
             weights=WEIGHTS,
-            tau_seconds=RECENCY_TAU_SECONDS,
         )
         hnsw_scans = await q.test_index_scans(conn, index_name=hnsw_index) - hnsw_before
         gin_scans = await q.test_index_scans(conn, index_name=GIN_INDEX) - gin_before
     assert hnsw_scans >= 1, "the vector top-K did not walk the HNSW index"
     assert gin_scans >= 1, "the full-text top-K did not use the GIN index"
-    texts = [r for r in rows if r["kind"] == "candidate" and r["text_rank"] > 0]
+    texts = [r for r in retrieved.candidates if r.text_rank]
     assert texts, "the full-text side found nothing"
-    assert all("4242" in r["content"].split() for r in texts)
+    assert all("4242" in r.content.split() for r in texts)
 
 
 async def test_generic_plans_never_scan_the_whole_table(conn: asyncpg.Connection) -> None:
@@ -71,20 +68,19 @@ async def test_generic_plans_never_scan_the_whole_table(conn: asyncpg.Connection
         conn, project_id=PROJECT, subject_id="tiny", n=30, content_prefix="tiny seeded fact"
     )
     before = await q.test_index_scans(conn, index_name="facts")  # sequential scans of the table
-    for call in range(8):  # past the five custom plans after which PostgreSQL may go generic
+    # Both profiles' statements, two calls of each in turn.
+    for call in range(16):  # past the five custom plans after which PostgreSQL may go generic
         subject_id = "tiny" if call % 2 else "big"
         async with conn.transaction():
             await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
-            rows = await repo.fact_candidates(
+            retrieve = repo.fact_candidates if call % 4 < 2 else repo.unified_candidates
+            retrieved = await retrieve(
                 conn,
                 project_id=PROJECT,
                 subject_id=subject_id,
                 query_embedding=random_unit_vector(call),
                 query_text="seeded fact 42",
-                top_k=RETRIEVAL_TOP_K,
-                candidate_limit=CANDIDATE_LIMIT,
                 weights=WEIGHTS,
-                tau_seconds=RECENCY_TAU_SECONDS,
             )
             # Multi-hop under the same generic plans, on a word every fact of the scope holds.
             hops = await repo.multi_hop_facts(
@@ -93,16 +89,15 @@ async def test_generic_plans_never_scan_the_whole_table(conn: asyncpg.Connection
                 subject_id=subject_id,
                 entities=["seeded"],
                 exclude_ids=[],
-                per_entity=MULTI_HOP_MAX_PER_ENTITY,
                 query_embedding=random_unit_vector(call),
                 query_text="seeded fact 42",
                 weights=WEIGHTS,
-                tau_seconds=RECENCY_TAU_SECONDS,
+                profile="facts_first" if call % 4 < 2 else "unified",
             )
-        candidates = [r for r in rows if r["kind"] == "candidate"]
+        candidates = retrieved.candidates
         assert len(hops) == MULTI_HOP_MAX_PER_ENTITY
         if subject_id == "tiny":
-            assert len(candidates) == 30 and all(r["content"].startswith("tiny") for r in candidates)
+            assert len(candidates) == 30 and all(r.content.startswith("tiny") for r in candidates)
         else:
             assert len(candidates) >= RETRIEVAL_TOP_K
     assert await q.test_index_scans(conn, index_name="facts") == before, "a sequential scan of facts"

@@ -9,7 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import bearer
 
 PROJECT = "proj-a"
-STAGES = ("embed", "candidates", "pack", "multi_hop", "episodes", "trace")
+# The stages of the default `unified` profile (facts_first also times "episodes").
+STAGES = ("embed", "candidates", "multi_hop", "pack", "trace")
 
 
 async def scrape(client: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -71,18 +72,19 @@ async def test_metric_names_and_moving_values(client: Any, key: str) -> None:
     # Only the call that served a fact is an injection; both are calls (one degraded: conflict).
     assert value(after, "haki_context_injections_total") - value(before, "haki_context_injections_total") == 1
     calls = sum(
-        value(after, "haki_context_calls_total", status=s)
-        - value(before, "haki_context_calls_total", status=s)
+        value(after, "haki_context_calls_total", status=s, profile="unified")
+        - value(before, "haki_context_calls_total", status=s, profile="unified")
         for s in ("ok", "degraded")
     )
     assert calls == 2
-    assert value(after, "haki_context_calls_total", status="degraded") >= 1
+    assert value(after, "haki_context_calls_total", status="degraded", profile="unified") >= 1
     for stage in STAGES:
-        moved = value(after, "haki_context_stage_duration_seconds_count", stage=stage) - value(
-            before, "haki_context_stage_duration_seconds_count", stage=stage
+        labels = {"stage": stage, "profile": "unified"}
+        moved = value(after, "haki_context_stage_duration_seconds_count", **labels) - value(
+            before, "haki_context_stage_duration_seconds_count", **labels
         )
         assert moved == 2, stage
-        assert value(after, "haki_context_stage_duration_seconds_sum", stage=stage) > 0, stage
+        assert value(after, "haki_context_stage_duration_seconds_sum", **labels) > 0, stage
 
     # Latency per route template, never per raw path (ids would explode the cardinality).
     ctx = value(

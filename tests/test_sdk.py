@@ -3,6 +3,7 @@ real `haki serve` subprocess."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -225,6 +226,89 @@ async def test_async_client_retries_with_one_idempotency_key() -> None:
     assert len(script.requests) == 2
 
 
+# --- context profiles, client side (a scripted transport) -----------------------------------
+
+
+def _packet_json(**extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "trace_id": str(uuid.uuid4()),
+        "status": "ok",
+        "budget_tokens": 900,
+        "used_tokens": 0,
+        "facts": [],
+        "episodes": [],
+        "warnings": [],
+        "empty_reason": "no_relevant_memory",
+    }
+    return body | extra
+
+
+def test_context_sends_profile_only_when_asked() -> None:
+    script = Script(
+        httpx.Response(200, json=_packet_json(profile="facts_first")),
+        httpx.Response(200, json=_packet_json(profile="unified")),
+    )
+    with _client(script) as haki:
+        asked = haki.context("s", "q", profile="facts_first")
+        default = haki.context("s", "q", budget_tokens=300)
+    assert json.loads(script.requests[0].content)["profile"] == "facts_first"
+    assert asked.profile == "facts_first"
+    # No argument, no key: the deployment default (HAKI_CONTEXT_PROFILE) applies.
+    assert "profile" not in json.loads(script.requests[1].content)
+    assert default.profile == "unified"
+
+
+async def test_async_context_sends_profile_only_when_asked() -> None:
+    script = Script(
+        httpx.Response(200, json=_packet_json(profile="unified")),
+        httpx.Response(200, json=_packet_json(profile="unified")),
+    )
+    async with AsyncHaki(
+        "http://haki.test", "hk_test", project_id="p", transport=httpx.MockTransport(script)
+    ) as haki:
+        assert (await haki.context("s", "q", profile="unified")).profile == "unified"
+        await haki.context("s", "q")
+    assert json.loads(script.requests[0].content)["profile"] == "unified"
+    assert "profile" not in json.loads(script.requests[1].content)
+
+
+def test_answers_of_a_server_without_profiles_still_decode() -> None:
+    trace_id = str(uuid.uuid4())
+    inspection = {
+        "trace_id": trace_id,
+        "project_id": "p",
+        "subject_id": "s",
+        "query": "q",
+        "created_at": "2026-12-01T10:00:00+00:00",
+        "budget_tokens": 900,
+        "used_tokens": 7,
+        "status": "ok",
+        "decisions": [
+            {
+                "item_type": "fact",
+                "item_id": str(uuid.uuid4()),
+                "decision": "excluded",
+                "reason_code": "already_served",
+                "tokens": 7,
+                "rank": 2,
+                "score": 0.4,
+            },
+        ],
+    }
+    script = Script(
+        httpx.Response(200, json=_packet_json(trace_id=trace_id)),
+        httpx.Response(200, json=inspection),
+        httpx.Response(200, json=inspection | {"profile": "facts_first"}),
+    )
+    with _client(script) as haki:
+        packet = haki.context("s", "q")
+        old = haki.inspect(packet.trace_id)
+        new = haki.inspect(packet.trace_id)
+    assert packet.profile is None and packet.is_empty
+    assert old.profile is None and old.decisions[0].reason_code == "already_served"
+    assert new.profile == "facts_first"
+
+
 # --- against a real server -------------------------------------------------------------------
 
 
@@ -347,6 +431,27 @@ def test_errors_carry_their_code(server: Server, haki: Haki, api_key: str) -> No
 
     with pytest.raises(ValueError, match="project_id"):
         Haki(server.url, api_key).context("s", "q")
+
+
+def test_context_profiles_against_the_server(haki: Haki) -> None:
+    subject = f"carol-{uuid.uuid4().hex[:8]}"
+    haki.write_facts(subject, ["Carol runs the Lisbon office."])
+    haki.write_events(
+        subject, [EventIn(content="Carol opened the Lisbon office.", occurred_at=datetime.now(UTC))]
+    )
+    query = "Which office does Carol run?"
+    for profile in ("facts_first", "unified"):
+        packet = haki.context(subject, query, profile=profile)
+        assert packet.profile == profile and packet.facts
+        assert haki.inspect(packet.trace_id).profile == profile
+    # Without the argument the deployment default applies: the test server sets no
+    # HAKI_CONTEXT_PROFILE, so it is `unified`.
+    assert haki.context(subject, query).profile == "unified"
+
+    with pytest.raises(ValidationError) as invalid:
+        haki.context(subject, query, profile="newest")  # type: ignore[arg-type]
+    assert invalid.value.code == "validation_error" and invalid.value.status_code == 400
+    assert invalid.value.field is not None and "profile" in invalid.value.field
 
 
 def test_empty_packet_renders_nothing(haki: Haki) -> None:

@@ -1,4 +1,7 @@
-"""Repository of the Context Assembler: the only code that runs its named queries."""
+"""Repository of the Context Assembler: the only code that runs its named queries.
+
+Rows become the frozen Structs of service/context/model.py here.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +13,21 @@ import msgspec
 import numpy as np
 from pgvector import Vector
 
-from service.constants import EXACT_SCAN_MIN_FACTS
+from service.constants import (
+    CANDIDATE_LIMIT,
+    EXACT_SCAN_MIN_FACTS,
+    IDF_SAMPLE_DOCS,
+    MULTI_HOP_MAX_MATCHES_PER_ENTITY,
+    MULTI_HOP_MAX_PER_ENTITY,
+    RECENCY_TAU_SECONDS,
+    RETRIEVAL_TOP_K,
+    TEXT_MATCHES_PER_WORD,
+    TEXT_QUERY_MAX_WORDS,
+)
+from service.context.model import Blocked, Candidate, Retrieved, Weights
 from service.repository import Conn, collect, q
-from service.structs import Decision, Inspection, StatsOverview
+from service.settings import ContextProfile
+from service.structs import ContextPacket, ContextRequest, Decision, Inspection, StatsOverview
 
 # Decision objects as the JSON array insert_context_trace unpacks (field names = column names).
 _DECISIONS = msgspec.json.Encoder()
@@ -20,6 +35,45 @@ _DECISIONS = msgspec.json.Encoder()
 
 def _vec(embedding: np.ndarray | None) -> Vector | None:
     return None if embedding is None else Vector(embedding)
+
+
+def _candidate(row: Any, item_type: str, item_id: UUID, *, expansion: bool = False) -> Candidate:
+    return Candidate(
+        item_type="fact" if item_type == "fact" else "episode",
+        item_id=item_id,
+        content=row["content"],
+        tokens=row["tokens"],
+        score=row["score"],
+        similarity=row["similarity"],
+        text_rank=row["text_rank"],
+        recency=row["recency"],
+        cosine_distance=row["cosine_distance"],
+        valid_from=row.get("valid_from"),
+        valid_to=row.get("valid_to"),
+        recorded_from=row.get("recorded_from"),
+        source_event_id=row.get("source_event_id"),
+        occurred_at=row.get("occurred_at"),
+        expansion=expansion,
+    )
+
+
+def _retrieved(rows: Sequence[Any], id_column: str) -> Retrieved:
+    """Candidate rows (`kind` = 'candidate', in score order) and blocked rows of one statement."""
+    candidates: list[Candidate] = []
+    blocked: list[Blocked] = []
+    for row in rows:
+        if row["kind"] == "candidate":
+            candidates.append(_candidate(row, row.get("item_type", "fact"), row[id_column]))
+        else:
+            blocked.append(
+                Blocked(
+                    fact_id=row[id_column],
+                    reason_code=row["reason_code"],
+                    tokens=row["tokens"],
+                    total=row["blocked_total"],
+                )
+            )
+    return Retrieved(candidates=candidates, blocked=blocked)
 
 
 async def configure_vector_scan(conn: Conn, ef_search: int) -> None:
@@ -30,6 +84,32 @@ async def end_custom_plans(conn: Conn) -> None:
     await q().end_custom_plans(conn)
 
 
+async def vector_walk(
+    conn: Conn,
+    *,
+    project_id: str,
+    subject_id: str,
+    query_embedding: np.ndarray | None,
+    top_k: int = RETRIEVAL_TOP_K,
+    event_top_k: int = 0,
+    exact_scan_min: int = EXACT_SCAN_MIN_FACTS,
+) -> tuple[list[UUID], list[UUID]]:
+    """Phase 1's vector side, planned for its own parameters, then generic plans for the rest of
+    the transaction (end_custom_plans): after this call only statements with one right plan for
+    every scope may run."""
+    row = await q().vector_walk(
+        conn,
+        project_id=project_id,
+        subject_id=subject_id,
+        query_embedding=_vec(query_embedding),
+        top_k=top_k,
+        event_top_k=event_top_k,
+        exact_scan_min=exact_scan_min,
+    )
+    await end_custom_plans(conn)
+    return list(row["walked_ids"]), list(row["walked_event_ids"])
+
+
 async def fact_candidates(
     conn: Conn,
     *,
@@ -37,35 +117,30 @@ async def fact_candidates(
     subject_id: str,
     query_embedding: np.ndarray | None,
     query_text: str,
-    top_k: int,
-    candidate_limit: int,
-    weights: tuple[float, float, float],
-    tau_seconds: float,
+    weights: Weights,
+    top_k: int = RETRIEVAL_TOP_K,
+    candidate_limit: int | None = None,
+    tau_seconds: float = RECENCY_TAU_SECONDS,
     exact_scan_min: int = EXACT_SCAN_MIN_FACTS,
-) -> list[Any]:
-    """Phases 1 and 2 and the blocked facts: the vector side (vector_walk), planned for its own
-    parameters, then everything else under generic plans for the rest of the transaction
-    (end_custom_plans): after this call only statements with one right plan for every scope
-    may run."""
-    vec = _vec(query_embedding)
-    walked_ids = await q().vector_walk(
+) -> Retrieved:
+    """`facts_first` phases 1 and 2 and the blocked facts (vector_walk first)."""
+    walked_ids, _ = await vector_walk(
         conn,
         project_id=project_id,
         subject_id=subject_id,
-        query_embedding=vec,
+        query_embedding=query_embedding,
         top_k=top_k,
         exact_scan_min=exact_scan_min,
     )
-    await end_custom_plans(conn)
-    return await collect(
+    rows = await collect(
         q().fact_candidates(
             conn,
             project_id=project_id,
             subject_id=subject_id,
-            query_embedding=vec,
+            query_embedding=_vec(query_embedding),
             query_text=query_text,
             top_k=top_k,
-            candidate_limit=candidate_limit,
+            candidate_limit=CANDIDATE_LIMIT if candidate_limit is None else candidate_limit,
             walked_ids=walked_ids,
             w_similarity=weights[0],
             w_text_rank=weights[1],
@@ -73,6 +148,55 @@ async def fact_candidates(
             tau_seconds=tau_seconds,
         )
     )
+    return _retrieved(rows, "fact_id")
+
+
+async def unified_candidates(
+    conn: Conn,
+    *,
+    project_id: str,
+    subject_id: str,
+    query_embedding: np.ndarray | None,
+    query_text: str,
+    weights: Weights,
+    with_episodes: bool = True,
+    top_k: int = RETRIEVAL_TOP_K,
+    candidate_limit: int | None = None,
+    tau_seconds: float = RECENCY_TAU_SECONDS,
+    exact_scan_min: int = EXACT_SCAN_MIN_FACTS,
+) -> Retrieved:
+    """`unified` phases 1 and 2, facts and episodes in one ranking, and the blocked facts."""
+    walked_ids, walked_event_ids = await vector_walk(
+        conn,
+        project_id=project_id,
+        subject_id=subject_id,
+        query_embedding=query_embedding,
+        top_k=top_k,
+        event_top_k=top_k if with_episodes else 0,
+        exact_scan_min=exact_scan_min,
+    )
+    rows = await collect(
+        q().unified_candidates(
+            conn,
+            project_id=project_id,
+            subject_id=subject_id,
+            query_embedding=_vec(query_embedding),
+            query_text=query_text,
+            walked_ids=walked_ids,
+            walked_event_ids=walked_event_ids,
+            top_k=top_k,
+            candidate_limit=CANDIDATE_LIMIT if candidate_limit is None else candidate_limit,
+            max_words=TEXT_QUERY_MAX_WORDS,
+            text_per_word=TEXT_MATCHES_PER_WORD,
+            event_text_per_word=TEXT_MATCHES_PER_WORD if with_episodes else 0,
+            idf_sample_docs=IDF_SAMPLE_DOCS,
+            w_similarity=weights[0],
+            w_text_rank=weights[1],
+            w_recency=weights[2],
+            tau_seconds=tau_seconds,
+        )
+    )
+    return _retrieved(rows, "item_id")
 
 
 async def multi_hop_facts(
@@ -82,13 +206,16 @@ async def multi_hop_facts(
     subject_id: str,
     entities: Sequence[str],
     exclude_ids: Sequence[UUID],
-    per_entity: int,
     query_embedding: np.ndarray | None,
     query_text: str,
-    weights: tuple[float, float, float],
-    tau_seconds: float,
-) -> list[Any]:
-    return await collect(
+    weights: Weights,
+    profile: ContextProfile,
+    per_entity: int = MULTI_HOP_MAX_PER_ENTITY,
+    match_limit: int = MULTI_HOP_MAX_MATCHES_PER_ENTITY,
+    tau_seconds: float = RECENCY_TAU_SECONDS,
+) -> list[Candidate]:
+    """Expansion facts, entity by entity (in rank order), each entity's best matches first."""
+    rows = await collect(
         q().multi_hop_facts(
             conn,
             project_id=project_id,
@@ -96,20 +223,24 @@ async def multi_hop_facts(
             entities=list(entities),
             exclude_ids=list(exclude_ids),
             per_entity=per_entity,
+            match_limit=match_limit,
             query_embedding=_vec(query_embedding),
             query_text=query_text,
+            text_query="websearch" if profile == "facts_first" else "words",
             w_similarity=weights[0],
             w_text_rank=weights[1],
             w_recency=weights[2],
             tau_seconds=tau_seconds,
         )
     )
+    return [_candidate(r, "fact", r["fact_id"], expansion=True) for r in rows]
 
 
 async def episode_candidates(
     conn: Conn, *, project_id: str, subject_id: str, query_embedding: np.ndarray, top_k: int
-) -> list[Any]:
-    return await collect(
+) -> list[Candidate]:
+    """`facts_first` episodes: the top_k closest events, scored by their cosine similarity."""
+    rows = await collect(
         q().episode_candidates(
             conn,
             project_id=project_id,
@@ -118,10 +249,42 @@ async def episode_candidates(
             top_k=top_k,
         )
     )
+    return [
+        Candidate(
+            item_type="episode",
+            item_id=r["event_id"],
+            content=r["content"],
+            tokens=r["tokens"],
+            score=1.0 - r["cosine_distance"],
+            similarity=1.0 - r["cosine_distance"],
+            text_rank=None,
+            recency=None,
+            cosine_distance=r["cosine_distance"],
+            occurred_at=r["occurred_at"],
+        )
+        for r in rows
+    ]
 
 
-async def insert_context_trace(conn: Conn, call: dict[str, Any], decisions: Sequence[Decision]) -> None:
-    await q().insert_context_trace(conn, **call, decisions=_DECISIONS.encode(list(decisions)).decode())
+async def insert_context_trace(
+    conn: Conn, req: ContextRequest, packet: ContextPacket, decisions: Sequence[Decision]
+) -> None:
+    await q().insert_context_trace(
+        conn,
+        project_id=req.project_id,
+        trace_id=packet.trace_id,
+        subject_id=req.subject_id,
+        query=req.query,
+        profile=packet.profile,
+        budget_tokens=packet.budget_tokens,
+        used_tokens=packet.used_tokens,
+        status=packet.status,
+        warnings=packet.warnings,
+        empty_reason=packet.empty_reason,
+        facts_served=len(packet.facts),
+        episodes_served=len(packet.episodes),
+        decisions=_DECISIONS.encode(list(decisions)).decode(),
+    )
 
 
 async def get_inspection(conn: Conn, project_id: str, trace_id: UUID) -> Inspection | None:
@@ -138,39 +301,3 @@ async def get_inspection(conn: Conn, project_id: str, trace_id: UUID) -> Inspect
 async def stats_overview(conn: Conn, project_id: str) -> StatsOverview:
     row = await q().stats_overview(conn, project_id=project_id)
     return StatsOverview(**dict(row))
-
-
-async def proposal_candidates(
-    conn: Conn,
-    *,
-    project_id: str,
-    subject_id: str,
-    query_embedding: np.ndarray | None,
-    query_text: str,
-    text_mode: str,
-    with_episodes: bool,
-    episode_text: bool,
-    top_k: int,
-    candidate_limit: int,
-    weights: tuple[float, float, float],
-    tau_seconds: float,
-) -> list[Any]:
-    """Evaluation only (docs/quality.md proposals): see service/context/proposals.py."""
-    return await collect(
-        q().proposal_candidates(
-            conn,
-            project_id=project_id,
-            subject_id=subject_id,
-            query_embedding=_vec(query_embedding),
-            query_text=query_text,
-            text_mode=text_mode,
-            with_episodes=with_episodes,
-            episode_text=episode_text,
-            top_k=top_k,
-            candidate_limit=candidate_limit,
-            w_similarity=weights[0],
-            w_text_rank=weights[1],
-            w_recency=weights[2],
-            tau_seconds=tau_seconds,
-        )
-    )

@@ -59,15 +59,16 @@ class Metrics:
         )
         self.stage_duration = Histogram(
             "haki_context_stage_duration_seconds",
-            "Context Assembler time per stage (embed, candidates, pack, multi_hop, episodes, trace).",
-            ["stage"],
+            "Context Assembler time per stage (embed, candidates, pack, multi_hop, episodes, trace) "
+            "and profile.",
+            ["stage", "profile"],
             buckets=STAGE_BUCKETS,
             registry=self.registry,
         )
         self.context_calls = Counter(
             "haki_context_calls",
-            "POST /v1/context calls answered, by packet status.",
-            ["status"],
+            "POST /v1/context calls answered, by packet status and profile.",
+            ["status", "profile"],
             registry=self.registry,
         )
         self.injections = Counter(
@@ -88,8 +89,8 @@ class Metrics:
 
     def observe_context(self, timer: StageTimer, packet: ContextPacket) -> None:
         for stage, ms in timer.ms.items():
-            self.stage_duration.labels(stage=stage).observe(ms / 1000.0)
-        self.context_calls.labels(status=packet.status).inc()
+            self.stage_duration.labels(stage=stage, profile=packet.profile).observe(ms / 1000.0)
+        self.context_calls.labels(status=packet.status, profile=packet.profile).inc()
         if packet.facts:
             self.injections.inc()
 

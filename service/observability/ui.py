@@ -55,8 +55,9 @@ SECTIONS: Final = (
     (
         "excluded",
         "Excluded",
-        "Candidates ranked out: over_budget (did not fit in what was left) or below_relevance_floor "
-        "(farther from the query than HAKI_RECALL_MAX_DISTANCE).",
+        "Candidates ranked out: over_budget (did not fit in what was left), below_relevance_floor "
+        "(farther from the query than HAKI_RECALL_MAX_DISTANCE) or already_served (its event or "
+        "its text was already in the packet).",
     ),
     (
         "blocked",

@@ -25,6 +25,7 @@ from haki_client.models import (
     ConflictList,
     ConflictSet,
     ContextPacket,
+    ContextProfile,
     ErrorBody,
     EventIn,
     Fact,
@@ -234,6 +235,7 @@ class Core:
         query: str,
         budget_tokens: int | None,
         include_episodes: bool | None,
+        profile: ContextProfile | None,
         project_id: str | None,
     ) -> Call[ContextPacket]:
         body: dict[str, Any] = {
@@ -245,6 +247,8 @@ class Core:
             body["budget_tokens"] = budget_tokens
         if include_episodes is not None:
             body["include_episodes"] = include_episodes
+        if profile is not None:
+            body["profile"] = profile
         return Call("POST", "/v1/context", ContextPacket, body=msgspec.json.encode(body))
 
     def inspect(self, trace_id: UUID | str) -> Call[Inspection]:

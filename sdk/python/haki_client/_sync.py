@@ -26,6 +26,7 @@ from haki_client.models import (
     ConflictList,
     ConflictSet,
     ContextPacket,
+    ContextProfile,
     EventIn,
     Fact,
     FactIn,
@@ -194,9 +195,17 @@ class Haki:
         *,
         budget_tokens: int | None = None,
         include_episodes: bool | None = None,
+        profile: ContextProfile | None = None,
         project_id: str | None = None,
     ) -> ContextPacket:
-        return self._run(self._core.context(subject_id, query, budget_tokens, include_episodes, project_id))
+        """The memory packet for `query`, within `budget_tokens`.
+
+        `profile` ("unified" or "facts_first") picks the assembler's rules for this call; None
+        leaves the deployment default (HAKI_CONTEXT_PROFILE). The packet says which one built it.
+        """
+        return self._run(
+            self._core.context(subject_id, query, budget_tokens, include_episodes, profile, project_id)
+        )
 
     def inspect(self, trace_id: UUID | str) -> Inspection:
         return self._run(self._core.inspect(trace_id))

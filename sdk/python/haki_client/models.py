@@ -8,7 +8,7 @@ Unknown response fields are ignored for the same reason.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 import msgspec
@@ -19,7 +19,11 @@ Volatility = str  # "stable" | "volatile"
 ConflictStatus = str  # "open" | "resolved"
 PacketStatus = str  # "ok" | "degraded"
 Decision = str  # "included" | "excluded" | "blocked"
-ReasonCode = str  # packed | multi_hop_expansion | over_budget | below_relevance_floor | conflict_open | ...
+ReasonCode = str  # packed | multi_hop_expansion | over_budget | below_relevance_floor | conflict_open |
+#                   already_served | ...
+# The context profiles a call may ask for. Only the request side is a Literal: a packet's
+# `profile` is read as `str`, like the other enumerated values.
+ContextProfile = Literal["unified", "facts_first"]
 
 
 class _In(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -151,6 +155,9 @@ class ContextPacket(_Out, frozen=True, kw_only=True):
     episodes: list[PacketEpisode]
     warnings: list[str] = msgspec.field(default_factory=list)
     empty_reason: str | None = None
+    # The profile that built the packet ("unified" | "facts_first"). Required of the server;
+    # None only when the server predates context profiles and does not send it.
+    profile: str | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -184,6 +191,8 @@ class Inspection(_Out, frozen=True, kw_only=True):
     decisions: list[TraceDecision]
     warnings: list[str] = msgspec.field(default_factory=list)
     empty_reason: str | None = None
+    # The profile that built the traced packet; None from a server without context profiles.
+    profile: str | None = None
 
 
 class StatsOverview(_Out, frozen=True, kw_only=True):

@@ -1,0 +1,219 @@
+"""The values the assembler's steps pass to each other, and the packing rule they share.
+
+Rows of queries/context.sql become these small frozen Structs at the repository boundary
+(service/context/repository.py); `pack` is the one packing loop of both profiles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Literal
+from uuid import UUID
+
+import msgspec
+
+from service.structs import Decision, PacketEpisode, PacketFact
+
+Weights = tuple[float, float, float]
+ItemType = Literal["fact", "episode"]
+
+
+class Candidate(msgspec.Struct, frozen=True, kw_only=True):
+    """A fact or an episode that may be served, with the parts of its score."""
+
+    item_type: ItemType
+    item_id: UUID
+    content: str
+    tokens: int
+    score: float
+    similarity: float | None
+    text_rank: float | None
+    recency: float | None
+    cosine_distance: float | None
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    recorded_from: datetime | None = None
+    source_event_id: UUID | None = None
+    occurred_at: datetime | None = None
+    # A multi-hop expansion fact: served as `multi_hop_expansion`, never gated.
+    expansion: bool = False
+
+    @property
+    def event_id(self) -> UUID | None:
+        """The dialog turn this item stands for: an episode's event, a fact's source event."""
+        return self.item_id if self.item_type == "episode" else self.source_event_id
+
+
+class Blocked(msgspec.Struct, frozen=True, kw_only=True):
+    """A fact of the scope that a hard filter hides; `total` counts its reason in the scope."""
+
+    fact_id: UUID
+    reason_code: str
+    tokens: int
+    total: int
+
+
+class Retrieved(msgspec.Struct, frozen=True, kw_only=True):
+    """Candidates in decreasing score order, and the blocked facts of the scope."""
+
+    candidates: list[Candidate]
+    blocked: list[Blocked]
+
+    @property
+    def facts(self) -> list[Candidate]:
+        return [c for c in self.candidates if c.item_type == "fact"]
+
+
+class Packed(msgspec.Struct, frozen=True, kw_only=True):
+    """What a pack served, every decision it made, and how much of its budget it used."""
+
+    budget_tokens: int
+    used_tokens: int
+    facts: list[PacketFact]
+    episodes: list[PacketEpisode]
+    kept: list[Candidate]
+    decisions: list[Decision]
+    gated: int
+    considered: int
+
+    @property
+    def remaining(self) -> int:
+        return self.budget_tokens - self.used_tokens
+
+    def then(self, later: Packed) -> Packed:
+        """This pack followed by one made with what it left of the budget."""
+        return Packed(
+            budget_tokens=self.budget_tokens,
+            used_tokens=self.used_tokens + later.used_tokens,
+            facts=[*self.facts, *later.facts],
+            episodes=[*self.episodes, *later.episodes],
+            kept=[*self.kept, *later.kept],
+            decisions=[*self.decisions, *later.decisions],
+            gated=self.gated + later.gated,
+            considered=self.considered + later.considered,
+        )
+
+
+def text_key(content: str) -> str:
+    """Texts that differ only by surrounding space, case or inner whitespace are the same text."""
+    return " ".join(content.split()).casefold()
+
+
+def decision(
+    item: Candidate | Blocked,
+    outcome: Literal["included", "excluded", "blocked"],
+    reason_code: str,
+    rank: int | None,
+) -> Decision:
+    if isinstance(item, Blocked):
+        return Decision(
+            item_type="fact",
+            item_id=item.fact_id,
+            decision=outcome,
+            reason_code=reason_code,
+            rank=None,
+            score=None,
+            similarity=None,
+            text_rank=None,
+            recency=None,
+            cosine_distance=None,
+            tokens=item.tokens,
+        )
+    return Decision(
+        item_type=item.item_type,
+        item_id=item.item_id,
+        decision=outcome,
+        reason_code=reason_code,
+        rank=rank,
+        score=item.score,
+        similarity=item.similarity,
+        text_rank=item.text_rank,
+        recency=item.recency,
+        cosine_distance=item.cosine_distance,
+        tokens=item.tokens,
+    )
+
+
+def _served_fact(c: Candidate) -> PacketFact:
+    assert c.recorded_from is not None  # a fact's row always has it
+    return PacketFact(
+        fact_id=c.item_id,
+        content=c.content,
+        score=c.score,
+        tokens=c.tokens,
+        reason_code="multi_hop_expansion" if c.expansion else "packed",
+        valid_from=c.valid_from,
+        valid_to=c.valid_to,
+        recorded_from=c.recorded_from,
+        source_event_id=c.source_event_id,
+    )
+
+
+def _served_episode(c: Candidate) -> PacketEpisode:
+    assert c.occurred_at is not None  # an episode's row always has it
+    return PacketEpisode(
+        event_id=c.item_id, content=c.content, occurred_at=c.occurred_at, score=c.score, tokens=c.tokens
+    )
+
+
+def pack(
+    items: Sequence[Candidate], budget_tokens: int, max_distance: float, *, dedupe: bool, first_rank: int = 1
+) -> Packed:
+    """Greedy in the given (score) order: each item that still fits is served, the rest is
+    `over_budget`. Before the budget, the recall gate (`below_relevance_floor`: cosine distance
+    above max_distance when it is > 0; never an expansion fact) and, with `dedupe` (unified rule
+    4), `already_served`: an item whose event, or whose text, is already in the packet. An id
+    listed twice (an expansion fact found under two entities) is decided once."""
+    used = gated = considered = 0
+    facts: list[PacketFact] = []
+    episodes: list[PacketEpisode] = []
+    kept: list[Candidate] = []
+    decisions: list[Decision] = []
+    served_events: set[UUID] = set()
+    served_texts: set[str] = set()
+    seen: set[UUID] = set()
+    rank = first_rank - 1
+    for c in items:
+        if c.item_id in seen:
+            continue
+        seen.add(c.item_id)
+        rank += 1
+        if not c.expansion:
+            considered += 1
+        event, text = c.event_id, text_key(c.content)
+        if (
+            not c.expansion
+            and max_distance > 0
+            and c.cosine_distance is not None
+            and c.cosine_distance > max_distance
+        ):
+            gated += 1
+            decisions.append(decision(c, "excluded", "below_relevance_floor", rank))
+        elif dedupe and ((event is not None and event in served_events) or text in served_texts):
+            decisions.append(decision(c, "excluded", "already_served", rank))
+        elif c.tokens <= budget_tokens - used:
+            used += c.tokens
+            kept.append(c)
+            if c.item_type == "fact":
+                facts.append(_served_fact(c))
+            else:
+                episodes.append(_served_episode(c))
+            if event is not None:
+                served_events.add(event)
+            served_texts.add(text)
+            decisions.append(
+                decision(c, "included", "multi_hop_expansion" if c.expansion else "packed", rank)
+            )
+        else:
+            decisions.append(decision(c, "excluded", "over_budget", rank))
+    return Packed(
+        budget_tokens=budget_tokens,
+        used_tokens=used,
+        facts=facts,
+        episodes=episodes,
+        kept=kept,
+        decisions=decisions,
+        gated=gated,
+        considered=considered,
+    )

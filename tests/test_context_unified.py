@@ -1,0 +1,367 @@
+"""The `unified` profile, rule by rule (spec/context-profiles.md), and what both profiles share.
+
+Each test is named after the rule it checks and compares with `facts_first` where the rule is
+what tells them apart, so it fails without the rule. Through HTTP on the real PostgreSQL, with
+the hash embedder (bag of words: texts that share words are close) or no embedder at all where
+only the text side matters; the retrieval quality of the real model is measured by
+benchmarks/locomo.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from service.constants import (
+    EPISODE_TOP_K,
+    IDF_SAMPLE_DOCS,
+    MULTI_HOP_MAX_MATCHES_PER_ENTITY,
+    WEIGHT_RECENCY,
+    WEIGHT_SIMILARITY,
+    WEIGHT_TEXT_RANK,
+)
+from service.embedder import Embedder, EmbedderError, Vector
+from service.settings import Settings, SettingsError
+from service.sql import load_queries
+from tests.conftest import make_client
+from tests.helpers import (
+    PROJECT,
+    assert_error,
+    assert_packet_matches_trace,
+    by_item,
+    context,
+    context_and_trace,
+    fact_ids,
+    post_context,
+    tokens_of,
+    write_events,
+    write_facts,
+)
+
+OLD = "2024-01-01T00:00:00Z"
+
+
+class DownEmbedder:
+    """Implements the Embedder protocol and always fails: the call has the text side alone."""
+
+    name = "down"
+    dim = 384
+
+    async def embed(self, texts: Sequence[str]) -> list[Vector]:
+        raise EmbedderError("down")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def bm25_idf(docs: int, df: int) -> float:
+    return math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
+
+
+def decisions_of(trace: dict[str, Any], reason: str) -> list[dict[str, Any]]:
+    return [d for d in trace["decisions"] if d["reason_code"] == reason]
+
+
+# --- profiles ---------------------------------------------------------------------------------
+
+
+async def test_profiles_default_to_unified_and_a_call_may_name_either(
+    client: httpx.AsyncClient, settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str
+) -> None:
+    await write_facts(client, key, ["Maya works as a nurse."], "profiles")
+    for asked, served in ((None, "unified"), ("unified", "unified"), ("facts_first", "facts_first")):
+        extra = {} if asked is None else {"profile": asked}
+        packet, trace = await context_and_trace(client, key, "What does Maya do?", "profiles", **extra)
+        assert packet["profile"] == trace["profile"] == served
+    # The deployment default is HAKI_CONTEXT_PROFILE; a call still overrides it.
+    async with make_client(settings, conn, hash_embedder, context_profile="facts_first") as ff:
+        assert (await context(ff, key, "Maya", "profiles"))["profile"] == "facts_first"
+        assert (await context(ff, key, "Maya", "profiles", profile="unified"))["profile"] == "unified"
+
+
+@pytest.mark.parametrize("bad", ["newest", "", "UNIFIED", 1, ["unified"]])
+async def test_profiles_any_other_value_is_a_validation_error(
+    client: httpx.AsyncClient, key: str, bad: Any
+) -> None:
+    body = assert_error(await post_context(client, key, "q", profile=bad), 400, "validation_error")
+    assert body["details"]["field"] == "profile"
+
+
+def test_profiles_setting_reads_haki_context_profile() -> None:
+    assert Settings.from_env({}).context_profile == "unified"
+    assert Settings.from_env({"HAKI_CONTEXT_PROFILE": "facts_first"}).context_profile == "facts_first"
+    with pytest.raises(SettingsError):
+        Settings.from_env({"HAKI_CONTEXT_PROFILE": "newest"})
+
+
+# --- rule 1: the OR text query, ranked by IDF share -------------------------------------------
+
+
+async def test_or_text_query_matches_any_word_and_ranks_by_idf_share(
+    client: httpx.AsyncClient, settings: Settings, conn: asyncpg.Connection, key: str
+) -> None:
+    subject = "or-query"
+    pottery, tea, dog, other = await fact_ids(
+        client,
+        key,
+        [
+            "Caroline joined a pottery class.",
+            "Caroline likes tea.",
+            "Caroline walked the dog.",
+            "Melanie painted a sunrise.",
+        ],
+        subject,
+    )
+    query = "When did Caroline join the pottery class?"
+    async with make_client(settings, conn, DownEmbedder()) as down:
+        packet, trace = await context_and_trace(down, key, query, subject)
+        # facts_first ANDs every word (websearch_to_tsquery): no fact holds them all.
+        assert (await context(down, key, query, subject, profile="facts_first"))["facts"] == []
+    decided = by_item(trace)
+    # Stop words (when, did, the) are left out; "join" matches nothing ('simple' does not stem).
+    docs = 4
+    idf = {"caroline": bm25_idf(docs, 3), "join": bm25_idf(docs, 0), "pottery": bm25_idf(docs, 1)}
+    idf["class"] = idf["pottery"]
+    total = sum(idf.values())
+    assert decided[pottery]["text_rank"] == pytest.approx((total - idf["join"]) / total, abs=1e-9)
+    for fid in (tea, dog):
+        assert decided[fid]["text_rank"] == pytest.approx(idf["caroline"] / total, abs=1e-9)
+    assert other not in decided  # matches no word, and there is no vector side
+    assert packet["facts"][0]["fact_id"] == pottery
+    for d in trace["decisions"]:
+        assert d["score"] == pytest.approx(WEIGHT_TEXT_RANK * d["text_rank"] + WEIGHT_RECENCY * d["recency"])
+    assert_packet_matches_trace(packet, trace)
+
+
+async def test_or_text_query_of_stop_words_only_leaves_the_vector_side(
+    client: httpx.AsyncClient, settings: Settings, conn: asyncpg.Connection, key: str
+) -> None:
+    subject = "stop-words"
+    (fid,) = await fact_ids(client, key, ["What is the plan?"], subject)
+    for query in ("what is the", "and or not -", '"" OR'):
+        packet, trace = await context_and_trace(client, key, query, subject)
+        assert [f["fact_id"] for f in packet["facts"]] == [fid]  # found by the vector side
+        assert by_item(trace)[fid]["text_rank"] == 0.0
+        async with make_client(settings, conn, DownEmbedder()) as down:
+            empty = await context(down, key, query, subject)
+        assert empty["facts"] == [] and empty["status"] == "degraded"
+
+
+async def test_or_text_query_reads_a_bounded_idf_sample(
+    conn: asyncpg.Connection, client: httpx.AsyncClient, key: str
+) -> None:
+    """The statistics do not grow with the scope: with a sample of 20 documents and 10 postings
+    a word, no step of the statement reads more facts than that, in a scope of 300 facts that
+    all carry the word (a count of its postings would read 300)."""
+    subject = "idf-bounded"
+    await write_facts(client, key, [f"common word number {i}" for i in range(300)], subject)
+    plan = await explain(
+        conn,
+        "unified_candidates",
+        project_id=PROJECT,
+        subject_id=subject,
+        query_embedding=None,
+        query_text="common",
+        walked_ids=[],
+        walked_event_ids=[],
+        top_k=64,
+        candidate_limit=256,
+        max_words=32,
+        text_per_word=10,
+        event_text_per_word=10,
+        idf_sample_docs=20,
+        w_similarity=WEIGHT_SIMILARITY,
+        w_text_rank=WEIGHT_TEXT_RANK,
+        w_recency=WEIGHT_RECENCY,
+        tau_seconds=30 * 86400.0,
+    )
+    reads = [n["Actual Rows"] for n in plan_nodes(plan) if n.get("Relation Name") == "facts"]
+    assert reads and max(reads) <= 20, reads
+    assert IDF_SAMPLE_DOCS >= 8  # the other tests expect exact statistics for their small scopes
+
+
+# --- rule 2: events' full-text side -----------------------------------------------------------
+
+
+async def test_events_text_side_serves_episodes_without_a_query_vector(
+    client: httpx.AsyncClient, settings: Settings, conn: asyncpg.Connection, key: str
+) -> None:
+    subject = "event-text"
+    pottery, _ = await write_events(
+        client,
+        key,
+        [("Caroline went to a pottery workshop.", OLD), ("Melanie ran a marathon.", OLD)],
+        subject,
+    )
+    async with make_client(settings, conn, DownEmbedder()) as down:
+        packet, trace = await context_and_trace(down, key, "pottery", subject)
+        assert (await context(down, key, "pottery", subject, profile="facts_first"))["episodes"] == []
+    assert [e["event_id"] for e in packet["episodes"]] == [pottery]
+    (d,) = trace["decisions"]
+    assert (d["item_type"], d["decision"], d["text_rank"]) == ("episode", "included", 1.0)
+    assert d["similarity"] is None and d["recency"] is not None
+    assert packet["episodes"][0]["score"] == pytest.approx(WEIGHT_TEXT_RANK + WEIGHT_RECENCY * d["recency"])
+
+
+# --- rule 3: one ranking, one budget ----------------------------------------------------------
+
+
+async def test_shared_budget_packs_facts_and_episodes_by_one_score(
+    client: httpx.AsyncClient, key: str
+) -> None:
+    subject = "shared-budget"
+    (fact,) = await fact_ids(client, key, ["Alice likes green tea."], subject)
+    event = "Alice pruned the garden roses in March."
+    (episode,) = await write_events(client, key, [(event, OLD)], subject)
+    query = "When were the garden roses pruned?"
+    budget = tokens_of(event)  # room for one of the two
+    packet, trace = await context_and_trace(client, key, query, subject, budget_tokens=budget)
+    decided = by_item(trace)
+    assert decided[episode]["score"] > decided[fact]["score"]
+    assert [e["event_id"] for e in packet["episodes"]] == [episode] and packet["facts"] == []
+    assert (decided[episode]["rank"], decided[fact]["rank"]) == (1, 2)  # one ranking
+    assert decided[fact]["reason_code"] == "over_budget"
+    # facts_first packs the fact first and the episode no longer fits.
+    ff = await context(client, key, query, subject, budget_tokens=budget, profile="facts_first")
+    assert [f["fact_id"] for f in ff["facts"]] == [fact] and ff["episodes"] == []
+
+
+async def test_shared_budget_no_longer_caps_episodes_at_episode_top_k(
+    client: httpx.AsyncClient, key: str
+) -> None:
+    subject = "many-episodes"
+    n = EPISODE_TOP_K + 4
+    await write_events(client, key, [(f"Garden visit number {i}.", OLD) for i in range(n)], subject)
+    packet = await context(client, key, "garden visit", subject, budget_tokens=10_000)
+    assert len(packet["episodes"]) == n
+    ff = await context(client, key, "garden visit", subject, budget_tokens=10_000, profile="facts_first")
+    assert len(ff["episodes"]) == EPISODE_TOP_K
+
+
+# --- rule 4: no turn twice --------------------------------------------------------------------
+
+
+async def test_already_served_excludes_an_event_already_in_the_packet(
+    client: httpx.AsyncClient, key: str
+) -> None:
+    subject = "already-served"
+    (event,) = await write_events(client, key, [("Bob adopted a cat named Tom.", OLD)], subject)
+    extracted, sibling = await fact_ids(
+        client,
+        key,
+        [
+            {"content": "Bob adopted a cat named Tom", "source_event_id": event},
+            {"content": "Bob has a cat.", "source_event_id": event},
+        ],
+        subject,
+    )
+    packet, trace = await context_and_trace(client, key, "Bob adopted a cat named Tom", subject)
+    decided = by_item(trace)
+    served = [
+        d for d in (decided[event], decided[extracted], decided[sibling]) if d["decision"] == "included"
+    ]
+    assert len(served) == 1  # one of the three stands for the turn
+    repeats = decisions_of(trace, "already_served")
+    assert len(repeats) == 2 and all(d["rank"] > served[0]["rank"] for d in repeats)
+    assert_packet_matches_trace(packet, trace)
+    # facts_first serves the turn as often as it appears.
+    ff = await context(client, key, "Bob adopted a cat named Tom", subject, profile="facts_first")
+    assert len(ff["facts"]) + len(ff["episodes"]) == 3
+
+
+async def test_already_served_counts_the_same_text_once(client: httpx.AsyncClient, key: str) -> None:
+    subject = "same-text"
+    first, again, spaced = await fact_ids(
+        client,
+        key,
+        ["Maya is allergic to peanuts.", "Maya is allergic to peanuts.", "  maya IS allergic\tto peanuts. "],
+        subject,
+    )
+    packet, trace = await context_and_trace(client, key, "peanut allergy", subject)
+    assert len(packet["facts"]) == 1
+    assert len(decisions_of(trace, "already_served")) == 2
+    assert {d["item_id"] for d in trace["decisions"]} == {first, again, spaced}
+    ff = await context(client, key, "peanut allergy", subject, profile="facts_first")
+    assert len(ff["facts"]) == 3
+
+
+# --- rule 5: multi-hop inside the one budget --------------------------------------------------
+
+
+async def test_multi_hop_under_a_full_budget_serves_linked_facts(client: httpx.AsyncClient, key: str) -> None:
+    """The main pack fills the budget, and the entity-linked fact still gets in: it joins the
+    ranking before packing (facts_first only expands with budget left, so it cannot)."""
+    subject = "multi-hop-full"
+    # 70 near matches: more than the vector top-K, so the linked fact is not a candidate.
+    fillers = [f"Alice met Bruno at the Acme office on day {i}." for i in range(70)]
+    (linked,) = await fact_ids(client, key, ["Bruno was born in Lyon in 1990."], subject)
+    await write_facts(client, key, fillers, subject)
+    query = "Who did Alice meet at the Acme office?"
+    budget = 5 * tokens_of(fillers[0])
+    packet, trace = await context_and_trace(client, key, query, subject, budget_tokens=budget)
+    hops = decisions_of(trace, "multi_hop_expansion")
+    assert [d["item_id"] for d in hops] == [linked]
+    assert linked in {f["fact_id"] for f in packet["facts"]}
+    assert packet["budget_tokens"] - packet["used_tokens"] < tokens_of(fillers[0])  # the budget is full
+    assert_packet_matches_trace(packet, trace)
+    ff = await context(client, key, query, subject, budget_tokens=budget, profile="facts_first")
+    assert all(f["reason_code"] == "packed" for f in ff["facts"])
+
+
+# --- both profiles: bounded multi-hop reads ---------------------------------------------------
+
+
+@pytest.mark.parametrize("text_query", ["websearch", "words"])
+async def test_bounded_multi_hop_reads_per_entity(
+    conn: asyncpg.Connection, client: httpx.AsyncClient, key: str, text_query: str
+) -> None:
+    """A name carried by 200 facts costs at most match_limit reads an entity: with a limit of 7,
+    no step of the statement reads more facts than that (without the bound, 200)."""
+    subject = "hop-bounded"
+    await write_facts(client, key, [f"Bruno visited place {i}." for i in range(200)], subject)
+    plan = await explain(
+        conn,
+        "multi_hop_facts",
+        project_id=PROJECT,
+        subject_id=subject,
+        entities=["Bruno"],
+        exclude_ids=[],
+        per_entity=5,
+        match_limit=7,
+        query_embedding=None,
+        query_text="Who is Bruno?",
+        text_query=text_query,
+        w_similarity=WEIGHT_SIMILARITY,
+        w_text_rank=WEIGHT_TEXT_RANK,
+        w_recency=WEIGHT_RECENCY,
+        tau_seconds=30 * 86400.0,
+    )
+    reads = [n["Actual Rows"] for n in plan_nodes(plan) if n.get("Relation Name") == "facts"]
+    assert reads and max(reads) <= 7, reads
+    assert MULTI_HOP_MAX_MATCHES_PER_ENTITY <= 256
+
+
+# --- EXPLAIN helpers (test SQL lives with its tests) ------------------------------------------
+
+
+async def explain(conn: asyncpg.Connection, name: str, **params: Any) -> dict[str, Any]:
+    """EXPLAIN (ANALYZE, FORMAT JSON) of a named query with these parameters, in a savepoint."""
+    q = load_queries()
+    sql = getattr(q, name).sql
+    args = [params[p] for p in q.driver_adapter.var_sorted[name]]
+    async with conn.transaction():
+        raw = await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, *args)
+    plan: dict[str, Any] = (raw if isinstance(raw, list) else json.loads(raw))[0]["Plan"]
+    return plan
+
+
+def plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from plan_nodes(child)
