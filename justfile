@@ -47,11 +47,11 @@ recall-floor *ARGS:
 import FILE PROJECT SUBJECT *ARGS:
     .venv/bin/haki import {{FILE}} --project {{PROJECT}} --subject {{SUBJECT}} {{ARGS}}
 
-# Latency benchmarks of the assembler SQL path (pytest-benchmark tables; docs/performance.md)
+# Latency benchmarks of the assembler SQL path, both profiles (pytest-benchmark tables; docs/performance.md)
 bench *ARGS:
     .venv/bin/pytest benchmarks/test_context_latency.py --benchmark-only {{ARGS}}
 
-# The CI latency guard alone (ratio against the score-every-fact baseline, same run)
+# The CI latency guard alone (ratios to the score-every-fact baseline, and unified to facts_first, same run)
 bench-guard:
     .venv/bin/pytest benchmarks/test_context_latency.py --benchmark-disable -q
 

@@ -18,6 +18,8 @@ What it does:
    has never embedded (a fresh text per request), "cached" passes repeat texts already embedded
    (the embedder's LRU cache answers). Reports p50/p95/p99 and requests/s, and the median time per
    stage from the Server-Timing header (embed, candidates, pack, multi_hop, episodes, trace).
+   Every pass runs once per profile of `--profiles` (default `unified,facts_first`, the request's
+   `profile` field, spec/context-profiles.md), in the same run on the same server.
 """
 
 from __future__ import annotations
@@ -314,6 +316,7 @@ async def analyze(data_dir: Path) -> None:
 class Pass:
     name: str
     concurrency: int
+    profile: str
     latencies_ms: list[float] = field(default_factory=list)
     stages: dict[str, list[float]] = field(default_factory=dict)
     wall_s: float = 0.0
@@ -322,6 +325,7 @@ class Pass:
     def row(self) -> dict[str, Any]:
         lat = self.latencies_ms
         return {
+            "profile": self.profile,
             "pass": self.name,
             "concurrency": self.concurrency,
             "requests": len(lat),
@@ -344,9 +348,9 @@ def parse_server_timing(header: str) -> dict[str, float]:
 
 
 async def run_pass(
-    client: httpx.AsyncClient, key: str, name: str, texts: list[str], concurrency: int
+    client: httpx.AsyncClient, key: str, name: str, texts: list[str], concurrency: int, profile: str
 ) -> Pass:
-    result = Pass(name, concurrency)
+    result = Pass(name, concurrency, profile)
     headers = {"Authorization": f"Bearer {key}"}
     queue: asyncio.Queue[str] = asyncio.Queue()
     for t in texts:
@@ -361,7 +365,7 @@ async def run_pass(
             t0 = time.perf_counter()
             r = await client.post(
                 "/v1/context",
-                json={"project_id": PROJECT, "subject_id": SUBJECT, "query": text},
+                json={"project_id": PROJECT, "subject_id": SUBJECT, "query": text, "profile": profile},
                 headers=headers,
                 timeout=60,
             )
@@ -384,7 +388,7 @@ def machine() -> str:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    cols = ["pass", "concurrency", "requests", "errors", "p50_ms", "p95_ms", "p99_ms", "req_per_s"]
+    cols = ["profile", "pass", "concurrency", "requests", "errors", "p50_ms", "p95_ms", "p99_ms", "req_per_s"]
     cols += [f"{s}_p50_ms" for s in STAGES]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
@@ -406,15 +410,18 @@ async def measure(srv: Server, key: str, args: argparse.Namespace) -> dict[str, 
         used: set[str] = set()
         warm = query_texts(50, seed=99, exclude=used)
         used |= set(warm)
-        await run_pass(client, key, "warm-up", warm, 1)
+        for profile in args.profiles:
+            await run_pass(client, key, "warm-up", warm, 1, profile)
         rows = []
         for conc in (1, 8):
-            fresh = query_texts(args.queries, seed=100 + conc, exclude=used)
-            used |= set(fresh)
-            uncached = await run_pass(client, key, "uncached", fresh, conc)
-            cached = await run_pass(client, key, "cached", fresh[: min(len(fresh), 1500)], conc)
-            rows += [uncached.row(), cached.row()]
-            print(f"  done concurrency {conc}", file=sys.stderr)
+            for i, profile in enumerate(args.profiles):
+                # Fresh texts for each profile's uncached pass: none of them was embedded before.
+                fresh = query_texts(args.queries, seed=100 + conc + 1000 * i, exclude=used)
+                used |= set(fresh)
+                uncached = await run_pass(client, key, "uncached", fresh, conc, profile)
+                cached = await run_pass(client, key, "cached", fresh[: min(len(fresh), 1500)], conc, profile)
+                rows += [uncached.row(), cached.row()]
+                print(f"  done {profile}, concurrency {conc}", file=sys.stderr)
         report["passes"] = rows
     return report
 
@@ -433,6 +440,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--queries", type=int, default=300, help="requests per uncached pass (default 300)")
     p.add_argument("--torch-threads", type=int, default=None, help="HAKI_TORCH_THREADS of the server")
     p.add_argument("--stub-ingest", action="store_true", help="also measure ingest with the hash embedder")
+    p.add_argument(
+        "--profiles",
+        type=lambda v: [x.strip() for x in v.split(",") if x.strip()],
+        default=["unified", "facts_first"],
+        help="comma-separated profiles of the request, each measured in turn (default: unified,facts_first)",
+    )
     p.add_argument("--json", type=Path, default=None, help="also write the report as JSON here")
     p.add_argument("--keep", action="store_true", help="keep the server's data directory")
     args = p.parse_args(argv)

@@ -196,21 +196,15 @@ SELECT 'blocked', b.fact_id, NULL, NULL, NULL, NULL, NULL, b.tokens, NULL, NULL,
        b.reason_code, count(*) OVER (PARTITION BY b.reason_code)
 FROM blocked AS b;
 
--- name: multi_hop_facts(project_id, subject_id, entities, exclude_ids, per_entity, match_limit, query_embedding, query_text, text_query, w_similarity, w_text_rank, w_recency, tau_seconds)
--- Multi-hop expansion (both profiles): for each entity (in rank order) the top full-text
+-- name: multi_hop_facts(project_id, subject_id, entities, exclude_ids, per_entity, match_limit, query_embedding, query_text, w_similarity, w_text_rank, w_recency, tau_seconds)
+-- The `facts_first` multi-hop expansion: for each entity (in rank order) the top full-text
 -- matches among the servable facts of the scope not yet decided, one hop, no new embedding.
 -- The match step reads at most match_limit facts naming each entity from the scope's postings
 -- (facts_scoped_search_gin), so a name that a million facts carry costs as much as a rare one
 -- (spec/context-profiles.md, "Multi-hop reads are bounded"); the per_entity best of those, by
--- ts_rank_cd, are the expansion. Score parts are those of the original query, for the trace:
--- text_query 'websearch' (facts_first) or 'words' (unified: the OR of the query's words,
--- ranked by ts_rank_cd here, as the expansion never enters the IDF ranking).
+-- ts_rank_cd, are the expansion. Score parts are those of the original query, for the trace.
 WITH q AS MATERIALIZED (
-    SELECT CASE WHEN :text_query::text = 'websearch' THEN websearch_to_tsquery('simple', :query_text)
-                ELSE (SELECT string_agg(w.word_query::text, ' | ')::tsquery
-                      FROM public.haki_query_words(:query_text, 64) AS w
-                      WHERE numnode(w.word_query) > 0)
-           END AS tsq
+    SELECT websearch_to_tsquery('simple', :query_text) AS tsq
 ),
 e AS MATERIALIZED (
     SELECT u.entity, u.entity_rank, plainto_tsquery('simple', u.entity) AS etsq
@@ -251,7 +245,7 @@ hits AS (
            f.recorded_from, f.source_event_id,
            public.haki_tokens(f.content) AS tokens,
            (f.embedding <=> :query_embedding::vector) AS cosine_distance,
-           coalesce(ts_rank_cd(f.search_vector, q.tsq, 32), 0) AS text_rank,
+           ts_rank_cd(f.search_vector, q.tsq, 32) AS text_rank,
            public.haki_recency(coalesce(f.valid_from, f.recorded_from), :tau_seconds) AS recency
     FROM picked AS pk
     JOIN facts AS f ON f.fact_id = pk.fact_id
@@ -372,51 +366,22 @@ CROSS JOIN (
       AND cs.status = 'open'
 ) AS oc;
 
--- name: unified_candidates(project_id, subject_id, query_embedding, query_text, walked_ids, walked_event_ids, top_k, candidate_limit, max_words, text_per_word, event_text_per_word, idf_sample_docs, w_similarity, w_text_rank, w_recency, tau_seconds)
+-- name: unified_candidates(project_id, subject_id, query_embedding, query_text, text_config, walked_ids, walked_event_ids, top_k, candidate_limit, max_words, text_per_word, event_text_per_word, idf_sample_docs, w_similarity, w_text_rank, w_recency, tau_seconds)
 -- The `unified` profile's phases 1 and 2 (spec/context-profiles.md): fact and episode
 -- candidates, each the vector top-K of vector_walk UNION the top-K by text rank, scored by one
 -- hybrid formula (an episode's recency from occurred_at) and capped at CANDIDATE_LIMIT
 -- together, plus the blocked facts of the scope, in one round trip. The text side matches the
--- OR of the query's words without stop words (haki_query_words) and ranks a text by the share
--- of the query's BM25 idf it matches: sum(idf(matched)) / sum(idf(query)). Runs under a generic
--- plan (end_custom_plans). Never returns embeddings. Bounded reads whatever the scope's size:
--- the document frequencies come from a sample of idf_sample_docs facts and as many events
--- (the scope's newest: exact up to that size), and each word reads at most text_per_word
--- postings of each kind (event_text_per_word 0: no episode candidates).
-WITH words AS MATERIALIZED (
-    SELECT w.word, w.word_query
-    FROM public.haki_query_words(:query_text, :max_words) AS w
-    WHERE numnode(w.word_query) > 0
-),
-idf_sample AS MATERIALIZED (
-    SELECT fs.sv
-    FROM (
-        SELECT f.search_vector AS sv
-        FROM facts AS f
-        WHERE EXISTS (SELECT 1 FROM words)
-          AND f.project_id = :project_id
-          AND f.subject_id = :subject_id
-          AND f.status = 'active'
-        ORDER BY f.fact_id DESC
-        LIMIT :idf_sample_docs
-    ) AS fs
-    UNION ALL
-    SELECT es.sv
-    FROM (
-        SELECT e.search_vector AS sv
-        FROM events AS e
-        WHERE EXISTS (SELECT 1 FROM words)
-          AND e.project_id = :project_id
-          AND e.subject_id = :subject_id
-        ORDER BY e.occurred_at DESC
-        LIMIT :idf_sample_docs
-    ) AS es
-),
-idf AS MATERIALIZED (
-    SELECT w.word, w.word_query, public.haki_bm25_idf(n.docs, d.df) AS idf
-    FROM words AS w
-    CROSS JOIN (SELECT count(*) AS docs FROM idf_sample) AS n
-    CROSS JOIN LATERAL (SELECT count(*) AS df FROM idf_sample AS s WHERE s.sv @@ w.word_query) AS d
+-- OR of the query's words (haki_query_words, in text_config: `english` stems or `simple`
+-- lexemes, without stop words) and ranks a text by the share of the query's BM25 idf it
+-- matches: sum(idf(matched)) / sum(idf(query)). Runs under a generic plan (end_custom_plans).
+-- Never returns embeddings. Reads are bounded whatever the scope's size: the document
+-- frequencies come from a sample of the scope's newest idf_sample_docs facts and as many events
+-- (exact up to that size), and each word reads at most text_per_word postings of facts and
+-- event_text_per_word of events (0: no episode candidates).
+WITH idf AS MATERIALIZED (
+    SELECT i.word, i.word_query, i.idf
+    FROM public.haki_query_idf(:project_id, :subject_id, :query_text, :text_config::regconfig,
+                               :max_words, :idf_sample_docs) AS i
 ),
 idf_total AS MATERIALIZED (
     SELECT nullif(sum(i.idf), 0) AS total FROM idf AS i
@@ -426,22 +391,34 @@ open_members AS MATERIALIZED (
     SELECT public.haki_open_conflict_facts(:project_id, :subject_id) AS fact_ids
 ),
 fact_hits AS MATERIALIZED (
-    -- Per word, at most text_per_word servable facts from the scope's postings (migration 0009).
+    -- Per word, at most text_per_word servable facts from the scope's postings (migrations 0009
+    -- and 0011): one branch a configuration, each with its own GIN index.
     SELECT coalesce(array_agg(DISTINCT h.fact_id), '{}'::uuid[]) AS ids
     FROM idf AS i
     CROSS JOIN LATERAL (
-        SELECT f.fact_id
-        FROM facts AS f
-        WHERE (f.project_id = :project_id AND f.subject_id = :subject_id) IS TRUE
-          AND public.haki_scoped_search_vector(f.project_id, f.subject_id, f.search_vector)
-              @@ (i.word_query && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
-          AND f.search_vector @@ i.word_query
-          AND f.status = 'active'
-          AND (f.valid_to IS NULL OR f.valid_to > now())
-          AND NOT (f.volatility = 'volatile'
-                   AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now())
-          AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
-        LIMIT :text_per_word
+        (SELECT f.fact_id
+         FROM facts AS f
+         WHERE :text_config::regconfig = 'english'::regconfig
+           AND (f.project_id = :project_id AND f.subject_id = :subject_id) IS TRUE
+           AND public.haki_scoped_search_vector(f.project_id, f.subject_id, f.search_vector_english)
+               @@ (i.word_query && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
+           AND f.search_vector_english @@ i.word_query
+           AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
+                                         f.recorded_from, f.stale_after)
+           AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+         LIMIT :text_per_word)
+        UNION ALL
+        (SELECT f.fact_id
+         FROM facts AS f
+         WHERE :text_config::regconfig <> 'english'::regconfig
+           AND (f.project_id = :project_id AND f.subject_id = :subject_id) IS TRUE
+           AND public.haki_scoped_search_vector(f.project_id, f.subject_id, f.search_vector)
+               @@ (i.word_query && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
+           AND f.search_vector @@ i.word_query
+           AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
+                                         f.recorded_from, f.stale_after)
+           AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+         LIMIT :text_per_word)
     ) AS h
 ),
 event_hits AS MATERIALIZED (
@@ -449,13 +426,23 @@ event_hits AS MATERIALIZED (
     SELECT coalesce(array_agg(DISTINCT h.event_id), '{}'::uuid[]) AS ids
     FROM idf AS i
     CROSS JOIN LATERAL (
-        SELECT e.event_id
-        FROM events AS e
-        WHERE (e.project_id = :project_id AND e.subject_id = :subject_id) IS TRUE
-          AND public.haki_scoped_search_vector(e.project_id, e.subject_id, e.search_vector)
-              @@ (i.word_query && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
-          AND e.search_vector @@ i.word_query
-        LIMIT :event_text_per_word
+        (SELECT e.event_id
+         FROM events AS e
+         WHERE :text_config::regconfig = 'english'::regconfig
+           AND (e.project_id = :project_id AND e.subject_id = :subject_id) IS TRUE
+           AND public.haki_scoped_search_vector(e.project_id, e.subject_id, e.search_vector_english)
+               @@ (i.word_query && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
+           AND e.search_vector_english @@ i.word_query
+         LIMIT :event_text_per_word)
+        UNION ALL
+        (SELECT e.event_id
+         FROM events AS e
+         WHERE :text_config::regconfig <> 'english'::regconfig
+           AND (e.project_id = :project_id AND e.subject_id = :subject_id) IS TRUE
+           AND public.haki_scoped_search_vector(e.project_id, e.subject_id, e.search_vector)
+               @@ (i.word_query && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
+           AND e.search_vector @@ i.word_query
+         LIMIT :event_text_per_word)
     ) AS h
 ),
 pool AS (
@@ -465,14 +452,16 @@ pool AS (
            coalesce((SELECT sum(i.idf) FROM idf AS i WHERE p.sv @@ i.word_query)
                     / (SELECT t.total FROM idf_total AS t), 0) AS text_rank
     FROM (
-        SELECT 'fact' AS item_type, f.fact_id AS item_id, f.search_vector AS sv,
+        SELECT 'fact' AS item_type, f.fact_id AS item_id,
+               public.haki_text_vector(:text_config::regconfig, f.search_vector, f.search_vector_english) AS sv,
                f.fact_id = ANY (:walked_ids::uuid[]) AS walked,
                f.fact_id = ANY ((SELECT h.ids FROM fact_hits AS h)::uuid[]) AS hit
         FROM facts AS f
         WHERE f.project_id = :project_id
           AND f.fact_id = ANY (:walked_ids::uuid[] || (SELECT h.ids FROM fact_hits AS h)::uuid[])
         UNION ALL
-        SELECT 'episode', e.event_id, e.search_vector,
+        SELECT 'episode', e.event_id,
+               public.haki_text_vector(:text_config::regconfig, e.search_vector, e.search_vector_english),
                e.event_id = ANY (:walked_event_ids::uuid[]),
                e.event_id = ANY ((SELECT h.ids FROM event_hits AS h)::uuid[])
         FROM events AS e
@@ -521,7 +510,8 @@ scored AS (
            public.haki_hybrid_score(p.cosine_distance, p.text_rank, p.recency,
                                     :w_similarity, :w_text_rank, :w_recency) AS score
     FROM parts AS p
-    ORDER BY score DESC, p.item_type, p.item_id
+    -- Ties: facts first (the cheaper representation of a turn), then by id.
+    ORDER BY score DESC, p.item_type = 'episode', p.item_id
     LIMIT :candidate_limit
 )
 SELECT 'candidate' AS kind, s.item_type, s.item_id, s.content, s.valid_from, s.valid_to,
@@ -533,3 +523,87 @@ UNION ALL
 SELECT 'blocked', 'fact', b.fact_id, NULL, NULL, NULL, NULL, NULL, NULL, b.tokens, NULL, NULL,
        NULL, NULL, NULL, b.reason_code, count(*) OVER (PARTITION BY b.reason_code)
 FROM public.haki_blocked_facts(:project_id, :subject_id) AS b;
+
+-- name: linked_facts(project_id, subject_id, entities, max_entities, per_entity, match_limit, idf_sample_docs, query_embedding, query_text, text_config, max_words, w_similarity, w_text_rank, w_recency, tau_seconds)
+-- The `unified` profile's multi-hop expansion (spec/context-profiles.md, rule 5): `entities`
+-- come ranked by frequency among the kept facts. An entity that more than half of the scope's
+-- sample texts name is dropped: its Robertson-Sparck Jones idf, log((N - df + 0.5) / (df + 0.5)),
+-- is negative, so it tells nothing about a text (a speaker's name, "Yeah"). The first
+-- max_entities of the rest each bring, from at most match_limit servable facts naming them
+-- (the scope's postings), the per_entity closest to the query; one hop, no new embedding.
+-- Candidates are not excluded: the assembler lifts them. Score parts are those of the original
+-- query, as unified_candidates computes them. Never returns embeddings.
+WITH e AS MATERIALIZED (
+    SELECT u.entity, u.entity_rank, plainto_tsquery('simple', u.entity) AS etsq
+    FROM unnest(:entities::text[]) WITH ORDINALITY AS u(entity, entity_rank)
+),
+names AS MATERIALIZED (
+    -- Entities are names, matched as written: the `simple` vectors of the sample.
+    SELECT s.sv
+    FROM public.haki_scope_sample(:project_id, :subject_id, 'simple'::regconfig, :idf_sample_docs) AS s
+    WHERE EXISTS (SELECT 1 FROM e)
+),
+informative AS MATERIALIZED (
+    SELECT e.entity, e.entity_rank, e.etsq
+    FROM e
+    WHERE numnode(e.etsq) > 0
+      AND 2 * (SELECT count(*) FROM names AS n WHERE n.sv @@ e.etsq) <= (SELECT count(*) FROM names)
+    ORDER BY e.entity_rank
+    LIMIT :max_entities
+),
+open_members AS MATERIALIZED (
+    -- As in vector_walk: the scope's open-conflict facts as one array (migration 0010).
+    SELECT public.haki_open_conflict_facts(:project_id, :subject_id) AS fact_ids
+),
+picked AS MATERIALIZED (
+    SELECT i.entity, i.entity_rank, p.fact_id
+    FROM informative AS i
+    CROSS JOIN LATERAL (
+        SELECT m.fact_id
+        FROM (
+            SELECT f.fact_id, f.embedding
+            FROM facts AS f
+            -- As text_top of fact_candidates: the scope's postings, and no bitmap of the scope.
+            WHERE (f.project_id = :project_id AND f.subject_id = :subject_id) IS TRUE
+              AND public.haki_scoped_search_vector(f.project_id, f.subject_id, f.search_vector)
+                  @@ (i.etsq && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
+              AND f.search_vector @@ i.etsq
+              AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
+                                            f.recorded_from, f.stale_after)
+              AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+            LIMIT :match_limit
+        ) AS m
+        ORDER BY m.embedding <=> :query_embedding::vector, m.fact_id
+        LIMIT :per_entity
+    ) AS p
+),
+idf AS MATERIALIZED (
+    SELECT i.word_query, i.idf
+    FROM public.haki_query_idf(:project_id, :subject_id, :query_text, :text_config::regconfig,
+                               :max_words, :idf_sample_docs) AS i
+    WHERE EXISTS (SELECT 1 FROM picked)
+),
+hits AS (
+    SELECT pk.entity, pk.entity_rank, f.fact_id, f.content, f.valid_from, f.valid_to,
+           f.recorded_from, f.source_event_id,
+           public.haki_tokens(f.content) AS tokens,
+           (f.embedding <=> :query_embedding::vector) AS cosine_distance,
+           coalesce((SELECT sum(i.idf) FROM idf AS i
+                     WHERE public.haki_text_vector(:text_config::regconfig, f.search_vector,
+                                                   f.search_vector_english) @@ i.word_query)
+                    / (SELECT nullif(sum(i.idf), 0) FROM idf AS i), 0) AS text_rank,
+           public.haki_recency(coalesce(f.valid_from, f.recorded_from), :tau_seconds) AS recency
+    FROM picked AS pk
+    JOIN facts AS f ON f.fact_id = pk.fact_id
+    -- At most max_entities * per_entity ids, looked up by primary key as one array (as in
+    -- multi_hop_facts).
+    WHERE f.project_id = :project_id
+      AND f.fact_id = ANY ((SELECT array_agg(p.fact_id) FROM picked AS p)::uuid[])
+)
+SELECT h.entity, h.entity_rank, h.fact_id, h.content, h.valid_from, h.valid_to, h.recorded_from,
+       h.source_event_id, h.tokens, h.cosine_distance, 1 - h.cosine_distance AS similarity,
+       h.text_rank, h.recency,
+       public.haki_hybrid_score(h.cosine_distance, h.text_rank, h.recency,
+                                :w_similarity, :w_text_rank, :w_recency) AS score
+FROM hits AS h
+ORDER BY h.entity_rank, h.cosine_distance, h.fact_id;

@@ -19,6 +19,10 @@ DEFAULT_BUDGET_TOKENS: Final = 900
 # at most this many facts naming each entity, whatever the scope's size, and keeps the
 # MULTI_HOP_MAX_PER_ENTITY best of them.
 MULTI_HOP_MAX_MATCHES_PER_ENTITY: Final = 64
+# `unified`: the most frequent entities of the kept facts that are offered to the statement,
+# which keeps the first MULTI_HOP_MAX_ENTITIES informative ones (named by at most half of the
+# scope's texts).
+MULTI_HOP_ENTITY_CANDIDATES: Final = 4 * MULTI_HOP_MAX_ENTITIES
 
 # The `unified` profile's text side (spec/context-profiles.md, rule 1). A query's words beyond
 # the first TEXT_QUERY_MAX_WORDS are not matched (a 4,000-character query would otherwise probe
@@ -31,10 +35,20 @@ TEXT_MATCHES_PER_WORD: Final = RETRIEVAL_TOP_K
 IDF_SAMPLE_DOCS: Final = 256
 RECENCY_TAU_SECONDS: Final = 30 * 24 * 3600.0
 
-# Hybrid score weights. Not part of the public contract (see module docstring).
+# Hybrid score weights of the `facts_first` profile. Not part of the public contract (see module
+# docstring).
 WEIGHT_SIMILARITY: Final = 0.6
 WEIGHT_TEXT_RANK: Final = 0.3
 WEIGHT_RECENCY: Final = 0.1
+
+# Hybrid score weights of the `unified` profile (spec/context-profiles.md: weights may be tuned
+# per profile, on the dev half only). No prior preference between the meaning of a text and its
+# words, recency as in facts_first. Chosen on LoCoMo's dev half among 2-4 ratios, which is
+# tuning: +0.012 evidence recall over (0.6, 0.3, 0.1), on each of its five conversations
+# (docs/quality.md). Not contract either.
+UNIFIED_WEIGHT_SIMILARITY: Final = 0.45
+UNIFIED_WEIGHT_TEXT_RANK: Final = 0.45
+UNIFIED_WEIGHT_RECENCY: Final = 0.1
 
 # Phase 1 reads every vector of a scope smaller than this (or than the size its bucket calls
 # for, queries/context.sql) instead of walking the bucket's HNSW graph (docs/performance.md).

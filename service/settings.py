@@ -12,6 +12,7 @@ import platformdirs
 
 EmbedProvider = Literal["local", "openai", "hash"]
 ContextProfile = Literal["unified", "facts_first"]
+TextSearchConfig = Literal["english", "simple"]
 
 
 class SettingsError(ValueError):
@@ -30,6 +31,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     recall_max_distance: float = 0.0
     # The default rules of POST /v1/context (spec/context-profiles.md); a call may name another.
     context_profile: ContextProfile = "unified"
+    # The text search configuration of the unified profile's text side: `english` matches stems
+    # ("painted" finds "painting"), `simple` the words as written (docs/quality.md).
+    text_search_config: TextSearchConfig = "english"
     volatile_stale_after_seconds: int = 7 * 24 * 3600
     pool_min_size: int = 1
     pool_max_size: int = 10
@@ -69,6 +73,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         put("HAKI_EMBED_BATCH_SIZE", "embed_batch_size", int)
         put("HAKI_RECALL_MAX_DISTANCE", "recall_max_distance", float)
         put("HAKI_CONTEXT_PROFILE", "context_profile")
+        put("HAKI_TEXT_SEARCH_CONFIG", "text_search_config")
         put("HAKI_VOLATILE_STALE_AFTER_SECONDS", "volatile_stale_after_seconds", int)
         put("HAKI_POOL_MIN_SIZE", "pool_min_size", int)
         put("HAKI_POOL_MAX_SIZE", "pool_max_size", int)

@@ -22,9 +22,9 @@ from service.constants import (
     EPISODE_TOP_K,
     IDF_SAMPLE_DOCS,
     MULTI_HOP_MAX_MATCHES_PER_ENTITY,
-    WEIGHT_RECENCY,
-    WEIGHT_SIMILARITY,
-    WEIGHT_TEXT_RANK,
+    UNIFIED_WEIGHT_RECENCY,
+    UNIFIED_WEIGHT_SIMILARITY,
+    UNIFIED_WEIGHT_TEXT_RANK,
 )
 from service.embedder import Embedder, EmbedderError, Vector
 from service.settings import Settings, SettingsError
@@ -98,6 +98,10 @@ def test_profiles_setting_reads_haki_context_profile() -> None:
     assert Settings.from_env({"HAKI_CONTEXT_PROFILE": "facts_first"}).context_profile == "facts_first"
     with pytest.raises(SettingsError):
         Settings.from_env({"HAKI_CONTEXT_PROFILE": "newest"})
+    assert Settings.from_env({}).text_search_config == "english"
+    assert Settings.from_env({"HAKI_TEXT_SEARCH_CONFIG": "simple"}).text_search_config == "simple"
+    with pytest.raises(SettingsError):
+        Settings.from_env({"HAKI_TEXT_SEARCH_CONFIG": "french"})
 
 
 # --- rule 1: the OR text query, ranked by IDF share -------------------------------------------
@@ -124,19 +128,37 @@ async def test_or_text_query_matches_any_word_and_ranks_by_idf_share(
         # facts_first ANDs every word (websearch_to_tsquery): no fact holds them all.
         assert (await context(down, key, query, subject, profile="facts_first"))["facts"] == []
     decided = by_item(trace)
-    # Stop words (when, did, the) are left out; "join" matches nothing ('simple' does not stem).
+    # Stop words (when, did, the) are left out; stems match: "join" finds "joined".
     docs = 4
-    idf = {"caroline": bm25_idf(docs, 3), "join": bm25_idf(docs, 0), "pottery": bm25_idf(docs, 1)}
+    idf = {"carolin": bm25_idf(docs, 3), "join": bm25_idf(docs, 1), "pottery": bm25_idf(docs, 1)}
     idf["class"] = idf["pottery"]
     total = sum(idf.values())
-    assert decided[pottery]["text_rank"] == pytest.approx((total - idf["join"]) / total, abs=1e-9)
+    assert decided[pottery]["text_rank"] == pytest.approx(1.0, abs=1e-9)
     for fid in (tea, dog):
-        assert decided[fid]["text_rank"] == pytest.approx(idf["caroline"] / total, abs=1e-9)
+        assert decided[fid]["text_rank"] == pytest.approx(idf["carolin"] / total, abs=1e-9)
     assert other not in decided  # matches no word, and there is no vector side
     assert packet["facts"][0]["fact_id"] == pottery
     for d in trace["decisions"]:
-        assert d["score"] == pytest.approx(WEIGHT_TEXT_RANK * d["text_rank"] + WEIGHT_RECENCY * d["recency"])
+        assert d["score"] == pytest.approx(
+            UNIFIED_WEIGHT_TEXT_RANK * d["text_rank"] + UNIFIED_WEIGHT_RECENCY * d["recency"]
+        )
     assert_packet_matches_trace(packet, trace)
+
+
+async def test_or_text_query_stems_english_words_unless_configured_simple(
+    client: httpx.AsyncClient, settings: Settings, conn: asyncpg.Connection, key: str
+) -> None:
+    subject = "stemming"
+    (painting,) = await fact_ids(client, key, ["Melanie finished her paintings of sunsets."], subject)
+    async with make_client(settings, conn, DownEmbedder()) as down:
+        stemmed = await context(down, key, "Which sunset has she painted?", subject)
+    async with make_client(settings, conn, DownEmbedder(), text_search_config="simple") as simple:
+        _, trace = await context_and_trace(simple, key, "Which sunset has she painted?", subject)
+        assert [f["fact_id"] for f in (await context(simple, key, "paintings", subject))["facts"]] == [
+            painting
+        ]
+    assert [f["fact_id"] for f in stemmed["facts"]] == [painting]
+    assert trace["decisions"] == []  # "sunset" and "painted" are not the words of the fact
 
 
 async def test_or_text_query_of_stop_words_only_leaves_the_vector_side(
@@ -168,6 +190,7 @@ async def test_or_text_query_reads_a_bounded_idf_sample(
         subject_id=subject,
         query_embedding=None,
         query_text="common",
+        text_config="english",
         walked_ids=[],
         walked_event_ids=[],
         top_k=64,
@@ -176,9 +199,9 @@ async def test_or_text_query_reads_a_bounded_idf_sample(
         text_per_word=10,
         event_text_per_word=10,
         idf_sample_docs=20,
-        w_similarity=WEIGHT_SIMILARITY,
-        w_text_rank=WEIGHT_TEXT_RANK,
-        w_recency=WEIGHT_RECENCY,
+        w_similarity=UNIFIED_WEIGHT_SIMILARITY,
+        w_text_rank=UNIFIED_WEIGHT_TEXT_RANK,
+        w_recency=UNIFIED_WEIGHT_RECENCY,
         tau_seconds=30 * 86400.0,
     )
     reads = [n["Actual Rows"] for n in plan_nodes(plan) if n.get("Relation Name") == "facts"]
@@ -206,7 +229,9 @@ async def test_events_text_side_serves_episodes_without_a_query_vector(
     (d,) = trace["decisions"]
     assert (d["item_type"], d["decision"], d["text_rank"]) == ("episode", "included", 1.0)
     assert d["similarity"] is None and d["recency"] is not None
-    assert packet["episodes"][0]["score"] == pytest.approx(WEIGHT_TEXT_RANK + WEIGHT_RECENCY * d["recency"])
+    assert packet["episodes"][0]["score"] == pytest.approx(
+        UNIFIED_WEIGHT_TEXT_RANK + UNIFIED_WEIGHT_RECENCY * d["recency"]
+    )
 
 
 # --- rule 3: one ranking, one budget ----------------------------------------------------------
@@ -298,16 +323,20 @@ async def test_multi_hop_under_a_full_budget_serves_linked_facts(client: httpx.A
     """The main pack fills the budget, and the entity-linked fact still gets in: it joins the
     ranking before packing (facts_first only expands with budget left, so it cannot)."""
     subject = "multi-hop-full"
-    # 70 near matches: more than the vector top-K, so the linked fact is not a candidate.
-    fillers = [f"Alice met Bruno at the Acme office on day {i}." for i in range(70)]
+    # 70 near matches: more than the vector top-K, so the linked fact is not a candidate. Bruno
+    # is named by 2 of the 72 facts: an informative entity.
+    fillers = [f"Alice met a client at the Acme office on day {i}." for i in range(70)]
     (linked,) = await fact_ids(client, key, ["Bruno was born in Lyon in 1990."], subject)
+    (kept,) = await fact_ids(client, key, ["Alice met Bruno at the Acme office."], subject)
     await write_facts(client, key, fillers, subject)
     query = "Who did Alice meet at the Acme office?"
     budget = 5 * tokens_of(fillers[0])
     packet, trace = await context_and_trace(client, key, query, subject, budget_tokens=budget)
     hops = decisions_of(trace, "multi_hop_expansion")
     assert [d["item_id"] for d in hops] == [linked]
-    assert linked in {f["fact_id"] for f in packet["facts"]}
+    served = [f["fact_id"] for f in packet["facts"]]
+    assert served[:2] == [kept, linked]  # ranked at the score of the fact that names Bruno
+    assert hops[0]["score"] == by_item(trace)[kept]["score"] > hops[0]["similarity"]
     assert packet["budget_tokens"] - packet["used_tokens"] < tokens_of(fillers[0])  # the budget is full
     assert_packet_matches_trace(packet, trace)
     ff = await context(client, key, query, subject, budget_tokens=budget, profile="facts_first")
@@ -337,9 +366,9 @@ async def test_bounded_multi_hop_reads_per_entity(
         query_embedding=None,
         query_text="Who is Bruno?",
         text_query=text_query,
-        w_similarity=WEIGHT_SIMILARITY,
-        w_text_rank=WEIGHT_TEXT_RANK,
-        w_recency=WEIGHT_RECENCY,
+        w_similarity=UNIFIED_WEIGHT_SIMILARITY,
+        w_text_rank=UNIFIED_WEIGHT_TEXT_RANK,
+        w_recency=UNIFIED_WEIGHT_RECENCY,
         tau_seconds=30 * 86400.0,
     )
     reads = [n["Actual Rows"] for n in plan_nodes(plan) if n.get("Relation Name") == "facts"]

@@ -82,18 +82,32 @@ async def test_generic_plans_never_scan_the_whole_table(conn: asyncpg.Connection
                 query_text="seeded fact 42",
                 weights=WEIGHTS,
             )
-            # Multi-hop under the same generic plans, on a word every fact of the scope holds.
-            hops = await repo.multi_hop_facts(
-                conn,
-                project_id=PROJECT,
-                subject_id=subject_id,
-                entities=["seeded"],
-                exclude_ids=[],
-                query_embedding=random_unit_vector(call),
-                query_text="seeded fact 42",
-                weights=WEIGHTS,
-                profile="facts_first" if call % 4 < 2 else "unified",
-            )
+            # Multi-hop under the same generic plans: facts_first on a word every fact of the
+            # scope holds; unified drops that one (named by more than half of the scope) and
+            # expands the next, which one fact of each scope names.
+            if call % 4 < 2:
+                hops = await repo.multi_hop_facts(
+                    conn,
+                    project_id=PROJECT,
+                    subject_id=subject_id,
+                    entities=["seeded"],
+                    exclude_ids=[],
+                    query_embedding=random_unit_vector(call),
+                    query_text="seeded fact 42",
+                    weights=WEIGHTS,
+                )
+            else:
+                linked = await repo.linked_facts(
+                    conn,
+                    project_id=PROJECT,
+                    subject_id=subject_id,
+                    entities=["seeded", "7"],
+                    query_embedding=random_unit_vector(call),
+                    query_text="seeded fact 42",
+                    weights=WEIGHTS,
+                )
+                assert {entity for entity, _ in linked} == {"7"}
+                hops = [fact for _, fact in linked] * MULTI_HOP_MAX_PER_ENTITY
         candidates = retrieved.candidates
         assert len(hops) == MULTI_HOP_MAX_PER_ENTITY
         if subject_id == "tiny":

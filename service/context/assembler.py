@@ -1,9 +1,9 @@
 """The Context Assembler: two profiles (spec/context-profiles.md), each a sequence of named steps.
 
-    unified      embed_query -> retrieve_unified -> expand_multi_hop -> pack (one ranking, one
-                 budget) -> build_packet -> write_trace
-    facts_first  embed_query -> fetch_episodes -> retrieve_facts -> pack (facts) ->
-                 expand_multi_hop -> pack (expansion) -> pack (episodes) -> build_packet ->
+    unified      embed_query -> retrieve_unified -> pack (provisional) -> link_entities ->
+                 lift_linked -> pack (one ranking, one budget) -> build_packet -> write_trace
+    facts_first  embed_query -> fetch_episodes -> fact_candidates -> pack (facts) ->
+                 multi_hop_facts -> pack (expansion) -> pack (episodes) -> build_packet ->
                  write_trace   (spec/context-assembler.md exactly)
 
 Each step takes values and returns values; the profiles differ in which steps they chain, never
@@ -17,23 +17,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from uuid import UUID
 
+import msgspec
 import numpy as np
 
 from service.auth import Principal
 from service.constants import (
     EPISODE_TOP_K,
+    MULTI_HOP_ENTITY_CANDIDATES,
     MULTI_HOP_MAX_ENTITIES,
     RETRIEVAL_TOP_K,
+    UNIFIED_WEIGHT_RECENCY,
+    UNIFIED_WEIGHT_SIMILARITY,
+    UNIFIED_WEIGHT_TEXT_RANK,
     WEIGHT_RECENCY,
     WEIGHT_SIMILARITY,
     WEIGHT_TEXT_RANK,
 )
 from service.context import repository as repo
-from service.context.entities import extract_entities
+from service.context.entities import ENTITY_PATTERN, extract_entities
 from service.context.model import Candidate, Packed, Retrieved, Weights, decision, pack
 from service.embedder import Embedder
 from service.errors import NotFound
@@ -44,7 +49,11 @@ from service.structs import ContextPacket, ContextRequest, Inspection, StatsOver
 
 log = logging.getLogger("haki.context")
 
-DEFAULT_WEIGHTS: Weights = (WEIGHT_SIMILARITY, WEIGHT_TEXT_RANK, WEIGHT_RECENCY)
+# The hybrid score's weights of each profile (not contract; service/constants.py).
+PROFILE_WEIGHTS: dict[ContextProfile, Weights] = {
+    "unified": (UNIFIED_WEIGHT_SIMILARITY, UNIFIED_WEIGHT_TEXT_RANK, UNIFIED_WEIGHT_RECENCY),
+    "facts_first": (WEIGHT_SIMILARITY, WEIGHT_TEXT_RANK, WEIGHT_RECENCY),
+}
 
 # hnsw.ef_search must cover the largest K of any scan in the call (its default, 40, silently
 # truncates a top-64). Twice K: recall@64 at 1M facts in one scope went from 0.75 to 0.81 for
@@ -101,34 +110,10 @@ def warnings_of(qvec: np.ndarray | None, retrieved: Retrieved) -> list[str]:
     return warnings
 
 
-async def expand_multi_hop(
-    conn: Conn,
-    req: ContextRequest,
-    qvec: np.ndarray | None,
-    weights: Weights,
-    profile: ContextProfile,
-    kept: Sequence[Candidate],
-    decided: Iterable[UUID],
-) -> list[Candidate]:
-    """One hop along the entities of the kept facts: the facts of the scope that name them, not
-    yet decided, full text only (no new embedding), never gated. Entity detection is rule-based
-    (service/context/entities.py); the statement's reads are bounded per entity."""
-    entities = extract_entities(
-        (c.content for c in kept if c.item_type == "fact"), req.query, MULTI_HOP_MAX_ENTITIES
-    )
-    if not entities:
-        return []
-    return await repo.multi_hop_facts(
-        conn,
-        project_id=req.project_id,
-        subject_id=req.subject_id,
-        entities=entities,
-        exclude_ids=list(decided),
-        query_embedding=qvec,
-        query_text=req.query,
-        weights=weights,
-        profile=profile,
-    )
+def entities_of(kept: Sequence[Candidate], query: str, limit: int) -> list[str]:
+    """The spec's entities of the kept facts: capitalised tokens by frequency, no sentence
+    starters, no words of the query (service/context/entities.py)."""
+    return extract_entities((c.content for c in kept if c.item_type == "fact"), query, limit)
 
 
 def build_packet(
@@ -163,7 +148,7 @@ async def write_trace(
 
 
 async def retrieve_unified(
-    conn: Conn, req: ContextRequest, qvec: np.ndarray | None, weights: Weights
+    conn: Conn, req: ContextRequest, qvec: np.ndarray | None, settings: Settings, weights: Weights
 ) -> Retrieved:
     """Fact and episode candidates, each the vector top-K UNION the text top-K (the OR of the
     query's words, ranked by idf share), in one ranking by the hybrid score; blocked facts."""
@@ -174,13 +159,59 @@ async def retrieve_unified(
         query_embedding=qvec,
         query_text=req.query,
         weights=weights,
+        text_config=settings.text_search_config,
         with_episodes=req.include_episodes,
     )
 
 
-def rank_with_expansion(candidates: Sequence[Candidate], expansion: Sequence[Candidate]) -> list[Candidate]:
-    """Unified rule 5: expansion facts join the one ranking with their own hybrid score."""
-    return sorted([*candidates, *expansion], key=lambda c: -c.score)
+async def link_entities(
+    conn: Conn,
+    req: ContextRequest,
+    qvec: np.ndarray | None,
+    settings: Settings,
+    weights: Weights,
+    provisional: Packed,
+) -> list[tuple[str, Candidate]]:
+    """One hop from the facts the packet would hold without expansion: the facts of the scope
+    that name their most frequent informative entities, closest to the query first."""
+    entities = entities_of(provisional.kept, req.query, MULTI_HOP_ENTITY_CANDIDATES)
+    if not entities:
+        return []
+    return await repo.linked_facts(
+        conn,
+        project_id=req.project_id,
+        subject_id=req.subject_id,
+        entities=entities,
+        query_embedding=qvec,
+        query_text=req.query,
+        weights=weights,
+        text_config=settings.text_search_config,
+    )
+
+
+def ranking_key(c: Candidate) -> tuple[float, bool, bool, UUID]:
+    """Decreasing score; ties: an expansion after the item that led to it, facts before
+    episodes (the cheaper form of a turn), then by id."""
+    return (-c.score, c.expansion, c.item_type == "episode", c.item_id)
+
+
+def lift_linked(
+    candidates: Sequence[Candidate], linked: Sequence[tuple[str, Candidate]], kept: Sequence[Candidate]
+) -> list[Candidate]:
+    """Unified rule 5: an entity-linked fact joins the one ranking at the better of its own score
+    and the score of the best kept item that names its entity, so it can be served inside the
+    budget next to what led to it. A candidate lifted that way becomes an expansion too."""
+    by_id = {c.item_id: c for c in candidates}
+    lifted: dict[UUID, Candidate] = {}
+    for entity, fact in linked:
+        parent = max((k.score for k in kept if entity in ENTITY_PATTERN.findall(k.content)), default=0.0)
+        base = lifted.get(fact.item_id) or by_id.get(fact.item_id) or fact
+        if parent > base.score:
+            lifted[fact.item_id] = msgspec.structs.replace(base, score=parent, expansion=True)
+        elif fact.item_id not in by_id:
+            lifted.setdefault(fact.item_id, fact)
+    merged = [lifted.pop(c.item_id, c) for c in candidates]
+    return sorted([*merged, *lifted.values()], key=ranking_key)
 
 
 async def assemble_unified(
@@ -191,16 +222,15 @@ async def assemble_unified(
     weights: Weights,
     timer: StageTimer,
 ) -> tuple[Retrieved, Packed]:
+    gate = settings.recall_max_distance
     with timer.stage("candidates"):
-        retrieved = await retrieve_unified(conn, req, qvec, weights)
+        retrieved = await retrieve_unified(conn, req, qvec, settings, weights)
     with timer.stage("multi_hop"):
-        preview = pack(retrieved.candidates, req.budget_tokens, settings.recall_max_distance, dedupe=True)
-        expansion = await expand_multi_hop(
-            conn, req, qvec, weights, "unified", preview.kept, (c.item_id for c in retrieved.facts)
-        )
+        provisional = pack(retrieved.candidates, req.budget_tokens, gate, dedupe=True)
+        linked = await link_entities(conn, req, qvec, settings, weights, provisional)
     with timer.stage("pack"):
-        ranked = rank_with_expansion(retrieved.candidates, expansion)
-        packed = pack(ranked, req.budget_tokens, settings.recall_max_distance, dedupe=True)
+        ranked = lift_linked(retrieved.candidates, linked, provisional.kept)
+        packed = pack(ranked, req.budget_tokens, gate, dedupe=True)
     return retrieved, packed
 
 
@@ -243,9 +273,17 @@ async def assemble_facts_first(
         packed = pack(retrieved.facts, req.budget_tokens, gate, dedupe=False)
     with timer.stage("multi_hop"):
         # "After the main pack, if budget remains": one hop from the packed facts.
-        if packed.remaining > 0 and packed.facts:
-            expansion = await expand_multi_hop(
-                conn, req, qvec, weights, "facts_first", packed.kept, (c.item_id for c in retrieved.facts)
+        entities = entities_of(packed.kept, req.query, MULTI_HOP_MAX_ENTITIES)
+        if packed.remaining > 0 and entities:
+            expansion = await repo.multi_hop_facts(
+                conn,
+                project_id=req.project_id,
+                subject_id=req.subject_id,
+                entities=entities,
+                exclude_ids=[c.item_id for c in retrieved.facts],
+                query_embedding=qvec,
+                query_text=req.query,
+                weights=weights,
             )
             packed = packed.then(
                 pack(expansion, packed.remaining, gate, dedupe=False, first_rank=len(retrieved.facts) + 1)
@@ -272,14 +310,14 @@ async def assemble(
     principal: Principal,
     req: ContextRequest,
     *,
-    weights: Weights = DEFAULT_WEIGHTS,
+    weights: Weights | None = None,
     timer: StageTimer | None = None,
 ) -> ContextPacket:
     """Builds, traces and returns the ContextPacket of one POST /v1/context call, with the
     request's profile or the deployment's.
 
-    `weights` exists for the offline quality evaluation (benchmarks/locomo.py builds its
-    single-signal modes with it); the HTTP API never exposes it.
+    `weights` (default: the profile's) exists for the offline quality evaluation
+    (benchmarks/locomo.py builds its single-signal modes with it); the HTTP API never exposes it.
     """
     principal.require(req.project_id)
     timer = timer or StageTimer()
@@ -288,7 +326,9 @@ async def assemble(
         qvec = await embed_query(embedder, settings, req.query)
     async with conn.transaction():
         await repo.configure_vector_scan(conn, EF_SEARCH)
-        retrieved, packed = await PROFILES[profile](conn, req, qvec, settings, weights, timer)
+        retrieved, packed = await PROFILES[profile](
+            conn, req, qvec, settings, weights or PROFILE_WEIGHTS[profile], timer
+        )
         packet = build_packet(req, profile, warnings_of(qvec, retrieved), packed)
         with timer.stage("trace"):
             await write_trace(conn, req, packet, packed, retrieved)
@@ -308,9 +348,9 @@ async def stats(conn: Conn, principal: Principal, project_id: str) -> StatsOverv
 
 
 __all__ = [
-    "DEFAULT_WEIGHTS",
     "EF_SEARCH",
     "PROFILES",
+    "PROFILE_WEIGHTS",
     "StageTimer",
     "assemble",
     "inspect",

@@ -17,6 +17,7 @@ from service.constants import (
     CANDIDATE_LIMIT,
     EXACT_SCAN_MIN_FACTS,
     IDF_SAMPLE_DOCS,
+    MULTI_HOP_MAX_ENTITIES,
     MULTI_HOP_MAX_MATCHES_PER_ENTITY,
     MULTI_HOP_MAX_PER_ENTITY,
     RECENCY_TAU_SECONDS,
@@ -26,7 +27,7 @@ from service.constants import (
 )
 from service.context.model import Blocked, Candidate, Retrieved, Weights
 from service.repository import Conn, collect, q
-from service.settings import ContextProfile
+from service.settings import TextSearchConfig
 from service.structs import ContextPacket, ContextRequest, Decision, Inspection, StatsOverview
 
 # Decision objects as the JSON array insert_context_trace unpacks (field names = column names).
@@ -159,6 +160,7 @@ async def unified_candidates(
     query_embedding: np.ndarray | None,
     query_text: str,
     weights: Weights,
+    text_config: TextSearchConfig = "english",
     with_episodes: bool = True,
     top_k: int = RETRIEVAL_TOP_K,
     candidate_limit: int | None = None,
@@ -182,6 +184,7 @@ async def unified_candidates(
             subject_id=subject_id,
             query_embedding=_vec(query_embedding),
             query_text=query_text,
+            text_config=text_config,
             walked_ids=walked_ids,
             walked_event_ids=walked_event_ids,
             top_k=top_k,
@@ -209,12 +212,12 @@ async def multi_hop_facts(
     query_embedding: np.ndarray | None,
     query_text: str,
     weights: Weights,
-    profile: ContextProfile,
     per_entity: int = MULTI_HOP_MAX_PER_ENTITY,
     match_limit: int = MULTI_HOP_MAX_MATCHES_PER_ENTITY,
     tau_seconds: float = RECENCY_TAU_SECONDS,
 ) -> list[Candidate]:
-    """Expansion facts, entity by entity (in rank order), each entity's best matches first."""
+    """`facts_first` expansion facts, entity by entity (in rank order), each entity's best
+    full-text matches first."""
     rows = await collect(
         q().multi_hop_facts(
             conn,
@@ -226,7 +229,6 @@ async def multi_hop_facts(
             match_limit=match_limit,
             query_embedding=_vec(query_embedding),
             query_text=query_text,
-            text_query="websearch" if profile == "facts_first" else "words",
             w_similarity=weights[0],
             w_text_rank=weights[1],
             w_recency=weights[2],
@@ -234,6 +236,45 @@ async def multi_hop_facts(
         )
     )
     return [_candidate(r, "fact", r["fact_id"], expansion=True) for r in rows]
+
+
+async def linked_facts(
+    conn: Conn,
+    *,
+    project_id: str,
+    subject_id: str,
+    entities: Sequence[str],
+    query_embedding: np.ndarray | None,
+    query_text: str,
+    weights: Weights,
+    text_config: TextSearchConfig = "english",
+    max_entities: int = MULTI_HOP_MAX_ENTITIES,
+    per_entity: int = MULTI_HOP_MAX_PER_ENTITY,
+    match_limit: int = MULTI_HOP_MAX_MATCHES_PER_ENTITY,
+    tau_seconds: float = RECENCY_TAU_SECONDS,
+) -> list[tuple[str, Candidate]]:
+    """`unified` expansion facts with the entity that links each, informative entities only."""
+    rows = await collect(
+        q().linked_facts(
+            conn,
+            project_id=project_id,
+            subject_id=subject_id,
+            entities=list(entities),
+            max_entities=max_entities,
+            per_entity=per_entity,
+            match_limit=match_limit,
+            idf_sample_docs=IDF_SAMPLE_DOCS,
+            query_embedding=_vec(query_embedding),
+            query_text=query_text,
+            text_config=text_config,
+            max_words=TEXT_QUERY_MAX_WORDS,
+            w_similarity=weights[0],
+            w_text_rank=weights[1],
+            w_recency=weights[2],
+            tau_seconds=tau_seconds,
+        )
+    )
+    return [(r["entity"], _candidate(r, "fact", r["fact_id"], expansion=True)) for r in rows]
 
 
 async def episode_candidates(
