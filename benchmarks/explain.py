@@ -13,7 +13,8 @@ statement runs twice and the second run is shown (warm buffers, as in a serving 
 
 Both profiles (spec/context-profiles.md): `facts_first` runs vector_walk (facts only),
 episode_candidates and fact_candidates; `unified` runs vector_walk (facts and events) and
-unified_candidates; both run multi_hop_facts (its text query differs) and insert_context_trace.
+unified_candidates, then linked_facts (its multi-hop inside the budget) where `facts_first` runs
+multi_hop_facts; both write insert_context_trace.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from service.constants import (
     EPISODE_TOP_K,
     EXACT_SCAN_MIN_FACTS,
     IDF_SAMPLE_DOCS,
+    MULTI_HOP_MAX_ENTITIES,
     MULTI_HOP_MAX_MATCHES_PER_ENTITY,
     MULTI_HOP_MAX_PER_ENTITY,
     RECENCY_TAU_SECONDS,
@@ -73,7 +75,13 @@ def as_text(value: Any) -> str | None:
 
 
 # The statements the assembler runs after end_custom_plans, under one generic plan each.
-GENERIC = {"fact_candidates", "unified_candidates", "multi_hop_facts", "insert_context_trace"}
+GENERIC = {
+    "fact_candidates",
+    "unified_candidates",
+    "multi_hop_facts",
+    "linked_facts",
+    "insert_context_trace",
+}
 
 
 async def explain(conn: Any, name: str, params: dict[str, Any]) -> str:
@@ -111,6 +119,7 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
         "text_per_word": TEXT_MATCHES_PER_WORD,
         "event_text_per_word": TEXT_MATCHES_PER_WORD,
         "idf_sample_docs": IDF_SAMPLE_DOCS,
+        "text_config": "english",  # the default of Settings.text_search_config
     }
     out: list[tuple[str, str]] = []
 
@@ -182,29 +191,30 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
             query_text=question.text,
             top_k=RETRIEVAL_TOP_K,
             candidate_limit=CANDIDATE_LIMIT,
-            weights=assembler.DEFAULT_WEIGHTS,
+            weights=assembler.PROFILE_WEIGHTS["facts_first"],
             tau_seconds=RECENCY_TAU_SECONDS,
         )
     exclude = [c.item_id for c in retrieved.facts]
-    for profile, text_query in (("facts_first", "websearch"), ("unified", "words")):
-        out.append(
-            (
-                f"multi_hop_facts ({profile}: text query {text_query!r}), 10k scope, "
-                "entities ['Alice', 'Bruno']",
-                await explain(
-                    conn,
-                    "multi_hop_facts",
-                    {
-                        **cand(TARGET, question),
-                        "entities": ["Alice", "Bruno"],
-                        "exclude_ids": exclude,
-                        "per_entity": MULTI_HOP_MAX_PER_ENTITY,
-                        "match_limit": MULTI_HOP_MAX_MATCHES_PER_ENTITY,
-                        "text_query": text_query,
-                    },
-                ),
-            )
+    entities = {
+        "entities": ["Alice", "Bruno"],
+        "per_entity": MULTI_HOP_MAX_PER_ENTITY,
+        "match_limit": MULTI_HOP_MAX_MATCHES_PER_ENTITY,
+        "max_entities": MULTI_HOP_MAX_ENTITIES,
+    }
+    out.append(
+        (
+            "multi_hop_facts (facts_first), 10k scope, entities ['Alice', 'Bruno']",
+            await explain(
+                conn, "multi_hop_facts", {**cand(TARGET, question), **entities, "exclude_ids": exclude}
+            ),
         )
+    )
+    out.append(
+        (
+            "linked_facts (unified), 10k scope, entities ['Alice', 'Bruno']",
+            await explain(conn, "linked_facts", {**cand(TARGET, question), **entities}),
+        )
+    )
     out.append(
         (
             "episode_candidates (facts_first), 10k scope (1,000 of its events among 5,600)",
@@ -286,7 +296,10 @@ async def run(data_dir: Path | None) -> list[tuple[str, str]]:
         await load_queries().bench_define_explain(conn)
         # Warm the buffers as a serving process would have them (both profiles' statements).
         for query in queries(300)[:50]:
-            for candidates in (repo.fact_candidates, repo.unified_candidates):
+            for profile, candidates in (
+                ("facts_first", repo.fact_candidates),
+                ("unified", repo.unified_candidates),
+            ):
                 async with conn.transaction():
                     await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
                     await candidates(
@@ -297,7 +310,7 @@ async def run(data_dir: Path | None) -> list[tuple[str, str]]:
                         query_text=query.text,
                         top_k=RETRIEVAL_TOP_K,
                         candidate_limit=CANDIDATE_LIMIT,
-                        weights=assembler.DEFAULT_WEIGHTS,
+                        weights=assembler.PROFILE_WEIGHTS[profile],
                         tau_seconds=RECENCY_TAU_SECONDS,
                     )
         result = await plans(conn)

@@ -351,7 +351,7 @@ async def evaluate(
 
     from service import auth
     from service.app import create_app
-    from service.context.assembler import DEFAULT_WEIGHTS, StageTimer, assemble
+    from service.context.assembler import PROFILE_WEIGHTS, StageTimer, assemble
     from service.db import connect, create_pool
     from service.embedded import embedded_server, embedded_url
     from service.embedder import LocalEmbedder
@@ -429,7 +429,7 @@ async def evaluate(
                                 settings,
                                 principal,
                                 req,
-                                weights=mode.weights or DEFAULT_WEIGHTS,
+                                weights=mode.weights,  # None: the profile's own
                                 timer=StageTimer(),
                             )
                             latency = (time.perf_counter() - a0) * 1000.0
@@ -453,7 +453,7 @@ async def evaluate(
                     "name": m.name,
                     "profile": m.profile,
                     "budget": m.budget,
-                    "weights": list(m.weights or DEFAULT_WEIGHTS),
+                    "weights": list(m.weights or PROFILE_WEIGHTS[m.profile]),  # type: ignore[index]
                     "query_vector": m.query_vector,
                     "group": m.group,
                     "note": m.note,

@@ -129,10 +129,13 @@ async def measure(conn: Any, settings: Settings, cfg: Config, rounds: int, resul
         req = ContextRequest(project_id=PROJECT, subject_id=cfg.measured, query=query.text, profile=profile)
         await assembler.assemble(conn, emb, settings, principal, req, timer=timer)
 
-    async def candidates(query: Query, text: str, statement: Any = repo.fact_candidates) -> Retrieved:
+    statements = {"facts_first": repo.fact_candidates, "unified": repo.unified_candidates}
+
+    async def candidates(query: Query, text: str, profile: ContextProfile = "facts_first") -> Retrieved:
+        """A profile's candidate step alone (vector_walk, then its statement), with its weights."""
         async with conn.transaction():
             await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
-            retrieved: Retrieved = await statement(
+            retrieved: Retrieved = await statements[profile](
                 conn,
                 project_id=PROJECT,
                 subject_id=cfg.measured,
@@ -140,7 +143,7 @@ async def measure(conn: Any, settings: Settings, cfg: Config, rounds: int, resul
                 query_text=text,
                 top_k=RETRIEVAL_TOP_K,
                 candidate_limit=CANDIDATE_LIMIT,
-                weights=assembler.DEFAULT_WEIGHTS,
+                weights=assembler.PROFILE_WEIGHTS[profile],
                 tau_seconds=RECENCY_TAU_SECONDS,
             )
             return retrieved
@@ -168,12 +171,11 @@ async def measure(conn: Any, settings: Settings, cfg: Config, rounds: int, resul
         p: {k: round(percentile(v, 50), 3) for k, v in by_stage.items()} for p, by_stage in stages.items()
     }
     cand: dict[str, list[float]] = {"facts_first": [], "unified": []}
-    statements = {"facts_first": repo.fact_candidates, "unified": repo.unified_candidates}
     for i in range(rounds):
         query = pool[i % len(pool)]
         for profile in PROFILES if i % 2 == 0 else PROFILES[::-1]:
             t0 = time.perf_counter()
-            await candidates(query, query.text, statements[profile])
+            await candidates(query, query.text, profile)
             cand[profile].append((time.perf_counter() - t0) * 1000)
     result.candidates_p50_ms = percentile(cand["facts_first"], 50)
     result.unified_candidates_p50_ms = percentile(cand["unified"], 50)

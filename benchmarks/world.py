@@ -135,7 +135,7 @@ class World:
                     query_text=query.text if text is None else text,
                     top_k=RETRIEVAL_TOP_K,
                     candidate_limit=CANDIDATE_LIMIT,
-                    weights=assembler.DEFAULT_WEIGHTS,
+                    weights=assembler.PROFILE_WEIGHTS["facts_first"],
                     tau_seconds=RECENCY_TAU_SECONDS,
                 )
 
@@ -157,7 +157,7 @@ class World:
                     query_text=query.text if text is None else text,
                     top_k=RETRIEVAL_TOP_K,
                     candidate_limit=CANDIDATE_LIMIT,
-                    weights=assembler.DEFAULT_WEIGHTS,
+                    weights=assembler.PROFILE_WEIGHTS["unified"],
                     tau_seconds=RECENCY_TAU_SECONDS,
                 )
 

@@ -103,7 +103,7 @@ async def test_generic_plans_never_scan_the_whole_table(conn: asyncpg.Connection
                     subject_id=subject_id,
                     entities=["seeded", "7"],
                     query_embedding=random_unit_vector(call),
-                    query_text="seeded fact 42",
+                    idf=retrieved.idf,
                     weights=WEIGHTS,
                 )
                 assert {entity for entity, _ in linked} == {"7"}

@@ -171,6 +171,7 @@ async def link_entities(
     settings: Settings,
     weights: Weights,
     provisional: Packed,
+    idf: dict[str, float],
 ) -> list[tuple[str, Candidate]]:
     """One hop from the facts the packet would hold without expansion: the facts of the scope
     that name their most frequent informative entities, closest to the query first."""
@@ -183,7 +184,7 @@ async def link_entities(
         subject_id=req.subject_id,
         entities=entities,
         query_embedding=qvec,
-        query_text=req.query,
+        idf=idf,
         weights=weights,
         text_config=settings.text_search_config,
     )
@@ -227,7 +228,7 @@ async def assemble_unified(
         retrieved = await retrieve_unified(conn, req, qvec, settings, weights)
     with timer.stage("multi_hop"):
         provisional = pack(retrieved.candidates, req.budget_tokens, gate, dedupe=True)
-        linked = await link_entities(conn, req, qvec, settings, weights, provisional)
+        linked = await link_entities(conn, req, qvec, settings, weights, provisional, retrieved.idf)
     with timer.stage("pack"):
         ranked = lift_linked(retrieved.candidates, linked, provisional.kept)
         packed = pack(ranked, req.budget_tokens, gate, dedupe=True)

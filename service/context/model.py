@@ -55,10 +55,12 @@ class Blocked(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Retrieved(msgspec.Struct, frozen=True, kw_only=True):
-    """Candidates in decreasing score order, and the blocked facts of the scope."""
+    """Candidates in decreasing score order, the blocked facts of the scope, and (unified) the
+    query's words with their idf."""
 
     candidates: list[Candidate]
     blocked: list[Blocked]
+    idf: dict[str, float] = msgspec.field(default_factory=dict)
 
     @property
     def facts(self) -> list[Candidate]:

@@ -62,8 +62,11 @@ def _retrieved(rows: Sequence[Any], id_column: str) -> Retrieved:
     """Candidate rows (`kind` = 'candidate', in score order) and blocked rows of one statement."""
     candidates: list[Candidate] = []
     blocked: list[Blocked] = []
+    idf: dict[str, float] = {}
     for row in rows:
-        if row["kind"] == "candidate":
+        if row["kind"] == "word":
+            idf[row["content"]] = row["score"]
+        elif row["kind"] == "candidate":
             candidates.append(_candidate(row, row.get("item_type", "fact"), row[id_column]))
         else:
             blocked.append(
@@ -74,7 +77,7 @@ def _retrieved(rows: Sequence[Any], id_column: str) -> Retrieved:
                     total=row["blocked_total"],
                 )
             )
-    return Retrieved(candidates=candidates, blocked=blocked)
+    return Retrieved(candidates=candidates, blocked=blocked, idf=idf)
 
 
 async def configure_vector_scan(conn: Conn, ef_search: int) -> None:
@@ -245,7 +248,7 @@ async def linked_facts(
     subject_id: str,
     entities: Sequence[str],
     query_embedding: np.ndarray | None,
-    query_text: str,
+    idf: dict[str, float],
     weights: Weights,
     text_config: TextSearchConfig = "english",
     max_entities: int = MULTI_HOP_MAX_ENTITIES,
@@ -265,9 +268,9 @@ async def linked_facts(
             match_limit=match_limit,
             idf_sample_docs=IDF_SAMPLE_DOCS,
             query_embedding=_vec(query_embedding),
-            query_text=query_text,
+            words=list(idf),
+            idfs=list(idf.values()),
             text_config=text_config,
-            max_words=TEXT_QUERY_MAX_WORDS,
             w_similarity=weights[0],
             w_text_rank=weights[1],
             w_recency=weights[2],
