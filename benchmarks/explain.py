@@ -46,6 +46,7 @@ from service.constants import (
     RECENCY_TAU_SECONDS,
     RETRIEVAL_TOP_K,
     TEXT_MATCHES_PER_WORD,
+    TEXT_MATCH_MAX_WORDS,
     TEXT_QUERY_MAX_WORDS,
     WEIGHT_RECENCY,
     WEIGHT_SIMILARITY,
@@ -116,6 +117,7 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
         "tau_seconds": RECENCY_TAU_SECONDS,
         # unified_candidates' bounds, as repository.unified_candidates passes them
         "max_words": TEXT_QUERY_MAX_WORDS,
+        "match_words": TEXT_MATCH_MAX_WORDS,
         "text_per_word": TEXT_MATCHES_PER_WORD,
         "event_text_per_word": TEXT_MATCHES_PER_WORD,
         "idf_sample_docs": IDF_SAMPLE_DOCS,
@@ -194,6 +196,17 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
             weights=assembler.PROFILE_WEIGHTS["facts_first"],
             tau_seconds=RECENCY_TAU_SECONDS,
         )
+        # The query's words and their idf, which unified_candidates hands linked_facts.
+        idf = (
+            await repo.unified_candidates(
+                conn,
+                project_id=PROJECT,
+                subject_id=TARGET,
+                query_embedding=question.vector,
+                query_text=question.text,
+                weights=assembler.PROFILE_WEIGHTS["unified"],
+            )
+        ).idf
     exclude = [c.item_id for c in retrieved.facts]
     entities = {
         "entities": ["Alice", "Bruno"],
@@ -212,7 +225,11 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
     out.append(
         (
             "linked_facts (unified), 10k scope, entities ['Alice', 'Bruno']",
-            await explain(conn, "linked_facts", {**cand(TARGET, question), **entities}),
+            await explain(
+                conn,
+                "linked_facts",
+                {**cand(TARGET, question), **entities, "words": list(idf), "idfs": list(idf.values())},
+            ),
         )
     )
     out.append(

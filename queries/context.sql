@@ -366,7 +366,7 @@ CROSS JOIN (
       AND cs.status = 'open'
 ) AS oc;
 
--- name: unified_candidates(project_id, subject_id, query_embedding, query_text, text_config, walked_ids, walked_event_ids, top_k, candidate_limit, max_words, text_per_word, event_text_per_word, idf_sample_docs, w_similarity, w_text_rank, w_recency, tau_seconds)
+-- name: unified_candidates(project_id, subject_id, query_embedding, query_text, text_config, walked_ids, walked_event_ids, top_k, candidate_limit, max_words, match_words, text_per_word, event_text_per_word, idf_sample_docs, w_similarity, w_text_rank, w_recency, tau_seconds)
 -- The `unified` profile's phases 1 and 2 (spec/context-profiles.md): fact and episode
 -- candidates, each the vector top-K of vector_walk UNION the top-K by text rank, scored by one
 -- hybrid formula (an episode's recency from occurred_at) and capped at CANDIDATE_LIMIT
@@ -376,7 +376,8 @@ CROSS JOIN (
 -- matches: sum(idf(matched)) / sum(idf(query)). Runs under a generic plan (end_custom_plans).
 -- Never returns embeddings. Reads are bounded whatever the scope's size: the document
 -- frequencies come from a sample of the scope's newest idf_sample_docs facts and as many events
--- (exact up to that size), and each word reads at most text_per_word postings of facts and
+-- (exact up to that size), and the match_words rarest words (highest idf: a text that matches
+-- none of them can only rank low) each read at most text_per_word postings of facts and
 -- event_text_per_word of events (0: no episode candidates). Rows of kind 'word' carry the
 -- query's words (content) and their idf (score).
 WITH idf AS MATERIALIZED (
@@ -392,10 +393,10 @@ open_members AS MATERIALIZED (
     SELECT public.haki_open_conflict_facts(:project_id, :subject_id) AS fact_ids
 ),
 fact_hits AS MATERIALIZED (
-    -- Per word, at most text_per_word servable facts from the scope's postings (migrations 0009
-    -- and 0011): one branch a configuration, each with its own GIN index.
+    -- Per rare word, at most text_per_word servable facts from the scope's postings (migrations
+    -- 0009 and 0011): one branch a configuration, each with its own GIN index.
     SELECT coalesce(array_agg(DISTINCT h.fact_id), '{}'::uuid[]) AS ids
-    FROM idf AS i
+    FROM (SELECT w.word_query FROM idf AS w ORDER BY w.idf DESC, w.word LIMIT :match_words) AS i
     CROSS JOIN LATERAL (
         (SELECT f.fact_id
          FROM facts AS f
@@ -425,7 +426,7 @@ fact_hits AS MATERIALIZED (
 event_hits AS MATERIALIZED (
     -- The same for events, from their scope's postings (migration 0011).
     SELECT coalesce(array_agg(DISTINCT h.event_id), '{}'::uuid[]) AS ids
-    FROM idf AS i
+    FROM (SELECT w.word_query FROM idf AS w ORDER BY w.idf DESC, w.word LIMIT :match_words) AS i
     CROSS JOIN LATERAL (
         (SELECT e.event_id
          FROM events AS e
@@ -447,13 +448,21 @@ event_hits AS MATERIALIZED (
     ) AS h
 ),
 pool AS (
-    -- Every walked or matched item once, by primary key (ids as arrays: a generic plan joining
-    -- them as a set may hash a scan of the whole table), with its text rank.
-    SELECT p.item_type, p.item_id, p.walked, p.hit,
+    -- Every walked or matched item, read once by primary key (ids as arrays: a generic plan
+    -- joining them as a set may hash a scan of the whole table, and before the first ANALYZE
+    -- ran a by-array scan again for each row of a set it expected to hold one: 94 ms), with
+    -- every part of its score. Reading the candidates a second time for their content cost
+    -- 1.7 ms of the statement's 6.2 on the benchmark world.
+    SELECT p.item_type, p.item_id, p.content, p.valid_from, p.valid_to, p.recorded_from,
+           p.source_event_id, p.occurred_at, p.tokens, p.cosine_distance, p.recency, p.walked, p.hit,
            coalesce((SELECT sum(i.idf) FROM idf AS i WHERE p.sv @@ i.word_query)
                     / (SELECT t.total FROM idf_total AS t), 0) AS text_rank
     FROM (
-        SELECT 'fact' AS item_type, f.fact_id AS item_id,
+        SELECT 'fact' AS item_type, f.fact_id AS item_id, f.content, f.valid_from, f.valid_to,
+               f.recorded_from, f.source_event_id, NULL::timestamptz AS occurred_at,
+               public.haki_tokens(f.content) AS tokens,
+               (f.embedding <=> :query_embedding::vector) AS cosine_distance,
+               public.haki_recency(coalesce(f.valid_from, f.recorded_from), :tau_seconds) AS recency,
                public.haki_text_vector(:text_config::regconfig, f.search_vector, f.search_vector_english) AS sv,
                f.fact_id = ANY (:walked_ids::uuid[]) AS walked,
                f.fact_id = ANY ((SELECT h.ids FROM fact_hits AS h)::uuid[]) AS hit
@@ -461,7 +470,10 @@ pool AS (
         WHERE f.project_id = :project_id
           AND f.fact_id = ANY (:walked_ids::uuid[] || (SELECT h.ids FROM fact_hits AS h)::uuid[])
         UNION ALL
-        SELECT 'episode', e.event_id,
+        SELECT 'episode', e.event_id, e.content, NULL, NULL, NULL, NULL, e.occurred_at,
+               public.haki_tokens(e.content),
+               (e.embedding <=> :query_embedding::vector),
+               public.haki_recency(e.occurred_at, :tau_seconds),
                public.haki_text_vector(:text_config::regconfig, e.search_vector, e.search_vector_english),
                e.event_id = ANY (:walked_event_ids::uuid[]),
                e.event_id = ANY ((SELECT h.ids FROM event_hits AS h)::uuid[])
@@ -470,51 +482,28 @@ pool AS (
           AND e.event_id = ANY (:walked_event_ids::uuid[] || (SELECT h.ids FROM event_hits AS h)::uuid[])
     ) AS p
 ),
-kept AS MATERIALIZED (
+kept AS (
     -- Phase 1: the vector top-K UNION the top-K by text rank, of each kind.
-    SELECT r.item_type, r.item_id, r.text_rank
+    SELECT r.item_type, r.item_id, r.content, r.valid_from, r.valid_to, r.recorded_from,
+           r.source_event_id, r.occurred_at, r.tokens, r.cosine_distance, r.text_rank, r.recency
     FROM (
-        SELECT p.item_type, p.item_id, p.walked, p.hit, p.text_rank,
+        SELECT p.item_type, p.item_id, p.content, p.valid_from, p.valid_to, p.recorded_from,
+               p.source_event_id, p.occurred_at, p.tokens, p.cosine_distance, p.text_rank,
+               p.recency, p.walked, p.hit,
                row_number() OVER (PARTITION BY p.item_type, p.hit
                                   ORDER BY p.text_rank DESC, p.item_id) AS text_pos
         FROM pool AS p
     ) AS r
     WHERE r.walked OR (r.hit AND r.text_pos <= :top_k)
 ),
-kept_ids AS MATERIALIZED (
-    SELECT coalesce(array_agg(k.item_id) FILTER (WHERE k.item_type = 'fact'), '{}'::uuid[]) AS fact_ids,
-           coalesce(array_agg(k.item_id) FILTER (WHERE k.item_type = 'episode'), '{}'::uuid[]) AS event_ids
-    FROM kept AS k
-),
-parts AS (
-    -- One index scan a table with the ids as an array: joined to `kept` row by row, the
-    -- primary-key probes cost 10 us each, 2.9 ms for a LoCoMo scope's 215 candidates.
-    SELECT 'fact' AS item_type, f.fact_id AS item_id, f.content, f.valid_from, f.valid_to,
-           f.recorded_from, f.source_event_id, NULL::timestamptz AS occurred_at,
-           public.haki_tokens(f.content) AS tokens,
-           (f.embedding <=> :query_embedding::vector) AS cosine_distance,
-           public.haki_recency(coalesce(f.valid_from, f.recorded_from), :tau_seconds) AS recency
-    FROM facts AS f
-    WHERE f.project_id = :project_id
-      AND f.fact_id = ANY ((SELECT k.fact_ids FROM kept_ids AS k)::uuid[])
-    UNION ALL
-    SELECT 'episode', e.event_id, e.content, NULL, NULL, NULL, NULL, e.occurred_at,
-           public.haki_tokens(e.content),
-           (e.embedding <=> :query_embedding::vector),
-           public.haki_recency(e.occurred_at, :tau_seconds)
-    FROM events AS e
-    WHERE e.project_id = :project_id
-      AND e.event_id = ANY ((SELECT k.event_ids FROM kept_ids AS k)::uuid[])
-),
 scored AS (
     -- Phase 2: one hybrid score for facts and episodes, capped at CANDIDATE_LIMIT together.
     SELECT p.item_type, p.item_id, p.content, p.valid_from, p.valid_to, p.recorded_from,
-           p.source_event_id, p.occurred_at, p.tokens, p.cosine_distance, k.text_rank, p.recency,
+           p.source_event_id, p.occurred_at, p.tokens, p.cosine_distance, p.text_rank, p.recency,
            1 - p.cosine_distance AS similarity,
-           public.haki_hybrid_score(p.cosine_distance, k.text_rank, p.recency,
+           public.haki_hybrid_score(p.cosine_distance, p.text_rank, p.recency,
                                     :w_similarity, :w_text_rank, :w_recency) AS score
-    FROM parts AS p
-    JOIN kept AS k ON k.item_type = p.item_type AND k.item_id = p.item_id
+    FROM kept AS p
     -- Ties: facts first (the cheaper representation of a turn), then by id.
     ORDER BY score DESC, p.item_type = 'episode', p.item_id
     LIMIT :candidate_limit
@@ -537,8 +526,8 @@ FROM idf AS i;
 -- name: linked_facts(project_id, subject_id, entities, max_entities, per_entity, match_limit, idf_sample_docs, query_embedding, words, idfs, text_config, w_similarity, w_text_rank, w_recency, tau_seconds)
 -- The `unified` profile's multi-hop expansion (spec/context-profiles.md, rule 5): `entities`
 -- come ranked by frequency among the kept facts. An entity that more than half of the scope's
--- sample texts name is dropped: its Robertson-Sparck Jones idf, log((N - df + 0.5) / (df + 0.5)),
--- is negative, so it tells nothing about a text (a speaker's name, "Yeah"). The first
+-- facts name is dropped: its Robertson-Sparck Jones idf, log((N - df + 0.5) / (df + 0.5)), is
+-- negative, so it tells nothing about a text (a speaker's name, "Yeah"). The first
 -- max_entities of the rest each bring, from at most match_limit servable facts naming them
 -- (the scope's postings), the per_entity closest to the query; one hop, no new embedding.
 -- Candidates are not excluded: the assembler lifts them. Score parts are those of the original
@@ -549,10 +538,16 @@ WITH e AS MATERIALIZED (
     FROM unnest(:entities::text[]) WITH ORDINALITY AS u(entity, entity_rank)
 ),
 names AS MATERIALIZED (
-    -- Entities are names, matched as written: the `simple` vectors of the sample.
-    SELECT s.sv
-    FROM public.haki_scope_sample(:project_id, :subject_id, 'simple'::regconfig, :idf_sample_docs) AS s
+    -- Entities are names, matched as written (`simple` vectors) among facts, which is where
+    -- they link to: the scope's newest idf_sample_docs facts (exact up to that size).
+    SELECT f.search_vector AS sv
+    FROM facts AS f
     WHERE EXISTS (SELECT 1 FROM e)
+      AND f.project_id = :project_id
+      AND f.subject_id = :subject_id
+      AND f.status = 'active'
+    ORDER BY f.fact_id DESC
+    LIMIT :idf_sample_docs
 ),
 informative AS MATERIALIZED (
     SELECT e.entity, e.entity_rank, e.etsq

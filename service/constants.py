@@ -24,15 +24,20 @@ MULTI_HOP_MAX_MATCHES_PER_ENTITY: Final = 64
 # scope's texts).
 MULTI_HOP_ENTITY_CANDIDATES: Final = 4 * MULTI_HOP_MAX_ENTITIES
 
-# The `unified` profile's text side (spec/context-profiles.md, rule 1). A query's words beyond
-# the first TEXT_QUERY_MAX_WORDS are not matched (a 4,000-character query would otherwise probe
-# the index hundreds of times); each word reads at most TEXT_MATCHES_PER_WORD postings of facts
-# and as many of events. Document frequencies come from the scope's newest IDF_SAMPLE_DOCS facts
-# and as many events (exact up to that size), so no call counts a common word's postings: for a
-# 7-word query over a 10k-fact scope, 1,000 of each cost 2.2 ms, 256 of each 0.6 ms.
+# The `unified` profile's text side (spec/context-profiles.md, rule 1). Its costs grow with the
+# words of a query and never with the scope. A query's words beyond the first
+# TEXT_QUERY_MAX_WORDS are not ranked (a 4,000-character query would otherwise probe the index
+# hundreds of times). Candidates are matched on its TEXT_MATCH_MAX_WORDS rarest words (a text
+# that holds none of them holds only common words and ranks low), each reading at most
+# TEXT_MATCHES_PER_WORD postings of facts and as many of events: with a cap per word alone, a
+# 32-word query read 32 x 64 rows of each kind (46 ms). Document frequencies come from the
+# scope's newest IDF_SAMPLE_DOCS facts and as many events (exact up to that size), so no call
+# counts a common word's postings: for a 7-word query over a 10k-fact scope, 1,000 of each cost
+# 2.2 ms, 256 of each 0.6 ms; 128 of each, 0.45 ms on the benchmark world, where 256 took 0.9.
 TEXT_QUERY_MAX_WORDS: Final = 32
+TEXT_MATCH_MAX_WORDS: Final = 8
 TEXT_MATCHES_PER_WORD: Final = RETRIEVAL_TOP_K
-IDF_SAMPLE_DOCS: Final = 256
+IDF_SAMPLE_DOCS: Final = 128
 RECENCY_TAU_SECONDS: Final = 30 * 24 * 3600.0
 
 # Hybrid score weights of the `facts_first` profile. Not part of the public contract (see module

@@ -196,6 +196,7 @@ async def test_or_text_query_reads_a_bounded_idf_sample(
         top_k=64,
         candidate_limit=256,
         max_words=32,
+        match_words=8,
         text_per_word=10,
         event_text_per_word=10,
         idf_sample_docs=20,

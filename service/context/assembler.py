@@ -39,7 +39,7 @@ from service.constants import (
 )
 from service.context import repository as repo
 from service.context.entities import ENTITY_PATTERN, extract_entities
-from service.context.model import Candidate, Packed, Retrieved, Weights, decision, pack
+from service.context.model import Candidate, Packed, Retrieved, Weights, decision, pack, preview
 from service.embedder import Embedder
 from service.errors import NotFound
 from service.ids import uuid7
@@ -170,12 +170,12 @@ async def link_entities(
     qvec: np.ndarray | None,
     settings: Settings,
     weights: Weights,
-    provisional: Packed,
+    provisional: Sequence[Candidate],
     idf: dict[str, float],
 ) -> list[tuple[str, Candidate]]:
     """One hop from the facts the packet would hold without expansion: the facts of the scope
     that name their most frequent informative entities, closest to the query first."""
-    entities = entities_of(provisional.kept, req.query, MULTI_HOP_ENTITY_CANDIDATES)
+    entities = entities_of(provisional, req.query, MULTI_HOP_ENTITY_CANDIDATES)
     if not entities:
         return []
     return await repo.linked_facts(
@@ -203,9 +203,13 @@ def lift_linked(
     and the score of the best kept item that names its entity, so it can be served inside the
     budget next to what led to it. A candidate lifted that way becomes an expansion too."""
     by_id = {c.item_id: c for c in candidates}
+    best: dict[str, float] = {}  # entity -> score of the best kept item naming it
+    for k in kept:
+        for token in set(ENTITY_PATTERN.findall(k.content)):
+            best[token] = max(best.get(token, k.score), k.score)
     lifted: dict[UUID, Candidate] = {}
     for entity, fact in linked:
-        parent = max((k.score for k in kept if entity in ENTITY_PATTERN.findall(k.content)), default=0.0)
+        parent = best.get(entity, 0.0)
         base = lifted.get(fact.item_id) or by_id.get(fact.item_id) or fact
         if parent > base.score:
             lifted[fact.item_id] = msgspec.structs.replace(base, score=parent, expansion=True)
@@ -227,10 +231,10 @@ async def assemble_unified(
     with timer.stage("candidates"):
         retrieved = await retrieve_unified(conn, req, qvec, settings, weights)
     with timer.stage("multi_hop"):
-        provisional = pack(retrieved.candidates, req.budget_tokens, gate, dedupe=True)
+        provisional = preview(retrieved.candidates, req.budget_tokens, gate)
         linked = await link_entities(conn, req, qvec, settings, weights, provisional, retrieved.idf)
     with timer.stage("pack"):
-        ranked = lift_linked(retrieved.candidates, linked, provisional.kept)
+        ranked = lift_linked(retrieved.candidates, linked, provisional)
         packed = pack(ranked, req.budget_tokens, gate, dedupe=True)
     return retrieved, packed
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Literal
+from typing import Literal, NamedTuple
 from uuid import UUID
 
 import msgspec
@@ -159,19 +159,25 @@ def _served_episode(c: Candidate) -> PacketEpisode:
     )
 
 
-def pack(
+class Outcome(NamedTuple):
+    """One packing decision, before it becomes a trace row."""
+
+    item: Candidate
+    decision: Literal["included", "excluded"]
+    reason_code: str
+    rank: int
+
+
+def outcomes(
     items: Sequence[Candidate], budget_tokens: int, max_distance: float, *, dedupe: bool, first_rank: int = 1
-) -> Packed:
+) -> list[Outcome]:
     """Greedy in the given (score) order: each item that still fits is served, the rest is
     `over_budget`. Before the budget, the recall gate (`below_relevance_floor`: cosine distance
     above max_distance when it is > 0; never an expansion fact) and, with `dedupe` (unified rule
     4), `already_served`: an item whose event, or whose text, is already in the packet. An id
     listed twice (an expansion fact found under two entities) is decided once."""
-    used = gated = considered = 0
-    facts: list[PacketFact] = []
-    episodes: list[PacketEpisode] = []
-    kept: list[Candidate] = []
-    decisions: list[Decision] = []
+    used = 0
+    out: list[Outcome] = []
     served_events: set[UUID] = set()
     served_texts: set[str] = set()
     seen: set[UUID] = set()
@@ -181,41 +187,48 @@ def pack(
             continue
         seen.add(c.item_id)
         rank += 1
-        if not c.expansion:
-            considered += 1
-        event, text = c.event_id, text_key(c.content)
+        event = c.event_id
+        text = text_key(c.content) if dedupe else ""
         if (
             not c.expansion
             and max_distance > 0
             and c.cosine_distance is not None
             and c.cosine_distance > max_distance
         ):
-            gated += 1
-            decisions.append(decision(c, "excluded", "below_relevance_floor", rank))
+            out.append(Outcome(c, "excluded", "below_relevance_floor", rank))
         elif dedupe and ((event is not None and event in served_events) or text in served_texts):
-            decisions.append(decision(c, "excluded", "already_served", rank))
+            out.append(Outcome(c, "excluded", "already_served", rank))
         elif c.tokens <= budget_tokens - used:
             used += c.tokens
-            kept.append(c)
-            if c.item_type == "fact":
-                facts.append(_served_fact(c))
-            else:
-                episodes.append(_served_episode(c))
             if event is not None:
                 served_events.add(event)
             served_texts.add(text)
-            decisions.append(
-                decision(c, "included", "multi_hop_expansion" if c.expansion else "packed", rank)
-            )
+            out.append(Outcome(c, "included", "multi_hop_expansion" if c.expansion else "packed", rank))
         else:
-            decisions.append(decision(c, "excluded", "over_budget", rank))
+            out.append(Outcome(c, "excluded", "over_budget", rank))
+    return out
+
+
+def preview(items: Sequence[Candidate], budget_tokens: int, max_distance: float) -> list[Candidate]:
+    """What a unified pack of these items would serve, without building its trace."""
+    return [
+        o.item for o in outcomes(items, budget_tokens, max_distance, dedupe=True) if o.decision == "included"
+    ]
+
+
+def pack(
+    items: Sequence[Candidate], budget_tokens: int, max_distance: float, *, dedupe: bool, first_rank: int = 1
+) -> Packed:
+    """The packet and the trace rows of `outcomes`."""
+    decided = outcomes(items, budget_tokens, max_distance, dedupe=dedupe, first_rank=first_rank)
+    kept = [o.item for o in decided if o.decision == "included"]
     return Packed(
         budget_tokens=budget_tokens,
-        used_tokens=used,
-        facts=facts,
-        episodes=episodes,
+        used_tokens=sum(c.tokens for c in kept),
+        facts=[_served_fact(c) for c in kept if c.item_type == "fact"],
+        episodes=[_served_episode(c) for c in kept if c.item_type == "episode"],
         kept=kept,
-        decisions=decisions,
-        gated=gated,
-        considered=considered,
+        decisions=[decision(o.item, o.decision, o.reason_code, o.rank) for o in decided],
+        gated=sum(1 for o in decided if o.reason_code == "below_relevance_floor"),
+        considered=sum(1 for o in decided if not o.item.expansion),
     )

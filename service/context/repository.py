@@ -22,6 +22,7 @@ from service.constants import (
     MULTI_HOP_MAX_PER_ENTITY,
     RECENCY_TAU_SECONDS,
     RETRIEVAL_TOP_K,
+    TEXT_MATCH_MAX_WORDS,
     TEXT_MATCHES_PER_WORD,
     TEXT_QUERY_MAX_WORDS,
 )
@@ -193,6 +194,7 @@ async def unified_candidates(
             top_k=top_k,
             candidate_limit=CANDIDATE_LIMIT if candidate_limit is None else candidate_limit,
             max_words=TEXT_QUERY_MAX_WORDS,
+            match_words=TEXT_MATCH_MAX_WORDS,
             text_per_word=TEXT_MATCHES_PER_WORD,
             event_text_per_word=TEXT_MATCHES_PER_WORD if with_episodes else 0,
             idf_sample_docs=IDF_SAMPLE_DOCS,
