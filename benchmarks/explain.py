@@ -37,6 +37,7 @@ from benchmarks.world import PROJECT, SMALL, TARGET, WORLD
 from service import embedded
 from service.constants import (
     CANDIDATE_LIMIT,
+    ENTITY_SAMPLE_DOCS,
     EPISODE_TOP_K,
     EXACT_SCAN_MIN_FACTS,
     IDF_SAMPLE_DOCS,
@@ -45,8 +46,8 @@ from service.constants import (
     MULTI_HOP_MAX_PER_ENTITY,
     RECENCY_TAU_SECONDS,
     RETRIEVAL_TOP_K,
-    TEXT_MATCHES_PER_WORD,
     TEXT_MATCH_MAX_WORDS,
+    TEXT_MATCHES_PER_WORD,
     TEXT_QUERY_MAX_WORDS,
     WEIGHT_RECENCY,
     WEIGHT_SIMILARITY,
@@ -121,6 +122,7 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
         "text_per_word": TEXT_MATCHES_PER_WORD,
         "event_text_per_word": TEXT_MATCHES_PER_WORD,
         "idf_sample_docs": IDF_SAMPLE_DOCS,
+        "entity_sample_docs": ENTITY_SAMPLE_DOCS,
         "text_config": "english",  # the default of Settings.text_search_config
     }
     out: list[tuple[str, str]] = []

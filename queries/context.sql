@@ -523,11 +523,11 @@ SELECT 'word', NULL, NULL, i.word, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NUL
        i.idf, NULL, NULL
 FROM idf AS i;
 
--- name: linked_facts(project_id, subject_id, entities, max_entities, per_entity, match_limit, idf_sample_docs, query_embedding, words, idfs, text_config, w_similarity, w_text_rank, w_recency, tau_seconds)
+-- name: linked_facts(project_id, subject_id, entities, max_entities, per_entity, match_limit, entity_sample_docs, query_embedding, words, idfs, text_config, w_similarity, w_text_rank, w_recency, tau_seconds)
 -- The `unified` profile's multi-hop expansion (spec/context-profiles.md, rule 5): `entities`
 -- come ranked by frequency among the kept facts. An entity that more than half of the scope's
--- facts name is dropped: its Robertson-Sparck Jones idf, log((N - df + 0.5) / (df + 0.5)), is
--- negative, so it tells nothing about a text (a speaker's name, "Yeah"). The first
+-- sample texts name is dropped: its Robertson-Sparck Jones idf, log((N - df + 0.5) / (df + 0.5)),
+-- is negative, so it tells nothing about a text (a speaker's name, "Yeah"). The first
 -- max_entities of the rest each bring, from at most match_limit servable facts naming them
 -- (the scope's postings), the per_entity closest to the query; one hop, no new embedding.
 -- Candidates are not excluded: the assembler lifts them. Score parts are those of the original
@@ -538,16 +538,10 @@ WITH e AS MATERIALIZED (
     FROM unnest(:entities::text[]) WITH ORDINALITY AS u(entity, entity_rank)
 ),
 names AS MATERIALIZED (
-    -- Entities are names, matched as written (`simple` vectors) among facts, which is where
-    -- they link to: the scope's newest idf_sample_docs facts (exact up to that size).
-    SELECT f.search_vector AS sv
-    FROM facts AS f
+    -- Entities are names, matched as written: the `simple` vectors of the scope's sample.
+    SELECT s.sv
+    FROM public.haki_scope_sample(:project_id, :subject_id, 'simple'::regconfig, :entity_sample_docs) AS s
     WHERE EXISTS (SELECT 1 FROM e)
-      AND f.project_id = :project_id
-      AND f.subject_id = :subject_id
-      AND f.status = 'active'
-    ORDER BY f.fact_id DESC
-    LIMIT :idf_sample_docs
 ),
 informative AS MATERIALIZED (
     SELECT e.entity, e.entity_rank, e.etsq

@@ -23,6 +23,10 @@ MULTI_HOP_MAX_MATCHES_PER_ENTITY: Final = 64
 # which keeps the first MULTI_HOP_MAX_ENTITIES informative ones (named by at most half of the
 # scope's texts).
 MULTI_HOP_ENTITY_CANDIDATES: Final = 4 * MULTI_HOP_MAX_ENTITIES
+# How many of the scope's newest facts, and as many events, tell whether an entity is named by
+# more than half of its texts: a sample of 256 puts a 50 % share within +-3 % (one standard
+# error), and reading it costs half of the word statistics' sample.
+ENTITY_SAMPLE_DOCS: Final = 128
 
 # The `unified` profile's text side (spec/context-profiles.md, rule 1). Its costs grow with the
 # words of a query and never with the scope. A query's words beyond the first
@@ -33,11 +37,12 @@ MULTI_HOP_ENTITY_CANDIDATES: Final = 4 * MULTI_HOP_MAX_ENTITIES
 # 32-word query read 32 x 64 rows of each kind (46 ms). Document frequencies come from the
 # scope's newest IDF_SAMPLE_DOCS facts and as many events (exact up to that size), so no call
 # counts a common word's postings: for a 7-word query over a 10k-fact scope, 1,000 of each cost
-# 2.2 ms, 256 of each 0.6 ms; 128 of each, 0.45 ms on the benchmark world, where 256 took 0.9.
+# 2.2 ms, 256 of each 0.6 ms (0.9 ms on the benchmark world). 128 of each cost 0.45 ms there,
+# but lost 0.018 of multi-hop recall on LoCoMo's dev half (docs/quality.md).
 TEXT_QUERY_MAX_WORDS: Final = 32
 TEXT_MATCH_MAX_WORDS: Final = 8
 TEXT_MATCHES_PER_WORD: Final = RETRIEVAL_TOP_K
-IDF_SAMPLE_DOCS: Final = 128
+IDF_SAMPLE_DOCS: Final = 256
 RECENCY_TAU_SECONDS: Final = 30 * 24 * 3600.0
 
 # Hybrid score weights of the `facts_first` profile. Not part of the public contract (see module

@@ -15,6 +15,7 @@ from pgvector import Vector
 
 from service.constants import (
     CANDIDATE_LIMIT,
+    ENTITY_SAMPLE_DOCS,
     EXACT_SCAN_MIN_FACTS,
     IDF_SAMPLE_DOCS,
     MULTI_HOP_MAX_ENTITIES,
@@ -268,7 +269,7 @@ async def linked_facts(
             max_entities=max_entities,
             per_entity=per_entity,
             match_limit=match_limit,
-            idf_sample_docs=IDF_SAMPLE_DOCS,
+            entity_sample_docs=ENTITY_SAMPLE_DOCS,
             query_embedding=_vec(query_embedding),
             words=list(idf),
             idfs=list(idf.values()),
