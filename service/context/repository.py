@@ -40,6 +40,16 @@ def _vec(embedding: np.ndarray | None) -> Vector | None:
     return None if embedding is None else Vector(embedding)
 
 
+def _scoring(weights: Weights, tau_seconds: float) -> dict[str, float]:
+    """The hybrid score's parameters, as every candidate statement names them."""
+    return {
+        "w_similarity": weights[0],
+        "w_text_rank": weights[1],
+        "w_recency": weights[2],
+        "tau_seconds": tau_seconds,
+    }
+
+
 def _candidate(row: Any, item_type: str, item_id: UUID, *, expansion: bool = False) -> Candidate:
     return Candidate(
         item_type="fact" if item_type == "fact" else "episode",
@@ -148,10 +158,7 @@ async def fact_candidates(
             top_k=top_k,
             candidate_limit=CANDIDATE_LIMIT if candidate_limit is None else candidate_limit,
             walked_ids=walked_ids,
-            w_similarity=weights[0],
-            w_text_rank=weights[1],
-            w_recency=weights[2],
-            tau_seconds=tau_seconds,
+            **_scoring(weights, tau_seconds),
         )
     )
     return _retrieved(rows, "fact_id")
@@ -199,10 +206,7 @@ async def unified_candidates(
             text_per_word=TEXT_MATCHES_PER_WORD,
             event_text_per_word=TEXT_MATCHES_PER_WORD if with_episodes else 0,
             idf_sample_docs=IDF_SAMPLE_DOCS,
-            w_similarity=weights[0],
-            w_text_rank=weights[1],
-            w_recency=weights[2],
-            tau_seconds=tau_seconds,
+            **_scoring(weights, tau_seconds),
         )
     )
     return _retrieved(rows, "item_id")
@@ -235,10 +239,7 @@ async def multi_hop_facts(
             match_limit=match_limit,
             query_embedding=_vec(query_embedding),
             query_text=query_text,
-            w_similarity=weights[0],
-            w_text_rank=weights[1],
-            w_recency=weights[2],
-            tau_seconds=tau_seconds,
+            **_scoring(weights, tau_seconds),
         )
     )
     return [_candidate(r, "fact", r["fact_id"], expansion=True) for r in rows]
@@ -274,10 +275,7 @@ async def linked_facts(
             words=list(idf),
             idfs=list(idf.values()),
             text_config=text_config,
-            w_similarity=weights[0],
-            w_text_rank=weights[1],
-            w_recency=weights[2],
-            tau_seconds=tau_seconds,
+            **_scoring(weights, tau_seconds),
         )
     )
     return [(r["entity"], _candidate(r, "fact", r["fact_id"], expansion=True)) for r in rows]
