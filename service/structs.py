@@ -396,7 +396,15 @@ class Decision(Response, frozen=True, kw_only=True):
         ),
     ]
     rank: Annotated[int | None, Meta(description="1-based position in score order; null when blocked.")]
-    score: Annotated[float | None, Meta(description="The hybrid score; null when blocked.")]
+    score: Annotated[
+        float | None,
+        Meta(
+            description="The hybrid score that ranked the item; null when blocked. A `unified` "
+            "multi_hop_expansion ranks at the score of the best kept item naming its entity when "
+            "that is higher than its own (similarity, text_rank and recency stay its own); one that "
+            "is not served keeps the reason it was left out for."
+        ),
+    ]
     similarity: Annotated[
         float | None, Meta(description="1 - cosine distance to the query; null without an embedding.")
     ]

@@ -210,6 +210,46 @@ async def test_or_text_query_reads_a_bounded_idf_sample(
     assert IDF_SAMPLE_DOCS >= 8  # the other tests expect exact statistics for their small scopes
 
 
+async def test_or_text_query_matches_only_its_rarest_words(
+    conn: asyncpg.Connection, client: httpx.AsyncClient, key: str
+) -> None:
+    """A long query costs a bounded number of reads: candidates are matched on its
+    match_words rarest words. With 2 of them, of 20 words of which 18 every fact holds, no step
+    reads more facts than 2 x 10 postings (matching every word would read 20 x 10)."""
+    subject = "rare-words"
+    common = [f"w{i}x" for i in range(18)]
+    await write_facts(client, key, [" ".join(common) + f" fact {i}" for i in range(60)], subject)
+    await write_facts(client, key, ["zebra appears once", "quokka appears once"], subject)
+    plan = await explain(
+        conn,
+        "unified_candidates",
+        project_id=PROJECT,
+        subject_id=subject,
+        query_embedding=None,
+        query_text=" ".join([*common, "zebra", "quokka"]),
+        text_config="english",
+        walked_ids=[],
+        walked_event_ids=[],
+        top_k=64,
+        candidate_limit=256,
+        max_words=32,
+        match_words=2,
+        text_per_word=10,
+        event_text_per_word=10,
+        idf_sample_docs=256,
+        w_similarity=UNIFIED_WEIGHT_SIMILARITY,
+        w_text_rank=UNIFIED_WEIGHT_TEXT_RANK,
+        w_recency=UNIFIED_WEIGHT_RECENCY,
+        tau_seconds=30 * 86400.0,
+    )
+    pooled = [
+        n["Actual Rows"]
+        for n in plan_nodes(plan)
+        if n.get("Relation Name") == "facts" and "fact_id = ANY" in n.get("Index Cond", "")
+    ]
+    assert pooled and max(pooled) == 2, pooled  # zebra's and quokka's facts, nothing else
+
+
 # --- rule 2: events' full-text side -----------------------------------------------------------
 
 

@@ -114,6 +114,7 @@ async def test_trace_page_escapes_untrusted_text_and_shows_every_decision(
     assert "<script>" not in page and "<img src=x" not in page
     assert html.escape(XSS, quote=False) in page or "&lt;script&gt;" in page
     assert "Where does Zoe work?" in page
+    assert f'<code id="profile">{inspection["profile"]}</code>' in page  # which rules built it
 
     rows = re.findall(r'<tr class="decision (\w+)" data-item-id="([0-9a-f-]+)" data-reason="(\w+)"', page)
     assert len(rows) == len(inspection["decisions"])

@@ -28,10 +28,13 @@ class ContextController(Controller):
         status_code=200,
         responses=ERRORS,
         summary="Assemble a ContextPacket under a token budget",
-        description="Hybrid retrieval over the facts of one scope (cosine + full text + recency), "
-        "packed by decreasing score, then multi-hop expansion and the closest episodes into what "
-        "is left. Every decision is traced: see GET /v1/inspect/{trace_id}. The Server-Timing "
-        "header gives the time per stage.",
+        description="Hybrid retrieval over the facts and dated events of one scope (cosine + full "
+        "text + recency) under a token budget, by the request's `profile` or the deployment's "
+        "HAKI_CONTEXT_PROFILE: `unified` (the default) ranks facts and episodes together and packs "
+        "them into one budget, no turn twice, multi-hop expansion inside it; `facts_first` packs "
+        "facts by decreasing score, then multi-hop expansion and the closest episodes into what is "
+        "left. Every decision is traced: see GET /v1/inspect/{trace_id}. The Server-Timing header "
+        "gives the time per stage.",
     )
     async def context(
         self,
