@@ -2,8 +2,9 @@
 -- hard filters inside the query, before any scoring: status = 'active', the exact
 -- (project_id, subject_id) scope, valid_to IS NULL OR valid_to > now(); servable facts also
 -- sit in no open ConflictSet and are not stale volatile facts (those are reported as blocked).
--- Recency is exp(-least(700, age / tau)): PostgreSQL's exp() raises an underflow error below
--- ~exp(-745), which a memory older than ~60 years reached, failing every call of its scope.
+-- The token estimate, recency (with its underflow guard), the hybrid score and the blocked facts
+-- are SQL functions of migration 0011 (haki_tokens, haki_recency, haki_hybrid_score,
+-- haki_blocked_facts), inlined by the planner: each rule is written once.
 
 -- name: configure_vector_scan(ef_search)$
 -- For this transaction (one context call) only: let HNSW return K rows (ef_search defaults to
@@ -162,11 +163,10 @@ candidate_ids AS MATERIALIZED (
 ),
 parts AS (
     SELECT f.fact_id, f.content, f.valid_from, f.valid_to, f.recorded_from, f.source_event_id,
-           greatest(1, char_length(f.content) / 4) AS tokens,
+           public.haki_tokens(f.content) AS tokens,
            (f.embedding <=> :query_embedding::vector) AS cosine_distance,
            ts_rank_cd(f.search_vector, q.tsq, 32) AS text_rank,
-           least(1.0, exp(-least(700.0, greatest(0.0, extract(epoch FROM now() - coalesce(f.valid_from, f.recorded_from)))
-                          / :tau_seconds::float8))) AS recency
+           public.haki_recency(coalesce(f.valid_from, f.recorded_from), :tau_seconds) AS recency
     FROM facts AS f
     CROSS JOIN q
     WHERE f.project_id = :project_id
@@ -176,9 +176,8 @@ scored AS (
     SELECT p.fact_id, p.content, p.valid_from, p.valid_to, p.recorded_from, p.source_event_id,
            p.tokens, p.cosine_distance, p.text_rank, p.recency,
            1 - p.cosine_distance AS similarity,
-           :w_similarity::float8 * coalesce(1 - p.cosine_distance, 0)
-           + :w_text_rank::float8 * p.text_rank
-           + :w_recency::float8 * p.recency AS score
+           public.haki_hybrid_score(p.cosine_distance, p.text_rank, p.recency,
+                                    :w_similarity, :w_text_rank, :w_recency) AS score
     FROM parts AS p
     ORDER BY score DESC, p.fact_id
     LIMIT :candidate_limit
@@ -270,7 +269,7 @@ ORDER BY h.entity_rank, h.text_rank DESC, h.fact_id;
 SELECT k.event_id, k.content, k.occurred_at, k.tokens, k.cosine_distance
 FROM (
     SELECT e.event_id, e.content, e.occurred_at,
-           greatest(1, char_length(e.content) / 4) AS tokens,
+           public.haki_tokens(e.content) AS tokens,
            (e.embedding <=> :query_embedding::vector) AS cosine_distance
     FROM events AS e
     WHERE public.haki_scope_bucket(e.project_id, e.subject_id) = public.haki_scope_bucket(:project_id, :subject_id)
