@@ -183,27 +183,8 @@ async def test_or_text_query_reads_a_bounded_idf_sample(
     all carry the word (a count of its postings would read 300)."""
     subject = "idf-bounded"
     await write_facts(client, key, [f"common word number {i}" for i in range(300)], subject)
-    plan = await explain(
-        conn,
-        "unified_candidates",
-        project_id=PROJECT,
-        subject_id=subject,
-        query_embedding=None,
-        query_text="common",
-        text_config="english",
-        walked_ids=[],
-        walked_event_ids=[],
-        top_k=64,
-        candidate_limit=256,
-        max_words=32,
-        match_words=8,
-        text_per_word=10,
-        event_text_per_word=10,
-        idf_sample_docs=20,
-        w_similarity=UNIFIED_WEIGHT_SIMILARITY,
-        w_text_rank=UNIFIED_WEIGHT_TEXT_RANK,
-        w_recency=UNIFIED_WEIGHT_RECENCY,
-        tau_seconds=30 * 86400.0,
+    plan = await explain_unified_candidates(
+        conn, subject, "common", match_words=8, text_per_word=10, idf_sample_docs=20
     )
     reads = [n["Actual Rows"] for n in plan_nodes(plan) if n.get("Relation Name") == "facts"]
     assert reads and max(reads) <= 20, reads
@@ -220,27 +201,13 @@ async def test_or_text_query_matches_only_its_rarest_words(
     common = [f"w{i}x" for i in range(18)]
     await write_facts(client, key, [" ".join(common) + f" fact {i}" for i in range(60)], subject)
     await write_facts(client, key, ["zebra appears once", "quokka appears once"], subject)
-    plan = await explain(
+    plan = await explain_unified_candidates(
         conn,
-        "unified_candidates",
-        project_id=PROJECT,
-        subject_id=subject,
-        query_embedding=None,
-        query_text=" ".join([*common, "zebra", "quokka"]),
-        text_config="english",
-        walked_ids=[],
-        walked_event_ids=[],
-        top_k=64,
-        candidate_limit=256,
-        max_words=32,
+        subject,
+        " ".join([*common, "zebra", "quokka"]),
         match_words=2,
         text_per_word=10,
-        event_text_per_word=10,
         idf_sample_docs=256,
-        w_similarity=UNIFIED_WEIGHT_SIMILARITY,
-        w_text_rank=UNIFIED_WEIGHT_TEXT_RANK,
-        w_recency=UNIFIED_WEIGHT_RECENCY,
-        tau_seconds=30 * 86400.0,
     )
     pooled = [
         n["Actual Rows"]
@@ -429,6 +396,41 @@ async def explain(conn: asyncpg.Connection, name: str, **params: Any) -> dict[st
         raw = await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, *args)
     plan: dict[str, Any] = (raw if isinstance(raw, list) else json.loads(raw))[0]["Plan"]
     return plan
+
+
+async def explain_unified_candidates(
+    conn: asyncpg.Connection,
+    subject: str,
+    query_text: str,
+    *,
+    match_words: int,
+    text_per_word: int,
+    idf_sample_docs: int,
+) -> dict[str, Any]:
+    """unified_candidates' plan on the text side alone (no query vector, nothing walked), with
+    the bounds the test sets."""
+    return await explain(
+        conn,
+        "unified_candidates",
+        project_id=PROJECT,
+        subject_id=subject,
+        query_embedding=None,
+        query_text=query_text,
+        text_config="english",
+        walked_ids=[],
+        walked_event_ids=[],
+        top_k=64,
+        candidate_limit=256,
+        max_words=32,
+        match_words=match_words,
+        text_per_word=text_per_word,
+        event_text_per_word=text_per_word,
+        idf_sample_docs=idf_sample_docs,
+        w_similarity=UNIFIED_WEIGHT_SIMILARITY,
+        w_text_rank=UNIFIED_WEIGHT_TEXT_RANK,
+        w_recency=UNIFIED_WEIGHT_RECENCY,
+        tau_seconds=30 * 86400.0,
+    )
 
 
 def plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
