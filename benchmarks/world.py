@@ -123,33 +123,23 @@ class World:
     def candidates(self, query: Query, subject_id: str = TARGET, text: str | None = None) -> Retrieved:
         """fact_candidates alone (`facts_first`: vector_walk, then phases 1 and 2 and the blocked
         facts), configured as the assembler configures it."""
-
-        async def go() -> Retrieved:
-            async with self.conn.transaction():
-                await repo.configure_vector_scan(self.conn, assembler.EF_SEARCH)
-                return await repo.fact_candidates(
-                    self.conn,
-                    project_id=PROJECT,
-                    subject_id=subject_id,
-                    query_embedding=query.vector,
-                    query_text=query.text if text is None else text,
-                    top_k=RETRIEVAL_TOP_K,
-                    candidate_limit=CANDIDATE_LIMIT,
-                    weights=assembler.PROFILE_WEIGHTS["facts_first"],
-                    tau_seconds=RECENCY_TAU_SECONDS,
-                )
-
-        result: Retrieved = self.run(go())
-        return result
+        return self._retrieve("facts_first", query, subject_id, text)
 
     def unified(self, query: Query, subject_id: str = TARGET, text: str | None = None) -> Retrieved:
         """unified_candidates alone (`unified`: vector_walk of facts and events, then both
         kinds' phases 1 and 2 in one ranking, and the blocked facts), configured likewise."""
+        return self._retrieve("unified", query, subject_id, text)
+
+    def _retrieve(
+        self, profile: ContextProfile, query: Query, subject_id: str, text: str | None
+    ) -> Retrieved:
+        """One profile's candidate step in its own transaction, after configure_vector_scan."""
+        retrieve = repo.fact_candidates if profile == "facts_first" else repo.unified_candidates
 
         async def go() -> Retrieved:
             async with self.conn.transaction():
                 await repo.configure_vector_scan(self.conn, assembler.EF_SEARCH)
-                return await repo.unified_candidates(
+                return await retrieve(
                     self.conn,
                     project_id=PROJECT,
                     subject_id=subject_id,
@@ -157,7 +147,7 @@ class World:
                     query_text=query.text if text is None else text,
                     top_k=RETRIEVAL_TOP_K,
                     candidate_limit=CANDIDATE_LIMIT,
-                    weights=assembler.PROFILE_WEIGHTS["unified"],
+                    weights=assembler.PROFILE_WEIGHTS[profile],
                     tau_seconds=RECENCY_TAU_SECONDS,
                 )
 
