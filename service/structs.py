@@ -29,6 +29,21 @@ ProjectId = Annotated[
         description="Project (tenant) id; the API key must belong to this project.",
     ),
 ]
+# The body's `project_id` may be omitted: the key already names its project. Omitted, it decodes
+# as KEY_PROJECT ("", by `default_factory=str`: a factory, so that the OpenAPI shows no default
+# "" that the server would refuse) and the handler puts the key's project there
+# (service/handlers/deps.py in_key_project); an explicit "" is still refused by min_length.
+KEY_PROJECT = ""
+ProjectIdOrKey = Annotated[
+    str,
+    Meta(
+        min_length=1,
+        max_length=MAX_SCOPE_CHARS,
+        pattern=_NO_NUL,
+        description="Project (tenant) id. Optional: omitted, it is the API key's project; another "
+        "project than the key's is a 403 `forbidden`.",
+    ),
+]
 SubjectId = Annotated[
     str,
     Meta(
@@ -157,8 +172,8 @@ class FactIn(Request):
     ] = None
 
 
-class WriteFactsRequest(Request):
-    project_id: ProjectId
+class WriteFactsRequest(Request, kw_only=True):
+    project_id: ProjectIdOrKey = msgspec.field(default_factory=str)
     subject_id: SubjectId
     facts: Annotated[
         list[FactIn],
@@ -233,8 +248,8 @@ class EventIn(Request):
     ] = None
 
 
-class WriteEventsRequest(Request):
-    project_id: ProjectId
+class WriteEventsRequest(Request, kw_only=True):
+    project_id: ProjectIdOrKey = msgspec.field(default_factory=str)
     subject_id: SubjectId
     events: Annotated[
         list[EventIn],
@@ -295,8 +310,8 @@ class ResolveConflictRequest(Request):
 # --- context ---------------------------------------------------------------------------------
 
 
-class ContextRequest(Request):
-    project_id: ProjectId
+class ContextRequest(Request, kw_only=True):
+    project_id: ProjectIdOrKey = msgspec.field(default_factory=str)
     subject_id: SubjectId
     query: Annotated[
         str,

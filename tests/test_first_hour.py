@@ -67,3 +67,85 @@ async def test_unknown_route_is_still_a_plain_not_found(client: httpx.AsyncClien
 async def test_well_formed_unknown_id_is_still_not_found(client: httpx.AsyncClient, key: str) -> None:
     r = await client.get("/v1/inspect/0190f5b2-7c4e-7a39-9f1e-3c2b1a0d4e5f", headers=bearer(key))
     assert r.status_code == 404, r.text
+
+
+# --- item 4: project_id defaults to the key's project on every route ---------------------------
+
+
+@pytest.mark.parametrize("path", ["/v1/facts", "/v1/conflicts", "/v1/stats/overview"])
+async def test_list_routes_default_project_id_to_the_keys_project(
+    client: httpx.AsyncClient, key: str, path: str
+) -> None:
+    r = await client.get(path, headers=bearer(key))
+    assert r.status_code == 200, r.text
+    r = await client.get(path, params={"project_id": "proj-b"}, headers=bearer(key))
+    assert r.status_code == 403, r.text
+    assert r.json()["code"] == "forbidden"
+    assert r.json()["details"]["field"] == "project_id"
+    r = await client.get(path, params={"project_id": ""}, headers=bearer(key))
+    assert r.status_code == 400, r.text
+    assert r.json()["details"]["field"] == "project_id"
+
+
+async def test_write_and_context_bodies_default_project_id_to_the_keys_project(
+    client: httpx.AsyncClient, key: str
+) -> None:
+    r = await client.post(
+        "/v1/facts",
+        json={"subject_id": "first-hour", "facts": [{"content": "Ada lives in Lyon"}]},
+        headers=bearer(key),
+    )
+    assert r.status_code == 201, r.text
+    (written,) = r.json()["facts"]
+    fact = (await client.get(f"/v1/facts/{written['fact_id']}", headers=bearer(key))).json()
+    assert fact["project_id"] == "proj-a"
+    r = await client.post(
+        "/v1/events",
+        json={
+            "subject_id": "first-hour",
+            "events": [{"content": "moved", "occurred_at": "2026-01-02T03:04:05Z"}],
+        },
+        headers=bearer(key),
+    )
+    assert r.status_code == 201, r.text
+    r = await client.post(
+        "/v1/context", json={"subject_id": "first-hour", "query": "Where does Ada live?"}, headers=bearer(key)
+    )
+    assert r.status_code == 200, r.text
+    assert [f["fact_id"] for f in r.json()["facts"]] == [written["fact_id"]]
+    listed = (await client.get("/v1/facts", params={"subject_id": "first-hour"}, headers=bearer(key))).json()
+    assert [f["fact_id"] for f in listed["facts"]] == [written["fact_id"]]
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/facts", {"subject_id": "s", "facts": [{"content": "x"}]}),
+        (
+            "/v1/events",
+            {"subject_id": "s", "events": [{"content": "x", "occurred_at": "2026-01-02T03:04:05Z"}]},
+        ),
+        ("/v1/context", {"subject_id": "s", "query": "x"}),
+    ],
+)
+async def test_bodies_naming_another_project_stay_forbidden_and_empty_is_refused(
+    client: httpx.AsyncClient, key: str, path: str, body: dict[str, object]
+) -> None:
+    r = await client.post(path, json={**body, "project_id": "proj-b"}, headers=bearer(key))
+    assert r.status_code == 403, r.text
+    assert r.json()["code"] == "forbidden"
+    r = await client.post(path, json={**body, "project_id": ""}, headers=bearer(key))
+    assert r.status_code == 400, r.text
+    assert r.json()["details"]["field"] == "project_id"
+
+
+async def test_openapi_says_project_id_is_optional(client: httpx.AsyncClient) -> None:
+    schema = (await client.get("/docs/openapi.json")).json()
+    for path in ("/v1/facts", "/v1/conflicts", "/v1/stats/overview"):
+        (param,) = [p for p in schema["paths"][path]["get"]["parameters"] if p["name"] == "project_id"]
+        assert param["in"] == "query" and not param.get("required", False)
+        assert "key's project" in param["description"]
+    for name in ("WriteFactsRequest", "WriteEventsRequest", "ContextRequest"):
+        component = schema["components"]["schemas"][name]
+        assert "project_id" not in component.get("required", []), name
+        assert "key's project" in component["properties"]["project_id"]["description"]
