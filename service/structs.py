@@ -17,6 +17,9 @@ from msgspec import Meta
 from service.constants import MAX_BATCH, MAX_CONTENT_CHARS, MAX_QUERY_CHARS, MAX_SCOPE_CHARS
 from service.settings import ContextProfile
 
+# The call log stores budget_tokens as a bigint.
+MAX_BUDGET_TOKENS = 2**63 - 1
+
 # PostgreSQL text cannot hold NUL; refusing it here names the field instead of failing in SQL.
 _NO_NUL = r"^[^\x00]*$"
 
@@ -327,7 +330,10 @@ class ContextRequest(Request, kw_only=True):
         Meta(
             ge=1,
             # The call log stores it as a bigint: a larger "positive integer" used to be a 500.
-            le=2**63 - 1,
+            le=MAX_BUDGET_TOKENS,
+            # Litestar publishes `le`/`ge` as floats (float(2^63-1) is 2^63, which the server
+            # refuses): the schema gets the exact integers through `schema_extra`.
+            extra_json_schema={"extra": {"maximum": MAX_BUDGET_TOKENS, "minimum": 1}},
             description="Token ceiling of the packet (estimated as len(text)//4, at least 1 per item). "
             "Anything but a positive integer (up to 2^63-1) is a 400 budget_exceeded.",
         ),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
@@ -149,3 +151,29 @@ async def test_openapi_says_project_id_is_optional(client: httpx.AsyncClient) ->
         component = schema["components"]["schemas"][name]
         assert "project_id" not in component.get("required", []), name
         assert "key's project" in component["properties"]["project_id"]["description"]
+
+
+# --- item 6: small HTTP manners -----------------------------------------------------------------
+
+
+async def test_head_healthz_answers_200_without_a_body(client: httpx.AsyncClient) -> None:
+    r = await client.head("/healthz")
+    assert r.status_code == 200, r.text
+    assert r.content == b""
+    assert (await client.get("/healthz")).json()["status"] == "ok"
+
+
+async def test_openapi_budget_tokens_maximum_is_an_integer_the_server_accepts(
+    client: httpx.AsyncClient, key: str
+) -> None:
+    raw = (await client.get("/docs/openapi.json")).text
+    budget = json.loads(raw)["components"]["schemas"]["ContextRequest"]["properties"]["budget_tokens"]
+    maximum, minimum = budget["maximum"], budget["minimum"]
+    assert type(maximum) is int and type(minimum) is int, budget
+    body = {"subject_id": "manners", "query": "anything", "project_id": "proj-a"}
+    r = await client.post("/v1/context", json={**body, "budget_tokens": maximum}, headers=bearer(key))
+    assert r.status_code == 200, r.text
+    r = await client.post("/v1/context", json={**body, "budget_tokens": maximum + 1}, headers=bearer(key))
+    assert r.status_code == 400 and r.json()["code"] == "budget_exceeded", r.text
+    r = await client.post("/v1/context", json={**body, "budget_tokens": minimum - 1}, headers=bearer(key))
+    assert r.status_code == 400 and r.json()["code"] == "budget_exceeded", r.text
