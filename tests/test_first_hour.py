@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import uuid
+from datetime import UTC, datetime
 
 import httpx
+import msgspec
 import pytest
+from haki_client import ContextPacket, PacketFact, render
 
 from tests.conftest import bearer
 
@@ -177,3 +181,85 @@ async def test_openapi_budget_tokens_maximum_is_an_integer_the_server_accepts(
     assert r.status_code == 400 and r.json()["code"] == "budget_exceeded", r.text
     r = await client.post("/v1/context", json={**body, "budget_tokens": minimum - 1}, headers=bearer(key))
     assert r.status_code == 400 and r.json()["code"] == "budget_exceeded", r.text
+
+
+# --- item 8: an empty or blocked packet can say so -------------------------------------------
+
+
+def _sdk_packet(warnings: list[str], facts: int = 0) -> ContextPacket:
+    return ContextPacket(
+        trace_id=uuid.uuid4(),
+        status="degraded" if warnings else "ok",
+        budget_tokens=900,
+        used_tokens=0,
+        facts=[
+            PacketFact(
+                fact_id=uuid.uuid4(),
+                content=f"fact {i}",
+                score=0.5,
+                tokens=2,
+                reason_code="packed",
+                recorded_from=datetime(2025, 1, 1, tzinfo=UTC),
+            )
+            for i in range(facts)
+        ],
+        episodes=[],
+        warnings=warnings,
+    )
+
+
+CONFLICT_WARNING = "open_conflict: 2 fact(s) hidden pending conflict resolution"
+STALE_WARNING = "volatility_expired: 1 fact(s) hidden because their stale_after_seconds passed"
+
+
+def test_packet_hidden_counts_held_back_facts_by_reason() -> None:
+    assert _sdk_packet([]).hidden == {}
+    assert _sdk_packet(["embedding_unavailable: full text only"]).hidden == {}
+    packet = _sdk_packet([CONFLICT_WARNING, STALE_WARNING])
+    assert packet.is_empty
+    assert packet.hidden == {"open_conflict": 2, "volatility_expired": 1}
+
+
+def test_render_states_warnings_of_an_empty_packet_only_when_asked() -> None:
+    blocked = _sdk_packet([CONFLICT_WARNING])
+    nothing = _sdk_packet([])
+    # The default is unchanged (spec: an empty packet renders as nothing).
+    assert render(blocked) == "" and render(nothing) == ""
+    assert render(nothing, state_warnings=True) == ""
+    assert render(blocked, state_warnings=True) == (
+        "<haki_memory>\n"
+        "Nothing served: 2 fact(s) about this subject are known but held back (see the warnings).\n"
+        "Warnings:\n"
+        f"- {CONFLICT_WARNING}\n"
+        "</haki_memory>"
+    )
+    degraded = render(_sdk_packet(["embedding_unavailable: full text only"]), state_warnings=True)
+    assert degraded.splitlines()[1] == "Nothing served (see the warnings)."
+    # A packet that serves something renders the same either way.
+    served = _sdk_packet([CONFLICT_WARNING], facts=1)
+    assert render(served, state_warnings=True) == render(served)
+
+
+async def test_sdk_tells_nothing_known_from_held_back_on_a_real_packet(
+    client: httpx.AsyncClient, key: str
+) -> None:
+    async def packet(subject: str) -> ContextPacket:
+        r = await client.post(
+            "/v1/context", json={"subject_id": subject, "query": "Where does Maya work?"}, headers=bearer(key)
+        )
+        assert r.status_code == 200, r.text
+        return msgspec.json.decode(r.content, type=ContextPacket)
+
+    for content in ("Maya works at Lyon Sud hospital.", "Maya works at Croix-Rousse hospital."):
+        r = await client.post(
+            "/v1/facts",
+            json={"subject_id": "held", "facts": [{"content": content, "key": "employer"}]},
+            headers=bearer(key),
+        )
+        assert r.status_code == 201, r.text
+    held, unknown = await packet("held"), await packet("nobody")
+    assert held.is_empty and unknown.is_empty
+    assert held.hidden == {"open_conflict": 2} and unknown.hidden == {}
+    assert render(held) == "" == render(unknown)
+    assert "2 fact(s)" in render(held, state_warnings=True)
+    assert render(unknown, state_warnings=True) == ""
