@@ -26,7 +26,12 @@ from service.handlers.deps import (
     release_after_exception,
 )
 from service.handlers.health import healthz
-from service.handlers.memory import ConflictsController, EventsController, FactsController
+from service.handlers.memory import (
+    ConflictsController,
+    EventsController,
+    FactsController,
+    provide_project_id,
+)
 from service.observability.metrics import Metrics, metrics_endpoint
 from service.observability.ui import TraceInspector
 from service.ratelimit import RateLimiter
@@ -85,6 +90,7 @@ def create_app(
             "principal": Provide(provide_principal),
             "embedder": Provide(provide_embedder, sync_to_thread=False),
             "settings": Provide(provide_settings, sync_to_thread=False),
+            "project_id": Provide(provide_project_id),
         },
         exception_handlers={Exception: handle_exception},
         after_exception=[release_after_exception],

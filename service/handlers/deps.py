@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from contextlib import AsyncExitStack
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol, TypeVar
 
 import asyncpg
 from litestar import Request
@@ -19,6 +19,7 @@ from service.errors import CONNECTION_LOST, ErrorBody
 from service.ratelimit import RateLimiter
 from service.settings import Settings
 from service.strict_body import check_body
+from service.structs import KEY_PROJECT
 
 # Injected objects are ours, not client input: Litestar must not try to validate them.
 Conn = Annotated[asyncpg.Connection, Dependency(skip_validation=True)]
@@ -84,6 +85,20 @@ async def provide_principal(request: Request[Any, Any, Any], conn: Conn, state: 
     # key and rate checks (401 and 429 come first), before the handler sees a lax-converted body.
     await check_body(request)
     return principal
+
+
+class _ScopedBody(Protocol):
+    project_id: str
+
+
+B = TypeVar("B", bound=_ScopedBody)
+
+
+def in_key_project(data: B, principal: Principal) -> B:
+    """A body that omitted `project_id` is about the key's own project (structs.KEY_PROJECT)."""
+    if data.project_id == KEY_PROJECT:
+        data.project_id = principal.project_id
+    return data
 
 
 def provide_embedder(state: State) -> Embedder:
