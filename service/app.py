@@ -31,6 +31,7 @@ from service.observability.metrics import Metrics, metrics_endpoint
 from service.observability.ui import TraceInspector
 from service.ratelimit import RateLimiter
 from service.settings import Settings
+from service.strict_body import check_json_body
 
 
 def create_app(
@@ -87,6 +88,8 @@ def create_app(
             "settings": Provide(provide_settings, sync_to_thread=False),
         },
         exception_handlers={Exception: handle_exception},
+        # Media type, nesting depth and JSON syntax of a body, before it is decoded or the key read.
+        before_request=check_json_body,
         after_exception=[release_after_exception],
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(
