@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 from litestar import Litestar
@@ -15,6 +16,7 @@ from litestar.openapi.spec import Components, SecurityScheme
 
 from service import __version__
 from service.db import create_pool
+from service.embedded import Supervisor
 from service.embedder import Embedder, build_embedder, check_embedder
 from service.errors import handle_exception
 from service.handlers.context import ContextController
@@ -51,15 +53,31 @@ def create_app(
             await check_embedder(app.state.embedder)
         if own_pool:
             app.state.pool = await create_pool(settings)
+        supervising = None
+        if own_pool and settings.database_url is None:  # embedded mode: Haki owns the server
+            supervising = asyncio.create_task(supervisor(app).run(), name="embedded-postgres-supervisor")
         try:
             yield
         finally:
+            if supervising is not None:
+                supervising.cancel()
+                with suppress(asyncio.CancelledError):
+                    await supervising
             if own_pool:
                 await app.state.pool.close()
             if own_embedder:
                 await app.state.embedder.aclose()
 
     metrics = Metrics()
+
+    def supervisor(app: Litestar) -> Supervisor:
+        async def restarted(started_here: bool) -> None:
+            if started_here:
+                metrics.embedded_restarts.inc()
+            await app.state.pool.expire_connections()  # all dead: replaced now, not one failure each
+
+        return Supervisor(settings.data_dir, on_restart=restarted)
+
     return Litestar(
         route_handlers=[
             healthz,
