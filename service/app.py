@@ -71,9 +71,8 @@ def create_app(
     metrics = Metrics()
 
     def supervisor(app: Litestar) -> Supervisor:
-        async def restarted(started_here: bool) -> None:
-            if started_here:
-                metrics.embedded_restarts.inc()
+        async def restarted() -> None:
+            metrics.embedded_restarts.inc()
             await app.state.pool.expire_connections()  # all dead: replaced now, not one failure each
 
         return Supervisor(settings.data_dir, on_restart=restarted)

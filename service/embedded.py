@@ -84,6 +84,10 @@ CHECK_INTERVAL_SECONDS: Final = 1.0
 # full, a port or a shared memory segment still held) is retried for ever, at most every 30 s.
 RESTART_BACKOFF_FIRST_SECONDS: Final = 0.5
 RESTART_BACKOFF_MAX_SECONDS: Final = 30.0
+# A killed postmaster stays a zombie until its parent reaps it (0.5 to 1.5 s here): polled this
+# often, for at most REAP_WAIT_SECONDS before the attempt counts as failed.
+REAP_POLL_SECONDS: Final = 0.1
+REAP_WAIT_SECONDS: Final = 10.0
 
 
 def forget_dead_handles(pgdata: Path) -> list[int]:
@@ -133,14 +137,15 @@ def restart_backoff_seconds(failures: int) -> float:
 class Supervisor:
     """Keeps the embedded PostgreSQL of a data directory running while `haki serve` runs.
 
-    In embedded mode Haki owns the server: when its postmaster dies (kill -9, the OOM killer) the
+    In embedded mode Haki owns the server: when its postmaster died (kill -9, the OOM killer) the
     service answered 503 until a person restarted it. The supervisor notices within
     CHECK_INTERVAL_SECONDS, starts it again through pgserver (same data directory, same socket,
-    so the pool's URL still holds), with a bounded back-off while starting fails, and calls
-    `on_restart(started_here)` (count it, drop the pool's dead connections). Another `haki`
-    process sharing the server may restart it first: pgserver's lock makes this one join."""
+    so the pool's URL still holds), with a bounded back-off while starting fails, and once it
+    runs again counts the restart and calls `on_restart` (metrics, drop the pool's dead
+    connections). Another `haki` process sharing the server may restart it first: pgserver's
+    lock makes this one join it, and each process counts the restart it saw."""
 
-    def __init__(self, data_dir: Path, on_restart: Callable[[bool], Awaitable[None]] | None = None) -> None:
+    def __init__(self, data_dir: Path, on_restart: Callable[[], Awaitable[None]] | None = None) -> None:
         self.data_dir = data_dir
         self.on_restart = on_restart
         self.restarts = 0
@@ -149,50 +154,60 @@ class Supervisor:
         info = embedded_server(self.data_dir).get_postmaster_info()
         return info.pid is not None and _running(info.pid)
 
-    def restart(self) -> bool:
-        """Blocking (pg_ctl -w). True when this call started the server, False when another
-        process had already started it."""
+    def restart(self) -> None:
+        """Blocking: waits for the dead postmaster to be reaped, then `pg_ctl -w start` (or joins
+        a server another process started meanwhile)."""
         import psutil
         from pgserver.postgres_server import PostgresServer
         from pgserver.utils import PostmasterInfo
 
         server = embedded_server(self.data_dir)
-        with PostgresServer._lock:
-            found = PostmasterInfo.read_from_pgdata(server.pgdata)
-            already = found is not None and _running(found.pid)
-            if found is not None and not already and psutil.pid_exists(found.pid):
+        deadline = time.monotonic() + REAP_WAIT_SECONDS
+        while True:
+            with PostgresServer._lock:
+                found = PostmasterInfo.read_from_pgdata(server.pgdata)
+                if found is None or _running(found.pid) or not psutil.pid_exists(found.pid):
+                    server.ensure_postgres_running()
+                    return
+            if time.monotonic() > deadline:
                 raise PostmasterNotReaped(f"postmaster {found.pid} has exited but is not reaped yet")
-            server.ensure_postgres_running()
-        return not already
+            time.sleep(REAP_POLL_SECONDS)
+
+    async def _recovered(self, down_since: float) -> None:
+        self.restarts += 1
+        log.warning(
+            "embedded PostgreSQL: running again %.2f s after its postmaster was found dead "
+            "(restart %d of this process)",
+            time.monotonic() - down_since, self.restarts,
+        )  # fmt: skip
+        if self.on_restart is not None:
+            await self.on_restart()
 
     async def run(self) -> None:
         failures = 0
+        down_since: float | None = None
         while True:
             await asyncio.sleep(restart_backoff_seconds(failures) if failures else CHECK_INTERVAL_SECONDS)
             if await asyncio.to_thread(self.alive):
+                # Also the end of an outage whose last attempt timed out while the server it
+                # started was still in crash recovery (pgserver gives pg_ctl 10 s).
+                if down_since is not None:
+                    await self._recovered(down_since)
+                    down_since = None
                 failures = 0
                 continue
-            if not failures:
+            if down_since is None:
+                down_since = time.monotonic()
                 log.error("embedded PostgreSQL: the postmaster is gone; restarting it")
-            started = time.monotonic()
             try:
-                started_here = await asyncio.to_thread(self.restart)
+                await asyncio.to_thread(self.restart)
             except Exception as exc:  # pg_ctl failed or timed out: try again, later each time
                 failures += 1
-                log.log(
-                    logging.INFO if isinstance(exc, PostmasterNotReaped) else logging.ERROR,
+                log.error(
                     "embedded PostgreSQL: restart attempt %d failed (%s: %s); next in %.1f s",
                     failures, type(exc).__name__, str(exc)[:200], restart_backoff_seconds(failures),
                 )  # fmt: skip
                 continue
             failures = 0
-            if started_here:
-                self.restarts += 1
-                log.warning(
-                    "embedded PostgreSQL: restarted in %.2f s (restart %d of this process)",
-                    time.monotonic() - started, self.restarts,
-                )  # fmt: skip
-            else:
-                log.warning("embedded PostgreSQL: another process restarted it; joined")
-            if self.on_restart is not None:
-                await self.on_restart(started_here)
+            await self._recovered(down_since)
+            down_since = None

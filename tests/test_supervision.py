@@ -137,7 +137,7 @@ def test_a_killed_postmaster_is_restarted_and_the_service_serves_again(data_dir:
         r = httpx.post(f"{url}/v1/facts", json=body, headers=auth, timeout=30)
         assert r.status_code == 201, r.text
         assert restarts_counted(url) == 1, supervisor_lines(log)
-        assert "embedded PostgreSQL: restarted in" in log.read_text(errors="replace")
+        assert "embedded PostgreSQL: running again" in log.read_text(errors="replace")
     finally:
         stop(proc)
     # A clean exit still stops the restarted server.

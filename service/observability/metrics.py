@@ -88,8 +88,8 @@ class Metrics:
         )
         self.embedded_restarts = Counter(
             "haki_embedded_postgres_restarts",
-            "Restarts of the embedded PostgreSQL by this process after its postmaster died "
-            "(embedded mode only; service/embedded.py Supervisor).",
+            "Times this process found the embedded PostgreSQL's postmaster dead and had it "
+            "running again (embedded mode only; service/embedded.py Supervisor).",
             registry=self.registry,
         )
 
