@@ -104,8 +104,7 @@ def _spec(description: str) -> ResponseSpec:
 ERRORS: dict[int, ResponseSpec] = {
     400: _spec(
         f"validation_error (malformed JSON, nested deeper than {MAX_JSON_DEPTH} levels, wrong type, "
-        "out of range) "
-        "or budget_exceeded"
+        "out of range) or budget_exceeded"
     ),
     401: _spec("unauthorized: missing, unknown or revoked API key"),
     403: _spec("forbidden: the key belongs to another project"),
