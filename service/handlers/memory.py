@@ -129,7 +129,8 @@ class FactsController(Controller):
             request=data,
             status_code=201,
             response_type=WriteFactsResponse,
-            write=lambda: memory.write_facts(conn, embedder, settings, principal, data),
+            prepare=lambda: memory.prepare_facts(embedder, settings, principal, data),
+            write=lambda prepared: memory.store_facts(conn, prepared),
         )
         return idempotent_response(outcome)
 
@@ -190,7 +191,8 @@ class EventsController(Controller):
             request=data,
             status_code=201,
             response_type=WriteEventsResponse,
-            write=lambda: memory.write_events(conn, embedder, principal, data),
+            prepare=lambda: memory.prepare_events(embedder, principal, data),
+            write=lambda prepared: memory.store_events(conn, prepared),
         )
         return idempotent_response(outcome)
 
