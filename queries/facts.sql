@@ -86,7 +86,7 @@ SELECT f.fact_id, f.project_id, f.subject_id, f.content, f.key, f.status, f.vali
        f.recorded_from, f.volatility,
        extract(epoch FROM f.stale_after)::bigint AS stale_after_seconds,
        f.supersedes, f.source_event_id, f.metadata,
-       oc.conflict_set_id,
+       oc.conflict_set_id, f.recorded_to,
        u.served_count, u.last_served_at, u.excluded_count
 FROM facts AS f
 CROSS JOIN LATERAL public.haki_fact_usage(f.project_id, f.fact_id) AS u
@@ -108,7 +108,7 @@ SELECT f.fact_id, f.project_id, f.subject_id, f.content, f.key, f.status, f.vali
        f.recorded_from, f.volatility,
        extract(epoch FROM f.stale_after)::bigint AS stale_after_seconds,
        f.supersedes, f.source_event_id, f.metadata,
-       oc.conflict_set_id,
+       oc.conflict_set_id, f.recorded_to,
        u.served_count, u.last_served_at, u.excluded_count
 FROM facts AS f
 CROSS JOIN LATERAL public.haki_fact_usage(f.project_id, f.fact_id) AS u

@@ -78,3 +78,36 @@ SELECT current_setting('hnsw.ef_search')::integer AS ef_search,
 -- Index scans started on one index by the current transaction so far
 -- (pg_stat_get_xact_numscans): tells which plan ran without parsing EXPLAIN.
 SELECT pg_stat_get_xact_numscans(:index_name::regclass);
+
+-- name: test_shift_project_times(project_id, seconds)!
+-- Moves every instant of one project's memory and call log `seconds` into the past, as if it had
+-- all happened then: a test runs in one transaction, whose now() never moves, and time travel
+-- (docs/time-travel.md) needs the instants of the writes and calls it compares to differ.
+WITH shifted_facts AS (
+    UPDATE facts
+    SET valid_from = valid_from - make_interval(secs => :seconds),
+        valid_to = valid_to - make_interval(secs => :seconds),
+        recorded_from = recorded_from - make_interval(secs => :seconds),
+        recorded_to = recorded_to - make_interval(secs => :seconds),
+        believed_valid_to = believed_valid_to - make_interval(secs => :seconds)
+    WHERE project_id = :project_id
+    RETURNING fact_id
+),
+shifted_events AS (
+    UPDATE events
+    SET occurred_at = occurred_at - make_interval(secs => :seconds),
+        recorded_at = recorded_at - make_interval(secs => :seconds)
+    WHERE project_id = :project_id
+    RETURNING event_id
+),
+shifted_conflicts AS (
+    UPDATE conflict_sets
+    SET created_at = created_at - make_interval(secs => :seconds),
+        resolved_at = resolved_at - make_interval(secs => :seconds)
+    WHERE project_id = :project_id
+    RETURNING conflict_set_id
+)
+UPDATE context_calls
+SET created_at = created_at - make_interval(secs => :seconds),
+    as_of = as_of - make_interval(secs => :seconds)
+WHERE project_id = :project_id;

@@ -230,6 +230,13 @@ class Fact(Response, frozen=True, kw_only=True):
     conflict_set_id: Annotated[
         UUID | None, Meta(description="The open ConflictSet holding this fact; null when none.")
     ]
+    recorded_to: Annotated[
+        datetime | None,
+        Meta(
+            description="Transaction time: when the fact stopped being believed (superseded, "
+            "retracted, or lost a conflict resolution); null while active."
+        ),
+    ] = None
     served_count: ServedCount = 0
     last_served_at: LastServedAt = None
     excluded_count: ExcludedCount = 0
