@@ -83,6 +83,11 @@ def only_b_facts(body: Any, w: World) -> None:
     assert all(f["project_id"] == B for f in body["facts"]), body
 
 
+def only_b_facts_stats(body: Any, w: World) -> None:
+    assert body["project_id"] == B, body
+    assert [f["fact_id"] for f in body["facts"]] in ([w.b_fact_id], []), body
+
+
 def no_conflicts(body: Any, w: World) -> None:
     assert body["conflicts"] == [], body
 
@@ -155,6 +160,20 @@ PROBES: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
     ("GET", "/v1/stats/overview"): lambda w: [
         probe("/v1/stats/overview", params={"project_id": A}, expected=403),
         probe("/v1/stats/overview", params={"project_id": B}, expected=200, check=b_stats_only),
+    ],
+    ("POST", "/v1/inspect/{trace_id}/replay"): lambda w: [
+        probe(f"/v1/inspect/{w.a_trace_id}/replay"),
+        probe(f"/v1/inspect/{w.a_trace_id}/replay", body={"budget_tokens": 100000, "profile": "facts_first"}),
+    ],
+    ("GET", "/v1/stats/facts"): lambda w: [
+        probe("/v1/stats/facts", params={"project_id": A}, expected=403),
+        probe("/v1/stats/facts", params={"project_id": A, "subject_id": SUBJECT}, expected=403),
+        probe(
+            "/v1/stats/facts",
+            params={"project_id": B, "order": "never_served"},
+            expected=200,
+            check=only_b_facts_stats,
+        ),
     ],
 }
 
