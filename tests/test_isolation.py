@@ -191,6 +191,9 @@ OFF_SCHEMA: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
         probe("/ui/traces", params={"subject_id": SUBJECT, "limit": 500}, expected=200),
     ],
     ("GET", "/ui/traces/{trace_id}"): lambda w: [probe(f"/ui/traces/{w.a_trace_id}")],
+    ("POST", "/ui/traces/{trace_id}/replay"): lambda w: [
+        probe(f"/ui/traces/{w.a_trace_id}/replay", form={"budget_tokens": "100000", "profile": ""})
+    ],
     ("GET", "/metrics"): lambda w: [probe("/metrics", expected=200)],
     ("GET", "/docs"): lambda w: [probe("/docs", expected=200)],
     ("GET", "/docs/openapi.json"): lambda w: [probe("/docs/openapi.json", expected=200)],

@@ -474,3 +474,43 @@ async def test_another_projects_key_cannot_replay_or_read_the_stats(
     assert facts.json()["code"] == overview.json()["code"]
     # The owner still can, and the refused replay wrote no trace.
     assert (await replay(client, key, origin["trace_id"])).status_code == 200
+
+
+# --- the /ui "replay with…" form --------------------------------------------------------------
+
+
+async def test_ui_replay_form_shows_the_diff(client: httpx.AsyncClient, key: str, other_key: str) -> None:
+    subject = "tt-ui"
+    contents = [f"memory number {i} about tea and cakes" for i in range(4)]
+    await write_facts(client, key, contents, subject)
+    per_item = len(contents[0]) // 4
+    origin = await context(
+        client, key, "tea and cakes", subject, budget_tokens=4 * per_item, include_episodes=False
+    )
+    r = await client.post("/ui/login", data={"key": key})
+    assert r.status_code == 303
+    page = await client.get(f"/ui/traces/{origin['trace_id']}")
+    assert f'action="/ui/traces/{origin["trace_id"]}/replay"' in page.text
+    r = await client.post(
+        f"/ui/traces/{origin['trace_id']}/replay",
+        data={"budget_tokens": str(2 * per_item), "profile": "", "recall_max_distance": ""},
+    )
+    assert r.status_code == 200, r.text
+    assert r.text.count('class="change removed"') == 2
+    assert r.text.count('data-after="over_budget"') == 2
+    for dropped in origin["facts"][2:]:  # the lower-ranked two, shown with their text
+        assert f'data-item-id="{dropped["fact_id"]}"' in r.text and dropped["content"] in r.text
+    for bad in (
+        {"budget_tokens": "zero"},
+        {"budget_tokens": "0"},
+        {"profile": "fast"},
+        {"recall_max_distance": "3"},
+    ):
+        r = await client.post(f"/ui/traces/{origin['trace_id']}/replay", data=bad)
+        assert r.status_code == 400, bad
+    # Another project's key, logged in, cannot replay this trace.
+    r = await client.post("/ui/login", data={"key": other_key})
+    assert r.status_code == 303
+    r = await client.post(f"/ui/traces/{origin['trace_id']}/replay", data={})
+    assert r.status_code == 404
+    assert contents[0] not in r.text
