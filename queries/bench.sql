@@ -205,7 +205,8 @@ WITH call AS (
     RETURNING project_id, trace_id, as_of IS NULL AND replay_of IS NULL AS counted
 ),
 d AS MATERIALIZED (
-    SELECT t.*
+    SELECT t.item_type, t.item_id, t.decision, t.reason_code, t.rank, t.score, t.similarity,
+           t.text_rank, t.recency, t.cosine_distance, t.tokens, t.ord
     FROM ROWS FROM (
         json_to_recordset(:decisions::json) AS (
             item_type text, item_id uuid, decision text, reason_code text, rank integer,
