@@ -114,14 +114,22 @@ SELECT CASE WHEN at IS NULL THEN status = 'active'
             ELSE recorded_from <= at AND (recorded_to IS NULL OR recorded_to > at) END
 $$;
 
--- A fact still business-valid at an instant, by the valid_to it carried while believed.
+-- The valid_to a fact carried at an instant: its valid_to while it is believed, and the one it
+-- had until recorded_to (believed_valid_to) once a status change rewrote it.
+CREATE FUNCTION public.haki_valid_to_at(
+    valid_to timestamptz, recorded_to timestamptz, believed_valid_to timestamptz, at timestamptz
+) RETURNS timestamptz
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+SELECT CASE WHEN at IS NULL OR recorded_to IS NULL THEN valid_to ELSE believed_valid_to END
+$$;
+
+-- A fact still business-valid at an instant, by the valid_to it carried then.
 CREATE FUNCTION public.haki_fact_valid(
     valid_to timestamptz, recorded_to timestamptz, believed_valid_to timestamptz, at timestamptz
 ) RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
-SELECT CASE WHEN at IS NULL OR recorded_to IS NULL
-            THEN valid_to IS NULL OR valid_to > coalesce(at, pg_catalog.now())
-            ELSE believed_valid_to IS NULL OR believed_valid_to > at END
+SELECT public.haki_valid_to_at(valid_to, recorded_to, believed_valid_to, at) IS NULL
+    OR public.haki_valid_to_at(valid_to, recorded_to, believed_valid_to, at) > coalesce(at, pg_catalog.now())
 $$;
 
 -- A volatile fact gone stale by an instant.

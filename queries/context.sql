@@ -164,7 +164,9 @@ candidate_ids AS MATERIALIZED (
     ) AS c
 ),
 parts AS (
-    SELECT f.fact_id, f.content, f.valid_from, f.valid_to, f.recorded_from, f.source_event_id,
+    SELECT f.fact_id, f.content, f.valid_from,
+           public.haki_valid_to_at(f.valid_to, f.recorded_to, f.believed_valid_to, :as_of::timestamptz) AS valid_to,
+           f.recorded_from, f.source_event_id,
            public.haki_tokens(f.content) AS tokens,
            (f.embedding <=> :query_embedding::vector) AS cosine_distance,
            ts_rank_cd(f.search_vector, q.tsq, 32) AS text_rank,
@@ -241,7 +243,8 @@ picked AS MATERIALIZED (
     WHERE numnode(e.etsq) > 0
 ),
 hits AS (
-    SELECT pk.entity, pk.entity_rank, f.fact_id, f.content, f.valid_from, f.valid_to,
+    SELECT pk.entity, pk.entity_rank, f.fact_id, f.content, f.valid_from,
+           public.haki_valid_to_at(f.valid_to, f.recorded_to, f.believed_valid_to, :as_of::timestamptz) AS valid_to,
            f.recorded_from, f.source_event_id,
            public.haki_tokens(f.content) AS tokens,
            (f.embedding <=> :query_embedding::vector) AS cosine_distance,
@@ -468,7 +471,8 @@ pool AS (
            coalesce((SELECT sum(i.idf) FROM idf AS i WHERE p.sv @@ i.word_query)
                     / (SELECT t.total FROM idf_total AS t), 0) AS text_rank
     FROM (
-        SELECT 'fact' AS item_type, f.fact_id AS item_id, f.content, f.valid_from, f.valid_to,
+        SELECT 'fact' AS item_type, f.fact_id AS item_id, f.content, f.valid_from,
+               public.haki_valid_to_at(f.valid_to, f.recorded_to, f.believed_valid_to, :as_of::timestamptz) AS valid_to,
                f.recorded_from, f.source_event_id, NULL::timestamptz AS occurred_at,
                public.haki_tokens(f.content) AS tokens,
                (f.embedding <=> :query_embedding::vector) AS cosine_distance,
@@ -594,7 +598,8 @@ idf AS MATERIALIZED (
     FROM unnest(:words::text[], :idfs::float8[]) AS u(word, idf)
 ),
 hits AS (
-    SELECT pk.entity, pk.entity_rank, f.fact_id, f.content, f.valid_from, f.valid_to,
+    SELECT pk.entity, pk.entity_rank, f.fact_id, f.content, f.valid_from,
+           public.haki_valid_to_at(f.valid_to, f.recorded_to, f.believed_valid_to, :as_of::timestamptz) AS valid_to,
            f.recorded_from, f.source_event_id,
            public.haki_tokens(f.content) AS tokens,
            (f.embedding <=> :query_embedding::vector) AS cosine_distance,

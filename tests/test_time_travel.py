@@ -229,6 +229,32 @@ async def test_as_of_sees_staleness_and_events_at_that_instant(
     assert late_event not in past
 
 
+async def test_as_of_judges_validity_as_it_was_believed_then(
+    conn: asyncpg.Connection, client: httpx.AsyncClient, key: str
+) -> None:
+    """A supersede rewrites the old fact's valid_to to where its successor starts, which may be
+    before an earlier call: "moved on Monday", written on Wednesday. As of Tuesday the old fact
+    was still believed, open-ended: it is served as it was (believed_valid_to)."""
+    subject = "tt-believed"
+    (paris,) = await fact_ids(client, key, [{"content": "the user lives in paris", "key": "city"}], subject)
+    tuesday = await context(client, key, "where does the user live", subject)
+    assert [f["fact_id"] for f in tuesday["facts"]] == [paris]
+    await shift_an_hour_back(conn)
+    at = (await inspect(client, key, tuesday["trace_id"]))["created_at"]
+    monday = iso(datetime.fromisoformat(at) - timedelta(minutes=30))
+    await write_facts(
+        client,
+        key,
+        [{"content": "the user lives in berlin", "key": "city", "supersedes": paris, "valid_from": monday}],
+        subject,
+    )
+    old = await get_fact(client, key, paris)
+    assert datetime.fromisoformat(old["valid_to"]) < datetime.fromisoformat(at)  # rewritten
+    past = await context(client, key, "where does the user live", subject, as_of=at)
+    assert [f["fact_id"] for f in past["facts"]] == [paris]
+    assert past["facts"][0]["valid_to"] is None  # as it was served then, not today's row
+
+
 async def test_as_of_in_the_future_is_a_validation_error(client: httpx.AsyncClient, key: str) -> None:
     future = iso(datetime.now(UTC) + timedelta(minutes=5))
     r = await post_context(client, key, "anything", "tt-future", as_of=future)
