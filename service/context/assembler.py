@@ -364,7 +364,8 @@ async def assemble(
     `replay_of` links the trace of a replay to its origin (replay below).
     """
     principal.require(req.project_id)
-    check_as_of("as_of", req.as_of)
+    if replay_of is None:  # a replay's default instant is its origin's, stamped by the database
+        check_as_of("as_of", req.as_of)
     timer = timer or StageTimer()
     profile: ContextProfile = req.profile or settings.context_profile
     with timer.stage("embed"):

@@ -86,6 +86,7 @@ async def replay(
     origin = await repo.get_inspection(conn, principal.project_id, trace_id)
     if origin is None:
         raise NotFound("No context trace with this id in the key's project.", trace_id=str(trace_id))
+    assembler.check_as_of("as_of", overrides.as_of)
     as_of = overrides.as_of or origin.as_of or origin.created_at
     req = ContextRequest(
         project_id=origin.project_id,
