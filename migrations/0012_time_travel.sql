@@ -64,8 +64,8 @@ ALTER TABLE context_calls
 -- are found through this partial index on the fact id alone (UUIDv7 ids are unique across
 -- projects; the rows carry project_id, which the reads check). Measured on the trace write of
 -- 256 decisions (benchmarks/trace_usage.py, docs/performance.md, "What each memory is worth"):
--- counters maintained by the write cost +2.4 ms (2.6x), an index on (project_id, item_id,
--- trace_id) INCLUDE (decision, reason_code) +0.95 ms (1.6x), this one +0.35 ms (1.25x): its
+-- counters maintained by the write cost 2.3-4.8x the write, an index on (project_id, item_id,
+-- trace_id) INCLUDE (decision, reason_code) 1.6x, this one 1.25-1.43x (+0.35 to +0.7 ms): its
 -- tuples are a third of the size. Reads pay a heap fetch per decision instead.
 ALTER TABLE context_traces ADD COLUMN counted boolean NOT NULL DEFAULT true;
 CREATE INDEX context_traces_fact_usage ON context_traces (item_id)
