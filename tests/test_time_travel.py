@@ -301,6 +301,10 @@ async def test_replay_without_overrides_reproduces_the_call(
     # An empty JSON object is no override either.
     r = await replay(client, key, origin["trace_id"], {})
     assert r.status_code == 200 and r.json()["diff"] == body["diff"]
+    # A replay of the replay runs as of the same instant (the replay's as_of), and changes nothing.
+    again = await replay(client, key, packet["trace_id"])
+    assert again.status_code == 200, again.text
+    assert again.json()["as_of"] == body["as_of"] and again.json()["diff"] == body["diff"]
 
 
 async def test_replay_with_half_the_budget_drops_exactly_the_lower_ranked_items(
