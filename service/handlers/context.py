@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 from uuid import UUID
 
 from litestar import Controller, Response, get, post
 from litestar.datastructures import State
+from litestar.openapi.spec import Operation, RequestBody
 from litestar.params import Parameter
 
 from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
@@ -24,6 +26,16 @@ from service.structs import (
     ReplayResponse,
     StatsOverview,
 )
+
+
+@dataclass
+class OptionalBodyOperation(Operation):
+    """An operation whose JSON body may be left out: Litestar marks every body `required`, and
+    the replay's overrides are all optional (no body: no override)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.request_body, RequestBody):
+            self.request_body.required = False
 
 
 def server_timing(timer: assembler.StageTimer) -> str:
@@ -81,6 +93,7 @@ class ContextController(Controller):
         "/v1/inspect/{trace_id:uuid}/replay",
         status_code=200,
         responses=ERRORS,
+        operation_class=OptionalBodyOperation,
         summary="Rebuild a traced context call, optionally with other settings, and diff it",
         description="Rebuilds the packet of a logged call from its stored query, by default as of "
         "the call's own instant with its budget, profile and recall floor; a JSON body may "
