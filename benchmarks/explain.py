@@ -124,6 +124,7 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
         "idf_sample_docs": IDF_SAMPLE_DOCS,
         "entity_sample_docs": ENTITY_SAMPLE_DOCS,
         "text_config": "english",  # the default of Settings.text_search_config
+        "as_of": None,  # a call at the current instant (migration 0012)
     }
     out: list[tuple[str, str]] = []
 
@@ -245,6 +246,7 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
                     "subject_id": TARGET,
                     "query_embedding": Vector(question.vector),
                     "top_k": EPISODE_TOP_K,
+                    "as_of": None,
                 },
             ),
         )
@@ -284,6 +286,10 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
                     "empty_reason": None,
                     "facts_served": 64,
                     "episodes_served": 0,
+                    "include_episodes": True,
+                    "recall_max_distance": 0.0,
+                    "as_of": None,
+                    "replay_of": None,
                     "decisions": msgspec.json.encode(decisions).decode(),
                 },
             ),

@@ -279,6 +279,7 @@ async def seed_copy(
                     "stable",
                     None,
                     Vector(vecs[j]),
+                    None,  # recorded_to: active
                 )
             )
         await conn.copy_records_to_table("facts", records=records, columns=FACT_COLUMNS)

@@ -232,6 +232,7 @@ FACT_COLUMNS = [
     "volatility",
     "stale_after",
     "embedding",
+    "recorded_to",
 ]
 EVENT_COLUMNS = ["project_id", "event_id", "subject_id", "content", "occurred_at", "embedding"]
 
@@ -319,9 +320,11 @@ def fact_records(
             key = None
             volatility = "stable"
             stale_after = None
+            recorded_to = None  # believed until (migration 0012): the inactive tail's day after
             if i >= spec.facts:  # the inactive tail: superseded (closed) or retracted
                 status = "superseded" if i % 3 else "retracted"
                 valid_to = recorded + timedelta(days=1) if status == "superseded" else None
+                recorded_to = recorded + timedelta(days=1)
             elif i < 2 * spec.open_conflicts:
                 key = f"slot-{i // 2}"
             elif i < 2 * spec.open_conflicts + spec.stale_volatile:
@@ -347,6 +350,7 @@ def fact_records(
                     volatility,
                     stale_after,
                     Vector(vecs[j]),
+                    recorded_to,
                 )
             )
         made += n

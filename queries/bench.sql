@@ -175,3 +175,67 @@ SELECT line FROM pg_temp.bench_explain(:statement, :args::text[]) AS line;
 -- name: bench_shared_buffers()$
 -- The server's shared_buffers, for the report.
 SELECT current_setting('shared_buffers') AS shared_buffers;
+
+-- name: bench_create_fact_counters#
+-- The alternative to counting from the traces (benchmarks/trace_usage.py): one counter row a
+-- fact, maintained by the trace write (bench_insert_context_trace_with_counters).
+CREATE TABLE IF NOT EXISTS bench_fact_counters (
+    project_id      text         NOT NULL,
+    fact_id         uuid         NOT NULL,
+    served_count    bigint       NOT NULL,
+    excluded_count  bigint       NOT NULL,
+    last_served_at  timestamptz,
+    PRIMARY KEY (project_id, fact_id)
+);
+
+-- name: bench_insert_context_trace_with_counters(project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status, warnings, empty_reason, facts_served, episodes_served, include_episodes, recall_max_distance, as_of, replay_of, decisions)!
+-- insert_context_trace plus the counters' upsert in the same round trip, facts in id order (so
+-- two concurrent calls lock their common rows in one order).
+WITH call AS (
+    INSERT INTO context_calls (
+        project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status,
+        warnings, empty_reason, facts_served, episodes_served, include_episodes,
+        recall_max_distance, as_of, replay_of
+    )
+    VALUES (
+        :project_id, :trace_id, :subject_id, :query, :profile, :budget_tokens, :used_tokens, :status,
+        :warnings::text[], :empty_reason, :facts_served, :episodes_served, :include_episodes,
+        :recall_max_distance, :as_of::timestamptz, :replay_of::uuid
+    )
+    RETURNING project_id, trace_id, as_of IS NULL AND replay_of IS NULL AS counted
+),
+d AS MATERIALIZED (
+    SELECT t.item_type, t.item_id, t.decision, t.reason_code, t.rank, t.score, t.similarity,
+           t.text_rank, t.recency, t.cosine_distance, t.tokens, t.ord
+    FROM ROWS FROM (
+        json_to_recordset(:decisions::json) AS (
+            item_type text, item_id uuid, decision text, reason_code text, rank integer,
+            score float8, similarity float8, text_rank float8, recency float8,
+            cosine_distance float8, tokens integer
+        )
+    ) WITH ORDINALITY AS t(item_type, item_id, decision, reason_code, rank, score, similarity,
+                           text_rank, recency, cosine_distance, tokens, ord)
+),
+traced AS (
+    INSERT INTO context_traces (
+        project_id, trace_id, ord, item_type, item_id, decision, reason_code, rank, score,
+        similarity, text_rank, recency, cosine_distance, tokens, counted
+    )
+    SELECT call.project_id, call.trace_id, d.ord, d.item_type, d.item_id, d.decision, d.reason_code,
+           d.rank, d.score, d.similarity, d.text_rank, d.recency, d.cosine_distance, d.tokens,
+           call.counted
+    FROM call CROSS JOIN d
+)
+INSERT INTO bench_fact_counters AS c (project_id, fact_id, served_count, excluded_count, last_served_at)
+SELECT :project_id, d.item_id,
+       count(*) FILTER (WHERE d.decision = 'included'),
+       count(*) FILTER (WHERE d.reason_code IN ('over_budget', 'below_relevance_floor')),
+       CASE WHEN bool_or(d.decision = 'included') THEN now() END
+FROM d
+WHERE d.item_type = 'fact'
+GROUP BY d.item_id
+ORDER BY d.item_id
+ON CONFLICT (project_id, fact_id) DO UPDATE
+SET served_count = c.served_count + excluded.served_count,
+    excluded_count = c.excluded_count + excluded.excluded_count,
+    last_served_at = coalesce(excluded.last_served_at, c.last_served_at);

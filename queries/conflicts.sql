@@ -29,10 +29,14 @@ WHERE cs.project_id = :project_id
 FOR UPDATE;
 
 -- name: resolve_conflict_set(project_id, conflict_set_id, keep_ids)!
--- Resolves a set: members not kept become superseded (valid_to = now), the set becomes resolved.
+-- Resolves a set: members not kept become superseded (valid_to = now) and stop being believed
+-- now (recorded_to, with the valid_to they had until then: migration 0012); the set becomes
+-- resolved at the same instant.
 WITH dropped AS (
     UPDATE facts AS f
     SET status = 'superseded',
+        recorded_to = now(),
+        believed_valid_to = f.valid_to,
         valid_to = CASE WHEN f.valid_from IS NOT NULL AND f.valid_from >= now()
                         THEN f.valid_to ELSE coalesce(least(f.valid_to, now()), now()) END
     FROM conflict_members AS cm

@@ -4,7 +4,11 @@
 -- sit in no open ConflictSet and are not stale volatile facts (those are reported as blocked).
 -- The token estimate, recency (with its underflow guard), the hybrid score and the blocked facts
 -- are SQL functions of migration 0011 (haki_tokens, haki_recency, haki_hybrid_score,
--- haki_blocked_facts), inlined by the planner: each rule is written once.
+-- haki_blocked_facts), inlined by the planner: each rule is written once. Migration 0012 gives
+-- each rule an instant: `as_of` null is the current one (POST /v1/context without as_of, the
+-- plans of before), otherwise the memory as it was then (docs/time-travel.md): facts believed
+-- then (recorded_from, recorded_to), validity, staleness and recency at that instant, the
+-- conflicts open then, the events held then.
 
 -- name: configure_vector_scan(ef_search)$
 -- For this transaction (one context call) only: let HNSW return K rows (ef_search defaults to
@@ -26,7 +30,7 @@ SELECT set_config('hnsw.ef_search', :ef_search::integer::text, true) AS ef_searc
 -- execution; the trace insert of 256 decisions: twice its cost; docs/performance.md).
 SET LOCAL plan_cache_mode TO force_generic_plan;
 
--- name: vector_walk(project_id, subject_id, query_embedding, top_k, event_top_k, exact_scan_min)^
+-- name: vector_walk(project_id, subject_id, query_embedding, top_k, event_top_k, exact_scan_min, as_of)^
 -- Phase 1, vector side: the ids of the top-K servable facts of the scope by cosine distance,
 -- from an exact scan of a small scope or a walk of its bucket's HNSW graph, and the ids of the
 -- event_top_k closest events of the scope (the `unified` profile's episode candidates; 0 for
@@ -38,7 +42,7 @@ WITH open_members AS MATERIALIZED (
     -- The facts of the scope's open ConflictSets (migration 0010), as one array: tested on each
     -- walked row, it is cheaper than the anti-join the planner picks for the few rows it
     -- expects from an index walk (a nested loop over the set, 0.24 ms at 10k).
-    SELECT public.haki_open_conflict_facts(:project_id, :subject_id) AS fact_ids
+    SELECT public.haki_open_conflict_facts(:project_id, :subject_id, :as_of::timestamptz) AS fact_ids
 ),
 exact_scan AS MATERIALIZED (
     -- The vector side's strategy. A scope-filtered walk of the scope's bucket (migration 0008)
@@ -69,10 +73,9 @@ vector_exact AS (
           AND :query_embedding::vector IS NOT NULL
           AND f.project_id = :project_id
           AND f.subject_id = :subject_id
-          AND f.status = 'active'
-          AND (f.valid_to IS NULL OR f.valid_to > now())
-          AND NOT (f.volatility = 'volatile'
-                   AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now())
+          AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
+                                        f.recorded_from, f.stale_after, f.recorded_to,
+                                        f.believed_valid_to, :as_of::timestamptz)
           AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
         OFFSET 0  -- computed distances, sorted below: never the HNSW ordering
     ) AS d
@@ -88,10 +91,9 @@ walk AS (
       AND public.haki_scope_bucket(f.project_id, f.subject_id) = public.haki_scope_bucket(:project_id, :subject_id)
       AND f.project_id = :project_id
       AND f.subject_id = :subject_id
-      AND f.status = 'active'
-      AND (f.valid_to IS NULL OR f.valid_to > now())
-      AND NOT (f.volatility = 'volatile'
-               AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now())
+      AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
+                                    f.recorded_from, f.stale_after, f.recorded_to,
+                                    f.believed_valid_to, :as_of::timestamptz)
       AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
     -- The expression of the bucket indexes (half precision): the walk's order, not the score.
     ORDER BY f.embedding::halfvec(384) <=> :query_embedding::vector::halfvec(384)
@@ -105,6 +107,7 @@ event_walk AS (
       AND public.haki_scope_bucket(e.project_id, e.subject_id) = public.haki_scope_bucket(:project_id, :subject_id)
       AND e.project_id = :project_id
       AND e.subject_id = :subject_id
+      AND public.haki_event_held(e.occurred_at, e.recorded_at, :as_of::timestamptz)
     ORDER BY e.embedding <=> :query_embedding::vector
     LIMIT :event_top_k
 )
@@ -116,7 +119,7 @@ SELECT (SELECT coalesce(array_agg(v.fact_id), '{}'::uuid[])
         ) AS v) AS walked_ids,
        (SELECT coalesce(array_agg(w.event_id), '{}'::uuid[]) FROM event_walk AS w) AS walked_event_ids;
 
--- name: fact_candidates(project_id, subject_id, query_embedding, query_text, top_k, candidate_limit, walked_ids, w_similarity, w_text_rank, w_recency, tau_seconds)
+-- name: fact_candidates(project_id, subject_id, query_embedding, query_text, top_k, candidate_limit, walked_ids, w_similarity, w_text_rank, w_recency, tau_seconds, as_of)
 -- Phase 1 (the vector top-K of vector_walk UNION the top-K by full-text rank via GIN) and phase
 -- 2 (the hybrid score on that union only, capped at CANDIDATE_LIMIT), plus the blocked facts of
 -- the scope, in one round trip. Runs under a generic plan (end_custom_plans): every scan in it
@@ -128,7 +131,7 @@ WITH q AS MATERIALIZED (
 open_members AS MATERIALIZED (
     -- The facts of the scope's open ConflictSets (migration 0010): the servable sides below
     -- exclude them, `blocked` reports them.
-    SELECT u.fact_id FROM unnest(public.haki_open_conflict_facts(:project_id, :subject_id)) AS u(fact_id)
+    SELECT u.fact_id FROM unnest(public.haki_open_conflict_facts(:project_id, :subject_id, :as_of::timestamptz)) AS u(fact_id)
 ),
 vector_walked AS (
     SELECT w.fact_id FROM unnest(:walked_ids::uuid[]) AS w(fact_id)
@@ -143,10 +146,9 @@ text_top AS (
       AND public.haki_scoped_search_vector(f.project_id, f.subject_id, f.search_vector)
           @@ (q.tsq && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
       AND f.search_vector @@ q.tsq
-      AND f.status = 'active'
-      AND (f.valid_to IS NULL OR f.valid_to > now())
-      AND NOT (f.volatility = 'volatile'
-               AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now())
+      AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
+                                    f.recorded_from, f.stale_after, f.recorded_to,
+                                    f.believed_valid_to, :as_of::timestamptz)
       AND NOT EXISTS (SELECT 1 FROM open_members AS om WHERE om.fact_id = f.fact_id)
     ORDER BY ts_rank_cd(f.search_vector, q.tsq, 32) DESC, f.fact_id
     LIMIT :top_k
@@ -162,11 +164,13 @@ candidate_ids AS MATERIALIZED (
     ) AS c
 ),
 parts AS (
-    SELECT f.fact_id, f.content, f.valid_from, f.valid_to, f.recorded_from, f.source_event_id,
+    SELECT f.fact_id, f.content, f.valid_from,
+           public.haki_valid_to_at(f.valid_to, f.recorded_to, f.believed_valid_to, :as_of::timestamptz) AS valid_to,
+           f.recorded_from, f.source_event_id,
            public.haki_tokens(f.content) AS tokens,
            (f.embedding <=> :query_embedding::vector) AS cosine_distance,
            ts_rank_cd(f.search_vector, q.tsq, 32) AS text_rank,
-           public.haki_recency(coalesce(f.valid_from, f.recorded_from), :tau_seconds) AS recency
+           public.haki_recency(coalesce(f.valid_from, f.recorded_from), :tau_seconds, :as_of::timestamptz) AS recency
     FROM facts AS f
     CROSS JOIN q
     WHERE f.project_id = :project_id
@@ -184,7 +188,7 @@ scored AS (
 ),
 blocked AS (
     SELECT b.fact_id, b.reason_code, b.tokens
-    FROM public.haki_blocked_facts(:project_id, :subject_id) AS b
+    FROM public.haki_blocked_facts(:project_id, :subject_id, :as_of::timestamptz) AS b
 )
 SELECT 'candidate' AS kind, s.fact_id, s.content, s.valid_from, s.valid_to, s.recorded_from,
        s.source_event_id, s.tokens, s.cosine_distance, s.similarity, s.text_rank, s.recency, s.score,
@@ -195,7 +199,7 @@ SELECT 'blocked', b.fact_id, NULL, NULL, NULL, NULL, NULL, b.tokens, NULL, NULL,
        b.reason_code, count(*) OVER (PARTITION BY b.reason_code)
 FROM blocked AS b;
 
--- name: multi_hop_facts(project_id, subject_id, entities, exclude_ids, per_entity, match_limit, query_embedding, query_text, w_similarity, w_text_rank, w_recency, tau_seconds)
+-- name: multi_hop_facts(project_id, subject_id, entities, exclude_ids, per_entity, match_limit, query_embedding, query_text, w_similarity, w_text_rank, w_recency, tau_seconds, as_of)
 -- The `facts_first` multi-hop expansion: for each entity (in rank order) the top full-text
 -- matches among the servable facts of the scope not yet decided, one hop, no new embedding.
 -- The match step reads at most match_limit facts naming each entity from the scope's postings
@@ -211,7 +215,7 @@ e AS MATERIALIZED (
 ),
 open_members AS MATERIALIZED (
     -- As in vector_walk: the scope's open-conflict facts as one array (migration 0010).
-    SELECT public.haki_open_conflict_facts(:project_id, :subject_id) AS fact_ids
+    SELECT public.haki_open_conflict_facts(:project_id, :subject_id, :as_of::timestamptz) AS fact_ids
 ),
 picked AS MATERIALIZED (
     SELECT e.entity, e.entity_rank, p.fact_id
@@ -226,10 +230,9 @@ picked AS MATERIALIZED (
               AND public.haki_scoped_search_vector(f.project_id, f.subject_id, f.search_vector)
                   @@ (e.etsq && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
               AND f.search_vector @@ e.etsq
-              AND f.status = 'active'
-              AND (f.valid_to IS NULL OR f.valid_to > now())
-              AND NOT (f.volatility = 'volatile'
-                       AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now())
+              AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
+                                            f.recorded_from, f.stale_after, f.recorded_to,
+                                            f.believed_valid_to, :as_of::timestamptz)
               AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
               AND NOT (f.fact_id = ANY(:exclude_ids::uuid[]))
             LIMIT :match_limit
@@ -240,12 +243,13 @@ picked AS MATERIALIZED (
     WHERE numnode(e.etsq) > 0
 ),
 hits AS (
-    SELECT pk.entity, pk.entity_rank, f.fact_id, f.content, f.valid_from, f.valid_to,
+    SELECT pk.entity, pk.entity_rank, f.fact_id, f.content, f.valid_from,
+           public.haki_valid_to_at(f.valid_to, f.recorded_to, f.believed_valid_to, :as_of::timestamptz) AS valid_to,
            f.recorded_from, f.source_event_id,
            public.haki_tokens(f.content) AS tokens,
            (f.embedding <=> :query_embedding::vector) AS cosine_distance,
            ts_rank_cd(f.search_vector, q.tsq, 32) AS text_rank,
-           public.haki_recency(coalesce(f.valid_from, f.recorded_from), :tau_seconds) AS recency
+           public.haki_recency(coalesce(f.valid_from, f.recorded_from), :tau_seconds, :as_of::timestamptz) AS recency
     FROM picked AS pk
     JOIN facts AS f ON f.fact_id = pk.fact_id
     CROSS JOIN q
@@ -262,7 +266,7 @@ SELECT h.entity, h.entity_rank, h.fact_id, h.content, h.valid_from, h.valid_to, 
 FROM hits AS h
 ORDER BY h.entity_rank, h.text_rank DESC, h.fact_id;
 
--- name: episode_candidates(project_id, subject_id, query_embedding, top_k)
+-- name: episode_candidates(project_id, subject_id, query_embedding, top_k, as_of)
 -- Episodic memory: the EPISODE_TOP_K events of the scope closest to the query (the HNSW index
 -- of the scope's bucket, migration 0008), closest first: the iterative scan runs in relaxed
 -- order, so the K rows are sorted again by their exact distance. Never returns embeddings.
@@ -275,32 +279,38 @@ FROM (
     WHERE public.haki_scope_bucket(e.project_id, e.subject_id) = public.haki_scope_bucket(:project_id, :subject_id)
       AND e.project_id = :project_id
       AND e.subject_id = :subject_id
+      AND public.haki_event_held(e.occurred_at, e.recorded_at, :as_of::timestamptz)
     ORDER BY e.embedding <=> :query_embedding::vector
     LIMIT :top_k
 ) AS k
 ORDER BY k.cosine_distance, k.event_id;
 
--- name: insert_context_trace(project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status, warnings, empty_reason, facts_served, episodes_served, decisions)!
+-- name: insert_context_trace(project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status, warnings, empty_reason, facts_served, episodes_served, include_episodes, recall_max_distance, as_of, replay_of, decisions)!
 -- Persists one context call and every decision of it in one round trip: one INSERT of the call,
 -- one INSERT ... SELECT of the decisions, sent as one JSON array of Decision objects (encoding
--- eleven parallel arrays cost the client twice the time; docs/performance.md).
+-- eleven parallel arrays cost the client twice the time; docs/performance.md). The decisions of
+-- a call at the current instant are `counted` in what each fact is worth (migration 0012);
+-- those of an as-of call or a replay are not.
 WITH call AS (
     INSERT INTO context_calls (
         project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status,
-        warnings, empty_reason, facts_served, episodes_served
+        warnings, empty_reason, facts_served, episodes_served, include_episodes,
+        recall_max_distance, as_of, replay_of
     )
     VALUES (
         :project_id, :trace_id, :subject_id, :query, :profile, :budget_tokens, :used_tokens, :status,
-        :warnings::text[], :empty_reason, :facts_served, :episodes_served
+        :warnings::text[], :empty_reason, :facts_served, :episodes_served, :include_episodes,
+        :recall_max_distance, :as_of::timestamptz, :replay_of::uuid
     )
-    RETURNING project_id, trace_id
+    RETURNING project_id, trace_id, as_of IS NULL AND replay_of IS NULL AS counted
 )
 INSERT INTO context_traces (
     project_id, trace_id, ord, item_type, item_id, decision, reason_code, rank, score,
-    similarity, text_rank, recency, cosine_distance, tokens
+    similarity, text_rank, recency, cosine_distance, tokens, counted
 )
 SELECT call.project_id, call.trace_id, t.ord, t.item_type, t.item_id, t.decision, t.reason_code,
-       t.rank, t.score, t.similarity, t.text_rank, t.recency, t.cosine_distance, t.tokens
+       t.rank, t.score, t.similarity, t.text_rank, t.recency, t.cosine_distance, t.tokens,
+       call.counted
 FROM call
 CROSS JOIN ROWS FROM (
     json_to_recordset(:decisions::json) AS (
@@ -312,9 +322,9 @@ CROSS JOIN ROWS FROM (
                        text_rank, recency, cosine_distance, tokens, ord);
 
 -- name: get_context_call(project_id, trace_id)^
--- One logged context call of a project (GET /v1/inspect/{trace_id}).
+-- One logged context call of a project (GET /v1/inspect/{trace_id}, and what a replay rebuilds).
 SELECT trace_id, project_id, subject_id, query, profile, created_at, budget_tokens, used_tokens,
-       status, warnings, empty_reason
+       status, warnings, empty_reason, include_episodes, recall_max_distance, as_of, replay_of
 FROM context_calls
 WHERE project_id = :project_id
   AND trace_id = :trace_id;
@@ -365,7 +375,7 @@ CROSS JOIN (
       AND cs.status = 'open'
 ) AS oc;
 
--- name: unified_candidates(project_id, subject_id, query_embedding, query_text, text_config, walked_ids, walked_event_ids, top_k, candidate_limit, max_words, match_words, text_per_word, event_text_per_word, idf_sample_docs, w_similarity, w_text_rank, w_recency, tau_seconds)
+-- name: unified_candidates(project_id, subject_id, query_embedding, query_text, text_config, walked_ids, walked_event_ids, top_k, candidate_limit, max_words, match_words, text_per_word, event_text_per_word, idf_sample_docs, w_similarity, w_text_rank, w_recency, tau_seconds, as_of)
 -- The `unified` profile's phases 1 and 2 (spec/context-profiles.md): fact and episode
 -- candidates, each the vector top-K of vector_walk UNION the top-K by text rank, scored by one
 -- hybrid formula (an episode's recency from occurred_at) and capped at CANDIDATE_LIMIT
@@ -382,14 +392,14 @@ CROSS JOIN (
 WITH idf AS MATERIALIZED (
     SELECT i.word, i.word_query, i.idf
     FROM public.haki_query_idf(:project_id, :subject_id, :query_text, :text_config::regconfig,
-                               :max_words, :idf_sample_docs) AS i
+                               :max_words, :idf_sample_docs, :as_of::timestamptz) AS i
 ),
 idf_total AS MATERIALIZED (
     SELECT nullif(sum(i.idf), 0) AS total FROM idf AS i
 ),
 open_members AS MATERIALIZED (
     -- As in vector_walk: the scope's open-conflict facts as one array (migration 0010).
-    SELECT public.haki_open_conflict_facts(:project_id, :subject_id) AS fact_ids
+    SELECT public.haki_open_conflict_facts(:project_id, :subject_id, :as_of::timestamptz) AS fact_ids
 ),
 fact_hits AS MATERIALIZED (
     -- Per rare word, at most text_per_word servable facts from the scope's postings (migrations
@@ -405,7 +415,8 @@ fact_hits AS MATERIALIZED (
                @@ (i.word_query && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
            AND f.search_vector_english @@ i.word_query
            AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
-                                         f.recorded_from, f.stale_after)
+                                         f.recorded_from, f.stale_after, f.recorded_to,
+                                         f.believed_valid_to, :as_of::timestamptz)
            AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
          LIMIT :text_per_word)
         UNION ALL
@@ -417,7 +428,8 @@ fact_hits AS MATERIALIZED (
                @@ (i.word_query && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
            AND f.search_vector @@ i.word_query
            AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
-                                         f.recorded_from, f.stale_after)
+                                         f.recorded_from, f.stale_after, f.recorded_to,
+                                         f.believed_valid_to, :as_of::timestamptz)
            AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
          LIMIT :text_per_word)
     ) AS h
@@ -431,6 +443,7 @@ event_hits AS MATERIALIZED (
          FROM events AS e
          WHERE :text_config::regconfig = 'english'::regconfig
            AND (e.project_id = :project_id AND e.subject_id = :subject_id) IS TRUE
+           AND public.haki_event_held(e.occurred_at, e.recorded_at, :as_of::timestamptz)
            AND public.haki_scoped_search_vector(e.project_id, e.subject_id, e.search_vector_english)
                @@ (i.word_query && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
            AND e.search_vector_english @@ i.word_query
@@ -440,6 +453,7 @@ event_hits AS MATERIALIZED (
          FROM events AS e
          WHERE :text_config::regconfig <> 'english'::regconfig
            AND (e.project_id = :project_id AND e.subject_id = :subject_id) IS TRUE
+           AND public.haki_event_held(e.occurred_at, e.recorded_at, :as_of::timestamptz)
            AND public.haki_scoped_search_vector(e.project_id, e.subject_id, e.search_vector)
                @@ (i.word_query && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
            AND e.search_vector @@ i.word_query
@@ -457,11 +471,12 @@ pool AS (
            coalesce((SELECT sum(i.idf) FROM idf AS i WHERE p.sv @@ i.word_query)
                     / (SELECT t.total FROM idf_total AS t), 0) AS text_rank
     FROM (
-        SELECT 'fact' AS item_type, f.fact_id AS item_id, f.content, f.valid_from, f.valid_to,
+        SELECT 'fact' AS item_type, f.fact_id AS item_id, f.content, f.valid_from,
+               public.haki_valid_to_at(f.valid_to, f.recorded_to, f.believed_valid_to, :as_of::timestamptz) AS valid_to,
                f.recorded_from, f.source_event_id, NULL::timestamptz AS occurred_at,
                public.haki_tokens(f.content) AS tokens,
                (f.embedding <=> :query_embedding::vector) AS cosine_distance,
-               public.haki_recency(coalesce(f.valid_from, f.recorded_from), :tau_seconds) AS recency,
+               public.haki_recency(coalesce(f.valid_from, f.recorded_from), :tau_seconds, :as_of::timestamptz) AS recency,
                public.haki_text_vector(:text_config::regconfig, f.search_vector, f.search_vector_english) AS sv,
                f.fact_id = ANY (:walked_ids::uuid[]) AS walked,
                f.fact_id = ANY ((SELECT h.ids FROM fact_hits AS h)::uuid[]) AS hit
@@ -472,7 +487,7 @@ pool AS (
         SELECT 'episode', e.event_id, e.content, NULL, NULL, NULL, NULL, e.occurred_at,
                public.haki_tokens(e.content),
                (e.embedding <=> :query_embedding::vector),
-               public.haki_recency(e.occurred_at, :tau_seconds),
+               public.haki_recency(e.occurred_at, :tau_seconds, :as_of::timestamptz),
                public.haki_text_vector(:text_config::regconfig, e.search_vector, e.search_vector_english),
                e.event_id = ANY (:walked_event_ids::uuid[]),
                e.event_id = ANY ((SELECT h.ids FROM event_hits AS h)::uuid[])
@@ -515,14 +530,14 @@ FROM scored AS s
 UNION ALL
 SELECT 'blocked', 'fact', b.fact_id, NULL, NULL, NULL, NULL, NULL, NULL, b.tokens, NULL, NULL,
        NULL, NULL, NULL, b.reason_code, count(*) OVER (PARTITION BY b.reason_code)
-FROM public.haki_blocked_facts(:project_id, :subject_id) AS b
+FROM public.haki_blocked_facts(:project_id, :subject_id, :as_of::timestamptz) AS b
 UNION ALL
 -- The query's words and their idf, so that linked_facts ranks texts alike without a second sample.
 SELECT 'word', NULL, NULL, i.word, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        i.idf, NULL, NULL
 FROM idf AS i;
 
--- name: linked_facts(project_id, subject_id, entities, max_entities, per_entity, match_limit, entity_sample_docs, query_embedding, words, idfs, text_config, w_similarity, w_text_rank, w_recency, tau_seconds)
+-- name: linked_facts(project_id, subject_id, entities, max_entities, per_entity, match_limit, entity_sample_docs, query_embedding, words, idfs, text_config, w_similarity, w_text_rank, w_recency, tau_seconds, as_of)
 -- The `unified` profile's multi-hop expansion (spec/context-profiles.md, rule 5): `entities`
 -- come ranked by frequency among the kept facts. An entity that more than half of the scope's
 -- sample texts name is dropped: its Robertson-Sparck Jones idf, log((N - df + 0.5) / (df + 0.5)),
@@ -539,7 +554,8 @@ WITH e AS MATERIALIZED (
 names AS MATERIALIZED (
     -- Entities are names, matched as written: the `simple` vectors of the scope's sample.
     SELECT s.sv
-    FROM public.haki_scope_sample(:project_id, :subject_id, 'simple'::regconfig, :entity_sample_docs) AS s
+    FROM public.haki_scope_sample(:project_id, :subject_id, 'simple'::regconfig, :entity_sample_docs,
+                                   :as_of::timestamptz) AS s
     WHERE EXISTS (SELECT 1 FROM e)
 ),
 informative AS MATERIALIZED (
@@ -552,7 +568,7 @@ informative AS MATERIALIZED (
 ),
 open_members AS MATERIALIZED (
     -- As in vector_walk: the scope's open-conflict facts as one array (migration 0010).
-    SELECT public.haki_open_conflict_facts(:project_id, :subject_id) AS fact_ids
+    SELECT public.haki_open_conflict_facts(:project_id, :subject_id, :as_of::timestamptz) AS fact_ids
 ),
 picked AS MATERIALIZED (
     SELECT i.entity, i.entity_rank, p.fact_id
@@ -568,7 +584,8 @@ picked AS MATERIALIZED (
                   @@ (i.etsq && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
               AND f.search_vector @@ i.etsq
               AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
-                                            f.recorded_from, f.stale_after)
+                                            f.recorded_from, f.stale_after, f.recorded_to,
+                                            f.believed_valid_to, :as_of::timestamptz)
               AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
             LIMIT :match_limit
         ) AS m
@@ -581,7 +598,8 @@ idf AS MATERIALIZED (
     FROM unnest(:words::text[], :idfs::float8[]) AS u(word, idf)
 ),
 hits AS (
-    SELECT pk.entity, pk.entity_rank, f.fact_id, f.content, f.valid_from, f.valid_to,
+    SELECT pk.entity, pk.entity_rank, f.fact_id, f.content, f.valid_from,
+           public.haki_valid_to_at(f.valid_to, f.recorded_to, f.believed_valid_to, :as_of::timestamptz) AS valid_to,
            f.recorded_from, f.source_event_id,
            public.haki_tokens(f.content) AS tokens,
            (f.embedding <=> :query_embedding::vector) AS cosine_distance,
@@ -589,7 +607,7 @@ hits AS (
                      WHERE public.haki_text_vector(:text_config::regconfig, f.search_vector,
                                                    f.search_vector_english) @@ i.word_query)
                     / (SELECT nullif(sum(i.idf), 0) FROM idf AS i), 0) AS text_rank,
-           public.haki_recency(coalesce(f.valid_from, f.recorded_from), :tau_seconds) AS recency
+           public.haki_recency(coalesce(f.valid_from, f.recorded_from), :tau_seconds, :as_of::timestamptz) AS recency
     FROM picked AS pk
     JOIN facts AS f ON f.fact_id = pk.fact_id
     -- At most max_entities * per_entity ids, looked up by primary key as one array (as in
@@ -604,3 +622,25 @@ SELECT h.entity, h.entity_rank, h.fact_id, h.content, h.valid_from, h.valid_to, 
                                 :w_similarity, :w_text_rank, :w_recency) AS score
 FROM hits AS h
 ORDER BY h.entity_rank, h.cosine_distance, h.fact_id;
+
+-- name: stats_facts(project_id, subject_id, order_by, page_size)
+-- What the active facts of a project (or one subject) are worth (GET /v1/stats/facts), from the
+-- counted decisions of the traces (haki_fact_usage, migration 0012): `never_served` lists the
+-- facts never served, the most often left out first; `most_served` the most served first;
+-- `most_dropped` the most often left out for the budget first. Reads every counted decision of
+-- the scope's facts (index-only on context_traces_fact_usage).
+SELECT f.fact_id, f.subject_id, f.content, f.key, u.served_count, u.last_served_at,
+       u.excluded_count, u.over_budget_count
+FROM facts AS f
+CROSS JOIN LATERAL public.haki_fact_usage(f.project_id, f.fact_id) AS u
+WHERE f.project_id = :project_id
+  AND (:subject_id::text IS NULL OR f.subject_id = :subject_id)
+  AND f.status = 'active'
+  AND (:order_by::text <> 'never_served' OR u.served_count = 0)
+ORDER BY CASE :order_by::text
+             WHEN 'most_served' THEN u.served_count
+             WHEN 'most_dropped' THEN u.over_budget_count
+             ELSE u.excluded_count
+         END DESC,
+         f.fact_id
+LIMIT :page_size;

@@ -1,9 +1,12 @@
 -- name: supersede_facts(project_id, subject_id, old_ids, new_valid_froms)
 -- Marks the facts named by `supersedes` as superseded (locking them); returns those it changed.
 -- A fact is only superseded when it is active in this scope and starts before its successor.
+-- It stops being believed now (recorded_to, migration 0012), with the valid_to it had until then.
 UPDATE facts AS f
 SET status = 'superseded',
-    valid_to = s.ends_at
+    valid_to = s.ends_at,
+    recorded_to = now(),
+    believed_valid_to = f.valid_to
 FROM (
     SELECT t.old_id, min(coalesce(t.new_valid_from, now())) AS ends_at
     FROM unnest(:old_ids::uuid[], :new_valid_froms::timestamptz[]) AS t(old_id, new_valid_from)
@@ -77,13 +80,16 @@ JOIN opened AS o USING (key)
 WHERE n.fact_id IN (SELECT c.fact_id FROM clashes AS c);
 
 -- name: get_fact(project_id, fact_id)^
--- One fact of a project, with the open ConflictSet it sits in, if any.
+-- One fact of a project, with the open ConflictSet it sits in, if any, and what it is worth
+-- (haki_fact_usage, migration 0012).
 SELECT f.fact_id, f.project_id, f.subject_id, f.content, f.key, f.status, f.valid_from, f.valid_to,
        f.recorded_from, f.volatility,
        extract(epoch FROM f.stale_after)::bigint AS stale_after_seconds,
        f.supersedes, f.source_event_id, f.metadata,
-       oc.conflict_set_id
+       oc.conflict_set_id, f.recorded_to,
+       u.served_count, u.last_served_at, u.excluded_count
 FROM facts AS f
+CROSS JOIN LATERAL public.haki_fact_usage(f.project_id, f.fact_id) AS u
 LEFT JOIN LATERAL (
     SELECT cs.conflict_set_id
     FROM conflict_members AS cm
@@ -96,13 +102,16 @@ WHERE f.project_id = :project_id
   AND f.fact_id = :fact_id;
 
 -- name: list_facts(project_id, subject_id, status, after_id, page_size)
--- One page of a project's facts in id (= creation) order, after the cursor; optional filters.
+-- One page of a project's facts in id (= creation) order, after the cursor; optional filters;
+-- with what each is worth (haki_fact_usage, migration 0012).
 SELECT f.fact_id, f.project_id, f.subject_id, f.content, f.key, f.status, f.valid_from, f.valid_to,
        f.recorded_from, f.volatility,
        extract(epoch FROM f.stale_after)::bigint AS stale_after_seconds,
        f.supersedes, f.source_event_id, f.metadata,
-       oc.conflict_set_id
+       oc.conflict_set_id, f.recorded_to,
+       u.served_count, u.last_served_at, u.excluded_count
 FROM facts AS f
+CROSS JOIN LATERAL public.haki_fact_usage(f.project_id, f.fact_id) AS u
 LEFT JOIN LATERAL (
     SELECT cs.conflict_set_id
     FROM conflict_members AS cm
@@ -120,9 +129,14 @@ LIMIT :page_size;
 
 -- name: patch_fact(project_id, fact_id, retract, valid_to)$
 -- Retracts a fact and/or sets its valid_to; returns the fact id, or NULL when there is none.
+-- A retraction of a believed fact ends its belief now (recorded_to, migration 0012), with the
+-- valid_to it had until then; a fact that was no longer believed keeps both.
 UPDATE facts
 SET status = CASE WHEN :retract::boolean THEN 'retracted' ELSE status END,
-    valid_to = coalesce(:valid_to::timestamptz, valid_to)
+    valid_to = coalesce(:valid_to::timestamptz, valid_to),
+    recorded_to = CASE WHEN :retract::boolean THEN coalesce(recorded_to, now()) ELSE recorded_to END,
+    believed_valid_to = CASE WHEN :retract::boolean AND recorded_to IS NULL
+                             THEN valid_to ELSE believed_valid_to END
 WHERE project_id = :project_id
   AND fact_id = :fact_id
 RETURNING fact_id;

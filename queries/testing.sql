@@ -78,3 +78,84 @@ SELECT current_setting('hnsw.ef_search')::integer AS ef_search,
 -- Index scans started on one index by the current transaction so far
 -- (pg_stat_get_xact_numscans): tells which plan ran without parsing EXPLAIN.
 SELECT pg_stat_get_xact_numscans(:index_name::regclass);
+
+-- name: test_shift_project_times(project_id, seconds)!
+-- Moves every instant of one project's memory and call log `seconds` into the past, as if it had
+-- all happened then: a test runs in one transaction, whose now() never moves, and time travel
+-- (docs/time-travel.md) needs the instants of the writes and calls it compares to differ.
+WITH shifted_facts AS (
+    UPDATE facts
+    SET valid_from = valid_from - make_interval(secs => :seconds),
+        valid_to = valid_to - make_interval(secs => :seconds),
+        recorded_from = recorded_from - make_interval(secs => :seconds),
+        recorded_to = recorded_to - make_interval(secs => :seconds),
+        believed_valid_to = believed_valid_to - make_interval(secs => :seconds)
+    WHERE project_id = :project_id
+    RETURNING fact_id
+),
+shifted_events AS (
+    UPDATE events
+    SET occurred_at = occurred_at - make_interval(secs => :seconds),
+        recorded_at = recorded_at - make_interval(secs => :seconds)
+    WHERE project_id = :project_id
+    RETURNING event_id
+),
+shifted_conflicts AS (
+    UPDATE conflict_sets
+    SET created_at = created_at - make_interval(secs => :seconds),
+        resolved_at = resolved_at - make_interval(secs => :seconds)
+    WHERE project_id = :project_id
+    RETURNING conflict_set_id
+)
+UPDATE context_calls
+SET created_at = created_at - make_interval(secs => :seconds),
+    as_of = as_of - make_interval(secs => :seconds)
+WHERE project_id = :project_id;
+
+-- name: test_seed_pre_time_travel_history(project_id)!
+-- A history written the way the statements before migration 0012 wrote it (statuses without
+-- recorded_to), for the backfill test of tests/test_migrations.py on a database migrated up to
+-- 0011: Paris superseded by Berlin (at 2026-01-02), Acme lost a conflict resolved at
+-- 2026-01-03 to Globex, tea retracted (when is not recorded), a cat still active.
+WITH written AS (
+    INSERT INTO facts (project_id, fact_id, subject_id, content, key, status, valid_to,
+                       recorded_from, supersedes, embedding)
+    SELECT :project_id, t.fact_id::uuid, 'alice', t.content, t.key, t.status,
+           t.valid_to::timestamptz, t.recorded_from::timestamptz, t.supersedes::uuid,
+           array_fill(0.05, ARRAY[384])::vector
+    FROM (VALUES
+        ('00000000-0000-7000-8000-00000000000a', 'lives in paris', 'city', 'superseded',
+         '2026-01-02', '2026-01-01', NULL),
+        ('00000000-0000-7000-8000-00000000000b', 'lives in berlin', 'city', 'active',
+         NULL, '2026-01-02', '00000000-0000-7000-8000-00000000000a'),
+        ('00000000-0000-7000-8000-00000000000c', 'works at acme', 'job', 'superseded',
+         '2026-01-03', '2026-01-01', NULL),
+        ('00000000-0000-7000-8000-00000000000d', 'works at globex', 'job', 'active',
+         NULL, '2026-01-01', NULL),
+        ('00000000-0000-7000-8000-00000000000e', 'likes tea', NULL, 'retracted',
+         NULL, '2026-01-01', NULL),
+        ('00000000-0000-7000-8000-00000000000f', 'has a cat', NULL, 'active',
+         NULL, '2026-01-01', NULL)
+    ) AS t(fact_id, content, key, status, valid_to, recorded_from, supersedes)
+    RETURNING fact_id
+),
+opened AS (
+    INSERT INTO conflict_sets (project_id, conflict_set_id, subject_id, key, status, created_at,
+                               resolved_at)
+    VALUES (:project_id, '00000000-0000-7000-8000-0000000000c5', 'alice', 'job', 'resolved',
+            '2026-01-01', '2026-01-03')
+    RETURNING conflict_set_id
+)
+INSERT INTO conflict_members (project_id, conflict_set_id, fact_id)
+SELECT :project_id, o.conflict_set_id, w.fact_id
+FROM opened AS o
+CROSS JOIN written AS w
+WHERE w.fact_id IN ('00000000-0000-7000-8000-00000000000c', '00000000-0000-7000-8000-00000000000d');
+
+-- name: test_set_fact_status(project_id, fact_id, status)!
+-- Changes a fact's status the way the statements before migration 0012 did (without recorded_to):
+-- the CHECK of 0012 must refuse it.
+UPDATE facts
+SET status = :status
+WHERE project_id = :project_id
+  AND fact_id = :fact_id;

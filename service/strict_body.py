@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from types import UnionType
+from typing import Any, Union, get_args, get_origin
 
 import msgspec
 import numpy as np
@@ -25,10 +26,17 @@ log = logging.getLogger("haki.body")
 async def check_body(request: Request[Any, Any, Any]) -> None:
     field = request.route_handler.parsed_data_field
     target = field.annotation if field is not None else None
+    # An optional body (`Struct | None`, POST /v1/inspect/{trace_id}/replay): no body is None.
+    optional = get_origin(target) in (Union, UnionType) and type(None) in get_args(target)
+    if optional:
+        target = next((a for a in get_args(target) if a is not type(None)), None)
     if not (isinstance(target, type) and issubclass(target, msgspec.Struct)):
         return
+    body = await request.body()
+    if optional and not body.strip():
+        return
     try:
-        msgspec.json.decode(await request.body(), type=target)
+        msgspec.json.decode(body, type=target)
     except msgspec.ValidationError as exc:
         raise ValidationException(
             detail=str(exc), extra=[{"key": None, "message": str(exc), "source": "body"}]

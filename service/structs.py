@@ -78,6 +78,32 @@ Volatility = Literal["stable", "volatile"]
 
 # Field types shared by several Structs: one description each, so the schema reads the same
 # wherever the field appears.
+# What a fact is worth (docs/time-travel.md), counted from the stored traces of context calls
+# made at the current instant (as-of calls and replays are not counted).
+ServedCount = Annotated[int, Meta(description="Context calls that served the fact.")]
+LastServedAt = Annotated[
+    datetime | None, Meta(description="When a context call last served the fact; null: never.")
+]
+ExcludedCount = Annotated[
+    int,
+    Meta(
+        description="Context calls that ranked the fact as a candidate but left it out: "
+        "`over_budget` or `below_relevance_floor`."
+    ),
+]
+AsOf = (
+    Annotated[
+        datetime,
+        Meta(
+            tz=True,
+            description="RFC 3339 instant, not in the future: build the packet the memory would have "
+            "given then (facts believed then, validity, staleness and recency at that instant, the "
+            "conflicts open then, the events held then). Data erased since cannot come back. Absent "
+            "or null: now.",
+        ),
+    ]
+    | None
+)
 FactId = Annotated[UUID, Meta(description="Fact id (UUIDv7: ids sort by creation time).")]
 EventId = Annotated[UUID, Meta(description="Event id (UUIDv7: ids sort by creation time).")]
 ConflictSetId = Annotated[UUID, Meta(description="Conflict set id.")]
@@ -222,6 +248,16 @@ class Fact(Response, frozen=True, kw_only=True):
     conflict_set_id: Annotated[
         UUID | None, Meta(description="The open ConflictSet holding this fact; null when none.")
     ]
+    recorded_to: Annotated[
+        datetime | None,
+        Meta(
+            description="Transaction time: when the fact stopped being believed (superseded, "
+            "retracted, or lost a conflict resolution); null while active."
+        ),
+    ] = None
+    served_count: ServedCount = 0
+    last_served_at: LastServedAt = None
+    excluded_count: ExcludedCount = 0
 
 
 class FactPage(Response, frozen=True, kw_only=True):
@@ -349,6 +385,7 @@ class ContextRequest(Request, kw_only=True):
             "Absent or null: the deployment's HAKI_CONTEXT_PROFILE (default `unified`)."
         ),
     ] = None
+    as_of: AsOf = None
 
 
 class PacketFact(Response, frozen=True, kw_only=True):
@@ -461,6 +498,21 @@ class Inspection(Response, frozen=True, kw_only=True):
     decisions: Annotated[
         list[Decision], Meta(description="Every decision, in the order the assembler made them.")
     ]
+    include_episodes: Annotated[
+        bool | None,
+        Meta(description="The request's include_episodes; null for calls logged before migration 0012."),
+    ] = None
+    recall_max_distance: Annotated[
+        float | None,
+        Meta(description="The recall floor in force (0: none); null for calls logged before migration 0012."),
+    ] = None
+    as_of: Annotated[
+        datetime | None,
+        Meta(description="The instant the packet was built for; null: created_at (a call at now)."),
+    ] = None
+    replay_of: Annotated[
+        UUID | None, Meta(description="The trace this call replayed (POST /v1/inspect/{id}/replay).")
+    ] = None
 
 
 class StatsOverview(Response, frozen=True, kw_only=True):
@@ -482,3 +534,105 @@ class Health(Response, frozen=True, kw_only=True):
     status: Annotated[Literal["ok"], Meta(description="`ok` once the service can answer.")]
     database: Annotated[Literal["ok"], Meta(description="`ok` once the database answers.")]
     embedder: Annotated[str, Meta(description="The embedder in use (`local:...`, `openai:...`, `hash`).")]
+
+
+# --- time travel (docs/time-travel.md) --------------------------------------------------------
+
+
+class ReplayRequest(Request):
+    """Overrides of a replay; every field absent or null keeps the original call's value."""
+
+    budget_tokens: (
+        Annotated[
+            int,
+            Meta(
+                ge=1,
+                le=2**63 - 1,
+                description="Token ceiling of the replayed packet (default: the original's).",
+            ),
+        ]
+        | None
+    ) = None
+    profile: Annotated[
+        ContextProfile | None,
+        Meta(description="`unified` or `facts_first` (default: the original call's profile)."),
+    ] = None
+    recall_max_distance: (
+        Annotated[
+            float,
+            Meta(
+                ge=0.0,
+                le=2.0,
+                description="Recall floor: candidates farther than this cosine distance are excluded "
+                "`below_relevance_floor`; 0 turns the floor off (default: the original call's).",
+            ),
+        ]
+        | None
+    ) = None
+    as_of: (
+        Annotated[
+            datetime,
+            Meta(
+                tz=True,
+                description="The instant to rebuild the packet for, not in the future (default: the "
+                "original call's own instant, its as_of or created_at; send the current time to see "
+                "what the memory gives now).",
+            ),
+        ]
+        | None
+    ) = None
+
+
+class ReplayChange(Response, frozen=True, kw_only=True):
+    item_type: Annotated[Literal["fact", "episode"], Meta(description="What changed.")]
+    item_id: Annotated[UUID, Meta(description="The fact_id or event_id.")]
+    before: Annotated[
+        Decision | None, Meta(description="The original call's decision; null: not a candidate then.")
+    ]
+    after: Annotated[
+        Decision | None, Meta(description="The replay's decision; null: not a candidate any more.")
+    ]
+
+
+class ReplayDiff(Response, frozen=True, kw_only=True):
+    added: Annotated[list[ReplayChange], Meta(description="Served by the replay, not by the original call.")]
+    removed: Annotated[
+        list[ReplayChange], Meta(description="Served by the original call, not by the replay.")
+    ]
+    moved: Annotated[
+        list[ReplayChange],
+        Meta(description="Decided by both, served by both or by neither, with another rank or reason_code."),
+    ]
+
+
+class ReplayResponse(Response, frozen=True, kw_only=True):
+    origin_trace_id: Annotated[UUID, Meta(description="The trace that was replayed.")]
+    as_of: Annotated[datetime, Meta(description="The instant the replay rebuilt the packet for.")]
+    packet: Annotated[
+        ContextPacket,
+        Meta(description="The rebuilt packet; its trace_id is the replay's own trace (replay_of set)."),
+    ]
+    diff: Annotated[ReplayDiff, Meta(description="The replay's decisions against the original's.")]
+
+
+FactStatsOrder = Literal["never_served", "most_served", "most_dropped"]
+
+
+class FactUsage(Response, frozen=True, kw_only=True):
+    fact_id: FactId
+    subject_id: ScopeSubject
+    content: MemoryText
+    key: Annotated[str | None, Meta(description="Slot name, if any.")]
+    served_count: ServedCount
+    last_served_at: LastServedAt
+    excluded_count: ExcludedCount
+    over_budget_count: Annotated[
+        int, Meta(description="Context calls that left the fact out for the budget (`over_budget`).")
+    ]
+
+
+class FactStats(Response, frozen=True, kw_only=True):
+    project_id: ScopeProject
+    subject_id: Annotated[str | None, Meta(description="The subject asked for; null: the whole project.")]
+    order: Annotated[FactStatsOrder, Meta(description="The order asked for.")]
+    facts: Annotated[list[FactUsage], Meta(description="Active facts, in that order.")]

@@ -113,9 +113,12 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("POST", "/v1/context"): Route("bearer", "project", _context_body),
     ("GET", "/v1/inspect/{trace_id}"): Route("bearer", "id", _url("/v1/inspect/{o.trace_id}")),
     ("GET", "/v1/stats/overview"): Route("bearer", "project", _project_query("/v1/stats/overview")),
+    ("POST", "/v1/inspect/{trace_id}/replay"): Route("bearer", "id", _url("/v1/inspect/{o.trace_id}/replay")),
+    ("GET", "/v1/stats/facts"): Route("bearer", "project", _project_query("/v1/stats/facts")),
     # --- the trace inspector (HTML, cookie) ---
     ("GET", "/ui/traces"): Route("cookie", "none", _url("/ui/traces")),
     ("GET", "/ui/traces/{trace_id}"): Route("cookie", "id", _url("/ui/traces/{o.trace_id}")),
+    ("POST", "/ui/traces/{trace_id}/replay"): Route("cookie", "id", _url("/ui/traces/{o.trace_id}/replay")),
     # --- documented public routes ---
     ("GET", "/metrics"): Route(
         "public",

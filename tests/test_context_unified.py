@@ -391,6 +391,7 @@ async def explain(conn: asyncpg.Connection, name: str, **params: Any) -> dict[st
     """EXPLAIN (ANALYZE, FORMAT JSON) of a named query with these parameters, in a savepoint."""
     q = load_queries()
     sql = getattr(q, name).sql
+    params = {"as_of": None, **params}  # a call at the current instant (migration 0012)
     args = [params[p] for p in q.driver_adapter.var_sorted[name]]
     async with conn.transaction():
         raw = await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, *args)

@@ -83,6 +83,11 @@ def only_b_facts(body: Any, w: World) -> None:
     assert all(f["project_id"] == B for f in body["facts"]), body
 
 
+def only_b_facts_stats(body: Any, w: World) -> None:
+    assert body["project_id"] == B, body
+    assert [f["fact_id"] for f in body["facts"]] in ([w.b_fact_id], []), body
+
+
 def no_conflicts(body: Any, w: World) -> None:
     assert body["conflicts"] == [], body
 
@@ -156,6 +161,20 @@ PROBES: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
         probe("/v1/stats/overview", params={"project_id": A}, expected=403),
         probe("/v1/stats/overview", params={"project_id": B}, expected=200, check=b_stats_only),
     ],
+    ("POST", "/v1/inspect/{trace_id}/replay"): lambda w: [
+        probe(f"/v1/inspect/{w.a_trace_id}/replay"),
+        probe(f"/v1/inspect/{w.a_trace_id}/replay", body={"budget_tokens": 100000, "profile": "facts_first"}),
+    ],
+    ("GET", "/v1/stats/facts"): lambda w: [
+        probe("/v1/stats/facts", params={"project_id": A}, expected=403),
+        probe("/v1/stats/facts", params={"project_id": A, "subject_id": SUBJECT}, expected=403),
+        probe(
+            "/v1/stats/facts",
+            params={"project_id": B, "order": "never_served"},
+            expected=200,
+            check=only_b_facts_stats,
+        ),
+    ],
 }
 
 
@@ -172,6 +191,9 @@ OFF_SCHEMA: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
         probe("/ui/traces", params={"subject_id": SUBJECT, "limit": 500}, expected=200),
     ],
     ("GET", "/ui/traces/{trace_id}"): lambda w: [probe(f"/ui/traces/{w.a_trace_id}")],
+    ("POST", "/ui/traces/{trace_id}/replay"): lambda w: [
+        probe(f"/ui/traces/{w.a_trace_id}/replay", form={"budget_tokens": "100000", "profile": ""})
+    ],
     ("GET", "/metrics"): lambda w: [probe("/metrics", expected=200)],
     ("GET", "/docs"): lambda w: [probe("/docs", expected=200)],
     ("GET", "/docs/openapi.json"): lambda w: [probe("/docs/openapi.json", expected=200)],

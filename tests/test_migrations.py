@@ -7,6 +7,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import asyncpg
@@ -164,3 +165,37 @@ async def test_concurrent_runners_apply_each_file_once(fresh_settings: Settings)
     finally:
         for c in conns:
             await c.close()
+
+
+def keep_only_before(directory: Path, version: str) -> None:
+    for later in sorted(directory.glob("*.sql")):
+        if later.name >= version:
+            later.unlink()
+
+
+async def test_time_travel_backfills_recorded_to(
+    fresh_conn: asyncpg.Connection, migrations_copy: Path
+) -> None:
+    """Migration 0012 on facts that stopped being believed before it (docs/time-travel.md): a
+    superseded fact ends where its successor was recorded, a loser of a conflict where the set
+    was resolved (both exact), a retraction at the migration's instant; active facts stay null."""
+    keep_only_before(migrations_copy, "0012")
+    await migrate(fresh_conn, migrations_copy)
+    q = load_queries()
+    await q.test_seed_pre_time_travel_history(fresh_conn, project_id="p")
+    before = datetime.now(UTC) - timedelta(seconds=5)  # the database's clock is this machine's
+    await migrate(fresh_conn)
+    await init_connection(fresh_conn)
+    facts = {f.content: f for f in await repo.list_facts(fresh_conn, "p", None, None, None, 10)}
+    day = datetime(2026, 1, 1, tzinfo=UTC)
+    assert facts["lives in paris"].recorded_to == day + timedelta(days=1)  # Berlin's recorded_from
+    assert facts["works at acme"].recorded_to == day + timedelta(days=2)  # the set's resolved_at
+    tea = facts["likes tea"].recorded_to
+    assert tea is not None and tea >= before  # unknown: the migration's instant
+    for active in ("lives in berlin", "works at globex", "has a cat"):
+        assert facts[active].recorded_to is None
+    # A status change that forgets recorded_to is refused from now on.
+    with pytest.raises(asyncpg.CheckViolationError):
+        await q.test_set_fact_status(
+            fresh_conn, project_id="p", fact_id=facts["has a cat"].fact_id, status="retracted"
+        )

@@ -477,3 +477,56 @@ async def test_async_client_against_the_server(server: Server, api_key: str) -> 
         with pytest.raises(NotFound) as missing:
             await haki.get_fact(uuid.uuid4())
         assert missing.value.code == "not_found"
+
+
+def test_time_travel_through_the_sync_client(haki: Haki) -> None:
+    """as_of, replay() and the fact stats (docs/time-travel.md), on a server whose clock moves."""
+    subject = f"dana-{uuid.uuid4().hex[:8]}"
+    written = haki.write_facts(
+        subject, [FactIn(content="Dana lives in Oslo.", key="city"), "Dana collects old maps."]
+    )
+    oslo, maps = (f.fact_id for f in written.facts)
+    then = haki.context(subject, "Where does Dana live?", include_episodes=False)
+    assert oslo in {f.fact_id for f in then.facts}
+    created_at = haki.inspect(then.trace_id).created_at
+    time.sleep(0.01)
+    haki.write_facts(subject, [FactIn(content="Dana lives in Bergen.", key="city", supersedes=oslo)])
+    assert haki.get_fact(oslo).recorded_to is not None
+
+    now = haki.context(subject, "Where does Dana live?", include_episodes=False)
+    assert oslo not in {f.fact_id for f in now.facts}
+    past = haki.context(subject, "Where does Dana live?", include_episodes=False, as_of=created_at)
+    assert [f.fact_id for f in past.facts] == [f.fact_id for f in then.facts]
+    assert haki.inspect(past.trace_id).as_of == created_at
+
+    same = haki.replay(then.trace_id)
+    assert same.diff.is_empty and same.origin_trace_id == then.trace_id
+    assert haki.inspect(same.packet.trace_id).replay_of == then.trace_id
+    today = haki.replay(then.trace_id, as_of=datetime.now(UTC), budget_tokens=500)
+    assert oslo in {c.item_id for c in today.diff.removed} and today.packet.budget_tokens == 500
+
+    fact = haki.get_fact(maps)
+    # Served by `then` and `now` (no floor, room to spare); the as-of call and the replays do
+    # not count.
+    assert fact.served_count == 2 and fact.last_served_at is not None
+    stats = haki.fact_stats(subject, order="most_served")
+    assert {f.fact_id: f.served_count for f in stats.facts}[maps] == fact.served_count
+    assert stats.order == "most_served" and stats.subject_id == subject
+    with pytest.raises(ValidationError):
+        haki.context(subject, "q", as_of=datetime.now(UTC) + timedelta(days=1))
+    with pytest.raises(NotFound):
+        haki.replay(uuid.uuid4())
+
+
+async def test_time_travel_through_the_async_client(server: Server, api_key: str) -> None:
+    subject = f"erin-{uuid.uuid4().hex[:8]}"
+    async with AsyncHaki(server.url, api_key, project_id=PROJECT) as haki:
+        await haki.write_facts(subject, ["Erin restores sailing boats."])
+        packet = await haki.context(subject, "What does Erin do?")
+        created_at = (await haki.inspect(packet.trace_id)).created_at
+        past = await haki.context(subject, "What does Erin do?", as_of=created_at)
+        assert [f.fact_id for f in past.facts] == [f.fact_id for f in packet.facts]
+        replayed = await haki.replay(packet.trace_id, profile="facts_first")
+        assert replayed.packet.profile == "facts_first" and replayed.as_of == created_at
+        stats = await haki.fact_stats(subject, order="never_served")
+        assert stats.facts == []  # the one fact was served

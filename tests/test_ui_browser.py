@@ -273,6 +273,27 @@ async def test_trace_inspector_in_chromium(server: Server, seeded: dict[str, Any
         )
         shot = await page.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})
 
+        # "Replay with…": half the budget, typed into the form of the trace page, submitted.
+        assert await page.eval("!!document.querySelector('form#replay')")
+        half = inspection["budget_tokens"] // 2
+        await page.eval("document.querySelector('form#replay input[name=budget_tokens]').focus()")
+        await page.send("Input.insertText", {"text": str(half)})
+        await page.eval("document.querySelector('form#replay button[type=submit]').click()")
+        await page.wait_for(f"/ui/traces/{trace_id}/replay")
+        replayed = await page.eval(
+            """({
+            budget: document.querySelector('#replay-budget').textContent,
+            removed: [...document.querySelectorAll('#removed tr.change')].map(tr => ({
+                id: tr.dataset.itemId, before: tr.dataset.before, after: tr.dataset.after})),
+            added: document.querySelectorAll('#added tr.change').length,
+            replayTrace: document.querySelector('#replay-trace').getAttribute('href'),
+            scripts: document.scripts.length,
+        })"""
+        )
+        replay_shot = await page.send(
+            "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}
+        )
+
     png = _screenshot_dir(tmp_path) / "trace-inspector.png"
     png.write_bytes(base64.b64decode(shot["data"]))
     (png.parent / "recent-calls.png").write_bytes(base64.b64decode(listing["data"]))
@@ -297,3 +318,16 @@ async def test_trace_inspector_in_chromium(server: Server, seeded: dict[str, Any
     assert any(XSS in r["text"] for r in dom["rows"])
     assert dom["warnings"] == inspection["warnings"] and dom["warnings"][0].startswith("open_conflict: 2")
     assert dom["meter"] == [inspection["used_tokens"], inspection["budget_tokens"]]
+
+    # The replay page: half the budget drops served items to over_budget and adds none; the
+    # diff agrees with the API's for the same override.
+    (png.parent / "replay.png").write_bytes(base64.b64decode(replay_shot["data"]))
+    assert replayed["budget"] == str(half) and replayed["scripts"] == 0
+    assert replayed["added"] == 0 and replayed["removed"]
+    assert all(
+        r["before"] in ("packed", "multi_hop_expansion") and r["after"] == "over_budget"
+        for r in replayed["removed"]
+    )
+    served_before = [d["item_id"] for d in decisions if d["decision"] == "included"]
+    assert {r["id"] for r in replayed["removed"]} <= set(served_before)
+    assert replayed["replayTrace"].startswith("/ui/traces/") and trace_id not in replayed["replayTrace"]

@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from uuid import UUID
 
 import msgspec
@@ -41,7 +42,7 @@ from service.context import repository as repo
 from service.context.entities import ENTITY_PATTERN, extract_entities
 from service.context.model import Candidate, Packed, Retrieved, Weights, decision, pack, preview
 from service.embedder import Embedder
-from service.errors import NotFound
+from service.errors import InvalidInput, NotFound
 from service.ids import uuid7
 from service.repository import Conn
 from service.settings import ContextProfile, Settings
@@ -63,6 +64,19 @@ EF_SEARCH = 2 * max(RETRIEVAL_TOP_K, EPISODE_TOP_K, 40)
 EMBEDDING_UNAVAILABLE = (
     "embedding_unavailable: the query could not be embedded; served from full-text candidates only"
 )
+
+
+def check_as_of(field: str, as_of: datetime | None) -> None:
+    """An as-of instant must not be in the future (docs/time-travel.md): the memory of an instant
+    that has not happened yet is not known. Years 1..9999 in UTC, as every stored timestamp."""
+    if as_of is None:
+        return
+    try:
+        utc = as_of.astimezone(UTC)
+    except OverflowError as exc:
+        raise InvalidInput(field, "is out of range (years 1..9999 in UTC)") from exc
+    if utc > datetime.now(UTC):
+        raise InvalidInput(field, "is in the future: the memory can only be read as of now or before")
 
 
 class StageTimer:
@@ -137,11 +151,25 @@ def build_packet(
 
 
 async def write_trace(
-    conn: Conn, req: ContextRequest, packet: ContextPacket, packed: Packed, retrieved: Retrieved
+    conn: Conn,
+    req: ContextRequest,
+    packet: ContextPacket,
+    packed: Packed,
+    retrieved: Retrieved,
+    settings: Settings,
+    replay_of: UUID | None = None,
 ) -> None:
-    """One round trip: the call row and every decision (blocked facts last)."""
+    """One round trip: the call row (with what a replay needs to rebuild it) and every decision
+    (blocked facts last)."""
     blocked = [decision(b, "blocked", b.reason_code, None) for b in retrieved.blocked]
-    await repo.insert_context_trace(conn, req, packet, [*packed.decisions, *blocked])
+    await repo.insert_context_trace(
+        conn,
+        req,
+        packet,
+        [*packed.decisions, *blocked],
+        recall_max_distance=settings.recall_max_distance,
+        replay_of=replay_of,
+    )
 
 
 # --- the unified profile (spec/context-profiles.md) ---------------------------------------------
@@ -161,6 +189,7 @@ async def retrieve_unified(
         weights=weights,
         text_config=settings.text_search_config,
         with_episodes=req.include_episodes,
+        as_of=req.as_of,
     )
 
 
@@ -187,6 +216,7 @@ async def link_entities(
         idf=idf,
         weights=weights,
         text_config=settings.text_search_config,
+        as_of=req.as_of,
     )
 
 
@@ -247,7 +277,12 @@ async def fetch_episodes(conn: Conn, req: ContextRequest, qvec: np.ndarray | Non
     if not req.include_episodes or qvec is None:
         return []
     return await repo.episode_candidates(
-        conn, project_id=req.project_id, subject_id=req.subject_id, query_embedding=qvec, top_k=EPISODE_TOP_K
+        conn,
+        project_id=req.project_id,
+        subject_id=req.subject_id,
+        query_embedding=qvec,
+        top_k=EPISODE_TOP_K,
+        as_of=req.as_of,
     )
 
 
@@ -273,6 +308,7 @@ async def assemble_facts_first(
             query_embedding=qvec,
             query_text=req.query,
             weights=weights,
+            as_of=req.as_of,
         )
     with timer.stage("pack"):
         packed = pack(retrieved.facts, req.budget_tokens, gate, dedupe=False)
@@ -289,6 +325,7 @@ async def assemble_facts_first(
                 query_embedding=qvec,
                 query_text=req.query,
                 weights=weights,
+                as_of=req.as_of,
             )
             packed = packed.then(
                 pack(expansion, packed.remaining, gate, dedupe=False, first_rank=len(retrieved.facts) + 1)
@@ -317,14 +354,18 @@ async def assemble(
     *,
     weights: Weights | None = None,
     timer: StageTimer | None = None,
+    replay_of: UUID | None = None,
 ) -> ContextPacket:
     """Builds, traces and returns the ContextPacket of one POST /v1/context call, with the
-    request's profile or the deployment's.
+    request's profile or the deployment's, at the request's as_of or now.
 
     `weights` (default: the profile's) exists for the offline quality evaluation
     (benchmarks/locomo.py builds its single-signal modes with it); the HTTP API never exposes it.
+    `replay_of` links the trace of a replay to its origin (replay below).
     """
     principal.require(req.project_id)
+    if replay_of is None:  # a replay's default instant is its origin's, stamped by the database
+        check_as_of("as_of", req.as_of)
     timer = timer or StageTimer()
     profile: ContextProfile = req.profile or settings.context_profile
     # The query embeds on the embedder's thread while the transaction opens and is configured:
@@ -339,7 +380,7 @@ async def assemble(
             )
             packet = build_packet(req, profile, warnings_of(qvec, retrieved), packed)
             with timer.stage("trace"):
-                await write_trace(conn, req, packet, packed, retrieved)
+                await write_trace(conn, req, packet, packed, retrieved, settings, replay_of)
     finally:
         if not embedding.done():  # the database failed first: the vector is not needed
             embedding.cancel()
@@ -372,6 +413,7 @@ __all__ = [
     "PROFILE_WEIGHTS",
     "StageTimer",
     "assemble",
+    "check_as_of",
     "inspect",
     "stats",
 ]

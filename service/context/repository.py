@@ -6,6 +6,7 @@ Rows become the frozen Structs of service/context/model.py here.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -30,7 +31,16 @@ from service.constants import (
 from service.context.model import Blocked, Candidate, Retrieved, Weights
 from service.repository import Conn, collect, q
 from service.settings import TextSearchConfig
-from service.structs import ContextPacket, ContextRequest, Decision, Inspection, StatsOverview
+from service.structs import (
+    ContextPacket,
+    ContextRequest,
+    Decision,
+    FactStats,
+    FactStatsOrder,
+    FactUsage,
+    Inspection,
+    StatsOverview,
+)
 
 # Decision objects as the JSON array insert_context_trace unpacks (field names = column names).
 _DECISIONS = msgspec.json.Encoder()
@@ -109,6 +119,7 @@ async def vector_walk(
     top_k: int = RETRIEVAL_TOP_K,
     event_top_k: int = 0,
     exact_scan_min: int = EXACT_SCAN_MIN_FACTS,
+    as_of: datetime | None = None,
 ) -> tuple[list[UUID], list[UUID]]:
     """Phase 1's vector side, planned for its own parameters, then generic plans for the rest of
     the transaction (end_custom_plans): after this call only statements with one right plan for
@@ -121,6 +132,7 @@ async def vector_walk(
         top_k=top_k,
         event_top_k=event_top_k,
         exact_scan_min=exact_scan_min,
+        as_of=as_of,
     )
     await end_custom_plans(conn)
     return list(row["walked_ids"]), list(row["walked_event_ids"])
@@ -138,6 +150,7 @@ async def fact_candidates(
     candidate_limit: int | None = None,
     tau_seconds: float = RECENCY_TAU_SECONDS,
     exact_scan_min: int = EXACT_SCAN_MIN_FACTS,
+    as_of: datetime | None = None,
 ) -> Retrieved:
     """`facts_first` phases 1 and 2 and the blocked facts (vector_walk first)."""
     walked_ids, _ = await vector_walk(
@@ -147,6 +160,7 @@ async def fact_candidates(
         query_embedding=query_embedding,
         top_k=top_k,
         exact_scan_min=exact_scan_min,
+        as_of=as_of,
     )
     rows = await collect(
         q().fact_candidates(
@@ -159,6 +173,7 @@ async def fact_candidates(
             candidate_limit=CANDIDATE_LIMIT if candidate_limit is None else candidate_limit,
             walked_ids=walked_ids,
             **_scoring(weights, tau_seconds),
+            as_of=as_of,
         )
     )
     return _retrieved(rows, "fact_id")
@@ -178,6 +193,7 @@ async def unified_candidates(
     candidate_limit: int | None = None,
     tau_seconds: float = RECENCY_TAU_SECONDS,
     exact_scan_min: int = EXACT_SCAN_MIN_FACTS,
+    as_of: datetime | None = None,
 ) -> Retrieved:
     """`unified` phases 1 and 2, facts and episodes in one ranking, and the blocked facts."""
     walked_ids, walked_event_ids = await vector_walk(
@@ -188,6 +204,7 @@ async def unified_candidates(
         top_k=top_k,
         event_top_k=top_k if with_episodes else 0,
         exact_scan_min=exact_scan_min,
+        as_of=as_of,
     )
     rows = await collect(
         q().unified_candidates(
@@ -207,6 +224,7 @@ async def unified_candidates(
             event_text_per_word=TEXT_MATCHES_PER_WORD if with_episodes else 0,
             idf_sample_docs=IDF_SAMPLE_DOCS,
             **_scoring(weights, tau_seconds),
+            as_of=as_of,
         )
     )
     return _retrieved(rows, "item_id")
@@ -225,6 +243,7 @@ async def multi_hop_facts(
     per_entity: int = MULTI_HOP_MAX_PER_ENTITY,
     match_limit: int = MULTI_HOP_MAX_MATCHES_PER_ENTITY,
     tau_seconds: float = RECENCY_TAU_SECONDS,
+    as_of: datetime | None = None,
 ) -> list[Candidate]:
     """`facts_first` expansion facts, entity by entity (in rank order), each entity's best
     full-text matches first."""
@@ -240,6 +259,7 @@ async def multi_hop_facts(
             query_embedding=_vec(query_embedding),
             query_text=query_text,
             **_scoring(weights, tau_seconds),
+            as_of=as_of,
         )
     )
     return [_candidate(r, "fact", r["fact_id"], expansion=True) for r in rows]
@@ -259,6 +279,7 @@ async def linked_facts(
     per_entity: int = MULTI_HOP_MAX_PER_ENTITY,
     match_limit: int = MULTI_HOP_MAX_MATCHES_PER_ENTITY,
     tau_seconds: float = RECENCY_TAU_SECONDS,
+    as_of: datetime | None = None,
 ) -> list[tuple[str, Candidate]]:
     """`unified` expansion facts with the entity that links each, informative entities only."""
     rows = await collect(
@@ -276,13 +297,20 @@ async def linked_facts(
             idfs=list(idf.values()),
             text_config=text_config,
             **_scoring(weights, tau_seconds),
+            as_of=as_of,
         )
     )
     return [(r["entity"], _candidate(r, "fact", r["fact_id"], expansion=True)) for r in rows]
 
 
 async def episode_candidates(
-    conn: Conn, *, project_id: str, subject_id: str, query_embedding: np.ndarray, top_k: int
+    conn: Conn,
+    *,
+    project_id: str,
+    subject_id: str,
+    query_embedding: np.ndarray,
+    top_k: int,
+    as_of: datetime | None = None,
 ) -> list[Candidate]:
     """`facts_first` episodes: the top_k closest events, scored by their cosine similarity."""
     rows = await collect(
@@ -292,6 +320,7 @@ async def episode_candidates(
             subject_id=subject_id,
             query_embedding=_vec(query_embedding),
             top_k=top_k,
+            as_of=as_of,
         )
     )
     return [
@@ -312,7 +341,13 @@ async def episode_candidates(
 
 
 async def insert_context_trace(
-    conn: Conn, req: ContextRequest, packet: ContextPacket, decisions: Sequence[Decision]
+    conn: Conn,
+    req: ContextRequest,
+    packet: ContextPacket,
+    decisions: Sequence[Decision],
+    *,
+    recall_max_distance: float | None = None,
+    replay_of: UUID | None = None,
 ) -> None:
     await q().insert_context_trace(
         conn,
@@ -328,6 +363,10 @@ async def insert_context_trace(
         empty_reason=packet.empty_reason,
         facts_served=len(packet.facts),
         episodes_served=len(packet.episodes),
+        include_episodes=req.include_episodes,
+        recall_max_distance=recall_max_distance,
+        as_of=req.as_of,
+        replay_of=replay_of,
         decisions=_DECISIONS.encode(list(decisions)).decode(),
     )
 
@@ -346,3 +385,17 @@ async def get_inspection(conn: Conn, project_id: str, trace_id: UUID) -> Inspect
 async def stats_overview(conn: Conn, project_id: str) -> StatsOverview:
     row = await q().stats_overview(conn, project_id=project_id)
     return StatsOverview(**dict(row))
+
+
+async def stats_facts(
+    conn: Conn, project_id: str, subject_id: str | None, order: FactStatsOrder, limit: int
+) -> FactStats:
+    rows = await collect(
+        q().stats_facts(conn, project_id=project_id, subject_id=subject_id, order_by=order, page_size=limit)
+    )
+    return FactStats(
+        project_id=project_id,
+        subject_id=subject_id,
+        order=order,
+        facts=[FactUsage(**dict(r)) for r in rows],
+    )

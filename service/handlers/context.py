@@ -2,18 +2,40 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 from uuid import UUID
 
 from litestar import Controller, Response, get, post
 from litestar.datastructures import State
+from litestar.openapi.spec import Operation, RequestBody
 from litestar.params import Parameter
 
-from service.context import assembler
+from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
+from service.context import assembler, replay
 from service.handlers.deps import ERRORS, Caller, Conn, EmbedderDep, SettingsDep, in_key_project
-from service.handlers.memory import ProjectQuery
+from service.handlers.memory import ProjectQuery, SubjectQuery
 from service.observability.metrics import observe_context
-from service.structs import ContextPacket, ContextRequest, Inspection, StatsOverview
+from service.structs import (
+    ContextPacket,
+    ContextRequest,
+    FactStats,
+    FactStatsOrder,
+    Inspection,
+    ReplayRequest,
+    ReplayResponse,
+    StatsOverview,
+)
+
+
+@dataclass
+class OptionalBodyOperation(Operation):
+    """An operation whose JSON body may be left out: Litestar marks every body `required`, and
+    the replay's overrides are all optional (no body: no override)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.request_body, RequestBody):
+            self.request_body.required = False
 
 
 def server_timing(timer: assembler.StageTimer) -> str:
@@ -67,3 +89,57 @@ class ContextController(Controller):
     @get("/v1/stats/overview", responses=ERRORS, summary="Usage overview of a project")
     async def stats(self, conn: Conn, principal: Caller, project_id: ProjectQuery) -> StatsOverview:
         return await assembler.stats(conn, principal, project_id)
+
+    @post(
+        "/v1/inspect/{trace_id:uuid}/replay",
+        status_code=200,
+        responses=ERRORS,
+        operation_class=OptionalBodyOperation,
+        summary="Rebuild a traced context call, optionally with other settings, and diff it",
+        description="Rebuilds the packet of a logged call from its stored query, by default as of "
+        "the call's own instant with its budget, profile and recall floor; a JSON body may "
+        "override `budget_tokens`, `profile`, `recall_max_distance` and `as_of` (no body: no "
+        "override). Answers with the new packet and the diff against the original decisions: "
+        "items added to the packet, removed from it, and moved in rank, each with both decisions. "
+        "The replay is traced (its trace's `replay_of` is the origin) and not counted in the fact "
+        "stats. It may differ without any change where the vector side walked an approximate HNSW "
+        "index, or when the embedder changed (docs/time-travel.md).",
+    )
+    async def replay(
+        self,
+        conn: Conn,
+        principal: Caller,
+        embedder: EmbedderDep,
+        settings: SettingsDep,
+        trace_id: Annotated[UUID, Parameter(description="The trace_id of a ContextPacket.")],
+        data: ReplayRequest | None = None,
+    ) -> ReplayResponse:
+        return await replay.replay(conn, embedder, settings, principal, trace_id, data or ReplayRequest())
+
+    @get(
+        "/v1/stats/facts",
+        responses=ERRORS,
+        summary="What each fact is worth: served, left out, never served",
+        description="The active facts of a project (or one subject) with how often context calls "
+        "served them, when last, and how often they were candidates left out (`over_budget`, "
+        "`below_relevance_floor`), counted from the stored traces of calls made at the current "
+        "instant (as-of calls and replays are not counted). `order`: `never_served` (only facts "
+        "never served, the most often left out first), `most_served`, or `most_dropped` (most "
+        "often left out for the budget first).",
+    )
+    async def fact_stats(
+        self,
+        conn: Conn,
+        principal: Caller,
+        project_id: ProjectQuery,
+        subject_id: SubjectQuery = None,
+        order: Annotated[
+            FactStatsOrder,
+            Parameter(query="order", description="`never_served`, `most_served` or `most_dropped`."),
+        ] = "most_served",
+        limit: Annotated[
+            int,
+            Parameter(query="limit", ge=1, le=MAX_PAGE_LIMIT, description="At most this many facts, 1..500."),
+        ] = DEFAULT_PAGE_LIMIT,
+    ) -> FactStats:
+        return await replay.fact_stats(conn, principal, project_id, subject_id, order, limit)

@@ -4,7 +4,10 @@
     POST /ui/login              checks the key, keeps it in an HttpOnly SameSite=Strict cookie
     POST /ui/logout             forgets it
     GET  /ui/traces?subject_id= the latest context calls of the key's project
-    GET  /ui/traces/{trace_id}  one call: query, budget bar, every decision, warnings
+    GET  /ui/traces/{trace_id}  one call: query, budget bar, every decision, warnings, and a
+                                "replay with…" form (budget, profile, floor)
+    POST /ui/traces/{trace_id}/replay  replays the call with those overrides (as of its own
+                                instant, docs/time-travel.md) and shows the diff
 
 Memory content, queries and subject ids are untrusted text: every value goes through Jinja2's
 autoescaping and the pages run no script at all (the Content-Security-Policy forbids it), so a
@@ -29,9 +32,12 @@ from litestar.response import Redirect
 
 from service import auth
 from service.constants import MAX_SCOPE_CHARS
-from service.errors import Unauthorized
-from service.handlers.deps import Conn
+from service.context import replay as time_travel
+from service.errors import NotFound, Unauthorized
+from service.handlers.deps import Conn, EmbedderDep, SettingsDep
 from service.observability import repository as repo
+from service.settings import ContextProfile
+from service.structs import ReplayRequest
 
 COOKIE_NAME: Final = "haki_ui_key"
 COOKIE_PATH: Final = "/ui"
@@ -224,3 +230,92 @@ class TraceInspector(Controller):
             fact_tokens=sum(d["tokens"] for d in included if d["item_type"] == "fact"),
             episode_tokens=sum(d["tokens"] for d in included if d["item_type"] == "episode"),
         )
+
+    @post("/traces/{trace_id:uuid}/replay", media_type=MediaType.HTML, status_code=200)
+    async def replay(
+        self,
+        request: Request[Any, Any, Any],
+        conn: Conn,
+        embedder: EmbedderDep,
+        settings: SettingsDep,
+        trace_id: UUID,
+    ) -> Response[Any]:
+        """The "replay with…" form of a trace page: POST /v1/inspect/{trace_id}/replay with the
+        budget, profile and floor typed in (blank: the original's), and the diff as a page."""
+        principal = await _principal(request, conn)
+        if principal is None:
+            return _to_login()
+        overrides = _replay_overrides(await request.form())
+        if isinstance(overrides, str):
+            return _page(
+                "error.html",
+                status_code=400,
+                project_id=principal.project_id,
+                title="Replay",
+                message=overrides,
+            )
+        try:
+            result = await time_travel.replay(conn, embedder, settings, principal, trace_id, overrides)
+        except NotFound:
+            return _page(
+                "error.html",
+                status_code=404,
+                project_id=principal.project_id,
+                title="Trace not found",
+                message="No context call with this id in the key's project.",
+            )
+        origin = await repo.get_context_call(conn, principal.project_id, trace_id)
+        items = await repo.trace_items(conn, principal.project_id, result.packet.trace_id)
+        items += await repo.trace_items(conn, principal.project_id, trace_id)
+        contents = {str(d["item_id"]): d["content"] for d in items}
+        return _page(
+            "replay.html",
+            project_id=principal.project_id,
+            origin=origin,
+            result=result,
+            contents=contents,
+            sections=[
+                ("added", "Added", "Served by the replay, not by the original call.", result.diff.added),
+                (
+                    "removed",
+                    "Removed",
+                    "Served by the original call, not by the replay.",
+                    result.diff.removed,
+                ),
+                (
+                    "moved",
+                    "Moved",
+                    "Decided by both, served by both or by neither, with another rank or reason.",
+                    result.diff.moved,
+                ),
+            ],
+        )
+
+
+PROFILES: Final[tuple[ContextProfile, ...]] = ("unified", "facts_first")
+
+
+def _replay_overrides(form: Any) -> ReplayRequest | str:
+    """The form's fields as a ReplayRequest (a blank field: the original's value), or why not."""
+
+    def text(name: str) -> str:
+        raw = form.get(name)
+        return raw.strip() if isinstance(raw, str) else ""
+
+    budget, profile, floor = text("budget_tokens"), text("profile"), text("recall_max_distance")
+    try:
+        budget_tokens = int(budget) if budget else None
+        recall_max_distance = float(floor) if floor else None
+    except ValueError:
+        return "The budget must be a whole number and the floor a number."
+    if budget_tokens is not None and not 1 <= budget_tokens <= 2**63 - 1:
+        return "The budget must be a positive number of tokens."
+    if recall_max_distance is not None and not 0.0 <= recall_max_distance <= 2.0:
+        return "The floor is a cosine distance between 0 (off) and 2."
+    if profile and profile not in PROFILES:
+        return "The profile is unified or facts_first."
+    return ReplayRequest(
+        budget_tokens=budget_tokens,
+        profile="unified" if profile == "unified" else "facts_first" if profile else None,
+        recall_max_distance=recall_max_distance,
+    )

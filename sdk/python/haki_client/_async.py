@@ -31,8 +31,10 @@ from haki_client.models import (
     Fact,
     FactIn,
     FactPage,
+    FactStats,
     Health,
     Inspection,
+    ReplayResult,
     StatsOverview,
     WriteEventsResponse,
     WriteFactsResponse,
@@ -200,14 +202,17 @@ class AsyncHaki:
         include_episodes: bool | None = None,
         profile: ContextProfile | None = None,
         project_id: str | None = None,
+        as_of: datetime | None = None,
     ) -> ContextPacket:
         """The memory packet for `query`, within `budget_tokens`.
 
         `profile` ("unified" or "facts_first") picks the assembler's rules for this call; None
         leaves the deployment default (HAKI_CONTEXT_PROFILE). The packet says which one built it.
+        `as_of` (a timezone-aware datetime, not in the future) asks for the packet the memory
+        would have given at that instant (docs/time-travel.md).
         """
         return await self._run(
-            self._core.context(subject_id, query, budget_tokens, include_episodes, profile, project_id)
+            self._core.context(subject_id, query, budget_tokens, include_episodes, profile, project_id, as_of)
         )
 
     async def inspect(self, trace_id: UUID | str) -> Inspection:
@@ -218,3 +223,31 @@ class AsyncHaki:
 
     async def healthz(self) -> Health:
         return await self._run(self._core.healthz())
+
+    async def replay(
+        self,
+        trace_id: UUID | str,
+        *,
+        budget_tokens: int | None = None,
+        profile: ContextProfile | None = None,
+        recall_max_distance: float | None = None,
+        as_of: datetime | None = None,
+    ) -> ReplayResult:
+        """Rebuilds the packet of a traced call (by default as of the call's own instant, with its
+        budget, profile and floor; each argument overrides one) and diffs it against the
+        original: `result.diff.added`, `.removed`, `.moved`. The replay is traced too."""
+        return await self._run(
+            self._core.replay(trace_id, budget_tokens, profile, recall_max_distance, as_of)
+        )
+
+    async def fact_stats(
+        self,
+        subject_id: str | None = None,
+        *,
+        order: str | None = None,
+        limit: int | None = None,
+        project_id: str | None = None,
+    ) -> FactStats:
+        """What each active fact is worth: `order` "never_served", "most_served" (the server's
+        default) or "most_dropped" (most often left out for the budget)."""
+        return await self._run(self._core.fact_stats(subject_id, order, limit, project_id))

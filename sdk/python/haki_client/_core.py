@@ -31,8 +31,10 @@ from haki_client.models import (
     Fact,
     FactIn,
     FactPage,
+    FactStats,
     Health,
     Inspection,
+    ReplayResult,
     StatsOverview,
     WriteEventsResponse,
     WriteFactsResponse,
@@ -237,6 +239,7 @@ class Core:
         include_episodes: bool | None,
         profile: ContextProfile | None,
         project_id: str | None,
+        as_of: datetime | None = None,
     ) -> Call[ContextPacket]:
         body: dict[str, Any] = {
             "project_id": self._project(project_id),
@@ -249,6 +252,8 @@ class Core:
             body["include_episodes"] = include_episodes
         if profile is not None:
             body["profile"] = profile
+        if as_of is not None:
+            body["as_of"] = as_of
         return Call("POST", "/v1/context", ContextPacket, body=msgspec.json.encode(body))
 
     def inspect(self, trace_id: UUID | str) -> Call[Inspection]:
@@ -260,6 +265,32 @@ class Core:
 
     def healthz(self) -> Call[Health]:
         return Call("GET", "/healthz", Health)
+
+    def replay(
+        self,
+        trace_id: UUID | str,
+        budget_tokens: int | None,
+        profile: ContextProfile | None,
+        recall_max_distance: float | None,
+        as_of: datetime | None,
+    ) -> Call[ReplayResult]:
+        overrides = {
+            "budget_tokens": budget_tokens,
+            "profile": profile,
+            "recall_max_distance": recall_max_distance,
+            "as_of": as_of,
+        }
+        body = {name: value for name, value in overrides.items() if value is not None}
+        path = f"/v1/inspect/{UUID(str(trace_id))}/replay"
+        return Call("POST", path, ReplayResult, body=msgspec.json.encode(body))
+
+    def fact_stats(
+        self, subject_id: str | None, order: str | None, limit: int | None, project_id: str | None
+    ) -> Call[FactStats]:
+        params = _params(
+            project_id=self._project(project_id), subject_id=subject_id, order=order, limit=limit
+        )
+        return Call("GET", "/v1/stats/facts", FactStats, params=params)
 
 
 def request_headers(call: Call[Any], idempotency_key: str | None) -> dict[str, str]:

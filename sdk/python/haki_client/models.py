@@ -97,6 +97,12 @@ class Fact(_Out, frozen=True, kw_only=True):
     source_event_id: UUID | None = None
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     conflict_set_id: UUID | None = None
+    # Time travel (docs/time-travel.md): when the fact stopped being believed, and what it is
+    # worth, counted from the server's traces. Defaults from a server that predates them.
+    recorded_to: datetime | None = None
+    served_count: int = 0
+    last_served_at: datetime | None = None
+    excluded_count: int = 0
 
 
 class FactPage(_Out, frozen=True, kw_only=True):
@@ -209,6 +215,12 @@ class Inspection(_Out, frozen=True, kw_only=True):
     empty_reason: str | None = None
     # The profile that built the traced packet; None from a server without context profiles.
     profile: str | None = None
+    # Time travel: the instant the packet was built for (None: created_at) and the trace a
+    # replay replayed; the request's include_episodes and the recall floor in force.
+    as_of: datetime | None = None
+    replay_of: UUID | None = None
+    include_episodes: bool | None = None
+    recall_max_distance: float | None = None
 
 
 class StatsOverview(_Out, frozen=True, kw_only=True):
@@ -234,3 +246,54 @@ class ErrorBody(_Out, frozen=True, kw_only=True):
     code: str
     message: str
     details: dict[str, Any] | None = None
+
+
+# --- time travel (docs/time-travel.md) --------------------------------------------------------
+
+
+class ReplayChange(_Out, frozen=True, kw_only=True):
+    """One item whose fate changed: its decision in the original call and in the replay (None:
+    not a candidate there)."""
+
+    item_type: str
+    item_id: UUID
+    before: TraceDecision | None = None
+    after: TraceDecision | None = None
+
+
+class ReplayDiff(_Out, frozen=True, kw_only=True):
+    added: list[ReplayChange] = msgspec.field(default_factory=list)
+    removed: list[ReplayChange] = msgspec.field(default_factory=list)
+    moved: list[ReplayChange] = msgspec.field(default_factory=list)
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.added or self.removed or self.moved)
+
+
+class ReplayResult(_Out, frozen=True, kw_only=True):
+    origin_trace_id: UUID
+    as_of: datetime
+    packet: ContextPacket
+    diff: ReplayDiff
+
+
+FactStatsOrder = str  # "never_served" | "most_served" | "most_dropped"
+
+
+class FactUsage(_Out, frozen=True, kw_only=True):
+    fact_id: UUID
+    subject_id: str
+    content: str
+    served_count: int
+    excluded_count: int
+    over_budget_count: int
+    key: str | None = None
+    last_served_at: datetime | None = None
+
+
+class FactStats(_Out, frozen=True, kw_only=True):
+    project_id: str
+    order: str
+    facts: list[FactUsage]
+    subject_id: str | None = None

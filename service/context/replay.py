@@ -1,0 +1,127 @@
+"""Time travel (docs/time-travel.md): replay a traced context call, and what each fact is worth.
+
+A replay rebuilds the packet of a stored call from its query, by default as of the call's own
+instant, with optional overrides, and traces it (replay_of: the origin). The diff says what the
+overrides, or what changed since, did to the packet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from uuid import UUID
+
+import msgspec
+
+from service.auth import Principal
+from service.constants import DEFAULT_PAGE_LIMIT
+from service.context import assembler
+from service.context import repository as repo
+from service.embedder import Embedder
+from service.errors import NotFound
+from service.repository import Conn
+from service.settings import Settings
+from service.structs import (
+    ContextRequest,
+    Decision,
+    FactStats,
+    FactStatsOrder,
+    ReplayChange,
+    ReplayDiff,
+    ReplayRequest,
+    ReplayResponse,
+)
+
+Key = tuple[str, UUID]
+
+
+def _first_decisions(decisions: Sequence[Decision]) -> dict[Key, Decision]:
+    """Each item's decision, in trace order (an item is decided once per call)."""
+    out: dict[Key, Decision] = {}
+    for d in decisions:
+        out.setdefault((d.item_type, d.item_id), d)
+    return out
+
+
+def _change(before: Decision | None, after: Decision | None) -> ReplayChange:
+    item = after or before
+    assert item is not None
+    return ReplayChange(item_type=item.item_type, item_id=item.item_id, before=before, after=after)
+
+
+def _served(d: Decision | None) -> bool:
+    return d is not None and d.decision == "included"
+
+
+def _place(d: Decision) -> tuple[int | None, str, str]:
+    return d.rank, d.decision, d.reason_code
+
+
+def diff(original: Sequence[Decision], replayed: Sequence[Decision]) -> ReplayDiff:
+    """Added: served by the replay only; removed: served by the original only; moved: decided
+    by both and served by both or neither, with another rank, decision or reason. An item decided
+    by one call only and served by neither is no change of the packet and is not listed."""
+    old, new = _first_decisions(original), _first_decisions(replayed)
+    added = [_change(old.get(k), d) for k, d in new.items() if _served(d) and not _served(old.get(k))]
+    removed = [_change(d, new.get(k)) for k, d in old.items() if _served(d) and not _served(new.get(k))]
+    moved = [
+        _change(d, now)
+        for k, d in old.items()
+        if (now := new.get(k)) is not None and _served(d) == _served(now) and _place(d) != _place(now)
+    ]
+    return ReplayDiff(added=added, removed=removed, moved=moved)
+
+
+async def replay(
+    conn: Conn,
+    embedder: Embedder,
+    settings: Settings,
+    principal: Principal,
+    trace_id: UUID,
+    overrides: ReplayRequest,
+) -> ReplayResponse:
+    """POST /v1/inspect/{trace_id}/replay. By default: the original's budget, profile, recall
+    floor and include_episodes, as of the original's own instant (its as_of, else its
+    created_at). The same embedder and exact vector scans reproduce every decision; an
+    approximate HNSW walk or a changed embedder may not (docs/time-travel.md)."""
+    origin = await repo.get_inspection(conn, principal.project_id, trace_id)
+    if origin is None:
+        raise NotFound("No context trace with this id in the key's project.", trace_id=str(trace_id))
+    assembler.check_as_of("as_of", overrides.as_of)
+    as_of = overrides.as_of or origin.as_of or origin.created_at
+    req = ContextRequest(
+        project_id=origin.project_id,
+        subject_id=origin.subject_id,
+        query=origin.query,
+        budget_tokens=overrides.budget_tokens or origin.budget_tokens,
+        include_episodes=True if origin.include_episodes is None else origin.include_episodes,
+        profile=overrides.profile or origin.profile,
+        as_of=as_of,
+    )
+    floor = next(
+        f
+        for f in (overrides.recall_max_distance, origin.recall_max_distance, settings.recall_max_distance)
+        if f is not None
+    )
+    replay_settings = msgspec.structs.replace(settings, recall_max_distance=floor)
+    packet = await assembler.assemble(conn, embedder, replay_settings, principal, req, replay_of=trace_id)
+    replayed = await repo.get_inspection(conn, principal.project_id, packet.trace_id)
+    assert replayed is not None  # written by the call above, in this project
+    return ReplayResponse(
+        origin_trace_id=trace_id,
+        as_of=as_of,
+        packet=packet,
+        diff=diff(origin.decisions, replayed.decisions),
+    )
+
+
+async def fact_stats(
+    conn: Conn,
+    principal: Principal,
+    project_id: str,
+    subject_id: str | None,
+    order: FactStatsOrder,
+    limit: int = DEFAULT_PAGE_LIMIT,
+) -> FactStats:
+    """GET /v1/stats/facts: the active facts of a project or subject by what they are worth."""
+    principal.require(project_id)
+    return await repo.stats_facts(conn, project_id, subject_id, order, limit)
