@@ -23,13 +23,19 @@ from service.constants import MAX_JSON_DEPTH
 log = logging.getLogger("haki.body")
 
 
-async def check_body(request: Request[Any, Any, Any]) -> None:
+def body_type(request: Request[Any, Any, Any]) -> tuple[Any, bool]:
+    """The type a route's body decodes to, and whether the body may be left out: an optional
+    body (`Struct | None`, POST /v1/inspect/{trace_id}/replay) is None when absent."""
     field = request.route_handler.parsed_data_field
     target = field.annotation if field is not None else None
-    # An optional body (`Struct | None`, POST /v1/inspect/{trace_id}/replay): no body is None.
     optional = get_origin(target) in (Union, UnionType) and type(None) in get_args(target)
     if optional:
         target = next((a for a in get_args(target) if a is not type(None)), None)
+    return target, optional
+
+
+async def check_body(request: Request[Any, Any, Any]) -> None:
+    target, optional = body_type(request)
     if not (isinstance(target, type) and issubclass(target, msgspec.Struct)):
         return
     body = await request.body()
@@ -140,9 +146,12 @@ async def check_json_body(request: Request[Any, Any, Any]) -> None:
         )
     body = await request.body()
     if not body.strip():
-        target = field.annotation.__name__ if isinstance(field.annotation, type) else "the request"
+        target, optional = body_type(request)
+        if optional:
+            return
+        name = target.__name__ if isinstance(target, type) else "the request"
         raise ClientException(
-            detail=f"the request body is empty; expected a JSON object ({target}) sent as application/json",
+            detail=f"the request body is empty; expected a JSON object ({name}) sent as application/json",
             extra={"reason": "empty"},
         )
     depth = json_depth(body)
