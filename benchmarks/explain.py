@@ -48,6 +48,9 @@ from service.constants import (
     RETRIEVAL_TOP_K,
     TEXT_MATCH_MAX_WORDS,
     TEXT_MATCHES_PER_WORD,
+    TEXT_PROBE_MAX_ROWS,
+    TEXT_PROBE_MIN_COST,
+    TEXT_PROBE_MIN_POSTINGS,
     TEXT_QUERY_MAX_WORDS,
     WEIGHT_RECENCY,
     WEIGHT_SIMILARITY,
@@ -122,6 +125,9 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
         "text_per_word": TEXT_MATCHES_PER_WORD,
         "event_text_per_word": TEXT_MATCHES_PER_WORD,
         "idf_sample_docs": IDF_SAMPLE_DOCS,
+        "probe_rows": TEXT_PROBE_MAX_ROWS,
+        "probe_min_cost": TEXT_PROBE_MIN_COST,
+        "probe_min_postings": TEXT_PROBE_MIN_POSTINGS,
         "entity_sample_docs": ENTITY_SAMPLE_DOCS,
         "text_config": "english",  # the default of Settings.text_search_config
         "as_of": None,  # a call at the current instant (migration 0012)

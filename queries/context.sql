@@ -375,7 +375,7 @@ CROSS JOIN (
       AND cs.status = 'open'
 ) AS oc;
 
--- name: unified_candidates(project_id, subject_id, query_embedding, query_text, text_config, walked_ids, walked_event_ids, top_k, candidate_limit, max_words, match_words, text_per_word, event_text_per_word, idf_sample_docs, w_similarity, w_text_rank, w_recency, tau_seconds, as_of)
+-- name: unified_candidates(project_id, subject_id, query_embedding, query_text, text_config, walked_ids, walked_event_ids, top_k, candidate_limit, max_words, match_words, text_per_word, event_text_per_word, idf_sample_docs, probe_rows, probe_min_cost, probe_min_postings, w_similarity, w_text_rank, w_recency, tau_seconds, as_of)
 -- The `unified` profile's phases 1 and 2 (spec/context-profiles.md): fact and episode
 -- candidates, each the vector top-K of vector_walk UNION the top-K by text rank, scored by one
 -- hybrid formula (an episode's recency from occurred_at) and capped at CANDIDATE_LIMIT
@@ -387,12 +387,28 @@ CROSS JOIN (
 -- frequencies come from a sample of the scope's newest idf_sample_docs facts and as many events
 -- (exact up to that size), and the match_words rarest words (highest idf: a text that matches
 -- none of them can only rank low) each read at most text_per_word postings of facts and
--- event_text_per_word of events (0: no episode candidates). Rows of kind 'word' carry the
--- query's words (content) and their idf (score).
+-- event_text_per_word of events (0: no episode candidates). A word that many of a big scope's
+-- facts name reads its matches from the scope's newest facts (at most probe_rows of them)
+-- instead of its GIN postings, whose bitmap would be built whole (haki_text_probe, migration
+-- 0013). Rows of kind 'word' carry the query's words (content) and their idf (score).
 WITH idf AS MATERIALIZED (
-    SELECT i.word, i.word_query, i.idf
-    FROM public.haki_query_idf(:project_id, :subject_id, :query_text, :text_config::regconfig,
-                               :max_words, :idf_sample_docs, :as_of::timestamptz) AS i
+    SELECT d.word, d.word_query, public.haki_bm25_idf(d.docs, d.df) AS idf,
+           d.df::double precision / nullif(d.docs, 0) AS share
+    FROM public.haki_query_df(:project_id, :subject_id, :query_text, :text_config::regconfig,
+                              :max_words, :idf_sample_docs, :as_of::timestamptz) AS d
+),
+scope_facts AS MATERIALIZED (
+    -- The scope's size (planner statistics), read only when a word is common enough to need it:
+    -- the table's size bounds the scope's.
+    SELECT CASE WHEN EXISTS (
+                    SELECT 1
+                    FROM idf AS w
+                    CROSS JOIN pg_class AS c
+                    WHERE c.oid = 'facts'::regclass
+                      AND public.haki_text_probe(w.share, c.reltuples::double precision,
+                                                 :text_per_word, :probe_rows, :probe_min_cost,
+                                                 :probe_min_postings))
+                THEN public.haki_scope_facts_estimate(:project_id, :subject_id) END AS facts
 ),
 idf_total AS MATERIALIZED (
     SELECT nullif(sum(i.idf), 0) AS total FROM idf AS i
@@ -403,13 +419,21 @@ open_members AS MATERIALIZED (
 ),
 fact_hits AS MATERIALIZED (
     -- Per rare word, at most text_per_word servable facts from the scope's postings (migrations
-    -- 0009 and 0011): one branch a configuration, each with its own GIN index.
+    -- 0009 and 0011): one branch a configuration, each with its own GIN index; or, for a word
+    -- the probe rule picks, from the scope's newest facts.
     SELECT coalesce(array_agg(DISTINCT h.fact_id), '{}'::uuid[]) AS ids
-    FROM (SELECT w.word_query FROM idf AS w ORDER BY w.idf DESC, w.word LIMIT :match_words) AS i
+    FROM (SELECT w.word_query,
+                 public.haki_text_probe(w.share, (SELECT sf.facts FROM scope_facts AS sf),
+                                        :text_per_word, :probe_rows, :probe_min_cost,
+                                        :probe_min_postings) AS probe
+          FROM idf AS w
+          ORDER BY w.idf DESC, w.word
+          LIMIT :match_words) AS i
     CROSS JOIN LATERAL (
         (SELECT f.fact_id
          FROM facts AS f
          WHERE :text_config::regconfig = 'english'::regconfig
+           AND NOT i.probe
            AND (f.project_id = :project_id AND f.subject_id = :subject_id) IS TRUE
            AND public.haki_scoped_search_vector(f.project_id, f.subject_id, f.search_vector_english)
                @@ (i.word_query && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
@@ -423,6 +447,7 @@ fact_hits AS MATERIALIZED (
         (SELECT f.fact_id
          FROM facts AS f
          WHERE :text_config::regconfig <> 'english'::regconfig
+           AND NOT i.probe
            AND (f.project_id = :project_id AND f.subject_id = :subject_id) IS TRUE
            AND public.haki_scoped_search_vector(f.project_id, f.subject_id, f.search_vector)
                @@ (i.word_query && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
@@ -431,6 +456,26 @@ fact_hits AS MATERIALIZED (
                                          f.recorded_from, f.stale_after, f.recorded_to,
                                          f.believed_valid_to, :as_of::timestamptz)
            AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+         LIMIT :text_per_word)
+        UNION ALL
+        (SELECT n.fact_id
+         FROM (
+             -- The probe: the scope's newest servable facts, in id (time) order, at most probe_rows.
+             SELECT f.fact_id,
+                    public.haki_text_vector(:text_config::regconfig, f.search_vector,
+                                            f.search_vector_english) AS sv
+             FROM facts AS f
+             WHERE i.probe
+               AND f.project_id = :project_id
+               AND f.subject_id = :subject_id
+               AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
+                                             f.recorded_from, f.stale_after, f.recorded_to,
+                                             f.believed_valid_to, :as_of::timestamptz)
+               AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+             ORDER BY f.fact_id DESC
+             LIMIT :probe_rows
+         ) AS n
+         WHERE n.sv @@ i.word_query
          LIMIT :text_per_word)
     ) AS h
 ),
@@ -537,7 +582,7 @@ SELECT 'word', NULL, NULL, i.word, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NUL
        i.idf, NULL, NULL
 FROM idf AS i;
 
--- name: linked_facts(project_id, subject_id, entities, max_entities, per_entity, match_limit, entity_sample_docs, query_embedding, words, idfs, text_config, w_similarity, w_text_rank, w_recency, tau_seconds, as_of)
+-- name: linked_facts(project_id, subject_id, entities, max_entities, per_entity, match_limit, entity_sample_docs, probe_rows, probe_min_cost, probe_min_postings, query_embedding, words, idfs, text_config, w_similarity, w_text_rank, w_recency, tau_seconds, as_of)
 -- The `unified` profile's multi-hop expansion (spec/context-profiles.md, rule 5): `entities`
 -- come ranked by frequency among the kept facts. An entity that more than half of the scope's
 -- sample texts name is dropped: its Robertson-Sparck Jones idf, log((N - df + 0.5) / (df + 0.5)),
@@ -545,8 +590,9 @@ FROM idf AS i;
 -- max_entities of the rest each bring, from at most match_limit servable facts naming them
 -- (the scope's postings), the per_entity closest to the query; one hop, no new embedding.
 -- Candidates are not excluded: the assembler lifts them. Score parts are those of the original
--- query, as unified_candidates computes them (words and idfs: its 'word' rows). Never returns
--- embeddings.
+-- query, as unified_candidates computes them (words and idfs: its 'word' rows). An entity that
+-- many of a big scope's facts name reads its matches from the scope's newest facts, as a common
+-- word does in unified_candidates. Never returns embeddings.
 WITH e AS MATERIALIZED (
     SELECT u.entity, u.entity_rank, plainto_tsquery('simple', u.entity) AS etsq
     FROM unnest(:entities::text[]) WITH ORDINALITY AS u(entity, entity_rank)
@@ -558,12 +604,33 @@ names AS MATERIALIZED (
                                    :as_of::timestamptz) AS s
     WHERE EXISTS (SELECT 1 FROM e)
 ),
-informative AS MATERIALIZED (
-    SELECT e.entity, e.entity_rank, e.etsq
+named AS MATERIALIZED (
+    SELECT e.entity, e.entity_rank, e.etsq,
+           (SELECT count(*) FROM names AS n WHERE n.sv @@ e.etsq) AS df,
+           (SELECT count(*) FROM names) AS docs
     FROM e
     WHERE numnode(e.etsq) > 0
-      AND 2 * (SELECT count(*) FROM names AS n WHERE n.sv @@ e.etsq) <= (SELECT count(*) FROM names)
-    ORDER BY e.entity_rank
+),
+scope_facts AS MATERIALIZED (
+    -- As in unified_candidates: the scope's size, only when an entity is common enough.
+    SELECT CASE WHEN EXISTS (
+                    SELECT 1
+                    FROM named AS n
+                    CROSS JOIN pg_class AS c
+                    WHERE c.oid = 'facts'::regclass
+                      AND public.haki_text_probe(n.df::double precision / nullif(n.docs, 0),
+                                                 c.reltuples::double precision, :match_limit,
+                                                 :probe_rows, :probe_min_cost, :probe_min_postings))
+                THEN public.haki_scope_facts_estimate(:project_id, :subject_id) END AS facts
+),
+informative AS MATERIALIZED (
+    SELECT n.entity, n.entity_rank, n.etsq,
+           public.haki_text_probe(n.df::double precision / nullif(n.docs, 0),
+                                  (SELECT sf.facts FROM scope_facts AS sf), :match_limit,
+                                  :probe_rows, :probe_min_cost, :probe_min_postings) AS probe
+    FROM named AS n
+    WHERE 2 * n.df <= n.docs
+    ORDER BY n.entity_rank
     LIMIT :max_entities
 ),
 open_members AS MATERIALIZED (
@@ -576,18 +643,37 @@ picked AS MATERIALIZED (
     CROSS JOIN LATERAL (
         SELECT m.fact_id
         FROM (
-            SELECT f.fact_id, f.embedding
-            FROM facts AS f
-            -- As text_top of fact_candidates: the scope's postings, and no bitmap of the scope.
-            WHERE (f.project_id = :project_id AND f.subject_id = :subject_id) IS TRUE
-              AND public.haki_scoped_search_vector(f.project_id, f.subject_id, f.search_vector)
-                  @@ (i.etsq && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
-              AND f.search_vector @@ i.etsq
-              AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
-                                            f.recorded_from, f.stale_after, f.recorded_to,
-                                            f.believed_valid_to, :as_of::timestamptz)
-              AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
-            LIMIT :match_limit
+            (SELECT f.fact_id, f.embedding
+             FROM facts AS f
+             -- As text_top of fact_candidates: the scope's postings, and no bitmap of the scope.
+             WHERE NOT i.probe
+               AND (f.project_id = :project_id AND f.subject_id = :subject_id) IS TRUE
+               AND public.haki_scoped_search_vector(f.project_id, f.subject_id, f.search_vector)
+                   @@ (i.etsq && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
+               AND f.search_vector @@ i.etsq
+               AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
+                                             f.recorded_from, f.stale_after, f.recorded_to,
+                                             f.believed_valid_to, :as_of::timestamptz)
+               AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+             LIMIT :match_limit)
+            UNION ALL
+            (SELECT n.fact_id, n.embedding
+             FROM (
+                 -- The probe, as in unified_candidates: the scope's newest servable facts.
+                 SELECT f.fact_id, f.embedding, f.search_vector
+                 FROM facts AS f
+                 WHERE i.probe
+                   AND f.project_id = :project_id
+                   AND f.subject_id = :subject_id
+                   AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
+                                                 f.recorded_from, f.stale_after, f.recorded_to,
+                                                 f.believed_valid_to, :as_of::timestamptz)
+                   AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+                 ORDER BY f.fact_id DESC
+                 LIMIT :probe_rows
+             ) AS n
+             WHERE n.search_vector @@ i.etsq
+             LIMIT :match_limit)
         ) AS m
         ORDER BY m.embedding <=> :query_embedding::vector, m.fact_id
         LIMIT :per_entity

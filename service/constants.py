@@ -43,6 +43,18 @@ TEXT_QUERY_MAX_WORDS: Final = 32
 TEXT_MATCH_MAX_WORDS: Final = 8
 TEXT_MATCHES_PER_WORD: Final = RETRIEVAL_TOP_K
 IDF_SAMPLE_DOCS: Final = 256
+# GIN has no ordered scan: a word's bitmap is built whole before its first row is read, so a
+# word named by 2.2 % of a 1M-fact scope cost 13.8 ms for its 64 matches, three such words most
+# of the unified candidates' 40 ms. Such a word reads the scope's newest facts instead (3.0 ms
+# for the 2,903 rows that held 64 matches), when share^2 x scope facts >= TEXT_PROBE_MIN_COST
+# (the crossover is at 98 for 64 matches: 1.03 us a row against 0.67 us a posting), where its
+# GIN bitmap would hold TEXT_PROBE_MIN_POSTINGS or more (2.7 ms: below that, reading the scope's
+# size from the planner's statistics, 0.3-0.5 ms, cost more than it saved on a 10k scope), and
+# its matches are expected within half of TEXT_PROBE_MAX_ROWS, the most one probe reads (8 ms).
+# Multi-hop entities follow the same rule (migration 0013, haki_text_probe; docs/performance.md).
+TEXT_PROBE_MAX_ROWS: Final = 8192
+TEXT_PROBE_MIN_COST: Final = 128.0
+TEXT_PROBE_MIN_POSTINGS: Final = 4096.0
 RECENCY_TAU_SECONDS: Final = 30 * 24 * 3600.0
 
 # Hybrid score weights of the `facts_first` profile. Not part of the public contract (see module

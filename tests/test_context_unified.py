@@ -22,6 +22,9 @@ from service.constants import (
     EPISODE_TOP_K,
     IDF_SAMPLE_DOCS,
     MULTI_HOP_MAX_MATCHES_PER_ENTITY,
+    TEXT_PROBE_MAX_ROWS,
+    TEXT_PROBE_MIN_COST,
+    TEXT_PROBE_MIN_POSTINGS,
     UNIFIED_WEIGHT_RECENCY,
     UNIFIED_WEIGHT_SIMILARITY,
     UNIFIED_WEIGHT_TEXT_RANK,
@@ -215,6 +218,62 @@ async def test_or_text_query_matches_only_its_rarest_words(
         if n.get("Relation Name") == "facts" and "fact_id = ANY" in n.get("Index Cond", "")
     ]
     assert pooled and max(pooled) == 2, pooled  # zebra's and quokka's facts, nothing else
+
+
+async def test_common_word_of_a_big_scope_reads_the_newest_facts(
+    conn: asyncpg.Connection, client: httpx.AsyncClient, key: str
+) -> None:
+    """haki_text_probe (migration 0013): a word that many facts of a big scope name is matched
+    from the scope's newest facts, not from its GIN postings, whose bitmap is built whole. With
+    the size thresholds at 0 (this scope made "big"), the 10 matches kept for a word that all 120
+    facts name are the 10 newest; from the postings they are others (the oldest first)."""
+    subject = "probe-newest"
+    for batch in range(3):
+        await write_facts(client, key, [f"coffee note {batch} {i}" for i in range(40)], subject)
+    await conn.execute("ANALYZE facts")  # the planner statistics haki_scope_facts_estimate reads
+    newest = {
+        r["fact_id"]
+        for r in await conn.fetch(
+            "SELECT fact_id FROM facts WHERE project_id = $1 AND subject_id = $2 "
+            "ORDER BY fact_id DESC LIMIT 10",
+            PROJECT,
+            subject,
+        )
+    }
+
+    async def matched(min_postings: float) -> set[Any]:
+        rows = load_queries().unified_candidates(
+            conn,
+            **unified_text_side(subject, "coffee", match_words=8, text_per_word=10, idf_sample_docs=256),
+            probe_rows=TEXT_PROBE_MAX_ROWS,
+            probe_min_cost=0.0,
+            probe_min_postings=min_postings,
+        )
+        return {r["item_id"] async for r in rows if r["kind"] == "candidate"}
+
+    assert await matched(0.0) == newest
+    assert await matched(float("inf")) != newest  # the postings' order, without the probe
+
+
+async def test_probe_rule_picks_the_newest_facts_only_where_gin_costs_more(
+    conn: asyncpg.Connection,
+) -> None:
+    """haki_text_probe with the shipped thresholds: a word in 2.2 % of a 1M-fact scope (GIN:
+    22,000 postings) is probed, the same word in a 10k scope (220 postings) or with no statistics
+    is not, nor a word too rare to find 64 matches within half of TEXT_PROBE_MAX_ROWS."""
+
+    async def probe(share: float, facts: float | None) -> bool:
+        picked: bool = await conn.fetchval(
+            "SELECT public.haki_text_probe($1, $2, 64, $3, $4, $5)",
+            share, facts, TEXT_PROBE_MAX_ROWS, TEXT_PROBE_MIN_COST, TEXT_PROBE_MIN_POSTINGS,
+        )  # fmt: skip
+        return picked
+
+    assert await probe(0.022, 1_000_000) is True
+    assert await probe(0.022, 10_000) is False
+    assert await probe(0.5, 10_000) is True  # a speaker's name: 5,000 postings, 128 rows
+    assert await probe(0.022, None) is False
+    assert await probe(0.01, 10_000_000) is False  # 6,400 rows expected: more than half the cap
 
 
 # --- rule 2: events' full-text side -----------------------------------------------------------
@@ -413,6 +472,25 @@ async def explain_unified_candidates(
     return await explain(
         conn,
         "unified_candidates",
+        **unified_text_side(
+            subject,
+            query_text,
+            match_words=match_words,
+            text_per_word=text_per_word,
+            idf_sample_docs=idf_sample_docs,
+        ),
+        probe_rows=TEXT_PROBE_MAX_ROWS,
+        probe_min_cost=TEXT_PROBE_MIN_COST,
+        probe_min_postings=TEXT_PROBE_MIN_POSTINGS,
+    )
+
+
+def unified_text_side(
+    subject: str, query_text: str, *, match_words: int, text_per_word: int, idf_sample_docs: int
+) -> dict[str, Any]:
+    """unified_candidates' parameters for its text side alone (no query vector, nothing walked),
+    the probe's thresholds left to the caller."""
+    return dict(
         project_id=PROJECT,
         subject_id=subject,
         query_embedding=None,
@@ -431,6 +509,7 @@ async def explain_unified_candidates(
         w_text_rank=UNIFIED_WEIGHT_TEXT_RANK,
         w_recency=UNIFIED_WEIGHT_RECENCY,
         tau_seconds=30 * 86400.0,
+        as_of=None,
     )
 
 

@@ -26,6 +26,9 @@ from service.constants import (
     RETRIEVAL_TOP_K,
     TEXT_MATCH_MAX_WORDS,
     TEXT_MATCHES_PER_WORD,
+    TEXT_PROBE_MAX_ROWS,
+    TEXT_PROBE_MIN_COST,
+    TEXT_PROBE_MIN_POSTINGS,
     TEXT_QUERY_MAX_WORDS,
 )
 from service.context.model import Blocked, Candidate, Retrieved, Weights
@@ -223,6 +226,9 @@ async def unified_candidates(
             text_per_word=TEXT_MATCHES_PER_WORD,
             event_text_per_word=TEXT_MATCHES_PER_WORD if with_episodes else 0,
             idf_sample_docs=IDF_SAMPLE_DOCS,
+            probe_rows=TEXT_PROBE_MAX_ROWS,
+            probe_min_cost=TEXT_PROBE_MIN_COST,
+            probe_min_postings=TEXT_PROBE_MIN_POSTINGS,
             **_scoring(weights, tau_seconds),
             as_of=as_of,
         )
@@ -292,6 +298,9 @@ async def linked_facts(
             per_entity=per_entity,
             match_limit=match_limit,
             entity_sample_docs=ENTITY_SAMPLE_DOCS,
+            probe_rows=TEXT_PROBE_MAX_ROWS,
+            probe_min_cost=TEXT_PROBE_MIN_COST,
+            probe_min_postings=TEXT_PROBE_MIN_POSTINGS,
             query_embedding=_vec(query_embedding),
             words=list(idf),
             idfs=list(idf.values()),
