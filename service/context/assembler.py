@@ -83,11 +83,15 @@ class StageTimer:
 # --- steps shared by both profiles -------------------------------------------------------------
 
 
-async def embed_query(embedder: Embedder, settings: Settings, query: str) -> np.ndarray | None:
+async def embed_query(
+    embedder: Embedder, settings: Settings, query: str, project: str | None = None
+) -> np.ndarray | None:
     """Rule 10: an embedder failure or time-out degrades to full-text retrieval, never a 500.
     None means the call is degraded (see warnings_of)."""
     try:
-        (vector,) = await asyncio.wait_for(embedder.embed([query]), timeout=settings.embed_timeout_seconds)
+        (vector,) = await asyncio.wait_for(
+            embedder.embed([query], purpose="query", project=project), timeout=settings.embed_timeout_seconds
+        )
         return vector
     except Exception as exc:  # any embedder failure must degrade, not fail the call
         log.warning("query embedding failed (%s): %r", embedder.name, exc)
@@ -328,7 +332,7 @@ async def assemble(
     timer = timer or StageTimer()
     profile: ContextProfile = req.profile or settings.context_profile
     with timer.stage("embed"):
-        qvec = await embed_query(embedder, settings, req.query)
+        qvec = await embed_query(embedder, settings, req.query, principal.project_id)
     async with conn.transaction():
         await repo.configure_vector_scan(conn, EF_SEARCH)
         retrieved, packed = await PROFILES[profile](

@@ -14,9 +14,9 @@ from litestar.params import Dependency
 from litestar.types import Scope
 
 from service.auth import Principal, authenticate
-from service.embedder import Embedder
+from service.embedder import Embedder, WorkLimitedEmbedder
 from service.errors import CONNECTION_LOST, ErrorBody
-from service.ratelimit import RateLimiter
+from service.ratelimit import RateLimiter, WorkRateLimiter
 from service.settings import Settings
 from service.strict_body import check_body
 
@@ -87,8 +87,11 @@ async def provide_principal(request: Request[Any, Any, Any], conn: Conn, state: 
 
 
 def provide_embedder(state: State) -> Embedder:
+    # Writes are charged to their project's embedding budget where they are accepted (429 with
+    # Retry-After through service/errors.py), before any of their texts is queued.
+    work_limiter: WorkRateLimiter = state.work_limiter
     embedder: Embedder = state.embedder
-    return embedder
+    return WorkLimitedEmbedder(embedder, work_limiter) if work_limiter.enabled else embedder
 
 
 def provide_settings(state: State) -> Settings:
@@ -108,6 +111,9 @@ ERRORS: dict[int, ResponseSpec] = {
     409: _spec("conflict: e.g. an Idempotency-Key reused with another body"),
     413: _spec("payload_too_large: the body exceeds HAKI_MAX_BODY_BYTES"),
     422: _spec("validation_error: a rule only the service can check; `details.field` names the field"),
-    429: _spec("rate_limited: too many requests for this API key; wait `Retry-After` seconds"),
+    429: _spec(
+        "rate_limited: too many requests for this API key, or too many characters to embed for "
+        "this project (HAKI_EMBED_CHARS_PER_MINUTE); wait `Retry-After` seconds"
+    ),
     503: _spec("unavailable: database or embedder down, or a statement timeout; retry"),
 }
