@@ -12,5 +12,5 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 # torch is pinned <2.14 in pyproject.toml: a looser pin pulls a multi-GB CUDA build.
-.venv/bin/python -m pip install --quiet -e '.[dev]'
+.venv/bin/python -m pip install --quiet -e '.[dev,onnx]'
 .venv/bin/python -m pip install --quiet -e sdk/python

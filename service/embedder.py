@@ -41,9 +41,22 @@ LOCAL_CACHE_SIZE: Final = 2048
 # Inputs of at most this many texts (a query) run on one torch thread when HAKI_TORCH_THREADS=0.
 SMALL_INPUT_TEXTS: Final = 8
 LOCAL_BACKENDS: Final = ("torch", "torch-int8", "onnx", "onnx-int8")
+
+
+def _resolve_backend(backend: LocalBackend) -> LocalBackend:
+    """`auto`: ONNX Runtime when the `onnx` extra is installed (same vectors as torch, cosine
+    1.0000, 2.4x faster per query), else torch (docs/performance.md, "Query embedding")."""
+    if backend != "auto":
+        return backend
+    import importlib.util
+
+    installed = all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "onnx"))
+    return "onnx" if installed else "torch"
+
+
 # A write chunk's budget in (estimated) tokens: a query queued behind a chunk waits for at most
 # this much model work (docs/performance.md, "Fair embedding").
-WRITE_CHUNK_TOKENS: Final = 2048.0
+WRITE_CHUNK_TOKENS: Final = 1024.0
 # torch's own thread count (one per core), read once before any embedder changes it.
 _TORCH_DEFAULT_THREADS: int | None = None
 OPENAI_DEFAULT_MODEL: Final = "text-embedding-3-small"
@@ -165,8 +178,9 @@ class LocalEmbedder:
         self._model_dir = resolve_local_model_dir(settings.embed_model)
         self.dim = _read_hidden_size(self._model_dir)
         model_label = settings.embed_model if settings.embed_model else LOCAL_MODEL_NAME
-        self.backend: LocalBackend = settings.embed_backend
-        suffix = "" if self.backend == "torch" else f"@{self.backend}"
+        self.backend: LocalBackend = _resolve_backend(settings.embed_backend)
+        # The name tells vector spaces apart: ONNX fp32 gives torch's vectors, int8 does not.
+        suffix = f"@{self.backend}" if self.backend.endswith("int8") else ""
         self.name = f"local:{model_label}{suffix}"
         self._batch_size = max(1, settings.embed_batch_size)
         self._torch_threads = settings.torch_threads
@@ -239,9 +253,9 @@ class LocalEmbedder:
         self._tokenizer = None
         self._onnx = None
 
-    async def _run_batch(self, texts: list[str]) -> list[Vector]:
+    async def _run_batch(self, texts: list[str], purpose: Purpose) -> list[Vector]:
         try:
-            computed: list[Vector] = await self._run(self._embed_sync, texts)
+            computed: list[Vector] = await self._run(self._embed_sync, texts, purpose == "query")
         except EmbedderConfigError as exc:
             # A lazy first load that fails is, for the caller, an unavailable embedder.
             raise EmbedderError(str(exc)) from exc
@@ -268,8 +282,8 @@ class LocalEmbedder:
     def load_sync(self) -> None:
         self._load_sync()
 
-    def embed_sync(self, texts: list[str]) -> list[Vector]:
-        return self._embed_sync(texts)
+    def embed_sync(self, texts: list[str], query: bool = False) -> list[Vector]:
+        return self._embed_sync(texts, query)
 
     def tokenize_only(self, texts: list[str]) -> Any:
         return self._tokenize(texts)
@@ -338,11 +352,13 @@ class LocalEmbedder:
             return_tensors="np" if self._onnx is not None else "pt",
         )
 
-    def _embed_sync(self, texts: list[str]) -> list[Vector]:
+    def _embed_sync(self, texts: list[str], query: bool = False) -> list[Vector]:
         self._load_sync()
         import torch
 
-        small = len(texts) <= SMALL_INPUT_TEXTS
+        # A pass of batched queries stays on one thread too: the concurrent context calls it
+        # serves need the other core for PostgreSQL (docs/performance.md, "Query embedding").
+        small = query or len(texts) <= SMALL_INPUT_TEXTS
         if self._onnx is None:
             # HAKI_TORCH_THREADS=0 (auto): one thread for a query-sized input, torch's default (one
             # per core) for batches. Splitting a one-sentence forward pass across threads costs more

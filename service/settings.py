@@ -13,8 +13,9 @@ import platformdirs
 EmbedProvider = Literal["local", "openai", "hash"]
 ContextProfile = Literal["unified", "facts_first"]
 TextSearchConfig = Literal["english", "simple"]
-# How the local model runs (docs/performance.md, "Query embedding"); `torch` is the reference.
-LocalBackend = Literal["torch", "torch-int8", "onnx", "onnx-int8"]
+# How the local model runs (docs/performance.md, "Query embedding"); `torch` is the reference,
+# `auto` is `onnx` when the optional extra is installed, else `torch`.
+LocalBackend = Literal["auto", "torch", "torch-int8", "onnx", "onnx-int8"]
 
 
 class SettingsError(ValueError):
@@ -52,7 +53,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     rate_limit_per_minute: int = 600
     # The embedding layer (issue 13: speed; issue 12 defect 4: fairness). Defaults measured in
     # docs/performance.md ("Query embedding", "Fair embedding") and docs/reliability.md.
-    embed_backend: LocalBackend = "torch"
+    embed_backend: LocalBackend = "auto"
     embed_query_max_batch: int = 16
     embed_write_timeout_seconds: float = 120.0
     embed_chars_per_minute: int = 2_000_000

@@ -103,7 +103,7 @@ class FairScheduler(Generic[T]):
 
     def __init__(
         self,
-        run: Callable[[list[str]], Awaitable[list[T]]],
+        run: Callable[[list[str], Purpose], Awaitable[list[T]]],
         *,
         query_max_batch: int,
         write_max_batch: int,
@@ -142,26 +142,26 @@ class FairScheduler(Generic[T]):
         self._wake = asyncio.Event()
         self._worker = loop.create_task(self._work(), name="haki-embed-scheduler")
 
-    def next_batch(self) -> list[Slice[T]]:
+    def next_batch(self) -> tuple[Purpose, list[Slice[T]]]:
         """Every queued query (up to the batch cap), else one fair chunk of writes."""
         picked = self._queries.take(self.query_max_batch, float("inf"), self._cost)
         if picked:
-            return picked
-        return self._writes.take(self.write_max_batch, self.write_max_cost, self._cost)
+            return "query", picked
+        return "write", self._writes.take(self.write_max_batch, self.write_max_cost, self._cost)
 
     async def _work(self) -> None:
         wake = self._wake
         assert wake is not None
         while True:
             await wake.wait()
-            batch = self.next_batch()
+            purpose, batch = self.next_batch()
             if not batch:
                 wake.clear()
                 continue
             texts = [t for job, start, end in batch for t in job.texts[start:end]]
             self.passes += 1
             try:
-                vectors = await self._run(texts)
+                vectors = await self._run(texts, purpose)
             except asyncio.CancelledError:
                 for job, _, _ in batch:
                     if job.live:
