@@ -54,7 +54,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # The embedding layer (issue 13: speed; issue 12 defect 4: fairness). Defaults measured in
     # docs/performance.md ("Query embedding", "Fair embedding") and docs/reliability.md.
     embed_backend: LocalBackend = "auto"
-    embed_query_max_batch: int = 16
+    embed_query_max_batch: int = 8
     embed_write_timeout_seconds: float = 120.0
     embed_chars_per_minute: int = 2_000_000
     embed_concurrency: int = 4
