@@ -26,7 +26,9 @@ from service.embedder import LocalEmbedder  # noqa: E402
 from service.settings import Settings  # noqa: E402
 
 
-async def run(embedder: LocalEmbedder, concurrency: int, calls: int, tag: str) -> tuple[float, list[float], float]:
+async def run(
+    embedder: LocalEmbedder, concurrency: int, calls: int, tag: str
+) -> tuple[float, list[float], float]:
     latencies: list[float] = []
     counter = iter(range(calls))
     passes_before = embedder.scheduler.passes
@@ -64,7 +66,8 @@ async def main_async(args: argparse.Namespace) -> None:
         lat = sorted(x for c in cells for x in c[1])
         per_pass = statistics.mean(c[2] for c in cells)
         p95 = lat[int(0.95 * (len(lat) - 1))]
-        print(f"| {concurrency} | {cap} | {qps:.0f} | {statistics.median(lat):.1f} | {p95:.1f} | {per_pass:.1f} |")
+        p50 = statistics.median(lat)
+        print(f"| {concurrency} | {cap} | {qps:.0f} | {p50:.1f} | {p95:.1f} | {per_pass:.1f} |")
     await embedder.aclose()
 
 

@@ -447,14 +447,54 @@ class OpenAIEmbedder:
         self._client = httpx.AsyncClient(
             timeout=settings.embed_timeout_seconds, headers=headers, transport=transport
         )
+        self._concurrency = max(1, settings.embed_concurrency)
+        self._write_timeout = settings.embed_write_timeout_seconds
+        self._slots: asyncio.Semaphore | None = None
+        self._slots_loop: asyncio.AbstractEventLoop | None = None
 
     async def embed(
         self, texts: Sequence[str], *, purpose: Purpose = "write", project: str | None = None
     ) -> list[Vector]:
-        out: list[Vector] = []
-        for start in range(0, len(texts), self._batch_size):
-            out.extend(await self._embed_batch(list(texts[start : start + self._batch_size])))
-        return out
+        batches = [list(texts[s : s + self._batch_size]) for s in range(0, len(texts), self._batch_size)]
+        if purpose == "query":
+            # A query (one short text) skips the write slots: a context call never queues behind
+            # bulk writes; its wait is bounded by the assembler's HAKI_EMBED_TIMEOUT_SECONDS.
+            return [v for batch in batches for v in await self._embed_batch(batch)]
+        try:
+            async with asyncio.timeout(self._write_timeout):
+                return await self._embed_writes(batches)
+        except TimeoutError as exc:
+            raise EmbedderError(
+                f"{self.name}: the write embedding did not finish within {self._write_timeout} s "
+                "(HAKI_EMBED_WRITE_TIMEOUT_SECONDS)"
+            ) from exc
+
+    async def _embed_writes(self, batches: list[list[str]]) -> list[Vector]:
+        """Up to HAKI_EMBED_CONCURRENCY batches in flight, shared by every write of the process:
+        with a server answering a 64-text batch in 9 ms, one at a time left both sides idle
+        between batches (docs/performance.md, "OpenAI-compatible ingest")."""
+        if len(batches) <= 1:
+            async with self._write_slots():
+                return [v for batch in batches for v in await self._embed_batch(batch)]
+
+        async def one(batch: list[str]) -> list[Vector]:
+            async with self._write_slots():
+                return await self._embed_batch(batch)
+
+        tasks = [asyncio.ensure_future(one(batch)) for batch in batches]
+        try:
+            done = await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()  # a failed or abandoned write stops sending its other batches
+            raise
+        return [v for part in done for v in part]
+
+    def _write_slots(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        if self._slots is None or self._slots_loop is not loop:
+            self._slots, self._slots_loop = asyncio.Semaphore(self._concurrency), loop
+        return self._slots
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -500,7 +540,6 @@ class OpenAIEmbedder:
             items = sorted(items, key=lambda item: item.index or 0)
             if [item.index for item in items] != list(range(expected)):
                 raise EmbedderError(f"{self.name}: response indices are not 0..{expected - 1}")
-        vectors: list[Vector] = []
         for item in items:
             if len(item.embedding) != self.dim:
                 raise EmbedderDimensionError(
@@ -508,12 +547,14 @@ class OpenAIEmbedder:
                     expected=self.dim,
                     got=len(item.embedding),
                 )
-            vec = np.asarray(item.embedding, dtype=np.float32)
-            norm = float(np.linalg.norm(vec))
-            if not math.isfinite(norm) or norm == 0.0:
-                raise EmbedderError(f"{self.name}: got a zero or non-finite vector")
-            vectors.append(_readonly(vec / np.float32(norm)))
-        return vectors
+        # One conversion and one normalisation for the whole batch, not one per vector.
+        matrix = np.array([item.embedding for item in items], dtype=np.float32)
+        norms = np.linalg.norm(matrix, axis=1)
+        if not bool(np.all(np.isfinite(norms))) or bool(np.any(norms == 0.0)):
+            raise EmbedderError(f"{self.name}: got a zero or non-finite vector")
+        matrix /= norms[:, None]
+        matrix.flags.writeable = False
+        return list(matrix)
 
 
 def _snippet(response: httpx.Response, limit: int = 200) -> str:
