@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import socket
 import sys
 import time
@@ -33,16 +34,36 @@ def hash_vector_json(text: str) -> bytes:
     return json.dumps([round(float(x), 7) for x in HashEmbedder().embed_one(text)]).encode()
 
 
-def random_vector_json(text: str, dim: int) -> bytes:
-    """A unit vector of its own per text (seeded by the text): duplicates would flatter or
-    distort the HNSW index the vectors go into. About 20 us each with msgspec."""
-    seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
-    v = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
-    v /= np.linalg.norm(v)
-    return msgspec.json.encode(v.tolist())
+WORD = re.compile(r"\w+")
+TABLE_ROWS = 4096
+
+
+class BagOfWords:
+    """Vectors shaped like a real model's: the sum of a random vector per word (texts sharing
+    words are close, as with MiniLM or OpenAI's models), plus a little noise of the text's own so
+    no two texts share a vector. Uniformly random vectors, or many equal ones, are the worst case
+    of an HNSW index and measure PostgreSQL's index build, not Haki (docs/performance.md).
+    About 30 us a text with msgspec."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.table = np.random.default_rng(7).standard_normal((TABLE_ROWS, dim)).astype(np.float32)
+
+    def vector_json(self, text: str) -> bytes:
+        rows = [
+            int.from_bytes(hashlib.blake2b(w.encode(), digest_size=4).digest(), "little") % TABLE_ROWS
+            for w in WORD.findall(text.lower())
+        ]
+        seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+        noise = np.random.default_rng(seed).standard_normal(self.dim).astype(np.float32)
+        v = self.table[rows].sum(axis=0) + 0.3 * noise if rows else noise
+        v /= np.linalg.norm(v)
+        return msgspec.json.encode(v.tolist())
 
 
 def make_handler(dim: int, delay: float, hashed: bool = False) -> type[BaseHTTPRequestHandler]:
+    words = BagOfWords(dim)
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -56,7 +77,7 @@ def make_handler(dim: int, delay: float, hashed: bool = False) -> type[BaseHTTPR
             texts = payload["input"]
             parts = []
             for i, text in enumerate(texts):
-                vec = hash_vector_json(text) if hashed else random_vector_json(text, dim)
+                vec = hash_vector_json(text) if hashed else words.vector_json(text)
                 parts.append(b'{"object":"embedding","index":%d,"embedding":%s}' % (i, vec))
             out = (
                 b'{"object":"list","data":['
@@ -85,9 +106,9 @@ def main() -> int:
     p.add_argument("--delay-ms", type=float, default=0.0, help="extra wait per request")
     p.add_argument(
         "--vectors",
-        choices=["random", "hash"],
-        default="random",
-        help="random: one of 4,096 random unit vectors per text (fast); hash: Haki's hash embedder's",
+        choices=["words", "hash"],
+        default="words",
+        help="words: bag-of-words vectors (fast, default); hash: Haki's hash embedder's",
     )
     args = p.parse_args()
     if args.vectors == "hash":

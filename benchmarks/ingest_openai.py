@@ -135,7 +135,13 @@ async def post_facts(
         json={"project_id": PROJECT, "subject_id": subject, "facts": [{"content": f} for f in facts]},
     )
     r.raise_for_status()
-    return time.perf_counter() - started
+    elapsed = time.perf_counter() - started
+    if os.environ.get("HAKI_BENCH_VERBOSE"):
+        print(
+            f"[ingest_openai] {client.base_url} {subject}: {len(facts)} facts in {elapsed:.2f} s",
+            file=sys.stderr,
+        )
+    return elapsed
 
 
 async def context_ms(client: httpx.AsyncClient, headers: dict[str, str], subject: str, query: str) -> float:
@@ -198,8 +204,8 @@ def main() -> int:
     p.add_argument("--no-hash", action="store_true", help="skip the hash-embedder baseline")
     p.add_argument(
         "--vectors",
-        choices=["random", "hash"],
-        default="random",
+        choices=["words", "hash"],
+        default="words",
         help="what the fake server answers (benchmarks/fake_openai.py --vectors)",
     )
     args = p.parse_args()
