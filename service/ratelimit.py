@@ -49,12 +49,14 @@ class RateLimiter:
 class WorkRateLimiter:
     """Per-project budget of embedding work: characters per minute, as a token bucket.
 
-    Counts what the embedder must read, not requests: ten legal writes of 30 facts of 8,000
-    characters are 2.4 M characters, one full minute of the local model's work on 2 cores
-    (docs/reliability.md, "Fair embedding"). A write that would overdraw the bucket is refused
-    whole, before any embedding, with the wait until the bucket holds it again. A single request
-    larger than the whole bucket is still allowed when the bucket is full, so no legal body is
-    refused for ever. In-process, like RateLimiter.
+    Counts what the embedder is sent, not requests: one request may hold 1,000 facts of 8,000
+    characters. The default, 2 M characters a minute, is about a minute of the local model's work
+    on short facts on 2 cores, so a project may keep the model busy in bursts but not for ever;
+    for an OpenAI-compatible provider characters follow what is billed (docs/reliability.md,
+    "Fair embedding"). A write that would overdraw the bucket is refused whole, before any
+    embedding, with the wait until the bucket holds it again. A request larger than the whole
+    bucket is still let through a full bucket (and overdraws it), so no legal body is refused for
+    ever. In-process, like RateLimiter.
     """
 
     def __init__(self, chars_per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:

@@ -18,6 +18,7 @@ from service.embedder import HashEmbedder
 from service.embedding.scheduler import FairScheduler, Purpose
 from service.errors import TooManyRequests
 from service.ratelimit import WorkRateLimiter
+from service.settings import Settings
 from tests.conftest import bearer, make_client
 
 
@@ -231,6 +232,20 @@ def test_work_limit_lets_one_oversized_write_through_a_full_bucket() -> None:
     # The overdraft is paid back first: 5,400 characters at 10 a second, plus the one asked.
     assert info.value.details is not None
     assert info.value.details["retry_after_seconds"] == 541
+
+
+def test_work_limit_in_the_neighbour_scenario() -> None:
+    """docs/reliability.md: ten writes of 30 x 8,000 characters at once against the default."""
+    limiter = WorkRateLimiter(Settings().embed_chars_per_minute, clock=Clock())
+    outcomes: list[int | None] = []
+    for _ in range(10):
+        try:
+            limiter.take("a", 30 * 8000)
+            outcomes.append(None)
+        except TooManyRequests as exc:
+            assert exc.details is not None
+            outcomes.append(exc.details["retry_after_seconds"])
+    assert outcomes == [None] * 8 + [5, 5]
 
 
 def test_work_limit_off() -> None:
