@@ -10,6 +10,7 @@ import asyncio
 import functools
 import hashlib
 import json
+import logging
 import math
 import os
 import re
@@ -31,6 +32,7 @@ from service.ratelimit import WorkRateLimiter
 from service.settings import LocalBackend, Settings
 
 Vector = npt.NDArray[np.float32]
+log = logging.getLogger("haki.embedder")
 
 LOCAL_MODEL_NAME: Final = "all-MiniLM-L6-v2"
 # Names that mean "the bundled model" rather than a directory on disk.
@@ -178,6 +180,7 @@ class LocalEmbedder:
         self._model_dir = resolve_local_model_dir(settings.embed_model)
         self.dim = _read_hidden_size(self._model_dir)
         model_label = settings.embed_model if settings.embed_model else LOCAL_MODEL_NAME
+        self._auto = settings.embed_backend == "auto"
         self.backend: LocalBackend = _resolve_backend(settings.embed_backend)
         # The name tells vector spaces apart: ONNX fp32 gives torch's vectors, int8 does not.
         suffix = f"@{self.backend}" if self.backend.endswith("int8") else ""
@@ -321,7 +324,14 @@ class LocalEmbedder:
                     model, {torch.nn.Linear}, dtype=torch.qint8
                 )
             elif self.backend in ("onnx", "onnx-int8"):
-                self._onnx = self._load_onnx(model, tokenizer)
+                try:
+                    self._onnx = self._load_onnx(model, tokenizer)
+                except EmbedderConfigError as exc:
+                    if not self._auto:
+                        raise
+                    # `auto` never refuses to start: torch gives the same vectors, only slower.
+                    log.warning("ONNX Runtime unusable here, the local model runs on torch: %s", exc)
+                    self.backend = "torch"
             self._tokenizer = tokenizer
             self._model = model
 
@@ -340,6 +350,11 @@ class LocalEmbedder:
             raise EmbedderConfigError(
                 f"HAKI_EMBED_BACKEND={self.backend} needs the optional extra: "
                 f"pip install 'haki[onnx]' ({exc})"
+            ) from exc
+        except Exception as exc:  # an export or session failure (e.g. a model ORT cannot run)
+            raise EmbedderConfigError(
+                f"HAKI_EMBED_BACKEND={self.backend}: cannot run {self._model_dir} through ONNX Runtime "
+                f"({exc!r}); HAKI_EMBED_BACKEND=torch runs it"
             ) from exc
 
     def _tokenize(self, texts: list[str]) -> Any:

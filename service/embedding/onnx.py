@@ -68,6 +68,8 @@ def export(model: Any, tokenizer: Any, model_dir: Path, cache_dir: Path, *, int8
                 return out.last_hidden_state
 
         sample = tokenizer(["an example input for the export"], return_tensors="pt")
+        if any(name not in sample for name in INPUT_NAMES):
+            raise ValueError(f"the tokenizer does not give all of {INPUT_NAMES} (not a BERT-style model)")
         axes = {name: {0: "batch", 1: "seq"} for name in (*INPUT_NAMES, "last_hidden_state")}
 
         def write(path: Path) -> None:
