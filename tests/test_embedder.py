@@ -166,11 +166,17 @@ async def test_onnx_backend_gives_the_torch_vectors(tmp_path: Path) -> None:
         got = await onnx.embed(texts)
         singles = [(await onnx.embed([t], purpose="query"))[0] for t in ["a fresh query", "ok?"]]
         ref_singles = await ref.embed(["a fresh query", "ok?"])
+        # The export traced a copy: the torch model it came from still pads batches right.
+        after = LocalEmbedder(Settings(embed_provider="local", embed_backend="torch", data_dir=tmp_path))
+        after._tokenizer, after._model = onnx._tokenizer, onnx._model
+        untouched = await after.embed([f"{t} again" for t in texts])
+        expected_again = await ref.embed([f"{t} again" for t in texts])
+        await after.aclose()
     finally:
         await ref.aclose()
         await onnx.aclose()
     assert onnx.name == ref.name == "local:all-MiniLM-L6-v2"  # one vector space, one name
-    for a, b in zip([*got, *singles], [*expected, *ref_singles], strict=True):
+    for a, b in zip([*got, *singles, *untouched], [*expected, *ref_singles, *expected_again], strict=True):
         assert a.dtype == np.float32 and not a.flags.writeable
         assert cosine(a, b) > 0.9999
     exported = list((tmp_path / "embed-cache").glob("*.onnx"))

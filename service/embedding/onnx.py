@@ -9,6 +9,7 @@ onnxruntime.quantization.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import tempfile
@@ -21,6 +22,8 @@ import numpy.typing as npt
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 # Opset 17 has LayerNormalization as one node; ORT fuses the BERT attention from it.
 OPSET = 17
+# Part of the cache key: bump when the export itself changes.
+EXPORT_VERSION = 2
 
 
 def _cache_key(model_dir: Path, variant: str) -> str:
@@ -28,7 +31,7 @@ def _cache_key(model_dir: Path, variant: str) -> str:
     import torch
 
     h = hashlib.sha256()
-    h.update(f"{variant}|{torch.__version__}|{onnxruntime.__version__}|{OPSET}".encode())
+    h.update(f"{variant}|{torch.__version__}|{onnxruntime.__version__}|{OPSET}|{EXPORT_VERSION}".encode())
     for name in sorted(os.listdir(model_dir)):
         path = model_dir / name
         if path.is_file():
@@ -67,15 +70,21 @@ def export(model: Any, tokenizer: Any, model_dir: Path, cache_dir: Path, *, int8
                 )
                 return out.last_hidden_state
 
-        sample = tokenizer(["an example input for the export"], return_tensors="pt")
+        # Two texts of different lengths: the trace then takes transformers' padded-mask path
+        # (with one unpadded text it may bake in "no padding").
+        sample = tokenizer(
+            ["an example input for the export, padded", "a shorter one"], padding=True, return_tensors="pt"
+        )
         if any(name not in sample for name in INPUT_NAMES):
             raise ValueError(f"the tokenizer does not give all of {INPUT_NAMES} (not a BERT-style model)")
         axes = {name: {0: "batch", 1: "seq"} for name in (*INPUT_NAMES, "last_hidden_state")}
 
         def write(path: Path) -> None:
             with torch.inference_mode():
+                # A copy: tracing leaves the traced module changed (its padded batches came out
+                # wrong afterwards, max error 5.6), and the caller keeps using `model`.
                 torch.onnx.export(
-                    _LastHidden(model),
+                    _LastHidden(copy.deepcopy(model)),
                     tuple(sample[name] for name in INPUT_NAMES),
                     str(path),
                     input_names=list(INPUT_NAMES),
