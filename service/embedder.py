@@ -1,6 +1,11 @@
 """Text embedders: the local all-MiniLM-L6-v2 model, any OpenAI-compatible endpoint, and a hash stand-in.
 
-Every embedder returns float32, L2-normalised vectors in input order. The vectors are read-only
+Every embedder returns float32, L2-normalised vectors in input order. `embed(texts, purpose=,
+project=)` says whether a context call waits on the result (`query`) or a write (`write`), and for
+which project: the local model's scheduler (service/embedding/scheduler.py) puts queries first and
+shares the model between projects in turn; the OpenAI-compatible client lets queries skip the
+write slots. The local model runs on torch or ONNX Runtime (HAKI_EMBED_BACKEND,
+service/embedding/onnx.py). The vectors are read-only
 because the local embedder hands the same array objects to every caller that hits its cache.
 """
 

@@ -271,6 +271,12 @@ async def test_a_write_over_the_budget_is_429_with_retry_after(settings: Any, co
         )
         assert facts.status_code == 200
         assert len(facts.json()["facts"]) == 1
+        # With an Idempotency-Key the refusal is not recorded: a retry is refused again, not
+        # replayed and not stuck "in progress".
+        keyed = {**bearer(key), "Idempotency-Key": "budget-test"}
+        for _ in range(2):
+            r3 = await client.post("/v1/facts", json=body, headers=keyed)
+            assert r3.status_code == 429, r3.text
         ctx = await client.post(
             "/v1/context",
             json={"project_id": "proj-a", "subject_id": "u1", "query": "x" * 100},
