@@ -1,6 +1,7 @@
-"""Sustained mixed load against the real server: throughput, latency percentiles, errors.
+"""Sustained mixed load against the real server at several concurrencies: throughput, latency, errors.
 
-    .venv/bin/python -m benchmarks.load                       # 16 clients, 60 s, local model
+    .venv/bin/python -m benchmarks.load                       # 1, 4 and 16 clients, 30 s each, local model
+    .venv/bin/python -m benchmarks.load --concurrency 16 --duration 60
     .venv/bin/python -m benchmarks.load --duration 10 --embed hash   # a quick smoke run
 
 What it does:
@@ -9,12 +10,14 @@ What it does:
    HAKI_RATE_LIMIT_PER_MINUTE=0 (one key sends thousands of requests a minute here; the limit is a
    per-agent guard, not what is measured). Every other setting is the service's default.
 2. seeds --subjects subjects with 100 facts and 20 events each, through the API;
-3. runs --concurrency clients for --duration seconds, each sending its next request as soon as
-   the previous one is answered: 80% POST /v1/context (a question never asked before, so the
-   embedder's cache does not help), 20% writes (3 in 4 POST /v1/facts of 2 facts, 1 in 4
-   POST /v1/events of 2 events), on random subjects;
-4. prints throughput, p50/p90/p99 per kind and overall, and every error (any non-2xx or
-   transport failure counts). Exit status 1 when there was any error.
+3. for each --concurrency level in turn, on the same server, runs that many clients for
+   --duration seconds, each sending its next request as soon as the previous one is answered:
+   80% POST /v1/context (a question never asked before, so the embedder's cache does not help),
+   20% writes (3 in 4 POST /v1/facts of 2 facts, 1 in 4 POST /v1/events of 2 events), on random
+   subjects;
+4. prints throughput, p50/p95/p99 per kind and overall, every error (any non-2xx or transport
+   failure counts), and the throughput of each level as a ratio to the first level's (issue 13's
+   target: 16 clients >= 1.8x one client). Exit status 1 when there was any error.
 """
 
 from __future__ import annotations
@@ -181,29 +184,29 @@ async def client_loop(
             out.latencies[kind].append(elapsed)
 
 
-async def run(args: argparse.Namespace, base_url: str, key: str) -> Results:
-    limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency)
+async def run(args: argparse.Namespace, base_url: str, key: str) -> dict[int, Results]:
+    most = max(args.concurrency)
+    limits = httpx.Limits(max_connections=most, max_keepalive_connections=most)
     async with httpx.AsyncClient(base_url=base_url, timeout=60, limits=limits) as client:
         print(f"seeding {args.subjects} subjects x (100 facts + 20 events)...", file=sys.stderr)
         await seed(client, key, args.subjects)
-        out = Results()
-        # A short warm-up (model, pool, plans) outside the measured window.
-        warm = Results()
-        warm_end = time.monotonic() + args.warmup
-        await asyncio.gather(
-            *(client_loop(client, key, w, args, warm_end, warm) for w in range(args.concurrency))
-        )
-        print(f"running {args.concurrency} clients for {args.duration:.0f} s...", file=sys.stderr)
-        out.started = time.monotonic()
-        deadline = out.started + args.duration
-        await asyncio.gather(
-            *(client_loop(client, key, w, args, deadline, out) for w in range(args.concurrency))
-        )
-        out.ended = time.monotonic()
-        return out
+        by_level: dict[int, Results] = {}
+        for level in args.concurrency:
+            # A short warm-up (model, pool, plans, the level's connections) outside the window.
+            warm = Results()
+            warm_end = time.monotonic() + args.warmup
+            await asyncio.gather(*(client_loop(client, key, w, args, warm_end, warm) for w in range(level)))
+            print(f"running {level} clients for {args.duration:.0f} s...", file=sys.stderr)
+            out = Results()
+            out.started = time.monotonic()
+            deadline = out.started + args.duration
+            await asyncio.gather(*(client_loop(client, key, w, args, deadline, out) for w in range(level)))
+            out.ended = time.monotonic()
+            by_level[level] = out
+        return by_level
 
 
-def report(args: argparse.Namespace, out: Results) -> dict[str, Any]:
+def report(args: argparse.Namespace, level: int, out: Results) -> dict[str, Any]:
     seconds = out.ended - out.started
     every = [v for values in out.latencies.values() for v in values]
     errors = sum(out.errors.values())
@@ -213,14 +216,14 @@ def report(args: argparse.Namespace, out: Results) -> dict[str, Any]:
             "requests": len(values),
             "per_s": round(len(values) / seconds, 1),
             "p50_ms": round(percentile(values, 50) * 1000, 1),
-            "p90_ms": round(percentile(values, 90) * 1000, 1),
+            "p95_ms": round(percentile(values, 95) * 1000, 1),
             "p99_ms": round(percentile(values, 99) * 1000, 1),
         }
 
     summary = {
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU(s), Python {platform.python_version()}",
         "embedder": args.embed,
-        "concurrency": args.concurrency,
+        "concurrency": level,
         "duration_s": round(seconds, 1),
         "write_share": args.write_share,
         "all": row(every),
@@ -228,12 +231,12 @@ def report(args: argparse.Namespace, out: Results) -> dict[str, Any]:
         "errors": errors,
         "error_kinds": dict(out.errors),
     }
-    print(f"\n{summary['machine']}; embedder {args.embed}; {args.concurrency} clients for {seconds:.1f} s")
-    print(f"{'':9} {'requests':>9} {'req/s':>7} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8}")
+    print(f"\n{summary['machine']}; embedder {args.embed}; {level} clients for {seconds:.1f} s")
+    print(f"{'':9} {'requests':>9} {'req/s':>7} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8}")
     for name in ("all", "context", "facts", "events"):
         r = summary[name]
         print(
-            f"{name:9} {r['requests']:>9} {r['per_s']:>7} {r['p50_ms']:>8} {r['p90_ms']:>8} {r['p99_ms']:>8}"
+            f"{name:9} {r['requests']:>9} {r['per_s']:>7} {r['p50_ms']:>8} {r['p95_ms']:>8} {r['p99_ms']:>8}"
         )
     print(f"errors: {errors}")
     for kind, n in out.errors.most_common():
@@ -245,8 +248,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--duration", type=float, default=60.0)
+    parser.add_argument(
+        "--concurrency", type=int, nargs="+", default=[1, 4, 16], help="client counts, in turn"
+    )
+    parser.add_argument("--duration", type=float, default=30.0, help="measured seconds per level")
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--write-share", type=float, default=0.2)
     parser.add_argument("--subjects", type=int, default=20)
@@ -266,14 +271,23 @@ def main(argv: list[str] | None = None) -> int:
             key = server.create_key()
             server.start()
             base_url = server.url
-        out = asyncio.run(run(args, base_url, key))
+        by_level = asyncio.run(run(args, base_url, key))
     finally:
         if server is not None:
             server.stop()
-    summary = report(args, out)
+    summaries = [report(args, level, out) for level, out in by_level.items()]
+    first = summaries[0]
+    print("\n| clients | req/s | ratio to " + str(first["concurrency"]) + " | p50 ms | p95 ms | errors |")
+    print("|---|---|---|---|---|---|")
+    for s in summaries:
+        ratio = s["all"]["per_s"] / first["all"]["per_s"] if first["all"]["per_s"] else float("nan")
+        print(
+            f"| {s['concurrency']} | {s['all']['per_s']} | {ratio:.2f} | {s['all']['p50_ms']} "
+            f"| {s['all']['p95_ms']} | {s['errors']} |"
+        )
     if args.json:
-        args.json.write_text(json.dumps(summary, indent=2) + "\n")
-    return 1 if summary["errors"] else 0
+        args.json.write_text(json.dumps(summaries, indent=2) + "\n")
+    return 1 if any(s["errors"] for s in summaries) else 0
 
 
 if __name__ == "__main__":

@@ -126,3 +126,19 @@ SET status = CASE WHEN :retract::boolean THEN 'retracted' ELSE status END,
 WHERE project_id = :project_id
   AND fact_id = :fact_id
 RETURNING fact_id;
+
+-- name: lock_fact_keys(project_id, subject_id, keys)!
+-- Serialises conflict detection per (project, subject, key) until the transaction ends.
+-- A write of a key waits here for a concurrent write of the same key to commit, so its
+-- detect_conflicts sees that write's facts (without it two racing writes both stayed active,
+-- docs/reliability.md). Locks are taken in lock-id order, whatever the batch's order, so two
+-- batches sharing keys wait instead of deadlocking; other keys never wait. A hash collision only
+-- makes two keys share a lock.
+SELECT pg_advisory_xact_lock(k.lock_id)
+FROM (
+    SELECT DISTINCT hashtextextended(t.key, hashtextextended(:subject_id, hashtextextended(:project_id, 0)))
+        AS lock_id
+    FROM unnest(:keys::text[]) AS t(key)
+    WHERE t.key IS NOT NULL
+    ORDER BY lock_id
+) AS k;

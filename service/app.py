@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 from litestar import Litestar
@@ -15,6 +16,7 @@ from litestar.openapi.spec import Components, SecurityScheme
 
 from service import __version__
 from service.db import create_pool
+from service.embedded import Supervisor
 from service.embedder import Embedder, build_embedder, check_embedder
 from service.errors import handle_exception
 from service.handlers.context import ContextController
@@ -26,11 +28,17 @@ from service.handlers.deps import (
     release_after_exception,
 )
 from service.handlers.health import healthz
-from service.handlers.memory import ConflictsController, EventsController, FactsController
+from service.handlers.memory import (
+    ConflictsController,
+    EventsController,
+    FactsController,
+    provide_project_id,
+)
 from service.observability.metrics import Metrics, metrics_endpoint
 from service.observability.ui import TraceInspector
 from service.ratelimit import RateLimiter, WorkRateLimiter
 from service.settings import Settings
+from service.strict_body import check_json_body
 
 
 def create_app(
@@ -50,15 +58,30 @@ def create_app(
             await check_embedder(app.state.embedder)
         if own_pool:
             app.state.pool = await create_pool(settings)
+        supervising = None
+        if own_pool and settings.database_url is None:  # embedded mode: Haki owns the server
+            supervising = asyncio.create_task(supervisor(app).run(), name="embedded-postgres-supervisor")
         try:
             yield
         finally:
+            if supervising is not None:
+                supervising.cancel()
+                with suppress(asyncio.CancelledError):
+                    await supervising
             if own_pool:
                 await app.state.pool.close()
             if own_embedder:
                 await app.state.embedder.aclose()
 
     metrics = Metrics()
+
+    def supervisor(app: Litestar) -> Supervisor:
+        async def restarted() -> None:
+            metrics.embedded_restarts.inc()
+            await app.state.pool.expire_connections()  # all dead: replaced now, not one failure each
+
+        return Supervisor(settings.data_dir, on_restart=restarted)
+
     return Litestar(
         route_handlers=[
             healthz,
@@ -86,8 +109,11 @@ def create_app(
             "principal": Provide(provide_principal),
             "embedder": Provide(provide_embedder, sync_to_thread=False),
             "settings": Provide(provide_settings, sync_to_thread=False),
+            "project_id": Provide(provide_project_id),
         },
         exception_handlers={Exception: handle_exception},
+        # Media type, nesting depth and JSON syntax of a body, before it is decoded or the key read.
+        before_request=check_json_body,
         after_exception=[release_after_exception],
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
+import os
 import signal
+import socket
 import sys
 import warnings
 from collections.abc import Awaitable, Callable
@@ -15,13 +18,16 @@ from uuid import UUID
 
 import asyncpg
 
-from service import auth
+from service import __version__, auth
 from service import repository as repo
 from service.db import connect
 from service.migrations import MigrationError, migrate
 from service.settings import Settings, SettingsError
 
 T = TypeVar("T")
+
+# Loggers of the embedded PostgreSQL (pgserver, service/embedded.py): quiet unless --log-level debug.
+QUIET_UNLESS_DEBUG = ("pgserver", "haki.embedded")
 
 
 async def _with_migrated_conn(settings: Settings, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
@@ -37,6 +43,26 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
+def port_in_use(host: str, port: int) -> str | None:
+    """Why HOST:PORT cannot be listened on, checked before the start-up (embedded PostgreSQL,
+    migrations, the model: 20 s and more) rather than reported by uvicorn after it; None if free."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        return f"unknown host ({exc.strerror})"
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        # uvicorn sets SO_REUSEADDR too: a port in TIME_WAIT is free for both.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return "the port is already in use (another haki serve? pick one with --port)"
+            return exc.strerror or str(exc)
+    return None
+
+
 def _serve(settings: Settings, args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -47,6 +73,10 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
     # so the embedded PostgreSQL handle would never be released and the server would outlive the
     # last `haki` process. A normal exit runs that cleanup.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    busy = port_in_use(args.host, args.port)
+    if busy is not None:
+        print(f"haki: cannot serve on {args.host}:{args.port}: {busy}", file=sys.stderr)
+        return 2
     asyncio.run(_migrate_only(settings))
     uvicorn.run(
         create_app(settings),
@@ -95,13 +125,30 @@ def _keys_revoke(settings: Settings, args: argparse.Namespace) -> int:
             raise SettingsError("revoking by key id needs --project PROJECT_ID")
         return await auth.revoke_key_id(conn, args.project, UUID(target))
 
+    if not target.startswith(auth.KEY_PREFIX):
+        try:
+            UUID(target)
+        except ValueError:
+            print(
+                f"haki: {target!r} is neither an API key ({auth.KEY_PREFIX}...) nor a key id (a UUID, "
+                "as `haki keys list PROJECT_ID` shows)",
+                file=sys.stderr,
+            )
+            return 2
     revoked = asyncio.run(_with_migrated_conn(settings, work))
     print("revoked" if revoked else "no such live key", file=sys.stderr)
     return 0 if revoked else 1
 
 
+KEYS_HEADER = "key_id\tcreated_at\tstate\tlabel"
+
+
 def _keys_list(settings: Settings, args: argparse.Namespace) -> int:
     rows = asyncio.run(_with_migrated_conn(settings, lambda conn: repo.list_api_keys(conn, args.project_id)))
+    if not rows:
+        print(f"no keys for project {args.project_id!r} (`haki keys create` makes one)", file=sys.stderr)
+        return 0
+    print(KEYS_HEADER)
     for r in rows:
         state = f"revoked {r['revoked_at'].isoformat()}" if r["revoked_at"] else "live"
         print(f"{r['key_id']}\t{r['created_at'].isoformat()}\t{state}\t{r['label'] or ''}")
@@ -112,44 +159,105 @@ def _import(settings: Settings, args: argparse.Namespace) -> int:
     # Imported here: rich and the embedder stack are not needed by the other commands.
     from service import importer
 
+    path = Path(args.file)
+    kind = args.kind
+    if kind is None:
+        kind = importer.detect_kind(path)
+        print(
+            f"haki import: importing {kind} (detected from the first line; --kind to say so)", file=sys.stderr
+        )
+    url = args.url or os.environ.get("HAKI_URL") or None
+    remote = None
+    if url:
+        api_key = os.environ.get("HAKI_API_KEY", "")
+        if not api_key:
+            print(
+                "haki import: HAKI_URL is set, so HAKI_API_KEY must hold a key of the project",
+                file=sys.stderr,
+            )
+            return 2
+        remote = importer.Remote(url=url, api_key=api_key)
     options = importer.ImportOptions(
-        path=Path(args.file),
+        path=path,
         project_id=args.project,
         subject_id=args.subject,
-        kind=args.kind,
+        kind=kind,
         restart=args.restart,
         batch_size=args.batch_size,
+        remote=remote,
     )
     return importer.main_sync(settings, options)
 
 
+LOG_LEVELS = ["critical", "error", "warning", "info", "debug"]
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="haki", description="Haki memory service for AI agents.")
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="haki", description="Haki memory service for AI agents.", formatter_class=fmt
+    )
+    parser.add_argument("--version", action="version", version=f"haki {__version__}")
+    # Every command takes --log-level; the embedded PostgreSQL's start/stop chatter shows only at debug.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default="warning",
+        help="log level on stderr; `debug` also shows the embedded PostgreSQL's start and stop",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    serve = sub.add_parser("serve", help="apply pending migrations, then serve the HTTP API")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--log-level", default="info")
+    serve = sub.add_parser(
+        "serve",
+        help="apply pending migrations, then serve the HTTP API",
+        description="Apply pending migrations, then serve the HTTP API (GET /healthz answers 200 "
+        "once ready). With HAKI_DATABASE_URL unset, starts or joins the embedded PostgreSQL kept in "
+        "HAKI_DATA_DIR.",
+        formatter_class=fmt,
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="interface to listen on (0.0.0.0: all)")
+    serve.add_argument("--port", type=int, default=8000, help="TCP port to listen on")
+    serve.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default="info",
+        help="log level of the server; `debug` also shows the embedded PostgreSQL's start and stop",
+    )
     serve.add_argument("--access-log", action="store_true", help="log every request")
     serve.set_defaults(func=_serve)
 
-    mig = sub.add_parser("migrate", help="apply pending migrations and exit")
+    mig = sub.add_parser(
+        "migrate", help="apply pending migrations and exit", parents=[common], formatter_class=fmt
+    )
     mig.set_defaults(func=_migrate)
 
-    keys = sub.add_parser("keys", help="manage API keys")
+    keys = sub.add_parser("keys", help="manage API keys", formatter_class=fmt)
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
     create = keys_sub.add_parser(
-        "create", help="print a new API key for PROJECT_ID (only its hash is stored)"
+        "create",
+        help="print a new API key for PROJECT_ID (only its hash is stored)",
+        parents=[common],
+        formatter_class=fmt,
     )
     create.add_argument("project_id", metavar="PROJECT_ID")
     create.add_argument("--label", default=None, help="a note to tell keys apart")
     create.set_defaults(func=_keys_create)
-    revoke = keys_sub.add_parser("revoke", help="revoke a key at once (the key itself, or a key id)")
-    revoke.add_argument("key", metavar="KEY_OR_KEY_ID")
+    revoke = keys_sub.add_parser(
+        "revoke",
+        help="revoke a key at once (the key itself, or a key id)",
+        parents=[common],
+        formatter_class=fmt,
+    )
+    revoke.add_argument("key", metavar="KEY_OR_KEY_ID", help="the key (hk_...) or its key id (a UUID)")
     revoke.add_argument("--project", default=None, help="the project, when revoking by key id")
     revoke.set_defaults(func=_keys_revoke)
-    lst = keys_sub.add_parser("list", help="list the keys of a project (ids, never the keys)")
+    lst = keys_sub.add_parser(
+        "list",
+        help="list the keys of a project (ids, never the keys)",
+        parents=[common],
+        formatter_class=fmt,
+    )
     lst.add_argument("project_id", metavar="PROJECT_ID")
     lst.set_defaults(func=_keys_list)
 
@@ -158,23 +266,44 @@ def build_parser() -> argparse.ArgumentParser:
         help="bulk-load a JSONL file of facts (or events) into one scope, resumably",
         description="Each line is one fact (or event) object as in POST /v1/facts (/v1/events). "
         "Bad lines are reported by line number and never stop the import; the position of the "
-        "last committed batch is kept in FILE.haki-progress, so the same command resumes.",
+        "last committed batch is kept in FILE.haki-progress, so the same command resumes. "
+        "Writes straight to the database, or, with --url or HAKI_URL set, through a running "
+        "Haki's HTTP API with the key in HAKI_API_KEY.",
         epilog="Exit status: 0 every line written; 1 finished with rejected lines, or stopped by an "
         "error (the position is kept); 2 usage error; 130 interrupted (the position is kept).",
+        parents=[common],
+        formatter_class=fmt,
     )
     imp.add_argument("file", metavar="FILE.jsonl")
     imp.add_argument("--project", required=True, help="project id")
     imp.add_argument("--subject", required=True, help="subject id")
-    imp.add_argument("--kind", choices=["facts", "events"], default="facts")
+    imp.add_argument(
+        "--kind",
+        choices=["facts", "events"],
+        default=None,
+        help="what the lines are (default: events if the first line has occurred_at, else facts)",
+    )
     imp.add_argument("--restart", action="store_true", help="ignore a saved position and start over")
     imp.add_argument("--batch-size", type=int, default=1000, help="lines per atomic batch (1..1000)")
+    imp.add_argument(
+        "--url",
+        default=None,
+        help="base URL of a running Haki (default: $HAKI_URL; unset: write to the database directly)",
+    )
     imp.set_defaults(func=_import)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if args.log_level != "debug":
+        # 1..30 INFO lines per command (initdb's output, pg_ctl's command lines) said nothing a
+        # user acts on; a failure still logs at WARNING or above.
+        for name in QUIET_UNLESS_DEBUG:
+            logging.getLogger(name).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
     try:
         settings = Settings.from_env()

@@ -74,3 +74,8 @@ MAX_QUERY_CHARS: Final = 4000
 MAX_SCOPE_CHARS: Final = 200
 MAX_PAGE_LIMIT: Final = 500
 DEFAULT_PAGE_LIMIT: Final = 50
+
+# Request bodies (issue 12). The deepest body the contract needs is 4 levels plus a fact's
+# `metadata`; 64 leaves metadata 60 levels. Deeper JSON is refused before it is decoded: msgspec
+# ran out of Python recursion near 1,000 levels (a 2 KB body) and the request was a 500.
+MAX_JSON_DEPTH: Final = 64

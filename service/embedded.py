@@ -6,11 +6,14 @@ directory (it keeps a cross-process handle list), so two `haki` processes share 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import time
 import urllib.parse
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 log = logging.getLogger("haki.embedded")
 
@@ -54,6 +57,7 @@ def embedded_server(data_dir: Path) -> Any:
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     server = _SERVERS.get(pgdata)
     if server is None:
+        forget_dead_handles(pgdata)
         log.info("starting or joining the embedded PostgreSQL in %s", pgdata)
         if pgdata in PostgresServer._instances or (pgdata / "PG_VERSION").exists():
             server = get_server(pgdata, cleanup_mode="stop")
@@ -68,3 +72,142 @@ def embedded_url(data_dir: Path, database: str = "postgres") -> str:
     uri: str = embedded_server(data_dir).get_uri()
     parts = urllib.parse.urlsplit(uri)
     return urllib.parse.urlunsplit(parts._replace(path="/" + database))
+
+
+# --- supervision (issue 12, #5) ---------------------------------------------------------------
+
+HANDLE_LIST: Final = ".handle_pids.json"
+# How often the postmaster is looked at: the outage after a crash is this plus the restart
+# (0.3 s here), and a look is one kill(pid, 0).
+CHECK_INTERVAL_SECONDS: Final = 1.0
+# Back-off between failed restarts (doubling from the first): a server that cannot start (disk
+# full, a port or a shared memory segment still held) is retried for ever, at most every 30 s.
+RESTART_BACKOFF_FIRST_SECONDS: Final = 0.5
+RESTART_BACKOFF_MAX_SECONDS: Final = 30.0
+# A killed postmaster stays a zombie until its parent reaps it (0.5 to 1.5 s here): polled this
+# often, for at most REAP_WAIT_SECONDS before the attempt counts as failed.
+REAP_POLL_SECONDS: Final = 0.1
+REAP_WAIT_SECONDS: Final = 10.0
+
+
+def forget_dead_handles(pgdata: Path) -> list[int]:
+    """Drops the pids of processes that no longer run from pgserver's handle list; returns them.
+
+    pgserver stops the server when the last process holding a handle exits, and it knows them by
+    the pids in `.handle_pids.json`. A process that crashed (kill -9) never removed its pid, so a
+    later clean exit of the last live one left PostgreSQL running with its memory held."""
+    from pgserver.postgres_server import PostgresServer
+    from pgserver.utils import DiskList
+
+    if not (pgdata / HANDLE_LIST).exists():
+        return []
+    handles = DiskList(pgdata / HANDLE_LIST)
+    with PostgresServer._lock:  # the lock pgserver takes around every change of the list
+        pids = handles.get()
+        dead = [pid for pid in pids if not _running(pid)]
+        if dead:
+            handles.put([pid for pid in pids if pid not in dead])
+    if dead:
+        log.warning("embedded PostgreSQL: forgot the handles of %d exited process(es): %s", len(dead), dead)
+    return dead
+
+
+def _running(pid: int) -> bool:
+    """A zombie (exited, not yet reaped: what a killed postmaster stays under a container's PID 1
+    that reaps nothing) is not running."""
+    import psutil  # type: ignore[import-untyped]  # pgserver depends on it
+
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+class PostmasterNotReaped(RuntimeError):
+    """The dead postmaster is a zombie: PostgreSQL would take its pid in postmaster.pid for a live
+    server and refuse to start, and removing that file could start a second server next to its
+    surviving backends. Wait for the parent to reap it (about 2 s here), then start."""
+
+
+def restart_backoff_seconds(failures: int) -> float:
+    """The wait after `failures` failed restarts in a row (1 -> 0.5 s, 2 -> 1 s, ... 30 s at most)."""
+    return float(min(RESTART_BACKOFF_MAX_SECONDS, RESTART_BACKOFF_FIRST_SECONDS * 2 ** max(0, failures - 1)))
+
+
+class Supervisor:
+    """Keeps the embedded PostgreSQL of a data directory running while `haki serve` runs.
+
+    In embedded mode Haki owns the server: when its postmaster died (kill -9, the OOM killer) the
+    service answered 503 until a person restarted it. The supervisor notices within
+    CHECK_INTERVAL_SECONDS, starts it again through pgserver (same data directory, same socket,
+    so the pool's URL still holds), with a bounded back-off while starting fails, and once it
+    runs again counts the restart and calls `on_restart` (metrics, drop the pool's dead
+    connections). Another `haki` process sharing the server may restart it first: pgserver's
+    lock makes this one join it, and each process counts the restart it saw."""
+
+    def __init__(self, data_dir: Path, on_restart: Callable[[], Awaitable[None]] | None = None) -> None:
+        self.data_dir = data_dir
+        self.on_restart = on_restart
+        self.restarts = 0
+
+    def alive(self) -> bool:
+        info = embedded_server(self.data_dir).get_postmaster_info()
+        return info.pid is not None and _running(info.pid)
+
+    def restart(self) -> None:
+        """Blocking: waits for the dead postmaster to be reaped, then `pg_ctl -w start` (or joins
+        a server another process started meanwhile)."""
+        import psutil
+        from pgserver.postgres_server import PostgresServer
+        from pgserver.utils import PostmasterInfo
+
+        server = embedded_server(self.data_dir)
+        deadline = time.monotonic() + REAP_WAIT_SECONDS
+        while True:
+            with PostgresServer._lock:
+                found = PostmasterInfo.read_from_pgdata(server.pgdata)
+                if found is None or _running(found.pid) or not psutil.pid_exists(found.pid):
+                    server.ensure_postgres_running()
+                    return
+            if time.monotonic() > deadline:
+                raise PostmasterNotReaped(f"postmaster {found.pid} has exited but is not reaped yet")
+            time.sleep(REAP_POLL_SECONDS)
+
+    async def _recovered(self, down_since: float) -> None:
+        self.restarts += 1
+        log.warning(
+            "embedded PostgreSQL: running again %.2f s after its postmaster was found dead "
+            "(restart %d of this process)",
+            time.monotonic() - down_since, self.restarts,
+        )  # fmt: skip
+        if self.on_restart is not None:
+            await self.on_restart()
+
+    async def run(self) -> None:
+        failures = 0
+        down_since: float | None = None
+        while True:
+            await asyncio.sleep(restart_backoff_seconds(failures) if failures else CHECK_INTERVAL_SECONDS)
+            if await asyncio.to_thread(self.alive):
+                # Also the end of an outage whose last attempt timed out while the server it
+                # started was still in crash recovery (pgserver gives pg_ctl 10 s).
+                if down_since is not None:
+                    await self._recovered(down_since)
+                    down_since = None
+                failures = 0
+                continue
+            if down_since is None:
+                down_since = time.monotonic()
+                log.error("embedded PostgreSQL: the postmaster is gone; restarting it")
+            try:
+                await asyncio.to_thread(self.restart)
+            except Exception as exc:  # pg_ctl failed or timed out: try again, later each time
+                failures += 1
+                log.error(
+                    "embedded PostgreSQL: restart attempt %d failed (%s: %s); next in %.1f s",
+                    failures, type(exc).__name__, str(exc)[:200], restart_backoff_seconds(failures),
+                )  # fmt: skip
+                continue
+            failures = 0
+            await self._recovered(down_since)
+            down_since = None

@@ -8,6 +8,10 @@ The record is claimed, filled and committed in the transaction of the write itse
 committed write always has its record and two concurrent retries cannot both write: the second
 blocks on the first's claim, then replays what the first committed. Only successful responses are
 recorded: a failed request wrote nothing, so its retry runs again.
+
+The embedder runs before that transaction begins (`prepare`), never inside it: a batch whose
+embedding outlasted idle_in_transaction_session_timeout (60 s) was killed with its claim, and every
+retry failed the same way (issue 12). Two concurrent retries may both embed; only one writes.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from service.errors import Conflict
 from service.settings import Settings
 
 T = TypeVar("T", bound=msgspec.Struct)
+P = TypeVar("P")
 
 MAX_KEY_CHARS = 255
 # Expired records of the project deleted per claim: enough to keep up with any write rate that
@@ -69,17 +74,21 @@ async def run_once(
     request: msgspec.Struct,
     status_code: int,
     response_type: type[T],
-    write: Callable[[], Awaitable[T]],
+    prepare: Callable[[], Awaitable[P]],
+    write: Callable[[P], Awaitable[T]],
 ) -> Outcome[T]:
+    """`prepare` (checks, embedding) runs outside any transaction; `write(prepared)` inside the
+    one that claims the key."""
     # Before any lookup: another project's key must not replay this project's responses.
     principal.require(project_id)
     if key is None:
-        return Outcome(body=await write(), status_code=status_code, replayed=False)
+        return Outcome(body=await write(await prepare()), status_code=status_code, replayed=False)
     digest = request_digest(route, request)
     # The common retry is answered from the record, before any embedding or lock.
     replay = await _replay(conn, project_id, key, digest, response_type)
     if replay is not None:
         return replay
+    prepared = await prepare()
     async with conn.transaction():
         await repo.purge_idempotency_keys(conn, project_id, PURGE_BATCH)
         claimed = await repo.claim_idempotency_key(
@@ -93,6 +102,6 @@ async def run_once(
                     "A request with this Idempotency-Key is in progress; retry.", idempotency_key=key
                 )
             return replay
-        body = await write()
+        body = await write(prepared)
         await repo.store_idempotent_response(conn, project_id, key, status_code, body)
     return Outcome(body=body, status_code=status_code, replayed=False)

@@ -3,7 +3,11 @@
 Each line is one FactIn (or EventIn) object. Lines are validated one by one with the request
 Structs, then written in batches of up to 1,000 by service.memory.write_facts / write_events,
 in-process, so an import obeys exactly the rules of POST /v1/facts (conflict detection,
-supersedes, embeddings) without HTTP in between.
+supersedes, embeddings) without HTTP in between. With `--url` or HAKI_URL (and the key in
+HAKI_API_KEY) the batches go through a running Haki's HTTP API instead, for an operator without
+database access; the rules, the line-by-line rejection and the resuming are the same.
+
+`--kind` left out, the kind is read off the first line: events have `occurred_at`, facts never.
 
 A bad line never stops the import: invalid JSON, a Struct violation, or a rule only the service
 checks (`InvalidInput` naming `facts[i]`) rejects that line alone, and the summary lists it with
@@ -29,8 +33,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
-from uuid import UUID
+from uuid import NAMESPACE_URL, UUID, uuid5
 
+import httpx
 import msgspec
 from rich.console import Console
 from rich.progress import (
@@ -107,6 +112,14 @@ class _Scope(msgspec.Struct, forbid_unknown_fields=True):
 
 
 @dataclass(frozen=True)
+class Remote:
+    """A running Haki to import through (`--url` or HAKI_URL, with HAKI_API_KEY)."""
+
+    url: str
+    api_key: str
+
+
+@dataclass(frozen=True)
 class ImportOptions:
     path: Path
     project_id: str
@@ -115,6 +128,7 @@ class ImportOptions:
     restart: bool = False
     batch_size: int = MAX_BATCH
     show_progress: bool = True
+    remote: Remote | None = None
 
 
 @dataclass
@@ -188,7 +202,10 @@ def _batches(opts: ImportOptions, start_offset: int, start_line: int) -> Iterato
                 try:
                     batch.items.append((line_no, decoder.decode(text)))
                 except msgspec.ValidationError as exc:
-                    batch.rejects.append(Rejected(line_no, f"invalid {opts.kind[:-1]}: {_short(exc)}"))
+                    error = f"invalid {opts.kind[:-1]}: {_short(exc)}"
+                    if opts.kind == "facts" and "`occurred_at`" in str(exc):
+                        error += " (an event? import events with --kind events)"
+                    batch.rejects.append(Rejected(line_no, error))
                 except msgspec.DecodeError as exc:
                     batch.rejects.append(Rejected(line_no, f"invalid JSON: {_short(exc)}"))
             batch.end_offset, batch.end_line = offset, line_no
@@ -231,6 +248,126 @@ async def _write_batch(
             continue
         return len(items)
     return 0
+
+
+def detect_kind(path: Path) -> Kind:
+    """`events` when the file's first non-empty line is an object with `occurred_at` (every event
+    has it, no fact does), else `facts`; an unreadable first line is left to the import to report."""
+    try:
+        with path.open("rb") as f:
+            for raw in f:
+                if raw.strip():
+                    first = msgspec.json.decode(raw)
+                    return "events" if isinstance(first, dict) and "occurred_at" in first else "facts"
+    except (OSError, msgspec.DecodeError):
+        pass
+    return "facts"
+
+
+class _LocalWriter:
+    """Writes batches in-process, straight to the database (the default)."""
+
+    def __init__(self, settings: Settings, embedder: Embedder, pool: Any) -> None:
+        self.settings, self.embedder, self.pool = settings, embedder, pool
+
+    @classmethod
+    async def open(cls, settings: Settings) -> _LocalWriter:
+        conn = await connect(settings)
+        try:
+            await migrate(conn)
+        finally:
+            await conn.close()
+        embedder = build_embedder(settings)
+        await check_embedder(embedder)
+        return cls(settings, embedder, await create_pool(settings))
+
+    async def write(self, opts: ImportOptions, batch: _Batch) -> int:
+        async with self.pool.acquire() as conn:
+            return await _write_batch(conn, self.embedder, self.settings, opts, batch)
+
+    async def aclose(self) -> None:
+        await self.pool.close()
+        await self.embedder.aclose()
+
+
+class RemoteError(Exception):
+    """The remote Haki refused a batch as a whole (bad key, another project, unavailable)."""
+
+
+class _RemoteWriter:
+    """Writes batches through a running Haki's HTTP API, with the same per-line rejection as the
+    local writer: a 4xx naming `facts[i]` (`events[i]`) rejects that line and the rest is sent
+    again. Each request carries an Idempotency-Key derived from the file, the scope and the lines
+    sent, so a batch resent after a lost answer is never written twice."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+
+    @classmethod
+    async def open(cls, remote: Remote, opts: ImportOptions) -> _RemoteWriter:
+        client = httpx.AsyncClient(
+            base_url=remote.url.rstrip("/"),
+            headers={"Authorization": f"Bearer {remote.api_key}"},
+            timeout=httpx.Timeout(120.0, connect=10.0),
+        )
+        try:
+            # The key and the project are checked before the first batch, not by it.
+            r = await client.get("/v1/facts", params={"project_id": opts.project_id, "limit": 1})
+        except httpx.HTTPError as exc:
+            await client.aclose()
+            raise ImportAborted(f"{remote.url}: no answer ({exc!r})") from exc
+        if r.status_code != 200:
+            await client.aclose()
+            raise ImportAborted(f"{remote.url}: {r.status_code} {_error_message(r)}")
+        return cls(client)
+
+    async def write(self, opts: ImportOptions, batch: _Batch) -> int:
+        items = list(batch.items)
+        while items:
+            body = {
+                "project_id": opts.project_id,
+                "subject_id": opts.subject_id,
+                opts.kind: [msgspec.to_builtins(i) for _, i in items],
+            }
+            sent = f"{opts.path.resolve()}|{opts.project_id}|{opts.subject_id}|{[n for n, _ in items]}"
+            r = await self.client.post(
+                f"/v1/{opts.kind}",
+                content=msgspec.json.encode(body),
+                headers={
+                    "content-type": "application/json",
+                    "Idempotency-Key": str(uuid5(NAMESPACE_URL, sent)),
+                },
+            )
+            if r.status_code in (200, 201):
+                return len(items)
+            field_name = _error_field(r)
+            where = _ITEM_INDEX.match(field_name)
+            if r.status_code not in (400, 422) or where is None or int(where.group("i")) >= len(items):
+                raise RemoteError(f"{r.status_code} {_error_message(r)}")
+            line_no, _ = items.pop(int(where.group("i")))
+            message = re.sub(r"^(?:facts|events)\[\d+\]\.?", "", _error_message(r)).lstrip(": ")
+            batch.rejects.append(Rejected(line_no, f"refused: {message}"))
+        return 0
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def _error_body(r: httpx.Response) -> dict[str, Any]:
+    try:
+        body = r.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _error_message(r: httpx.Response) -> str:
+    return str(_error_body(r).get("message") or r.reason_phrase)
+
+
+def _error_field(r: httpx.Response) -> str:
+    details = _error_body(r).get("details")
+    return str(details.get("field", "")) if isinstance(details, dict) else ""
 
 
 class _RateColumn(ProgressColumn):
@@ -294,14 +431,15 @@ async def run_import(settings: Settings, opts: ImportOptions) -> int:
     if progress.line:
         err.print(f"resuming after line {progress.line} ({progress.written} {opts.kind} already written)")
 
-    conn = await connect(settings)
-    try:
-        await migrate(conn)
-    finally:
-        await conn.close()
-    embedder = build_embedder(settings)
-    await check_embedder(embedder)
-    pool = await create_pool(settings)
+    writer: _LocalWriter | _RemoteWriter
+    if opts.remote is not None:
+        try:
+            writer = await _RemoteWriter.open(opts.remote, opts)
+        except ImportAborted as exc:
+            err.print(f"haki import: {exc}", highlight=False, markup=False)
+            return EXIT_USAGE
+    else:
+        writer = await _LocalWriter.open(settings)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -323,8 +461,7 @@ async def run_import(settings: Settings, opts: ImportOptions) -> int:
             task = bar.add_task(f"importing {opts.kind}", total=total_lines, completed=progress.line)
             for batch in _batches(opts, progress.offset, progress.line):
                 if batch.items:
-                    async with pool.acquire() as conn:
-                        progress.written += await _write_batch(conn, embedder, settings, opts, batch)
+                    progress.written += await writer.write(opts, batch)
                 progress.offset, progress.line = batch.end_offset, batch.end_line
                 progress.rejected_count += len(batch.rejects)
                 room = MAX_LISTED_REJECTS - len(progress.rejected)
@@ -347,8 +484,7 @@ async def run_import(settings: Settings, opts: ImportOptions) -> int:
     finally:
         for sig in handled:
             loop.remove_signal_handler(sig)
-        await pool.close()
-        await embedder.aclose()
+        await writer.aclose()
 
     _summary(out, opts, progress, total_lines)
     if not progress.done:

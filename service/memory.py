@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -89,6 +90,25 @@ def _check_fact_items(req: WriteFactsRequest) -> None:
 async def write_facts(
     conn: repo.Conn, embedder: Embedder, settings: Settings, principal: Principal, req: WriteFactsRequest
 ) -> WriteFactsResponse:
+    """Checks and embeds the batch, then stores it (the importer's path; POST /v1/facts runs the
+    two steps through idempotency.run_once, which claims its key between them)."""
+    return await store_facts(conn, await prepare_facts(embedder, settings, principal, req))
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedFacts:
+    """A checked and embedded batch: all a write transaction needs, so none waits on the embedder."""
+
+    req: WriteFactsRequest
+    fact_ids: list[UUID]
+    columns: dict[str, list[Any]]
+
+
+async def prepare_facts(
+    embedder: Embedder, settings: Settings, principal: Principal, req: WriteFactsRequest
+) -> PreparedFacts:
+    """Everything before the transaction: checks, and the embedder call, which can take minutes on
+    a slow provider (a transaction held across it was killed by idle_in_transaction_session_timeout)."""
     principal.require(req.project_id)
     _check_fact_items(req)
     facts = req.facts
@@ -112,7 +132,19 @@ async def write_facts(
         "metadatas": [f.metadata for f in facts],
         "embeddings": embeddings,
     }
+    return PreparedFacts(req=req, fact_ids=fact_ids, columns=columns)
+
+
+async def store_facts(conn: repo.Conn, prepared: PreparedFacts) -> WriteFactsResponse:
+    req, fact_ids, columns = prepared.req, prepared.fact_ids, prepared.columns
+    facts = req.facts
     async with conn.transaction():
+        # First, before any row lock: a concurrent write of one of these keys commits before this
+        # one goes on, so detect_conflicts below sees its facts (issue 12: 18 of 24 racing pairs
+        # escaped detection without it, tests/test_write_races.py).
+        keys = [f.key for f in facts if f.key is not None]
+        if keys:
+            await repo.lock_fact_keys(conn, req.project_id, req.subject_id, keys)
         superseding = [(i, f.supersedes, f.valid_from) for i, f in enumerate(facts) if f.supersedes]
         if superseding:
             changed = await repo.supersede_facts(
@@ -206,12 +238,31 @@ async def patch_fact(conn: repo.Conn, principal: Principal, fact_id: UUID, req: 
 async def write_events(
     conn: repo.Conn, embedder: Embedder, principal: Principal, req: WriteEventsRequest
 ) -> WriteEventsResponse:
+    """Checks and embeds the batch, then stores it (see write_facts)."""
+    return await store_events(conn, await prepare_events(embedder, principal, req))
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedEvents:
+    """A checked and embedded batch of events (see PreparedFacts)."""
+
+    req: WriteEventsRequest
+    embeddings: list[Any]
+
+
+async def prepare_events(embedder: Embedder, principal: Principal, req: WriteEventsRequest) -> PreparedEvents:
     principal.require(req.project_id)
     events = req.events
     for i, e in enumerate(events):
         _check_timestamp(f"events[{i}].occurred_at", e.occurred_at)
         _check_metadata(f"events[{i}].metadata", e.metadata)
     embeddings = await embed_or_unavailable(embedder, [e.content for e in events], principal.project_id)
+    return PreparedEvents(req=req, embeddings=embeddings)
+
+
+async def store_events(conn: repo.Conn, prepared: PreparedEvents) -> WriteEventsResponse:
+    req, embeddings = prepared.req, prepared.embeddings
+    events = req.events
     event_ids = uuid7_batch(len(events))
     await repo.insert_events(
         conn,

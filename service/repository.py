@@ -100,6 +100,11 @@ async def detect_conflicts(
     return {r["fact_id"]: r["conflict_set_id"] for r in rows}
 
 
+async def lock_fact_keys(conn: Conn, project_id: str, subject_id: str, keys: Sequence[str | None]) -> None:
+    """Takes the transaction's lock on each key of a batch (None skipped): see queries/facts.sql."""
+    await q().lock_fact_keys(conn, project_id=project_id, subject_id=subject_id, keys=list(keys))
+
+
 def _fact(row: Any) -> Fact:
     return Fact(**dict(row))
 

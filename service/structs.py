@@ -17,6 +17,9 @@ from msgspec import Meta
 from service.constants import MAX_BATCH, MAX_CONTENT_CHARS, MAX_QUERY_CHARS, MAX_SCOPE_CHARS
 from service.settings import ContextProfile
 
+# The call log stores budget_tokens as a bigint.
+MAX_BUDGET_TOKENS = 2**63 - 1
+
 # PostgreSQL text cannot hold NUL; refusing it here names the field instead of failing in SQL.
 _NO_NUL = r"^[^\x00]*$"
 
@@ -27,6 +30,21 @@ ProjectId = Annotated[
         max_length=MAX_SCOPE_CHARS,
         pattern=_NO_NUL,
         description="Project (tenant) id; the API key must belong to this project.",
+    ),
+]
+# The body's `project_id` may be omitted: the key already names its project. Omitted, it decodes
+# as KEY_PROJECT ("", by `default_factory=str`: a factory, so that the OpenAPI shows no default
+# "" that the server would refuse) and the handler puts the key's project there
+# (service/handlers/deps.py in_key_project); an explicit "" is still refused by min_length.
+KEY_PROJECT = ""
+ProjectIdOrKey = Annotated[
+    str,
+    Meta(
+        min_length=1,
+        max_length=MAX_SCOPE_CHARS,
+        pattern=_NO_NUL,
+        description="Project (tenant) id. Optional: omitted, it is the API key's project; another "
+        "project than the key's is a 403 `forbidden`.",
     ),
 ]
 SubjectId = Annotated[
@@ -157,8 +175,8 @@ class FactIn(Request):
     ] = None
 
 
-class WriteFactsRequest(Request):
-    project_id: ProjectId
+class WriteFactsRequest(Request, kw_only=True):
+    project_id: ProjectIdOrKey = msgspec.field(default_factory=str)
     subject_id: SubjectId
     facts: Annotated[
         list[FactIn],
@@ -233,8 +251,8 @@ class EventIn(Request):
     ] = None
 
 
-class WriteEventsRequest(Request):
-    project_id: ProjectId
+class WriteEventsRequest(Request, kw_only=True):
+    project_id: ProjectIdOrKey = msgspec.field(default_factory=str)
     subject_id: SubjectId
     events: Annotated[
         list[EventIn],
@@ -295,8 +313,8 @@ class ResolveConflictRequest(Request):
 # --- context ---------------------------------------------------------------------------------
 
 
-class ContextRequest(Request):
-    project_id: ProjectId
+class ContextRequest(Request, kw_only=True):
+    project_id: ProjectIdOrKey = msgspec.field(default_factory=str)
     subject_id: SubjectId
     query: Annotated[
         str,
@@ -312,7 +330,10 @@ class ContextRequest(Request):
         Meta(
             ge=1,
             # The call log stores it as a bigint: a larger "positive integer" used to be a 500.
-            le=2**63 - 1,
+            le=MAX_BUDGET_TOKENS,
+            # Litestar publishes `le`/`ge` as floats (float(2^63-1) is 2^63, which the server
+            # refuses): the schema gets the exact integers through `schema_extra`.
+            extra_json_schema={"extra": {"maximum": MAX_BUDGET_TOKENS, "minimum": 1}},
             description="Token ceiling of the packet (estimated as len(text)//4, at least 1 per item). "
             "Anything but a positive integer (up to 2^63-1) is a 400 budget_exceeded.",
         ),

@@ -115,3 +115,27 @@ async def test_generic_plans_never_scan_the_whole_table(conn: asyncpg.Connection
         else:
             assert len(candidates) >= RETRIEVAL_TOP_K
     assert await q.test_index_scans(conn, index_name="facts") == before, "a sequential scan of facts"
+
+
+async def test_no_text_index_keeps_a_pending_list(conn: asyncpg.Connection) -> None:
+    """Migration 0013: every GIN index of the memory tables has fastupdate off, so no search
+    reads an unsorted pending list after bulk writes (docs/performance.md, "Full text under
+    writes")."""
+    rows = await conn.fetch(
+        """
+        SELECT c.relname AS index_name, c.reloptions AS options
+        FROM pg_catalog.pg_index AS i
+        JOIN pg_catalog.pg_class AS c ON c.oid = i.indexrelid
+        JOIN pg_catalog.pg_am AS am ON am.oid = c.relam
+        WHERE am.amname = 'gin' AND i.indrelid IN ('facts'::regclass, 'events'::regclass)
+        ORDER BY 1
+        """
+    )
+    assert {r["index_name"] for r in rows} >= {
+        "facts_scoped_search_gin",
+        "facts_scoped_english_gin",
+        "events_scoped_search_gin",
+        "events_scoped_english_gin",
+    }
+    for r in rows:
+        assert "fastupdate=off" in (r["options"] or []), r["index_name"]

@@ -214,6 +214,57 @@ def test_tenant_tables_are_filtered_on_project_id(query: Query) -> None:
     assert not problems, f"{query.label}: " + "; ".join(problems)
 
 
+# Session state that outlives a transaction. The pool does not reset connections on release
+# (service/db.py keep_session), so no statement that runs on a pooled connection may leave any.
+SESSION_STATE = re.compile(
+    r"\bSET\s+(?!LOCAL\b)(?:SESSION\s+)?[\w.]+\s*(?:=|TO\b)"
+    r"|\bset_config\s*\([^;]*?,\s*false\s*\)"
+    r"|\bpg_(?:try_)?advisory_lock(?:_shared)?\s*\("
+    r"|\bLISTEN\b|\bWITH\s+HOLD\b|\bPREPARE\s+\w+\s+AS\b",
+    re.IGNORECASE,
+)
+# The SET of an UPDATE (`UPDATE t [AS a] SET`, `DO UPDATE SET`) assigns columns, not settings.
+UPDATE_SET = re.compile(r"\bUPDATE\s+(?:(?:ONLY\s+)?\w+\s+(?:AS\s+)?(?:\w+\s+)?)?SET\b", re.IGNORECASE)
+
+
+def session_state(sql: str) -> re.Match[str] | None:
+    return SESSION_STATE.search(UPDATE_SET.sub("UPDATE", sql))
+
+
+# Statements that run on a connection of their own, never a pooled one: the migration runner's
+# session lock (service/migrations.py), and the benchmarks' and tests' throw-away helpers.
+OWN_CONNECTION_FILES = ("migrations.sql", "bench.sql", "testing")
+
+
+@pytest.mark.parametrize("query", parse_queries(), ids=query_ids())
+def test_no_session_state_outlives_the_transaction(query: Query) -> None:
+    if query.file.startswith(OWN_CONNECTION_FILES):
+        return
+    found = session_state(query.sql)
+    assert found is None, f"{query.label}: {found.group(0)!r} changes the session, not the transaction"
+
+
+def test_the_session_state_checker_catches_violations() -> None:
+    for bad in (
+        "SET plan_cache_mode TO force_generic_plan",
+        "SET SESSION hnsw.ef_search = 100",
+        "SELECT set_config('hnsw.ef_search', '100', false)",
+        "SELECT pg_advisory_lock(1)",
+        "LISTEN facts_changed",
+        "DECLARE c CURSOR WITH HOLD FOR SELECT 1",
+    ):
+        assert session_state(bad), bad
+    for good in (
+        "SET LOCAL plan_cache_mode TO force_generic_plan",
+        "SELECT set_config('hnsw.ef_search', '100', true)",
+        "UPDATE facts SET status = 'retracted'",
+        "UPDATE facts AS f\n    SET status = 'retracted'",
+        "INSERT INTO t VALUES (1) ON CONFLICT (k) DO UPDATE SET key = EXCLUDED.key",
+        "SELECT pg_advisory_xact_lock(1)",
+    ):
+        assert not session_state(good), good
+
+
 def test_the_rule_checker_catches_violations() -> None:
     """The checks above would fail on statements that break them."""
     leaky = "SELECT f.fact_id FROM facts AS f WHERE f.subject_id = :subject_id"

@@ -103,9 +103,9 @@ async def test_requests_with_a_key_log_nothing_of_it(
     async def bug(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("an unexpected bug")
 
-    monkeypatch.setattr(memory, "write_facts", database_gone)
+    monkeypatch.setattr(memory, "store_facts", database_gone)
     assert (await client.post("/v1/facts", json=fact, headers=headers)).status_code == 503  # logged
-    monkeypatch.setattr(memory, "write_facts", bug)
+    monkeypatch.setattr(memory, "store_facts", bug)
     assert (await client.post("/v1/facts", json=fact, headers=headers)).status_code == 500  # logged
 
     records = capture_everything.records

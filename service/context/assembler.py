@@ -331,17 +331,33 @@ async def assemble(
     principal.require(req.project_id)
     timer = timer or StageTimer()
     profile: ContextProfile = req.profile or settings.context_profile
-    with timer.stage("embed"):
-        qvec = await embed_query(embedder, settings, req.query, principal.project_id)
-    async with conn.transaction():
-        await repo.configure_vector_scan(conn, EF_SEARCH)
-        retrieved, packed = await PROFILES[profile](
-            conn, req, qvec, settings, weights or PROFILE_WEIGHTS[profile], timer
-        )
-        packet = build_packet(req, profile, warnings_of(qvec, retrieved), packed)
-        with timer.stage("trace"):
-            await write_trace(conn, req, packet, packed, retrieved)
+    # The query embeds on the embedder's thread while the transaction opens and is configured:
+    # their two round trips leave the critical path (docs/performance.md, "Outside the stages").
+    embedding = asyncio.create_task(
+        timed_embedding(embedder, settings, req.query, timer, principal.project_id)
+    )
+    try:
+        async with conn.transaction():
+            await repo.configure_vector_scan(conn, EF_SEARCH)
+            qvec = await embedding
+            retrieved, packed = await PROFILES[profile](
+                conn, req, qvec, settings, weights or PROFILE_WEIGHTS[profile], timer
+            )
+            packet = build_packet(req, profile, warnings_of(qvec, retrieved), packed)
+            with timer.stage("trace"):
+                await write_trace(conn, req, packet, packed, retrieved)
+    finally:
+        if not embedding.done():  # the database failed first: the vector is not needed
+            embedding.cancel()
     return packet
+
+
+async def timed_embedding(
+    embedder: Embedder, settings: Settings, query: str, timer: StageTimer, project: str | None = None
+) -> np.ndarray | None:
+    """embed_query, timed as the `embed` stage (it overlaps the opening of the transaction)."""
+    with timer.stage("embed"):
+        return await embed_query(embedder, settings, query, project)
 
 
 async def inspect(conn: Conn, principal: Principal, trace_id: UUID) -> Inspection:

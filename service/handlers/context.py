@@ -10,7 +10,7 @@ from litestar.datastructures import State
 from litestar.params import Parameter
 
 from service.context import assembler
-from service.handlers.deps import ERRORS, Caller, Conn, EmbedderDep, SettingsDep
+from service.handlers.deps import ERRORS, Caller, Conn, EmbedderDep, SettingsDep, in_key_project
 from service.handlers.memory import ProjectQuery
 from service.observability.metrics import observe_context
 from service.structs import ContextPacket, ContextRequest, Inspection, StatsOverview
@@ -45,6 +45,7 @@ class ContextController(Controller):
         settings: SettingsDep,
         state: State,
     ) -> Response[ContextPacket]:
+        data = in_key_project(data, principal)
         timer = assembler.StageTimer()
         packet = await assembler.assemble(conn, embedder, settings, principal, data, timer=timer)
         observe_context(state, timer, packet)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from contextlib import AsyncExitStack
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol, TypeVar
 
 import asyncpg
 from litestar import Request
@@ -14,11 +14,13 @@ from litestar.params import Dependency
 from litestar.types import Scope
 
 from service.auth import Principal, authenticate
+from service.constants import MAX_JSON_DEPTH
 from service.embedder import Embedder, WorkLimitedEmbedder
 from service.errors import CONNECTION_LOST, ErrorBody
 from service.ratelimit import RateLimiter, WorkRateLimiter
 from service.settings import Settings
 from service.strict_body import check_body
+from service.structs import KEY_PROJECT
 
 # Injected objects are ours, not client input: Litestar must not try to validate them.
 Conn = Annotated[asyncpg.Connection, Dependency(skip_validation=True)]
@@ -86,6 +88,20 @@ async def provide_principal(request: Request[Any, Any, Any], conn: Conn, state: 
     return principal
 
 
+class _ScopedBody(Protocol):
+    project_id: str
+
+
+B = TypeVar("B", bound=_ScopedBody)
+
+
+def in_key_project(data: B, principal: Principal) -> B:
+    """A body that omitted `project_id` is about the key's own project (structs.KEY_PROJECT)."""
+    if data.project_id == KEY_PROJECT:
+        data.project_id = principal.project_id
+    return data
+
+
 def provide_embedder(state: State) -> Embedder:
     # Writes are charged to their project's embedding budget where they are accepted (429 with
     # Retry-After through service/errors.py), before any of their texts is queued.
@@ -104,12 +120,16 @@ def _spec(description: str) -> ResponseSpec:
 
 
 ERRORS: dict[int, ResponseSpec] = {
-    400: _spec("validation_error (malformed JSON, wrong type, out of range) or budget_exceeded"),
+    400: _spec(
+        f"validation_error (malformed JSON, nested deeper than {MAX_JSON_DEPTH} levels, wrong type, "
+        "out of range) or budget_exceeded"
+    ),
     401: _spec("unauthorized: missing, unknown or revoked API key"),
     403: _spec("forbidden: the key belongs to another project"),
     404: _spec("not_found"),
     409: _spec("conflict: e.g. an Idempotency-Key reused with another body"),
     413: _spec("payload_too_large: the body exceeds HAKI_MAX_BODY_BYTES"),
+    415: _spec("unsupported_media_type: a body sent under a Content-Type that is not JSON"),
     422: _spec("validation_error: a rule only the service can check; `details.field` names the field"),
     429: _spec(
         "rate_limited: too many requests for this API key, or too many characters to embed for "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from litestar import get
+from litestar import Router, get, head
 
 from service import repository as repo
 from service.handlers.deps import ERRORS, Conn, EmbedderDep
@@ -17,6 +17,23 @@ from service.structs import Health
     summary="Readiness probe (no key needed)",
     security=[{}],
 )
-async def healthz(conn: Conn, embedder: EmbedderDep) -> Health:
+async def healthz_get(conn: Conn, embedder: EmbedderDep) -> Health:
     await repo.ping(conn)
     return Health(status="ok", database="ok", embedder=embedder.name)
+
+
+# Load balancers and `curl -I` probe with HEAD; Litestar serves HEAD only from a handler of its
+# own (a HEAD response has no body), so the same check is declared twice.
+@head(
+    "/healthz",
+    tags=["health"],
+    responses={503: ERRORS[503]},
+    summary="Readiness probe without a body (no key needed)",
+    security=[{}],
+)
+async def healthz_head(conn: Conn) -> None:
+    await repo.ping(conn)
+
+
+# One name for both, so the app registers them as it registered the GET alone.
+healthz = Router(path="/", route_handlers=[healthz_get, healthz_head])

@@ -6,11 +6,12 @@ from typing import Annotated, Literal
 from uuid import UUID
 
 from litestar import Controller, Response, get, patch, post
-from litestar.params import Parameter
+from litestar.exceptions import ValidationException
+from litestar.params import Dependency, Parameter
 
 from service import idempotency, memory
 from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, MAX_SCOPE_CHARS
-from service.handlers.deps import ERRORS, Caller, Conn, EmbedderDep, SettingsDep
+from service.handlers.deps import ERRORS, Caller, Conn, EmbedderDep, SettingsDep, in_key_project
 from service.structs import (
     ConflictList,
     ConflictSet,
@@ -27,16 +28,37 @@ from service.structs import (
 # PostgreSQL text cannot hold NUL: refused here, with the parameter named, not in SQL.
 NO_NUL = r"^[^\x00]*$"
 
-ProjectQuery = Annotated[
-    str,
-    Parameter(
-        query="project_id",
-        min_length=1,
-        max_length=MAX_SCOPE_CHARS,
-        pattern=NO_NUL,
-        description="Project id; must be the key's project.",
-    ),
-]
+# `?project_id=` is optional on every route: the key already names its project. A dependency (not
+# a plain query parameter) so that the default and the 403 live in one place for every handler
+# that declares `project_id: ProjectQuery`; registered app-wide in service/app.py.
+ProjectQuery = Annotated[str, Dependency(skip_validation=True)]
+
+
+async def provide_project_id(
+    principal: Caller,
+    project_id_param: Annotated[
+        str | None,
+        Parameter(
+            query="project_id",
+            # Checked below rather than by Litestar, whose error would name the Python argument
+            # (`project_id_param`, the dependency itself being `project_id`); published as is.
+            schema_extra={"minLength": 1, "maxLength": MAX_SCOPE_CHARS, "pattern": NO_NUL},
+            description="Project id. Optional: omitted, it is the key's project; another project "
+            "is a 403 `forbidden`.",
+        ),
+    ] = None,
+) -> str:
+    if project_id_param is None:
+        return principal.project_id
+    if not (1 <= len(project_id_param) <= MAX_SCOPE_CHARS) or "\x00" in project_id_param:
+        message = f"project_id: must be 1..{MAX_SCOPE_CHARS} characters without NUL"
+        raise ValidationException(
+            detail=message, extra=[{"key": "project_id", "message": message, "source": "query"}]
+        )
+    principal.require(project_id_param)
+    return project_id_param
+
+
 SubjectQuery = Annotated[
     str | None,
     Parameter(
@@ -96,6 +118,7 @@ class FactsController(Controller):
         settings: SettingsDep,
         idempotency_key: IdempotencyKey = None,
     ) -> Response[WriteFactsResponse]:
+        data = in_key_project(data, principal)
         outcome = await idempotency.run_once(
             conn,
             settings,
@@ -106,7 +129,8 @@ class FactsController(Controller):
             request=data,
             status_code=201,
             response_type=WriteFactsResponse,
-            write=lambda: memory.write_facts(conn, embedder, settings, principal, data),
+            prepare=lambda: memory.prepare_facts(embedder, settings, principal, data),
+            write=lambda prepared: memory.store_facts(conn, prepared),
         )
         return idempotent_response(outcome)
 
@@ -156,6 +180,7 @@ class EventsController(Controller):
         settings: SettingsDep,
         idempotency_key: IdempotencyKey = None,
     ) -> Response[WriteEventsResponse]:
+        data = in_key_project(data, principal)
         outcome = await idempotency.run_once(
             conn,
             settings,
@@ -166,7 +191,8 @@ class EventsController(Controller):
             request=data,
             status_code=201,
             response_type=WriteEventsResponse,
-            write=lambda: memory.write_events(conn, embedder, principal, data),
+            prepare=lambda: memory.prepare_events(embedder, principal, data),
+            write=lambda prepared: memory.store_events(conn, prepared),
         )
         return idempotent_response(outcome)
 

@@ -86,6 +86,12 @@ class Metrics:
             "1 when the last scrape could query the database, else 0.",
             registry=self.registry,
         )
+        self.embedded_restarts = Counter(
+            "haki_embedded_postgres_restarts",
+            "Times this process found the embedded PostgreSQL's postmaster dead and had it "
+            "running again (embedded mode only; service/embedded.py Supervisor).",
+            registry=self.registry,
+        )
 
     def observe_context(self, timer: StageTimer, packet: ContextPacket) -> None:
         for stage, ms in timer.ms.items():

@@ -7,6 +7,7 @@ Unknown response fields are ignored for the same reason.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
@@ -24,6 +25,9 @@ ReasonCode = str  # packed | multi_hop_expansion | over_budget | below_relevance
 # The context profiles a call may ask for. Only the request side is a Literal: a packet's
 # `profile` is read as `str`, like the other enumerated values.
 ContextProfile = Literal["unified", "facts_first"]
+# A warning that counts held-back facts: "open_conflict: 2 fact(s) hidden pending conflict
+# resolution", "volatility_expired: 1 fact(s) hidden because ..." (spec/API.md, inspect).
+_HIDDEN = re.compile(r"^(?P<reason>\w+): (?P<n>\d+) fact\(s\) hidden\b")
 
 
 class _In(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -163,6 +167,18 @@ class ContextPacket(_Out, frozen=True, kw_only=True):
     def is_empty(self) -> bool:
         """Nothing served: no fact and no episode."""
         return not self.facts and not self.episodes
+
+    @property
+    def hidden(self) -> dict[str, int]:
+        """Facts held back, by reason, as the warnings count them: `{"open_conflict": 2}` when two
+        facts wait for a conflict to be resolved, `{}` when nothing was held back. With
+        `is_empty`, it tells "nothing known" (`{}`) from "known but held back"."""
+        counts: dict[str, int] = {}
+        for warning in self.warnings:
+            m = _HIDDEN.match(warning)
+            if m is not None:
+                counts[m.group("reason")] = counts.get(m.group("reason"), 0) + int(m.group("n"))
+        return counts
 
 
 class TraceDecision(_Out, frozen=True, kw_only=True):

@@ -9,6 +9,9 @@ from haki_client.models import ContextPacket, PacketEpisode, PacketFact
 
 OPEN_TAG = "<haki_memory>"
 CLOSE_TAG = "</haki_memory>"
+# The first line of a block that serves nothing but states its warnings (state_warnings=True).
+HELD_BACK = "Nothing served: {n} fact(s) about this subject are known but held back (see the warnings)."
+NOTHING_SERVED = "Nothing served (see the warnings)."
 
 # Memory content is untrusted text: a copy of the block's own tags inside it could close the
 # block early and make what follows read as instructions outside the memory.
@@ -44,15 +47,26 @@ def _episode_line(episode: PacketEpisode) -> str:
     return f"- [{_when(episode.occurred_at)}] {_clean(episode.content)}"
 
 
-def render(packet: ContextPacket) -> str:
+def render(packet: ContextPacket, *, state_warnings: bool = False) -> str:
     """The packet as a block to put in a prompt; the empty string when it serves nothing.
 
     Facts come first, then the dated episodes, each in pack order (most relevant first), then
     the warnings. An empty packet renders as nothing at all: a "no memory" block would itself
     distract the model.
+
+    `state_warnings=True` (off by default, as the spec wants) keeps the block when the packet
+    serves nothing but has warnings, such as every fact hidden by an open conflict: the block
+    then says that memory was held back and why, so the model does not take it for "nothing
+    known". A packet with neither items nor warnings still renders as the empty string.
     """
     if not packet.facts and not packet.episodes:
-        return ""
+        if not (state_warnings and packet.warnings):
+            return ""
+        held = sum(packet.hidden.values())
+        head = HELD_BACK.format(n=held) if held else NOTHING_SERVED
+        return "\n".join(
+            [OPEN_TAG, head, "Warnings:", *(f"- {_clean(w)}" for w in packet.warnings), CLOSE_TAG]
+        )
     lines = [OPEN_TAG]
     if packet.facts:
         lines.append("Facts:")

@@ -1,0 +1,159 @@
+"""No transaction is open while the embedder runs, even under an Idempotency-Key (issue 12, #3).
+
+A slow embedding used to be embedded inside the transaction that claimed the key: past
+idle_in_transaction_session_timeout (60 s) PostgreSQL killed the session, the write was a 503 and
+every retry failed the same way. Here a real OpenAI-compatible server (in a thread) holds each
+embedding request until the test has looked at pg_stat_activity, and the real app runs on its own
+pool under uvicorn (tests/serving.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import asyncpg
+import httpx
+import msgspec
+import pytest
+
+from service import auth
+from service.app import create_app
+from service.db import connect
+from service.embedder import HashEmbedder
+from service.settings import Settings
+from tests.conftest import bearer
+from tests.serving import serve
+
+# Texts with this prefix are held at the gate; others (the start-up probe) are answered at once.
+SLOW = "slow:"
+
+
+class GatedEmbeddingServer:
+    """POST /v1/embeddings as OpenAI speaks it; a request holding a SLOW text waits for `release`."""
+
+    def __init__(self) -> None:
+        self.arrived = threading.Semaphore(0)
+        self.release = threading.Event()
+        self.slow_requests = 0
+        self._hash = HashEmbedder()
+        handler = self._handler()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def answer(self, body: bytes) -> bytes:
+        payload = json.loads(body)
+        texts: list[str] = payload["input"]
+        if any(t.startswith(SLOW) for t in texts):
+            self.slow_requests += 1
+            self.arrived.release()
+            self.release.wait(timeout=30)
+        data = [
+            {"object": "embedding", "index": i, "embedding": self._hash.embed_one(t).tolist()}
+            for i, t in enumerate(texts)
+        ]
+        return json.dumps({"object": "list", "data": data, "model": payload["model"]}).encode()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        gate = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                out = gate.answer(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        return Handler
+
+    async def wait_arrivals(self, n: int) -> None:
+        for _ in range(n):
+            assert await asyncio.to_thread(self.arrived.acquire, True, 30), "no embedding request arrived"
+
+
+@pytest.fixture
+def gate() -> Iterator[GatedEmbeddingServer]:
+    fake = GatedEmbeddingServer()
+    thread = threading.Thread(target=fake.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield fake
+    finally:
+        fake.release.set()
+        fake.server.shutdown()
+        fake.server.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.fixture
+def served(settings: Settings, migrated: str, gate: GatedEmbeddingServer) -> Iterator[str]:
+    app_settings = msgspec.structs.replace(
+        settings,
+        embed_provider="openai",
+        embed_base_url=gate.url,
+        embed_timeout_seconds=30.0,
+        rate_limit_per_minute=0,
+        pool_max_size=4,
+    )
+    with serve(create_app(app_settings)) as url:
+        yield url
+
+
+@pytest.fixture
+async def monitor(settings: Settings, migrated: str) -> AsyncIterator[asyncpg.Connection]:
+    conn = await connect(settings)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+async def open_transactions(monitor: asyncpg.Connection) -> list[dict[str, Any]]:
+    """The service's sessions (application_name haki) inside a transaction, this one excepted."""
+    rows = await monitor.fetch(
+        "SELECT pid, state, query FROM pg_stat_activity "
+        "WHERE application_name = 'haki' AND xact_start IS NOT NULL AND pid <> pg_backend_pid()"
+    )
+    return [dict(r) for r in rows]
+
+
+@pytest.mark.parametrize("route", ["/v1/facts", "/v1/events"])
+async def test_no_transaction_is_open_while_the_embedder_runs(
+    served: str, gate: GatedEmbeddingServer, monitor: asyncpg.Connection, route: str
+) -> None:
+    project_id = f"slow-{uuid.uuid4().hex[:12]}"
+    _, key = await auth.create_key(monitor, project_id)
+    items = [{"content": f"{SLOW} fact {i}"} for i in range(3)]
+    if route == "/v1/events":
+        items = [{**item, "occurred_at": "2026-01-01T00:00:00Z"} for item in items]
+    body = {"project_id": project_id, "subject_id": "s", route.rsplit("/", 1)[1]: items}
+    headers = {**bearer(key), "Idempotency-Key": "slow-batch"}
+    async with httpx.AsyncClient(base_url=served, timeout=60) as client:
+        first = asyncio.create_task(client.post(route, json=body, headers=headers))
+        await gate.wait_arrivals(1)
+        # The first request waits on the embedder: it holds no transaction (on main: one, idle in
+        # transaction since its key claim, which PostgreSQL kills after 60 s).
+        assert await open_transactions(monitor) == []
+        # A concurrent retry with the same key embeds too, outside any transaction, then waits for
+        # the first's claim and replays it.
+        retry = asyncio.create_task(client.post(route, json=body, headers=headers))
+        await gate.wait_arrivals(1)
+        assert await open_transactions(monitor) == []
+        gate.release.set()
+        answers = [await first, await retry]
+        assert [r.status_code for r in answers] == [201, 201], [r.text for r in answers]
+        assert answers[0].json() == answers[1].json()
+        assert sorted("idempotent-replayed" in r.headers for r in answers) == [False, True]
+        if route == "/v1/facts":
+            listed = await client.get("/v1/facts", params={"project_id": project_id}, headers=bearer(key))
+            assert len(listed.json()["facts"]) == len(items)

@@ -1,0 +1,169 @@
+"""`haki serve` in embedded mode supervises its PostgreSQL (issue 12, #5).
+
+Real `haki serve` processes (tests/haki_server.py) on data directories of their own: the
+postmaster is killed with SIGKILL under a running service, which must restart it and serve again,
+counting the restart in /metrics; and a `haki serve` killed with SIGKILL must not leave its pid in
+pgserver's handle list, where it kept PostgreSQL running after the next clean exit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from service.embedded import restart_backoff_seconds
+from tests.haki_server import free_port, server_env, spawn_serve
+
+pytestmark = pytest.mark.slow
+
+PROJECT = "proj-supervised"
+# The supervisor looks every second and a restart took 0.3 s here; generous for a busy machine.
+RECOVERY_SECONDS = 30.0
+
+
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    base = Path(os.environ.get("HAKI_TEST_TMP", tempfile.gettempdir()))
+    path = Path(tempfile.mkdtemp(prefix="haki-sup-", dir=base))
+    try:
+        yield path
+    finally:
+        postmaster = postmaster_pid(path)
+        if postmaster is not None and psutil.pid_exists(postmaster):  # never leave a server behind
+            os.kill(postmaster, signal.SIGQUIT)
+            wait_gone(postmaster, 30)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def postmaster_pid(data_dir: Path) -> int | None:
+    try:
+        return int((data_dir / "pgdata" / "postmaster.pid").read_text().splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def wait_gone(pid: int, timeout: float) -> bool:
+    try:
+        psutil.Process(pid).wait(timeout)
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.TimeoutExpired:
+        return False
+    return True
+
+
+def serve(data_dir: Path, name: str) -> tuple[subprocess.Popen[bytes], str, Path]:
+    port = free_port()
+    log = data_dir / f"{name}.log"
+    proc = spawn_serve(server_env(data_dir, HAKI_RATE_LIMIT_PER_MINUTE="0"), port, log)
+    return proc, f"http://127.0.0.1:{port}", log
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def create_key(data_dir: Path) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "service.cli", "keys", "create", PROJECT],
+        env=server_env(data_dir),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def supervisor_lines(log: Path) -> str:
+    return "\n".join(line for line in log.read_text(errors="replace").splitlines() if "haki.embedded" in line)
+
+
+def restarts_counted(url: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    for line in text.splitlines():
+        if line.startswith("haki_embedded_postgres_restarts_total "):
+            return float(line.split()[1])
+    raise AssertionError("haki_embedded_postgres_restarts_total is not in /metrics")
+
+
+def test_a_killed_postmaster_is_restarted_and_the_service_serves_again(data_dir: Path) -> None:
+    proc, url, log = serve(data_dir, "serve")
+    try:
+        key = create_key(data_dir)
+        auth = {"Authorization": f"Bearer {key}"}
+        body = {"project_id": PROJECT, "subject_id": "s", "facts": [{"content": "written before the crash"}]}
+        r = httpx.post(f"{url}/v1/facts", json=body, headers=auth, timeout=30)
+        assert r.status_code == 201, r.text
+
+        killed = postmaster_pid(data_dir)
+        assert killed is not None
+        os.kill(killed, signal.SIGKILL)
+        assert wait_gone(killed, 10)
+
+        deadline = time.monotonic() + RECOVERY_SECONDS
+        statuses = []
+        while True:
+            try:
+                r = httpx.get(f"{url}/v1/facts", params={"project_id": PROJECT}, headers=auth, timeout=5)
+                statuses.append(r.status_code)
+                if r.status_code == 200:
+                    break
+            except httpx.HTTPError as exc:
+                statuses.append(repr(exc))
+            assert time.monotonic() < deadline, f"no recovery within {RECOVERY_SECONDS}s: {statuses[-5:]}"
+            time.sleep(0.2)
+        assert [f["content"] for f in r.json()["facts"]] == ["written before the crash"]
+        assert postmaster_pid(data_dir) not in (None, killed)
+        r = httpx.post(f"{url}/v1/facts", json=body, headers=auth, timeout=30)
+        assert r.status_code == 201, r.text
+        assert restarts_counted(url) == 1, supervisor_lines(log)
+        assert "embedded PostgreSQL: running again" in log.read_text(errors="replace")
+    finally:
+        stop(proc)
+    # A clean exit still stops the restarted server.
+    restarted = postmaster_pid(data_dir)
+    assert restarted is None or wait_gone(restarted, 30)
+
+
+def test_a_crashed_serve_does_not_keep_postgres_running_after_the_next_clean_exit(data_dir: Path) -> None:
+    crashed, _, _ = serve(data_dir, "first")
+    crashed.kill()  # SIGKILL: no atexit, its pid stays in pgserver's handle list
+    crashed.wait(timeout=10)
+    handles = data_dir / "pgdata" / ".handle_pids.json"
+    assert crashed.pid in json.loads(handles.read_text())
+    postmaster = postmaster_pid(data_dir)
+    assert postmaster is not None and psutil.pid_exists(postmaster)  # orphaned, still running
+
+    second, url, log = serve(data_dir, "second")
+    assert crashed.pid not in json.loads(handles.read_text())
+    assert httpx.get(f"{url}/healthz", timeout=10).status_code == 200
+    stop(second)
+    # The second process held the last handle: its clean exit stops PostgreSQL.
+    assert wait_gone(postmaster, 30), "PostgreSQL outlived the last haki process"
+    assert "forgot the handles of 1 exited process(es)" in log.read_text(errors="replace")
+
+
+def test_restart_backoff_doubles_up_to_its_bound() -> None:
+    waits = [restart_backoff_seconds(n) for n in range(1, 10)]
+    assert waits[:4] == [0.5, 1.0, 2.0, 4.0]
+    assert max(waits) == 30.0 and waits == sorted(waits)
