@@ -6,8 +6,9 @@ Starts two `haki serve` on the local model at once, each with its own data dir:
 - `shipped`: every default (HAKI_EMBED_BACKEND=auto, HAKI_EMBED_QUERY_MAX_BATCH=8);
 - `main-like`: HAKI_EMBED_BACKEND=torch and HAKI_EMBED_QUERY_MAX_BATCH=1 (each query its own
   torch forward pass, as before issue 13);
-then runs benchmarks/load.py (80 % fresh context calls, 20 % small writes) against each in turn,
-at each concurrency, for --rounds rounds, and prints the context rows of each cell.
+then runs benchmarks/load.py (80 % fresh context calls, 20 % small writes; its levels of
+--concurrency one after another) against each in turn, for --rounds rounds, and prints the
+context rows of each cell.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def main() -> int:
     servers: dict[str, tuple[str, str]] = {}
     procs: list[subprocess.Popen[bytes]] = []
     dirs: list[Path] = []
-    print("| server | clients | context req/s | p50 ms | p90 ms | p99 ms | errors |")
+    print("| server | clients | context req/s | p50 ms | p95 ms | p99 ms | errors |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     try:
         for name, extra in CONFIGS.items():
@@ -71,25 +72,30 @@ def main() -> int:
             )
             servers[name] = (f"http://127.0.0.1:{port}", key)
         for _ in range(args.rounds):
-            for concurrency in args.concurrency.split(","):
-                for name, (url, key) in servers.items():
-                    out = Path(tempfile.mkstemp(suffix=".json")[1])
-                    subprocess.run(
-                        [
-                            *(sys.executable, "-m", "benchmarks.load", "--url", url, "--key", key),
-                            *("--concurrency", concurrency, "--duration", str(args.duration)),
-                            *("--warmup", "3", "--json", str(out)),
-                        ],
-                        cwd=REPO,
-                        capture_output=True,
-                        check=False,
+            for name, (url, key) in servers.items():
+                out = Path(tempfile.mkstemp(suffix=".json")[1])
+                done = subprocess.run(
+                    [
+                        *(sys.executable, "-m", "benchmarks.load", "--url", url, "--key", key),
+                        *("--concurrency", args.concurrency, "--duration", str(args.duration)),
+                        *("--warmup", "3", "--json", str(out)),
+                    ],
+                    cwd=REPO,
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+                if not out.read_text().strip():
+                    raise RuntimeError(
+                        f"benchmarks/load.py failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
                     )
-                    summary = json.loads(out.read_text())
-                    out.unlink()
+                summaries = json.loads(out.read_text())
+                out.unlink()
+                for summary in summaries:  # one per concurrency level
                     c = summary["context"]
                     print(
-                        f"| {name} | {concurrency} | {c['per_s']:.1f} | {c['p50_ms']:.1f} | "
-                        f"{c['p90_ms']:.1f} | {c['p99_ms']:.1f} | {summary['errors']} |",
+                        f"| {name} | {summary['concurrency']} | {c['per_s']:.1f} | {c['p50_ms']:.1f} | "
+                        f"{c['p95_ms']:.1f} | {c['p99_ms']:.1f} | {summary['errors']} |",
                         flush=True,
                     )
     finally:
