@@ -77,7 +77,8 @@ def main() -> int:
                 done = subprocess.run(
                     [
                         *(sys.executable, "-m", "benchmarks.load", "--url", url, "--key", key),
-                        *("--concurrency", args.concurrency, "--duration", str(args.duration)),
+                        *("--concurrency", *args.concurrency.split(",")),
+                        *("--duration", str(args.duration)),
                         *("--warmup", "3", "--json", str(out)),
                     ],
                     cwd=REPO,
