@@ -52,7 +52,7 @@ LOCAL_BACKENDS: Final = ("torch", "torch-int8", "onnx", "onnx-int8")
 
 def _resolve_backend(backend: LocalBackend) -> LocalBackend:
     """`auto`: ONNX Runtime when the `onnx` extra is installed (same vectors as torch, cosine
-    1.0000, 2.4x faster per query), else torch (docs/performance.md, "Query embedding")."""
+    1.0000, about 2x faster per query), else torch (docs/performance.md, "Query embedding")."""
     if backend != "auto":
         return backend
     import importlib.util
