@@ -249,7 +249,7 @@ class _NoVector:
     name = "none"
     dim = 384
 
-    async def embed(self, texts: Sequence[str]) -> list[Any]:
+    async def embed(self, texts: Sequence[str], **_: Any) -> list[Any]:
         raise RuntimeError("text-only mode: no query embedding")
 
     async def aclose(self) -> None:
@@ -343,6 +343,7 @@ async def ingest(client: Any, headers: dict[str, str], conv: Conversation) -> di
 async def evaluate(
     conversations: list[Conversation],
     modes: list[Mode],
+    embed_backend: Any = "torch",
     *,
     progress: bool = True,
 ) -> dict[str, Any]:
@@ -375,7 +376,9 @@ async def evaluate(
     embedder: LocalEmbedder | None = None
     try:
         url = embedded_url(data_dir)
-        settings = Settings(data_dir=data_dir, database_url=url, embed_provider="local")
+        settings = Settings(
+            data_dir=data_dir, database_url=url, embed_provider="local", embed_backend=embed_backend
+        )
         conn = await connect(settings)  # no pgvector codec before the extension exists
         try:
             await migrate(conn)
@@ -577,6 +580,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         + ", ".join(m.name for m in default_modes()),
     )
     p.add_argument("--json", type=Path, default=None, help="also write the metrics as JSON here")
+    p.add_argument(
+        "--embed-backend",
+        default="torch",
+        choices=["torch", "torch-int8", "onnx", "onnx-int8"],
+        help="HAKI_EMBED_BACKEND of the local model (default: %(default)s, the fp32 reference)",
+    )
     return p.parse_args(argv)
 
 
@@ -595,7 +604,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"unknown modes: {sorted(unknown)}; known: {[m.name for m in modes]}", file=sys.stderr)
             return 2
         modes = select_modes(modes, wanted)
-    result = asyncio.run(evaluate(conversations, modes))
+    result = asyncio.run(evaluate(conversations, modes, args.embed_backend))
     command = "benchmarks/locomo.py " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     print(markdown(result, command.strip()))
     if args.json:

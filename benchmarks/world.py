@@ -62,7 +62,7 @@ class InstantEmbedder:
     def __init__(self) -> None:
         self.vector: np.ndarray | None = None
 
-    async def embed(self, texts: Any) -> list[np.ndarray]:
+    async def embed(self, texts: Any, **_: object) -> list[np.ndarray]:
         assert self.vector is not None
         return [self.vector for _ in texts]
 

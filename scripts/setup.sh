@@ -30,4 +30,6 @@ fi
 .venv/bin/python -m pip install --quiet --dry-run --report - -e '.[dev]' 2>/dev/null \
   | .venv/bin/python scripts/install_plan.py || echo "setup: (could not work out the download plan)" >&2
 .venv/bin/python -m pip install --quiet -e '.[dev]'
+# The local model's default backend (HAKI_EMBED_BACKEND=auto) runs on ONNX Runtime when this is there.
+.venv/bin/python -m pip install --quiet -e '.[onnx]'
 .venv/bin/python -m pip install --quiet -e sdk/python

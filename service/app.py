@@ -36,7 +36,7 @@ from service.handlers.memory import (
 )
 from service.observability.metrics import Metrics, metrics_endpoint
 from service.observability.ui import TraceInspector
-from service.ratelimit import RateLimiter
+from service.ratelimit import RateLimiter, WorkRateLimiter
 from service.settings import Settings
 from service.strict_body import check_json_body
 
@@ -100,6 +100,7 @@ def create_app(
                 "pool": pool,
                 "embedder": embedder,
                 "rate_limiter": RateLimiter(settings.rate_limit_per_minute),
+                "work_limiter": WorkRateLimiter(settings.embed_chars_per_minute),
                 "metrics": metrics,
             }
         ),

@@ -1,6 +1,11 @@
 """Text embedders: the local all-MiniLM-L6-v2 model, any OpenAI-compatible endpoint, and a hash stand-in.
 
-Every embedder returns float32, L2-normalised vectors in input order. The vectors are read-only
+Every embedder returns float32, L2-normalised vectors in input order. `embed(texts, purpose=,
+project=)` says whether a context call waits on the result (`query`) or a write (`write`), and for
+which project: the local model's scheduler (service/embedding/scheduler.py) puts queries first and
+shares the model between projects in turn; the OpenAI-compatible client lets queries skip the
+write slots. The local model runs on torch or ONNX Runtime (HAKI_EMBED_BACKEND,
+service/embedding/onnx.py). The vectors are read-only
 because the local embedder hands the same array objects to every caller that hits its cache.
 """
 
@@ -10,6 +15,7 @@ import asyncio
 import functools
 import hashlib
 import json
+import logging
 import math
 import os
 import re
@@ -26,9 +32,12 @@ import numpy as np
 import numpy.typing as npt
 
 from service.constants import EMBED_DIM
-from service.settings import Settings
+from service.embedding.scheduler import FairScheduler, Purpose
+from service.ratelimit import WorkRateLimiter
+from service.settings import LocalBackend, Settings
 
 Vector = npt.NDArray[np.float32]
+log = logging.getLogger("haki.embedder")
 
 LOCAL_MODEL_NAME: Final = "all-MiniLM-L6-v2"
 # Names that mean "the bundled model" rather than a directory on disk.
@@ -38,6 +47,23 @@ LOCAL_MAX_LENGTH: Final = 256
 LOCAL_CACHE_SIZE: Final = 2048
 # Inputs of at most this many texts (a query) run on one torch thread when HAKI_TORCH_THREADS=0.
 SMALL_INPUT_TEXTS: Final = 8
+LOCAL_BACKENDS: Final = ("torch", "torch-int8", "onnx", "onnx-int8")
+
+
+def _resolve_backend(backend: LocalBackend) -> LocalBackend:
+    """`auto`: ONNX Runtime when the `onnx` extra is installed (same vectors as torch, cosine
+    1.0000, about 2x faster per query), else torch (docs/performance.md, "Query embedding")."""
+    if backend != "auto":
+        return backend
+    import importlib.util
+
+    installed = all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "onnx"))
+    return "onnx" if installed else "torch"
+
+
+# A write chunk's budget in (estimated) tokens: a query queued behind a chunk waits for at most
+# this much model work (docs/performance.md, "Fair embedding").
+WRITE_CHUNK_TOKENS: Final = 1024.0
 # torch's own thread count (one per core), read once before any embedder changes it.
 _TORCH_DEFAULT_THREADS: int | None = None
 OPENAI_DEFAULT_MODEL: Final = "text-embedding-3-small"
@@ -67,8 +93,13 @@ class Embedder(Protocol):
     name: str
     dim: int
 
-    async def embed(self, texts: Sequence[str]) -> list[Vector]:
-        """Float32, unit-norm, read-only vectors of shape (dim,), one per text, in input order."""
+    async def embed(
+        self, texts: Sequence[str], *, purpose: Purpose = "write", project: str | None = None
+    ) -> list[Vector]:
+        """Float32, unit-norm, read-only vectors of shape (dim,), one per text, in input order.
+
+        `purpose` and `project` let an embedder put queries first and share itself fairly
+        between projects; embedders without a queue ignore them."""
         ...
 
     async def aclose(self) -> None: ...
@@ -142,19 +173,27 @@ def _read_hidden_size(model_dir: Path) -> int:
 
 
 class LocalEmbedder:
-    """all-MiniLM-L6-v2 (or a compatible BERT-style model) through transformers, on the CPU.
+    """all-MiniLM-L6-v2 (or a compatible BERT-style model) on the CPU, through torch or ONNX Runtime.
 
-    All torch work runs on one dedicated thread: it keeps the event loop free, serialises the
-    model (torch already parallelises inside one call) and makes the first load race-free.
+    All model work runs on one dedicated thread: it keeps the event loop free, serialises the
+    model (the runtime already parallelises inside one call) and makes the first load race-free.
+    In front of that thread a FairScheduler (service/embedding/scheduler.py) puts queries before
+    writes, serves projects in turn, batches concurrent queries and cuts writes into short chunks.
     """
 
     def __init__(self, settings: Settings) -> None:
         self._model_dir = resolve_local_model_dir(settings.embed_model)
         self.dim = _read_hidden_size(self._model_dir)
         model_label = settings.embed_model if settings.embed_model else LOCAL_MODEL_NAME
-        self.name = f"local:{model_label}"
+        self._auto = settings.embed_backend == "auto"
+        self.backend: LocalBackend = _resolve_backend(settings.embed_backend)
+        # The name tells vector spaces apart: ONNX fp32 gives torch's vectors, int8 does not.
+        suffix = f"@{self.backend}" if self.backend.endswith("int8") else ""
+        self.name = f"local:{model_label}{suffix}"
         self._batch_size = max(1, settings.embed_batch_size)
         self._torch_threads = settings.torch_threads
+        self._cache_dir = Path(settings.data_dir) / "embed-cache"
+        self._write_timeout = settings.embed_write_timeout_seconds
         self._cache = _LRUCache(LOCAL_CACHE_SIZE)
         self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="haki-embed"
@@ -162,7 +201,15 @@ class LocalEmbedder:
         self._load_lock = threading.Lock()
         self._tokenizer: Any = None
         self._model: Any = None
+        self._onnx: Any = None
         self._batch_threads = 1
+        self.scheduler: FairScheduler[Vector] = FairScheduler(
+            self._run_batch,
+            query_max_batch=settings.embed_query_max_batch,
+            write_max_batch=self._batch_size,
+            write_max_cost=WRITE_CHUNK_TOKENS,
+            cost=_token_cost,
+        )
 
     @property
     def loaded(self) -> bool:
@@ -172,17 +219,28 @@ class LocalEmbedder:
         """Load the model now rather than on the first embed; raises EmbedderConfigError."""
         await self._run(self._load_sync)
 
-    async def embed(self, texts: Sequence[str]) -> list[Vector]:
+    async def embed(
+        self, texts: Sequence[str], *, purpose: Purpose = "write", project: str | None = None
+    ) -> list[Vector]:
         if not texts:
             return []
         results: list[Vector | None] = [self._cache.get(text) for text in texts]
         missing = list(dict.fromkeys(t for t, r in zip(texts, results, strict=True) if r is None))
         if missing:
+            if self._executor is None:
+                raise EmbedderError(f"{self.name}: the embedder is closed")
             try:
-                computed: list[Vector] = await self._run(self._embed_sync, missing)
-            except EmbedderConfigError as exc:
-                # A lazy first load that fails is, for the caller, an unavailable embedder.
-                raise EmbedderError(str(exc)) from exc
+                if purpose == "query":
+                    # The caller (the assembler) bounds the wait with HAKI_EMBED_TIMEOUT_SECONDS.
+                    computed = await self.scheduler.submit(missing, "query", project)
+                else:
+                    async with asyncio.timeout(self._write_timeout):
+                        computed = await self.scheduler.submit(missing, "write", project)
+            except TimeoutError as exc:
+                raise EmbedderError(
+                    f"{self.name}: the write embedding did not finish within {self._write_timeout} s "
+                    "(HAKI_EMBED_WRITE_TIMEOUT_SECONDS)"
+                ) from exc
             fresh = dict(zip(missing, computed, strict=True))
             for text, vec in fresh.items():
                 self._cache.put(text, vec)
@@ -190,6 +248,7 @@ class LocalEmbedder:
         return [r for r in results if r is not None]
 
     async def aclose(self) -> None:
+        await self.scheduler.aclose(EmbedderError(f"{self.name}: the embedder closed"))
         executor, self._executor = self._executor, None
         if executor is not None:
             # Queued after any pending batch, so those still finish with the model in place.
@@ -200,6 +259,15 @@ class LocalEmbedder:
     def _release(self) -> None:
         self._model = None
         self._tokenizer = None
+        self._onnx = None
+
+    async def _run_batch(self, texts: list[str], purpose: Purpose) -> list[Vector]:
+        try:
+            computed: list[Vector] = await self._run(self._embed_sync, texts, purpose == "query")
+        except EmbedderConfigError as exc:
+            # A lazy first load that fails is, for the caller, an unavailable embedder.
+            raise EmbedderError(str(exc)) from exc
+        return computed
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         executor = self._executor
@@ -216,6 +284,17 @@ class LocalEmbedder:
             raise
         except Exception as exc:
             raise EmbedderError(f"{self.name}: inference failed: {exc!r}") from exc
+
+    # Synchronous entry points, for benchmarks/embed_variants.py and the worker thread.
+
+    def load_sync(self) -> None:
+        self._load_sync()
+
+    def embed_sync(self, texts: list[str], query: bool = False) -> list[Vector]:
+        return self._embed_sync(texts, query)
+
+    def tokenize_only(self, texts: list[str]) -> Any:
+        return self._tokenize(texts)
 
     def _load_sync(self) -> None:
         with self._load_lock:
@@ -245,42 +324,104 @@ class LocalEmbedder:
                     f"cannot load the local embedding model from {self._model_dir}: {exc}"
                 ) from exc
             model.eval()
+            if self.backend == "torch-int8":
+                model = torch.ao.quantization.quantize_dynamic(  # type: ignore[no-untyped-call]
+                    model, {torch.nn.Linear}, dtype=torch.qint8
+                )
+            elif self.backend in ("onnx", "onnx-int8"):
+                try:
+                    self._onnx = self._load_onnx(model, tokenizer)
+                except EmbedderConfigError as exc:
+                    if not self._auto:
+                        raise
+                    # `auto` never refuses to start: torch gives the same vectors, only slower.
+                    log.warning("ONNX Runtime unusable here, the local model runs on torch: %s", exc)
+                    self.backend = "torch"
             self._tokenizer = tokenizer
             self._model = model
 
-    def _embed_sync(self, texts: list[str]) -> list[Vector]:
+    def _load_onnx(self, model: Any, tokenizer: Any) -> Any:
+        try:
+            from service.embedding import onnx as onnx_backend
+
+            path = onnx_backend.export(
+                model, tokenizer, self._model_dir, self._cache_dir, int8=self.backend == "onnx-int8"
+            )
+            threads = self._torch_threads or self._batch_threads
+            return onnx_backend.OnnxRunner(
+                path, query_threads=self._torch_threads or 1, batch_threads=threads
+            )
+        except ImportError as exc:
+            raise EmbedderConfigError(
+                f"HAKI_EMBED_BACKEND={self.backend} needs the optional extra: "
+                f"pip install 'haki[onnx]' ({exc})"
+            ) from exc
+        except Exception as exc:  # an export or session failure (e.g. a model ORT cannot run)
+            raise EmbedderConfigError(
+                f"HAKI_EMBED_BACKEND={self.backend}: cannot run {self._model_dir} through ONNX Runtime "
+                f"({exc!r}); HAKI_EMBED_BACKEND=torch runs it"
+            ) from exc
+
+    def _tokenize(self, texts: list[str]) -> Any:
+        # One text needs no padding; a batch is padded to its longest member (sorted by length).
+        return self._tokenizer(
+            texts,
+            padding=len(texts) > 1,
+            truncation=True,
+            max_length=LOCAL_MAX_LENGTH,
+            return_tensors="np" if self._onnx is not None else "pt",
+        )
+
+    def _embed_sync(self, texts: list[str], query: bool = False) -> list[Vector]:
         self._load_sync()
         import torch
 
-        # HAKI_TORCH_THREADS=0 (auto): one thread for a query-sized input, torch's default (one
-        # per core) for batches. Splitting a one-sentence forward pass across threads costs more
-        # than it saves, and on a small machine shared with PostgreSQL the spinning threads
-        # stall both (docs/performance.md: 17 vs 69 ms per query on 2 busy cores, 7.7 vs 5.8 idle).
-        threads = self._torch_threads or (1 if len(texts) <= SMALL_INPUT_TEXTS else self._batch_threads)
-        if torch.get_num_threads() != threads:
-            torch.set_num_threads(threads)
+        # A pass of batched queries stays on one thread too: the concurrent context calls it
+        # serves need the other core for PostgreSQL (docs/performance.md, "Query embedding").
+        small = query or len(texts) <= SMALL_INPUT_TEXTS
+        if self._onnx is None:
+            # HAKI_TORCH_THREADS=0 (auto): one thread for a query-sized input, torch's default (one
+            # per core) for batches. Splitting a one-sentence forward pass across threads costs more
+            # than it saves, and on a small machine shared with PostgreSQL the spinning threads
+            # stall both (docs/performance.md: 17 vs 69 ms per query on 2 busy cores, 7.7 vs 5.8 idle).
+            threads = self._torch_threads or (1 if small else self._batch_threads)
+            if torch.get_num_threads() != threads:
+                torch.set_num_threads(threads)
         # Sorting by length keeps each padded batch close to its longest member.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         out: list[Vector | None] = [None] * len(texts)
         with torch.inference_mode():
             for start in range(0, len(order), self._batch_size):
                 idx = order[start : start + self._batch_size]
-                batch = self._tokenizer(
-                    [texts[i] for i in idx],
-                    padding=True,
-                    truncation=True,
-                    max_length=LOCAL_MAX_LENGTH,
-                    return_tensors="pt",
-                )
-                token_embeddings = self._model(**batch).last_hidden_state
-                mask = batch["attention_mask"].unsqueeze(-1).to(token_embeddings.dtype)
-                summed = (token_embeddings * mask).sum(dim=1)
-                counts = mask.sum(dim=1).clamp(min=1e-9)
-                pooled = torch.nn.functional.normalize(summed / counts, p=2, dim=1)
-                rows = pooled.to(torch.float32).cpu().numpy()
+                batch = self._tokenize([texts[i] for i in idx])
+                if self._onnx is not None:
+                    rows = _mean_pool_np(self._onnx.last_hidden(batch, small=small), batch["attention_mask"])
+                else:
+                    token_embeddings = self._model(**batch).last_hidden_state
+                    mask = batch["attention_mask"].unsqueeze(-1).to(token_embeddings.dtype)
+                    summed = (token_embeddings * mask).sum(dim=1)
+                    counts = mask.sum(dim=1).clamp(min=1e-9)
+                    pooled = torch.nn.functional.normalize(summed / counts, p=2, dim=1)
+                    rows = pooled.to(torch.float32).cpu().numpy()
                 for row_pos, i in enumerate(idx):
                     out[i] = _readonly(np.ascontiguousarray(rows[row_pos], dtype=np.float32))
         return [v for v in out if v is not None]
+
+
+def _mean_pool_np(hidden: npt.NDArray[np.float32], attention_mask: Any) -> npt.NDArray[np.float32]:
+    """The torch path's pooling in numpy: masked mean over tokens, then L2 normalisation."""
+    mask = np.asarray(attention_mask, dtype=np.float32)[:, :, None]
+    summed = (hidden * mask).sum(axis=1)
+    pooled = summed / np.maximum(mask.sum(axis=1), 1e-9)
+    norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+    out: npt.NDArray[np.float32] = (pooled / norms).astype(np.float32, copy=False)
+    return out
+
+
+def _token_cost(text: str) -> float:
+    """What a write chunk's budget counts: about the tokens the model reads (4 characters a
+    token in English, capped by the truncation at LOCAL_MAX_LENGTH), plus the fixed cost per text."""
+    return min(len(text) / 4.0, float(LOCAL_MAX_LENGTH)) + 8.0
 
 
 # --------------------------------------------------------------------------------------------------
@@ -326,12 +467,54 @@ class OpenAIEmbedder:
         self._client = httpx.AsyncClient(
             timeout=settings.embed_timeout_seconds, headers=headers, transport=transport
         )
+        self._concurrency = max(1, settings.embed_concurrency)
+        self._write_timeout = settings.embed_write_timeout_seconds
+        self._slots: asyncio.Semaphore | None = None
+        self._slots_loop: asyncio.AbstractEventLoop | None = None
 
-    async def embed(self, texts: Sequence[str]) -> list[Vector]:
-        out: list[Vector] = []
-        for start in range(0, len(texts), self._batch_size):
-            out.extend(await self._embed_batch(list(texts[start : start + self._batch_size])))
-        return out
+    async def embed(
+        self, texts: Sequence[str], *, purpose: Purpose = "write", project: str | None = None
+    ) -> list[Vector]:
+        batches = [list(texts[s : s + self._batch_size]) for s in range(0, len(texts), self._batch_size)]
+        if purpose == "query":
+            # A query (one short text) skips the write slots: a context call never queues behind
+            # bulk writes; its wait is bounded by the assembler's HAKI_EMBED_TIMEOUT_SECONDS.
+            return [v for batch in batches for v in await self._embed_batch(batch)]
+        try:
+            async with asyncio.timeout(self._write_timeout):
+                return await self._embed_writes(batches)
+        except TimeoutError as exc:
+            raise EmbedderError(
+                f"{self.name}: the write embedding did not finish within {self._write_timeout} s "
+                "(HAKI_EMBED_WRITE_TIMEOUT_SECONDS)"
+            ) from exc
+
+    async def _embed_writes(self, batches: list[list[str]]) -> list[Vector]:
+        """Up to HAKI_EMBED_CONCURRENCY batches in flight, shared by every write of the process:
+        with a server answering a 64-text batch in 9 ms, one at a time left both sides idle
+        between batches (docs/performance.md, "OpenAI-compatible ingest")."""
+        if len(batches) <= 1:
+            async with self._write_slots():
+                return [v for batch in batches for v in await self._embed_batch(batch)]
+
+        async def one(batch: list[str]) -> list[Vector]:
+            async with self._write_slots():
+                return await self._embed_batch(batch)
+
+        tasks = [asyncio.ensure_future(one(batch)) for batch in batches]
+        try:
+            done = await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()  # a failed or abandoned write stops sending its other batches
+            raise
+        return [v for part in done for v in part]
+
+    def _write_slots(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        if self._slots is None or self._slots_loop is not loop:
+            self._slots, self._slots_loop = asyncio.Semaphore(self._concurrency), loop
+        return self._slots
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -377,7 +560,6 @@ class OpenAIEmbedder:
             items = sorted(items, key=lambda item: item.index or 0)
             if [item.index for item in items] != list(range(expected)):
                 raise EmbedderError(f"{self.name}: response indices are not 0..{expected - 1}")
-        vectors: list[Vector] = []
         for item in items:
             if len(item.embedding) != self.dim:
                 raise EmbedderDimensionError(
@@ -385,12 +567,14 @@ class OpenAIEmbedder:
                     expected=self.dim,
                     got=len(item.embedding),
                 )
-            vec = np.asarray(item.embedding, dtype=np.float32)
-            norm = float(np.linalg.norm(vec))
-            if not math.isfinite(norm) or norm == 0.0:
-                raise EmbedderError(f"{self.name}: got a zero or non-finite vector")
-            vectors.append(_readonly(vec / np.float32(norm)))
-        return vectors
+        # One conversion and one normalisation for the whole batch, not one per vector.
+        matrix = np.array([item.embedding for item in items], dtype=np.float32)
+        norms = np.linalg.norm(matrix, axis=1)
+        if not bool(np.all(np.isfinite(norms))) or bool(np.any(norms == 0.0)):
+            raise EmbedderError(f"{self.name}: got a zero or non-finite vector")
+        matrix /= norms[:, None]
+        matrix.flags.writeable = False
+        return list(matrix)
 
 
 def _snippet(response: httpx.Response, limit: int = 200) -> str:
@@ -429,7 +613,9 @@ class HashEmbedder:
         empty[0] = 1.0
         self._empty = _readonly(empty)
 
-    async def embed(self, texts: Sequence[str]) -> list[Vector]:
+    async def embed(
+        self, texts: Sequence[str], *, purpose: Purpose = "write", project: str | None = None
+    ) -> list[Vector]:
         return [self.embed_one(text) for text in texts]
 
     def embed_one(self, text: str) -> Vector:
@@ -453,6 +639,32 @@ class HashEmbedder:
 
     async def aclose(self) -> None:
         return None
+
+
+# --------------------------------------------------------------------------------------------------
+# The work-based rate limit of the HTTP API
+
+
+class WorkLimitedEmbedder:
+    """The request's view of the shared embedder: a write is charged to its project's budget of
+    characters (HAKI_EMBED_CHARS_PER_MINUTE) before any of it is queued; queries are not charged
+    (the request rate limit covers them). Built per request by service/handlers/deps.py."""
+
+    def __init__(self, inner: Embedder, limiter: WorkRateLimiter) -> None:
+        self.inner = inner
+        self.limiter = limiter
+        self.name = inner.name
+        self.dim = inner.dim
+
+    async def embed(
+        self, texts: Sequence[str], *, purpose: Purpose = "write", project: str | None = None
+    ) -> list[Vector]:
+        if purpose == "write" and project is not None:
+            self.limiter.take(project, sum(len(t) for t in texts))
+        return await self.inner.embed(texts, purpose=purpose, project=project)
+
+    async def aclose(self) -> None:
+        return None  # the shared embedder belongs to the app
 
 
 # --------------------------------------------------------------------------------------------------

@@ -31,9 +31,9 @@ from service.structs import (
 )
 
 
-async def embed_or_unavailable(embedder: Embedder, texts: list[str]) -> list[Any]:
+async def embed_or_unavailable(embedder: Embedder, texts: list[str], project: str | None = None) -> list[Any]:
     try:
-        return await embedder.embed(texts)
+        return await embedder.embed(texts, purpose="write", project=project)
     except EmbedderError as exc:
         raise Unavailable(f"The embedder is unavailable: {exc}", embedder=embedder.name) from exc
 
@@ -112,7 +112,7 @@ async def prepare_facts(
     principal.require(req.project_id)
     _check_fact_items(req)
     facts = req.facts
-    embeddings = await embed_or_unavailable(embedder, [f.content for f in facts])
+    embeddings = await embed_or_unavailable(embedder, [f.content for f in facts], principal.project_id)
     fact_ids = uuid7_batch(len(facts))
     columns: dict[str, list[Any]] = {
         "fact_ids": fact_ids,
@@ -256,7 +256,7 @@ async def prepare_events(embedder: Embedder, principal: Principal, req: WriteEve
     for i, e in enumerate(events):
         _check_timestamp(f"events[{i}].occurred_at", e.occurred_at)
         _check_metadata(f"events[{i}].metadata", e.metadata)
-    embeddings = await embed_or_unavailable(embedder, [e.content for e in events])
+    embeddings = await embed_or_unavailable(embedder, [e.content for e in events], principal.project_id)
     return PreparedEvents(req=req, embeddings=embeddings)
 
 

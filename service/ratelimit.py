@@ -44,3 +44,47 @@ class RateLimiter:
                 limit_per_minute=int(self.capacity),
             )
         self._buckets[key_id] = (tokens - 1.0, now)
+
+
+class WorkRateLimiter:
+    """Per-project budget of embedding work: characters per minute, as a token bucket.
+
+    Counts what the embedder is sent, not requests: one request may hold 1,000 facts of 8,000
+    characters. The default, 2 M characters a minute, is about a minute of the local model's work
+    on short facts on 2 cores, so a project may keep the model busy in bursts but not for ever;
+    for an OpenAI-compatible provider characters follow what is billed (docs/reliability.md,
+    "Fair embedding"). A write that would overdraw the bucket is refused whole, before any
+    embedding, with the wait until the bucket holds it again. A request larger than the whole
+    bucket is still let through a full bucket (and overdraws it), so no legal body is refused for
+    ever. In-process, like RateLimiter.
+    """
+
+    def __init__(self, chars_per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.capacity = float(chars_per_minute)
+        self.refill_per_second = chars_per_minute / 60.0
+        self.clock = clock
+        # project -> (characters left, time they were counted). Bounded by the number of projects.
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return self.capacity > 0
+
+    def take(self, project: str, chars: int) -> None:
+        """Spends `chars` of this project's budget, or raises TooManyRequests with the wait."""
+        if not self.enabled or chars <= 0:
+            return
+        now = self.clock()
+        left, then = self._buckets.get(project, (self.capacity, now))
+        left = min(self.capacity, left + (now - then) * self.refill_per_second)
+        need = min(float(chars), self.capacity)
+        if left < need:
+            self._buckets[project] = (left, now)
+            wait = max(1, math.ceil((need - left) / self.refill_per_second))
+            raise TooManyRequests(
+                f"Embedding budget of {int(self.capacity)} characters per minute for this project "
+                f"exceeded ({chars} asked, {int(left)} left); retry in {wait} s.",
+                retry_after_seconds=wait,
+                limit_chars_per_minute=int(self.capacity),
+            )
+        self._buckets[project] = (left - float(chars), now)

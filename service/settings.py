@@ -13,6 +13,9 @@ import platformdirs
 EmbedProvider = Literal["local", "openai", "hash"]
 ContextProfile = Literal["unified", "facts_first"]
 TextSearchConfig = Literal["english", "simple"]
+# How the local model runs (docs/performance.md, "Query embedding"); `torch` is the reference,
+# `auto` is `onnx` when the optional extra is installed, else `torch`.
+LocalBackend = Literal["auto", "torch", "torch-int8", "onnx", "onnx-int8"]
 
 
 class SettingsError(ValueError):
@@ -48,6 +51,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     db_statement_cache_size: int = 100
     idempotency_ttl_seconds: int = 24 * 3600
     rate_limit_per_minute: int = 600
+    # The embedding layer (issue 13: speed; issue 12 defect 4: fairness). Defaults measured in
+    # docs/performance.md ("Query embedding", "Fair embedding") and docs/reliability.md.
+    embed_backend: LocalBackend = "auto"
+    embed_query_max_batch: int = 8
+    embed_write_timeout_seconds: float = 120.0
+    embed_chars_per_minute: int = 2_000_000
+    embed_concurrency: int = 4
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -86,6 +96,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         put("HAKI_DB_STATEMENT_CACHE_SIZE", "db_statement_cache_size", int)
         put("HAKI_IDEMPOTENCY_TTL_SECONDS", "idempotency_ttl_seconds", int)
         put("HAKI_RATE_LIMIT_PER_MINUTE", "rate_limit_per_minute", int)
+        put("HAKI_EMBED_BACKEND", "embed_backend")
+        put("HAKI_EMBED_QUERY_MAX_BATCH", "embed_query_max_batch", int)
+        put("HAKI_EMBED_WRITE_TIMEOUT_SECONDS", "embed_write_timeout_seconds", float)
+        put("HAKI_EMBED_CHARS_PER_MINUTE", "embed_chars_per_minute", int)
+        put("HAKI_EMBED_CONCURRENCY", "embed_concurrency", int)
         try:
             settings = msgspec.convert(raw, cls)
         except msgspec.ValidationError as exc:
@@ -108,3 +123,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             raise SettingsError("HAKI_IDEMPOTENCY_TTL_SECONDS must be positive")
         if self.rate_limit_per_minute < 0:
             raise SettingsError("HAKI_RATE_LIMIT_PER_MINUTE must be >= 0 (0 turns the limit off)")
+        if self.embed_query_max_batch < 1:
+            raise SettingsError("HAKI_EMBED_QUERY_MAX_BATCH must be >= 1")
+        if self.embed_write_timeout_seconds <= 0:
+            raise SettingsError("HAKI_EMBED_WRITE_TIMEOUT_SECONDS must be positive")
+        if self.embed_chars_per_minute < 0:
+            raise SettingsError("HAKI_EMBED_CHARS_PER_MINUTE must be >= 0 (0 turns the limit off)")
+        if self.embed_concurrency < 1:
+            raise SettingsError("HAKI_EMBED_CONCURRENCY must be >= 1")

@@ -941,7 +941,7 @@ class FailingEmbedder:
         self.exc = exc
         self.calls = 0
 
-    async def embed(self, texts: Sequence[str]) -> list[Vector]:
+    async def embed(self, texts: Sequence[str], **_: object) -> list[Vector]:
         self.calls += 1
         raise self.exc
 
@@ -955,7 +955,7 @@ class SlowEmbedder:
     name = "slow"
     dim = 384
 
-    async def embed(self, texts: Sequence[str]) -> list[Vector]:
+    async def embed(self, texts: Sequence[str], **_: object) -> list[Vector]:
         await asyncio.sleep(30)
         raise AssertionError("the assembler should have given up waiting")
 

@@ -56,7 +56,7 @@ class DownEmbedder:
     name = "down"
     dim = 384
 
-    async def embed(self, texts: Sequence[str]) -> list[Vector]:
+    async def embed(self, texts: Sequence[str], **_: object) -> list[Vector]:
         raise EmbedderError("down")
 
     async def aclose(self) -> None:

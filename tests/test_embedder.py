@@ -148,6 +148,89 @@ async def test_local_passes_the_startup_check(local: LocalEmbedder) -> None:
     await check_embedder(local)
 
 
+@pytest.mark.model
+async def test_onnx_backend_gives_the_torch_vectors(tmp_path: Path) -> None:
+    """HAKI_EMBED_BACKEND=onnx (the default `auto` when the extra is installed) must keep vectors
+    written by torch fp32 comparable: the same vectors, not merely similar ones."""
+    pytest.importorskip("onnxruntime")
+    texts = [
+        "The cat sits on the mat",
+        "ok",
+        "Quarterly revenue grew 4% thanks to the new enterprise plan, said the CFO on Monday.",
+        "x " * 400,  # truncated at 256 tokens, like the torch path
+    ]
+    ref = LocalEmbedder(Settings(embed_provider="local", embed_backend="torch", data_dir=tmp_path))
+    onnx = LocalEmbedder(Settings(embed_provider="local", embed_backend="onnx", data_dir=tmp_path))
+    try:
+        expected = await ref.embed(texts)
+        got = await onnx.embed(texts)
+        singles = [(await onnx.embed([t], purpose="query"))[0] for t in ["a fresh query", "ok?"]]
+        ref_singles = await ref.embed(["a fresh query", "ok?"])
+        # The export traced a copy: the torch model it came from still pads batches right.
+        after = LocalEmbedder(Settings(embed_provider="local", embed_backend="torch", data_dir=tmp_path))
+        after._tokenizer, after._model = onnx._tokenizer, onnx._model
+        untouched = await after.embed([f"{t} again" for t in texts])
+        expected_again = await ref.embed([f"{t} again" for t in texts])
+        await after.aclose()
+    finally:
+        await ref.aclose()
+        await onnx.aclose()
+    assert onnx.name == ref.name == "local:all-MiniLM-L6-v2"  # one vector space, one name
+    for a, b in zip([*got, *singles, *untouched], [*expected, *ref_singles, *expected_again], strict=True):
+        assert a.dtype == np.float32 and not a.flags.writeable
+        assert cosine(a, b) > 0.9999
+    exported = list((tmp_path / "embed-cache").glob("*.onnx"))
+    assert len(exported) == 1
+    mtime = exported[0].stat().st_mtime_ns
+    again = LocalEmbedder(Settings(embed_provider="local", embed_backend="onnx", data_dir=tmp_path))
+    try:
+        await again.load()  # reuses the cached export
+    finally:
+        await again.aclose()
+    assert exported[0].stat().st_mtime_ns == mtime
+
+
+@pytest.mark.model
+async def test_int8_backend_is_named_apart(tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    emb = LocalEmbedder(Settings(embed_provider="local", embed_backend="onnx-int8", data_dir=tmp_path))
+    try:
+        [vec] = await emb.embed(["The cat sits on the mat"])
+    finally:
+        await emb.aclose()
+    # int8 vectors are close to fp32's but not equal (docs/performance.md): another name.
+    assert emb.name == "local:all-MiniLM-L6-v2@onnx-int8"
+    assert abs(float(np.linalg.norm(vec)) - 1.0) < 1e-5
+
+
+def test_auto_backend_follows_the_installed_extra() -> None:
+    import importlib.util
+
+    emb = LocalEmbedder(Settings(embed_provider="local"))
+    installed = (
+        importlib.util.find_spec("onnxruntime") is not None and importlib.util.find_spec("onnx") is not None
+    )
+    assert emb.backend == ("onnx" if installed else "torch")
+    assert LocalEmbedder(Settings(embed_provider="local", embed_backend="torch")).backend == "torch"
+
+
+@pytest.mark.model
+async def test_local_write_timeout(local: LocalEmbedder) -> None:
+    slow = LocalEmbedder(
+        Settings(embed_provider="local", embed_backend="torch", embed_write_timeout_seconds=0.05)
+    )
+    slow._tokenizer, slow._model = local._tokenizer, local._model
+    long_texts = [f"write time-out probe {i} " + "word " * 300 for i in range(64)]
+    try:
+        with pytest.raises(EmbedderError, match="HAKI_EMBED_WRITE_TIMEOUT_SECONDS"):
+            await slow.embed(long_texts)
+        # The abandoned write is not left on the model: a query right after is served.
+        [vec] = await slow.embed(["after the time-out"], purpose="query")
+        assert vec.shape == (EMBED_DIM,)
+    finally:
+        await slow.aclose()
+
+
 def test_local_rejects_a_missing_model_dir(tmp_path: Path) -> None:
     with pytest.raises(EmbedderConfigError, match="HAKI_EMBED_MODEL"):
         LocalEmbedder(Settings(embed_provider="local", embed_model=str(tmp_path / "nope")))
@@ -182,8 +265,21 @@ class FakeEmbeddingServer:
     malformed: bool = False
     requests: list[dict[str, Any]] = field(default_factory=list)
     port: int = 0
+    in_flight: int = 0
+    max_in_flight: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def handle(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes]:
+        with self.lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            return self._handle(path, headers, body)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+    def _handle(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes]:
         payload = json.loads(body)
         self.requests.append({"path": path, "authorization": headers.get("authorization"), "json": payload})
         if self.delay:
@@ -255,7 +351,9 @@ async def test_openai_batches_and_sends_bearer(fake_server: FakeEmbeddingServer)
         vectors = await embedder.embed(texts)
     finally:
         await embedder.aclose()
-    assert [r["json"]["input"] for r in fake_server.requests] == [texts[0:2], texts[2:4], texts[4:5]]
+    # The batches are sent concurrently (HAKI_EMBED_CONCURRENCY), so they may arrive in any order.
+    sent = sorted(r["json"]["input"] for r in fake_server.requests)
+    assert sent == [texts[0:2], texts[2:4], texts[4:5]]
     assert {r["path"] for r in fake_server.requests} == {"/v1/embeddings"}
     assert {r["authorization"] for r in fake_server.requests} == {"Bearer sk-test"}
     assert {r["json"]["model"] for r in fake_server.requests} == {"text-embedding-3-small"}
@@ -363,6 +461,56 @@ async def test_openai_unreachable_server_names_the_env_vars() -> None:
     try:
         with pytest.raises(EmbedderConfigError, match="HAKI_EMBED_BASE_URL"):
             await check_embedder(embedder)
+    finally:
+        await embedder.aclose()
+
+
+async def test_openai_sends_up_to_the_concurrency_setting(fake_server: FakeEmbeddingServer) -> None:
+    fake_server.delay = 0.1
+    texts = [f"text {i}" for i in range(14)]  # 7 batches of 2
+    for concurrency in (1, 3):
+        fake_server.max_in_flight = 0
+        fake_server.requests.clear()
+        embedder = OpenAIEmbedder(openai_settings(fake_server.port, embed_concurrency=concurrency))
+        try:
+            vectors = await embedder.embed(texts)
+        finally:
+            await embedder.aclose()
+        assert fake_server.max_in_flight == concurrency
+        assert len(fake_server.requests) == 7
+        # Order of the answer is the order of the input, whatever order the batches came back in.
+        for text, vec in zip(texts, vectors, strict=True):
+            np.testing.assert_allclose(vec, expected_vector(text), atol=1e-6)
+
+
+async def test_openai_write_slots_are_shared_by_concurrent_writes(fake_server: FakeEmbeddingServer) -> None:
+    fake_server.delay = 0.1
+    embedder = OpenAIEmbedder(openai_settings(fake_server.port, embed_concurrency=2))
+    try:
+        await asyncio.gather(*(embedder.embed([f"w{j}.{i}" for i in range(4)]) for j in range(3)))
+        assert fake_server.max_in_flight == 2
+        # A query skips the write slots.
+        fake_server.max_in_flight = 0
+        writes = asyncio.gather(*(embedder.embed([f"x{j}.{i}" for i in range(4)]) for j in range(3)))
+        await asyncio.sleep(0.05)
+        await embedder.embed(["a query"], purpose="query", project="p")
+        await writes
+        assert fake_server.max_in_flight == 3
+    finally:
+        await embedder.aclose()
+
+
+async def test_openai_write_timeout(fake_server: FakeEmbeddingServer) -> None:
+    fake_server.delay = 0.4
+    embedder = OpenAIEmbedder(
+        openai_settings(fake_server.port, embed_concurrency=1, embed_write_timeout_seconds=0.5)
+    )
+    try:
+        with pytest.raises(EmbedderError, match="HAKI_EMBED_WRITE_TIMEOUT_SECONDS"):
+            await embedder.embed([f"t{i}" for i in range(6)])  # 3 batches of 0.4 s, one at a time
+        # A query is bounded by its caller (the assembler), not by the write time-out.
+        [vec] = await embedder.embed(["q"], purpose="query")
+        assert vec.shape == (EMBED_DIM,)
     finally:
         await embedder.aclose()
 

@@ -97,11 +97,15 @@ class StageTimer:
 # --- steps shared by both profiles -------------------------------------------------------------
 
 
-async def embed_query(embedder: Embedder, settings: Settings, query: str) -> np.ndarray | None:
+async def embed_query(
+    embedder: Embedder, settings: Settings, query: str, project: str | None = None
+) -> np.ndarray | None:
     """Rule 10: an embedder failure or time-out degrades to full-text retrieval, never a 500.
     None means the call is degraded (see warnings_of)."""
     try:
-        (vector,) = await asyncio.wait_for(embedder.embed([query]), timeout=settings.embed_timeout_seconds)
+        (vector,) = await asyncio.wait_for(
+            embedder.embed([query], purpose="query", project=project), timeout=settings.embed_timeout_seconds
+        )
         return vector
     except Exception as exc:  # any embedder failure must degrade, not fail the call
         log.warning("query embedding failed (%s): %r", embedder.name, exc)
@@ -370,7 +374,9 @@ async def assemble(
     profile: ContextProfile = req.profile or settings.context_profile
     # The query embeds on the embedder's thread while the transaction opens and is configured:
     # their two round trips leave the critical path (docs/performance.md, "Outside the stages").
-    embedding = asyncio.create_task(timed_embedding(embedder, settings, req.query, timer))
+    embedding = asyncio.create_task(
+        timed_embedding(embedder, settings, req.query, timer, principal.project_id)
+    )
     try:
         async with conn.transaction():
             await repo.configure_vector_scan(conn, EF_SEARCH)
@@ -388,11 +394,11 @@ async def assemble(
 
 
 async def timed_embedding(
-    embedder: Embedder, settings: Settings, query: str, timer: StageTimer
+    embedder: Embedder, settings: Settings, query: str, timer: StageTimer, project: str | None = None
 ) -> np.ndarray | None:
     """embed_query, timed as the `embed` stage (it overlaps the opening of the transaction)."""
     with timer.stage("embed"):
-        return await embed_query(embedder, settings, query)
+        return await embed_query(embedder, settings, query, project)
 
 
 async def inspect(conn: Conn, principal: Principal, trace_id: UUID) -> Inspection:

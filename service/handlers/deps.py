@@ -15,9 +15,9 @@ from litestar.types import Scope
 
 from service.auth import Principal, authenticate
 from service.constants import MAX_JSON_DEPTH
-from service.embedder import Embedder
+from service.embedder import Embedder, WorkLimitedEmbedder
 from service.errors import CONNECTION_LOST, ErrorBody
-from service.ratelimit import RateLimiter
+from service.ratelimit import RateLimiter, WorkRateLimiter
 from service.settings import Settings
 from service.strict_body import check_body
 from service.structs import KEY_PROJECT
@@ -103,8 +103,11 @@ def in_key_project(data: B, principal: Principal) -> B:
 
 
 def provide_embedder(state: State) -> Embedder:
+    # Writes are charged to their project's embedding budget where they are accepted (429 with
+    # Retry-After through service/errors.py), before any of their texts is queued.
+    work_limiter: WorkRateLimiter = state.work_limiter
     embedder: Embedder = state.embedder
-    return embedder
+    return WorkLimitedEmbedder(embedder, work_limiter) if work_limiter.enabled else embedder
 
 
 def provide_settings(state: State) -> Settings:
@@ -128,6 +131,9 @@ ERRORS: dict[int, ResponseSpec] = {
     413: _spec("payload_too_large: the body exceeds HAKI_MAX_BODY_BYTES"),
     415: _spec("unsupported_media_type: a body sent under a Content-Type that is not JSON"),
     422: _spec("validation_error: a rule only the service can check; `details.field` names the field"),
-    429: _spec("rate_limited: too many requests for this API key; wait `Retry-After` seconds"),
+    429: _spec(
+        "rate_limited: too many requests for this API key, or too many characters to embed for "
+        "this project (HAKI_EMBED_CHARS_PER_MINUTE); wait `Retry-After` seconds"
+    ),
     503: _spec("unavailable: database or embedder down, or a statement timeout; retry"),
 }

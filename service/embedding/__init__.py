@@ -1,0 +1,1 @@
+"""Parts of the embedding layer behind service/embedder.py: the fair scheduler, the ONNX backend."""

@@ -1,0 +1,132 @@
+"""The local model through ONNX Runtime (optional extra `haki[onnx]`), exported offline from torch.
+
+The graph is exported from the torch model already loaded (torch.onnx, TorchScript exporter) at
+first load and cached under `<HAKI_DATA_DIR>/embed-cache/`, keyed by the model's files and the
+library versions, so nothing is downloaded and a changed model is never served from a stale file.
+`onnx-int8` is that graph with its MatMul weights dynamically quantised to int8 by
+onnxruntime.quantization.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+# Opset 17 has LayerNormalization as one node; ORT fuses the BERT attention from it.
+OPSET = 17
+# Part of the cache key: bump when the export itself changes.
+EXPORT_VERSION = 2
+
+
+def _cache_key(model_dir: Path, variant: str) -> str:
+    import onnxruntime  # type: ignore[import-untyped]
+    import torch
+
+    h = hashlib.sha256()
+    h.update(f"{variant}|{torch.__version__}|{onnxruntime.__version__}|{OPSET}|{EXPORT_VERSION}".encode())
+    for name in sorted(os.listdir(model_dir)):
+        path = model_dir / name
+        if path.is_file():
+            st = path.stat()
+            h.update(f"{name}:{st.st_size}:{int(st.st_mtime)}".encode())
+    return h.hexdigest()[:16]
+
+
+def _atomic(target: Path, write: Any) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".onnx.tmp")
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def export(model: Any, tokenizer: Any, model_dir: Path, cache_dir: Path, *, int8: bool) -> Path:
+    """The cached ONNX file of this model (fp32 or int8), exported now if missing."""
+    import torch
+
+    fp32 = cache_dir / f"{model_dir.name}-{_cache_key(model_dir, 'fp32')}.onnx"
+    if not fp32.exists():
+
+        class _LastHidden(torch.nn.Module):
+            def __init__(self, inner: Any) -> None:
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+                out = self.inner(
+                    input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+                )
+                return out.last_hidden_state
+
+        # Two texts of different lengths: the trace then takes transformers' padded-mask path
+        # (with one unpadded text it may bake in "no padding").
+        sample = tokenizer(
+            ["an example input for the export, padded", "a shorter one"], padding=True, return_tensors="pt"
+        )
+        if any(name not in sample for name in INPUT_NAMES):
+            raise ValueError(f"the tokenizer does not give all of {INPUT_NAMES} (not a BERT-style model)")
+        axes = {name: {0: "batch", 1: "seq"} for name in (*INPUT_NAMES, "last_hidden_state")}
+
+        def write(path: Path) -> None:
+            with torch.inference_mode():
+                # A copy: tracing leaves the traced module changed (its padded batches came out
+                # wrong afterwards, max error 5.6), and the caller keeps using `model`.
+                torch.onnx.export(
+                    _LastHidden(copy.deepcopy(model)),
+                    tuple(sample[name] for name in INPUT_NAMES),
+                    str(path),
+                    input_names=list(INPUT_NAMES),
+                    output_names=["last_hidden_state"],
+                    dynamic_axes=axes,
+                    opset_version=OPSET,
+                    dynamo=False,
+                )
+
+        _atomic(fp32, write)
+    if not int8:
+        return fp32
+    q8 = cache_dir / f"{model_dir.name}-{_cache_key(model_dir, 'int8')}.onnx"
+    if not q8.exists():
+        from onnxruntime.quantization import QuantType, quantize_dynamic  # type: ignore[import-untyped]
+
+        _atomic(q8, lambda path: quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8))
+    return q8
+
+
+class OnnxRunner:
+    """Two sessions on one graph: one intra-op thread for queries, `batch_threads` for batches
+    (ORT fixes a session's thread count when it is created)."""
+
+    def __init__(self, path: Path, *, query_threads: int, batch_threads: int) -> None:
+        import onnxruntime as ort
+
+        def session(threads: int) -> Any:
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads = threads
+            opts.inter_op_num_threads = 1
+            opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            # Spinning workers burn the core PostgreSQL needs on a small machine.
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+        self._query = session(query_threads)
+        self._batch = self._query if batch_threads == query_threads else session(batch_threads)
+
+    def last_hidden(self, batch: dict[str, npt.NDArray[np.int64]], *, small: bool) -> npt.NDArray[np.float32]:
+        sess = self._query if small else self._batch
+        feeds = {name: batch[name].astype(np.int64, copy=False) for name in INPUT_NAMES}
+        out: npt.NDArray[np.float32] = sess.run(["last_hidden_state"], feeds)[0]
+        return out

@@ -1,0 +1,200 @@
+"""One embedding worker shared fairly: queries first, projects in turn, concurrent queries batched.
+
+The local model runs one forward pass at a time (one worker thread). In front of it:
+- two round-robin queues, one for query embeddings (a context call waits on them) and one for
+  write embeddings; the worker always drains queries first, so a query waits at most for the
+  write chunk already running (issue 12, defect 4);
+- each queue keeps a FIFO per project and serves the projects in turn, so one project's ten
+  bulk writes do not stand in front of another project's single write;
+- micro-batching without a window: when the worker becomes free it takes every query queued
+  (up to `query_max_batch`) into one forward pass. An idle worker starts a lone query at once,
+  so single-call latency pays no wait (docs/performance.md, "Query embedding").
+- writes are cut into chunks bounded by texts and by cost (characters the model will read), so
+  a queued query never waits behind more than one short chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, Literal, TypeVar
+
+Purpose = Literal["query", "write"]
+T = TypeVar("T")
+
+
+class _Job(Generic[T]):
+    __slots__ = ("future", "next", "project", "remaining", "results", "texts")
+
+    def __init__(self, texts: Sequence[str], project: str | None, future: asyncio.Future[list[T]]) -> None:
+        self.texts = texts
+        self.project = project
+        self.future = future
+        self.next = 0  # the first text not yet handed to the worker
+        self.remaining = len(texts)  # texts whose vectors have not come back yet
+        self.results: list[T | None] = [None] * len(texts)
+
+    @property
+    def live(self) -> bool:
+        """False once the caller has gone (time-out, cancellation) or the job failed."""
+        return not self.future.done()
+
+
+Slice = tuple[_Job[T], int, int]
+
+
+class RoundRobin(Generic[T]):
+    """A FIFO of jobs per project; `take` serves the projects in turn."""
+
+    def __init__(self) -> None:
+        self._queues: OrderedDict[str | None, deque[_Job[T]]] = OrderedDict()
+
+    def push(self, job: _Job[T]) -> None:
+        self._queues.setdefault(job.project, deque()).append(job)
+
+    def __len__(self) -> int:
+        return sum(len(q) for q in self._queues.values())
+
+    def take(self, max_texts: int, max_cost: float, cost: Callable[[str], float]) -> list[Slice[T]]:
+        """Up to `max_texts` texts and `max_cost` (one text at least), one project after another."""
+        picked: list[Slice[T]] = []
+        texts = 0
+        spent = 0.0
+        while self._queues and texts < max_texts and spent < max_cost:
+            project, queue = next(iter(self._queues.items()))
+            while queue and not queue[0].live:
+                queue.popleft()
+            if not queue:
+                del self._queues[project]
+                continue
+            job = queue[0]
+            start = end = job.next
+            while end < len(job.texts) and texts < max_texts:
+                c = cost(job.texts[end])
+                if (texts > 0) and spent + c > max_cost:
+                    break
+                spent += c
+                texts += 1
+                end += 1
+            if end == start:
+                break
+            job.next = end
+            picked.append((job, start, end))
+            if end >= len(job.texts):
+                queue.popleft()
+            if queue:
+                self._queues.move_to_end(project)  # this project's turn is over
+            else:
+                del self._queues[project]
+        return picked
+
+    def fail_all(self, exc: BaseException) -> None:
+        for queue in self._queues.values():
+            for job in queue:
+                if job.live:
+                    job.future.set_exception(exc)
+        self._queues.clear()
+
+
+class FairScheduler(Generic[T]):
+    """Feeds `run` (one call at a time) from the query and write queues; see the module doc."""
+
+    def __init__(
+        self,
+        run: Callable[[list[str], Purpose], Awaitable[list[T]]],
+        *,
+        query_max_batch: int,
+        write_max_batch: int,
+        write_max_cost: float,
+        cost: Callable[[str], float] = len,
+    ) -> None:
+        self._run = run
+        self.query_max_batch = max(1, query_max_batch)
+        self.write_max_batch = max(1, write_max_batch)
+        self.write_max_cost = write_max_cost
+        self._cost = cost
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queries: RoundRobin[T] = RoundRobin()
+        self._writes: RoundRobin[T] = RoundRobin()
+        self._wake: asyncio.Event | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self.passes = 0  # forward passes run, for tests and benchmarks
+
+    async def submit(self, texts: Sequence[str], purpose: Purpose, project: str | None) -> list[T]:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop or self._worker is None or self._worker.done():
+            self._start(loop)
+        assert self._wake is not None
+        future: asyncio.Future[list[T]] = loop.create_future()
+        job = _Job(texts, project, future)
+        (self._queries if purpose == "query" else self._writes).push(job)
+        self._wake.set()
+        # A caller that gives up (wait_for, time-out) cancels `future`: the job is skipped.
+        return await future
+
+    def _start(self, loop: asyncio.AbstractEventLoop) -> None:
+        # A new event loop (tests run one per module) gets its own queues and worker.
+        self._loop = loop
+        self._queries = RoundRobin()
+        self._writes = RoundRobin()
+        self._wake = asyncio.Event()
+        self._worker = loop.create_task(self._work(), name="haki-embed-scheduler")
+
+    def next_batch(self) -> tuple[Purpose, list[Slice[T]]]:
+        """Every queued query (up to the batch cap), else one fair chunk of writes."""
+        picked = self._queries.take(self.query_max_batch, float("inf"), self._cost)
+        if picked:
+            return "query", picked
+        return "write", self._writes.take(self.write_max_batch, self.write_max_cost, self._cost)
+
+    async def _work(self) -> None:
+        wake = self._wake
+        assert wake is not None
+        while True:
+            await wake.wait()
+            purpose, batch = self.next_batch()
+            if not batch:
+                wake.clear()
+                continue
+            texts = [t for job, start, end in batch for t in job.texts[start:end]]
+            self.passes += 1
+            try:
+                vectors = await self._run(texts, purpose)
+            except asyncio.CancelledError:
+                for job, _, _ in batch:
+                    if job.live:
+                        job.future.set_exception(RuntimeError("the embedder closed"))
+                raise
+            except Exception as exc:
+                for job, _, _ in batch:
+                    if job.live:
+                        job.future.set_exception(exc)
+                continue
+            pos = 0
+            for job, start, end in batch:
+                job.results[start:end] = vectors[pos : pos + end - start]
+                pos += end - start
+                job.remaining -= end - start
+                if job.live and job.remaining == 0 and job.next >= len(job.texts):
+                    job.future.set_result([r for r in job.results if r is not None])
+
+    async def aclose(self, exc: BaseException) -> None:
+        worker, self._worker = self._worker, None
+        self._queries.fail_all(exc)
+        self._writes.fail_all(exc)
+        if worker is None or worker.done():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not self._loop:
+            # Started on another event loop (a test's), which may be closed: nothing to await.
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.call_soon_threadsafe(worker.cancel)
+            return
+        worker.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await worker

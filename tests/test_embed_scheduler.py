@@ -1,0 +1,293 @@
+"""The embedding scheduler's order (issue 12 defect 4, issue 13 micro-batching) and the work-based
+rate limit, with a recording model stand-in: no torch, no database, deterministic.
+
+`GatedModel` plays the model thread: every forward pass it is handed waits until the test opens
+the gate, and it records which texts went into which pass, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from service.embedder import HashEmbedder
+from service.embedding.scheduler import FairScheduler, Purpose
+from service.errors import TooManyRequests
+from service.ratelimit import WorkRateLimiter
+from service.settings import Settings
+from tests.conftest import bearer, make_client
+
+
+class GatedModel:
+    def __init__(self) -> None:
+        self.passes: list[tuple[Purpose, list[str]]] = []
+        self.gate = asyncio.Semaphore(0)
+        self.fail_on: str | None = None
+
+    async def run(self, texts: list[str], purpose: Purpose) -> list[str]:
+        self.passes.append((purpose, list(texts)))
+        await self.gate.acquire()
+        if self.fail_on is not None and self.fail_on in texts:
+            raise RuntimeError("model failure")
+        return [f"v({t})" for t in texts]
+
+    async def release(self, passes: int = 1) -> None:
+        for _ in range(passes):
+            self.gate.release()
+        await settle()
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+def scheduler(model: GatedModel, **overrides: Any) -> FairScheduler[str]:
+    options: dict[str, Any] = {"query_max_batch": 16, "write_max_batch": 4, "write_max_cost": 1000.0}
+    options.update(overrides)
+    return FairScheduler(model.run, cost=lambda t: 1.0, **options)
+
+
+def submit(
+    s: FairScheduler[str], texts: list[str], purpose: Purpose, project: str | None
+) -> asyncio.Task[list[str]]:
+    return asyncio.ensure_future(s.submit(texts, purpose, project))
+
+
+async def test_an_idle_worker_runs_a_lone_query_at_once() -> None:
+    model = GatedModel()
+    s = scheduler(model)
+    task = submit(s, ["q"], "query", "b")
+    await settle()
+    # No window: the pass started without a second submission or a timer.
+    assert model.passes == [("query", ["q"])]
+    await model.release()
+    assert task.result() == ["v(q)"]
+    await s.aclose(RuntimeError("closed"))
+
+
+async def test_queries_go_before_queued_writes() -> None:
+    model = GatedModel()
+    s = scheduler(model)
+    write = submit(s, [f"w{i}" for i in range(12)], "write", "a")
+    await settle()
+    assert model.passes == [("write", ["w0", "w1", "w2", "w3"])]  # the first chunk runs
+    query = submit(s, ["q"], "query", "b")
+    await settle()
+    await model.release()  # chunk 1 done: the query is next, not chunk 2
+    assert model.passes[1] == ("query", ["q"])
+    await model.release()
+    assert query.result() == ["v(q)"]
+    await model.release(2)
+    assert [p[1] for p in model.passes[2:]] == [["w4", "w5", "w6", "w7"], ["w8", "w9", "w10", "w11"]]
+    assert write.result() == [f"v(w{i})" for i in range(12)]
+    await s.aclose(RuntimeError("closed"))
+
+
+async def test_concurrent_queries_share_one_pass() -> None:
+    model = GatedModel()
+    s = scheduler(model, query_max_batch=3)
+    first = submit(s, ["q0"], "query", "a")
+    await settle()
+    others = [submit(s, [f"q{i}"], "query", "a") for i in range(1, 6)]
+    await settle()
+    await model.release(3)
+    # q0 alone (the worker was idle), then the five queued in passes of at most 3.
+    assert [p[1] for p in model.passes] == [["q0"], ["q1", "q2", "q3"], ["q4", "q5"]]
+    assert first.result() == ["v(q0)"]
+    assert [t.result() for t in others] == [[f"v(q{i})"] for i in range(1, 6)]
+    await s.aclose(RuntimeError("closed"))
+
+
+async def test_projects_take_turns_on_writes() -> None:
+    model = GatedModel()
+    s = scheduler(model, write_max_batch=2)
+    blocker = submit(s, ["x"], "write", "z")
+    await settle()
+    # Project a queues three writes of four texts before b's single write of two.
+    a_jobs = [submit(s, [f"a{j}.{i}" for i in range(4)], "write", "a") for j in range(3)]
+    b_job = submit(s, ["b0", "b1"], "write", "b")
+    await settle()
+    await model.release(8)
+    owners = [p[1][0][0] for p in model.passes[1:]]
+    # b's write runs second, not after a's twelve texts.
+    assert owners[:3] == ["a", "b", "a"]
+    assert b_job.result() == ["v(b0)", "v(b1)"]
+    assert all(len(t.result()) == 4 for t in a_jobs)
+    assert blocker.result() == ["v(x)"]
+    await s.aclose(RuntimeError("closed"))
+
+
+async def test_queries_of_several_projects_are_interleaved_in_a_pass() -> None:
+    model = GatedModel()
+    s = scheduler(model, query_max_batch=4)
+    blocker = submit(s, ["x"], "write", "z")
+    await settle()
+    for i in range(5):
+        submit(s, [f"a{i}"], "query", "a")
+    submit(s, ["b0"], "query", "b")
+    await settle()
+    await model.release(3)
+    # a and b alternate, so b's query is in the first query pass even though it came last.
+    assert model.passes[1] == ("query", ["a0", "b0", "a1", "a2"])
+    assert blocker.result() == ["v(x)"]
+    await s.aclose(RuntimeError("closed"))
+
+
+async def test_write_chunks_are_bounded_by_cost() -> None:
+    model = GatedModel()
+    s = FairScheduler(model.run, query_max_batch=16, write_max_batch=64, write_max_cost=10.0, cost=len)
+    task = submit(s, ["aaaa", "bbbb", "cccc", "d", "eeeeeeeeeeeeeeeeeeee"], "write", "a")
+    await settle()
+    await model.release(4)
+    # 4+4 fit in 10; 4+1 fit; a text over the budget still runs, alone.
+    assert [p[1] for p in model.passes] == [["aaaa", "bbbb"], ["cccc", "d"], ["eeeeeeeeeeeeeeeeeeee"]]
+    assert len(task.result()) == 5
+    await s.aclose(RuntimeError("closed"))
+
+
+async def test_a_caller_that_gave_up_costs_no_pass() -> None:
+    model = GatedModel()
+    s = scheduler(model)
+    blocker = submit(s, ["x"], "write", "z")
+    await settle()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(s.submit(["late"], "write", "a"), timeout=0.01)
+    await model.release(2)
+    assert [p[1] for p in model.passes] == [["x"]]
+    assert blocker.result() == ["v(x)"]
+    await s.aclose(RuntimeError("closed"))
+
+
+async def test_a_failed_pass_fails_its_jobs_only() -> None:
+    model = GatedModel()
+    model.fail_on = "bad"
+    s = scheduler(model, write_max_batch=1)
+    blocker = submit(s, ["x"], "write", "z")
+    await settle()
+    bad = submit(s, ["bad", "more"], "write", "a")
+    good = submit(s, ["good"], "write", "b")
+    await settle()
+    await model.release(4)
+    with pytest.raises(RuntimeError, match="model failure"):
+        bad.result()
+    assert good.result() == ["v(good)"]
+    # The failed job's second text was never run.
+    assert ["more"] not in [p[1] for p in model.passes]
+    assert blocker.result() == ["v(x)"]
+    await s.aclose(RuntimeError("closed"))
+
+
+async def test_close_fails_the_queued_jobs() -> None:
+    model = GatedModel()
+    s = scheduler(model)
+    running = submit(s, ["x"], "write", "z")
+    await settle()
+    queued = submit(s, ["y"], "query", "a")
+    await settle()
+    await s.aclose(RuntimeError("closed"))
+    await settle()
+    for task in (running, queued):
+        with pytest.raises(RuntimeError):
+            task.result()
+
+
+# --------------------------------------------------------------------------------------------------
+# Work-based rate limit
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_work_limit_counts_characters_per_project() -> None:
+    clock = Clock()
+    limiter = WorkRateLimiter(600, clock=clock)  # 10 characters a second
+    limiter.take("a", 400)
+    limiter.take("a", 200)
+    limiter.take("b", 600)  # another project has its own budget
+    with pytest.raises(TooManyRequests) as info:
+        limiter.take("a", 50)
+    assert info.value.details is not None
+    assert info.value.details["retry_after_seconds"] == 5
+    assert info.value.details["limit_chars_per_minute"] == 600
+    clock.now += 5
+    limiter.take("a", 50)
+
+
+def test_work_limit_lets_one_oversized_write_through_a_full_bucket() -> None:
+    clock = Clock()
+    limiter = WorkRateLimiter(600, clock=clock)
+    limiter.take("a", 6000)  # larger than the bucket, but it is full: never refused for ever
+    with pytest.raises(TooManyRequests) as info:
+        limiter.take("a", 1)
+    # The overdraft is paid back first: 5,400 characters at 10 a second, plus the one asked.
+    assert info.value.details is not None
+    assert info.value.details["retry_after_seconds"] == 541
+
+
+def test_work_limit_in_the_neighbour_scenario() -> None:
+    """docs/reliability.md: ten writes of 30 x 8,000 characters at once against the default."""
+    limiter = WorkRateLimiter(Settings().embed_chars_per_minute, clock=Clock())
+    outcomes: list[int | None] = []
+    for _ in range(10):
+        try:
+            limiter.take("a", 30 * 8000)
+            outcomes.append(None)
+        except TooManyRequests as exc:
+            assert exc.details is not None
+            outcomes.append(exc.details["retry_after_seconds"])
+    assert outcomes == [None] * 8 + [5, 5]
+
+
+def test_work_limit_off() -> None:
+    limiter = WorkRateLimiter(0)
+    assert not limiter.enabled
+    for _ in range(10):
+        limiter.take("a", 10**9)
+
+
+async def test_a_write_over_the_budget_is_429_with_retry_after(settings: Any, conn: Any, key: str) -> None:
+    body = {"project_id": "proj-a", "subject_id": "u1", "facts": [{"content": "x" * 4000}]}
+    async with make_client(settings, conn, HashEmbedder(), embed_chars_per_minute=6000) as client:
+        r1 = await client.post("/v1/facts", json=body, headers=bearer(key))
+        assert r1.status_code == 201, r1.text
+        r2 = await client.post("/v1/facts", json=body, headers=bearer(key))
+        assert r2.status_code == 429, r2.text
+        assert r2.json()["code"] == "rate_limited"
+        assert "characters" in r2.json()["message"]
+        assert int(r2.headers["Retry-After"]) >= 1
+        # Nothing of the refused write was stored; context calls are not charged.
+        facts = await client.get(
+            "/v1/facts", params={"project_id": "proj-a", "subject_id": "u1"}, headers=bearer(key)
+        )
+        assert facts.status_code == 200
+        assert len(facts.json()["facts"]) == 1
+        # With an Idempotency-Key the refusal is not recorded: a retry is refused again, not
+        # replayed and not stuck "in progress".
+        keyed = {**bearer(key), "Idempotency-Key": "budget-test"}
+        for _ in range(2):
+            r3 = await client.post("/v1/facts", json=body, headers=keyed)
+            assert r3.status_code == 429, r3.text
+        ctx = await client.post(
+            "/v1/context",
+            json={"project_id": "proj-a", "subject_id": "u1", "query": "x" * 100},
+            headers=bearer(key),
+        )
+        assert ctx.status_code == 200, ctx.text
+
+
+def test_hash_embedder_accepts_purpose_and_project() -> None:
+    [vec] = asyncio.run(HashEmbedder().embed(["a"], purpose="query", project="p"))
+    assert np.isclose(float(np.linalg.norm(vec)), 1.0)
+
+
+_ = httpx  # the HTTP client type of make_client
