@@ -2,7 +2,8 @@
 
     .venv/bin/python -m benchmarks.http_latency                 # 10k facts, seeded through the API
     .venv/bin/python -m benchmarks.http_latency --stub-ingest   # + ingest rate with the hash embedder
-    .venv/bin/python -m benchmarks.http_latency --facts 1000000 --seed copy
+    .venv/bin/python -m benchmarks.http_latency --facts 1000000 --seed copy --keep
+    .venv/bin/python -m benchmarks.http_latency --facts 1000000 --reuse /tmp/haki-http-XXXX  # again, no seeding
 
 What it does:
 1. starts `python -m service.cli serve` on a free port, with a fresh HAKI_DATA_DIR, the local
@@ -100,9 +101,12 @@ class Server:
 
 
 @contextlib.contextmanager
-def server(embed_provider: str, torch_threads: int | None, keep: bool) -> Iterator[tuple[Server, str]]:
+def server(
+    embed_provider: str, torch_threads: int | None, keep: bool, reuse: Path | None = None
+) -> Iterator[tuple[Server, str]]:
     base = Path(os.environ.get("HAKI_BENCH_TMP", tempfile.gettempdir()))
-    data_dir = Path(tempfile.mkdtemp(prefix="haki-http-", dir=base))
+    data_dir = reuse or Path(tempfile.mkdtemp(prefix="haki-http-", dir=base))
+    keep = keep or reuse is not None
     env = {
         **os.environ,
         "HAKI_DATA_DIR": str(data_dir),
@@ -404,12 +408,12 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 async def measure(srv: Server, key: str, args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {"machine": machine(), "facts": args.facts}
     async with httpx.AsyncClient(base_url=srv.url, timeout=60) as client:
-        if args.seed == "api":
+        if args.reuse is None and args.seed == "api":
             report["ingest_local"] = await seed_api(client, key, args.facts, args.events)
             print(f"ingest (local model): {report['ingest_local']}", file=sys.stderr)
         await analyze(srv.data_dir)
         used: set[str] = set()
-        warm = query_texts(50, seed=99, exclude=used)
+        warm = query_texts(args.warmup, seed=99, exclude=used)
         used |= set(warm)
         for profile in args.profiles:
             await run_pass(client, key, "warm-up", warm, 1, profile)
@@ -448,14 +452,26 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated profiles of the request, each measured in turn (default: unified,facts_first)",
     )
     p.add_argument("--json", type=Path, default=None, help="also write the report as JSON here")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=50,
+        help="warm-up requests per profile before the passes (default 50; a 1M scope's pages need more)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the server's data directory")
+    p.add_argument(
+        "--reuse",
+        type=Path,
+        default=None,
+        help="measure a data directory kept by an earlier --keep run (no seeding; --facts only labels it)",
+    )
     args = p.parse_args(argv)
     report: dict[str, Any] = {}
     if args.stub_ingest:
         report["ingest_stub"] = asyncio.run(stub_ingest(args))
         print(f"ingest (hash embedder): {report['ingest_stub']}", file=sys.stderr)
-    with server("local", args.torch_threads, args.keep) as (srv, key):
-        if args.seed == "copy":
+    with server("local", args.torch_threads, args.keep, args.reuse) as (srv, key):
+        if args.reuse is None and args.seed == "copy":
             srv.stop()
             report["seed_copy"] = asyncio.run(
                 seed_copy(srv.data_dir, args.facts, args.events, args.torch_threads)

@@ -5,9 +5,12 @@ benchmarks/load.py (80% fresh context questions, 20% writes) at one client, then
 run on one server. The guard is the ratio of the two throughputs, so a slow or busy machine
 moves both sides alike; a timing assert in a unit test would not survive 2 noisy cores.
 
-Target (docs/performance.md): 16 clients >= 1.8x one client, 0 errors, p95 at 16 clients
-<= 250 ms. The guard keeps a margin under the target for CI noise; HAKI_BENCH_MIN_CONCURRENCY_RATIO
-and HAKI_BENCH_MAX_P95_MS override it, HAKI_BENCH_LOAD_SECONDS sets the measured window.
+Target (issue 13): 16 clients >= 1.8x one client, 0 errors, p95 at 16 clients <= 250 ms;
+measured on a quiet machine 1.71x and p95 274 ms, and 1.73x under a load average of 5 (before
+issue 13 the throughput fell with clients: docs/performance.md). The guard catches a return to
+that, with a margin for CI noise: >= 1.4x, p95 <= 600 ms, 0 errors.
+HAKI_BENCH_MIN_CONCURRENCY_RATIO and HAKI_BENCH_MAX_P95_MS override it, HAKI_BENCH_LOAD_SECONDS
+sets the measured window.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ import os
 
 from benchmarks.load import Server, report, run
 
-GUARD_MIN_RATIO = float(os.environ.get("HAKI_BENCH_MIN_CONCURRENCY_RATIO", "1.5"))
-GUARD_MAX_P95_MS = float(os.environ.get("HAKI_BENCH_MAX_P95_MS", "400"))
+GUARD_MIN_RATIO = float(os.environ.get("HAKI_BENCH_MIN_CONCURRENCY_RATIO", "1.4"))
+GUARD_MAX_P95_MS = float(os.environ.get("HAKI_BENCH_MAX_P95_MS", "600"))
 SECONDS = float(os.environ.get("HAKI_BENCH_LOAD_SECONDS", "12"))
 
 
