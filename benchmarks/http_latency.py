@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.http_latency                 # 10k facts, seeded through the API
     .venv/bin/python -m benchmarks.http_latency --stub-ingest   # + ingest rate with the hash embedder
     .venv/bin/python -m benchmarks.http_latency --facts 1000000 --seed copy --keep
-    .venv/bin/python -m benchmarks.http_latency --facts 1000000 --reuse /tmp/haki-http-XXXX  # again, no seeding
+    .venv/bin/python -m benchmarks.http_latency --facts 1000000 --reuse /tmp/haki-http-XXXX  # no seeding
 
 What it does:
 1. starts `python -m service.cli serve` on a free port, with a fresh HAKI_DATA_DIR, the local

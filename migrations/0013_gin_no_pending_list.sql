@@ -95,3 +95,24 @@ SELECT coalesce(share * share * facts >= min_cost
                 AND share * facts >= min_postings
                 AND share * probe_rows >= 2 * match_limit, false)
 $$;
+
+-- The probe that haki_text_probe chooses: the scope's newest facts servable at an instant, in id
+-- (time) order, at most max_rows of them, read only when `enabled` (the word or entity the rule
+-- picked). Inlined into unified_candidates and linked_facts, so the reads stop at the caller's
+-- LIMIT; the caller filters by its word and by the open conflicts.
+CREATE FUNCTION public.haki_newest_servable_facts(
+    enabled boolean, p_project_id text, p_subject_id text, at timestamptz, max_rows integer
+) RETURNS TABLE (
+    fact_id uuid, embedding public.vector, search_vector tsvector, search_vector_english tsvector
+)
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+SELECT f.fact_id, f.embedding, f.search_vector, f.search_vector_english
+FROM public.facts AS f
+WHERE enabled
+  AND f.project_id OPERATOR(pg_catalog.=) p_project_id
+  AND f.subject_id OPERATOR(pg_catalog.=) p_subject_id
+  AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from, f.recorded_from,
+                                f.stale_after, f.recorded_to, f.believed_valid_to, at)
+ORDER BY f.fact_id DESC
+LIMIT max_rows
+$$;

@@ -459,23 +459,12 @@ fact_hits AS MATERIALIZED (
          LIMIT :text_per_word)
         UNION ALL
         (SELECT n.fact_id
-         FROM (
-             -- The probe: the scope's newest servable facts, in id (time) order, at most probe_rows.
-             SELECT f.fact_id,
-                    public.haki_text_vector(:text_config::regconfig, f.search_vector,
-                                            f.search_vector_english) AS sv
-             FROM facts AS f
-             WHERE i.probe
-               AND f.project_id = :project_id
-               AND f.subject_id = :subject_id
-               AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
-                                             f.recorded_from, f.stale_after, f.recorded_to,
-                                             f.believed_valid_to, :as_of::timestamptz)
-               AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
-             ORDER BY f.fact_id DESC
-             LIMIT :probe_rows
-         ) AS n
-         WHERE n.sv @@ i.word_query
+         -- The probe: the scope's newest servable facts (migration 0013), at most probe_rows.
+         FROM public.haki_newest_servable_facts(i.probe, :project_id, :subject_id,
+                                                :as_of::timestamptz, :probe_rows) AS n
+         WHERE public.haki_text_vector(:text_config::regconfig, n.search_vector,
+                                       n.search_vector_english) @@ i.word_query
+           AND NOT (n.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
          LIMIT :text_per_word)
     ) AS h
 ),
@@ -658,21 +647,11 @@ picked AS MATERIALIZED (
              LIMIT :match_limit)
             UNION ALL
             (SELECT n.fact_id, n.embedding
-             FROM (
-                 -- The probe, as in unified_candidates: the scope's newest servable facts.
-                 SELECT f.fact_id, f.embedding, f.search_vector
-                 FROM facts AS f
-                 WHERE i.probe
-                   AND f.project_id = :project_id
-                   AND f.subject_id = :subject_id
-                   AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
-                                                 f.recorded_from, f.stale_after, f.recorded_to,
-                                                 f.believed_valid_to, :as_of::timestamptz)
-                   AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
-                 ORDER BY f.fact_id DESC
-                 LIMIT :probe_rows
-             ) AS n
+             -- The probe, as in unified_candidates: the scope's newest servable facts.
+             FROM public.haki_newest_servable_facts(i.probe, :project_id, :subject_id,
+                                                    :as_of::timestamptz, :probe_rows) AS n
              WHERE n.search_vector @@ i.etsq
+               AND NOT (n.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
              LIMIT :match_limit)
         ) AS m
         ORDER BY m.embedding <=> :query_embedding::vector, m.fact_id

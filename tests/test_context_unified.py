@@ -253,6 +253,18 @@ async def test_common_word_of_a_big_scope_reads_the_newest_facts(
 
     assert await matched(0.0) == newest
     assert await matched(float("inf")) != newest  # the postings' order, without the probe
+    # haki_newest_servable_facts is inlined (no function scan of its own), so that on a big scope
+    # its ordered index scan stops at the caller's LIMIT instead of reading probe_rows rows.
+    plan = await explain(
+        conn,
+        "unified_candidates",
+        **unified_text_side(subject, "coffee", match_words=8, text_per_word=10, idf_sample_docs=256),
+        probe_rows=TEXT_PROBE_MAX_ROWS,
+        probe_min_cost=0.0,
+        probe_min_postings=0.0,
+    )
+    functions = [n.get("Function Name") for n in plan_nodes(plan) if n.get("Node Type") == "Function Scan"]
+    assert "haki_newest_servable_facts" not in functions, functions
 
 
 async def test_probe_rule_picks_the_newest_facts_only_where_gin_costs_more(
