@@ -268,11 +268,14 @@ FROM (
 ) AS es
 $$;
 
--- haki_query_idf of migration 0011 over the sample of an instant.
-CREATE FUNCTION public.haki_query_idf(
+-- haki_query_idf of migration 0011 over the sample of an instant, as its parts: the words of a
+-- query with the size of the sample (docs) and how many of its texts name each (df). The unified
+-- text side takes BM25's idf of them (haki_bm25_idf), and the share df / docs that the probe of
+-- migration 0013 reads.
+CREATE FUNCTION public.haki_query_df(
     p_project_id text, p_subject_id text, query text, config regconfig, max_words integer,
     sample_docs integer, at timestamptz
-) RETURNS TABLE (word text, word_query tsquery, idf double precision)
+) RETURNS TABLE (word text, word_query tsquery, docs bigint, df bigint)
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
 WITH words AS MATERIALIZED (
     SELECT w.word, w.word_query
@@ -284,11 +287,13 @@ sample AS MATERIALIZED (
     FROM public.haki_scope_sample(p_project_id, p_subject_id, config, sample_docs, at) AS s
     WHERE EXISTS (SELECT 1 FROM words)
 )
-SELECT w.word, w.word_query,
-       public.haki_bm25_idf((SELECT count(*) FROM sample),
-                            (SELECT count(*) FROM sample AS s WHERE s.sv OPERATOR(pg_catalog.@@) w.word_query))
+SELECT w.word, w.word_query, (SELECT count(*) FROM sample),
+       (SELECT count(*) FROM sample AS s WHERE s.sv OPERATOR(pg_catalog.@@) w.word_query)
 FROM words AS w
 $$;
+
+-- No statement reads migration 0011's haki_query_idf any more: unified_candidates reads the parts.
+DROP FUNCTION public.haki_query_idf(text, text, text, regconfig, integer, integer);
 
 -- The rules of migrations 0010 and 0011 without an instant are the rules at the current one:
 -- one definition each (the statements of queries/context.sql call the versions above).
@@ -327,12 +332,3 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
 SELECT s.sv FROM public.haki_scope_sample(p_project_id, p_subject_id, config, sample_docs, NULL::timestamptz) AS s
 $$;
 
-CREATE OR REPLACE FUNCTION public.haki_query_idf(
-    p_project_id text, p_subject_id text, query text, config regconfig, max_words integer,
-    sample_docs integer
-) RETURNS TABLE (word text, word_query tsquery, idf double precision)
-LANGUAGE sql STABLE PARALLEL SAFE AS $$
-SELECT i.word, i.word_query, i.idf
-FROM public.haki_query_idf(p_project_id, p_subject_id, query, config, max_words, sample_docs,
-                           NULL::timestamptz) AS i
-$$;

@@ -42,39 +42,6 @@ FROM pg_catalog.pg_class AS c
 WHERE c.oid = 'public.facts'::regclass
 $$;
 
--- The words of a query with the size of the scope's sample (docs) and how many of its texts name
--- each (df), at an instant (migration 0012). haki_query_idf is now this with BM25's idf on top,
--- so the sample is read one way; the unified text side also reads df / docs, the share of the
--- scope's texts that name a word (see haki_scope_facts_estimate).
-CREATE FUNCTION public.haki_query_df(
-    p_project_id text, p_subject_id text, query text, config regconfig, max_words integer,
-    sample_docs integer, at timestamptz
-) RETURNS TABLE (word text, word_query tsquery, docs bigint, df bigint)
-LANGUAGE sql STABLE PARALLEL SAFE AS $$
-WITH words AS MATERIALIZED (
-    SELECT w.word, w.word_query
-    FROM public.haki_query_words(query, config, max_words) AS w
-    WHERE pg_catalog.numnode(w.word_query) > 0
-),
-sample AS MATERIALIZED (
-    SELECT s.sv
-    FROM public.haki_scope_sample(p_project_id, p_subject_id, config, sample_docs, at) AS s
-    WHERE EXISTS (SELECT 1 FROM words)
-)
-SELECT w.word, w.word_query, (SELECT count(*) FROM sample),
-       (SELECT count(*) FROM sample AS s WHERE s.sv OPERATOR(pg_catalog.@@) w.word_query)
-FROM words AS w
-$$;
-
-CREATE OR REPLACE FUNCTION public.haki_query_idf(
-    p_project_id text, p_subject_id text, query text, config regconfig, max_words integer,
-    sample_docs integer, at timestamptz
-) RETURNS TABLE (word text, word_query tsquery, idf double precision)
-LANGUAGE sql STABLE PARALLEL SAFE AS $$
-SELECT d.word, d.word_query, public.haki_bm25_idf(d.docs, d.df)
-FROM public.haki_query_df(p_project_id, p_subject_id, query, config, max_words, sample_docs, at) AS d
-$$;
-
 -- Whether to read a word's matches from the scope's newest facts rather than its GIN postings.
 -- GIN has no ordered scan: the bitmap of a word is built whole before its first rows are read,
 -- about share * facts postings (13.8 ms for 20,650 at 1M facts in one scope, 0.67 us each),
@@ -94,6 +61,22 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 SELECT coalesce(share * share * facts >= min_cost
                 AND share * facts >= min_postings
                 AND share * probe_rows >= 2 * match_limit, false)
+$$;
+
+-- The scope's size for haki_text_probe, read only when the most common of the words (or
+-- entities) a statement matches could be probed at all: the table's size bounds the scope's,
+-- and the rule grows with the share, so a scope whose words are all rare never pays for the
+-- estimate. NULL (no probe) otherwise.
+CREATE FUNCTION public.haki_probe_scope_facts(
+    p_project_id text, p_subject_id text, max_share double precision, match_limit integer,
+    probe_rows integer, min_cost double precision, min_postings double precision
+) RETURNS double precision
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+SELECT CASE WHEN public.haki_text_probe(max_share, c.reltuples::double precision, match_limit,
+                                        probe_rows, min_cost, min_postings)
+            THEN public.haki_scope_facts_estimate(p_project_id, p_subject_id) END
+FROM pg_catalog.pg_class AS c
+WHERE c.oid = 'public.facts'::regclass
 $$;
 
 -- The probe that haki_text_probe chooses: the scope's newest facts servable at an instant, in id

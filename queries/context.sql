@@ -398,17 +398,10 @@ WITH idf AS MATERIALIZED (
                               :max_words, :idf_sample_docs, :as_of::timestamptz) AS d
 ),
 scope_facts AS MATERIALIZED (
-    -- The scope's size (planner statistics), read only when a word is common enough to need it:
-    -- the table's size bounds the scope's.
-    SELECT CASE WHEN EXISTS (
-                    SELECT 1
-                    FROM idf AS w
-                    CROSS JOIN pg_class AS c
-                    WHERE c.oid = 'facts'::regclass
-                      AND public.haki_text_probe(w.share, c.reltuples::double precision,
-                                                 :text_per_word, :probe_rows, :probe_min_cost,
-                                                 :probe_min_postings))
-                THEN public.haki_scope_facts_estimate(:project_id, :subject_id) END AS facts
+    -- The scope's size (planner statistics), read only when a word is common enough to need it.
+    SELECT public.haki_probe_scope_facts(:project_id, :subject_id, (SELECT max(w.share) FROM idf AS w),
+                                         :text_per_word, :probe_rows, :probe_min_cost,
+                                         :probe_min_postings) AS facts
 ),
 idf_total AS MATERIALIZED (
     SELECT nullif(sum(i.idf), 0) AS total FROM idf AS i
@@ -594,28 +587,24 @@ names AS MATERIALIZED (
     WHERE EXISTS (SELECT 1 FROM e)
 ),
 named AS MATERIALIZED (
-    SELECT e.entity, e.entity_rank, e.etsq,
-           (SELECT count(*) FROM names AS n WHERE n.sv @@ e.etsq) AS df,
-           (SELECT count(*) FROM names) AS docs
+    SELECT e.entity, e.entity_rank, e.etsq, c.df, c.docs,
+           c.df::double precision / nullif(c.docs, 0) AS share
     FROM e
+    CROSS JOIN LATERAL (
+        SELECT (SELECT count(*) FROM names AS n WHERE n.sv @@ e.etsq) AS df,
+               (SELECT count(*) FROM names) AS docs
+    ) AS c
     WHERE numnode(e.etsq) > 0
 ),
 scope_facts AS MATERIALIZED (
     -- As in unified_candidates: the scope's size, only when an entity is common enough.
-    SELECT CASE WHEN EXISTS (
-                    SELECT 1
-                    FROM named AS n
-                    CROSS JOIN pg_class AS c
-                    WHERE c.oid = 'facts'::regclass
-                      AND public.haki_text_probe(n.df::double precision / nullif(n.docs, 0),
-                                                 c.reltuples::double precision, :match_limit,
-                                                 :probe_rows, :probe_min_cost, :probe_min_postings))
-                THEN public.haki_scope_facts_estimate(:project_id, :subject_id) END AS facts
+    SELECT public.haki_probe_scope_facts(:project_id, :subject_id, (SELECT max(n.share) FROM named AS n),
+                                         :match_limit, :probe_rows, :probe_min_cost,
+                                         :probe_min_postings) AS facts
 ),
 informative AS MATERIALIZED (
     SELECT n.entity, n.entity_rank, n.etsq,
-           public.haki_text_probe(n.df::double precision / nullif(n.docs, 0),
-                                  (SELECT sf.facts FROM scope_facts AS sf), :match_limit,
+           public.haki_text_probe(n.share, (SELECT sf.facts FROM scope_facts AS sf), :match_limit,
                                   :probe_rows, :probe_min_cost, :probe_min_postings) AS probe
     FROM named AS n
     WHERE 2 * n.df <= n.docs
