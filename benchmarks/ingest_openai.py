@@ -25,12 +25,9 @@ import contextlib
 import os
 import platform
 import random
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -40,7 +37,8 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.haki_server import free_port, spawn_serve  # noqa: E402
+from benchmarks.load import Server  # noqa: E402
+from tests.haki_server import free_port  # noqa: E402
 
 PROJECT = "ingest-bench"
 NAMES = ["Lena", "Omar", "Aiko", "Jonas", "Priya", "Mateo", "Sofia", "Kwame"]
@@ -66,63 +64,6 @@ def fact_text(rng: random.Random, i: int) -> str:
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
-
-
-class Server:
-    def __init__(self, env: dict[str, str]) -> None:
-        base = Path(os.environ.get("HAKI_BENCH_TMP", tempfile.gettempdir()))
-        self.data_dir = Path(tempfile.mkdtemp(prefix="haki-ingest-", dir=base))
-        self.port = free_port()
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("HAKI_")}
-        self.env.update(
-            HAKI_DATA_DIR=str(self.data_dir),
-            HAKI_RATE_LIMIT_PER_MINUTE="0",
-            HAKI_EMBED_CHARS_PER_MINUTE="0",
-            PYTHONUNBUFFERED="1",
-            **env,
-        )
-        self.log = self.data_dir / "serve.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> Server:
-        try:
-            self.proc = spawn_serve(self.env, self.port, self.log, "--log-level", "warning", timeout=300)
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        pid_file = self.data_dir / "pgdata" / "postmaster.pid"
-        with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):
-            os.kill(int(pid_file.read_text().split("\n", 1)[0]), signal.SIGINT)
-            for _ in range(100):
-                if not pid_file.exists():
-                    break
-                time.sleep(0.1)
-        shutil.rmtree(self.data_dir, ignore_errors=True)
-
-    def create_key(self) -> str:
-        res = subprocess.run(
-            [sys.executable, "-m", "service.cli", "keys", "create", PROJECT],
-            env=self.env,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=300,
-        )
-        return res.stdout.strip()
 
 
 async def post_facts(
@@ -241,7 +182,16 @@ def main() -> int:
         configs.append(("hash (no embedder cost)", {"HAKI_EMBED_PROVIDER": "hash"}))
     try:
         with contextlib.ExitStack() as stack:
-            servers = [stack.enter_context(Server(env)) for _, env in configs]
+            servers = [
+                stack.enter_context(
+                    Server(
+                        env={"HAKI_EMBED_CHARS_PER_MINUTE": "0", **env},
+                        project=PROJECT,
+                        prefix="haki-ingest-",
+                    )
+                )
+                for _, env in configs
+            ]
             rows = list(
                 zip([label for label, _ in configs], asyncio.run(measure(servers, args)), strict=True)
             )

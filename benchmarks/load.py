@@ -63,12 +63,22 @@ def fact_text(rng: random.Random, subject: int) -> str:
 
 
 class Server:
-    """`haki serve` as an operator runs it, on a data dir of its own."""
+    """`haki serve` as an operator runs it, on a data dir of its own (also a context manager:
+    started on entry, stopped and its data dir removed on exit). `env` adds or overrides
+    HAKI_* settings; benchmarks/ingest_openai.py runs its embedder configurations this way."""
 
-    def __init__(self, embed: str) -> None:
+    def __init__(
+        self,
+        embed: str = "hash",
+        *,
+        env: dict[str, str] | None = None,
+        project: str = PROJECT,
+        prefix: str = "haki-load-",
+    ) -> None:
         base = Path(os.environ.get("HAKI_BENCH_TMP", tempfile.gettempdir()))
-        self.data_dir = Path(tempfile.mkdtemp(prefix="haki-load-", dir=base))
+        self.data_dir = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
         self.port = free_port()
+        self.project = project
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("HAKI_")}
         self.env.update(
             HAKI_DATA_DIR=str(self.data_dir),
@@ -76,6 +86,7 @@ class Server:
             HAKI_RATE_LIMIT_PER_MINUTE="0",
             PYTHONUNBUFFERED="1",
         )
+        self.env.update(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = self.data_dir / "serve.log"
 
@@ -85,7 +96,7 @@ class Server:
 
     def create_key(self) -> str:
         res = subprocess.run(
-            [sys.executable, "-m", "service.cli", "keys", "create", PROJECT],
+            [sys.executable, "-m", "service.cli", "keys", "create", self.project],
             env=self.env,
             cwd=REPO,
             capture_output=True,
@@ -97,6 +108,17 @@ class Server:
 
     def start(self) -> None:
         self.proc = spawn_serve(self.env, self.port, self.log, "--log-level", "warning", timeout=300)
+
+    def __enter__(self) -> Server:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
