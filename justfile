@@ -22,6 +22,10 @@ key PROJECT:
 test *ARGS:
     bash scripts/test.sh {{ARGS}}
 
+# The fast lane: no model, no subprocess, no slow test (a test that needs them and lacks its marker fails)
+test-fast *ARGS:
+    HAKI_TEST_FAST_LANE=1 .venv/bin/pytest -q -p no:cacheprovider -m "not model and not integration and not slow" {{ARGS}}
+
 # Lint and format-check the code
 lint:
     .venv/bin/ruff check service tests benchmarks scripts sdk

@@ -33,7 +33,7 @@ from service.embedder import HashEmbedder
 from service.errors import Unauthorized
 from service.settings import Settings
 from tests.conftest import bearer
-from tests.test_facts import PROJECT, assert_error, get_fact
+from tests.helpers import PROJECT, assert_error, get_fact
 
 OTHER_PROJECT = "proj-b"
 SKIPPED_METHODS = {"OPTIONS", "HEAD"}  # Litestar's automatic preflight answers carry no data

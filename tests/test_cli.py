@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,10 @@ from service.db import connect
 from service.embedded import embedded_server
 from service.errors import Unauthorized
 from service.settings import Settings
+from tests.helpers.server import free_port
+
+pytestmark = pytest.mark.integration
+
 
 REPO = Path(__file__).resolve().parent.parent
 HEALTH_TIMEOUT_SECONDS = 60.0
@@ -177,13 +180,6 @@ async def test_keys_revoke_by_id(data_dir: Path) -> None:
 
 
 # --- haki serve --------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def start_serve(data_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]:

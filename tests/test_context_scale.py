@@ -17,36 +17,17 @@ from service.constants import (
     RETRIEVAL_TOP_K,
     WEIGHT_RECENCY,
     WEIGHT_SIMILARITY,
-    WEIGHT_TEXT_RANK,
 )
 from service.context import assembler
 from service.context import repository as repo
 from service.context.model import Candidate
 from service.sql import load_queries
 from tests.helpers import PROJECT, candidate_decisions, context_and_trace
+from tests.helpers.seeding import WEIGHTS, random_unit_vector, seed_scopes
 
 pytestmark = pytest.mark.slow
 
 NO_MATCH = "qqxxjjnothingmatchesthis"
-WEIGHTS = (WEIGHT_SIMILARITY, WEIGHT_TEXT_RANK, WEIGHT_RECENCY)
-
-
-async def seed_scopes(conn: asyncpg.Connection, scopes: dict[str, tuple[int, str]]) -> None:
-    """Seeds {subject_id: (n, content_prefix)} in PROJECT, then rebuilds the index and ANALYZEs."""
-    q = load_queries()
-    await q.test_prepare_bulk_load(conn)
-    await q.test_drop_fact_vector_index(conn)
-    for subject_id, (n, prefix) in scopes.items():
-        await q.test_seed_random_facts(
-            conn, project_id=PROJECT, subject_id=subject_id, n=n, content_prefix=prefix
-        )
-    await q.test_restore_fact_vector_index(conn)
-    await q.test_analyze_facts(conn)
-
-
-def random_unit_vector(seed: int) -> np.ndarray:
-    v = np.random.default_rng(seed).normal(size=384)
-    return (v / np.linalg.norm(v)).astype(np.float32)
 
 
 async def vector_phase(

@@ -34,7 +34,11 @@ from service.migrations import migrate
 from service.settings import Settings
 from service.sql import load_queries
 from tests.conftest import bearer
-from tests.serving import serve
+from tests.helpers.serving import serve
+
+# Stops and restarts the database under a served app: out of the fast lane.
+pytestmark = pytest.mark.slow
+
 
 PROJECT = "proj-faults"
 # Each request during the outage must end within this: connect and acquire timeouts are 1 s.
@@ -157,6 +161,7 @@ async def listed_fact_ids(client: httpx.AsyncClient, key: str) -> set[str]:
             return out
 
 
+@pytest.mark.integration
 async def test_outage_fails_fast_recovers_and_loses_no_acknowledged_write(
     fault_server: FaultServer, fault_settings: tuple[Settings, str]
 ) -> None:

@@ -30,7 +30,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.haki_server import Server, free_port, server_env, spawn_serve
+from tests.helpers.server import Server, free_port, server_env, spawn_serve
+
+pytestmark = pytest.mark.integration
+
 
 NEIGHBOUR_BOUND_SECONDS = 3.0
 WRITES = 10
@@ -40,7 +43,7 @@ FACT_CHARS = 8000
 
 @contextmanager
 def model_server(data_dir: Path, **env: str) -> Iterator[Server]:
-    """`haki serve` on the real local model (tests/haki_server.py starts the hash embedder)."""
+    """`haki serve` on the real local model (tests/helpers/server.py starts the hash embedder)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     full = server_env(data_dir)
     full.update(env)

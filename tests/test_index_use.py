@@ -14,7 +14,7 @@ from service.context import assembler
 from service.context import repository as repo
 from service.sql import load_queries
 from tests.helpers import PROJECT
-from tests.test_context_scale import WEIGHTS, random_unit_vector, seed_scopes
+from tests.helpers.seeding import WEIGHTS, random_unit_vector, seed_scopes
 
 pytestmark = pytest.mark.slow
 

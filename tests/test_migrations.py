@@ -20,6 +20,10 @@ from service.migrations import MigrationError, discover, migrate
 from service.settings import Settings
 from service.sql import load_queries, resource_dir
 
+# Each test migrates fresh databases of its own (2 s apiece on 2 cores): out of the fast lane.
+pytestmark = pytest.mark.slow
+
+
 FIRST_FOUR = ["0001_extensions", "0002_memory", "0003_context_log", "0004_search_vector"]
 
 

@@ -34,14 +34,18 @@ from service.embedded import embedded_server, embedded_url
 from service.embedder import HashEmbedder
 from service.migrations import migrate
 from service.settings import Settings
-from tests.haki_server import free_port
+from tests.helpers.server import free_port
 
 PGBOUNCER = shutil.which("pgbouncer") or next(
     (p for p in ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer") if os.path.exists(p)), None
 )
-pytestmark = pytest.mark.skipif(
-    PGBOUNCER is None, reason="pgBouncer is not installed: `apt-get install -y pgbouncer` enables this test"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        PGBOUNCER is None,
+        reason="pgBouncer is not installed: `apt-get install -y pgbouncer` enables this test",
+    ),
+    pytest.mark.integration,
+]
 PROJECT = "pgb"
 
 

@@ -25,7 +25,7 @@ from service.embedder import Embedder
 from service.settings import Settings
 from service.sql import load_queries
 from tests.conftest import bearer
-from tests.test_facts import PROJECT
+from tests.helpers import PROJECT
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -155,6 +155,7 @@ async def haki(settings: Settings, *args: str) -> tuple[int, str, str]:
     return proc.returncode, out.decode(), err.decode()
 
 
+@pytest.mark.integration
 async def test_cli_revocation_refuses_the_very_next_request(
     settings: Settings, pooled: tuple[httpx.AsyncClient, Any]
 ) -> None:

@@ -1,6 +1,6 @@
 """`haki serve` in embedded mode supervises its PostgreSQL (issue 12, #5).
 
-Real `haki serve` processes (tests/haki_server.py) on data directories of their own: the
+Real `haki serve` processes (tests/helpers/server.py) on data directories of their own: the
 postmaster is killed with SIGKILL under a running service, which must restart it and serve again,
 counting the restart in /metrics; and a `haki serve` killed with SIGKILL must not leave its pid in
 pgserver's handle list, where it kept PostgreSQL running after the next clean exit.
@@ -24,10 +24,9 @@ import psutil
 import pytest
 
 from service.embedded import restart_backoff_seconds
-from tests.haki_server import free_port, server_env, spawn_serve
+from tests.helpers.server import free_port, server_env, spawn_serve
 
-pytestmark = pytest.mark.slow
-
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
 PROJECT = "proj-supervised"
 # The supervisor looks every second and a restart took 0.3 s here; generous for a busy machine.
 RECOVERY_SECONDS = 30.0

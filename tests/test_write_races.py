@@ -1,6 +1,6 @@
 """Concurrent writes of one (project, subject, key) still meet conflict detection (issue 12, #1).
 
-The real app is served by uvicorn with its own asyncpg pool (tests/serving.py), so concurrent
+The real app is served by uvicorn with its own asyncpg pool (tests/helpers/serving.py), so concurrent
 requests run on separate connections and separate transactions, as under `haki serve`. Data is
 committed, in a project of this module's own.
 """
@@ -23,7 +23,11 @@ from service.app import create_app
 from service.db import connect, init_connection
 from service.settings import Settings
 from tests.conftest import bearer
-from tests.serving import serve
+from tests.helpers.serving import serve
+
+# Fires concurrent writes at a served app with committed data: out of the fast lane.
+pytestmark = pytest.mark.slow
+
 
 # Pairs fired at once. On main before the fix 15 to 18 of 24 pairs ended with both facts
 # active and no ConflictSet (hash embedder, pool of 8).
