@@ -70,3 +70,7 @@ http-bench *ARGS:
 # Mixed load (80% context, 20% writes) at concurrency 16 for 60 s against a real server
 load *ARGS:
     .venv/bin/python -m benchmarks.load {{ARGS}}
+
+# Regenerate migrations/schema.sql (pg_dump --schema-only of a freshly migrated database)
+schema:
+    .venv/bin/python scripts/schema_dump.py
