@@ -74,3 +74,7 @@ load *ARGS:
 # Regenerate migrations/schema.sql (pg_dump --schema-only of a freshly migrated database)
 schema:
     .venv/bin/python scripts/schema_dump.py
+
+# Regenerate service/queries_protocol.py, the typed Protocol of every statement in queries/
+queries-protocol:
+    .venv/bin/python scripts/queries_protocol.py

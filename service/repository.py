@@ -12,18 +12,26 @@ import numpy as np
 from pgvector import Vector
 
 from service.errors import InvalidInput
+from service.queries_protocol import Queries
 from service.sql import load_queries
 from service.structs import ConflictMember, ConflictSet, Fact
 
 Conn: TypeAlias = asyncpg.Connection
 
 
-def q() -> Any:
+def q() -> Queries:
     return load_queries()
 
 
 async def collect(rows: AsyncIterator[Any]) -> list[Any]:
     return [r async for r in rows]
+
+
+def one_row(row: asyncpg.Record | None, statement: str) -> asyncpg.Record:
+    """The row of a statement that always returns one (an aggregate); None would be a bug."""
+    if row is None:
+        raise RuntimeError(f"{statement} returned no row")
+    return row
 
 
 # --- api keys --------------------------------------------------------------------------------
