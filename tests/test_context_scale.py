@@ -19,8 +19,8 @@ from service.constants import (
     WEIGHT_SIMILARITY,
 )
 from service.context import assembler
-from service.context import repository as repo
 from service.context.model import Candidate
+from service.repository import context as repo
 from service.sql import load_queries
 from tests.helpers import PROJECT, candidate_decisions, context_and_trace
 from tests.helpers.seeding import WEIGHTS, random_unit_vector, seed_scopes

@@ -22,7 +22,7 @@ from service.strict_body import check_body
 from service.structs import KEY_PROJECT
 
 # Injected objects are ours, not client input: Litestar must not try to validate them.
-Conn = Annotated[asyncpg.Connection, Dependency(skip_validation=True)]
+ConnDep = Annotated[asyncpg.Connection, Dependency(skip_validation=True)]
 Caller = Annotated[Principal, Dependency(skip_validation=True)]
 EmbedderDep = Annotated[Embedder, Dependency(skip_validation=True)]
 SettingsDep = Annotated[Settings, Dependency(skip_validation=True)]
@@ -77,7 +77,7 @@ async def release_after_exception(exc: Exception, scope: Scope) -> None:
         await expire()
 
 
-async def provide_principal(request: Request[Any, Any, Any], conn: Conn, state: State) -> Principal:
+async def provide_principal(request: Request[Any, Any, Any], conn: ConnDep, state: State) -> Principal:
     principal = await authenticate(conn, request.headers.get("authorization"))
     limiter: RateLimiter = state.rate_limiter
     limiter.take(principal.key_id)

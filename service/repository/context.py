@@ -32,7 +32,7 @@ from service.constants import (
     TEXT_QUERY_MAX_WORDS,
 )
 from service.context.model import Blocked, Candidate, Retrieved, Weights
-from service.repository import Conn, collect, one_row, q
+from service.repository.base import Conn, collect, one_row, q
 from service.settings import TextSearchConfig
 from service.structs import (
     ContextPacket,
