@@ -20,6 +20,7 @@ from service.constants import (
 )
 from service.context import assembler
 from service.context.model import Candidate
+from service.embedder import HashEmbedder
 from service.repository import context as repo
 from service.sql import load_queries
 from tests.helpers import PROJECT, candidate_decisions, context_and_trace
@@ -100,7 +101,7 @@ async def test_two_phase_vector_candidates_exactly_64(
 
 
 async def test_trace_never_exceeds_candidate_limit(
-    conn: asyncpg.Connection, client: httpx.AsyncClient, key: str, monkeypatch: pytest.MonkeyPatch
+    conn: asyncpg.Connection, client: httpx.AsyncClient, key: str
 ) -> None:
     # Every fact matches the query's words, so both phase-1 sides fill up to RETRIEVAL_TOP_K.
     await seed_scopes(conn, {"limit": (1_000, "common words fact")})
@@ -112,11 +113,26 @@ async def test_trace_never_exceeds_candidate_limit(
     assert sum(1 for d in candidates if d["text_rank"] > 0) == len(candidates)
     assert [d["rank"] for d in candidates] == list(range(1, len(candidates) + 1))
 
-    # The phase-2 cap really applies: below the union size, the trace holds exactly the cap,
-    # and it is the best-scored head of the same union.
+    # The phase-2 cap really applies: below the union size, the statement returns exactly the
+    # cap, the best-scored head of the same union (the cap is the step's parameter, not a seam).
     cap = len(candidates) - 20
-    monkeypatch.setattr(repo, "CANDIDATE_LIMIT", cap)
-    _, capped = await context_and_trace(client, key, "common words", "limit", include_episodes=False)
-    capped_candidates = candidate_decisions(capped)
-    assert len(capped_candidates) == len(capped["decisions"]) == cap
-    assert [d["item_id"] for d in capped_candidates] == [d["item_id"] for d in candidates[:cap]]
+    qvec = (await HashEmbedder().embed(["common words"]))[0]
+
+    async def union(limit: int | None) -> list[str]:
+        async with conn.transaction():
+            await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
+            got = await repo.unified_candidates(
+                conn,
+                project_id=PROJECT,
+                subject_id="limit",
+                query_embedding=qvec,
+                query_text="common words",
+                weights=assembler.PROFILE_WEIGHTS["unified"],
+                with_episodes=False,
+                candidate_limit=limit,
+            )
+        return [str(c.item_id) for c in got.candidates]
+
+    full, capped = await union(None), await union(cap)
+    assert full == [d["item_id"] for d in candidates]
+    assert capped == full[:cap]
