@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from service.embedded import restart_backoff_seconds
-from tests.helpers.server import free_port, server_env, spawn_serve
+from tests.helpers.server import free_port, server_env, spawn_serve, stop_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 PROJECT = "proj-supervised"
@@ -68,15 +68,6 @@ def serve(data_dir: Path, name: str) -> tuple[subprocess.Popen[bytes], str, Path
     log = data_dir / f"{name}.log"
     proc = spawn_serve(server_env(data_dir, HAKI_RATE_LIMIT_PER_MINUTE="0"), port, log)
     return proc, f"http://127.0.0.1:{port}", log
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
 
 
 def create_key(data_dir: Path) -> str:
@@ -138,7 +129,7 @@ def test_a_killed_postmaster_is_restarted_and_the_service_serves_again(data_dir:
         assert restarts_counted(url) == 1, supervisor_lines(log)
         assert "embedded PostgreSQL: running again" in log.read_text(errors="replace")
     finally:
-        stop(proc)
+        stop_process(proc)
     # A clean exit still stops the restarted server.
     restarted = postmaster_pid(data_dir)
     assert restarted is None or wait_gone(restarted, 30)
@@ -156,7 +147,7 @@ def test_a_crashed_serve_does_not_keep_postgres_running_after_the_next_clean_exi
     second, url, log = serve(data_dir, "second")
     assert crashed.pid not in json.loads(handles.read_text())
     assert httpx.get(f"{url}/healthz", timeout=10).status_code == 200
-    stop(second)
+    stop_process(second)
     # The second process held the last handle: its clean exit stops PostgreSQL.
     assert wait_gone(postmaster, 30), "PostgreSQL outlived the last haki process"
     assert "forgot the handles of 1 exited process(es)" in log.read_text(errors="replace")
