@@ -32,8 +32,7 @@ from service.embedder import HashEmbedder
 from service.errors import Unauthorized
 from service.repository import keys as keys_repo
 from service.settings import Settings
-from tests.conftest import bearer
-from tests.helpers import PROJECT, assert_error, get_fact
+from tests.helpers import PROJECT, assert_error, bearer, get_fact
 
 OTHER_PROJECT = "proj-b"
 SKIPPED_METHODS = {"OPTIONS", "HEAD"}  # Litestar's automatic preflight answers carry no data

@@ -8,8 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import bearer
-from tests.helpers import PROJECT, assert_error
+from tests.helpers import PROJECT, assert_error, bearer
 
 SUBJECT = "hostile"
 

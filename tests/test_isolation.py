@@ -24,7 +24,7 @@ import pytest
 from service.app import create_app
 from service.embedder import HashEmbedder
 from service.settings import Settings
-from tests.conftest import bearer
+from tests.helpers import bearer
 
 A = "proj-a"  # the `key` fixture's project
 B = "proj-b"  # the `other_key` fixture's project

@@ -6,7 +6,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import bearer
+from tests.helpers import bearer
 
 PROJECT = "proj-a"
 # The stages of the default `unified` profile (facts_first also times "episodes").
@@ -117,7 +117,7 @@ async def test_metrics_is_not_in_the_api_schema(client: Any) -> None:
 
 async def test_metrics_token_when_configured(settings: Any, conn: Any, hash_embedder: Any) -> None:
     """With HAKI_METRICS_TOKEN set, /metrics needs that token and refuses project keys."""
-    from tests.conftest import make_client
+    from tests.helpers.app import make_client
 
     async with make_client(settings, conn, hash_embedder, metrics_token="s3cret-scrape") as c:
         assert (await c.get("/metrics")).status_code == 401
