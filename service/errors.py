@@ -142,37 +142,32 @@ class Unavailable(HakiError):
     status_code, code = 503, error_code(503, "unavailable").code
 
 
-# asyncpg failures that mean "the database cannot answer now", not "your input is wrong".
-_UNAVAILABLE: tuple[type[BaseException], ...] = (
-    asyncpg.QueryCanceledError,  # statement_timeout
+# The failures that mean the connection itself is gone (server stopped or restarted), so the
+# pool's other idle connections are probably dead as well.
+CONNECTION_LOST: tuple[type[BaseException], ...] = (
     asyncpg.PostgresConnectionError,
     asyncpg.InterfaceError,
     # A connection that got the server's shutdown notice while idle is left in a state where the
     # next query fails with "another operation is in progress" (found by tests/test_db_faults.py).
     asyncpg.InternalClientError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.TooManyConnectionsError,
     asyncpg.AdminShutdownError,
     asyncpg.CrashShutdownError,
+    asyncpg.CannotConnectNowError,
+    OSError,
+)
+
+# asyncpg failures that mean "the database cannot answer now", not "your input is wrong": the
+# connection lost, or the server busy.
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    *CONNECTION_LOST,
+    asyncpg.QueryCanceledError,  # statement_timeout
+    asyncpg.TooManyConnectionsError,
     asyncpg.ConnectionFailureError,
     asyncpg.DeadlockDetectedError,
     asyncpg.SerializationError,
     ConnectionError,
     TimeoutError,
     asyncio.TimeoutError,
-    OSError,
-)
-
-# The subset of the above that means the connection itself is gone (server stopped or restarted),
-# so the pool's other idle connections are probably dead as well.
-CONNECTION_LOST: tuple[type[BaseException], ...] = (
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,
-    asyncpg.InternalClientError,
-    asyncpg.AdminShutdownError,
-    asyncpg.CrashShutdownError,
-    asyncpg.CannotConnectNowError,
-    OSError,
 )
 
 _FIELD_AT = re.compile(r"- at `\$(?P<path>[^`]*)`")
