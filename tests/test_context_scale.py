@@ -1,6 +1,6 @@
 """Two-phase retrieval at scale (spec/context-assembler.md, "Two-phase retrieval").
 
-The facts are seeded server-side (queries/testing.sql) inside the test's rolled-back
+The facts are seeded server-side (tests/sql/testing.sql) inside the test's rolled-back
 transaction: random unit embeddings, the HNSW index dropped for the seed and rebuilt in one
 pass, then ANALYZE, so the planner sees the table it would see in production.
 """
@@ -22,8 +22,8 @@ from service.constants import (
 from service.context import assembler
 from service.context import repository as repo
 from service.context.model import Candidate
-from service.sql import load_queries
 from tests.helpers import PROJECT, candidate_decisions, context_and_trace
+from tests.sql import load_test_queries
 
 pytestmark = pytest.mark.slow
 
@@ -33,15 +33,15 @@ WEIGHTS = (WEIGHT_SIMILARITY, WEIGHT_TEXT_RANK, WEIGHT_RECENCY)
 
 async def seed_scopes(conn: asyncpg.Connection, scopes: dict[str, tuple[int, str]]) -> None:
     """Seeds {subject_id: (n, content_prefix)} in PROJECT, then rebuilds the index and ANALYZEs."""
-    q = load_queries()
-    await q.test_prepare_bulk_load(conn)
-    await q.test_drop_fact_vector_index(conn)
+    t = load_test_queries()
+    await t.test_prepare_bulk_load(conn)
+    await t.test_drop_fact_vector_index(conn)
     for subject_id, (n, prefix) in scopes.items():
-        await q.test_seed_random_facts(
+        await t.test_seed_random_facts(
             conn, project_id=PROJECT, subject_id=subject_id, n=n, content_prefix=prefix
         )
-    await q.test_restore_fact_vector_index(conn)
-    await q.test_analyze_facts(conn)
+    await t.test_restore_fact_vector_index(conn)
+    await t.test_analyze_facts(conn)
 
 
 def random_unit_vector(seed: int) -> np.ndarray:
@@ -54,9 +54,9 @@ async def vector_phase(
 ) -> tuple[list[Candidate], int]:
     """fact_candidates with a query text that matches nothing (so only the vector side
     contributes), and how many HNSW index scans it started."""
-    q = load_queries()
-    hnsw_index = await q.test_fact_vector_index(conn, project_id=PROJECT, subject_id=subject_id)
-    before = await q.test_index_scans(conn, index_name=hnsw_index)
+    t = load_test_queries()
+    hnsw_index = await t.test_fact_vector_index(conn, project_id=PROJECT, subject_id=subject_id)
+    before = await t.test_index_scans(conn, index_name=hnsw_index)
     retrieved = await repo.fact_candidates(
         conn,
         project_id=PROJECT,
@@ -65,7 +65,7 @@ async def vector_phase(
         query_text=NO_MATCH,
         weights=WEIGHTS,
     )
-    after = await q.test_index_scans(conn, index_name=hnsw_index)
+    after = await t.test_index_scans(conn, index_name=hnsw_index)
     assert not retrieved.blocked
     return retrieved.candidates, after - before
 
@@ -73,11 +73,11 @@ async def vector_phase(
 async def test_two_phase_vector_candidates_exactly_64(
     conn: asyncpg.Connection, client: httpx.AsyncClient, key: str
 ) -> None:
-    q = load_queries()
+    t = load_test_queries()
     scopes = {"scale-a": (10_000, "alpha seeded fact"), "scale-b": (10_000, "bravo seeded fact"),
               "scale-c": (10_000, "charlie seeded fact")}  # fmt: skip
     await seed_scopes(conn, scopes)
-    assert await q.test_count_facts(conn) >= 30_000
+    assert await t.test_count_facts(conn) >= 30_000
     qvec = random_unit_vector(42)
 
     # Without configure_vector_scan: pgvector's defaults (ef_search 40, no iterative scan). The
@@ -85,7 +85,7 @@ async def test_two_phase_vector_candidates_exactly_64(
     # keeps about a third of them: fewer than RETRIEVAL_TOP_K. Deterministic part: if the plan
     # scans the HNSW index, it cannot return more than ef_search rows.
     async with conn.transaction():
-        defaults = await q.test_vector_scan_settings(conn)
+        defaults = await t.test_vector_scan_settings(conn)
         assert (defaults["ef_search"], defaults["iterative_scan"]) == (40, "off")
         rows, hnsw_scans = await vector_phase(conn, "scale-b", qvec)
     if hnsw_scans:
@@ -96,7 +96,7 @@ async def test_two_phase_vector_candidates_exactly_64(
     # With it, as the assembler runs it: exactly RETRIEVAL_TOP_K candidates, through the HNSW index.
     async with conn.transaction():
         await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
-        configured = await q.test_vector_scan_settings(conn)
+        configured = await t.test_vector_scan_settings(conn)
         assert configured["ef_search"] >= RETRIEVAL_TOP_K
         assert configured["iterative_scan"] != "off"
         rows, hnsw_scans = await vector_phase(conn, "scale-b", qvec)

@@ -32,9 +32,9 @@ from service.embedded import embedded_server, embedded_url
 from service.embedder import Embedder
 from service.migrations import migrate
 from service.settings import Settings
-from service.sql import load_queries
 from tests.conftest import bearer
 from tests.serving import serve
+from tests.sql import load_test_queries
 
 PROJECT = "proj-faults"
 # Each request during the outage must end within this: connect and acquire timeouts are 1 s.
@@ -247,7 +247,7 @@ async def test_statement_timeout_on_the_read_path_is_a_503(
     locker = await connect(settings)
     try:
         async with locker.transaction():
-            await load_queries().test_lock_facts_table(locker)
+            await load_test_queries().test_lock_facts_table(locker)
             for method, url, kwargs in (
                 ("POST", "/v1/context", {"json": context}),
                 ("GET", "/v1/facts", {"params": {"project_id": PROJECT}}),

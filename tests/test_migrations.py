@@ -19,6 +19,7 @@ from service.embedded import embedded_server, embedded_url
 from service.migrations import MigrationError, discover, migrate
 from service.settings import Settings
 from service.sql import load_queries, resource_dir
+from tests.sql import load_test_queries
 
 FIRST_FOUR = ["0001_extensions", "0002_memory", "0003_context_log", "0004_search_vector"]
 
@@ -181,8 +182,8 @@ async def test_time_travel_backfills_recorded_to(
     was resolved (both exact), a retraction at the migration's instant; active facts stay null."""
     keep_only_before(migrations_copy, "0012")
     await migrate(fresh_conn, migrations_copy)
-    q = load_queries()
-    await q.test_seed_pre_time_travel_history(fresh_conn, project_id="p")
+    t = load_test_queries()
+    await t.test_seed_pre_time_travel_history(fresh_conn, project_id="p")
     before = datetime.now(UTC) - timedelta(seconds=5)  # the database's clock is this machine's
     await migrate(fresh_conn)
     await init_connection(fresh_conn)
@@ -196,6 +197,6 @@ async def test_time_travel_backfills_recorded_to(
         assert facts[active].recorded_to is None
     # A status change that forgets recorded_to is refused from now on.
     with pytest.raises(asyncpg.CheckViolationError):
-        await q.test_set_fact_status(
+        await t.test_set_fact_status(
             fresh_conn, project_id="p", fact_id=facts["has a cat"].fact_id, status="retracted"
         )

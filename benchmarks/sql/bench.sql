@@ -1,5 +1,5 @@
--- Benchmark-only statements (benchmarks/): bulk-load helpers and the score-every-fact baseline.
--- Never called by the service. They run on a throw-away benchmark database only.
+-- Benchmark-only statements (benchmarks/, loaded by benchmarks/sql.py): bulk-load helpers and the
+-- score-every-fact baseline. Never shipped, never called by the service; throw-away databases only.
 
 -- name: bench_set_maintenance(maintenance_work_mem, parallel_workers)$
 -- Session-wide, for a bulk load: room for an in-memory HNSW build, parallel index builds, and
