@@ -91,11 +91,9 @@ SELECT f.fact_id, f.project_id, f.subject_id, f.content, f.key, f.status, f.vali
 FROM facts AS f
 CROSS JOIN LATERAL public.haki_fact_usage(f.project_id, f.fact_id) AS u
 LEFT JOIN LATERAL (
-    SELECT cs.conflict_set_id
-    FROM conflict_members AS cm
-    JOIN conflict_sets AS cs
-      ON cs.project_id = cm.project_id AND cs.conflict_set_id = cm.conflict_set_id
-    WHERE cm.project_id = f.project_id AND cm.fact_id = f.fact_id AND cs.status = 'open'
+    SELECT o.conflict_set_id
+    FROM public.haki_open_conflict_members(f.project_id) AS o
+    WHERE o.fact_id = f.fact_id
     LIMIT 1
 ) AS oc ON true
 WHERE f.project_id = :project_id
@@ -113,11 +111,9 @@ SELECT f.fact_id, f.project_id, f.subject_id, f.content, f.key, f.status, f.vali
 FROM facts AS f
 CROSS JOIN LATERAL public.haki_fact_usage(f.project_id, f.fact_id) AS u
 LEFT JOIN LATERAL (
-    SELECT cs.conflict_set_id
-    FROM conflict_members AS cm
-    JOIN conflict_sets AS cs
-      ON cs.project_id = cm.project_id AND cs.conflict_set_id = cm.conflict_set_id
-    WHERE cm.project_id = f.project_id AND cm.fact_id = f.fact_id AND cs.status = 'open'
+    SELECT o.conflict_set_id
+    FROM public.haki_open_conflict_members(f.project_id) AS o
+    WHERE o.fact_id = f.fact_id
     LIMIT 1
 ) AS oc ON true
 WHERE f.project_id = :project_id
