@@ -36,3 +36,33 @@ JOIN public.conflict_sets AS cs
 WHERE cm.project_id = p_project_id
   AND cs.status = 'open'
 $$;
+
+-- A fact as GET /v1/facts shows it (spec/API.md): its columns, the open ConflictSet it sits in,
+-- if any, and what it is worth (haki_fact_usage, migration 0012). One shape for get_fact and
+-- list_facts, which filter it; inlined, so each plans as the join it replaces (the caller's
+-- filters and LIMIT reach the facts scan).
+CREATE FUNCTION public.haki_fact_rows(p_project_id text)
+RETURNS TABLE (
+    fact_id uuid, project_id text, subject_id text, content text, key text, status text,
+    valid_from timestamptz, valid_to timestamptz, recorded_from timestamptz, volatility text,
+    stale_after_seconds bigint, supersedes uuid, source_event_id uuid, metadata jsonb,
+    conflict_set_id uuid, recorded_to timestamptz, served_count bigint,
+    last_served_at timestamptz, excluded_count bigint
+)
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+SELECT f.fact_id, f.project_id, f.subject_id, f.content, f.key, f.status, f.valid_from, f.valid_to,
+       f.recorded_from, f.volatility,
+       extract(epoch FROM f.stale_after)::bigint,
+       f.supersedes, f.source_event_id, f.metadata,
+       oc.conflict_set_id, f.recorded_to,
+       u.served_count, u.last_served_at, u.excluded_count
+FROM public.facts AS f
+CROSS JOIN LATERAL public.haki_fact_usage(f.project_id, f.fact_id) AS u
+LEFT JOIN LATERAL (
+    SELECT o.conflict_set_id
+    FROM public.haki_open_conflict_members(f.project_id) AS o
+    WHERE o.fact_id = f.fact_id
+    LIMIT 1
+) AS oc ON true
+WHERE f.project_id = p_project_id
+$$;

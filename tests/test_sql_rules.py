@@ -43,6 +43,7 @@ INLINED: dict[str, str] = {
     "e.recorded_at, e.occurred_at)",
     "haki_text_vector": "SELECT public.haki_text_vector(f.key::regconfig, f.search_vector, "
     "f.search_vector_english) FROM facts AS f",
+    "haki_fact_rows": "SELECT r.fact_id FROM public.haki_fact_rows('p') AS r WHERE r.subject_id = 's'",
     "haki_open_conflict_members": "SELECT f.fact_id FROM facts AS f WHERE NOT EXISTS "
     "(SELECT 1 FROM public.haki_open_conflict_members(f.project_id) AS o WHERE o.fact_id = f.fact_id)",
 }
