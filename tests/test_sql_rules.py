@@ -154,3 +154,27 @@ def test_the_comment_check_catches_parameters() -> None:
     assert comment_parameters("SELECT 1 -- at most :n rows")
     assert not comment_parameters("SELECT :a::int -- casts to ::int, at 10 h 30")
     assert not comment_parameters("SELECT :a::int AS x")
+
+
+async def test_the_bucket_indexes_of_migration_0008_follow_haki_scope_buckets(
+    conn: asyncpg.Connection,
+) -> None:
+    """Migration 0008 writes its 32 partial HNSW indexes out by hand, one a bucket and table; it
+    is applied and cannot change (sha256 check), so this holds them to the one definition of the
+    bucket count: exactly one index per bucket of each table, its predicate naming its bucket."""
+    buckets = await conn.fetchval("SELECT public.haki_scope_buckets()")
+    rows = await conn.fetch(
+        "SELECT t.relname AS table_name, i.relname AS index_name, "
+        "pg_get_expr(x.indpred, x.indrelid) AS pred "
+        "FROM pg_index AS x JOIN pg_class AS i ON i.oid = x.indexrelid "
+        "JOIN pg_class AS t ON t.oid = x.indrelid JOIN pg_am AS am ON am.oid = i.relam "
+        "WHERE am.amname = 'hnsw' AND t.relname IN ('facts', 'events')"
+    )
+    found = set()
+    for r in rows:
+        m = re.search(r"haki_scope_bucket\(project_id, subject_id\) = (\d+)\)?$", r["pred"] or "")
+        assert m, f"{r['index_name']}: not a bucket index ({r['pred']})"
+        assert r["index_name"].endswith(f"_{int(m.group(1)):02d}"), r["index_name"]
+        found.add((r["table_name"], int(m.group(1))))
+    assert found == {(t, n) for t in ("facts", "events") for n in range(buckets)}
+    assert len(rows) == 2 * buckets
