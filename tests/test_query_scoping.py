@@ -17,6 +17,7 @@ statements live in tests/sql/ and benchmarks/sql/ and never run in the service.
 from __future__ import annotations
 
 import re
+from functools import cache
 
 import pytest
 
@@ -89,7 +90,28 @@ def scoping_problems(sql: str) -> list[str]:
                 problems.append(f"INSERT INTO {table} does not take project_id from :project_id")
         elif alias not in reached:
             problems.append(f"{kw} {table} AS {alias} is not tied to :project_id")
+    # A function of the migrations that reads tenant rows of one project (its first parameter
+    # is p_project_id) hides its tables from the check above: the project it is given must be
+    # :project_id, or the project_id of an alias tied to it.
+    for m in re.finditer(r"\b(?:public\.)?(?P<fn>haki_\w+)\s*\(\s*(?P<arg>[^,)]+)", sql):
+        if m.group("fn") not in project_functions():
+            continue
+        arg = m.group("arg").strip()
+        alias = arg.split(".", 1)[0].lower() if arg.lower().endswith(".project_id") else None
+        if arg != PARAM and alias not in reached:
+            problems.append(f"{m.group('fn')}({arg}, ...) is not tied to :project_id")
     return problems
+
+
+@cache
+def project_functions() -> frozenset[str]:
+    """The functions of the migrations whose first parameter is the project (p_project_id)."""
+    pattern = re.compile(r"CREATE (?:OR REPLACE )?FUNCTION public\.(?P<fn>\w+)\(\s*p_project_id\b", re.I)
+    return frozenset(
+        m.group("fn")
+        for path in sorted(MIGRATIONS_DIR.glob("*.sql"))
+        for m in pattern.finditer(path.read_text())
+    )
 
 
 def service_statements() -> tuple[Statement, ...]:
@@ -176,3 +198,11 @@ def test_the_checker_catches_leaks() -> None:
     )
     assert not scoping_problems("UPDATE conflict_sets SET status = 'resolved' WHERE project_id = :project_id")
     assert not scoping_problems("SELECT count(*) FROM schema_migrations")
+    # A function that reads one project's rows must be given the caller's project.
+    assert "haki_fact_rows" in project_functions()
+    assert scoping_problems("SELECT r.fact_id FROM public.haki_fact_rows(:subject_id) AS r")
+    assert scoping_problems(
+        "SELECT 1 FROM facts AS f CROSS JOIN LATERAL public.haki_fact_usage(f.project_id, f.fact_id) AS u "
+        "WHERE f.subject_id = :subject_id"
+    )
+    assert not scoping_problems("SELECT r.fact_id FROM public.haki_fact_rows(:project_id) AS r")
