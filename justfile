@@ -66,3 +66,13 @@ http-bench *ARGS:
 # Mixed load (80% context, 20% writes) at concurrency 16 for 60 s against a real server
 load *ARGS:
     .venv/bin/python -m benchmarks.load {{ARGS}}
+
+# After an API change: regenerate the TypeScript SDK's OpenAPI snapshot and its types (sdk/typescript)
+ts-types:
+    .venv/bin/python scripts/dump_openapi.py > sdk/typescript/openapi.json.new
+    mv sdk/typescript/openapi.json.new sdk/typescript/openapi.json
+    cd sdk/typescript && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && npm run generate
+
+# The TypeScript SDK's tests (node's test runner) against a real haki serve started for them
+test-ts:
+    bash scripts/test_typescript.sh
