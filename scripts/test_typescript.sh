@@ -8,4 +8,4 @@ cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || bash scripts/setup.sh
 command -v node >/dev/null 2>&1 || { echo "test_typescript: Node.js 18+ is required" >&2; exit 1; }
 (cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error)
-exec .venv/bin/python scripts/with_haki_server.py --project ts-sdk -- bash -c 'cd sdk/typescript && npm test'
+exec .venv/bin/python scripts/with_haki_server.py --project demo -- bash -c 'cd sdk/typescript && npm test'

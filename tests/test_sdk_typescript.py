@@ -10,6 +10,7 @@ scripts/test_typescript.sh, from .ci/run).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -51,3 +52,19 @@ def test_render_golden_file_is_what_python_renders() -> None:
     # Both outcomes are covered: blocks to compare byte for byte, and packets Python refuses.
     assert sum("text" in c["expected"] for c in cases) >= 15
     assert sum("error" in c["expected"] for c in cases) >= 3
+
+
+def test_readme_quick_start_is_the_example_the_node_tests_run() -> None:
+    """The README's TypeScript code is sdk/typescript/examples/quickstart.ts (its comment lines
+    aside), which test/package.test.mjs compiles against the packed package and runs."""
+    readme = (REPO / "README.md").read_text()
+    start = readme.index("\n## TypeScript SDK\n")
+    section = readme[start : readme.index("\n## ", start + 1)]
+    (shown,) = re.findall(r"^```ts\n(.*?)^```", section, re.MULTILINE | re.DOTALL)
+    example = (SDK / "examples" / "quickstart.ts").read_text()
+    code = "\n".join(line for line in example.splitlines() if not line.startswith("//")).strip()
+    assert shown.strip() == code, "README's TypeScript quick start differs from examples/quickstart.ts"
+    (output,) = re.findall(r"^```text\n(.*?)^```", section, re.MULTILINE | re.DOTALL)
+    lines = output.splitlines()
+    assert lines[0] == "<haki_memory>" and "</haki_memory>" in lines
+    assert lines[-1].startswith("budget_exceeded (HTTP 400): ")
