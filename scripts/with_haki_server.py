@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.haki_server import running_server  # noqa: E402
+from tests.helpers.server import running_server  # noqa: E402
 
 
 def main() -> int:

@@ -15,7 +15,6 @@ import asyncio
 import base64
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -23,21 +22,18 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.chromium import CHROMIUM, STEP_TIMEOUT_SECONDS, Page, chromium
-from tests.haki_server import Server, running_server
+from tests.helpers.chromium import CHROMIUM, STEP_TIMEOUT_SECONDS, Page, chromium
+from tests.helpers.server import Server
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="Chromium is not installed: `apt-get install -y chromium` (Debian) enables this browser test",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="Chromium is not installed: `apt-get install -y chromium` (Debian) enables this browser test",
+    ),
+    pytest.mark.integration,
+]
 
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with running_server(Path(tmp_path_factory.mktemp("docs-server"))) as s:
-        yield s
 
 
 class Cut:

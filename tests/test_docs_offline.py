@@ -23,7 +23,7 @@ from service.app import create_app
 from service.docs_ui import DOCS_CSP
 from service.embedder import HashEmbedder
 from service.settings import Settings
-from tests.conftest import bearer
+from tests.helpers import bearer
 
 BASE = "http://testserver"
 # Attributes whose value the browser fetches or navigates to.

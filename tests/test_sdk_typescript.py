@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 SDK = REPO / "sdk" / "typescript"
 REGENERATE = "just ts-types"
@@ -27,6 +29,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.integration  # runs scripts/dump_openapi.py
 def test_openapi_snapshot_is_the_document_the_app_builds() -> None:
     dumped = _run("scripts/dump_openapi.py")
     assert dumped.returncode == 0, dumped.stderr
@@ -45,6 +48,7 @@ async def test_openapi_snapshot_is_what_the_service_serves(client: Any) -> None:
     )
 
 
+@pytest.mark.integration  # runs test/make_render_golden.py
 def test_render_golden_file_is_what_python_renders() -> None:
     checked = _run("sdk/typescript/test/make_render_golden.py", "--check")
     assert checked.returncode == 0, checked.stderr + checked.stdout

@@ -11,20 +11,22 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.chromium import CHROMIUM, chromium
-from tests.haki_server import Server, running_server
+from tests.helpers.chromium import CHROMIUM, chromium
+from tests.helpers.server import Server
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="Chromium is not installed: `apt-get install -y chromium` (Debian) enables this browser test",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="Chromium is not installed: `apt-get install -y chromium` (Debian) enables this browser test",
+    ),
+    pytest.mark.integration,
+]
 
 PROJECT = "ui-browser"
 SUBJECT = "zoe"
@@ -34,12 +36,6 @@ QUERY = f"Where does Zoe work? {XSS}"
 
 
 # --- fixtures --------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with running_server(Path(tmp_path_factory.mktemp("ui-server"))) as s:
-        yield s
 
 
 @pytest.fixture(scope="module")

@@ -360,7 +360,7 @@ export interface components {
         };
         /** ErrorBody */
         ErrorBody: {
-            /** @description snake_case error code: unauthorized, forbidden, not_found, validation_error, budget_exceeded, conflict, rate_limited, unavailable... */
+            /** @description snake_case error code, one of: validation_error, budget_exceeded, unauthorized, forbidden, not_found, method_not_allowed, conflict, payload_too_large, unsupported_media_type, rate_limited, internal, unavailable */
             code: string;
             /** @description What went wrong, for humans. */
             message: string;
@@ -860,7 +860,7 @@ export interface operations {
                     "application/json": components["schemas"]["Fact"];
                 };
             };
-            /** @description validation_error (malformed JSON, nested deeper than 64 levels, wrong type, out of range) or budget_exceeded */
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -887,8 +887,17 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description not_found */
+            /** @description not_found: no such resource in the key's project */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description method_not_allowed: the route does not take this method */
+            405: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -977,7 +986,7 @@ export interface operations {
                     "application/json": components["schemas"]["Fact"];
                 };
             };
-            /** @description validation_error (malformed JSON, nested deeper than 64 levels, wrong type, out of range) or budget_exceeded */
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1004,8 +1013,17 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description not_found */
+            /** @description not_found: no such resource in the key's project */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description method_not_allowed: the route does not take this method */
+            405: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1098,7 +1116,7 @@ export interface operations {
                     "application/json": components["schemas"]["FactPage"];
                 };
             };
-            /** @description validation_error (malformed JSON, nested deeper than 64 levels, wrong type, out of range) or budget_exceeded */
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1125,8 +1143,17 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description not_found */
+            /** @description not_found: no such resource in the key's project */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description method_not_allowed: the route does not take this method */
+            405: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1215,7 +1242,7 @@ export interface operations {
                     "application/json": components["schemas"]["WriteFactsResponse"];
                 };
             };
-            /** @description validation_error (malformed JSON, nested deeper than 64 levels, wrong type, out of range) or budget_exceeded */
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1242,8 +1269,17 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description not_found */
+            /** @description not_found: no such resource in the key's project */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description method_not_allowed: the route does not take this method */
+            405: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1332,7 +1368,7 @@ export interface operations {
                     "application/json": components["schemas"]["WriteEventsResponse"];
                 };
             };
-            /** @description validation_error (malformed JSON, nested deeper than 64 levels, wrong type, out of range) or budget_exceeded */
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1359,8 +1395,17 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description not_found */
+            /** @description not_found: no such resource in the key's project */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description method_not_allowed: the route does not take this method */
+            405: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1449,7 +1494,7 @@ export interface operations {
                     "application/json": components["schemas"]["ConflictList"];
                 };
             };
-            /** @description validation_error (malformed JSON, nested deeper than 64 levels, wrong type, out of range) or budget_exceeded */
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1476,8 +1521,17 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description not_found */
+            /** @description not_found: no such resource in the key's project */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description method_not_allowed: the route does not take this method */
+            405: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1566,7 +1620,7 @@ export interface operations {
                     "application/json": components["schemas"]["ConflictSet"];
                 };
             };
-            /** @description validation_error (malformed JSON, nested deeper than 64 levels, wrong type, out of range) or budget_exceeded */
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1593,8 +1647,17 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description not_found */
+            /** @description not_found: no such resource in the key's project */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description method_not_allowed: the route does not take this method */
+            405: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1680,7 +1743,7 @@ export interface operations {
                     "application/json": components["schemas"]["ContextPacket"];
                 };
             };
-            /** @description validation_error (malformed JSON, nested deeper than 64 levels, wrong type, out of range) or budget_exceeded */
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1707,8 +1770,17 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description not_found */
+            /** @description not_found: no such resource in the key's project */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description method_not_allowed: the route does not take this method */
+            405: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1799,7 +1871,7 @@ export interface operations {
                     "application/json": components["schemas"]["FactStats"];
                 };
             };
-            /** @description validation_error (malformed JSON, nested deeper than 64 levels, wrong type, out of range) or budget_exceeded */
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1826,8 +1898,17 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description not_found */
+            /** @description not_found: no such resource in the key's project */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description method_not_allowed: the route does not take this method */
+            405: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1912,7 +1993,7 @@ export interface operations {
                     "application/json": components["schemas"]["Inspection"];
                 };
             };
-            /** @description validation_error (malformed JSON, nested deeper than 64 levels, wrong type, out of range) or budget_exceeded */
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1939,8 +2020,17 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description not_found */
+            /** @description not_found: no such resource in the key's project */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description method_not_allowed: the route does not take this method */
+            405: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2029,7 +2119,7 @@ export interface operations {
                     "application/json": components["schemas"]["ReplayResponse"];
                 };
             };
-            /** @description validation_error (malformed JSON, nested deeper than 64 levels, wrong type, out of range) or budget_exceeded */
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2056,8 +2146,17 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description not_found */
+            /** @description not_found: no such resource in the key's project */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description method_not_allowed: the route does not take this method */
+            405: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2142,7 +2241,7 @@ export interface operations {
                     "application/json": components["schemas"]["StatsOverview"];
                 };
             };
-            /** @description validation_error (malformed JSON, nested deeper than 64 levels, wrong type, out of range) or budget_exceeded */
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2169,8 +2268,17 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description not_found */
+            /** @description not_found: no such resource in the key's project */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description method_not_allowed: the route does not take this method */
+            405: {
                 headers: {
                     [name: string]: unknown;
                 };

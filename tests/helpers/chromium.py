@@ -1,5 +1,5 @@
 """Headless Chromium driven over the DevTools protocol, for the browser tests
-(tests/test_ui_browser.py, tests/test_docs_browser.py).
+(tests/test_ui_browser.py, tests/test_docs_browser.py); import it as `tests.helpers.chromium`.
 
 `chromium(profile)` starts a headless browser with its own profile and yields a `Page`; events of
 the protocol (a paused request, a console message) reach the handlers registered with `Page.on`.
