@@ -11,11 +11,11 @@ from litestar import Litestar
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import ScalarRenderPlugin, SwaggerRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
 from service import __version__
 from service.db import create_pool
+from service.docs_ui import DOCS_PATH, OfflineSwaggerRenderPlugin, docs_router
 from service.embedded import Supervisor
 from service.embedder import Embedder, build_embedder, check_embedder
 from service.errors import handle_exception
@@ -122,8 +122,11 @@ def create_app(
             description="Memory service for AI agents: facts and dated events per subject, and "
             "explainable context packets under a token budget. Every route but /healthz and the "
             "OpenAPI pages needs `Authorization: Bearer <key>`.",
-            path="/docs",
-            render_plugins=[ScalarRenderPlugin(), SwaggerRenderPlugin(path="/swagger")],
+            # Swagger UI at /docs and /docs/swagger, on assets the service serves itself: the
+            # pages load nothing from another host (service/docs_ui.py).
+            path=DOCS_PATH,
+            openapi_router=docs_router(),
+            render_plugins=[OfflineSwaggerRenderPlugin(path="/swagger")],
             components=Components(
                 security_schemes={
                     "bearer": SecurityScheme(
