@@ -58,6 +58,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     embed_write_timeout_seconds: float = 120.0
     embed_chars_per_minute: int = 2_000_000
     embed_concurrency: int = 4
+    # Trace retention (issue 14): context calls older than this many days are purged with their
+    # decisions by a background task, a bounded batch at a time; 0 keeps them for ever.
+    trace_retention_days: int = 30
+    trace_purge_interval_seconds: float = 300.0
+    trace_purge_batch: int = 500
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -101,6 +106,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         put("HAKI_EMBED_WRITE_TIMEOUT_SECONDS", "embed_write_timeout_seconds", float)
         put("HAKI_EMBED_CHARS_PER_MINUTE", "embed_chars_per_minute", int)
         put("HAKI_EMBED_CONCURRENCY", "embed_concurrency", int)
+        put("HAKI_TRACE_RETENTION_DAYS", "trace_retention_days", int)
+        put("HAKI_TRACE_PURGE_INTERVAL_SECONDS", "trace_purge_interval_seconds", float)
+        put("HAKI_TRACE_PURGE_BATCH", "trace_purge_batch", int)
         try:
             settings = msgspec.convert(raw, cls)
         except msgspec.ValidationError as exc:
@@ -131,3 +139,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             raise SettingsError("HAKI_EMBED_CHARS_PER_MINUTE must be >= 0 (0 turns the limit off)")
         if self.embed_concurrency < 1:
             raise SettingsError("HAKI_EMBED_CONCURRENCY must be >= 1")
+        if self.trace_retention_days < 0:
+            raise SettingsError("HAKI_TRACE_RETENTION_DAYS must be >= 0 (0 keeps traces for ever)")
+        if self.trace_purge_interval_seconds <= 0:
+            raise SettingsError("HAKI_TRACE_PURGE_INTERVAL_SECONDS must be positive")
+        if self.trace_purge_batch < 1:
+            raise SettingsError("HAKI_TRACE_PURGE_BATCH must be >= 1")

@@ -1,0 +1,99 @@
+"""Trace retention (issue 14): context calls older than HAKI_TRACE_RETENTION_DAYS go, with
+their decisions, in bounded batches.
+
+`purge_once` visits every project that holds context calls and deletes its expired calls one
+batch (HAKI_TRACE_PURGE_BATCH calls) per statement, each statement its own short transaction on
+a connection borrowed for that statement only: a request never waits for the purge (the batch
+skips calls another transaction holds, and a context call only inserts). The service runs it in
+a background task every HAKI_TRACE_PURGE_INTERVAL_SECONDS; `haki purge` runs it once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import msgspec
+
+from service.lifecycle import repository as repo
+from service.settings import Settings
+
+log = logging.getLogger("haki.retention")
+
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+@dataclass
+class Purged:
+    context_calls: int = 0
+    decisions: int = 0
+    batches: int = 0
+
+
+async def purge_once(
+    pool: Any,
+    settings: Settings,
+    *,
+    on_batch: Callable[[int, int], None] | None = None,
+    pause_seconds: float = 0.0,
+) -> Purged:
+    """Deletes every expired call now; `on_batch(calls, decisions)` after each batch. Nothing to
+    do when retention is 0 (traces kept for ever)."""
+    total = Purged()
+    days = settings.trace_retention_days
+    if days <= 0:
+        return total
+    async with pool.acquire() as conn:
+        projects = await repo.context_call_projects(conn)
+    for project_id in projects:
+        while True:
+            async with pool.acquire() as conn:
+                calls, decisions = await repo.purge_expired_context_calls(
+                    conn, project_id, days, settings.trace_purge_batch
+                )
+            total.context_calls += calls
+            total.decisions += decisions
+            if calls:
+                total.batches += 1
+                if on_batch is not None:
+                    on_batch(calls, decisions)
+            if calls < settings.trace_purge_batch:
+                break
+            # Between batches: the pool's connections and the CPU go to requests first.
+            await asyncio.sleep(pause_seconds)
+    return total
+
+
+async def run_forever(pool: Any, settings: Settings, on_batch: Callable[[int, int], None]) -> None:
+    """The background task of a serving process: a purge, then a pause, until cancelled. A failed
+    purge (database down) is logged and tried again at the next interval."""
+    while True:
+        try:
+            purged = await purge_once(pool, settings, on_batch=on_batch, pause_seconds=0.05)
+            if purged.context_calls:
+                log.info(
+                    "trace retention: purged %d context call(s) and %d decision(s) older than %d day(s)",
+                    purged.context_calls,
+                    purged.decisions,
+                    settings.trace_retention_days,
+                )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning(
+                "trace retention: purge failed, retrying in %.0f s: %r",
+                settings.trace_purge_interval_seconds,
+                exc,
+            )
+        await asyncio.sleep(settings.trace_purge_interval_seconds)
+
+
+def windowed(stats: S, settings: Settings) -> S:
+    """Stats counted from traces, with the window they count over (the retention)."""
+    days = settings.trace_retention_days
+    since = datetime.now(UTC) - timedelta(days=days) if days > 0 else None
+    return msgspec.structs.replace(stats, trace_retention_days=days, traces_since=since)
