@@ -150,12 +150,6 @@ TraceRetentionDays = Annotated[
         "0: traces are kept for ever and every call logged counts."
     ),
 ]
-TracesSince = Annotated[
-    datetime | None,
-    Meta(
-        description="The start of that window (now minus the retention); null when traces are kept for ever."
-    ),
-]
 
 
 class Request(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -546,7 +540,6 @@ class StatsOverview(Response, frozen=True, kw_only=True):
     events_total: Annotated[int, Meta(description="Events written.")]
     open_conflicts: Annotated[int, Meta(description="Conflict sets still open.")]
     trace_retention_days: TraceRetentionDays = 0
-    traces_since: TracesSince = None
 
 
 class Health(Response, frozen=True, kw_only=True):
@@ -656,7 +649,6 @@ class FactStats(Response, frozen=True, kw_only=True):
     order: Annotated[FactStatsOrder, Meta(description="The order asked for.")]
     facts: Annotated[list[FactUsage], Meta(description="Active facts, in that order.")]
     trace_retention_days: TraceRetentionDays = 0
-    traces_since: TracesSince = None
 
 
 # --- memory lifecycle (issue 14: erasure, listing, export) -------------------------------------

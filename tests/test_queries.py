@@ -38,6 +38,12 @@ CROSS_PROJECT = {
     "count_open_conflicts_all_projects": "GET /metrics gauge: one count, no tenant label",
 }
 
+# Statements that list project ids across every project, so that a maintenance job visits each
+# project with statements scoped to it: each must return the project_id column only.
+CROSS_PROJECT_IDS = {
+    "list_context_call_projects": "trace retention (issue 14) purges project by project",
+}
+
 NAME_LINE = re.compile(r"^--\s*name:\s*(?P<name>[A-Za-z_]\w*)")
 TABLE_REF = re.compile(
     r"\b(?P<kw>FROM|JOIN|UPDATE|INTO|USING)\s+(?:ONLY\s+)?(?P<table>\w+)(?:\s+(?:AS\s+)?(?P<alias>\w+))?",
@@ -143,6 +149,15 @@ def test_cross_project_statements_are_aggregates() -> None:
         )
 
 
+def test_cross_project_id_lists_return_project_ids_only() -> None:
+    by_name = {q.name: q for q in parse_queries()}
+    for name in CROSS_PROJECT_IDS:
+        assert name in by_name, f"CROSS_PROJECT_IDS lists {name}, which no longer exists"
+        final = by_name[name].sql.rsplit("SELECT", 1)[1]
+        only_ids = re.match(r"\s*(?:\w+\.)?project_id\s+FROM\s", final, re.I)
+        assert only_ids, f"{name} must return project_id only"
+
+
 @pytest.mark.parametrize("query", parse_queries(), ids=query_ids())
 def test_purpose_comment_after_name(query: Query) -> None:
     assert re.match(r"^--\s+\S", query.comment), (
@@ -189,7 +204,9 @@ def tenant_refs(sql: str) -> list[tuple[str, str, str]]:
     [
         q
         for q in parse_queries()
-        if not q.name.startswith(("bench_", "test_")) and q.name not in CROSS_PROJECT
+        if not q.name.startswith(("bench_", "test_"))
+        and q.name not in CROSS_PROJECT
+        and q.name not in CROSS_PROJECT_IDS
     ],
     ids=lambda q: q.label,
 )

@@ -31,6 +31,9 @@ EXEMPT: dict[str, str] = {
     "find_api_key": "authentication: the key names no project; api_keys is a Citus reference table",
     "count_open_conflicts_all_projects": "the haki_open_conflicts gauge is one total: per-project "
     "series would be unbounded cardinality (a multi-shard count, once per scrape)",
+    "list_context_call_projects": "trace retention (issue 14) lists the project ids holding "
+    "context calls (a skip scan, once per purge interval), then purges each with statements "
+    "scoped to it",
 }
 NON_SERVICE_PREFIXES = ("test_", "bench_")
 

@@ -14,7 +14,6 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import msgspec
@@ -93,7 +92,6 @@ async def run_forever(pool: Any, settings: Settings, on_batch: Callable[[int, in
 
 
 def windowed(stats: S, settings: Settings) -> S:
-    """Stats counted from traces, with the window they count over (the retention)."""
-    days = settings.trace_retention_days
-    since = datetime.now(UTC) - timedelta(days=days) if days > 0 else None
-    return msgspec.structs.replace(stats, trace_retention_days=days, traces_since=since)
+    """Stats counted from traces, with the window they count over: the last
+    HAKI_TRACE_RETENTION_DAYS days (0: every call logged)."""
+    return msgspec.structs.replace(stats, trace_retention_days=settings.trace_retention_days)
