@@ -180,6 +180,14 @@ PROBES: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
         probe(f"/v1/subjects/{SUBJECT}", params={"project_id": A}, expected=403),
         probe(f"/v1/subjects/{SUBJECT}", expected=200, check=b_erasure_only),
     ],
+    ("DELETE", "/v1/subjects"): lambda w: [
+        probe("/v1/subjects", params={"project_id": A, "subject_id": SUBJECT}, expected=403),
+        probe("/v1/subjects", params={"subject_id": SUBJECT}, expected=200, check=b_erasure_only),
+    ],
+    ("GET", "/v1/subjects/export"): lambda w: [
+        probe("/v1/subjects/export", params={"project_id": A, "subject_id": SUBJECT}, expected=403),
+        probe("/v1/subjects/export", params={"subject_id": SUBJECT}, expected=200),
+    ],
     ("DELETE", "/v1/facts/{fact_id}"): lambda w: [probe(f"/v1/facts/{f}") for f in w.a_fact_ids],
     ("DELETE", "/v1/events/{event_id}"): lambda w: [probe(f"/v1/events/{w.a_event_id}")],
     ("GET", "/v1/events"): lambda w: [

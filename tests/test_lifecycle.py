@@ -530,3 +530,22 @@ async def test_retention_purges_exactly_the_expired_calls_in_batches(
 async def test_metrics_page_lists_purged_rows(client: httpx.AsyncClient) -> None:
     text = (await client.get("/metrics")).text
     assert 'haki_trace_rows_purged_total{table="context_calls"}' in text
+
+
+async def test_a_subject_id_with_a_slash_is_erased_and_exported_by_query(
+    client: httpx.AsyncClient, key: str
+) -> None:
+    h = bearer(key)
+    await write_facts(client, key, ["a fact of a/b"], subject_id="a/b")
+    await write_facts(client, key, ["a fact of export"], subject_id="export")
+    r = await client.get("/v1/subjects/export", params={"subject_id": "a/b"}, headers=h)
+    assert r.status_code == 200 and b"a fact of a/b" in r.content, r.text
+    r = await client.get("/v1/subjects/export/export", headers=h)  # a subject named `export`
+    assert r.status_code == 200 and b"a fact of export" in r.content, r.text
+    assert_error(await client.delete("/v1/subjects", headers=h), 400, "validation_error")
+    r = await client.delete("/v1/subjects", params={"subject_id": "a/b"}, headers=h)
+    assert r.status_code == 200 and r.json()["facts"] == 1, r.text
+    assert (await client.get("/v1/facts", params={"subject_id": "a/b"}, headers=h)).json()["facts"] == []
+    assert (
+        len((await client.get("/v1/facts", params={"subject_id": "export"}, headers=h)).json()["facts"]) == 1
+    )

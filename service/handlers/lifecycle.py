@@ -21,7 +21,18 @@ SubjectPath = Annotated[
         min_length=1,
         max_length=MAX_SCOPE_CHARS,
         pattern=NO_NUL,
-        description="Subject id (URL-encoded).",
+        description="Subject id, URL-encoded; one holding a `/` goes in `?subject_id=` instead "
+        "(DELETE /v1/subjects, GET /v1/subjects/export).",
+    ),
+]
+SubjectParam = Annotated[
+    str,
+    Parameter(
+        query="subject_id",
+        min_length=1,
+        max_length=MAX_SCOPE_CHARS,
+        pattern=NO_NUL,
+        description="Subject id (any characters, `/` included).",
     ),
 ]
 Limit = Annotated[int, Parameter(query="limit", ge=1, le=MAX_PAGE_LIMIT, description="Page size, 1..500.")]
@@ -50,6 +61,31 @@ class LifecycleController(Controller):
         self, conn: Conn, principal: Caller, project_id: ProjectQuery, subject_id: SubjectPath
     ) -> SubjectErasure:
         return await erasure.erase_subject(conn, principal, project_id, subject_id)
+
+    @delete(
+        "/v1/subjects",
+        status_code=200,
+        responses=ERRORS,
+        summary="Erase a subject named in the query (for subject ids holding a `/`)",
+        description="DELETE /v1/subjects/{subject_id} with the subject id in `?subject_id=`: a "
+        "path segment cannot carry a `/`, a query parameter can.",
+    )
+    async def erase_subject_by_query(
+        self, conn: Conn, principal: Caller, project_id: ProjectQuery, subject_id: SubjectParam
+    ) -> SubjectErasure:
+        return await erasure.erase_subject(conn, principal, project_id, subject_id)
+
+    @get(
+        "/v1/subjects/export",
+        responses=ERRORS,
+        media_type=export.MEDIA_TYPE,
+        summary="Export a subject named in the query (for subject ids holding a `/`)",
+        description="GET /v1/subjects/{subject_id}/export with the subject id in `?subject_id=`.",
+    )
+    async def export_subject_by_query(
+        self, conn: Conn, principal: Caller, state: State, project_id: ProjectQuery, subject_id: SubjectParam
+    ) -> Stream:
+        return await _export(conn, principal, state, project_id, subject_id)
 
     @get(
         "/v1/subjects",
@@ -80,9 +116,13 @@ class LifecycleController(Controller):
     async def export_subject(
         self, conn: Conn, principal: Caller, state: State, project_id: ProjectQuery, subject_id: SubjectPath
     ) -> Stream:
-        await export.check_exportable(conn, principal, project_id, subject_id)
-        return Stream(
-            export.stream_export(state.pool, project_id, subject_id),
-            media_type=export.MEDIA_TYPE,
-            headers={"Content-Disposition": 'attachment; filename="haki-export.jsonl"'},
-        )
+        return await _export(conn, principal, state, project_id, subject_id)
+
+
+async def _export(conn: Conn, principal: Caller, state: State, project_id: str, subject_id: str) -> Stream:
+    await export.check_exportable(conn, principal, project_id, subject_id)
+    return Stream(
+        export.stream_export(state.pool, project_id, subject_id),
+        media_type=export.MEDIA_TYPE,
+        headers={"Content-Disposition": 'attachment; filename="haki-export.jsonl"'},
+    )
