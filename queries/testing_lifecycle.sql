@@ -40,3 +40,11 @@ FROM erasures AS e
 WHERE e.project_id = :project_id
   AND e.subject_id = :subject_id
 ORDER BY e.erased_at, e.erasure_id;
+
+-- name: test_lock_context_call(project_id, trace_id)^
+-- Locks one context call until the caller's transaction ends (a request holding it).
+SELECT c.trace_id
+FROM context_calls AS c
+WHERE c.project_id = :project_id
+  AND c.trace_id = :trace_id
+FOR UPDATE;

@@ -62,7 +62,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # decisions by a background task, a bounded batch at a time; 0 keeps them for ever.
     trace_retention_days: int = 30
     trace_purge_interval_seconds: float = 300.0
-    trace_purge_batch: int = 500
+    trace_purge_batch: int = 200
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -549,3 +549,69 @@ async def test_a_subject_id_with_a_slash_is_erased_and_exported_by_query(
     assert (
         len((await client.get("/v1/facts", params={"subject_id": "export"}, headers=h)).json()["facts"]) == 1
     )
+
+
+async def test_retention_runs_beside_context_calls_and_never_waits_on_them(
+    settings: Settings, migrated: str, hash_embedder: Embedder
+) -> None:
+    """Committed data on a real pool: the purge removes exactly the expired calls, in batches,
+    while context calls go on; a call another transaction holds is skipped, not waited for."""
+    import asyncio
+
+    from service import auth
+    from service.app import create_app
+    from service.db import create_pool
+    from service.lifecycle import repository as lifecycle_repo
+
+    project = f"retention-{uuid.uuid4().hex[:8]}"
+    pool = await create_pool(msgspec.structs.replace(settings, pool_max_size=6))
+    try:
+        async with pool.acquire() as c:
+            key_id, key = await auth.create_key(c, project)
+        app = create_app(settings, pool=pool, embedder=hash_embedder)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+            await write_facts(client, key, ["u likes tea", "u likes rain"], project_id=project)
+
+            async def call(i: int) -> str:
+                r = await client.post(
+                    "/v1/context",
+                    json={"project_id": project, "subject_id": "u1", "query": f"what does u like {i}"},
+                    headers=bearer(key),
+                )
+                assert r.status_code == 200, r.text
+                trace_id: str = r.json()["trace_id"]
+                return trace_id
+
+            old = [await call(i) for i in range(24)]
+            fresh = [await call(i) for i in range(6)]
+            async with pool.acquire() as c:
+                await load_queries().test_backdate_context_calls(
+                    c, project_id=project, trace_ids=old, days=40
+                )
+            batches: list[int] = []
+            purge_settings = msgspec.structs.replace(settings, trace_purge_batch=5)
+            # One expired call held by another transaction, as a request would hold it.
+            async with pool.acquire() as holder, holder.transaction():
+                await load_queries().test_lock_context_call(holder, project_id=project, trace_id=old[0])
+                during, purged = await asyncio.gather(
+                    asyncio.gather(*(call(100 + i) for i in range(20))),
+                    asyncio.wait_for(
+                        retention.purge_once(pool, purge_settings, on_batch=lambda n, _: batches.append(n)),
+                        timeout=60,
+                    ),
+                )
+            assert purged.context_calls == 23 and all(n <= 5 for n in batches) and len(batches) >= 5, batches
+            h = bearer(key)
+            assert (await client.get(f"/v1/inspect/{old[0]}", headers=h)).status_code == 200  # skipped
+            for tid in old[1:]:
+                assert (await client.get(f"/v1/inspect/{tid}", headers=h)).status_code == 404
+            for tid in [*fresh, *during]:
+                assert (await client.get(f"/v1/inspect/{tid}", headers=h)).status_code == 200
+            # Released, the held call goes at the next purge.
+            assert (await retention.purge_once(pool, purge_settings)).context_calls == 1
+    finally:
+        async with pool.acquire() as c:
+            await lifecycle_repo.erase_subject(c, project, "u1", uuid.uuid4(), uuid.uuid4())
+            await auth.revoke_key_id(c, project, key_id)
+        await pool.close()

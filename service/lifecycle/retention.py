@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -24,6 +25,11 @@ from service.settings import Settings
 log = logging.getLogger("haki.retention")
 
 S = TypeVar("S", bound=msgspec.Struct)
+
+# The background purge rests as long as each batch took: a backlog (4,000 expired calls of 128
+# decisions) purged flat out made the trace write of context calls 2.1x slower on 2 cores;
+# benchmarks/retention.py, docs/reliability.md "Trace retention".
+BACKGROUND_PAUSE_RATIO = 1.0
 
 
 @dataclass
@@ -38,10 +44,12 @@ async def purge_once(
     settings: Settings,
     *,
     on_batch: Callable[[int, int], None] | None = None,
-    pause_seconds: float = 0.0,
+    pause_ratio: float = 0.0,
 ) -> Purged:
-    """Deletes every expired call now; `on_batch(calls, decisions)` after each batch. Nothing to
-    do when retention is 0 (traces kept for ever)."""
+    """Deletes every expired call now; `on_batch(calls, decisions)` after each batch. After each
+    full batch it pauses `pause_ratio` times as long as the batch took, so that a backlog (the
+    first purge after retention is turned on) takes at most 1 / (1 + pause_ratio) of a core.
+    Nothing to do when retention is 0 (traces kept for ever)."""
     total = Purged()
     days = settings.trace_retention_days
     if days <= 0:
@@ -50,10 +58,12 @@ async def purge_once(
         projects = await repo.context_call_projects(conn)
     for project_id in projects:
         while True:
+            started = time.perf_counter()
             async with pool.acquire() as conn:
                 calls, decisions = await repo.purge_expired_context_calls(
                     conn, project_id, days, settings.trace_purge_batch
                 )
+            took = time.perf_counter() - started
             total.context_calls += calls
             total.decisions += decisions
             if calls:
@@ -62,8 +72,8 @@ async def purge_once(
                     on_batch(calls, decisions)
             if calls < settings.trace_purge_batch:
                 break
-            # Between batches: the pool's connections and the CPU go to requests first.
-            await asyncio.sleep(pause_seconds)
+            # Between batches the pool's connections and the CPU go to requests.
+            await asyncio.sleep(took * pause_ratio)
     return total
 
 
@@ -72,7 +82,7 @@ async def run_forever(pool: Any, settings: Settings, on_batch: Callable[[int, in
     purge (database down) is logged and tried again at the next interval."""
     while True:
         try:
-            purged = await purge_once(pool, settings, on_batch=on_batch, pause_seconds=0.05)
+            purged = await purge_once(pool, settings, on_batch=on_batch, pause_ratio=BACKGROUND_PAUSE_RATIO)
             if purged.context_calls:
                 log.info(
                     "trace retention: purged %d context call(s) and %d decision(s) older than %d day(s)",
