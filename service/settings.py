@@ -63,6 +63,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     trace_retention_days: int = 30
     trace_purge_interval_seconds: float = 300.0
     trace_purge_batch: int = 200
+    # The statement timeout of one subject erasure (DELETE /v1/subjects/{id}), its transaction only.
+    erasure_timeout_ms: int = 120_000
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -109,6 +111,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         put("HAKI_TRACE_RETENTION_DAYS", "trace_retention_days", int)
         put("HAKI_TRACE_PURGE_INTERVAL_SECONDS", "trace_purge_interval_seconds", float)
         put("HAKI_TRACE_PURGE_BATCH", "trace_purge_batch", int)
+        put("HAKI_ERASURE_TIMEOUT_MS", "erasure_timeout_ms", int)
         try:
             settings = msgspec.convert(raw, cls)
         except msgspec.ValidationError as exc:
@@ -145,3 +148,5 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             raise SettingsError("HAKI_TRACE_PURGE_INTERVAL_SECONDS must be positive")
         if self.trace_purge_batch < 1:
             raise SettingsError("HAKI_TRACE_PURGE_BATCH must be >= 1")
+        if self.erasure_timeout_ms < 1:
+            raise SettingsError("HAKI_ERASURE_TIMEOUT_MS must be >= 1")

@@ -204,6 +204,9 @@ async def test_subject_erase_leaves_nothing_of_the_scope(
         assert tag not in (await client.get(page, headers=h)).text, page
     packet = await context(client, key, f"Where does alice live and work {tag}", "alice")
     assert packet["facts"] == [] and packet["episodes"] == [], packet
+    # Nor as of an instant before the erasure: erased data cannot come back.
+    past = await context(client, key, f"Where does alice live {tag}", "alice", as_of=counts["erased_at"])
+    assert past["facts"] == [] and past["episodes"] == [], past
 
     # The other subject is byte-identical.
     assert await reads_of(client, key, "bob", bob) == bob_before
@@ -610,6 +613,61 @@ async def test_retention_runs_beside_context_calls_and_never_waits_on_them(
                 assert (await client.get(f"/v1/inspect/{tid}", headers=h)).status_code == 200
             # Released, the held call goes at the next purge.
             assert (await retention.purge_once(pool, purge_settings)).context_calls == 1
+    finally:
+        async with pool.acquire() as c:
+            await lifecycle_repo.erase_subject(c, project, "u1", uuid.uuid4(), uuid.uuid4())
+            await auth.revoke_key_id(c, project, key_id)
+        await pool.close()
+
+
+async def test_the_background_task_purges_and_counts_on_metrics(
+    settings: Settings, migrated: str, hash_embedder: Embedder
+) -> None:
+    """retention.run_forever, as `haki serve` runs it: purges at each interval, counts on /metrics,
+    and stops when cancelled."""
+    import asyncio
+
+    from service import auth
+    from service.app import create_app
+    from service.db import create_pool
+    from service.lifecycle import repository as lifecycle_repo
+
+    project = f"retention-{uuid.uuid4().hex[:8]}"
+    pool = await create_pool(settings)
+    metrics = Metrics()
+    try:
+        async with pool.acquire() as c:
+            key_id, key = await auth.create_key(c, project)
+        app = create_app(settings, pool=pool, embedder=hash_embedder)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+            await write_facts(client, key, ["u likes tea"], project_id=project)
+            traces = []
+            for i in range(3):
+                r = await client.post(
+                    "/v1/context",
+                    json={"project_id": project, "subject_id": "u1", "query": f"tea {i}"},
+                    headers=bearer(key),
+                )
+                traces.append(r.json()["trace_id"])
+        async with pool.acquire() as c:
+            await load_queries().test_backdate_context_calls(
+                c, project_id=project, trace_ids=traces[:2], days=31
+            )
+        fast = msgspec.structs.replace(settings, trace_purge_interval_seconds=0.05)
+        task = asyncio.create_task(retention.run_forever(pool, fast, metrics.observe_purge))
+        try:
+            for _ in range(200):
+                if metrics.trace_rows_purged.labels(table="context_calls")._value.get() >= 2:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        assert 'haki_trace_rows_purged_total{table="context_calls"} 2.0' in metrics.exposition().decode()
+        async with pool.acquire() as c:
+            counts = await load_queries().test_context_call_counts(c, project_id=project)
+        assert counts["calls"] == 1
     finally:
         async with pool.acquire() as c:
             await lifecycle_repo.erase_subject(c, project, "u1", uuid.uuid4(), uuid.uuid4())

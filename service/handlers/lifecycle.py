@@ -10,7 +10,7 @@ from litestar.params import Parameter
 from litestar.response import Stream
 
 from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, MAX_SCOPE_CHARS
-from service.handlers.deps import ERRORS, Caller, Conn
+from service.handlers.deps import ERRORS, Caller, Conn, SettingsDep
 from service.handlers.memory import NO_NUL, ProjectQuery
 from service.lifecycle import erasure, export
 from service.structs import SubjectErasure, SubjectPage
@@ -58,9 +58,14 @@ class LifecycleController(Controller):
         "subject that holds nothing answers zeros.",
     )
     async def erase_subject(
-        self, conn: Conn, principal: Caller, project_id: ProjectQuery, subject_id: SubjectPath
+        self,
+        conn: Conn,
+        principal: Caller,
+        settings: SettingsDep,
+        project_id: ProjectQuery,
+        subject_id: SubjectPath,
     ) -> SubjectErasure:
-        return await erasure.erase_subject(conn, principal, project_id, subject_id)
+        return await erasure.erase_subject(conn, principal, settings, project_id, subject_id)
 
     @delete(
         "/v1/subjects",
@@ -71,9 +76,14 @@ class LifecycleController(Controller):
         "path segment cannot carry a `/`, a query parameter can.",
     )
     async def erase_subject_by_query(
-        self, conn: Conn, principal: Caller, project_id: ProjectQuery, subject_id: SubjectParam
+        self,
+        conn: Conn,
+        principal: Caller,
+        settings: SettingsDep,
+        project_id: ProjectQuery,
+        subject_id: SubjectParam,
     ) -> SubjectErasure:
-        return await erasure.erase_subject(conn, principal, project_id, subject_id)
+        return await erasure.erase_subject(conn, principal, settings, project_id, subject_id)
 
     @get(
         "/v1/subjects/export",

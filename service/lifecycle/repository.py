@@ -18,6 +18,11 @@ async def erase_subject(
     return SubjectErasure(project_id=project_id, subject_id=subject_id, **dict(row))
 
 
+async def extend_statement_timeout(conn: Conn, timeout_ms: int) -> None:
+    """For the rest of the current transaction only (set_config(..., true))."""
+    await q().extend_statement_timeout(conn, timeout_ms=timeout_ms)
+
+
 async def erase_fact(
     conn: Conn, project_id: str, fact_id: UUID, erasure_id: UUID, key_id: UUID
 ) -> FactErasure | None:
