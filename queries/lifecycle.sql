@@ -351,4 +351,4 @@ LIMIT :page_size;
 -- name: extend_statement_timeout(timeout_ms)$
 -- Raises statement_timeout for the rest of the current transaction only (an erasure of a big
 -- subject: 10,000 facts and 500,000 trace decisions took 1.6 s on 2 cores, benchmarks/retention.py).
-SELECT set_config('statement_timeout', :timeout_ms::text, true) AS statement_timeout;
+SELECT set_config('statement_timeout', (:timeout_ms::integer)::text, true) AS statement_timeout;

@@ -229,11 +229,15 @@ async def test_subject_erase_leaves_nothing_of_the_scope(
     assert r.json()["facts"][0]["fact_id"] not in alice["fact_ids"]
 
 
-async def test_erasing_an_empty_subject_answers_zeros(client: httpx.AsyncClient, key: str) -> None:
+async def test_erasing_an_empty_subject_answers_zeros(
+    client: httpx.AsyncClient, conn: asyncpg.Connection, key: str
+) -> None:
     r = await client.delete("/v1/subjects/nobody", headers=bearer(key))
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["facts"] == body["events"] == body["context_calls"] == 0, body
+    # The erasure ran under HAKI_ERASURE_TIMEOUT_MS (set for its transaction: here the test's).
+    assert await conn.fetchval("SELECT current_setting('statement_timeout')") == "2min"
 
 
 async def test_fact_erase_leaves_a_consistent_conflict_set_and_traces(
