@@ -242,7 +242,13 @@ def _import_export_document(settings: Settings, args: argparse.Namespace, path: 
             file=sys.stderr,
         )
         return 2
-    summary = asyncio.run(export.import_file(settings, doc, args.project, args.subject))
+    from service.errors import HakiError
+
+    try:
+        summary = asyncio.run(export.import_file(settings, doc, args.project, args.subject))
+    except HakiError as exc:
+        print(f"haki import: {path}: nothing written: {exc.message}", file=sys.stderr)
+        return 1
     print(
         f"{path}: {summary.events} event(s) and {summary.facts} fact(s) written into "
         f"{args.project}/{args.subject} ({summary.retracted} retracted, "

@@ -4,7 +4,8 @@ The document is JSON Lines: a header line `{"haki_export": 1, "project_id", "sub
 "exported_at"}`, then every event of the scope (`"kind": "event"`) and every fact of any status
 (`"kind": "fact"`), each in id (creation) order, read in one repeatable-read snapshot.
 
-Import writes the events, then the facts in their order through the service's own write path
+Import embeds every text first, then, in one transaction (all of it or nothing), writes the
+events, then the facts in their order through the service's own write path
 (service/memory.py: the rules of POST /v1/events and /v1/facts), with `supersedes` and
 `source_event_id` mapped to the new ids; then it gives the facts their exported statuses: an open
 conflict set the import opened is resolved keeping the facts exported `active` (unless all its
@@ -222,60 +223,69 @@ async def import_document(
     project_id: str,
     subject_id: str,
 ) -> ImportSummary:
-    """Writes an export document into (project_id, subject_id) through the write path."""
-    event_ids: dict[UUID, UUID] = {}
+    """Writes an export document into (project_id, subject_id) through the write path, in one
+    transaction. Every text is embedded first, outside it (the write path's `prepare_*`): a
+    transaction held across the embedder was killed by idle_in_transaction_session_timeout."""
+    event_batches = []
     for start in range(0, len(doc.events), MAX_BATCH):
         chunk = doc.events[start : start + MAX_BATCH]
-        written = await memory.write_events(
-            conn,
-            embedder,
-            principal,
-            WriteEventsRequest(
-                project_id=project_id,
-                subject_id=subject_id,
-                events=[
-                    EventIn(content=e.content, occurred_at=e.occurred_at, metadata=e.metadata or None)
-                    for e in chunk
-                ],
-            ),
+        req = WriteEventsRequest(
+            project_id=project_id,
+            subject_id=subject_id,
+            events=[
+                EventIn(content=e.content, occurred_at=e.occurred_at, metadata=e.metadata or None)
+                for e in chunk
+            ],
         )
-        event_ids.update(zip((e.event_id for e in chunk), (r.event_id for r in written.events), strict=True))
+        event_batches.append((chunk, await memory.prepare_events(embedder, principal, req)))
     fact_ids: dict[UUID, UUID] = {}
-    opened: dict[UUID, list[UUID]] = {}
+    fact_batches = []
     for batch in _fact_batches(doc.facts):
-        written_facts = await memory.write_facts(
-            conn,
-            embedder,
-            settings,
-            principal,
-            WriteFactsRequest(
-                project_id=project_id,
-                subject_id=subject_id,
-                facts=[_fact_in(f, fact_ids, event_ids) for f in batch],
-            ),
+        # `supersedes` names a fact of an earlier batch, whose new id is known (ids are made by
+        # prepare_facts); the new event ids are known once the events are stored.
+        req_facts = WriteFactsRequest(
+            project_id=project_id,
+            subject_id=subject_id,
+            facts=[_fact_in(f, fact_ids, {}) for f in batch],
         )
-        for f, r in zip(batch, written_facts.facts, strict=True):
-            fact_ids[f.fact_id] = r.fact_id
-            if r.conflict_set_id is not None:
-                opened.setdefault(r.conflict_set_id, [])
+        prepared = await memory.prepare_facts(embedder, settings, principal, req_facts)
+        fact_ids.update(zip((f.fact_id for f in batch), prepared.fact_ids, strict=True))
+        fact_batches.append((batch, prepared))
     exported_status = {fact_ids[f.fact_id]: f.status for f in doc.facts}
-    resolved = 0
-    for conflict_set_id in opened:
-        (current,) = await memory_repo.list_conflicts(conn, project_id, None, None, conflict_set_id)
-        if current.status != "open":
-            continue
-        members = [m.fact_id for m in current.members]
-        keep = [m for m in members if exported_status.get(m) == "active"]
-        if keep and len(keep) < len(members):
-            await memory.resolve_conflict(conn, principal, conflict_set_id, ResolveConflictRequest(keep=keep))
-            resolved += 1
-    retracted = 0
-    for f in doc.facts:
-        if f.status == "retracted":
-            await memory.patch_fact(
-                conn, principal, fact_ids[f.fact_id], PatchFactRequest(status="retracted")
+    async with conn.transaction():
+        event_ids: dict[UUID, UUID] = {}
+        for chunk, prepared_events in event_batches:
+            written = await memory.store_events(conn, prepared_events)
+            event_ids.update(
+                zip((e.event_id for e in chunk), (r.event_id for r in written.events), strict=True)
             )
-            retracted += 1
+        opened: set[UUID] = set()
+        for batch, prepared in fact_batches:
+            sources = [event_ids.get(f.source_event_id) if f.source_event_id else None for f in batch]
+            for item, source in zip(prepared.req.facts, sources, strict=True):
+                item.source_event_id = source
+            prepared.columns["source_event_ids"] = sources
+            written_facts = await memory.store_facts(conn, prepared)
+            opened.update(r.conflict_set_id for r in written_facts.facts if r.conflict_set_id is not None)
+        resolved = 0
+        for conflict_set_id in sorted(opened):
+            (current,) = await memory_repo.list_conflicts(conn, project_id, None, None, conflict_set_id)
+            if current.status != "open":
+                continue
+            members = [m.fact_id for m in current.members]
+            keep = [m for m in members if exported_status.get(m) == "active"]
+            if keep and len(keep) < len(members):
+                await memory.resolve_conflict(
+                    conn, principal, conflict_set_id, ResolveConflictRequest(keep=keep)
+                )
+                resolved += 1
+        retracted = 0
+        for f in doc.facts:
+            if f.status == "retracted":
+                await memory.patch_fact(
+                    conn, principal, fact_ids[f.fact_id], PatchFactRequest(status="retracted")
+                )
+                retracted += 1
     return ImportSummary(
         events=len(event_ids),
         facts=len(fact_ids),
@@ -289,8 +299,8 @@ async def import_document(
 async def import_file(
     settings: Settings, doc: ExportDocument, project_id: str, subject_id: str
 ) -> ImportSummary:
-    """`haki import` of an export document: in one transaction, straight into the database (the
-    operator's tool, like `haki keys create`: it acts for the project it is told)."""
+    """`haki import` of an export document, straight into the database (the operator's tool, like
+    `haki keys create`: it acts for the project it is told)."""
     from service.db import connect, init_connection
     from service.embedder import build_embedder, check_embedder
     from service.migrations import migrate
@@ -302,8 +312,7 @@ async def import_file(
         await migrate(conn)
         await init_connection(conn)
         await check_embedder(embedder)
-        async with conn.transaction():
-            return await import_document(conn, embedder, settings, principal, doc, project_id, subject_id)
+        return await import_document(conn, embedder, settings, principal, doc, project_id, subject_id)
     finally:
         await embedder.aclose()
         await conn.close()
