@@ -29,13 +29,13 @@ import msgspec
 
 from benchmarks.trace_usage import PROJECT, decisions, packet, request
 from service import embedded
-from service import repository as memory_repo
 from service.context import repository as repo
 from service.db import connect, create_pool, init_connection
 from service.embedded import embedded_url
-from service.lifecycle import repository as lifecycle_repo
 from service.lifecycle import retention
 from service.migrations import migrate
+from service.repository import facts as memory_repo
+from service.repository import lifecycle as lifecycle_repo
 from service.settings import Settings
 from service.sql import load_queries
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
@@ -68,85 +69,70 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Every field `x` is read from `HAKI_X`; an unset or empty variable keeps the default. The
+        field's type converts and checks the text, and an error names the variable."""
         env = os.environ if env is None else env
-        raw: dict[str, object] = {}
-
-        def put(name: str, field: str, conv: type = str) -> None:
-            value = env.get(name)
-            if value is None or value == "":
-                return
-            try:
-                raw[field] = conv(value)
-            except ValueError as exc:
-                raise SettingsError(f"{name}={value!r}: {exc}") from exc
-
-        put("HAKI_DATABASE_URL", "database_url")
-        put("HAKI_DATA_DIR", "data_dir", Path)
-        put("HAKI_EMBED_PROVIDER", "embed_provider")
-        put("HAKI_EMBED_MODEL", "embed_model")
-        put("HAKI_EMBED_BASE_URL", "embed_base_url")
-        put("HAKI_EMBED_API_KEY", "embed_api_key")
-        put("HAKI_EMBED_TIMEOUT_SECONDS", "embed_timeout_seconds", float)
-        put("HAKI_EMBED_BATCH_SIZE", "embed_batch_size", int)
-        put("HAKI_RECALL_MAX_DISTANCE", "recall_max_distance", float)
-        put("HAKI_CONTEXT_PROFILE", "context_profile")
-        put("HAKI_TEXT_SEARCH_CONFIG", "text_search_config")
-        put("HAKI_VOLATILE_STALE_AFTER_SECONDS", "volatile_stale_after_seconds", int)
-        put("HAKI_POOL_MIN_SIZE", "pool_min_size", int)
-        put("HAKI_POOL_MAX_SIZE", "pool_max_size", int)
-        put("HAKI_STATEMENT_TIMEOUT_MS", "statement_timeout_ms", int)
-        put("HAKI_CONNECT_TIMEOUT_SECONDS", "connect_timeout_seconds", float)
-        put("HAKI_TORCH_THREADS", "torch_threads", int)
-        put("HAKI_MAX_BODY_BYTES", "max_body_bytes", int)
-        put("HAKI_METRICS_TOKEN", "metrics_token")
-        put("HAKI_POOL_ACQUIRE_TIMEOUT_SECONDS", "pool_acquire_timeout_seconds", float)
-        put("HAKI_DB_STATEMENT_CACHE_SIZE", "db_statement_cache_size", int)
-        put("HAKI_IDEMPOTENCY_TTL_SECONDS", "idempotency_ttl_seconds", int)
-        put("HAKI_RATE_LIMIT_PER_MINUTE", "rate_limit_per_minute", int)
-        put("HAKI_EMBED_BACKEND", "embed_backend")
-        put("HAKI_EMBED_QUERY_MAX_BATCH", "embed_query_max_batch", int)
-        put("HAKI_EMBED_WRITE_TIMEOUT_SECONDS", "embed_write_timeout_seconds", float)
-        put("HAKI_EMBED_CHARS_PER_MINUTE", "embed_chars_per_minute", int)
-        put("HAKI_EMBED_CONCURRENCY", "embed_concurrency", int)
-        put("HAKI_TRACE_RETENTION_DAYS", "trace_retention_days", int)
-        put("HAKI_TRACE_PURGE_INTERVAL_SECONDS", "trace_purge_interval_seconds", float)
-        put("HAKI_TRACE_PURGE_BATCH", "trace_purge_batch", int)
-        put("HAKI_ERASURE_TIMEOUT_MS", "erasure_timeout_ms", int)
+        raw: dict[str, str] = {}
+        for field in msgspec.structs.fields(cls):
+            value = env.get(env_name(field.name))
+            if value is not None and value != "":
+                raw[field.name] = value
         try:
-            settings = msgspec.convert(raw, cls)
+            settings = msgspec.convert(raw, cls, strict=False, dec_hook=_from_text)
         except msgspec.ValidationError as exc:
-            raise SettingsError(str(exc)) from exc
+            raise SettingsError(_name_the_variable(str(exc), raw)) from exc
         settings.check()
         return settings
 
     def check(self) -> None:
+        """The rules between fields, and the bounds of each (SETTING_BOUNDS)."""
         if self.embed_provider == "openai" and not self.embed_base_url:
             raise SettingsError("HAKI_EMBED_PROVIDER=openai needs HAKI_EMBED_BASE_URL")
-        if self.recall_max_distance < 0 or self.recall_max_distance > 2:
-            raise SettingsError("HAKI_RECALL_MAX_DISTANCE must be within [0, 2] (cosine distance)")
-        if self.pool_min_size < 0 or self.pool_max_size < max(1, self.pool_min_size):
+        if self.pool_max_size < max(1, self.pool_min_size):
             raise SettingsError("HAKI_POOL_MAX_SIZE must be >= max(1, HAKI_POOL_MIN_SIZE)")
-        if self.volatile_stale_after_seconds <= 0:
-            raise SettingsError("HAKI_VOLATILE_STALE_AFTER_SECONDS must be positive")
-        if self.db_statement_cache_size < 0:
-            raise SettingsError("HAKI_DB_STATEMENT_CACHE_SIZE must be >= 0 (0 turns the cache off)")
-        if self.idempotency_ttl_seconds <= 0:
-            raise SettingsError("HAKI_IDEMPOTENCY_TTL_SECONDS must be positive")
-        if self.rate_limit_per_minute < 0:
-            raise SettingsError("HAKI_RATE_LIMIT_PER_MINUTE must be >= 0 (0 turns the limit off)")
-        if self.embed_query_max_batch < 1:
-            raise SettingsError("HAKI_EMBED_QUERY_MAX_BATCH must be >= 1")
-        if self.embed_write_timeout_seconds <= 0:
-            raise SettingsError("HAKI_EMBED_WRITE_TIMEOUT_SECONDS must be positive")
-        if self.embed_chars_per_minute < 0:
-            raise SettingsError("HAKI_EMBED_CHARS_PER_MINUTE must be >= 0 (0 turns the limit off)")
-        if self.embed_concurrency < 1:
-            raise SettingsError("HAKI_EMBED_CONCURRENCY must be >= 1")
-        if self.trace_retention_days < 0:
-            raise SettingsError("HAKI_TRACE_RETENTION_DAYS must be >= 0 (0 keeps traces for ever)")
-        if self.trace_purge_interval_seconds <= 0:
-            raise SettingsError("HAKI_TRACE_PURGE_INTERVAL_SECONDS must be positive")
-        if self.trace_purge_batch < 1:
-            raise SettingsError("HAKI_TRACE_PURGE_BATCH must be >= 1")
-        if self.erasure_timeout_ms < 1:
-            raise SettingsError("HAKI_ERASURE_TIMEOUT_MS must be >= 1")
+        for field, (low, high, why) in SETTING_BOUNDS.items():
+            value = getattr(self, field)
+            if value < low or (high is not None and value > high):
+                raise SettingsError(f"{env_name(field)} must be {why}")
+
+
+def env_name(field: str) -> str:
+    """The environment variable of a Settings field."""
+    return f"HAKI_{field.upper()}"
+
+
+def _from_text(kind: type, value: object) -> object:
+    if kind is Path and isinstance(value, str):
+        return Path(value)
+    raise NotImplementedError(kind)
+
+
+_AT_FIELD = re.compile(r"- at `\$\.(?P<field>\w+)`")
+
+
+def _name_the_variable(message: str, raw: Mapping[str, str]) -> str:
+    """msgspec's "Expected `int`, got `str` - at `$.pool_min_size`" as "HAKI_POOL_MIN_SIZE='x': ..."."""
+    m = _AT_FIELD.search(message)
+    if m is None:
+        return message
+    field = m.group("field")
+    return f"{env_name(field)}={raw.get(field)!r}: {message[: m.start()].strip()}"
+
+
+# field -> (lowest, highest or None, the rule as the error says it).
+SETTING_BOUNDS: dict[str, tuple[float, float | None, str]] = {
+    "recall_max_distance": (0, 2, "within [0, 2] (cosine distance)"),
+    "pool_min_size": (0, None, ">= 0"),
+    "volatile_stale_after_seconds": (1, None, "positive"),
+    "db_statement_cache_size": (0, None, ">= 0 (0 turns the cache off)"),
+    "idempotency_ttl_seconds": (1, None, "positive"),
+    "rate_limit_per_minute": (0, None, ">= 0 (0 turns the limit off)"),
+    "embed_query_max_batch": (1, None, ">= 1"),
+    "embed_write_timeout_seconds": (1e-9, None, "positive"),
+    "embed_chars_per_minute": (0, None, ">= 0 (0 turns the limit off)"),
+    "embed_concurrency": (1, None, ">= 1"),
+    "trace_retention_days": (0, None, ">= 0 (0 keeps traces for ever)"),
+    "trace_purge_interval_seconds": (1e-9, None, "positive"),
+    "trace_purge_batch": (1, None, ">= 1"),
+    "erasure_timeout_ms": (1, None, ">= 1"),
+}

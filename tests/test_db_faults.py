@@ -9,9 +9,7 @@ in the database. A statement timeout on the read path and an exhausted pool are 
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -25,16 +23,21 @@ import msgspec
 import pytest
 
 from service import auth
-from service import repository as repo
 from service.app import create_app
 from service.db import connect, create_pool, init_connection
 from service.embedded import embedded_server, embedded_url
 from service.embedder import Embedder
 from service.migrations import migrate
+from service.repository import keys as keys_repo
 from service.settings import Settings
 from service.sql import load_queries
-from tests.conftest import bearer
-from tests.serving import serve
+from tests.helpers import bearer, list_all_facts
+from tests.helpers.server import short_tmp_dir
+from tests.helpers.serving import serve
+
+# Stops and restarts the database under a served app: out of the fast lane.
+pytestmark = pytest.mark.slow
+
 
 PROJECT = "proj-faults"
 # Each request during the outage must end within this: connect and acquire timeouts are 1 s.
@@ -63,8 +66,7 @@ class FaultServer:
 
 @pytest.fixture(scope="module")
 def fault_server() -> Iterator[FaultServer]:
-    base = Path(os.environ.get("HAKI_TEST_TMP", tempfile.gettempdir()))
-    path = Path(tempfile.mkdtemp(prefix="haki-flt-", dir=base))
+    path = short_tmp_dir("haki-flt-")
     server = FaultServer(path)
     try:
         yield server
@@ -142,21 +144,10 @@ async def call(client: httpx.AsyncClient, key: str, stream: Stream, kind: str, u
 
 
 async def listed_fact_ids(client: httpx.AsyncClient, key: str) -> set[str]:
-    out: set[str] = set()
-    cursor: str | None = None
-    while True:
-        params: dict[str, Any] = {"project_id": PROJECT, "limit": 500}
-        if cursor:
-            params["cursor"] = cursor
-        r = await client.get("/v1/facts", params=params, headers=bearer(key))
-        assert r.status_code == 200, r.text
-        page = r.json()
-        out.update(f["fact_id"] for f in page["facts"])
-        cursor = page["next_cursor"]
-        if not cursor:
-            return out
+    return {f["fact_id"] for f in await list_all_facts(client, key, PROJECT)}
 
 
+@pytest.mark.integration
 async def test_outage_fails_fast_recovers_and_loses_no_acknowledged_write(
     fault_server: FaultServer, fault_settings: tuple[Settings, str]
 ) -> None:
@@ -292,7 +283,7 @@ async def test_a_lost_connection_expires_the_whole_pool(
         raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation")
 
     with monkeypatch.context() as m:
-        m.setattr(repo, "find_api_key", lost)
+        m.setattr(keys_repo, "find_api_key", lost)
         r = await client.get("/v1/facts", params={"project_id": PROJECT}, headers=bearer(key))
         assert r.status_code == 503 and r.json()["code"] == "unavailable", r.text
     assert pool._generation == generation + 1

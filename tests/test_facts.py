@@ -12,83 +12,8 @@ import httpx
 import pytest
 
 from service.settings import Settings
-from tests.conftest import bearer, make_client
-
-PROJECT = "proj-a"
-
-
-# --- helpers shared with the other write-side test modules ------------------------------------
-
-
-def assert_error(r: httpx.Response, status: int, code: str, field: str | None = None) -> dict[str, Any]:
-    """The contract's error body: exactly {code, message, details?}, never a 500."""
-    assert r.status_code == status, r.text
-    body = r.json()
-    assert isinstance(body, dict), body
-    assert {"code", "message"} <= set(body) <= {"code", "message", "details"}, body
-    assert body["code"] == code, body
-    assert isinstance(body["message"], str) and body["message"], body
-    if "details" in body:
-        assert isinstance(body["details"], dict), body
-    if field is not None:
-        assert body.get("details", {}).get("field") == field, body
-    return body
-
-
-async def post_facts(
-    client: httpx.AsyncClient,
-    key: str,
-    facts: list[dict[str, Any]],
-    subject_id: str = "u1",
-    project_id: str = PROJECT,
-) -> httpx.Response:
-    return await client.post(
-        "/v1/facts",
-        json={"project_id": project_id, "subject_id": subject_id, "facts": facts},
-        headers=bearer(key),
-    )
-
-
-async def write_facts(
-    client: httpx.AsyncClient, key: str, facts: list[dict[str, Any]], subject_id: str = "u1"
-) -> list[dict[str, Any]]:
-    r = await post_facts(client, key, facts, subject_id)
-    assert r.status_code == 201, r.text
-    results: list[dict[str, Any]] = r.json()["facts"]
-    assert len(results) == len(facts)
-    return results
-
-
-async def get_fact(client: httpx.AsyncClient, key: str, fact_id: str) -> dict[str, Any]:
-    r = await client.get(f"/v1/facts/{fact_id}", headers=bearer(key))
-    assert r.status_code == 200, r.text
-    fact: dict[str, Any] = r.json()
-    return fact
-
-
-async def list_all_facts(
-    client: httpx.AsyncClient, key: str, project_id: str = PROJECT, **params: Any
-) -> list[dict[str, Any]]:
-    """Every fact of the project matching `params`, following the cursor to the end."""
-    out: list[dict[str, Any]] = []
-    cursor: str | None = None
-    for _ in range(1000):
-        query = {"project_id": project_id, "limit": 500, **params}
-        if cursor:
-            query["cursor"] = cursor
-        r = await client.get("/v1/facts", params=query, headers=bearer(key))
-        assert r.status_code == 200, r.text
-        page = r.json()
-        out.extend(page["facts"])
-        cursor = page["next_cursor"]
-        if cursor is None:
-            return out
-    raise AssertionError("pagination did not end")
-
-
-def ts(value: str | None) -> datetime | None:
-    return None if value is None else datetime.fromisoformat(value)
-
+from tests.helpers import PROJECT, assert_error, bearer, get_fact, list_all_facts, post_facts, ts, write_facts
+from tests.helpers.app import make_client
 
 # --- happy path --------------------------------------------------------------------------------
 

@@ -18,8 +18,8 @@ from service.lifecycle import export, retention
 from service.observability.metrics import Metrics
 from service.settings import Settings
 from service.sql import load_queries
-from tests.conftest import SingleConnectionPool, bearer
-from tests.helpers import PROJECT, assert_error, context, fact_ids, write_events, write_facts
+from tests.helpers import PROJECT, assert_error, bearer, context, fact_ids, write_events, write_facts
+from tests.helpers.app import SingleConnectionPool
 
 # The audit table names the subject erased, by design (and no content): it is the one table
 # allowed to hold rows of an erased scope.
@@ -568,7 +568,7 @@ async def test_retention_runs_beside_context_calls_and_never_waits_on_them(
     from service import auth
     from service.app import create_app
     from service.db import create_pool
-    from service.lifecycle import repository as lifecycle_repo
+    from service.repository import lifecycle as lifecycle_repo
 
     project = f"retention-{uuid.uuid4().hex[:8]}"
     pool = await create_pool(msgspec.structs.replace(settings, pool_max_size=6))
@@ -634,7 +634,7 @@ async def test_the_background_task_purges_and_counts_on_metrics(
     from service import auth
     from service.app import create_app
     from service.db import create_pool
-    from service.lifecycle import repository as lifecycle_repo
+    from service.repository import lifecycle as lifecycle_repo
 
     project = f"retention-{uuid.uuid4().hex[:8]}"
     pool = await create_pool(settings)

@@ -7,14 +7,12 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 
 import msgspec
 import pytest
 
 from service.structs import ContextPacket, Inspection
-from tests.haki_server import REPO, Server, running_server
+from tests.helpers.server import REPO, Server
 
 README = REPO / "README.md"
 FENCE = re.compile(r"^```(?P<lang>\w*)\n(?P<body>.*?)^```", re.MULTILINE | re.DOTALL)
@@ -31,12 +29,6 @@ def blocks(text: str, lang: str) -> list[str]:
     return [m.group("body") for m in FENCE.finditer(text) if m.group("lang") == lang]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with running_server(Path(tmp_path_factory.mktemp("readme"))) as s:
-        yield s
-
-
 def on_server(text: str, server: Server) -> str:
     return text.replace("localhost:8000", server.url.removeprefix("http://")).replace(
         "http://127.0.0.1:8000", server.url
@@ -51,6 +43,7 @@ def test_walkthrough_has_no_placeholders_and_shows_the_resolve_body() -> None:
     assert '{"keep": [' in section("Walk-through with curl")
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(shutil.which("curl") is None, reason="the walk-through uses curl")
 def test_walkthrough_runs_through_against_a_real_server(server: Server) -> None:
     shell = "\n".join(blocks(section("Walk-through with curl"), "bash"))
@@ -85,6 +78,7 @@ def test_walkthrough_json_decodes_as_the_contract_shapes() -> None:
     assert packet.status == "ok" and inspection.status == "degraded"
 
 
+@pytest.mark.integration
 def test_sdk_quick_start_runs_as_written(server: Server) -> None:
     sdk = section("Python SDK")
     (console,) = blocks(sdk, "console")

@@ -34,7 +34,10 @@ from haki_client import (
     render,
 )
 
-from tests.haki_server import Server, running_server
+from tests.helpers.server import Server
+
+pytestmark = pytest.mark.integration
+
 
 PROJECT = "sdk-proj"
 
@@ -310,12 +313,6 @@ def test_answers_of_a_server_without_profiles_still_decode() -> None:
 
 
 # --- against a real server -------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with running_server(Path(tmp_path_factory.mktemp("sdk-server"))) as s:
-        yield s
 
 
 @pytest.fixture(scope="module")

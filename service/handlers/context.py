@@ -13,10 +13,11 @@ from litestar.params import Parameter
 
 from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
 from service.context import assembler, replay
-from service.handlers.deps import ERRORS, Caller, Conn, EmbedderDep, SettingsDep, in_key_project
+from service.handlers.deps import ERRORS, Caller, ConnDep, EmbedderDep, SettingsDep, in_key_project
 from service.handlers.memory import ProjectQuery, SubjectQuery
 from service.lifecycle import retention
 from service.observability.metrics import observe_context
+from service.observability.timing import StageTimer
 from service.structs import (
     ContextPacket,
     ContextRequest,
@@ -39,7 +40,7 @@ class OptionalBodyOperation(Operation):
             self.request_body.required = False
 
 
-def server_timing(timer: assembler.StageTimer) -> str:
+def server_timing(timer: StageTimer) -> str:
     return ", ".join(f"{name};dur={ms:.2f}" for name, ms in timer.ms.items())
 
 
@@ -62,14 +63,14 @@ class ContextController(Controller):
     async def context(
         self,
         data: ContextRequest,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         embedder: EmbedderDep,
         settings: SettingsDep,
         state: State,
     ) -> Response[ContextPacket]:
         data = in_key_project(data, principal)
-        timer = assembler.StageTimer()
+        timer = StageTimer()
         packet = await assembler.assemble(conn, embedder, settings, principal, data, timer=timer)
         observe_context(state, timer, packet)
         return Response(packet, status_code=200, headers={"Server-Timing": server_timing(timer)})
@@ -81,7 +82,7 @@ class ContextController(Controller):
     )
     async def inspect(
         self,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         trace_id: Annotated[UUID, Parameter(description="The trace_id of a ContextPacket.")],
     ) -> Inspection:
@@ -89,7 +90,7 @@ class ContextController(Controller):
 
     @get("/v1/stats/overview", responses=ERRORS, summary="Usage overview of a project")
     async def stats(
-        self, conn: Conn, principal: Caller, settings: SettingsDep, project_id: ProjectQuery
+        self, conn: ConnDep, principal: Caller, settings: SettingsDep, project_id: ProjectQuery
     ) -> StatsOverview:
         return retention.windowed(await assembler.stats(conn, principal, project_id), settings)
 
@@ -110,7 +111,7 @@ class ContextController(Controller):
     )
     async def replay(
         self,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         embedder: EmbedderDep,
         settings: SettingsDep,
@@ -132,7 +133,7 @@ class ContextController(Controller):
     )
     async def fact_stats(
         self,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         settings: SettingsDep,
         project_id: ProjectQuery,

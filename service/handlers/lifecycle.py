@@ -10,7 +10,7 @@ from litestar.params import Parameter
 from litestar.response import Stream
 
 from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, MAX_SCOPE_CHARS
-from service.handlers.deps import ERRORS, Caller, Conn, SettingsDep
+from service.handlers.deps import ERRORS, Caller, ConnDep, SettingsDep
 from service.handlers.memory import NO_NUL, ProjectQuery
 from service.lifecycle import erasure, export
 from service.structs import SubjectErasure, SubjectPage
@@ -59,7 +59,7 @@ class LifecycleController(Controller):
     )
     async def erase_subject(
         self,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         settings: SettingsDep,
         project_id: ProjectQuery,
@@ -77,7 +77,7 @@ class LifecycleController(Controller):
     )
     async def erase_subject_by_query(
         self,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         settings: SettingsDep,
         project_id: ProjectQuery,
@@ -93,7 +93,12 @@ class LifecycleController(Controller):
         description="GET /v1/subjects/{subject_id}/export with the subject id in `?subject_id=`.",
     )
     async def export_subject_by_query(
-        self, conn: Conn, principal: Caller, state: State, project_id: ProjectQuery, subject_id: SubjectParam
+        self,
+        conn: ConnDep,
+        principal: Caller,
+        state: State,
+        project_id: ProjectQuery,
+        subject_id: SubjectParam,
     ) -> Stream:
         return await _export(conn, principal, state, project_id, subject_id)
 
@@ -104,7 +109,7 @@ class LifecycleController(Controller):
     )
     async def list_subjects(
         self,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         project_id: ProjectQuery,
         limit: Limit = DEFAULT_PAGE_LIMIT,
@@ -124,12 +129,17 @@ class LifecycleController(Controller):
         "holds nothing.",
     )
     async def export_subject(
-        self, conn: Conn, principal: Caller, state: State, project_id: ProjectQuery, subject_id: SubjectPath
+        self,
+        conn: ConnDep,
+        principal: Caller,
+        state: State,
+        project_id: ProjectQuery,
+        subject_id: SubjectPath,
     ) -> Stream:
         return await _export(conn, principal, state, project_id, subject_id)
 
 
-async def _export(conn: Conn, principal: Caller, state: State, project_id: str, subject_id: str) -> Stream:
+async def _export(conn: ConnDep, principal: Caller, state: State, project_id: str, subject_id: str) -> Stream:
     await export.check_exportable(conn, principal, project_id, subject_id)
     return Stream(
         export.stream_export(state.pool, project_id, subject_id),

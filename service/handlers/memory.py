@@ -11,7 +11,7 @@ from litestar.params import Dependency, Parameter
 
 from service import idempotency, memory
 from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, MAX_SCOPE_CHARS
-from service.handlers.deps import ERRORS, Caller, Conn, EmbedderDep, SettingsDep, in_key_project
+from service.handlers.deps import ERRORS, Caller, ConnDep, EmbedderDep, SettingsDep, in_key_project
 from service.lifecycle import erasure
 from service.structs import (
     ConflictList,
@@ -118,7 +118,7 @@ class FactsController(Controller):
     async def write_facts(
         self,
         data: WriteFactsRequest,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         embedder: EmbedderDep,
         settings: SettingsDep,
@@ -143,7 +143,7 @@ class FactsController(Controller):
     @get("/", responses=ERRORS, summary="List facts (keyset pagination)")
     async def list_facts(
         self,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         project_id: ProjectQuery,
         subject_id: SubjectQuery = None,
@@ -162,12 +162,12 @@ class FactsController(Controller):
         return await memory.list_facts(conn, principal, project_id, subject_id, status, limit, cursor)
 
     @get("/{fact_id:uuid}", responses=ERRORS, summary="Read one fact")
-    async def get_fact(self, conn: Conn, principal: Caller, fact_id: FactIdPath) -> Fact:
+    async def get_fact(self, conn: ConnDep, principal: Caller, fact_id: FactIdPath) -> Fact:
         return await memory.get_fact(conn, principal, fact_id)
 
     @patch("/{fact_id:uuid}", responses=ERRORS, summary="Retract a fact or set its valid_to")
     async def patch_fact(
-        self, data: PatchFactRequest, conn: Conn, principal: Caller, fact_id: FactIdPath
+        self, data: PatchFactRequest, conn: ConnDep, principal: Caller, fact_id: FactIdPath
     ) -> Fact:
         return await memory.patch_fact(conn, principal, fact_id, data)
 
@@ -180,7 +180,7 @@ class FactsController(Controller):
         "is resolved, keeping it) and the trace decisions that name it; `supersedes` links that "
         "pointed at it become null. To stop serving a fact while keeping it, PATCH it `retracted`.",
     )
-    async def erase_fact(self, conn: Conn, principal: Caller, fact_id: FactIdPath) -> FactErasure:
+    async def erase_fact(self, conn: ConnDep, principal: Caller, fact_id: FactIdPath) -> FactErasure:
         return await erasure.erase_fact(conn, principal, fact_id)
 
 
@@ -192,7 +192,7 @@ class EventsController(Controller):
     async def write_events(
         self,
         data: WriteEventsRequest,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         embedder: EmbedderDep,
         settings: SettingsDep,
@@ -217,7 +217,7 @@ class EventsController(Controller):
     @get("/", responses=ERRORS, summary="List events (keyset pagination)")
     async def list_events(
         self,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         project_id: ProjectQuery,
         subject_id: SubjectQuery = None,
@@ -232,7 +232,7 @@ class EventsController(Controller):
         return await erasure.list_events(conn, principal, project_id, subject_id, limit, cursor)
 
     @get("/{event_id:uuid}", responses=ERRORS, summary="Read one event")
-    async def get_event(self, conn: Conn, principal: Caller, event_id: EventIdPath) -> Event:
+    async def get_event(self, conn: ConnDep, principal: Caller, event_id: EventIdPath) -> Event:
         return await erasure.get_event(conn, principal, event_id)
 
     @delete(
@@ -243,7 +243,7 @@ class EventsController(Controller):
         description="Removes the event and the trace decisions that name it; facts extracted from "
         "it keep their text and their `source_event_id` becomes null.",
     )
-    async def erase_event(self, conn: Conn, principal: Caller, event_id: EventIdPath) -> EventErasure:
+    async def erase_event(self, conn: ConnDep, principal: Caller, event_id: EventIdPath) -> EventErasure:
         return await erasure.erase_event(conn, principal, event_id)
 
 
@@ -254,7 +254,7 @@ class ConflictsController(Controller):
     @get("/", responses=ERRORS, summary="List conflict sets")
     async def list_conflicts(
         self,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         project_id: ProjectQuery,
         subject_id: SubjectQuery = None,
@@ -273,7 +273,7 @@ class ConflictsController(Controller):
     async def resolve_conflict(
         self,
         data: ResolveConflictRequest,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         conflict_set_id: ConflictSetIdPath,
     ) -> ConflictSet:

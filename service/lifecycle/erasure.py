@@ -15,9 +15,9 @@ from uuid import UUID
 from service.auth import Principal
 from service.errors import InvalidInput, NotFound
 from service.ids import uuid7
-from service.lifecycle import repository as repo
 from service.memory import decode_cursor, encode_cursor
 from service.repository import Conn
+from service.repository import lifecycle as repo
 from service.settings import Settings
 from service.structs import Event, EventErasure, EventPage, FactErasure, SubjectErasure, SubjectPage
 

@@ -23,13 +23,13 @@ from uuid import UUID
 import msgspec
 
 from service import memory
-from service import repository as memory_repo
 from service.auth import Principal
 from service.constants import MAX_BATCH
 from service.embedder import Embedder
 from service.errors import NotFound
-from service.lifecycle import repository as repo
 from service.repository import Conn
+from service.repository import conflicts as memory_repo
+from service.repository import lifecycle as repo
 from service.settings import Settings
 from service.structs import (
     EventIn,

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from service.lifecycle import repository as repo
+from service.repository import lifecycle as repo
 from service.settings import Settings
 
 log = logging.getLogger("haki.retention")

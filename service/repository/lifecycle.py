@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from service.repository import Conn, collect, q
+from service.repository.base import Conn, collect, one_row, q
 from service.structs import Event, EventErasure, FactErasure, SubjectErasure, SubjectSummary
 
 
@@ -15,7 +15,7 @@ async def erase_subject(
     row = await q().erase_subject(
         conn, project_id=project_id, subject_id=subject_id, erasure_id=erasure_id, key_id=key_id
     )
-    return SubjectErasure(project_id=project_id, subject_id=subject_id, **dict(row))
+    return SubjectErasure(project_id=project_id, subject_id=subject_id, **dict(one_row(row, "erase_subject")))
 
 
 async def extend_statement_timeout(conn: Conn, timeout_ms: int) -> None:
@@ -59,7 +59,8 @@ async def purge_expired_context_calls(
     row = await q().purge_expired_context_calls(
         conn, project_id=project_id, retention_days=retention_days, max_calls=max_calls
     )
-    return int(row["context_calls"]), int(row["decisions"])
+    counts = one_row(row, "purge_expired_context_calls")
+    return int(counts["context_calls"]), int(counts["decisions"])
 
 
 def _event(row: Any) -> Event:
