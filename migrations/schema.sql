@@ -626,6 +626,27 @@ CREATE TABLE public.context_traces (
 );
 
 --
+-- Name: erasures; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.erasures (
+    project_id text NOT NULL,
+    erasure_id uuid NOT NULL,
+    subject_id text NOT NULL,
+    kind text NOT NULL,
+    facts bigint DEFAULT 0 NOT NULL,
+    events bigint DEFAULT 0 NOT NULL,
+    conflict_sets bigint DEFAULT 0 NOT NULL,
+    conflict_members bigint DEFAULT 0 NOT NULL,
+    context_calls bigint DEFAULT 0 NOT NULL,
+    decisions bigint DEFAULT 0 NOT NULL,
+    idempotency_keys bigint DEFAULT 0 NOT NULL,
+    erased_at timestamp with time zone DEFAULT now() NOT NULL,
+    key_id uuid NOT NULL,
+    CONSTRAINT erasures_kind_check CHECK ((kind = ANY (ARRAY['subject'::text, 'fact'::text, 'event'::text])))
+);
+
+--
 -- Name: events; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -733,6 +754,13 @@ ALTER TABLE ONLY public.context_traces
     ADD CONSTRAINT context_traces_pkey PRIMARY KEY (project_id, trace_id, ord);
 
 --
+-- Name: erasures erasures_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.erasures
+    ADD CONSTRAINT erasures_pkey PRIMARY KEY (project_id, erasure_id);
+
+--
 -- Name: events events_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -777,6 +805,12 @@ CREATE INDEX conflict_members_fact ON public.conflict_members USING btree (proje
 --
 
 CREATE UNIQUE INDEX conflict_sets_one_open_per_key ON public.conflict_sets USING btree (project_id, subject_id, key) WHERE (status = 'open'::text);
+
+--
+-- Name: context_calls_created; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX context_calls_created ON public.context_calls USING btree (project_id, created_at);
 
 --
 -- Name: context_calls_recent; Type: INDEX; Schema: public; Owner: -
@@ -885,6 +919,12 @@ CREATE INDEX events_embedding_hnsw_14 ON public.events USING hnsw (embedding pub
 --
 
 CREATE INDEX events_embedding_hnsw_15 ON public.events USING hnsw (embedding public.vector_cosine_ops) WHERE (public.haki_scope_bucket(project_id, subject_id) = 15);
+
+--
+-- Name: events_scope_id; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX events_scope_id ON public.events USING btree (project_id, subject_id, event_id);
 
 --
 -- Name: events_scope_occurred; Type: INDEX; Schema: public; Owner: -

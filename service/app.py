@@ -28,6 +28,7 @@ from service.handlers.deps import (
     release_after_exception,
 )
 from service.handlers.health import healthz
+from service.handlers.lifecycle import LifecycleController
 from service.handlers.memory import (
     ConflictsController,
     EventsController,
@@ -35,6 +36,7 @@ from service.handlers.memory import (
     provide_project_id,
 )
 from service.handlers.ui import TraceInspector
+from service.lifecycle import retention
 from service.observability.metrics import Metrics, metrics_endpoint
 from service.ratelimit import RateLimiter, WorkRateLimiter
 from service.settings import Settings
@@ -61,9 +63,21 @@ def create_app(
         supervising = None
         if own_pool and settings.database_url is None:  # embedded mode: Haki owns the server
             supervising = asyncio.create_task(supervisor(app).run(), name="embedded-postgres-supervisor")
+        purging = None
+        if own_pool and settings.trace_retention_days > 0:
+            # Trace retention (issue 14): only on the pool this app owns (a lent pool is the
+            # caller's, and a test's single connection cannot serve two tasks at once).
+            purging = asyncio.create_task(
+                retention.run_forever(app.state.pool, settings, metrics.observe_purge),
+                name="trace-retention",
+            )
         try:
             yield
         finally:
+            if purging is not None:
+                purging.cancel()
+                with suppress(asyncio.CancelledError):
+                    await purging
             if supervising is not None:
                 supervising.cancel()
                 with suppress(asyncio.CancelledError):
@@ -89,6 +103,7 @@ def create_app(
             EventsController,
             ConflictsController,
             ContextController,
+            LifecycleController,
             metrics_endpoint,
             TraceInspector,
         ],

@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "service.db": 2,
     "service.migrations": 2,
     "service.importer": 2,
+    "service.lifecycle": 2,
     "service.observability": 2,
     "service.handlers": 3,
     "service.app": 4,

@@ -16,7 +16,9 @@ from haki_client._core import (
     Core,
     RetryPolicy,
     connection_error,
+    decode_export_line,
     decode_response,
+    error_from,
     new_idempotency_key,
     parse_retry_after,
     request_headers,
@@ -27,8 +29,12 @@ from haki_client.models import (
     ConflictSet,
     ContextPacket,
     ContextProfile,
+    Event,
+    EventErasure,
     EventIn,
+    EventPage,
     Fact,
+    FactErasure,
     FactIn,
     FactPage,
     FactStats,
@@ -36,6 +42,8 @@ from haki_client.models import (
     Inspection,
     ReplayResult,
     StatsOverview,
+    SubjectErasure,
+    SubjectPage,
     WriteEventsResponse,
     WriteFactsResponse,
 )
@@ -251,3 +259,63 @@ class AsyncHaki:
         """What each active fact is worth: `order` "never_served", "most_served" (the server's
         default) or "most_dropped" (most often left out for the budget)."""
         return await self._run(self._core.fact_stats(subject_id, order, limit, project_id))
+
+    # --- memory lifecycle: erasure, listing, export --------------------------------------------
+
+    async def erase_subject(self, subject_id: str, project_id: str | None = None) -> SubjectErasure:
+        """Erases every fact, event, conflict set and trace of the subject, in one transaction;
+        answers the count of each kind. Irreversible."""
+        return await self._run(self._core.erase_subject(subject_id, project_id))
+
+    async def delete_fact(self, fact_id: UUID | str) -> FactErasure:
+        """Erases one fact (to stop serving it but keep it, use `retract_fact`)."""
+        return await self._run(self._core.delete_fact(fact_id))
+
+    async def delete_event(self, event_id: UUID | str) -> EventErasure:
+        return await self._run(self._core.delete_event(event_id))
+
+    async def list_events(
+        self,
+        subject_id: str | None = None,
+        *,
+        limit: int | None = None,
+        cursor: str | None = None,
+        project_id: str | None = None,
+    ) -> EventPage:
+        return await self._run(self._core.list_events(subject_id, limit, cursor, project_id))
+
+    async def iter_events(
+        self, subject_id: str | None = None, *, page_size: int | None = None, project_id: str | None = None
+    ) -> AsyncIterator[Event]:
+        """Every matching event, page after page (keyset pagination)."""
+        cursor: str | None = None
+        while True:
+            page = await self.list_events(subject_id, limit=page_size, cursor=cursor, project_id=project_id)
+            for event in page.events:
+                yield event
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def get_event(self, event_id: UUID | str) -> Event:
+        return await self._run(self._core.get_event(event_id))
+
+    async def list_subjects(
+        self, *, limit: int | None = None, cursor: str | None = None, project_id: str | None = None
+    ) -> SubjectPage:
+        return await self._run(self._core.list_subjects(limit, cursor, project_id))
+
+    async def export_subject(
+        self, subject_id: str, project_id: str | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The subject's export document, line by line as it streams: the header, then every event
+        and every fact (`item["kind"]`). `haki import FILE` reads the lines back."""
+        call = self._core.export_subject(subject_id, project_id)
+        async with self._http.stream(call.method, call.path, params=call.params) as response:
+            if response.status_code != 200:
+                await response.aread()
+                raise error_from(response)
+            async for line in response.aiter_lines():
+                item = decode_export_line(line)
+                if item is not None:
+                    yield item

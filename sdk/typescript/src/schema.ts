@@ -33,7 +33,11 @@ export interface paths {
         get: operations["V1FactsFactIdGetFact"];
         put?: never;
         post?: never;
-        delete?: never;
+        /**
+         * Erase one fact
+         * @description Removes the fact, its conflict memberships (an open set left with one member is resolved, keeping it) and the trace decisions that name it; `supersedes` links that pointed at it become null. To stop serving a fact while keeping it, PATCH it `retracted`.
+         */
+        delete: operations["V1FactsFactIdEraseFact"];
         options?: never;
         head?: never;
         /** Retract a fact or set its valid_to */
@@ -61,6 +65,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/events/{event_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Read one event */
+        get: operations["V1EventsEventIdGetEvent"];
+        put?: never;
+        post?: never;
+        /**
+         * Erase one event
+         * @description Removes the event and the trace decisions that name it; facts extracted from it keep their text and their `source_event_id` becomes null.
+         */
+        delete: operations["V1EventsEventIdEraseEvent"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/events": {
         parameters: {
             query?: never;
@@ -68,7 +93,8 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /** List events (keyset pagination) */
+        get: operations["V1EventsListEvents"];
         put?: never;
         /** Write a batch of dated events */
         post: operations["V1EventsWriteEvents"];
@@ -198,6 +224,87 @@ export interface paths {
         };
         /** Usage overview of a project */
         get: operations["V1StatsOverviewStats"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/subjects/{subject_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Erase a subject: every fact, event, conflict set and trace of the scope
+         * @description Erases, in one transaction, the facts (any status), events, conflict sets, context calls with their decisions, and the Idempotency-Key records naming them, of one (project_id, subject_id); answers with the count of each kind. The erasure is audited (counts, time, key id; no content). Afterwards no route returns anything of the subject, its traces are 404, and a new write to the same subject id starts empty. Erasing a subject that holds nothing answers zeros.
+         */
+        delete: operations["V1SubjectsSubjectIdEraseSubject"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/subjects": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List the subjects of a project, with their fact and event counts */
+        get: operations["V1SubjectsListSubjects"];
+        put?: never;
+        post?: never;
+        /**
+         * Erase a subject named in the query (for subject ids holding a `/`)
+         * @description DELETE /v1/subjects/{subject_id} with the subject id in `?subject_id=`: a path segment cannot carry a `/`, a query parameter can.
+         */
+        delete: operations["V1SubjectsEraseSubjectByQuery"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/subjects/{subject_id}/export": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Export a subject as JSON Lines (what `haki import` reads back)
+         * @description A streamed JSON Lines document: a header line (`haki_export`, project_id, subject_id, exported_at), then every event (`"kind": "event"`) and every fact of any status (`"kind": "fact"`) of the scope, each in id order, from one snapshot. `haki import FILE --project P --subject S` writes it into a scope. 404 when the subject holds nothing.
+         */
+        get: operations["V1SubjectsSubjectIdExportExportSubject"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/subjects/export": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Export a subject named in the query (for subject ids holding a `/`)
+         * @description GET /v1/subjects/{subject_id}/export with the subject id in `?subject_id=`.
+         */
+        get: operations["V1SubjectsExportExportSubjectByQuery"];
         put?: never;
         post?: never;
         delete?: never;
@@ -369,6 +476,51 @@ export interface components {
                 [key: string]: unknown;
             } | null;
         };
+        /** Event */
+        Event: {
+            /**
+             * Format: uuid
+             * @description Event id (UUIDv7: ids sort by creation time).
+             */
+            event_id: string;
+            /** @description Project (tenant) id. */
+            project_id: string;
+            /** @description Subject id the memory is about. */
+            subject_id: string;
+            /** @description The memory text, as written. */
+            content: string;
+            /**
+             * Format: date-time
+             * @description When it happened.
+             */
+            occurred_at: string;
+            /**
+             * Format: date-time
+             * @description When the service recorded it (set by the server).
+             */
+            recorded_at: string;
+            /** @description Free-form JSON object, returned as written. */
+            metadata: {
+                [key: string]: unknown;
+            };
+        };
+        /** EventErasure */
+        EventErasure: {
+            /**
+             * Format: uuid
+             * @description Event id (UUIDv7: ids sort by creation time).
+             */
+            event_id: string;
+            /**
+             * Format: date-time
+             * @description When the erasure committed.
+             */
+            erased_at: string;
+            /** @description Facts whose `source_event_id` named it, now null. */
+            facts_unlinked: number;
+            /** @description Trace decisions that named it, erased. */
+            decisions: number;
+        };
         /** EventIn */
         EventIn: {
             /** @description The memory text, 1..8000 characters. */
@@ -382,6 +534,13 @@ export interface components {
             metadata?: {
                 [key: string]: unknown;
             } | null;
+        };
+        /** EventPage */
+        EventPage: {
+            /** @description One page of events in id (creation) order. */
+            events: components["schemas"]["Event"][];
+            /** @description Pass as `cursor` for the next page; null on the last page. */
+            next_cursor?: string | null;
         };
         /** EventWriteResult */
         EventWriteResult: {
@@ -452,6 +611,29 @@ export interface components {
              */
             excluded_count?: number;
         };
+        /** FactErasure */
+        FactErasure: {
+            /**
+             * Format: uuid
+             * @description Fact id (UUIDv7: ids sort by creation time).
+             */
+            fact_id: string;
+            /**
+             * Format: date-time
+             * @description When the erasure committed.
+             */
+            erased_at: string;
+            /** @description Conflict memberships removed. */
+            conflict_members: number;
+            /** @description Open conflict sets left with one member, now resolved keeping it. */
+            conflict_sets_resolved: number;
+            /** @description Conflict sets left empty, erased. */
+            conflict_sets: number;
+            /** @description Facts whose `supersedes` named it, now null. */
+            supersedes_unlinked: number;
+            /** @description Trace decisions that named it, erased. */
+            decisions: number;
+        };
         /** FactIn */
         FactIn: {
             /** @description The memory text, 1..8000 characters. */
@@ -499,6 +681,11 @@ export interface components {
             order: "never_served" | "most_served" | "most_dropped";
             /** @description Active facts, in that order. */
             facts: components["schemas"]["FactUsage"][];
+            /**
+             * @description HAKI_TRACE_RETENTION_DAYS: the figures counted from context traces cover the calls of the last this many days (older traces are purged, within one purge interval); 0: traces are kept for ever and every call logged counts.
+             * @default 0
+             */
+            trace_retention_days?: number;
         };
         /** FactUsage */
         FactUsage: {
@@ -745,6 +932,58 @@ export interface components {
             events_total: number;
             /** @description Conflict sets still open. */
             open_conflicts: number;
+            /**
+             * @description HAKI_TRACE_RETENTION_DAYS: the figures counted from context traces cover the calls of the last this many days (older traces are purged, within one purge interval); 0: traces are kept for ever and every call logged counts.
+             * @default 0
+             */
+            trace_retention_days?: number;
+        };
+        /** SubjectErasure */
+        SubjectErasure: {
+            /** @description Project (tenant) id. */
+            project_id: string;
+            /** @description Subject id the memory is about. */
+            subject_id: string;
+            /**
+             * Format: date-time
+             * @description When the erasure committed.
+             */
+            erased_at: string;
+            /** @description Facts erased, any status. */
+            facts: number;
+            /** @description Events erased. */
+            events: number;
+            /** @description Conflict sets erased. */
+            conflict_sets: number;
+            /** @description Conflict memberships erased. */
+            conflict_members: number;
+            /** @description Context calls (traces) erased. */
+            context_calls: number;
+            /** @description Decisions of those traces erased. */
+            decisions: number;
+            /** @description Idempotency-Key records whose stored response named the subject's memories. */
+            idempotency_keys: number;
+        };
+        /** SubjectPage */
+        SubjectPage: {
+            /** @description One page of the project's subjects, in id order. */
+            subjects: components["schemas"]["SubjectSummary"][];
+            /** @description Pass as `cursor` for the next page; null on the last page. */
+            next_cursor?: string | null;
+        };
+        /** SubjectSummary */
+        SubjectSummary: {
+            /** @description Subject id the memory is about. */
+            subject_id: string;
+            /** @description Facts of the subject, any status. */
+            facts: number;
+            /** @description Events of the subject. */
+            events: number;
+            /**
+             * Format: date-time
+             * @description When a fact or an event of the subject was last written.
+             */
+            last_write_at: string;
         };
         /** WriteEventsRequest */
         WriteEventsRequest: {
@@ -858,6 +1097,128 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Fact"];
+                };
+            };
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: missing, unknown or revoked API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden: the key belongs to another project */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such resource in the key's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description method_not_allowed: the route does not take this method */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large: the body exceeds HAKI_MAX_BODY_BYTES */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unsupported_media_type: a body sent under a Content-Type that is not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description rate_limited: too many requests for this API key, or too many characters to embed for this project (HAKI_EMBED_CHARS_PER_MINUTE); wait `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1FactsFactIdEraseFact: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A fact_id of the key's project. */
+                fact_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FactErasure"];
                 };
             };
             /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
@@ -1240,6 +1601,378 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["WriteFactsResponse"];
+                };
+            };
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: missing, unknown or revoked API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden: the key belongs to another project */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such resource in the key's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description method_not_allowed: the route does not take this method */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large: the body exceeds HAKI_MAX_BODY_BYTES */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unsupported_media_type: a body sent under a Content-Type that is not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description rate_limited: too many requests for this API key, or too many characters to embed for this project (HAKI_EMBED_CHARS_PER_MINUTE); wait `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1EventsEventIdGetEvent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An event_id of the key's project. */
+                event_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Event"];
+                };
+            };
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: missing, unknown or revoked API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden: the key belongs to another project */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such resource in the key's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description method_not_allowed: the route does not take this method */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large: the body exceeds HAKI_MAX_BODY_BYTES */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unsupported_media_type: a body sent under a Content-Type that is not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description rate_limited: too many requests for this API key, or too many characters to embed for this project (HAKI_EMBED_CHARS_PER_MINUTE); wait `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1EventsEventIdEraseEvent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description An event_id of the key's project. */
+                event_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EventErasure"];
+                };
+            };
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: missing, unknown or revoked API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden: the key belongs to another project */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such resource in the key's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description method_not_allowed: the route does not take this method */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large: the body exceeds HAKI_MAX_BODY_BYTES */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unsupported_media_type: a body sent under a Content-Type that is not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description rate_limited: too many requests for this API key, or too many characters to embed for this project (HAKI_EMBED_CHARS_PER_MINUTE); wait `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1EventsListEvents: {
+        parameters: {
+            query?: {
+                /** @description Project id. Optional: omitted, it is the key's project; another project is a 403 `forbidden`. */
+                project_id?: string | null;
+                /** @description Only this subject. */
+                subject_id?: string | null;
+                /** @description Page size, 1..500. */
+                limit?: number;
+                /** @description `next_cursor` of the previous page. */
+                cursor?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EventPage"];
                 };
             };
             /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
@@ -2239,6 +2972,630 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["StatsOverview"];
+                };
+            };
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: missing, unknown or revoked API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden: the key belongs to another project */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such resource in the key's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description method_not_allowed: the route does not take this method */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large: the body exceeds HAKI_MAX_BODY_BYTES */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unsupported_media_type: a body sent under a Content-Type that is not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description rate_limited: too many requests for this API key, or too many characters to embed for this project (HAKI_EMBED_CHARS_PER_MINUTE); wait `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1SubjectsSubjectIdEraseSubject: {
+        parameters: {
+            query?: {
+                /** @description Project id. Optional: omitted, it is the key's project; another project is a 403 `forbidden`. */
+                project_id?: string | null;
+            };
+            header?: never;
+            path: {
+                /** @description Subject id, URL-encoded; one holding a `/` goes in `?subject_id=` instead (DELETE /v1/subjects, GET /v1/subjects/export). */
+                subject_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SubjectErasure"];
+                };
+            };
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: missing, unknown or revoked API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden: the key belongs to another project */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such resource in the key's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description method_not_allowed: the route does not take this method */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large: the body exceeds HAKI_MAX_BODY_BYTES */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unsupported_media_type: a body sent under a Content-Type that is not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description rate_limited: too many requests for this API key, or too many characters to embed for this project (HAKI_EMBED_CHARS_PER_MINUTE); wait `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1SubjectsListSubjects: {
+        parameters: {
+            query?: {
+                /** @description Project id. Optional: omitted, it is the key's project; another project is a 403 `forbidden`. */
+                project_id?: string | null;
+                /** @description Page size, 1..500. */
+                limit?: number;
+                /** @description `next_cursor` of the previous page. */
+                cursor?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SubjectPage"];
+                };
+            };
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: missing, unknown or revoked API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden: the key belongs to another project */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such resource in the key's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description method_not_allowed: the route does not take this method */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large: the body exceeds HAKI_MAX_BODY_BYTES */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unsupported_media_type: a body sent under a Content-Type that is not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description rate_limited: too many requests for this API key, or too many characters to embed for this project (HAKI_EMBED_CHARS_PER_MINUTE); wait `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1SubjectsEraseSubjectByQuery: {
+        parameters: {
+            query: {
+                /** @description Project id. Optional: omitted, it is the key's project; another project is a 403 `forbidden`. */
+                project_id?: string | null;
+                /** @description Subject id (any characters, `/` included). */
+                subject_id: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SubjectErasure"];
+                };
+            };
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: missing, unknown or revoked API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden: the key belongs to another project */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such resource in the key's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description method_not_allowed: the route does not take this method */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large: the body exceeds HAKI_MAX_BODY_BYTES */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unsupported_media_type: a body sent under a Content-Type that is not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description rate_limited: too many requests for this API key, or too many characters to embed for this project (HAKI_EMBED_CHARS_PER_MINUTE); wait `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1SubjectsSubjectIdExportExportSubject: {
+        parameters: {
+            query?: {
+                /** @description Project id. Optional: omitted, it is the key's project; another project is a 403 `forbidden`. */
+                project_id?: string | null;
+            };
+            header?: never;
+            path: {
+                /** @description Subject id, URL-encoded; one holding a `/` goes in `?subject_id=` instead (DELETE /v1/subjects, GET /v1/subjects/export). */
+                subject_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Stream Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-ndjson": unknown;
+                };
+            };
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: missing, unknown or revoked API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden: the key belongs to another project */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such resource in the key's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description method_not_allowed: the route does not take this method */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large: the body exceeds HAKI_MAX_BODY_BYTES */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unsupported_media_type: a body sent under a Content-Type that is not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description rate_limited: too many requests for this API key, or too many characters to embed for this project (HAKI_EMBED_CHARS_PER_MINUTE); wait `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1SubjectsExportExportSubjectByQuery: {
+        parameters: {
+            query: {
+                /** @description Project id. Optional: omitted, it is the key's project; another project is a 403 `forbidden`. */
+                project_id?: string | null;
+                /** @description Subject id (any characters, `/` included). */
+                subject_id: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Stream Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-ndjson": unknown;
                 };
             };
             /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
