@@ -29,15 +29,15 @@ import msgspec
 
 from benchmarks.trace_usage import PROJECT, decisions, packet, request
 from service import embedded
-from service.context import repository as repo
 from service.db import connect, create_pool, init_connection
 from service.embedded import embedded_url
 from service.lifecycle import retention
 from service.migrations import migrate
+from service.repository import context as repo
 from service.repository import facts as memory_repo
 from service.repository import lifecycle as lifecycle_repo
 from service.settings import Settings
-from service.sql import load_queries
+from tests.helpers.sql import load_test_queries
 
 
 async def write(conn: Any, rng: random.Random, pool: list[uuid.UUID]) -> tuple[uuid.UUID, float]:
@@ -62,7 +62,7 @@ async def run(calls: int, rounds: int, batch: int, pause_ratio: float, facts: in
         await migrate(conn)
         await init_connection(conn)
         written = [(await write(conn, rng, ids))[0] for _ in range(calls)]
-        await load_queries().test_backdate_context_calls(
+        await load_test_queries().test_backdate_context_calls(
             conn, project_id=PROJECT, trace_ids=written[::2], days=40
         )
         await conn.execute("VACUUM ANALYZE context_calls, context_traces")
@@ -83,7 +83,7 @@ async def run(calls: int, rounds: int, batch: int, pause_ratio: float, facts: in
         # Erasure of the same scope: one fact (its decisions are found through the scope's
         # calls), then the whole subject, after `--facts` facts are seeded into it.
         for start_at in range(0, facts, 1000):  # in chunks: each statement under the timeout
-            await load_queries().test_seed_random_facts(
+            await load_test_queries().test_seed_random_facts(
                 conn,
                 project_id=PROJECT,
                 subject_id="s",

@@ -612,7 +612,7 @@ def test_haki_purge_deletes_the_expired_traces(server: Server, haki: Haki) -> No
 
     from service.db import connect
     from service.settings import Settings
-    from service.sql import load_queries
+    from tests.helpers.sql import load_test_queries
 
     subject = f"erin-{uuid.uuid4().hex[:8]}"
     haki.write_facts(subject, ["Erin likes tea."])
@@ -622,7 +622,9 @@ def test_haki_purge_deletes_the_expired_traces(server: Server, haki: Haki) -> No
     async def backdate() -> None:
         conn = await connect(Settings(data_dir=server.data_dir))
         try:
-            await load_queries().test_backdate_context_calls(conn, project_id=PROJECT, trace_ids=old, days=40)
+            await load_test_queries().test_backdate_context_calls(
+                conn, project_id=PROJECT, trace_ids=old, days=40
+            )
         finally:
             await conn.close()
 
