@@ -58,6 +58,7 @@ from service.constants import (
     WEIGHT_TEXT_RANK,
 )
 from service.context import assembler
+from service.context.model import Probe
 from service.db import connect, init_connection
 from service.embedded import embedded_url
 from service.ids import uuid7
@@ -199,24 +200,28 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
         await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
         retrieved = await repo.fact_candidates(
             conn,
-            project_id=PROJECT,
-            subject_id=TARGET,
-            query_embedding=question.vector,
-            query_text=question.text,
+            Probe(
+                project_id=PROJECT,
+                subject_id=TARGET,
+                embedding=question.vector,
+                query=question.text,
+                weights=assembler.PROFILE_WEIGHTS["facts_first"],
+                tau_seconds=RECENCY_TAU_SECONDS,
+            ),
             top_k=RETRIEVAL_TOP_K,
             candidate_limit=CANDIDATE_LIMIT,
-            weights=assembler.PROFILE_WEIGHTS["facts_first"],
-            tau_seconds=RECENCY_TAU_SECONDS,
         )
         # The query's words and their idf, which unified_candidates hands linked_facts.
         idf = (
             await repo.unified_candidates(
                 conn,
-                project_id=PROJECT,
-                subject_id=TARGET,
-                query_embedding=question.vector,
-                query_text=question.text,
-                weights=assembler.PROFILE_WEIGHTS["unified"],
+                Probe(
+                    project_id=PROJECT,
+                    subject_id=TARGET,
+                    embedding=question.vector,
+                    query=question.text,
+                    weights=assembler.PROFILE_WEIGHTS["unified"],
+                ),
             )
         ).idf
     exclude = [c.item_id for c in retrieved.facts]

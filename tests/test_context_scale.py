@@ -19,7 +19,7 @@ from service.constants import (
     WEIGHT_SIMILARITY,
 )
 from service.context import assembler
-from service.context.model import Candidate
+from service.context.model import Candidate, Probe
 from service.embedder import HashEmbedder
 from service.repository import context as repo
 from tests.helpers import PROJECT, candidate_decisions, context_and_trace
@@ -41,11 +41,7 @@ async def vector_phase(
     before = await t.test_index_scans(conn, index_name=hnsw_index)
     retrieved = await repo.fact_candidates(
         conn,
-        project_id=PROJECT,
-        subject_id=subject_id,
-        query_embedding=qvec,
-        query_text=NO_MATCH,
-        weights=WEIGHTS,
+        Probe(project_id=PROJECT, subject_id=subject_id, embedding=qvec, query=NO_MATCH, weights=WEIGHTS),
     )
     after = await t.test_index_scans(conn, index_name=hnsw_index)
     assert not retrieved.blocked
@@ -118,21 +114,23 @@ async def test_trace_never_exceeds_candidate_limit(
     cap = len(candidates) - 20
     qvec = (await HashEmbedder().embed(["common words"]))[0]
 
-    async def union(limit: int | None) -> list[str]:
+    async def union(limit: int) -> list[str]:
         async with conn.transaction():
             await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
             got = await repo.unified_candidates(
                 conn,
-                project_id=PROJECT,
-                subject_id="limit",
-                query_embedding=qvec,
-                query_text="common words",
-                weights=assembler.PROFILE_WEIGHTS["unified"],
+                Probe(
+                    project_id=PROJECT,
+                    subject_id="limit",
+                    embedding=qvec,
+                    query="common words",
+                    weights=assembler.PROFILE_WEIGHTS["unified"],
+                ),
                 with_episodes=False,
                 candidate_limit=limit,
             )
         return [str(c.item_id) for c in got.candidates]
 
-    full, capped = await union(None), await union(cap)
+    full, capped = await union(CANDIDATE_LIMIT), await union(cap)
     assert full == [d["item_id"] for d in candidates]
     assert capped == full[:cap]

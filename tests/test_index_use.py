@@ -11,6 +11,7 @@ import pytest
 
 from service.constants import MULTI_HOP_MAX_PER_ENTITY, RETRIEVAL_TOP_K
 from service.context import assembler
+from service.context.model import Probe
 from service.repository import context as repo
 from tests.helpers import PROJECT
 from tests.helpers.seeding import WEIGHTS, random_unit_vector, seed_scopes
@@ -37,14 +38,16 @@ async def test_candidate_phases_pick_the_hnsw_and_gin_indexes(conn: asyncpg.Conn
         await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
         hnsw_before = await t.test_index_scans(conn, index_name=hnsw_index)
         gin_before = await t.test_index_scans(conn, index_name=GIN_INDEX)
+        # The seeded contents end with their row number: "4242" names a handful of facts.
         retrieved = await repo.fact_candidates(
             conn,
-            project_id=PROJECT,
-            subject_id="idx-b",
-            query_embedding=random_unit_vector(7),
-            # The seeded contents end with their row number: "4242" names a handful of facts.
-            query_text="4242",
-            weights=WEIGHTS,
+            Probe(
+                project_id=PROJECT,
+                subject_id="idx-b",
+                embedding=random_unit_vector(7),
+                query="4242",
+                weights=WEIGHTS,
+            ),
         )
         hnsw_scans = await t.test_index_scans(conn, index_name=hnsw_index) - hnsw_before
         gin_scans = await t.test_index_scans(conn, index_name=GIN_INDEX) - gin_before
@@ -76,11 +79,13 @@ async def test_generic_plans_never_scan_the_whole_table(conn: asyncpg.Connection
             retrieve = repo.fact_candidates if call % 4 < 2 else repo.unified_candidates
             retrieved = await retrieve(
                 conn,
-                project_id=PROJECT,
-                subject_id=subject_id,
-                query_embedding=random_unit_vector(call),
-                query_text="seeded fact 42",
-                weights=WEIGHTS,
+                Probe(
+                    project_id=PROJECT,
+                    subject_id=subject_id,
+                    embedding=random_unit_vector(call),
+                    query="seeded fact 42",
+                    weights=WEIGHTS,
+                ),
             )
             # Multi-hop under the same generic plans: facts_first on a word every fact of the
             # scope holds; unified drops that one (named by more than half of the scope) and
@@ -88,23 +93,28 @@ async def test_generic_plans_never_scan_the_whole_table(conn: asyncpg.Connection
             if call % 4 < 2:
                 hops = await repo.multi_hop_facts(
                     conn,
-                    project_id=PROJECT,
-                    subject_id=subject_id,
+                    Probe(
+                        project_id=PROJECT,
+                        subject_id=subject_id,
+                        embedding=random_unit_vector(call),
+                        query="seeded fact 42",
+                        weights=WEIGHTS,
+                    ),
                     entities=["seeded"],
                     exclude_ids=[],
-                    query_embedding=random_unit_vector(call),
-                    query_text="seeded fact 42",
-                    weights=WEIGHTS,
                 )
             else:
                 linked = await repo.linked_facts(
                     conn,
-                    project_id=PROJECT,
-                    subject_id=subject_id,
+                    Probe(
+                        project_id=PROJECT,
+                        subject_id=subject_id,
+                        embedding=random_unit_vector(call),
+                        weights=WEIGHTS,
+                        query="",
+                    ),
                     entities=["seeded", "7"],
-                    query_embedding=random_unit_vector(call),
                     idf=retrieved.idf,
-                    weights=WEIGHTS,
                 )
                 assert {entity for entity, _ in linked} == {"7"}
                 hops = [fact for _, fact in linked] * MULTI_HOP_MAX_PER_ENTITY

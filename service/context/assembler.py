@@ -37,7 +37,7 @@ from service.constants import (
     WEIGHT_TEXT_RANK,
 )
 from service.context.entities import ENTITY_PATTERN, extract_entities
-from service.context.model import Candidate, Packed, Retrieved, Weights, decision, pack, preview
+from service.context.model import Candidate, Packed, Probe, Retrieved, Weights, decision, pack, preview
 from service.embedder import Embedder
 from service.errors import InvalidInput, NotFound
 from service.ids import uuid7
@@ -94,6 +94,19 @@ async def embed_query(
     except Exception as exc:  # any embedder failure must degrade, not fail the call
         log.warning("query embedding failed (%s): %r", embedder.name, exc)
         return None
+
+
+def probe_of(req: ContextRequest, qvec: np.ndarray | None, settings: Settings, weights: Weights) -> Probe:
+    """The call's retrieval inputs, shared by every statement of its profile."""
+    return Probe(
+        project_id=req.project_id,
+        subject_id=req.subject_id,
+        query=req.query,
+        embedding=qvec,
+        weights=weights,
+        text_config=settings.text_search_config,
+        as_of=req.as_of,
+    )
 
 
 def warnings_of(qvec: np.ndarray | None, retrieved: Retrieved) -> list[str]:
@@ -169,15 +182,7 @@ async def retrieve_unified(
     """Fact and episode candidates, each the vector top-K UNION the text top-K (the OR of the
     query's words, ranked by idf share), in one ranking by the hybrid score; blocked facts."""
     return await repo.unified_candidates(
-        conn,
-        project_id=req.project_id,
-        subject_id=req.subject_id,
-        query_embedding=qvec,
-        query_text=req.query,
-        weights=weights,
-        text_config=settings.text_search_config,
-        with_episodes=req.include_episodes,
-        as_of=req.as_of,
+        conn, probe_of(req, qvec, settings, weights), with_episodes=req.include_episodes
     )
 
 
@@ -195,17 +200,7 @@ async def link_entities(
     entities = entities_of(provisional, req.query, MULTI_HOP_ENTITY_CANDIDATES)
     if not entities:
         return []
-    return await repo.linked_facts(
-        conn,
-        project_id=req.project_id,
-        subject_id=req.subject_id,
-        entities=entities,
-        query_embedding=qvec,
-        idf=idf,
-        weights=weights,
-        text_config=settings.text_search_config,
-        as_of=req.as_of,
-    )
+    return await repo.linked_facts(conn, probe_of(req, qvec, settings, weights), entities=entities, idf=idf)
 
 
 def ranking_key(c: Candidate) -> tuple[float, bool, bool, UUID]:
@@ -260,18 +255,11 @@ async def assemble_unified(
 # --- the facts_first profile (spec/context-assembler.md) ----------------------------------------
 
 
-async def fetch_episodes(conn: Conn, req: ContextRequest, qvec: np.ndarray | None) -> list[Candidate]:
+async def fetch_episodes(conn: Conn, req: ContextRequest, probe: Probe) -> list[Candidate]:
     """The EPISODE_TOP_K events closest to the query (HNSW), none without episodes or a vector."""
-    if not req.include_episodes or qvec is None:
+    if not req.include_episodes or probe.embedding is None:
         return []
-    return await repo.episode_candidates(
-        conn,
-        project_id=req.project_id,
-        subject_id=req.subject_id,
-        query_embedding=qvec,
-        top_k=EPISODE_TOP_K,
-        as_of=req.as_of,
-    )
+    return await repo.episode_candidates(conn, probe, top_k=EPISODE_TOP_K)
 
 
 async def assemble_facts_first(
@@ -283,38 +271,22 @@ async def assemble_facts_first(
     timer: StageTimer,
 ) -> tuple[Retrieved, Packed]:
     gate = settings.recall_max_distance
+    probe = probe_of(req, qvec, settings, weights)
     # The episodes' walk before the facts': fact_candidates turns the connection to generic
     # plans for the rest of the call (repository.fact_candidates), and a generic plan cannot
     # walk a partial HNSW index.
     with timer.stage("episodes"):
-        episodes = await fetch_episodes(conn, req, qvec)
+        episodes = await fetch_episodes(conn, req, probe)
     with timer.stage("candidates"):
-        retrieved = await repo.fact_candidates(
-            conn,
-            project_id=req.project_id,
-            subject_id=req.subject_id,
-            query_embedding=qvec,
-            query_text=req.query,
-            weights=weights,
-            as_of=req.as_of,
-        )
+        retrieved = await repo.fact_candidates(conn, probe)
     with timer.stage("pack"):
         packed = pack(retrieved.facts, req.budget_tokens, gate, dedupe=False)
     with timer.stage("multi_hop"):
         # "After the main pack, if budget remains": one hop from the packed facts.
         entities = entities_of(packed.kept, req.query, MULTI_HOP_MAX_ENTITIES)
         if packed.remaining > 0 and entities:
-            expansion = await repo.multi_hop_facts(
-                conn,
-                project_id=req.project_id,
-                subject_id=req.subject_id,
-                entities=entities,
-                exclude_ids=[c.item_id for c in retrieved.facts],
-                query_embedding=qvec,
-                query_text=req.query,
-                weights=weights,
-                as_of=req.as_of,
-            )
+            exclude = [c.item_id for c in retrieved.facts]
+            expansion = await repo.multi_hop_facts(conn, probe, entities=entities, exclude_ids=exclude)
             packed = packed.then(
                 pack(expansion, packed.remaining, gate, dedupe=False, first_rank=len(retrieved.facts) + 1)
             )

@@ -12,11 +12,29 @@ from typing import Literal, NamedTuple
 from uuid import UUID
 
 import msgspec
+import numpy as np
 
+from service.constants import RECENCY_TAU_SECONDS
+from service.settings import TextSearchConfig
 from service.structs import Decision, PacketEpisode, PacketFact
 
 Weights = tuple[float, float, float]
 ItemType = Literal["fact", "episode"]
+
+
+class Probe(msgspec.Struct, frozen=True, kw_only=True):
+    """What every retrieval statement of one call shares: the scope, the query (its text and
+    vector, None when the embedder failed), the hybrid score's weights and recency constant, the
+    text search configuration and the instant (None: now)."""
+
+    project_id: str
+    subject_id: str
+    query: str
+    embedding: np.ndarray | None
+    weights: Weights
+    text_config: TextSearchConfig = "english"
+    tau_seconds: float = RECENCY_TAU_SECONDS
+    as_of: datetime | None = None
 
 
 class Candidate(msgspec.Struct, frozen=True, kw_only=True):

@@ -6,7 +6,6 @@ Rows become the frozen Structs of service/context/model.py here.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -22,7 +21,6 @@ from service.constants import (
     MULTI_HOP_MAX_ENTITIES,
     MULTI_HOP_MAX_MATCHES_PER_ENTITY,
     MULTI_HOP_MAX_PER_ENTITY,
-    RECENCY_TAU_SECONDS,
     RETRIEVAL_TOP_K,
     TEXT_MATCH_MAX_WORDS,
     TEXT_MATCHES_PER_WORD,
@@ -31,9 +29,8 @@ from service.constants import (
     TEXT_PROBE_MIN_POSTINGS,
     TEXT_QUERY_MAX_WORDS,
 )
-from service.context.model import Blocked, Candidate, Retrieved, Weights
+from service.context.model import Blocked, Candidate, Probe, Retrieved, Weights
 from service.repository.base import Conn, collect, one_row, q
-from service.settings import TextSearchConfig
 from service.structs import (
     ContextPacket,
     ContextRequest,
@@ -61,6 +58,14 @@ def _scoring(weights: Weights, tau_seconds: float) -> dict[str, float]:
         "w_recency": weights[2],
         "tau_seconds": tau_seconds,
     }
+
+
+# The text probe's cost rule (migration 0013), as both text-side statements name it.
+_TEXT_PROBE: dict[str, Any] = {
+    "probe_rows": TEXT_PROBE_MAX_ROWS,
+    "probe_min_cost": TEXT_PROBE_MIN_COST,
+    "probe_min_postings": TEXT_PROBE_MIN_POSTINGS,
+}
 
 
 def _candidate(row: Any, item_type: str, item_id: UUID, *, expansion: bool = False) -> Candidate:
@@ -113,29 +118,35 @@ async def end_custom_plans(conn: Conn) -> None:
     await q().end_custom_plans(conn)
 
 
+def _probe_args(probe: Probe, *, text: bool = True, scoring: bool = True) -> dict[str, Any]:
+    """The parameters every retrieval statement names the same way, from the call's probe."""
+    args: dict[str, Any] = {
+        "project_id": probe.project_id,
+        "subject_id": probe.subject_id,
+        "query_embedding": _vec(probe.embedding),
+        "as_of": probe.as_of,
+    }
+    if text:
+        args["query_text"] = probe.query
+    if scoring:
+        args.update(_scoring(probe.weights, probe.tau_seconds))
+    return args
+
+
 async def vector_walk(
     conn: Conn,
+    probe: Probe,
     *,
-    project_id: str,
-    subject_id: str,
-    query_embedding: np.ndarray | None,
     top_k: int = RETRIEVAL_TOP_K,
     event_top_k: int = 0,
     exact_scan_min: int = EXACT_SCAN_MIN_FACTS,
-    as_of: datetime | None = None,
 ) -> tuple[list[UUID], list[UUID]]:
     """Phase 1's vector side, planned for its own parameters, then generic plans for the rest of
     the transaction (end_custom_plans): after this call only statements with one right plan for
     every scope may run."""
+    args = _probe_args(probe, text=False, scoring=False)
     row = await q().vector_walk(
-        conn,
-        project_id=project_id,
-        subject_id=subject_id,
-        query_embedding=_vec(query_embedding),
-        top_k=top_k,
-        event_top_k=event_top_k,
-        exact_scan_min=exact_scan_min,
-        as_of=as_of,
+        conn, **args, top_k=top_k, event_top_k=event_top_k, exact_scan_min=exact_scan_min
     )
     await end_custom_plans(conn)
     walked = one_row(row, "vector_walk")
@@ -144,40 +155,17 @@ async def vector_walk(
 
 async def fact_candidates(
     conn: Conn,
+    probe: Probe,
     *,
-    project_id: str,
-    subject_id: str,
-    query_embedding: np.ndarray | None,
-    query_text: str,
-    weights: Weights,
     top_k: int = RETRIEVAL_TOP_K,
-    candidate_limit: int | None = None,
-    tau_seconds: float = RECENCY_TAU_SECONDS,
+    candidate_limit: int = CANDIDATE_LIMIT,
     exact_scan_min: int = EXACT_SCAN_MIN_FACTS,
-    as_of: datetime | None = None,
 ) -> Retrieved:
     """`facts_first` phases 1 and 2 and the blocked facts (vector_walk first)."""
-    walked_ids, _ = await vector_walk(
-        conn,
-        project_id=project_id,
-        subject_id=subject_id,
-        query_embedding=query_embedding,
-        top_k=top_k,
-        exact_scan_min=exact_scan_min,
-        as_of=as_of,
-    )
+    walked_ids, _ = await vector_walk(conn, probe, top_k=top_k, exact_scan_min=exact_scan_min)
     rows = await collect(
         q().fact_candidates(
-            conn,
-            project_id=project_id,
-            subject_id=subject_id,
-            query_embedding=_vec(query_embedding),
-            query_text=query_text,
-            top_k=top_k,
-            candidate_limit=CANDIDATE_LIMIT if candidate_limit is None else candidate_limit,
-            walked_ids=walked_ids,
-            **_scoring(weights, tau_seconds),
-            as_of=as_of,
+            conn, **_probe_args(probe), top_k=top_k, candidate_limit=candidate_limit, walked_ids=walked_ids
         )
     )
     return _retrieved(rows, "fact_id")
@@ -185,53 +173,33 @@ async def fact_candidates(
 
 async def unified_candidates(
     conn: Conn,
+    probe: Probe,
     *,
-    project_id: str,
-    subject_id: str,
-    query_embedding: np.ndarray | None,
-    query_text: str,
-    weights: Weights,
-    text_config: TextSearchConfig = "english",
     with_episodes: bool = True,
     top_k: int = RETRIEVAL_TOP_K,
-    candidate_limit: int | None = None,
-    tau_seconds: float = RECENCY_TAU_SECONDS,
+    candidate_limit: int = CANDIDATE_LIMIT,
     exact_scan_min: int = EXACT_SCAN_MIN_FACTS,
-    as_of: datetime | None = None,
 ) -> Retrieved:
     """`unified` phases 1 and 2, facts and episodes in one ranking, and the blocked facts."""
+    event_top_k = top_k if with_episodes else 0
     walked_ids, walked_event_ids = await vector_walk(
-        conn,
-        project_id=project_id,
-        subject_id=subject_id,
-        query_embedding=query_embedding,
-        top_k=top_k,
-        event_top_k=top_k if with_episodes else 0,
-        exact_scan_min=exact_scan_min,
-        as_of=as_of,
+        conn, probe, top_k=top_k, event_top_k=event_top_k, exact_scan_min=exact_scan_min
     )
     rows = await collect(
         q().unified_candidates(
             conn,
-            project_id=project_id,
-            subject_id=subject_id,
-            query_embedding=_vec(query_embedding),
-            query_text=query_text,
-            text_config=text_config,
+            **_probe_args(probe),
+            text_config=probe.text_config,
             walked_ids=walked_ids,
             walked_event_ids=walked_event_ids,
             top_k=top_k,
-            candidate_limit=CANDIDATE_LIMIT if candidate_limit is None else candidate_limit,
+            candidate_limit=candidate_limit,
             max_words=TEXT_QUERY_MAX_WORDS,
             match_words=TEXT_MATCH_MAX_WORDS,
             text_per_word=TEXT_MATCHES_PER_WORD,
             event_text_per_word=TEXT_MATCHES_PER_WORD if with_episodes else 0,
             idf_sample_docs=IDF_SAMPLE_DOCS,
-            probe_rows=TEXT_PROBE_MAX_ROWS,
-            probe_min_cost=TEXT_PROBE_MIN_COST,
-            probe_min_postings=TEXT_PROBE_MIN_POSTINGS,
-            **_scoring(weights, tau_seconds),
-            as_of=as_of,
+            **_TEXT_PROBE,
         )
     )
     return _retrieved(rows, "item_id")
@@ -239,34 +207,23 @@ async def unified_candidates(
 
 async def multi_hop_facts(
     conn: Conn,
+    probe: Probe,
     *,
-    project_id: str,
-    subject_id: str,
     entities: Sequence[str],
     exclude_ids: Sequence[UUID],
-    query_embedding: np.ndarray | None,
-    query_text: str,
-    weights: Weights,
     per_entity: int = MULTI_HOP_MAX_PER_ENTITY,
     match_limit: int = MULTI_HOP_MAX_MATCHES_PER_ENTITY,
-    tau_seconds: float = RECENCY_TAU_SECONDS,
-    as_of: datetime | None = None,
 ) -> list[Candidate]:
     """`facts_first` expansion facts, entity by entity (in rank order), each entity's best
     full-text matches first."""
     rows = await collect(
         q().multi_hop_facts(
             conn,
-            project_id=project_id,
-            subject_id=subject_id,
+            **_probe_args(probe),
             entities=list(entities),
             exclude_ids=list(exclude_ids),
             per_entity=per_entity,
             match_limit=match_limit,
-            query_embedding=_vec(query_embedding),
-            query_text=query_text,
-            **_scoring(weights, tau_seconds),
-            as_of=as_of,
         )
     )
     return [_candidate(r, "fact", r["fact_id"], expansion=True) for r in rows]
@@ -274,64 +231,37 @@ async def multi_hop_facts(
 
 async def linked_facts(
     conn: Conn,
+    probe: Probe,
     *,
-    project_id: str,
-    subject_id: str,
     entities: Sequence[str],
-    query_embedding: np.ndarray | None,
     idf: dict[str, float],
-    weights: Weights,
-    text_config: TextSearchConfig = "english",
     max_entities: int = MULTI_HOP_MAX_ENTITIES,
     per_entity: int = MULTI_HOP_MAX_PER_ENTITY,
     match_limit: int = MULTI_HOP_MAX_MATCHES_PER_ENTITY,
-    tau_seconds: float = RECENCY_TAU_SECONDS,
-    as_of: datetime | None = None,
 ) -> list[tuple[str, Candidate]]:
     """`unified` expansion facts with the entity that links each, informative entities only."""
     rows = await collect(
         q().linked_facts(
             conn,
-            project_id=project_id,
-            subject_id=subject_id,
+            **_probe_args(probe, text=False),
             entities=list(entities),
             max_entities=max_entities,
             per_entity=per_entity,
             match_limit=match_limit,
             entity_sample_docs=ENTITY_SAMPLE_DOCS,
-            probe_rows=TEXT_PROBE_MAX_ROWS,
-            probe_min_cost=TEXT_PROBE_MIN_COST,
-            probe_min_postings=TEXT_PROBE_MIN_POSTINGS,
-            query_embedding=_vec(query_embedding),
             words=list(idf),
             idfs=list(idf.values()),
-            text_config=text_config,
-            **_scoring(weights, tau_seconds),
-            as_of=as_of,
+            text_config=probe.text_config,
+            **_TEXT_PROBE,
         )
     )
     return [(r["entity"], _candidate(r, "fact", r["fact_id"], expansion=True)) for r in rows]
 
 
-async def episode_candidates(
-    conn: Conn,
-    *,
-    project_id: str,
-    subject_id: str,
-    query_embedding: np.ndarray,
-    top_k: int,
-    as_of: datetime | None = None,
-) -> list[Candidate]:
+async def episode_candidates(conn: Conn, probe: Probe, *, top_k: int) -> list[Candidate]:
     """`facts_first` episodes: the top_k closest events, scored by their cosine similarity."""
     rows = await collect(
-        q().episode_candidates(
-            conn,
-            project_id=project_id,
-            subject_id=subject_id,
-            query_embedding=_vec(query_embedding),
-            top_k=top_k,
-            as_of=as_of,
-        )
+        q().episode_candidates(conn, **_probe_args(probe, text=False, scoring=False), top_k=top_k)
     )
     return [
         Candidate(
