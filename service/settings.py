@@ -58,6 +58,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     embed_write_timeout_seconds: float = 120.0
     embed_chars_per_minute: int = 2_000_000
     embed_concurrency: int = 4
+    # Read replicas (issue 19, docs/scaling.md "Read replicas"): unset, one pool as before.
+    database_read_url: str | None = None
+    read_max_lag_ms: int = 1000
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -101,6 +104,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         put("HAKI_EMBED_WRITE_TIMEOUT_SECONDS", "embed_write_timeout_seconds", float)
         put("HAKI_EMBED_CHARS_PER_MINUTE", "embed_chars_per_minute", int)
         put("HAKI_EMBED_CONCURRENCY", "embed_concurrency", int)
+        put("HAKI_DATABASE_READ_URL", "database_read_url")
+        put("HAKI_READ_MAX_LAG_MS", "read_max_lag_ms", int)
         try:
             settings = msgspec.convert(raw, cls)
         except msgspec.ValidationError as exc:
@@ -131,3 +136,5 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             raise SettingsError("HAKI_EMBED_CHARS_PER_MINUTE must be >= 0 (0 turns the limit off)")
         if self.embed_concurrency < 1:
             raise SettingsError("HAKI_EMBED_CONCURRENCY must be >= 1")
+        if self.read_max_lag_ms < 0:
+            raise SettingsError("HAKI_READ_MAX_LAG_MS must be >= 0")

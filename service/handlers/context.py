@@ -16,6 +16,7 @@ from service.context import assembler, replay
 from service.handlers.deps import ERRORS, Caller, Conn, EmbedderDep, SettingsDep, in_key_project
 from service.handlers.memory import ProjectQuery, SubjectQuery
 from service.observability.metrics import observe_context
+from service.replica import READS, ReadsDep
 from service.structs import (
     ContextPacket,
     ContextRequest,
@@ -57,6 +58,7 @@ class ContextController(Controller):
         "facts by decreasing score, then multi-hop expansion and the closest episodes into what is "
         "left. Every decision is traced: see GET /v1/inspect/{trace_id}. The Server-Timing header "
         "gives the time per stage.",
+        opt={READS: True},
     )
     async def context(
         self,
@@ -66,10 +68,14 @@ class ContextController(Controller):
         embedder: EmbedderDep,
         settings: SettingsDep,
         state: State,
+        reads: ReadsDep,
     ) -> Response[ContextPacket]:
         data = in_key_project(data, principal)
+        reads.fresh(data.project_id, data.subject_id)
         timer = assembler.StageTimer()
-        packet = await assembler.assemble(conn, embedder, settings, principal, data, timer=timer)
+        packet = await assembler.assemble(
+            conn, embedder, settings, principal, data, timer=timer, trace_pool=reads.trace_pool
+        )
         observe_context(state, timer, packet)
         return Response(packet, status_code=200, headers={"Server-Timing": server_timing(timer)})
 
@@ -77,6 +83,7 @@ class ContextController(Controller):
         "/v1/inspect/{trace_id:uuid}",
         responses=ERRORS,
         summary="Every decision of one context call",
+        opt={READS: True},
     )
     async def inspect(
         self,
@@ -86,8 +93,11 @@ class ContextController(Controller):
     ) -> Inspection:
         return await assembler.inspect(conn, principal, trace_id)
 
-    @get("/v1/stats/overview", responses=ERRORS, summary="Usage overview of a project")
-    async def stats(self, conn: Conn, principal: Caller, project_id: ProjectQuery) -> StatsOverview:
+    @get("/v1/stats/overview", responses=ERRORS, summary="Usage overview of a project", opt={READS: True})
+    async def stats(
+        self, conn: Conn, principal: Caller, reads: ReadsDep, project_id: ProjectQuery
+    ) -> StatsOverview:
+        reads.fresh(project_id)
         return await assembler.stats(conn, principal, project_id)
 
     @post(
@@ -126,11 +136,13 @@ class ContextController(Controller):
         "instant (as-of calls and replays are not counted). `order`: `never_served` (only facts "
         "never served, the most often left out first), `most_served`, or `most_dropped` (most "
         "often left out for the budget first).",
+        opt={READS: True},
     )
     async def fact_stats(
         self,
         conn: Conn,
         principal: Caller,
+        reads: ReadsDep,
         project_id: ProjectQuery,
         subject_id: SubjectQuery = None,
         order: Annotated[
@@ -142,4 +154,5 @@ class ContextController(Controller):
             Parameter(query="limit", ge=1, le=MAX_PAGE_LIMIT, description="At most this many facts, 1..500."),
         ] = DEFAULT_PAGE_LIMIT,
     ) -> FactStats:
+        reads.fresh(project_id, subject_id)
         return await replay.fact_stats(conn, principal, project_id, subject_id, order, limit)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from litestar import Router, get, head
+from litestar.datastructures import State
 
 from service import repository as repo
 from service.handlers.deps import ERRORS, Conn, EmbedderDep
+from service.replica import router_of
 from service.structs import Health
 
 
@@ -17,9 +19,11 @@ from service.structs import Health
     summary="Readiness probe (no key needed)",
     security=[{}],
 )
-async def healthz_get(conn: Conn, embedder: EmbedderDep) -> Health:
+async def healthz_get(conn: Conn, embedder: EmbedderDep, state: State) -> Health:
     await repo.ping(conn)
-    return Health(status="ok", database="ok", embedder=embedder.name)
+    router = router_of(state)  # the replica's state as its monitor last saw it: no query
+    replica = None if router is None else router.health()
+    return Health(status="ok", database="ok", embedder=embedder.name, replica=replica)
 
 
 # Load balancers and `curl -I` probe with HEAD; Litestar serves HEAD only from a handler of its

@@ -12,6 +12,7 @@ from litestar.params import Dependency, Parameter
 from service import idempotency, memory
 from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, MAX_SCOPE_CHARS
 from service.handlers.deps import ERRORS, Caller, Conn, EmbedderDep, SettingsDep, in_key_project
+from service.replica import READS, ReadsDep
 from service.structs import (
     ConflictList,
     ConflictSet,
@@ -116,6 +117,7 @@ class FactsController(Controller):
         principal: Caller,
         embedder: EmbedderDep,
         settings: SettingsDep,
+        reads: ReadsDep,
         idempotency_key: IdempotencyKey = None,
     ) -> Response[WriteFactsResponse]:
         data = in_key_project(data, principal)
@@ -132,13 +134,15 @@ class FactsController(Controller):
             prepare=lambda: memory.prepare_facts(embedder, settings, principal, data),
             write=lambda prepared: memory.store_facts(conn, prepared),
         )
+        await reads.note_write(conn, data.project_id, data.subject_id)
         return idempotent_response(outcome)
 
-    @get("/", responses=ERRORS, summary="List facts (keyset pagination)")
+    @get("/", responses=ERRORS, summary="List facts (keyset pagination)", opt={READS: True})
     async def list_facts(
         self,
         conn: Conn,
         principal: Caller,
+        reads: ReadsDep,
         project_id: ProjectQuery,
         subject_id: SubjectQuery = None,
         status: Annotated[
@@ -153,17 +157,21 @@ class FactsController(Controller):
             Parameter(query="cursor", max_length=64, description="`next_cursor` of the previous page."),
         ] = None,
     ) -> FactPage:
+        reads.fresh(project_id, subject_id)
         return await memory.list_facts(conn, principal, project_id, subject_id, status, limit, cursor)
 
-    @get("/{fact_id:uuid}", responses=ERRORS, summary="Read one fact")
-    async def get_fact(self, conn: Conn, principal: Caller, fact_id: FactIdPath) -> Fact:
+    @get("/{fact_id:uuid}", responses=ERRORS, summary="Read one fact", opt={READS: True})
+    async def get_fact(self, conn: Conn, principal: Caller, reads: ReadsDep, fact_id: FactIdPath) -> Fact:
+        reads.fresh(principal.project_id)
         return await memory.get_fact(conn, principal, fact_id)
 
     @patch("/{fact_id:uuid}", responses=ERRORS, summary="Retract a fact or set its valid_to")
     async def patch_fact(
-        self, data: PatchFactRequest, conn: Conn, principal: Caller, fact_id: FactIdPath
+        self, data: PatchFactRequest, conn: Conn, principal: Caller, reads: ReadsDep, fact_id: FactIdPath
     ) -> Fact:
-        return await memory.patch_fact(conn, principal, fact_id, data)
+        fact = await memory.patch_fact(conn, principal, fact_id, data)
+        await reads.note_write(conn, fact.project_id, fact.subject_id)
+        return fact
 
 
 class EventsController(Controller):
@@ -178,6 +186,7 @@ class EventsController(Controller):
         principal: Caller,
         embedder: EmbedderDep,
         settings: SettingsDep,
+        reads: ReadsDep,
         idempotency_key: IdempotencyKey = None,
     ) -> Response[WriteEventsResponse]:
         data = in_key_project(data, principal)
@@ -194,6 +203,7 @@ class EventsController(Controller):
             prepare=lambda: memory.prepare_events(embedder, principal, data),
             write=lambda prepared: memory.store_events(conn, prepared),
         )
+        await reads.note_write(conn, data.project_id, data.subject_id)
         return idempotent_response(outcome)
 
 
@@ -201,17 +211,19 @@ class ConflictsController(Controller):
     path = "/v1/conflicts"
     tags = ["conflicts"]
 
-    @get("/", responses=ERRORS, summary="List conflict sets")
+    @get("/", responses=ERRORS, summary="List conflict sets", opt={READS: True})
     async def list_conflicts(
         self,
         conn: Conn,
         principal: Caller,
+        reads: ReadsDep,
         project_id: ProjectQuery,
         subject_id: SubjectQuery = None,
         status: Annotated[
             Literal["open", "resolved"] | None, Parameter(query="status", description="Only this status.")
         ] = None,
     ) -> ConflictList:
+        reads.fresh(project_id, subject_id)
         return await memory.list_conflicts(conn, principal, project_id, subject_id, status)
 
     @post(
@@ -225,6 +237,9 @@ class ConflictsController(Controller):
         data: ResolveConflictRequest,
         conn: Conn,
         principal: Caller,
+        reads: ReadsDep,
         conflict_set_id: ConflictSetIdPath,
     ) -> ConflictSet:
-        return await memory.resolve_conflict(conn, principal, conflict_set_id, data)
+        resolved = await memory.resolve_conflict(conn, principal, conflict_set_id, data)
+        await reads.note_write(conn, resolved.project_id, resolved.subject_id)
+        return resolved
