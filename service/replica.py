@@ -28,9 +28,9 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, TypeVar
 
 import asyncpg
 from litestar import Request
@@ -42,12 +42,14 @@ from litestar.utils.scope.state import CONNECTION_STATE_KEY, ScopeState
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from service import replica_repository as rrepo
+from service.db import connect, database_url
 from service.errors import CONNECTION_LOST, NotFound, Unauthorized
 from service.repository import Conn
 from service.settings import Settings
 from service.structs import ReplicaHealth
 
 log = logging.getLogger("haki.replica")
+T = TypeVar("T")
 
 # The route handler's `opt` key that marks a read route (served by the standby when it may).
 READS: Final = "haki_reads"
@@ -65,7 +67,7 @@ PRIMARY_ONLY: Final = "haki.primary_only"
 # the resolution of the measured lag.
 CHECK_INTERVAL_SECONDS: Final = 0.2
 # One check's wait for either server; a standby that does not answer within it is down.
-CHECK_TIMEOUT_SECONDS: Final = 1.0
+CHECK_TIMEOUT_SECONDS: Final = 2.0
 # A standby not checked successfully for this long is not used (the monitor is stuck).
 UNCHECKED_AFTER_SECONDS: Final = 5.0
 # pg_current_wal_insert_lsn() of an idle primary may point past the page header that follows
@@ -115,6 +117,30 @@ class ReplicaMetrics:
         )
 
 
+class Probe:
+    """One connection of the monitor to one server, opened again after any failure."""
+
+    def __init__(self, settings: Settings, url: str) -> None:
+        self.settings = settings
+        self.url = url
+        self.conn: asyncpg.Connection | None = None
+
+    async def run(self, query: Callable[[Conn], Awaitable[T]]) -> T:
+        try:
+            async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
+                if self.conn is None or self.conn.is_closed():
+                    self.conn = await connect(self.settings, self.url)
+                return await query(self.conn)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None and not conn.is_closed():
+            conn.terminate()
+
+
 class ReadRouter:
     """Which pool serves a read, and the monitor that keeps the standby's state."""
 
@@ -124,6 +150,11 @@ class ReadRouter:
         self.read_pool: Any = None
         self.primary_pool: Any = None
         self.metrics = ReplicaMetrics(registry)
+        # The monitor's own connections: from the pools, a check waited behind the requests of
+        # a saturated pool (16 clients, 10 connections) past its timeout, and a busy standby
+        # was taken for a dead one.
+        self._primary_probe = Probe(settings, database_url(settings))
+        self._standby_probe = Probe(settings, settings.database_read_url or "")
         self.state: ReplicaState = "starting"
         self.lag_ms: float | None = None
         self.replayed = -1
@@ -190,17 +221,13 @@ class ReadRouter:
         standby's replay position, from which the lag and the replayed writes follow."""
         now = time.monotonic()
         try:
-            async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
-                async with self.primary_pool.acquire() as conn:
-                    primary = await rrepo.wal_insert_lsn(conn)
+            primary = await self._primary_probe.run(rrepo.wal_insert_lsn)
             if not self._samples or self._samples[-1][1] != primary:
                 self._samples.append((now, primary))
         except Exception as exc:  # the primary down: the lag is measured on the samples taken
             log.debug("read replica monitor: primary position not read: %r", exc)
         try:
-            async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
-                async with self.read_pool.acquire() as conn:
-                    in_recovery, replayed = await rrepo.standby_position(conn)
+            in_recovery, replayed = await self._standby_probe.run(rrepo.standby_position)
         except Exception as exc:
             if self.state != "down":
                 log.warning("read replica: down (%r); reads go to the primary", exc)
@@ -230,12 +257,16 @@ class ReadRouter:
         self.metrics.lag.set(self.lag_ms / 1000.0)
 
     async def run(self) -> None:
-        while True:
-            await asyncio.sleep(CHECK_INTERVAL_SECONDS)
-            try:
-                await self.check()
-            except Exception as exc:  # the monitor must outlive any one failure
-                log.error("read replica monitor: check failed: %r", exc)
+        try:
+            while True:
+                await asyncio.sleep(CHECK_INTERVAL_SECONDS)
+                try:
+                    await self.check()
+                except Exception as exc:  # the monitor must outlive any one failure
+                    log.error("read replica monitor: check failed: %r", exc)
+        finally:
+            await self._primary_probe.close()
+            await self._standby_probe.close()
 
     def health(self) -> ReplicaHealth:
         return ReplicaHealth(
@@ -259,7 +290,12 @@ class Reads:
 
     def __init__(self, router: ReadRouter | None, scope: Scope) -> None:
         self.router = router
-        self.on_replica = bool(scope.get("state", {}).get(ON_REPLICA))
+        self.scope = scope
+
+    @property
+    def on_replica(self) -> bool:
+        """Read when used, not when built: Litestar may resolve this dependency before `conn`."""
+        return bool(self.scope.get("state", {}).get(ON_REPLICA))
 
     def fresh(self, project_id: str, subject_id: str | None = None) -> None:
         """Raises ReadOnPrimary (the request runs again on the primary) when this request reads
