@@ -162,9 +162,8 @@ async def run(
         print(
             f"\n{machine}; embedder {args.embed}; {args.concurrency} clients, {args.duration:.0f} s per run\n"
         )
-        print(
-            "| run | req/s | context req/s | context p50 ms | context p95 ms | write p50 ms | errors | notes |"
-        )  # noqa: E501
+        header = "| run | req/s | context req/s | context p50 ms | context p95 ms | write p50 ms "
+        print(header + "| errors | notes |")
         print("|---|---|---|---|---|---|---|---|")
         reads: dict[str, list[float]] = {"A": [], "B": []}
         for i in range(args.rounds):
