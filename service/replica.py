@@ -111,7 +111,7 @@ class ReplicaMetrics:
             "haki_read_replica_fallbacks",
             "Read requests sent to the primary instead of the replica, by reason: down, lagging, "
             "starting, not_standby, unchecked, connection_lost, unreplayed_write, not_found, "
-            "unknown_key, recovery_conflict, read_only.",
+            "unknown_key, recovery_conflict, read_only, schema_behind.",
             ["reason"],
             registry=registry,
         )
@@ -347,6 +347,10 @@ def rerun_reason(exc: BaseException) -> str | None:
         return "unknown_key"  # a key created a moment ago
     if isinstance(exc, asyncpg.ReadOnlySQLTransactionError):
         return "read_only"
+    if isinstance(
+        exc, asyncpg.UndefinedTableError | asyncpg.UndefinedColumnError | asyncpg.UndefinedFunctionError
+    ):
+        return "schema_behind"  # a migration the standby has not replayed yet
     if isinstance(exc, asyncpg.TransactionRollbackError):
         return "recovery_conflict"  # "canceling statement due to conflict with recovery"
     if isinstance(exc, CONNECTION_LOST):
