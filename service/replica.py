@@ -77,6 +77,9 @@ PAGE_HEADER_SLACK: Final = 40
 # Samples of the primary's WAL position kept while the standby has not replayed them: at most
 # one per check, so a day of a stopped replay at CHECK_INTERVAL_SECONDS.
 MAX_SAMPLES: Final = 432_000
+# Scopes whose last write the standby has not replayed, remembered one by one up to this many
+# (about 20 MB); past it, one position for all (ReadRouter.note_write).
+MAX_WRITTEN_SCOPES: Final = 100_000
 
 ReplicaState = Literal["ok", "lagging", "down", "starting", "not_standby"]  # structs.ReplicaHealth
 
@@ -110,7 +113,7 @@ class ReplicaMetrics:
         self.fallbacks = Counter(
             "haki_read_replica_fallbacks",
             "Read requests sent to the primary instead of the replica, by reason: down, lagging, "
-            "starting, not_standby, unchecked, connection_lost, unreplayed_write, not_found, "
+            "starting, not_standby, unchecked, connection_lost, pool_timeout, unreplayed_write, not_found, "
             "unknown_key, recovery_conflict, read_only, schema_behind.",
             ["reason"],
             registry=registry,
@@ -162,6 +165,7 @@ class ReadRouter:
         self._samples: deque[tuple[float, int]] = deque(maxlen=MAX_SAMPLES)
         # (project, subject) and (project, None) -> the WAL insert position after its last write.
         self._written: dict[tuple[str, str | None], int] = {}
+        self._floor = -1  # a position every scope waits for (see note_write)
 
     # --- routing ------------------------------------------------------------------------------
 
@@ -175,7 +179,7 @@ class ReadRouter:
 
     def stale(self, project_id: str, subject_id: str | None) -> bool:
         """A write of this scope (subject None: of the project) not yet replayed by the standby."""
-        return self._written.get((project_id, subject_id), -1) > self.replayed
+        return max(self._floor, self._written.get((project_id, subject_id), -1)) > self.replayed
 
     async def note_write(self, conn: Conn, project_id: str, subject_id: str | None) -> None:
         """After a write committed on `conn` (the primary): one round trip (docs/scaling.md)."""
@@ -184,6 +188,11 @@ class ReadRouter:
         for key in keys:
             if lsn > self._written.get(key, -1):
                 self._written[key] = lsn
+        if len(self._written) > MAX_WRITTEN_SCOPES:
+            # A standby that replays nothing (down, paused) while many scopes are written: one
+            # position for all of them, so every read waits for it (safe, and bounded memory).
+            self._floor = max(self._floor, *self._written.values())
+            self._written.clear()
 
     def fallback(self, reason: str) -> None:
         self.metrics.fallbacks.labels(reason=reason).inc()
@@ -200,7 +209,9 @@ class ReadRouter:
             if reason is None:
                 try:
                     conn: asyncpg.Connection = await stack.open(self.read_pool, self.acquire_timeout)
-                except (TimeoutError, *CONNECTION_LOST) as exc:  # type: ignore[misc]
+                except TimeoutError:  # every standby connection busy: not a sign it is down
+                    self.fallback("pool_timeout")
+                except CONNECTION_LOST as exc:
                     log.warning("read replica: no connection (%r); reading from the primary", exc)
                     self.mark_down()
                     self.fallback("connection_lost")

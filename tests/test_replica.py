@@ -27,6 +27,7 @@ import httpx
 import pytest
 from litestar import Litestar
 from pgserver._commands import POSTGRES_BIN_PATH
+from prometheus_client import CollectorRegistry
 
 from service import auth, replica
 from service.app import create_app
@@ -183,6 +184,24 @@ def test_read_settings_from_the_environment() -> None:
     s = Settings.from_env({"HAKI_DATABASE_READ_URL": "postgresql://r/db", "HAKI_READ_MAX_LAG_MS": "250"})
     assert (s.database_read_url, s.read_max_lag_ms) == ("postgresql://r/db", 250)
     assert Settings.from_env({}).database_read_url is None
+
+
+async def test_write_positions_per_scope_and_their_bound(
+    settings: Settings, conn: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The per-scope positions without a standby: a written scope is stale until the replay
+    position passes its write; past MAX_WRITTEN_SCOPES one position holds for every scope."""
+    router = replica.ReadRouter(settings, CollectorRegistry())
+    router.replayed = 0
+    await router.note_write(conn, "p", "s1")
+    assert router.stale("p", "s1") and router.stale("p", None)
+    assert not router.stale("p", "s2") and not router.stale("q", None)
+    monkeypatch.setattr(replica, "MAX_WRITTEN_SCOPES", 3)
+    for subject in ("s2", "s3"):
+        await router.note_write(conn, "p", subject)
+    assert router.stale("q", "never-written")  # the bound: every scope waits for the position
+    router.replayed = await conn.fetchval("SELECT pg_current_wal_insert_lsn()")
+    assert not router.stale("q", "never-written") and not router.stale("p", "s1")
 
 
 # --- on the standby ------------------------------------------------------------------------------
