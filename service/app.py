@@ -34,8 +34,8 @@ from service.handlers.memory import (
     FactsController,
     provide_project_id,
 )
+from service.handlers.ui import TraceInspector
 from service.observability.metrics import Metrics, metrics_endpoint
-from service.observability.ui import TraceInspector
 from service.ratelimit import RateLimiter, WorkRateLimiter
 from service.replica import ReadRouter, provide_reads, rerun_after_replica_error, rerun_on_primary
 from service.settings import Settings

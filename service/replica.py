@@ -41,10 +41,10 @@ from litestar.types import ASGIApp, Message, Receive, ReceiveMessage, Scope, Sen
 from litestar.utils.scope.state import CONNECTION_STATE_KEY, ScopeState
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from service import replica_repository as rrepo
 from service.db import connect, database_url
 from service.errors import CONNECTION_LOST, NotFound, Unauthorized
-from service.repository import Conn
+from service.repository import replica as rrepo
+from service.repository.base import Conn
 from service.settings import Settings
 from service.structs import ReplicaHealth
 

@@ -31,7 +31,11 @@ from service.migrations import migrate
 from service.settings import Settings
 from service.sql import load_queries
 from tests.conftest import bearer
-from tests.serving import serve
+from tests.helpers.serving import serve
+
+# Schemathesis walks every operation (about 40 s in all): out of the fast lane.
+pytestmark = pytest.mark.slow
+
 
 PROJECT = "proj-fuzz"
 # Per operation: keeps the whole module around a minute on a 2-CPU machine. HAKI_FUZZ_EXAMPLES

@@ -208,6 +208,7 @@ async def test_write_positions_per_scope_and_their_bound(
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 async def test_reads_run_on_the_standby_and_the_trace_on_the_primary(servers: Servers) -> None:
     headers = await new_key(servers, "rep-a")
     calls = 8
@@ -261,6 +262,7 @@ async def _scanned(url: str, at_least: int) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 async def test_a_conflict_opened_a_moment_ago_is_never_served_across_lag(servers: Servers) -> None:
     """Replay paused: the standby still has the lone fact, the primary has the ConflictSet that
     the second write opened. The context call must hide both facts (spec: an open conflict is
@@ -349,6 +351,7 @@ async def _paused(conn: asyncpg.Connection) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 async def test_lag_beyond_the_limit_sends_reads_to_the_primary(servers: Servers) -> None:
     headers = await new_key(servers, "rep-c")
     writer = await new_key(servers, "rep-c-writer")
@@ -399,6 +402,7 @@ async def _healthz_status(client: httpx.AsyncClient, status: str) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 async def test_a_stopped_standby_fails_no_read(servers: Servers, monkeypatch: pytest.MonkeyPatch) -> None:
     """Last of the module: stops the standby. The monitor is kept asleep after its first check,
     so the first reads meet the standby's dead pooled connection (not a monitor's verdict) and

@@ -13,9 +13,10 @@ from litestar.params import Parameter
 
 from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
 from service.context import assembler, replay
-from service.handlers.deps import ERRORS, Caller, Conn, EmbedderDep, SettingsDep, in_key_project
+from service.handlers.deps import ERRORS, Caller, ConnDep, EmbedderDep, SettingsDep, in_key_project
 from service.handlers.memory import ProjectQuery, SubjectQuery
 from service.observability.metrics import observe_context
+from service.observability.timing import StageTimer
 from service.replica import READS, ReadsDep
 from service.structs import (
     ContextPacket,
@@ -39,7 +40,7 @@ class OptionalBodyOperation(Operation):
             self.request_body.required = False
 
 
-def server_timing(timer: assembler.StageTimer) -> str:
+def server_timing(timer: StageTimer) -> str:
     return ", ".join(f"{name};dur={ms:.2f}" for name, ms in timer.ms.items())
 
 
@@ -63,7 +64,7 @@ class ContextController(Controller):
     async def context(
         self,
         data: ContextRequest,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         embedder: EmbedderDep,
         settings: SettingsDep,
@@ -72,7 +73,7 @@ class ContextController(Controller):
     ) -> Response[ContextPacket]:
         data = in_key_project(data, principal)
         reads.fresh(data.project_id, data.subject_id)
-        timer = assembler.StageTimer()
+        timer = StageTimer()
         packet = await assembler.assemble(
             conn, embedder, settings, principal, data, timer=timer, trace_pool=reads.trace_pool
         )
@@ -87,7 +88,7 @@ class ContextController(Controller):
     )
     async def inspect(
         self,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         trace_id: Annotated[UUID, Parameter(description="The trace_id of a ContextPacket.")],
     ) -> Inspection:
@@ -95,7 +96,7 @@ class ContextController(Controller):
 
     @get("/v1/stats/overview", responses=ERRORS, summary="Usage overview of a project", opt={READS: True})
     async def stats(
-        self, conn: Conn, principal: Caller, reads: ReadsDep, project_id: ProjectQuery
+        self, conn: ConnDep, principal: Caller, reads: ReadsDep, project_id: ProjectQuery
     ) -> StatsOverview:
         reads.fresh(project_id)
         return await assembler.stats(conn, principal, project_id)
@@ -117,7 +118,7 @@ class ContextController(Controller):
     )
     async def replay(
         self,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         embedder: EmbedderDep,
         settings: SettingsDep,
@@ -140,7 +141,7 @@ class ContextController(Controller):
     )
     async def fact_stats(
         self,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         reads: ReadsDep,
         project_id: ProjectQuery,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from litestar import Router, get, head
 from litestar.datastructures import State
 
-from service import repository as repo
-from service.handlers.deps import ERRORS, Conn, EmbedderDep
+from service.handlers.deps import ERRORS, ConnDep, EmbedderDep
 from service.replica import router_of
+from service.repository import health as health_repo
 from service.structs import Health
 
 
@@ -19,8 +19,8 @@ from service.structs import Health
     summary="Readiness probe (no key needed)",
     security=[{}],
 )
-async def healthz_get(conn: Conn, embedder: EmbedderDep, state: State) -> Health:
-    await repo.ping(conn)
+async def healthz_get(conn: ConnDep, embedder: EmbedderDep, state: State) -> Health:
+    await health_repo.ping(conn)
     router = router_of(state)  # the replica's state as its monitor last saw it: no query
     replica = None if router is None else router.health()
     return Health(status="ok", database="ok", embedder=embedder.name, replica=replica)
@@ -35,8 +35,8 @@ async def healthz_get(conn: Conn, embedder: EmbedderDep, state: State) -> Health
     summary="Readiness probe without a body (no key needed)",
     security=[{}],
 )
-async def healthz_head(conn: Conn) -> None:
-    await repo.ping(conn)
+async def healthz_head(conn: ConnDep) -> None:
+    await health_repo.ping(conn)
 
 
 # One name for both, so the app registers them as it registered the GET alone.

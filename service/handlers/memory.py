@@ -11,7 +11,7 @@ from litestar.params import Dependency, Parameter
 
 from service import idempotency, memory
 from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, MAX_SCOPE_CHARS
-from service.handlers.deps import ERRORS, Caller, Conn, EmbedderDep, SettingsDep, in_key_project
+from service.handlers.deps import ERRORS, Caller, ConnDep, EmbedderDep, SettingsDep, in_key_project
 from service.replica import READS, ReadsDep
 from service.structs import (
     ConflictList,
@@ -113,7 +113,7 @@ class FactsController(Controller):
     async def write_facts(
         self,
         data: WriteFactsRequest,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         embedder: EmbedderDep,
         settings: SettingsDep,
@@ -140,7 +140,7 @@ class FactsController(Controller):
     @get("/", responses=ERRORS, summary="List facts (keyset pagination)", opt={READS: True})
     async def list_facts(
         self,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         reads: ReadsDep,
         project_id: ProjectQuery,
@@ -161,13 +161,13 @@ class FactsController(Controller):
         return await memory.list_facts(conn, principal, project_id, subject_id, status, limit, cursor)
 
     @get("/{fact_id:uuid}", responses=ERRORS, summary="Read one fact", opt={READS: True})
-    async def get_fact(self, conn: Conn, principal: Caller, reads: ReadsDep, fact_id: FactIdPath) -> Fact:
+    async def get_fact(self, conn: ConnDep, principal: Caller, reads: ReadsDep, fact_id: FactIdPath) -> Fact:
         reads.fresh(principal.project_id)
         return await memory.get_fact(conn, principal, fact_id)
 
     @patch("/{fact_id:uuid}", responses=ERRORS, summary="Retract a fact or set its valid_to")
     async def patch_fact(
-        self, data: PatchFactRequest, conn: Conn, principal: Caller, reads: ReadsDep, fact_id: FactIdPath
+        self, data: PatchFactRequest, conn: ConnDep, principal: Caller, reads: ReadsDep, fact_id: FactIdPath
     ) -> Fact:
         fact = await memory.patch_fact(conn, principal, fact_id, data)
         await reads.note_write(conn, fact.project_id, fact.subject_id)
@@ -182,7 +182,7 @@ class EventsController(Controller):
     async def write_events(
         self,
         data: WriteEventsRequest,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         embedder: EmbedderDep,
         settings: SettingsDep,
@@ -214,7 +214,7 @@ class ConflictsController(Controller):
     @get("/", responses=ERRORS, summary="List conflict sets", opt={READS: True})
     async def list_conflicts(
         self,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         reads: ReadsDep,
         project_id: ProjectQuery,
@@ -235,7 +235,7 @@ class ConflictsController(Controller):
     async def resolve_conflict(
         self,
         data: ResolveConflictRequest,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         reads: ReadsDep,
         conflict_set_id: ConflictSetIdPath,

@@ -1,11 +1,10 @@
-"""Repository of the read-replica routing (service/replica.py): the only code that runs
-queries/replica.sql."""
+"""WAL positions of the primary and the read replica (service/replica.py, queries/replica.sql)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from service.repository import Conn, q
+from service.repository.base import Conn, q
 
 
 async def wal_insert_lsn(conn: Conn) -> int:

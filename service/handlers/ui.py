@@ -34,9 +34,9 @@ from service import auth
 from service.constants import MAX_SCOPE_CHARS
 from service.context import replay as time_travel
 from service.errors import NotFound, Unauthorized
-from service.handlers.deps import Conn, EmbedderDep, SettingsDep
-from service.observability import repository as repo
+from service.handlers.deps import ConnDep, EmbedderDep, SettingsDep
 from service.replica import READS, ReadsDep
+from service.repository import traces as repo
 from service.settings import ContextProfile
 from service.structs import ReplayRequest
 
@@ -89,7 +89,7 @@ def _num(value: float | None) -> str:
 
 def _environment() -> Environment:
     env = Environment(
-        loader=PackageLoader("service.observability", "templates"),
+        loader=PackageLoader("service.handlers", "templates"),
         autoescape=True,
         undefined=StrictUndefined,
         trim_blocks=True,
@@ -102,7 +102,7 @@ def _environment() -> Environment:
 
 
 _ENV: Final = _environment()
-_CSS: Final = (resources.files("service.observability") / "templates" / "haki.css").read_bytes()
+_CSS: Final = (resources.files("service.handlers") / "templates" / "haki.css").read_bytes()
 
 
 def _page(template: str, status_code: int = 200, **context: Any) -> Response[str]:
@@ -121,7 +121,7 @@ def _to_login() -> Redirect:
     )
 
 
-async def _principal(request: Request[Any, Any, Any], conn: Conn) -> auth.Principal | None:
+async def _principal(request: Request[Any, Any, Any], conn: ConnDep) -> auth.Principal | None:
     token = request.cookies.get(COOKIE_NAME)
     if not token:
         return None
@@ -152,7 +152,7 @@ class TraceInspector(Controller):
         return _page("login.html", error=None)
 
     @post("/login", media_type=MediaType.HTML, status_code=303)
-    async def login(self, request: Request[Any, Any, Any], conn: Conn) -> Response[Any]:
+    async def login(self, request: Request[Any, Any, Any], conn: ConnDep) -> Response[Any]:
         form = await request.form()
         raw = form.get("key")
         key = raw.strip() if isinstance(raw, str) else ""
@@ -182,7 +182,7 @@ class TraceInspector(Controller):
     async def recent_calls(
         self,
         request: Request[Any, Any, Any],
-        conn: Conn,
+        conn: ConnDep,
         reads: ReadsDep,
         subject_id: Annotated[
             str | None,
@@ -200,7 +200,7 @@ class TraceInspector(Controller):
 
     @get("/traces/{trace_id:uuid}", media_type=MediaType.HTML, opt={READS: True})
     async def trace(
-        self, request: Request[Any, Any, Any], conn: Conn, reads: ReadsDep, trace_id: UUID
+        self, request: Request[Any, Any, Any], conn: ConnDep, reads: ReadsDep, trace_id: UUID
     ) -> Response[Any]:
         principal = await _principal(request, conn)
         if principal is None:
@@ -242,7 +242,7 @@ class TraceInspector(Controller):
     async def replay(
         self,
         request: Request[Any, Any, Any],
-        conn: Conn,
+        conn: ConnDep,
         embedder: EmbedderDep,
         settings: SettingsDep,
         trace_id: UUID,
