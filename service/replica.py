@@ -42,7 +42,7 @@ from litestar.utils.scope.state import CONNECTION_STATE_KEY, ScopeState
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from service.db import connect, database_url
-from service.errors import CONNECTION_LOST, NotFound, Unauthorized
+from service.errors import CONNECTION_LOST, NotFound, Unauthorized, Unavailable
 from service.repository import replica as rrepo
 from service.repository.base import Conn
 from service.settings import Settings
@@ -84,8 +84,10 @@ MAX_WRITTEN_SCOPES: Final = 100_000
 ReplicaState = Literal["ok", "lagging", "down", "starting", "not_standby"]  # structs.ReplicaHealth
 
 
-class ReadOnPrimary(Exception):
-    """Internal control flow: this read's scope has a write the standby has not replayed yet."""
+class ReadOnPrimary(Unavailable):
+    """Internal control flow: this read's scope has a write the standby has not replayed yet.
+    Never reaches a client (the request runs again on the primary); a 503 `unavailable` if it
+    ever did, and no "unhandled error" in the log for each fallback."""
 
 
 class ReplicaMetrics:
