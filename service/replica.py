@@ -84,7 +84,7 @@ MAX_WRITTEN_SCOPES: Final = 100_000
 ReplicaState = Literal["ok", "lagging", "down", "starting", "not_standby"]  # structs.ReplicaHealth
 
 
-class ReadOnPrimary(Unavailable):
+class ReadOnPrimary(Unavailable, status=503, code="unavailable"):
     """Internal control flow: this read's scope has a write the standby has not replayed yet.
     Never reaches a client (the request runs again on the primary); a 503 `unavailable` if it
     ever did, and no "unhandled error" in the log for each fallback."""

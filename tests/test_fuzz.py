@@ -30,7 +30,7 @@ from service.embedder import HashEmbedder
 from service.migrations import migrate
 from service.settings import Settings
 from service.sql import load_queries
-from tests.conftest import bearer
+from tests.helpers import bearer
 from tests.helpers.serving import serve
 
 # Schemathesis walks every operation (about 40 s in all): out of the fast lane.
