@@ -40,19 +40,10 @@ from service.ids import uuid7
 from service.migrations import migrate
 from service.settings import Settings
 from service.structs import ContextRequest
+from tests.helpers.sql import load_test_queries
 
-# Test SQL: positions and counters of the two servers, read directly.
-PRIMARY_LSN = "SELECT pg_current_wal_insert_lsn()"
-STANDBY_REPLAYED = "SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn"
-PAUSE = "SELECT pg_wal_replay_pause()"
-RESUME = "SELECT pg_wal_replay_resume()"
-PAUSED = "SELECT pg_get_wal_replay_pause_state() = 'paused'"
-# Scans of `facts` on a server: the monitor never reads a table, a context retrieval always does.
-FACT_SCANS = (
-    "SELECT coalesce(sum(coalesce(seq_scan, 0) + coalesce(idx_scan, 0)), 0)::bigint "
-    "FROM pg_stat_user_tables WHERE relname = 'facts'"
-)
-CALLS_OF = "SELECT count(*) FROM context_calls WHERE project_id = $1"
+# Positions and counters of the two servers, read directly (tests/sql/testing_replica.sql).
+SQL = load_test_queries()
 
 
 class Servers:
@@ -126,20 +117,24 @@ async def new_key(servers: Servers, project: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-async def fetchval(url: str, sql: str, *args: Any) -> Any:
+async def fetchval(url: str, statement: Any) -> Any:
+    """`statement(conn)` (one of tests/sql/testing_replica.sql) on a fresh connection to `url`."""
     conn = await asyncpg.connect(url)
     try:
-        return await conn.fetchval(sql, *args)
+        return await statement(conn)
     finally:
         await conn.close()
 
 
 async def wait_replayed(servers: Servers, app: Litestar, seconds: float = 20.0) -> None:
     """Until the standby replayed everything the primary has now, and Haki's monitor saw it."""
-    lsn = await fetchval(servers.primary_url, PRIMARY_LSN)
+    lsn = await fetchval(servers.primary_url, lambda c: SQL.test_primary_wal_position(c))
     router: replica.ReadRouter = app.state.read_router
     deadline = time.monotonic() + seconds
-    while not (await fetchval(servers.standby_url, STANDBY_REPLAYED, lsn) and router.replayed >= lsn):
+    while not (
+        await fetchval(servers.standby_url, lambda c: SQL.test_standby_replayed(c, lsn=lsn))
+        and router.replayed >= lsn
+    ):
         assert time.monotonic() < deadline, "the standby did not replay in time"
         await asyncio.sleep(0.05)
 
@@ -200,7 +195,7 @@ async def test_write_positions_per_scope_and_their_bound(
     for subject in ("s2", "s3"):
         await router.note_write(conn, "p", subject)
     assert router.stale("q", "never-written")  # the bound: every scope waits for the position
-    router.replayed = await conn.fetchval("SELECT pg_current_wal_insert_lsn()")
+    router.replayed = await SQL.test_primary_wal_position(conn)
     assert not router.stale("q", "never-written") and not router.stale("p", "s1")
 
 
@@ -226,7 +221,7 @@ async def test_reads_run_on_the_standby_and_the_trace_on_the_primary(servers: Se
         health = (await client.get("/healthz")).json()
         assert health["replica"]["status"] == "ok" and health["replica"]["serving_reads"] is True
         assert health["replica"]["lag_ms"] is not None and health["replica"]["lag_ms"] < 1000
-        scans_before = await fetchval(servers.standby_url, FACT_SCANS)
+        scans_before = await fetchval(servers.standby_url, lambda c: SQL.test_fact_scans(c))
 
         trace_ids = []
         for _ in range(calls):
@@ -237,7 +232,10 @@ async def test_reads_run_on_the_standby_and_the_trace_on_the_primary(servers: Se
             assert any("Lisbon" in f["content"] for f in r.json()["facts"])
             trace_ids.append(r.json()["trace_id"])
         # The traces were written on the primary (the standby cannot write).
-        assert await fetchval(servers.primary_url, CALLS_OF, "rep-a") == calls
+        assert (
+            await fetchval(servers.primary_url, lambda c: SQL.test_count_context_calls(c, project_id="rep-a"))
+            == calls
+        )
         await wait_replayed(servers, app)
         for path in (
             f"/v1/inspect/{trace_ids[0]}",
@@ -258,7 +256,7 @@ async def test_reads_run_on_the_standby_and_the_trace_on_the_primary(servers: Se
 
 
 async def _scanned(url: str, at_least: int) -> bool:
-    return bool(await fetchval(url, FACT_SCANS) >= at_least)
+    return bool(await fetchval(url, lambda c: SQL.test_fact_scans(c)) >= at_least)
 
 
 @pytest.mark.slow
@@ -282,7 +280,7 @@ async def test_a_conflict_opened_a_moment_ago_is_never_served_across_lag(servers
         standby = await connect(Settings(database_url=servers.standby_url))
         await init_connection(standby)
         try:
-            await standby.fetchval(PAUSE)
+            await SQL.test_pause_replay(standby)
             await wait_for(lambda: _paused(standby), 10, "replay did not pause")
             r = await client.post(
                 "/v1/facts",
@@ -335,7 +333,7 @@ async def test_a_conflict_opened_a_moment_ago_is_never_served_across_lag(servers
             r = await client.get(f"/v1/inspect/{uuid7()}", headers=headers)
             assert r.status_code == 404 and r.json()["code"] == "not_found"
         finally:
-            await standby.fetchval(RESUME)
+            await SQL.test_resume_replay(standby)
             await standby.close()
         await wait_replayed(servers, app)
         # Replayed: the standby serves the scope again, and hides the conflict too.
@@ -347,7 +345,7 @@ async def test_a_conflict_opened_a_moment_ago_is_never_served_across_lag(servers
 
 
 async def _paused(conn: asyncpg.Connection) -> bool:
-    return bool(await conn.fetchval(PAUSED))
+    return bool(await SQL.test_replay_paused(conn))
 
 
 @pytest.mark.slow
@@ -363,7 +361,7 @@ async def test_lag_beyond_the_limit_sends_reads_to_the_primary(servers: Servers)
         await wait_replayed(servers, app)
         standby = await asyncpg.connect(servers.standby_url)
         try:
-            await standby.fetchval(PAUSE)
+            await SQL.test_pause_replay(standby)
             await wait_for(lambda: _paused(standby), 10, "replay did not pause")
             # Another project's write moves the primary on; the standby stays behind it.
             r = await client.post(
@@ -386,7 +384,7 @@ async def test_lag_beyond_the_limit_sends_reads_to_the_primary(servers: Servers)
             text = (await client.get("/metrics")).text
             assert counter(text, "haki_read_replica_lag_seconds") > 0.3
         finally:
-            await standby.fetchval(RESUME)
+            await SQL.test_resume_replay(standby)
             await standby.close()
         await wait_replayed(servers, app)
         await wait_for(
@@ -414,7 +412,7 @@ async def test_a_stopped_standby_fails_no_read(servers: Servers, monkeypatch: py
             "/v1/facts", json={"subject_id": "s", "facts": [fact("k", "Ines plays chess")]}, headers=headers
         )
         assert r.status_code == 201
-        lsn = await fetchval(servers.primary_url, PRIMARY_LSN)
+        lsn = await fetchval(servers.primary_url, lambda c: SQL.test_primary_wal_position(c))
         await wait_for(lambda: _replayed(servers, lsn), 20, "no replay")
         await app.state.read_router.check()  # the monitor's view, once, by hand
         query = {"subject_id": "s", "query": "What does Ines play?"}
@@ -445,4 +443,4 @@ async def test_a_stopped_standby_fails_no_read(servers: Servers, monkeypatch: py
 
 
 async def _replayed(servers: Servers, lsn: Any) -> bool:
-    return bool(await fetchval(servers.standby_url, STANDBY_REPLAYED, lsn))
+    return bool(await fetchval(servers.standby_url, lambda c: SQL.test_standby_replayed(c, lsn=lsn)))
