@@ -42,8 +42,10 @@ import asyncpg
 import httpx
 
 from benchmarks.load import PROJECT, Results, Server, client_loop, percentile, seed
+from benchmarks.sql import load_bench_queries
 from service.embedded import embedded_server, embedded_standby, embedded_url
 from service.migrations import migrate
+from service.repository import replica as replica_repo
 
 
 def fallbacks(metrics: str) -> dict[str, float]:
@@ -61,8 +63,8 @@ async def wait_replayed(primary_url: str, standby_url: str) -> float:
     start = time.perf_counter()
     p, s = await asyncpg.connect(primary_url), await asyncpg.connect(standby_url)
     try:
-        lsn = await p.fetchval("SELECT pg_current_wal_insert_lsn()")
-        while not await s.fetchval("SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn", lsn):  # noqa: ASYNC110
+        lsn = await replica_repo.wal_insert_lsn(p)
+        while ((await replica_repo.standby_position(s))[1] or -1) < lsn:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
     finally:
         await p.close()
@@ -74,12 +76,11 @@ async def lsn_round_trip_ms(primary_url: str, n: int = 2000) -> float:
     """The per-scope mechanism's cost on the write path: its one extra statement, alone."""
     conn = await asyncpg.connect(primary_url)
     try:
-        stmt = await conn.prepare("SELECT pg_current_wal_insert_lsn() AS lsn")
         for _ in range(100):
-            await stmt.fetchval()
+            await replica_repo.wal_insert_lsn(conn)  # the statement note_write runs, as it runs it
         start = time.perf_counter()
         for _ in range(n):
-            await stmt.fetchval()
+            await replica_repo.wal_insert_lsn(conn)
         return (time.perf_counter() - start) / n * 1000
     finally:
         await conn.close()
@@ -88,13 +89,14 @@ async def lsn_round_trip_ms(primary_url: str, n: int = 2000) -> float:
 async def set_remote_apply(primary_url: str, on: bool) -> None:
     conn = await asyncpg.connect(primary_url)
     try:
+        sql = load_bench_queries()
         if on:
-            await conn.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
-            await conn.execute("ALTER SYSTEM SET synchronous_commit = 'remote_apply'")
+            await sql.bench_set_synchronous_standbys(conn)
+            await sql.bench_set_remote_apply(conn)
         else:
-            await conn.execute("ALTER SYSTEM RESET synchronous_standby_names")
-            await conn.execute("ALTER SYSTEM RESET synchronous_commit")
-        await conn.execute("SELECT pg_reload_conf()")
+            await sql.bench_reset_synchronous_standbys(conn)
+            await sql.bench_reset_remote_apply(conn)
+        await sql.bench_reload_conf(conn)
     finally:
         await conn.close()
 
