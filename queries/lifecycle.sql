@@ -172,7 +172,7 @@ audit AS (
     SELECT :project_id, :erasure_id, g.subject_id, 'fact', 1, (SELECT count(*) FROM gone_sets),
            (SELECT count(*) FROM gone_members), (SELECT count(*) FROM gone_decisions), :key_id
     FROM gone AS g
-    RETURNING erased_at
+    RETURNING erased_at, subject_id
 )
 SELECT (SELECT count(*) FROM gone) AS facts,
        (SELECT count(*) FROM gone_members) AS conflict_members,
@@ -180,7 +180,7 @@ SELECT (SELECT count(*) FROM gone) AS facts,
        (SELECT count(*) FROM gone_sets) AS conflict_sets,
        (SELECT count(*) FROM unlinked) AS supersedes_unlinked,
        (SELECT count(*) FROM gone_decisions) AS decisions,
-       a.erased_at
+       a.erased_at, a.subject_id
 FROM audit AS a;
 
 -- name: erase_event(project_id, event_id, erasure_id, key_id)^
@@ -226,12 +226,12 @@ audit AS (
     SELECT :project_id, :erasure_id, g.subject_id, 'event', 1, (SELECT count(*) FROM gone_decisions),
            :key_id
     FROM gone AS g
-    RETURNING erased_at
+    RETURNING erased_at, subject_id
 )
 SELECT (SELECT count(*) FROM gone) AS events,
        (SELECT count(*) FROM unlinked) AS facts_unlinked,
        (SELECT count(*) FROM gone_decisions) AS decisions,
-       a.erased_at
+       a.erased_at, a.subject_id
 FROM audit AS a;
 
 -- name: list_context_call_projects()

@@ -14,7 +14,7 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
 
 from service import __version__
-from service.db import create_pool
+from service.db import create_pool, create_read_pool
 from service.docs_ui import DOCS_PATH, OfflineSwaggerRenderPlugin, docs_router
 from service.embedded import Supervisor
 from service.embedder import Embedder, build_embedder, check_embedder
@@ -39,6 +39,7 @@ from service.handlers.ui import TraceInspector
 from service.lifecycle import retention
 from service.observability.metrics import Metrics, metrics_endpoint
 from service.ratelimit import RateLimiter, WorkRateLimiter
+from service.replica import ReadRouter, provide_reads, rerun_after_replica_error, rerun_on_primary
 from service.settings import Settings
 from service.strict_body import check_json_body
 
@@ -60,6 +61,7 @@ def create_app(
             await check_embedder(app.state.embedder)
         if own_pool:
             app.state.pool = await create_pool(settings)
+        monitoring = await start_read_pool(app) if router is not None else None
         supervising = None
         if own_pool and settings.database_url is None:  # embedded mode: Haki owns the server
             supervising = asyncio.create_task(supervisor(app).run(), name="embedded-postgres-supervisor")
@@ -78,6 +80,11 @@ def create_app(
                 purging.cancel()
                 with suppress(asyncio.CancelledError):
                     await purging
+            if monitoring is not None:
+                monitoring.cancel()
+                with suppress(asyncio.CancelledError):
+                    await monitoring
+                await app.state.read_router.read_pool.close()
             if supervising is not None:
                 supervising.cancel()
                 with suppress(asyncio.CancelledError):
@@ -88,6 +95,18 @@ def create_app(
                 await app.state.embedder.aclose()
 
     metrics = Metrics()
+    # Reads on a streaming standby (service/replica.py); None keeps today's single pool.
+    router = ReadRouter(settings, metrics.registry) if settings.database_read_url else None
+
+    async def start_read_pool(app: Litestar) -> asyncio.Task[None]:
+        """The standby's pool and its monitor; the first check runs before the first request,
+        so a standby that is up serves from the start. A standby down at start-up is not fatal:
+        the primary serves until the monitor finds it."""
+        assert router is not None and settings.database_read_url is not None
+        router.primary_pool = app.state.pool
+        router.read_pool = await create_read_pool(settings, settings.database_read_url)
+        await router.check()
+        return asyncio.create_task(router.run(), name="read-replica-monitor")
 
     def supervisor(app: Litestar) -> Supervisor:
         async def restarted() -> None:
@@ -108,7 +127,7 @@ def create_app(
             TraceInspector,
         ],
         lifespan=[lifespan],
-        middleware=[metrics.middleware],
+        middleware=[metrics.middleware] + ([rerun_on_primary] if router is not None else []),
         state=State(
             {
                 "settings": settings,
@@ -117,6 +136,7 @@ def create_app(
                 "rate_limiter": RateLimiter(settings.rate_limit_per_minute),
                 "work_limiter": WorkRateLimiter(settings.embed_chars_per_minute),
                 "metrics": metrics,
+                "read_router": router,
             }
         ),
         dependencies={
@@ -125,11 +145,13 @@ def create_app(
             "embedder": Provide(provide_embedder, sync_to_thread=False),
             "settings": Provide(provide_settings, sync_to_thread=False),
             "project_id": Provide(provide_project_id),
+            "reads": Provide(provide_reads, sync_to_thread=False),
         },
         exception_handlers={Exception: handle_exception},
         # Media type, nesting depth and JSON syntax of a body, before it is decoded or the key read.
         before_request=check_json_body,
-        after_exception=[release_after_exception],
+        after_exception=[release_after_exception]
+        + ([rerun_after_replica_error] if router is not None else []),
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(
             title="Haki",

@@ -69,3 +69,21 @@ async def connect(settings: Settings, url: str | None = None) -> asyncpg.Connect
         statement_cache_size=settings.db_statement_cache_size,
     )
     return conn
+
+
+async def create_read_pool(settings: Settings, url: str) -> asyncpg.Pool:
+    """The standby's pool (HAKI_DATABASE_READ_URL, service/replica.py): the same sizes and
+    settings, and no connection at start (min_size 0): a standby that is down when Haki starts
+    must not keep it from starting, the primary serves until the monitor finds the standby."""
+    pool: asyncpg.Pool = await asyncpg.create_pool(
+        url,
+        min_size=0,
+        max_size=settings.pool_max_size,
+        init=init_connection,
+        server_settings=server_settings(settings),
+        timeout=settings.connect_timeout_seconds,
+        command_timeout=settings.statement_timeout_ms / 1000 + 5,
+        statement_cache_size=settings.db_statement_cache_size,
+        reset=keep_session,
+    )
+    return pool

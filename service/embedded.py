@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import subprocess
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable
@@ -211,3 +212,40 @@ class Supervisor:
             failures = 0
             await self._recovered(down_since)
             down_since = None
+
+
+# --- a streaming standby of the embedded server (issue 19, docs/scaling.md "Read replicas") ----
+
+# Files of the primary's data directory that pg_basebackup copies but that belong to the running
+# primary: pgserver's handle list, the socket's lock (pgserver puts the socket in the data
+# directory) and pgserver's log.
+NOT_COPIED_TO_STANDBY: Final = (HANDLE_LIST, ".s.PGSQL.5432.lock", "log")
+
+
+def embedded_standby(primary_dir: Path, standby_dir: Path) -> Any:
+    """A streaming standby of the embedded PostgreSQL of `primary_dir`, from the same binaries:
+    `pg_basebackup -R` (the standby.signal and primary_conninfo to the primary's socket) into
+    `standby_dir`/pgdata, then started through pgserver like the primary, on a socket of its own.
+    Both run as pgserver's system user when started as root. initdb's defaults already allow it
+    (wal_level replica, max_wal_senders 10, `local replication all trust`). Used by the replica
+    tests and benchmarks; a production standby is set up as docs/scaling.md says."""
+    import pwd
+
+    from pgserver._commands import POSTGRES_BIN_PATH
+    from pgserver.utils import ensure_prefix_permissions
+
+    primary = embedded_server(primary_dir)
+    pgdata = (standby_dir / "pgdata").expanduser().resolve()
+    if not (pgdata / "PG_VERSION").exists():
+        pgdata.mkdir(parents=True, mode=0o700, exist_ok=True)
+        if primary.system_user is not None:
+            ensure_prefix_permissions(pgdata)
+            user = pwd.getpwnam(primary.system_user)
+            os.chown(pgdata, user.pw_uid, user.pw_gid)
+        socket_dir = urllib.parse.parse_qs(urllib.parse.urlsplit(primary.get_uri()).query)["host"][0]
+        basebackup = [str(POSTGRES_BIN_PATH / "pg_basebackup"), "-h", socket_dir, "-U", "postgres"]
+        basebackup += ["-D", str(pgdata), "-R", "-X", "stream", "-c", "fast"]
+        subprocess.run(basebackup, user=primary.system_user, check=True, capture_output=True, timeout=300)
+        for name in NOT_COPIED_TO_STANDBY:
+            (pgdata / name).unlink(missing_ok=True)
+    return embedded_server(standby_dir)

@@ -66,6 +66,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     trace_purge_batch: int = 200
     # The statement timeout of one subject erasure (DELETE /v1/subjects/{id}), its transaction only.
     erasure_timeout_ms: int = 120_000
+    # Read replicas (issue 19, docs/scaling.md "Read replicas"): unset, one pool as before.
+    database_read_url: str | None = None
+    read_max_lag_ms: int = 1000
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -135,4 +138,5 @@ SETTING_BOUNDS: dict[str, tuple[float, float | None, str]] = {
     "trace_purge_interval_seconds": (1e-9, None, "positive"),
     "trace_purge_batch": (1, None, ">= 1"),
     "erasure_timeout_ms": (1, None, ">= 1"),
+    "read_max_lag_ms": (0, None, ">= 0"),
 }

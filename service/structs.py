@@ -542,10 +542,34 @@ class StatsOverview(Response, frozen=True, kw_only=True):
     trace_retention_days: TraceRetentionDays = 0
 
 
-class Health(Response, frozen=True, kw_only=True):
+class Health(Response, frozen=True, kw_only=True, omit_defaults=True):
     status: Annotated[Literal["ok"], Meta(description="`ok` once the service can answer.")]
     database: Annotated[Literal["ok"], Meta(description="`ok` once the database answers.")]
     embedder: Annotated[str, Meta(description="The embedder in use (`local:...`, `openai:...`, `hash`).")]
+    replica: Annotated[
+        ReplicaHealth | None,
+        Meta(description="The read replica (HAKI_DATABASE_READ_URL); absent when none is configured."),
+    ] = None
+
+
+class ReplicaHealth(Response, frozen=True, kw_only=True):
+    """The read replica as the last check found it (service/replica.py). Its state never fails
+    the probe: the primary serves every read the replica cannot."""
+
+    status: Annotated[
+        Literal["ok", "lagging", "down", "starting", "not_standby"],
+        Meta(
+            description="`ok`: serving reads; `lagging`: behind the primary by more than "
+            "HAKI_READ_MAX_LAG_MS; `down`: not reachable; `starting`: not checked yet; "
+            "`not_standby`: the server is not in recovery (promoted), so not used."
+        ),
+    ]
+    serving_reads: Annotated[bool, Meta(description="Reads go to the replica now.")]
+    lag_ms: Annotated[
+        float | None,
+        Meta(description="Replay lag behind the primary's WAL at the last check (0.2 s resolution)."),
+    ]
+    max_lag_ms: Annotated[int, Meta(description="HAKI_READ_MAX_LAG_MS.")]
 
 
 # --- time travel (docs/time-travel.md) --------------------------------------------------------
@@ -706,6 +730,7 @@ class SubjectErasure(Response, frozen=True, kw_only=True):
 
 class FactErasure(Response, frozen=True, kw_only=True):
     fact_id: FactId
+    subject_id: ScopeSubject
     erased_at: Annotated[datetime, Meta(description="When the erasure committed.")]
     conflict_members: Annotated[int, Meta(description="Conflict memberships removed.")]
     conflict_sets_resolved: Annotated[
@@ -718,6 +743,7 @@ class FactErasure(Response, frozen=True, kw_only=True):
 
 class EventErasure(Response, frozen=True, kw_only=True):
     event_id: EventId
+    subject_id: ScopeSubject
     erased_at: Annotated[datetime, Meta(description="When the erasure committed.")]
     facts_unlinked: Annotated[int, Meta(description="Facts whose `source_event_id` named it, now null.")]
     decisions: Annotated[int, Meta(description="Trace decisions that named it, erased.")]

@@ -37,6 +37,7 @@ LAYERS: dict[str, int] = {
     "service.embedder": 2,
     "service.embedding": 2,
     "service.db": 2,
+    "service.replica": 2,
     "service.migrations": 2,
     "service.importer": 2,
     "service.lifecycle": 2,

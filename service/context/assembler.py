@@ -18,6 +18,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
+from typing import Any
 from uuid import UUID
 
 import msgspec
@@ -42,6 +43,7 @@ from service.embedder import Embedder
 from service.errors import InvalidInput, NotFound
 from service.ids import uuid7
 from service.observability.timing import StageTimer
+from service.replica import trace_transaction
 from service.repository import Conn
 from service.repository import context as repo
 from service.settings import ContextProfile, Settings
@@ -315,6 +317,7 @@ async def assemble(
     weights: Weights | None = None,
     timer: StageTimer | None = None,
     replay_of: UUID | None = None,
+    trace_pool: Any | None = None,
 ) -> ContextPacket:
     """Builds, traces and returns the ContextPacket of one POST /v1/context call, with the
     request's profile or the deployment's, at the request's as_of or now.
@@ -322,6 +325,9 @@ async def assemble(
     `weights` (default: the profile's) exists for the offline quality evaluation
     (benchmarks/locomo.py builds its single-signal modes with it); the HTTP API never exposes it.
     `replay_of` links the trace of a replay to its origin (replay below).
+    `trace_pool` (the primary's pool) is given when `conn` is a streaming standby's
+    (service/replica.py): the retrieval runs there read-only, and the trace is written on the
+    primary afterwards in a transaction of its own. None: one transaction, as always.
     """
     principal.require(req.project_id)
     if replay_of is None:  # a replay's default instant is its origin's, stamped by the database
@@ -334,15 +340,20 @@ async def assemble(
         timed_embedding(embedder, settings, req.query, timer, principal.project_id)
     )
     try:
-        async with conn.transaction():
+        async with conn.transaction(readonly=trace_pool is not None):
             await repo.configure_vector_scan(conn, EF_SEARCH)
             qvec = await embedding
             retrieved, packed = await PROFILES[profile](
                 conn, req, qvec, settings, weights or PROFILE_WEIGHTS[profile], timer
             )
             packet = build_packet(req, profile, warnings_of(qvec, retrieved), packed)
+            if trace_pool is None:
+                with timer.stage("trace"):
+                    await write_trace(conn, req, packet, packed, retrieved, settings, replay_of)
+        if trace_pool is not None:
             with timer.stage("trace"):
-                await write_trace(conn, req, packet, packed, retrieved, settings, replay_of)
+                async with trace_transaction(trace_pool, settings.pool_acquire_timeout_seconds) as primary:
+                    await write_trace(primary, req, packet, packed, retrieved, settings, replay_of)
     finally:
         if not embedding.done():  # the database failed first: the vector is not needed
             embedding.cancel()

@@ -18,6 +18,7 @@ from service.handlers.memory import ProjectQuery, SubjectQuery
 from service.lifecycle import retention
 from service.observability.metrics import observe_context
 from service.observability.timing import StageTimer
+from service.replica import READS, ReadsDep
 from service.structs import (
     ContextPacket,
     ContextRequest,
@@ -59,6 +60,7 @@ class ContextController(Controller):
         "facts by decreasing score, then multi-hop expansion and the closest episodes into what is "
         "left. Every decision is traced: see GET /v1/inspect/{trace_id}. The Server-Timing header "
         "gives the time per stage.",
+        opt={READS: True},
     )
     async def context(
         self,
@@ -68,10 +70,14 @@ class ContextController(Controller):
         embedder: EmbedderDep,
         settings: SettingsDep,
         state: State,
+        reads: ReadsDep,
     ) -> Response[ContextPacket]:
         data = in_key_project(data, principal)
+        reads.fresh(data.project_id, data.subject_id)
         timer = StageTimer()
-        packet = await assembler.assemble(conn, embedder, settings, principal, data, timer=timer)
+        packet = await assembler.assemble(
+            conn, embedder, settings, principal, data, timer=timer, trace_pool=reads.trace_pool
+        )
         observe_context(state, timer, packet)
         return Response(packet, status_code=200, headers={"Server-Timing": server_timing(timer)})
 
@@ -79,6 +85,7 @@ class ContextController(Controller):
         "/v1/inspect/{trace_id:uuid}",
         responses=ERRORS,
         summary="Every decision of one context call",
+        opt={READS: True},
     )
     async def inspect(
         self,
@@ -88,10 +95,16 @@ class ContextController(Controller):
     ) -> Inspection:
         return await assembler.inspect(conn, principal, trace_id)
 
-    @get("/v1/stats/overview", responses=ERRORS, summary="Usage overview of a project")
+    @get("/v1/stats/overview", responses=ERRORS, summary="Usage overview of a project", opt={READS: True})
     async def stats(
-        self, conn: ConnDep, principal: Caller, settings: SettingsDep, project_id: ProjectQuery
+        self,
+        conn: ConnDep,
+        principal: Caller,
+        settings: SettingsDep,
+        reads: ReadsDep,
+        project_id: ProjectQuery,
     ) -> StatsOverview:
+        reads.fresh(project_id)
         return retention.windowed(await assembler.stats(conn, principal, project_id), settings)
 
     @post(
@@ -130,12 +143,14 @@ class ContextController(Controller):
         "instant (as-of calls and replays are not counted). `order`: `never_served` (only facts "
         "never served, the most often left out first), `most_served`, or `most_dropped` (most "
         "often left out for the budget first).",
+        opt={READS: True},
     )
     async def fact_stats(
         self,
         conn: ConnDep,
         principal: Caller,
         settings: SettingsDep,
+        reads: ReadsDep,
         project_id: ProjectQuery,
         subject_id: SubjectQuery = None,
         order: Annotated[
@@ -147,6 +162,7 @@ class ContextController(Controller):
             Parameter(query="limit", ge=1, le=MAX_PAGE_LIMIT, description="At most this many facts, 1..500."),
         ] = DEFAULT_PAGE_LIMIT,
     ) -> FactStats:
+        reads.fresh(project_id, subject_id)
         return retention.windowed(
             await replay.fact_stats(conn, principal, project_id, subject_id, order, limit), settings
         )

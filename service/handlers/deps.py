@@ -17,6 +17,7 @@ from service.auth import Principal, authenticate
 from service.embedder import Embedder, WorkLimitedEmbedder
 from service.errors import CONNECTION_LOST, openapi_responses
 from service.ratelimit import RateLimiter, WorkRateLimiter
+from service.replica import ON_REPLICA, READS, router_of
 from service.settings import Settings
 from service.strict_body import check_body
 from service.structs import KEY_PROJECT
@@ -56,7 +57,11 @@ async def provide_conn(
     # key lookup, the rate limit): the connection would wait for the garbage collector, or for
     # ever while anything holds the exception. `release_after_exception` closes the lease then.
     request.scope.setdefault("state", {})[LEASE] = lease
-    conn = await lease.open(state.pool, settings.pool_acquire_timeout_seconds)
+    router = router_of(state)  # None without HAKI_DATABASE_READ_URL: one pool, as before
+    if router is not None and request.route_handler.opt.get(READS):
+        conn = await router.lease(lease, request.scope)
+    else:
+        conn = await lease.open(state.pool, settings.pool_acquire_timeout_seconds)
     try:
         yield conn
     finally:
@@ -70,8 +75,8 @@ async def release_after_exception(exc: Exception, scope: Scope) -> None:
     lease = scope.get("state", {}).get(LEASE)
     if isinstance(lease, Lease):
         await lease.close()
-    if not isinstance(exc, CONNECTION_LOST):
-        return
+    if not isinstance(exc, CONNECTION_LOST) or scope.get("state", {}).get(ON_REPLICA):
+        return  # a standby's lost connection says nothing of the primary's (service/replica.py)
     expire = getattr(scope["litestar_app"].state.get("pool"), "expire_connections", None)
     if expire is not None:
         await expire()

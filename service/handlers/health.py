@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from litestar import Router, get, head
+from litestar.datastructures import State
 
 from service.handlers.deps import ERRORS, ConnDep, EmbedderDep
+from service.replica import router_of
 from service.repository import health as health_repo
 from service.structs import Health
 
@@ -17,9 +19,11 @@ from service.structs import Health
     summary="Readiness probe (no key needed)",
     security=[{}],
 )
-async def healthz_get(conn: ConnDep, embedder: EmbedderDep) -> Health:
+async def healthz_get(conn: ConnDep, embedder: EmbedderDep, state: State) -> Health:
     await health_repo.ping(conn)
-    return Health(status="ok", database="ok", embedder=embedder.name)
+    router = router_of(state)  # the replica's state as its monitor last saw it: no query
+    replica = None if router is None else router.health()
+    return Health(status="ok", database="ok", embedder=embedder.name, replica=replica)
 
 
 # Load balancers and `curl -I` probe with HEAD; Litestar serves HEAD only from a handler of its

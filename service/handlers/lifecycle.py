@@ -13,6 +13,7 @@ from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, MAX_SCOPE_CHAR
 from service.handlers.deps import ERRORS, Caller, ConnDep, SettingsDep
 from service.handlers.memory import NO_NUL, ProjectQuery
 from service.lifecycle import erasure, export
+from service.replica import READS, ReadsDep
 from service.structs import SubjectErasure, SubjectPage
 
 SubjectPath = Annotated[
@@ -62,10 +63,13 @@ class LifecycleController(Controller):
         conn: ConnDep,
         principal: Caller,
         settings: SettingsDep,
+        reads: ReadsDep,
         project_id: ProjectQuery,
         subject_id: SubjectPath,
     ) -> SubjectErasure:
-        return await erasure.erase_subject(conn, principal, settings, project_id, subject_id)
+        erased = await erasure.erase_subject(conn, principal, settings, project_id, subject_id)
+        await reads.note_write(conn, project_id, subject_id)
+        return erased
 
     @delete(
         "/v1/subjects",
@@ -80,10 +84,13 @@ class LifecycleController(Controller):
         conn: ConnDep,
         principal: Caller,
         settings: SettingsDep,
+        reads: ReadsDep,
         project_id: ProjectQuery,
         subject_id: SubjectParam,
     ) -> SubjectErasure:
-        return await erasure.erase_subject(conn, principal, settings, project_id, subject_id)
+        erased = await erasure.erase_subject(conn, principal, settings, project_id, subject_id)
+        await reads.note_write(conn, project_id, subject_id)
+        return erased
 
     @get(
         "/v1/subjects/export",
@@ -106,15 +113,18 @@ class LifecycleController(Controller):
         "/v1/subjects",
         responses=ERRORS,
         summary="List the subjects of a project, with their fact and event counts",
+        opt={READS: True},
     )
     async def list_subjects(
         self,
         conn: ConnDep,
         principal: Caller,
+        reads: ReadsDep,
         project_id: ProjectQuery,
         limit: Limit = DEFAULT_PAGE_LIMIT,
         cursor: Cursor = None,
     ) -> SubjectPage:
+        reads.fresh(project_id)
         return await erasure.list_subjects(conn, principal, project_id, limit, cursor)
 
     @get(

@@ -13,6 +13,7 @@ from service import idempotency, memory
 from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, MAX_SCOPE_CHARS
 from service.handlers.deps import ERRORS, Caller, ConnDep, EmbedderDep, SettingsDep, in_key_project
 from service.lifecycle import erasure
+from service.replica import READS, ReadsDep
 from service.structs import (
     ConflictList,
     ConflictSet,
@@ -122,6 +123,7 @@ class FactsController(Controller):
         principal: Caller,
         embedder: EmbedderDep,
         settings: SettingsDep,
+        reads: ReadsDep,
         idempotency_key: IdempotencyKey = None,
     ) -> Response[WriteFactsResponse]:
         data = in_key_project(data, principal)
@@ -138,13 +140,15 @@ class FactsController(Controller):
             prepare=lambda: memory.prepare_facts(embedder, settings, principal, data),
             write=lambda prepared: memory.store_facts(conn, prepared),
         )
+        await reads.note_write(conn, data.project_id, data.subject_id)
         return idempotent_response(outcome)
 
-    @get("/", responses=ERRORS, summary="List facts (keyset pagination)")
+    @get("/", responses=ERRORS, summary="List facts (keyset pagination)", opt={READS: True})
     async def list_facts(
         self,
         conn: ConnDep,
         principal: Caller,
+        reads: ReadsDep,
         project_id: ProjectQuery,
         subject_id: SubjectQuery = None,
         status: Annotated[
@@ -159,17 +163,21 @@ class FactsController(Controller):
             Parameter(query="cursor", max_length=64, description="`next_cursor` of the previous page."),
         ] = None,
     ) -> FactPage:
+        reads.fresh(project_id, subject_id)
         return await memory.list_facts(conn, principal, project_id, subject_id, status, limit, cursor)
 
-    @get("/{fact_id:uuid}", responses=ERRORS, summary="Read one fact")
-    async def get_fact(self, conn: ConnDep, principal: Caller, fact_id: FactIdPath) -> Fact:
+    @get("/{fact_id:uuid}", responses=ERRORS, summary="Read one fact", opt={READS: True})
+    async def get_fact(self, conn: ConnDep, principal: Caller, reads: ReadsDep, fact_id: FactIdPath) -> Fact:
+        reads.fresh(principal.project_id)
         return await memory.get_fact(conn, principal, fact_id)
 
     @patch("/{fact_id:uuid}", responses=ERRORS, summary="Retract a fact or set its valid_to")
     async def patch_fact(
-        self, data: PatchFactRequest, conn: ConnDep, principal: Caller, fact_id: FactIdPath
+        self, data: PatchFactRequest, conn: ConnDep, principal: Caller, reads: ReadsDep, fact_id: FactIdPath
     ) -> Fact:
-        return await memory.patch_fact(conn, principal, fact_id, data)
+        fact = await memory.patch_fact(conn, principal, fact_id, data)
+        await reads.note_write(conn, fact.project_id, fact.subject_id)
+        return fact
 
     @delete(
         "/{fact_id:uuid}",
@@ -180,8 +188,12 @@ class FactsController(Controller):
         "is resolved, keeping it) and the trace decisions that name it; `supersedes` links that "
         "pointed at it become null. To stop serving a fact while keeping it, PATCH it `retracted`.",
     )
-    async def erase_fact(self, conn: ConnDep, principal: Caller, fact_id: FactIdPath) -> FactErasure:
-        return await erasure.erase_fact(conn, principal, fact_id)
+    async def erase_fact(
+        self, conn: ConnDep, principal: Caller, reads: ReadsDep, fact_id: FactIdPath
+    ) -> FactErasure:
+        erased = await erasure.erase_fact(conn, principal, fact_id)
+        await reads.note_write(conn, principal.project_id, erased.subject_id)
+        return erased
 
 
 class EventsController(Controller):
@@ -196,6 +208,7 @@ class EventsController(Controller):
         principal: Caller,
         embedder: EmbedderDep,
         settings: SettingsDep,
+        reads: ReadsDep,
         idempotency_key: IdempotencyKey = None,
     ) -> Response[WriteEventsResponse]:
         data = in_key_project(data, principal)
@@ -212,13 +225,15 @@ class EventsController(Controller):
             prepare=lambda: memory.prepare_events(embedder, principal, data),
             write=lambda prepared: memory.store_events(conn, prepared),
         )
+        await reads.note_write(conn, data.project_id, data.subject_id)
         return idempotent_response(outcome)
 
-    @get("/", responses=ERRORS, summary="List events (keyset pagination)")
+    @get("/", responses=ERRORS, summary="List events (keyset pagination)", opt={READS: True})
     async def list_events(
         self,
         conn: ConnDep,
         principal: Caller,
+        reads: ReadsDep,
         project_id: ProjectQuery,
         subject_id: SubjectQuery = None,
         limit: Annotated[
@@ -229,10 +244,14 @@ class EventsController(Controller):
             Parameter(query="cursor", max_length=64, description="`next_cursor` of the previous page."),
         ] = None,
     ) -> EventPage:
+        reads.fresh(project_id, subject_id)
         return await erasure.list_events(conn, principal, project_id, subject_id, limit, cursor)
 
-    @get("/{event_id:uuid}", responses=ERRORS, summary="Read one event")
-    async def get_event(self, conn: ConnDep, principal: Caller, event_id: EventIdPath) -> Event:
+    @get("/{event_id:uuid}", responses=ERRORS, summary="Read one event", opt={READS: True})
+    async def get_event(
+        self, conn: ConnDep, principal: Caller, reads: ReadsDep, event_id: EventIdPath
+    ) -> Event:
+        reads.fresh(principal.project_id)
         return await erasure.get_event(conn, principal, event_id)
 
     @delete(
@@ -243,25 +262,31 @@ class EventsController(Controller):
         description="Removes the event and the trace decisions that name it; facts extracted from "
         "it keep their text and their `source_event_id` becomes null.",
     )
-    async def erase_event(self, conn: ConnDep, principal: Caller, event_id: EventIdPath) -> EventErasure:
-        return await erasure.erase_event(conn, principal, event_id)
+    async def erase_event(
+        self, conn: ConnDep, principal: Caller, reads: ReadsDep, event_id: EventIdPath
+    ) -> EventErasure:
+        erased = await erasure.erase_event(conn, principal, event_id)
+        await reads.note_write(conn, principal.project_id, erased.subject_id)
+        return erased
 
 
 class ConflictsController(Controller):
     path = "/v1/conflicts"
     tags = ["conflicts"]
 
-    @get("/", responses=ERRORS, summary="List conflict sets")
+    @get("/", responses=ERRORS, summary="List conflict sets", opt={READS: True})
     async def list_conflicts(
         self,
         conn: ConnDep,
         principal: Caller,
+        reads: ReadsDep,
         project_id: ProjectQuery,
         subject_id: SubjectQuery = None,
         status: Annotated[
             Literal["open", "resolved"] | None, Parameter(query="status", description="Only this status.")
         ] = None,
     ) -> ConflictList:
+        reads.fresh(project_id, subject_id)
         return await memory.list_conflicts(conn, principal, project_id, subject_id, status)
 
     @post(
@@ -275,6 +300,9 @@ class ConflictsController(Controller):
         data: ResolveConflictRequest,
         conn: ConnDep,
         principal: Caller,
+        reads: ReadsDep,
         conflict_set_id: ConflictSetIdPath,
     ) -> ConflictSet:
-        return await memory.resolve_conflict(conn, principal, conflict_set_id, data)
+        resolved = await memory.resolve_conflict(conn, principal, conflict_set_id, data)
+        await reads.note_write(conn, resolved.project_id, resolved.subject_id)
+        return resolved

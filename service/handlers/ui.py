@@ -35,6 +35,7 @@ from service.constants import MAX_SCOPE_CHARS
 from service.context import replay as time_travel
 from service.errors import NotFound, Unauthorized
 from service.handlers.deps import ConnDep, EmbedderDep, SettingsDep
+from service.replica import READS, ReadsDep
 from service.repository import traces as repo
 from service.settings import ContextProfile
 from service.structs import ReplayRequest
@@ -187,11 +188,12 @@ class TraceInspector(Controller):
     async def logout(self) -> Redirect:
         return _to_login()
 
-    @get("/traces", media_type=MediaType.HTML)
+    @get("/traces", media_type=MediaType.HTML, opt={READS: True})
     async def recent_calls(
         self,
         request: Request[Any, Any, Any],
         conn: ConnDep,
+        reads: ReadsDep,
         subject_id: Annotated[
             str | None,
             Parameter(query="subject_id", max_length=MAX_SCOPE_CHARS, pattern=r"^[^\x00]*$"),
@@ -200,18 +202,23 @@ class TraceInspector(Controller):
     ) -> Response[Any]:
         principal = await _principal(request, conn)
         if principal is None:
+            reads.missing("api key")
             return _to_login()
         subject = subject_id or None
         calls = await repo.recent_context_calls(conn, principal.project_id, subject, limit)
         return _page("traces.html", project_id=principal.project_id, subject_id=subject, calls=calls)
 
-    @get("/traces/{trace_id:uuid}", media_type=MediaType.HTML)
-    async def trace(self, request: Request[Any, Any, Any], conn: ConnDep, trace_id: UUID) -> Response[Any]:
+    @get("/traces/{trace_id:uuid}", media_type=MediaType.HTML, opt={READS: True})
+    async def trace(
+        self, request: Request[Any, Any, Any], conn: ConnDep, reads: ReadsDep, trace_id: UUID
+    ) -> Response[Any]:
         principal = await _principal(request, conn)
         if principal is None:
+            reads.missing("api key")  # created a moment ago: the primary knows it
             return _to_login()
         call = await repo.get_context_call(conn, principal.project_id, trace_id)
         if call is None:
+            reads.missing("trace")  # written a moment ago: the primary has it
             return _trace_not_found(principal.project_id)
         items = await repo.trace_items(conn, principal.project_id, trace_id)
         included = [d for d in items if d["decision"] == "included"]

@@ -241,6 +241,8 @@ class Health(_Out, frozen=True, kw_only=True):
     status: str
     database: str | None = None
     embedder: str | None = None
+    # The read replica's state (HAKI_DATABASE_READ_URL); absent without one.
+    replica: dict[str, Any] | None = None
 
 
 class ErrorBody(_Out, frozen=True, kw_only=True):

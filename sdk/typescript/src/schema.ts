@@ -511,6 +511,8 @@ export interface components {
              * @description Event id (UUIDv7: ids sort by creation time).
              */
             event_id: string;
+            /** @description Subject id the memory is about. */
+            subject_id: string;
             /**
              * Format: date-time
              * @description When the erasure committed.
@@ -618,6 +620,8 @@ export interface components {
              * @description Fact id (UUIDv7: ids sort by creation time).
              */
             fact_id: string;
+            /** @description Subject id the memory is about. */
+            subject_id: string;
             /**
              * Format: date-time
              * @description When the erasure committed.
@@ -738,6 +742,8 @@ export interface components {
             database: "ok";
             /** @description The embedder in use (`local:...`, `openai:...`, `hash`). */
             embedder: string;
+            /** @description The read replica (HAKI_DATABASE_READ_URL); absent when none is configured. */
+            replica?: components["schemas"]["ReplicaHealth"] | null;
         };
         /** Inspection */
         Inspection: {
@@ -904,6 +910,20 @@ export interface components {
             packet: components["schemas"]["ContextPacket"];
             /** @description The replay's decisions against the original's. */
             diff: components["schemas"]["ReplayDiff"];
+        };
+        /** ReplicaHealth */
+        ReplicaHealth: {
+            /**
+             * @description `ok`: serving reads; `lagging`: behind the primary by more than HAKI_READ_MAX_LAG_MS; `down`: not reachable; `starting`: not checked yet; `not_standby`: the server is not in recovery (promoted), so not used.
+             * @enum {string}
+             */
+            status: "ok" | "lagging" | "down" | "starting" | "not_standby";
+            /** @description Reads go to the replica now. */
+            serving_reads: boolean;
+            /** @description Replay lag behind the primary's WAL at the last check (0.2 s resolution). */
+            lag_ms: number | null;
+            /** @description HAKI_READ_MAX_LAG_MS. */
+            max_lag_ms: number;
         };
         /** ResolveConflictRequest */
         ResolveConflictRequest: {
