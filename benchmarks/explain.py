@@ -6,9 +6,9 @@
 
 The statements are the named queries themselves (queries/context.sql), PREPAREd and EXPLAINed
 server-side by pg_temp.bench_explain (benchmarks/sql/bench.sql), inside a transaction configured by
-configure_vector_scan exactly as the assembler configures it: a fresh prepared statement gets a
+plan_vector_walks exactly as the assembler configures it: a fresh prepared statement gets a
 plan for its own parameters, as force_custom_plan gives every call, and the statements the
-assembler runs after end_custom_plans (GENERIC) get the generic plan they run under. Each
+assembler runs after use_generic_plans (GENERIC) get the generic plan they run under. Each
 statement runs twice and the second run is shown (warm buffers, as in a serving process).
 
 Both profiles (spec/context-profiles.md): `facts_first` runs vector_walk (facts only),
@@ -63,7 +63,6 @@ from service.db import connect, init_connection
 from service.embedded import embedded_url
 from service.ids import uuid7
 from service.migrations import migrate
-from service.repository import context as repo
 from service.settings import Settings
 from service.sql import load_queries
 from service.structs import Decision
@@ -81,7 +80,7 @@ def as_text(value: Any) -> str | None:
     return str(value)
 
 
-# The statements the assembler runs after end_custom_plans, under one generic plan each.
+# The statements the assembler runs after use_generic_plans, under one generic plan each.
 GENERIC = {
     "fact_candidates",
     "unified_candidates",
@@ -101,9 +100,9 @@ async def explain(conn: Any, name: str, params: dict[str, Any]) -> str:
             params = {**params, "trace_id": uuid7()}
         args = [as_text(params[p]) for p in order]
         async with conn.transaction():
-            await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
+            await assembler.plan_vector_walks(conn)
             if name in GENERIC:
-                await repo.end_custom_plans(conn)
+                await assembler.use_generic_plans(conn)
             lines = [
                 r["line"] async for r in b.bench_explain(conn, statement=getattr(q, name).sql, args=args)
             ]
@@ -152,7 +151,7 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
         """cand() plus what vector_walk hands the candidate statement, as the assembler runs it."""
         params = cand(subject, query, unified=unified)
         async with conn.transaction():
-            await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
+            await assembler.plan_vector_walks(conn)
             row = await load_queries().vector_walk(
                 conn, **{p: params[p] for p in load_queries().driver_adapter.var_sorted["vector_walk"]}
             )
@@ -197,8 +196,8 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
         )
     )
     async with conn.transaction():
-        await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
-        retrieved = await repo.fact_candidates(
+        await assembler.plan_vector_walks(conn)
+        retrieved = await assembler.retrieve_facts_first(
             conn,
             Probe(
                 project_id=PROJECT,
@@ -206,14 +205,11 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
                 embedding=question.vector,
                 query=question.text,
                 weights=assembler.PROFILE_WEIGHTS["facts_first"],
-                tau_seconds=RECENCY_TAU_SECONDS,
             ),
-            top_k=RETRIEVAL_TOP_K,
-            candidate_limit=CANDIDATE_LIMIT,
         )
         # The query's words and their idf, which unified_candidates hands linked_facts.
         idf = (
-            await repo.unified_candidates(
+            await assembler.retrieve_unified(
                 conn,
                 Probe(
                     project_id=PROJECT,
@@ -335,23 +331,17 @@ async def run(data_dir: Path | None) -> list[tuple[str, str]]:
         await load_bench_queries().bench_define_explain(conn)
         # Warm the buffers as a serving process would have them (both profiles' statements).
         for query in queries(300)[:50]:
-            for profile, candidates in (
-                ("facts_first", repo.fact_candidates),
-                ("unified", repo.unified_candidates),
-            ):
+            for profile, retrieve in assembler.RETRIEVERS.items():
+                probe = Probe(
+                    project_id=PROJECT,
+                    subject_id=TARGET,
+                    query=query.text,
+                    embedding=query.vector,
+                    weights=assembler.PROFILE_WEIGHTS[profile],
+                )
                 async with conn.transaction():
-                    await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
-                    await candidates(
-                        conn,
-                        project_id=PROJECT,
-                        subject_id=TARGET,
-                        query_embedding=query.vector,
-                        query_text=query.text,
-                        top_k=RETRIEVAL_TOP_K,
-                        candidate_limit=CANDIDATE_LIMIT,
-                        weights=assembler.PROFILE_WEIGHTS[profile],
-                        tau_seconds=RECENCY_TAU_SECONDS,
-                    )
+                    await assembler.plan_vector_walks(conn)
+                    await retrieve(conn, probe)
         result = await plans(conn)
         await conn.close()
         return result

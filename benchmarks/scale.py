@@ -54,11 +54,10 @@ from service.constants import (
     WEIGHT_TEXT_RANK,
 )
 from service.context import assembler
-from service.context.model import Retrieved
+from service.context.model import Probe, Retrieved
 from service.db import connect, init_connection
 from service.embedded import embedded_url
 from service.migrations import migrate
-from service.repository import context as repo
 from service.settings import ContextProfile, Settings
 from service.structs import ContextRequest
 
@@ -129,24 +128,18 @@ async def measure(conn: Any, settings: Settings, cfg: Config, rounds: int, resul
         req = ContextRequest(project_id=PROJECT, subject_id=cfg.measured, query=query.text, profile=profile)
         await assembler.assemble(conn, emb, settings, principal, req, timer=timer)
 
-    statements = {"facts_first": repo.fact_candidates, "unified": repo.unified_candidates}
-
     async def candidates(query: Query, text: str, profile: ContextProfile = "facts_first") -> Retrieved:
         """A profile's candidate step alone (vector_walk, then its statement), with its weights."""
         async with conn.transaction():
-            await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
-            retrieved: Retrieved = await statements[profile](
-                conn,
+            await assembler.plan_vector_walks(conn)
+            probe = Probe(
                 project_id=PROJECT,
                 subject_id=cfg.measured,
-                query_embedding=query.vector,
-                query_text=text,
-                top_k=RETRIEVAL_TOP_K,
-                candidate_limit=CANDIDATE_LIMIT,
+                query=text,
+                embedding=query.vector,
                 weights=assembler.PROFILE_WEIGHTS[profile],
-                tau_seconds=RECENCY_TAU_SECONDS,
             )
-            return retrieved
+            return await assembler.RETRIEVERS[profile](conn, probe)
 
     # Warm-up: a production server's buffers hold its hot indexes.
     for i in range(30):

@@ -34,7 +34,7 @@ GUARD_ROUNDS = 60
 GUARD_BLOCK = 4
 GUARD_WARMUP = 3
 # Two ratios to the score-every-fact baseline, as medians of one interleaved loop:
-# - two-phase retrieval (repo.fact_candidates: phases 1 and 2 and the blocked facts, what the
+# - two-phase retrieval (assembler.retrieve_facts_first: phases 1 and 2 and the blocked facts, what the
 #   baseline stands for) must stay 10x faster: the issue's guard (its target is 30x). This
 #   world measures 14-15x on 2 cores since the scope buckets of migration 0008.
 # - the whole SQL path (which also packs, expands multi-hop, fetches episodes and writes the
@@ -173,8 +173,8 @@ def _write_trace(world: World, decisions: list[Decision]) -> None:
 
 def test_trace_write_256_decisions(benchmark: Any, world: World) -> None:
     """One call row and 256 decision rows, timed as the assembler runs it: one statement inside
-    the call's transaction (configure_vector_scan, then end_custom_plans), the commit outside the
-    timing. Asserted only to be one statement."""
+    the call's transaction (plan_vector_walks, use_generic_plans, commit_without_flush), the
+    commit outside the timing. Asserted only to be one statement."""
     decisions = _decisions(256)
     statements: list[str] = []
 
@@ -195,8 +195,9 @@ def test_trace_write_256_decisions(benchmark: Any, world: World) -> None:
             world.run(open_tx.pop().commit())
         tx = world.conn.transaction()
         world.run(tx.start())
-        world.run(repo.configure_vector_scan(world.conn, assembler.EF_SEARCH))
-        world.run(repo.end_custom_plans(world.conn))  # as the assembler does before its trace
+        world.run(assembler.plan_vector_walks(world.conn))
+        world.run(assembler.use_generic_plans(world.conn))  # as the assembler does before its trace
+        world.run(assembler.commit_without_flush(world.conn))
         open_tx.append(tx)
 
     try:

@@ -28,14 +28,12 @@ from service.auth import Principal
 from service.constants import (
     CANDIDATE_LIMIT,
     RECENCY_TAU_SECONDS,
-    RETRIEVAL_TOP_K,
     WEIGHT_RECENCY,
     WEIGHT_SIMILARITY,
     WEIGHT_TEXT_RANK,
 )
 from service.context import assembler
-from service.context.model import Retrieved
-from service.repository import context as repo
+from service.context.model import Probe, Retrieved
 from service.settings import ContextProfile, Settings
 from service.structs import ContextPacket, ContextRequest
 
@@ -133,23 +131,19 @@ class World:
     def _retrieve(
         self, profile: ContextProfile, query: Query, subject_id: str, text: str | None
     ) -> Retrieved:
-        """One profile's candidate step in its own transaction, after configure_vector_scan."""
-        retrieve = repo.fact_candidates if profile == "facts_first" else repo.unified_candidates
+        """One profile's candidate step in its own transaction, planned as the assembler plans it."""
+        probe = Probe(
+            project_id=PROJECT,
+            subject_id=subject_id,
+            query=query.text if text is None else text,
+            embedding=query.vector,
+            weights=assembler.PROFILE_WEIGHTS[profile],
+        )
 
         async def go() -> Retrieved:
             async with self.conn.transaction():
-                await repo.configure_vector_scan(self.conn, assembler.EF_SEARCH)
-                return await retrieve(
-                    self.conn,
-                    project_id=PROJECT,
-                    subject_id=subject_id,
-                    query_embedding=query.vector,
-                    query_text=query.text if text is None else text,
-                    top_k=RETRIEVAL_TOP_K,
-                    candidate_limit=CANDIDATE_LIMIT,
-                    weights=assembler.PROFILE_WEIGHTS[profile],
-                    tau_seconds=RECENCY_TAU_SECONDS,
-                )
+                await assembler.plan_vector_walks(self.conn)
+                return await assembler.RETRIEVERS[profile](self.conn, probe)
 
         result: Retrieved = self.run(go())
         return result

@@ -10,18 +10,20 @@
 -- then (recorded_from, recorded_to), validity, staleness and recency at that instant, the
 -- conflicts open then, the events held then.
 
--- name: configure_vector_scan(ef_search)$
+-- name: plan_vector_walks(ef_search)$
 -- For this transaction (one context call) only: let HNSW return K rows (ef_search defaults to
 -- 40) and keep scanning past rows that the scope filter rejects (iterative scan). Plan the
 -- vector walks for their own parameters: a generic plan can name no partial index (the bucket
--- is a parameter), does not know LIMIT K, and exact-scanned every scope. Commit without
--- waiting for the WAL flush: the call only writes its trace, and an fsync per read call cost
--- more than the retrieval itself; a crash can lose the traces of the last few hundred ms,
--- never corrupt them (docs/performance.md).
+-- is a parameter), does not know LIMIT K, and exact-scanned every scope.
 SELECT set_config('hnsw.ef_search', :ef_search::integer::text, true) AS ef_search,
        set_config('hnsw.iterative_scan', 'relaxed_order', true) AS iterative_scan,
-       set_config('plan_cache_mode', 'force_custom_plan', true) AS plan_cache_mode,
-       set_config('synchronous_commit', 'off', true) AS synchronous_commit;
+       set_config('plan_cache_mode', 'force_custom_plan', true) AS plan_cache_mode;
+
+-- name: defer_commit_flush()!
+-- The durability choice of a context call: its commit does not wait for the WAL flush. The call
+-- only writes its trace, and an fsync per read call cost more than the retrieval itself; a crash
+-- can lose the traces of the last few hundred ms, never corrupt them (docs/performance.md).
+SET LOCAL synchronous_commit TO off;
 
 -- name: end_custom_plans()!
 -- After the vector walks, generic plans for the rest of the call: fact_candidates, multi-hop
@@ -35,7 +37,7 @@ SET LOCAL plan_cache_mode TO force_generic_plan;
 -- from an exact scan of a small scope or a walk of its bucket's HNSW graph, and the ids of the
 -- event_top_k closest events of the scope (the `unified` profile's episode candidates; 0 for
 -- `facts_first`, whose episodes come from episode_candidates). Runs on its own, planned for its
--- parameters (configure_vector_scan): its right plan depends on the scope's size, and the
+-- parameters (plan_vector_walks): its right plan depends on the scope's size, and the
 -- candidate statements, which have one right plan for every scope, keep a generic one.
 -- A NULL query_embedding walks nothing.
 WITH open_members AS MATERIALIZED (

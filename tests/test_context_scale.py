@@ -34,12 +34,12 @@ NO_MATCH = "qqxxjjnothingmatchesthis"
 async def vector_phase(
     conn: asyncpg.Connection, subject_id: str, qvec: np.ndarray
 ) -> tuple[list[Candidate], int]:
-    """fact_candidates with a query text that matches nothing (so only the vector side
+    """retrieve_facts_first with a query text that matches nothing (so only the vector side
     contributes), and how many HNSW index scans it started."""
     t = load_test_queries()
     hnsw_index = await t.test_fact_vector_index(conn, project_id=PROJECT, subject_id=subject_id)
     before = await t.test_index_scans(conn, index_name=hnsw_index)
-    retrieved = await repo.fact_candidates(
+    retrieved = await assembler.retrieve_facts_first(
         conn,
         Probe(project_id=PROJECT, subject_id=subject_id, embedding=qvec, query=NO_MATCH, weights=WEIGHTS),
     )
@@ -58,7 +58,7 @@ async def test_two_phase_vector_candidates_exactly_64(
     assert await t.test_count_facts(conn) >= 30_000
     qvec = random_unit_vector(42)
 
-    # Without configure_vector_scan: pgvector's defaults (ef_search 40, no iterative scan). The
+    # Without plan_vector_walks: pgvector's defaults (ef_search 40, no iterative scan). The
     # HNSW scan then yields at most ef_search rows over the whole table, and the scope filter
     # keeps about a third of them: fewer than RETRIEVAL_TOP_K. Deterministic part: if the plan
     # scans the HNSW index, it cannot return more than ef_search rows.
@@ -73,7 +73,7 @@ async def test_two_phase_vector_candidates_exactly_64(
 
     # With it, as the assembler runs it: exactly RETRIEVAL_TOP_K candidates, through the HNSW index.
     async with conn.transaction():
-        await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
+        await assembler.plan_vector_walks(conn)
         configured = await t.test_vector_scan_settings(conn)
         assert configured["ef_search"] >= RETRIEVAL_TOP_K
         assert configured["iterative_scan"] != "off"
@@ -116,18 +116,18 @@ async def test_trace_never_exceeds_candidate_limit(
 
     async def union(limit: int) -> list[str]:
         async with conn.transaction():
-            await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
+            await assembler.plan_vector_walks(conn)
+            probe = Probe(
+                project_id=PROJECT,
+                subject_id="limit",
+                embedding=qvec,
+                query="common words",
+                weights=assembler.PROFILE_WEIGHTS["unified"],
+            )
+            walked = await repo.vector_walk(conn, probe)
+            await assembler.use_generic_plans(conn)
             got = await repo.unified_candidates(
-                conn,
-                Probe(
-                    project_id=PROJECT,
-                    subject_id="limit",
-                    embedding=qvec,
-                    query="common words",
-                    weights=assembler.PROFILE_WEIGHTS["unified"],
-                ),
-                with_episodes=False,
-                candidate_limit=limit,
+                conn, probe, walked, with_episodes=False, candidate_limit=limit
             )
         return [str(c.item_id) for c in got.candidates]
 

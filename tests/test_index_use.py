@@ -35,11 +35,11 @@ async def test_candidate_phases_pick_the_hnsw_and_gin_indexes(conn: asyncpg.Conn
     # One partial HNSW index per scope bucket (migration 0008): the one of idx-b's bucket.
     hnsw_index = await t.test_fact_vector_index(conn, project_id=PROJECT, subject_id="idx-b")
     async with conn.transaction():
-        await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
+        await assembler.plan_vector_walks(conn)
         hnsw_before = await t.test_index_scans(conn, index_name=hnsw_index)
         gin_before = await t.test_index_scans(conn, index_name=GIN_INDEX)
         # The seeded contents end with their row number: "4242" names a handful of facts.
-        retrieved = await repo.fact_candidates(
+        retrieved = await assembler.retrieve_facts_first(
             conn,
             Probe(
                 project_id=PROJECT,
@@ -59,7 +59,7 @@ async def test_candidate_phases_pick_the_hnsw_and_gin_indexes(conn: asyncpg.Conn
 
 
 async def test_generic_plans_never_scan_the_whole_table(conn: asyncpg.Connection) -> None:
-    """After the vector walk the call runs under generic plans (end_custom_plans), built once
+    """After the vector walk the call runs under generic plans (use_generic_plans), built once
     per connection without the scope's size. In a table one large scope dominates, a generic
     plan that guessed from the average scope once hashed a sequential scan of every fact: for a
     tiny scope, whose right plan is a few index probes, that is a whole-table read per call.
@@ -75,8 +75,8 @@ async def test_generic_plans_never_scan_the_whole_table(conn: asyncpg.Connection
     for call in range(16):  # past the five custom plans after which PostgreSQL may go generic
         subject_id = "tiny" if call % 2 else "big"
         async with conn.transaction():
-            await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
-            retrieve = repo.fact_candidates if call % 4 < 2 else repo.unified_candidates
+            await assembler.plan_vector_walks(conn)
+            retrieve = assembler.RETRIEVERS["facts_first" if call % 4 < 2 else "unified"]
             retrieved = await retrieve(
                 conn,
                 Probe(

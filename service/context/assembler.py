@@ -1,15 +1,19 @@
 """The Context Assembler: two profiles (spec/context-profiles.md), each a sequence of named steps.
 
-    unified      embed_query -> retrieve_unified -> pack (provisional) -> link_entities ->
-                 lift_linked -> pack (one ranking, one budget) -> build_packet -> write_trace
-    facts_first  embed_query -> fetch_episodes -> fact_candidates -> pack (facts) ->
-                 multi_hop_facts -> pack (expansion) -> pack (episodes) -> build_packet ->
-                 write_trace   (spec/context-assembler.md exactly)
+    every call   plan_vector_walks (while embed_query runs) -> the profile -> build_packet ->
+                 commit_without_flush -> write_trace
+    unified      retrieve_unified (vector_walk -> use_generic_plans -> unified_candidates) ->
+                 preview -> link_entities -> lift_linked -> pack (one ranking, one budget)
+    facts_first  fetch_episodes -> retrieve_facts_first (vector_walk -> use_generic_plans ->
+                 fact_candidates) -> pack (facts) -> multi_hop_facts -> pack (expansion) ->
+                 pack (episodes)   (spec/context-assembler.md exactly)
 
 Each step takes values and returns values; the profiles differ in which steps they chain, never
-by a branch inside a step. Every statement is a named query of queries/context.sql, reached
-through service/context/repository.py, which turns rows into the Structs of
-service/context/model.py. The scoring runs in SQL: no embedding ever comes back to Python.
+by a branch inside a step. The plan mode (custom plans for the walks, generic ones after) and
+the durability choice (no wait for the WAL flush) are steps of their own. Every statement is a
+named query of queries/context.sql, reached through service/repository/context.py, which turns
+rows into the Structs of service/context/model.py. The scoring runs in SQL: no embedding ever
+comes back to Python.
 """
 
 from __future__ import annotations
@@ -78,6 +82,31 @@ def check_as_of(field: str, as_of: datetime | None) -> None:
         raise InvalidInput(field, "is out of range (years 1..9999 in UTC)") from exc
     if utc > datetime.now(UTC):
         raise InvalidInput(field, "is in the future: the memory can only be read as of now or before")
+
+
+# --- the call's plan mode and durability ------------------------------------------------------
+
+
+async def plan_vector_walks(conn: Conn) -> None:
+    """Plan mode, first half: the vector walks run under plans made for their own parameters
+    (the scope's size picks an exact scan or its bucket's HNSW graph), with HNSW allowed
+    EF_SEARCH rows and an iterative scan past rows the scope filter rejects. For the call's
+    transaction only."""
+    await repo.plan_vector_walks(conn, EF_SEARCH)
+
+
+async def use_generic_plans(conn: Conn) -> None:
+    """Plan mode, second half, after the walks: the candidate, multi-hop and trace statements
+    have one right plan for every scope, and planning them per call cost more than running them
+    (docs/performance.md). From here on no statement may walk a partial HNSW index."""
+    await repo.end_custom_plans(conn)
+
+
+async def commit_without_flush(conn: Conn) -> None:
+    """The durability choice: a context call's commit (its trace) does not wait for the WAL flush.
+    A crash can lose the last few hundred ms of traces, never corrupt them; memories are never
+    written by a context call (docs/performance.md)."""
+    await repo.defer_commit_flush(conn)
 
 
 # --- steps shared by both profiles -------------------------------------------------------------
@@ -178,14 +207,28 @@ async def write_trace(
 # --- the unified profile (spec/context-profiles.md) ---------------------------------------------
 
 
-async def retrieve_unified(
-    conn: Conn, req: ContextRequest, qvec: np.ndarray | None, settings: Settings, weights: Weights
-) -> Retrieved:
+async def retrieve_unified(conn: Conn, probe: Probe, with_episodes: bool = True) -> Retrieved:
     """Fact and episode candidates, each the vector top-K UNION the text top-K (the OR of the
-    query's words, ranked by idf share), in one ranking by the hybrid score; blocked facts."""
-    return await repo.unified_candidates(
-        conn, probe_of(req, qvec, settings, weights), with_episodes=req.include_episodes
-    )
+    query's words, ranked by idf share), in one ranking by the hybrid score; blocked facts.
+    The walk under its own plan, then generic plans for the rest of the call."""
+    walked = await repo.vector_walk(conn, probe, event_top_k=RETRIEVAL_TOP_K if with_episodes else 0)
+    await use_generic_plans(conn)
+    return await repo.unified_candidates(conn, probe, walked, with_episodes=with_episodes)
+
+
+async def retrieve_facts_first(conn: Conn, probe: Probe) -> Retrieved:
+    """Fact candidates, the vector top-K UNION the text top-K (every word), and blocked facts.
+    The walk under its own plan, then generic plans for the rest of the call."""
+    walked = await repo.vector_walk(conn, probe)
+    await use_generic_plans(conn)
+    return await repo.fact_candidates(conn, probe, walked)
+
+
+# Each profile's candidate step (the benchmarks time it alone, as the assembler runs it).
+RETRIEVERS: dict[ContextProfile, Callable[[Conn, Probe], Awaitable[Retrieved]]] = {
+    "unified": retrieve_unified,
+    "facts_first": retrieve_facts_first,
+}
 
 
 async def link_entities(
@@ -244,7 +287,9 @@ async def assemble_unified(
 ) -> tuple[Retrieved, Packed]:
     gate = settings.recall_max_distance
     with timer.stage("candidates"):
-        retrieved = await retrieve_unified(conn, req, qvec, settings, weights)
+        retrieved = await retrieve_unified(
+            conn, probe_of(req, qvec, settings, weights), with_episodes=req.include_episodes
+        )
     with timer.stage("multi_hop"):
         provisional = preview(retrieved.candidates, req.budget_tokens, gate)
         linked = await link_entities(conn, req, qvec, settings, weights, provisional, retrieved.idf)
@@ -274,13 +319,12 @@ async def assemble_facts_first(
 ) -> tuple[Retrieved, Packed]:
     gate = settings.recall_max_distance
     probe = probe_of(req, qvec, settings, weights)
-    # The episodes' walk before the facts': fact_candidates turns the connection to generic
-    # plans for the rest of the call (repository.fact_candidates), and a generic plan cannot
-    # walk a partial HNSW index.
+    # The episodes' walk before the facts': retrieve_facts_first turns the call to generic plans
+    # for the rest of it (use_generic_plans), and a generic plan cannot walk a partial HNSW index.
     with timer.stage("episodes"):
         episodes = await fetch_episodes(conn, req, probe)
     with timer.stage("candidates"):
-        retrieved = await repo.fact_candidates(conn, probe)
+        retrieved = await retrieve_facts_first(conn, probe)
     with timer.stage("pack"):
         packed = pack(retrieved.facts, req.budget_tokens, gate, dedupe=False)
     with timer.stage("multi_hop"):
@@ -341,7 +385,7 @@ async def assemble(
     )
     try:
         async with conn.transaction(readonly=trace_pool is not None):
-            await repo.configure_vector_scan(conn, EF_SEARCH)
+            await plan_vector_walks(conn)
             qvec = await embedding
             retrieved, packed = await PROFILES[profile](
                 conn, req, qvec, settings, weights or PROFILE_WEIGHTS[profile], timer
@@ -349,6 +393,7 @@ async def assemble(
             packet = build_packet(req, profile, warnings_of(qvec, retrieved), packed)
             if trace_pool is None:
                 with timer.stage("trace"):
+                    await commit_without_flush(conn)
                     await write_trace(conn, req, packet, packed, retrieved, settings, replay_of)
         if trace_pool is not None:
             with timer.stage("trace"):
@@ -384,9 +429,14 @@ __all__ = [
     "EF_SEARCH",
     "PROFILES",
     "PROFILE_WEIGHTS",
-    "StageTimer",
+    "RETRIEVERS",
     "assemble",
     "check_as_of",
+    "commit_without_flush",
     "inspect",
+    "plan_vector_walks",
+    "retrieve_facts_first",
+    "retrieve_unified",
     "stats",
+    "use_generic_plans",
 ]

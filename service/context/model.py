@@ -37,6 +37,13 @@ class Probe(msgspec.Struct, frozen=True, kw_only=True):
     as_of: datetime | None = None
 
 
+class Walked(msgspec.Struct, frozen=True, kw_only=True):
+    """Phase 1's vector side: the ids of the scope's closest servable facts and events."""
+
+    fact_ids: list[UUID]
+    event_ids: list[UUID]
+
+
 class Candidate(msgspec.Struct, frozen=True, kw_only=True):
     """A fact or an episode that may be served, with the parts of its score."""
 

@@ -29,7 +29,7 @@ from service.constants import (
     TEXT_PROBE_MIN_POSTINGS,
     TEXT_QUERY_MAX_WORDS,
 )
-from service.context.model import Blocked, Candidate, Probe, Retrieved, Weights
+from service.context.model import Blocked, Candidate, Probe, Retrieved, Walked, Weights
 from service.repository.base import Conn, collect, one_row, q
 from service.structs import (
     ContextPacket,
@@ -110,12 +110,16 @@ def _retrieved(rows: Sequence[Any], id_column: str) -> Retrieved:
     return Retrieved(candidates=candidates, blocked=blocked, idf=idf)
 
 
-async def configure_vector_scan(conn: Conn, ef_search: int) -> None:
-    await q().configure_vector_scan(conn, ef_search=ef_search)
+async def plan_vector_walks(conn: Conn, ef_search: int) -> None:
+    await q().plan_vector_walks(conn, ef_search=ef_search)
 
 
 async def end_custom_plans(conn: Conn) -> None:
     await q().end_custom_plans(conn)
+
+
+async def defer_commit_flush(conn: Conn) -> None:
+    await q().defer_commit_flush(conn)
 
 
 def _probe_args(probe: Probe, *, text: bool = True, scoring: bool = True) -> dict[str, Any]:
@@ -140,32 +144,32 @@ async def vector_walk(
     top_k: int = RETRIEVAL_TOP_K,
     event_top_k: int = 0,
     exact_scan_min: int = EXACT_SCAN_MIN_FACTS,
-) -> tuple[list[UUID], list[UUID]]:
-    """Phase 1's vector side, planned for its own parameters, then generic plans for the rest of
-    the transaction (end_custom_plans): after this call only statements with one right plan for
-    every scope may run."""
+) -> Walked:
+    """Phase 1's vector side, run under the plan for its own parameters (plan_vector_walks)."""
     args = _probe_args(probe, text=False, scoring=False)
     row = await q().vector_walk(
         conn, **args, top_k=top_k, event_top_k=event_top_k, exact_scan_min=exact_scan_min
     )
-    await end_custom_plans(conn)
     walked = one_row(row, "vector_walk")
-    return list(walked["walked_ids"]), list(walked["walked_event_ids"])
+    return Walked(fact_ids=list(walked["walked_ids"]), event_ids=list(walked["walked_event_ids"]))
 
 
 async def fact_candidates(
     conn: Conn,
     probe: Probe,
+    walked: Walked,
     *,
     top_k: int = RETRIEVAL_TOP_K,
     candidate_limit: int = CANDIDATE_LIMIT,
-    exact_scan_min: int = EXACT_SCAN_MIN_FACTS,
 ) -> Retrieved:
-    """`facts_first` phases 1 and 2 and the blocked facts (vector_walk first)."""
-    walked_ids, _ = await vector_walk(conn, probe, top_k=top_k, exact_scan_min=exact_scan_min)
+    """`facts_first` phases 1 (text side) and 2, and the blocked facts."""
     rows = await collect(
         q().fact_candidates(
-            conn, **_probe_args(probe), top_k=top_k, candidate_limit=candidate_limit, walked_ids=walked_ids
+            conn,
+            **_probe_args(probe),
+            top_k=top_k,
+            candidate_limit=candidate_limit,
+            walked_ids=walked.fact_ids,
         )
     )
     return _retrieved(rows, "fact_id")
@@ -174,24 +178,21 @@ async def fact_candidates(
 async def unified_candidates(
     conn: Conn,
     probe: Probe,
+    walked: Walked,
     *,
     with_episodes: bool = True,
     top_k: int = RETRIEVAL_TOP_K,
     candidate_limit: int = CANDIDATE_LIMIT,
-    exact_scan_min: int = EXACT_SCAN_MIN_FACTS,
 ) -> Retrieved:
-    """`unified` phases 1 and 2, facts and episodes in one ranking, and the blocked facts."""
-    event_top_k = top_k if with_episodes else 0
-    walked_ids, walked_event_ids = await vector_walk(
-        conn, probe, top_k=top_k, event_top_k=event_top_k, exact_scan_min=exact_scan_min
-    )
+    """`unified` phases 1 (text side) and 2, facts and episodes in one ranking, and the blocked
+    facts."""
     rows = await collect(
         q().unified_candidates(
             conn,
             **_probe_args(probe),
             text_config=probe.text_config,
-            walked_ids=walked_ids,
-            walked_event_ids=walked_event_ids,
+            walked_ids=walked.fact_ids,
+            walked_event_ids=walked.event_ids,
             top_k=top_k,
             candidate_limit=candidate_limit,
             max_words=TEXT_QUERY_MAX_WORDS,

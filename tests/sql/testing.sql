@@ -71,8 +71,8 @@ SELECT count(*) FROM facts;
 
 -- name: test_vector_scan_settings()^
 -- The HNSW scan settings in force for the current transaction.
-SELECT current_setting('hnsw.ef_search')::integer AS ef_search,
-       current_setting('hnsw.iterative_scan') AS iterative_scan;
+SELECT current_setting('hnsw.ef_search', true)::integer AS ef_search,
+       current_setting('hnsw.iterative_scan', true) AS iterative_scan;
 
 -- name: test_index_scans(index_name)$
 -- Index scans started on one index by the current transaction so far
@@ -159,3 +159,11 @@ UPDATE facts
 SET status = :status
 WHERE project_id = :project_id
   AND fact_id = :fact_id;
+
+-- name: test_call_settings()^
+-- The settings a context call's steps change, as this transaction sees them (NULL: pgvector's
+-- settings before the extension is loaded in the session).
+SELECT current_setting('hnsw.ef_search', true) AS ef_search,
+       current_setting('hnsw.iterative_scan', true) AS iterative_scan,
+       current_setting('plan_cache_mode') AS plan_cache_mode,
+       current_setting('synchronous_commit') AS synchronous_commit;
