@@ -26,7 +26,7 @@ from service.embedded import embedded_server, embedded_url
 from service.embedder import Embedder, HashEmbedder, LocalEmbedder
 from service.migrations import migrate
 from service.settings import Settings
-from tests.helpers.app import make_client
+from tests.helpers.app import SharedApp
 from tests.helpers.server import Server, running_server, short_tmp_dir
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
@@ -138,18 +138,45 @@ async def local_embedder(settings: Settings) -> AsyncIterator[Embedder]:
 
 
 @pytest.fixture
-async def client(settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder) -> AsyncIterator[Any]:
+async def client(hash_app: SharedApp, conn: asyncpg.Connection) -> AsyncIterator[Any]:
     """HTTP client on the hash embedder (SQL and contract tests)."""
-    async with make_client(settings, conn, hash_embedder) as c:
+    async with hash_app.client(conn) as c:
         yield c
 
 
+@pytest.fixture(scope="session")
+def shared_apps() -> dict[tuple[Settings, int], SharedApp]:
+    return {}
+
+
+def shared_app(
+    apps: dict[tuple[Settings, int], SharedApp], settings: Settings, embedder: Embedder
+) -> SharedApp:
+    """One app per (settings, embedder): a module that overrides `settings` gets its own."""
+    key = (settings, id(embedder))
+    if key not in apps:
+        apps[key] = SharedApp(settings, embedder)
+    return apps[key]
+
+
 @pytest.fixture
-async def model_client(
-    settings: Settings, conn: asyncpg.Connection, local_embedder: Embedder
-) -> AsyncIterator[Any]:
+def hash_app(
+    settings: Settings, hash_embedder: Embedder, shared_apps: dict[tuple[Settings, int], SharedApp]
+) -> SharedApp:
+    return shared_app(shared_apps, settings, hash_embedder)
+
+
+@pytest.fixture
+def model_app(
+    settings: Settings, local_embedder: Embedder, shared_apps: dict[tuple[Settings, int], SharedApp]
+) -> SharedApp:
+    return shared_app(shared_apps, settings, local_embedder)
+
+
+@pytest.fixture
+async def model_client(model_app: SharedApp, conn: asyncpg.Connection) -> AsyncIterator[Any]:
     """HTTP client on the real all-MiniLM-L6-v2 model (end-to-end retrieval tests)."""
-    async with make_client(settings, conn, local_embedder) as c:
+    async with model_app.client(conn) as c:
         yield c
 
 

@@ -12,17 +12,20 @@ import msgspec
 
 from service.app import create_app
 from service.embedder import Embedder
+from service.ratelimit import RateLimiter, WorkRateLimiter
 from service.settings import Settings
 
 
 class SingleConnectionPool:
-    """Lends the test's own connection, so app writes stay inside the test transaction."""
+    """Lends the test's own connection, so app writes stay inside the test transaction. A shared
+    app's pool lends each test's connection in turn (`conn` is set by the client fixture)."""
 
-    def __init__(self, conn: asyncpg.Connection) -> None:
+    def __init__(self, conn: asyncpg.Connection | None) -> None:
         self.conn = conn
 
     @asynccontextmanager
     async def acquire(self, timeout: float | None = None) -> AsyncIterator[asyncpg.Connection]:  # noqa: ASYNC109
+        assert self.conn is not None, "no test connection lent to the app"
         yield self.conn
 
     async def close(self) -> None:
@@ -41,3 +44,26 @@ async def make_client(
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
         yield client
+
+
+class SharedApp:
+    """One app for every test of a session (building one takes about 44 ms, and most tests
+    only need the default one). Each test lends it its own connection and gets fresh rate
+    limiters, so nothing but the metrics registry carries over (tests read metric deltas)."""
+
+    def __init__(self, settings: Settings, embedder: Embedder) -> None:
+        self.settings = settings
+        self.pool = SingleConnectionPool(None)
+        self.app = create_app(settings, pool=self.pool, embedder=embedder)
+
+    @asynccontextmanager
+    async def client(self, conn: asyncpg.Connection) -> AsyncIterator[httpx.AsyncClient]:
+        self.pool.conn = conn
+        self.app.state.rate_limiter = RateLimiter(self.settings.rate_limit_per_minute)
+        self.app.state.work_limiter = WorkRateLimiter(self.settings.embed_chars_per_minute)
+        try:
+            transport = httpx.ASGITransport(app=self.app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+                yield client
+        finally:
+            self.pool.conn = None
