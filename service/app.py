@@ -27,6 +27,7 @@ from service.handlers.deps import (
     provide_settings,
     release_after_exception,
 )
+from service.handlers.extract import ExtractController
 from service.handlers.health import healthz
 from service.handlers.memory import (
     ConflictsController,
@@ -91,6 +92,7 @@ def create_app(
             ContextController,
             metrics_endpoint,
             TraceInspector,
+            ExtractController,
         ],
         lifespan=[lifespan],
         middleware=[metrics.middleware],

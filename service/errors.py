@@ -92,6 +92,21 @@ class Unavailable(HakiError):
     code = "unavailable"
 
 
+class ExtractorFailed(HakiError):
+    """The extraction model (HAKI_EXTRACT_BASE_URL) answered with an error, or with something
+    that is not the JSON schema it was asked for: nothing was written."""
+
+    status_code = 502
+    code = "extractor_error"
+
+
+class ExtractorTimeout(HakiError):
+    """The extraction model did not answer within HAKI_EXTRACT_TIMEOUT_SECONDS: nothing was written."""
+
+    status_code = 504
+    code = "extractor_timeout"
+
+
 # asyncpg failures that mean "the database cannot answer now", not "your input is wrong".
 _UNAVAILABLE: tuple[type[BaseException], ...] = (
     asyncpg.QueryCanceledError,  # statement_timeout

@@ -58,6 +58,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     embed_write_timeout_seconds: float = 120.0
     embed_chars_per_minute: int = 2_000_000
     embed_concurrency: int = 4
+    # POST /v1/extract (issue 16): an OpenAI-compatible chat endpoint; unset, the route is a 503.
+    extract_base_url: str | None = None
+    extract_model: str | None = None
+    extract_api_key: str | None = None
+    extract_timeout_seconds: float = 60.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -101,6 +106,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         put("HAKI_EMBED_WRITE_TIMEOUT_SECONDS", "embed_write_timeout_seconds", float)
         put("HAKI_EMBED_CHARS_PER_MINUTE", "embed_chars_per_minute", int)
         put("HAKI_EMBED_CONCURRENCY", "embed_concurrency", int)
+        put("HAKI_EXTRACT_BASE_URL", "extract_base_url")
+        put("HAKI_EXTRACT_MODEL", "extract_model")
+        put("HAKI_EXTRACT_API_KEY", "extract_api_key")
+        put("HAKI_EXTRACT_TIMEOUT_SECONDS", "extract_timeout_seconds", float)
         try:
             settings = msgspec.convert(raw, cls)
         except msgspec.ValidationError as exc:
@@ -131,3 +140,5 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             raise SettingsError("HAKI_EMBED_CHARS_PER_MINUTE must be >= 0 (0 turns the limit off)")
         if self.embed_concurrency < 1:
             raise SettingsError("HAKI_EMBED_CONCURRENCY must be >= 1")
+        if self.extract_timeout_seconds <= 0:
+            raise SettingsError("HAKI_EXTRACT_TIMEOUT_SECONDS must be positive")
