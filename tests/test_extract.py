@@ -68,7 +68,12 @@ async def test_writes_events_and_linked_facts(ext: httpx.AsyncClient, key: str, 
         answer(
             {"content": "Alice works at Globex as a data engineer.", "key": "employer", "source_message": 0},
             {"content": "Alice is vegetarian.", "key": "diet", "source_message": 2},
-            {"content": "Alice lives in Berlin.", "key": "city", "source_message": 2, "volatility": "volatile"},
+            {
+                "content": "Alice lives in Berlin.",
+                "key": "city",
+                "source_message": 2,
+                "volatility": "volatile",
+            },
         )
     )
     r = await extract(ext, key)
@@ -284,7 +289,10 @@ async def test_another_projects_key_is_403(
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "robot", "content": "hi"}]}, "messages[0].role"),
         ({"messages": [{"role": "user", "content": ""}]}, "messages[0].content"),
-        ({"messages": [{"role": "user", "content": "hi", "occurred_at": "yesterday"}]}, "messages[0].occurred_at"),
+        (
+            {"messages": [{"role": "user", "content": "hi", "occurred_at": "yesterday"}]},
+            "messages[0].occurred_at",
+        ),
         ({"write": "yes"}, "write"),
     ],
 )
