@@ -10,6 +10,7 @@ from typing import Any
 from litestar import Litestar
 from litestar.datastructures import State
 from litestar.di import Provide
+from litestar.handlers import asgi
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import ScalarRenderPlugin, SwaggerRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
@@ -35,6 +36,7 @@ from service.handlers.memory import (
     FactsController,
     provide_project_id,
 )
+from service.mcp_server import MCP_PATH, McpEndpoint
 from service.observability.metrics import Metrics, metrics_endpoint
 from service.observability.ui import TraceInspector
 from service.ratelimit import RateLimiter, WorkRateLimiter
@@ -63,7 +65,8 @@ def create_app(
         if own_pool and settings.database_url is None:  # embedded mode: Haki owns the server
             supervising = asyncio.create_task(supervisor(app).run(), name="embedded-postgres-supervisor")
         try:
-            yield
+            async with mcp_endpoint.lifespan():
+                yield
         finally:
             if supervising is not None:
                 supervising.cancel()
@@ -75,6 +78,12 @@ def create_app(
                 await app.state.embedder.aclose()
 
     metrics = Metrics()
+    mcp_endpoint = McpEndpoint()
+
+    # MCP over streamable HTTP (service/mcp_server.py): the same keys and projects as the API.
+    @asgi(MCP_PATH, is_mount=True, copy_scope=True)
+    async def mcp(scope: Any, receive: Any, send: Any) -> None:
+        await mcp_endpoint(scope, receive, send)
 
     def supervisor(app: Litestar) -> Supervisor:
         async def restarted() -> None:
@@ -93,6 +102,7 @@ def create_app(
             metrics_endpoint,
             TraceInspector,
             ExtractController,
+            mcp,
         ],
         lifespan=[lifespan],
         middleware=[metrics.middleware],
