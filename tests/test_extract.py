@@ -7,11 +7,14 @@ from typing import Any
 
 import asyncpg
 import httpx
+import msgspec
 import pytest
+from haki_client import AsyncHaki, ExtractMessage
 
+from service.app import create_app
 from service.embedder import Embedder
 from service.settings import Settings
-from tests.conftest import bearer, make_client
+from tests.conftest import SingleConnectionPool, bearer, make_client
 from tests.fake_chat import FakeChat, Step, answer, fake_chat
 from tests.helpers import assert_error, stats
 
@@ -335,3 +338,18 @@ def test_settings_from_env() -> None:
         "sk-x",
         12.5,
     )
+
+
+async def test_async_sdk_extract(
+    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str, chat: FakeChat
+) -> None:
+    app_settings = msgspec.structs.replace(settings, extract_base_url=chat.url, extract_model="fake-model")
+    app = create_app(app_settings, pool=SingleConnectionPool(conn), embedder=hash_embedder)
+    chat.then(answer({"content": "Alice works at Globex.", "key": "employer", "source_message": 0}))
+    transport = httpx.ASGITransport(app=app)
+    async with AsyncHaki("http://testserver", key, project_id="proj-a", transport=transport) as haki:
+        result = await haki.extract(SUBJECT, [ExtractMessage(role="user", content="I joined Globex.")])
+    assert result.written is True
+    (fact,) = result.facts
+    assert fact.key == "employer" and fact.source_event_id == result.events[0].event_id
+    assert fact.fact_id is not None and result.refused == []

@@ -16,11 +16,11 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
+from haki_client import Haki
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from haki_client import Haki
 from tests.fake_chat import FakeChat, answer, fake_chat
 from tests.haki_server import REPO, Server, running_server
 
@@ -156,9 +156,7 @@ async def test_every_tool(world: World, transport: str) -> None:
         )
         assert resolved["status"] == "resolved"
 
-        world.chat.then(
-            answer({"content": "Alice lives in Berlin.", "key": "city", "source_message": 0})
-        )
+        world.chat.then(answer({"content": "Alice lives in Berlin.", "key": "city", "source_message": 0}))
         extracted = json.loads(
             await call(
                 session,
@@ -173,9 +171,7 @@ async def test_every_tool(world: World, transport: str) -> None:
         # Errors come back as tool errors the model can read, naming the problem.
         bad = await call_error(session, "remember", subject_id=subject, facts=[{"content": ""}])
         assert "validation_error" in bad
-        missing = await call_error(
-            session, "inspect", trace_id="0190f5b2-7c4e-7a39-9f1e-3c2b1a0d4e5f"
-        )
+        missing = await call_error(session, "inspect", trace_id="0190f5b2-7c4e-7a39-9f1e-3c2b1a0d4e5f")
         assert "not_found" in missing
 
 
@@ -206,7 +202,7 @@ async def test_a_key_never_reaches_another_project(world: World, transport: str)
         assert a.get_fact(fact).status == "active"
 
 
-async def test_http_transport_needs_a_key(world: World) -> None:
+def test_http_transport_needs_a_key(world: World) -> None:
     for headers in ({}, {"Authorization": "Bearer hk_not-a-key"}):
         r = httpx.post(
             f"{world.server.url}/mcp",

@@ -14,6 +14,11 @@ from service.structs import ExtractRequest, ExtractResponse
 
 EXTRACT_ERRORS = {
     **ERRORS,
+    200: ResponseSpec(
+        data_container=ExtractResponse,
+        generate_examples=False,
+        description="A dry run (`write: false`): what would be written; nothing was.",
+    ),
     502: ResponseSpec(
         data_container=ErrorBody,
         generate_examples=False,
