@@ -6,6 +6,10 @@ project."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -15,12 +19,14 @@ from typing import Any
 
 import httpx
 import httpx2
+import msgspec
 import pytest
 from haki_client import Haki
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from service.structs import ExtractResponse
 from tests.fake_chat import FakeChat, answer, fake_chat
 from tests.haki_server import REPO, Server, running_server
 
@@ -222,8 +228,6 @@ async def test_stdio_pins_the_project_it_is_given(world: World) -> None:
 
 
 def test_stdio_without_a_key_exits_2(world: World) -> None:
-    import subprocess
-
     env = {k: v for k, v in world.server.env.items() if k != "HAKI_API_KEY"}
     done = subprocess.run(
         [sys.executable, "-m", "service.cli", "mcp"],
@@ -246,3 +250,45 @@ def test_sync_sdk_extract_dry_run(world: World) -> None:
     assert result.written is False
     assert [f.content for f in result.facts] == ["Bob drinks tea."]
     assert result.facts[0].fact_id is None
+
+
+def readme_section(title: str) -> str:
+    text = (REPO / "README.md").read_text()
+    start = text.index(f"\n## {title}\n")
+    return text[start : text.find("\n## ", start + 1)]
+
+
+def fenced(text: str, lang: str) -> list[str]:
+    return [m.group(2) for m in re.finditer(r"^```(\w*)\n(.*?)^```", text, re.M | re.S) if m.group(1) == lang]
+
+
+def test_readme_mcp_configs_start_haki_mcp_or_reach_mcp() -> None:
+    stdio, http = (
+        json.loads(block)["mcpServers"]["haki"] for block in fenced(readme_section("MCP server"), "json")
+    )
+    assert stdio["command"].endswith("/.venv/bin/haki") and stdio["args"] == ["mcp"]
+    assert set(stdio["env"]) == {"HAKI_URL", "HAKI_API_KEY"}
+    assert http["url"].endswith("/mcp") and http["headers"]["Authorization"].startswith("Bearer hk_")
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="the example uses curl")
+def test_readme_extraction_example_runs(world: World) -> None:
+    section = readme_section("Extraction")
+    (shown,) = fenced(section, "json")
+    msgspec.json.decode(shown, type=ExtractResponse)  # the output shown is the contract's
+    (command,) = fenced(section, "bash")
+    world.chat.then(answer({"content": "Alice is vegetarian.", "key": "diet", "source_message": 2}))
+    done = subprocess.run(
+        ["bash", "-c", command.replace("http://127.0.0.1:8000", world.server.url)],
+        env={**os.environ, "HAKI_API_KEY": world.key_a},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    out = msgspec.json.decode(done.stdout, type=ExtractResponse)
+    assert out.written and [f.key for f in out.facts] == ["diet"] and len(out.events) == 3
+    assert (
+        world.chat.user_payload()["messages"][0]["content"]
+        == "I left Acme, I'm a data engineer at Globex now."
+    )
