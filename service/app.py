@@ -10,7 +10,6 @@ from typing import Any
 from litestar import Litestar
 from litestar.datastructures import State
 from litestar.di import Provide
-from litestar.handlers import asgi
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import ScalarRenderPlugin, SwaggerRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
@@ -30,13 +29,13 @@ from service.handlers.deps import (
 )
 from service.handlers.extract import ExtractController
 from service.handlers.health import healthz
+from service.handlers.mcp import McpMount
 from service.handlers.memory import (
     ConflictsController,
     EventsController,
     FactsController,
     provide_project_id,
 )
-from service.mcp_server import MCP_PATH, McpEndpoint
 from service.observability.metrics import Metrics, metrics_endpoint
 from service.observability.ui import TraceInspector
 from service.ratelimit import RateLimiter, WorkRateLimiter
@@ -65,7 +64,7 @@ def create_app(
         if own_pool and settings.database_url is None:  # embedded mode: Haki owns the server
             supervising = asyncio.create_task(supervisor(app).run(), name="embedded-postgres-supervisor")
         try:
-            async with mcp_endpoint.lifespan():
+            async with mcp_mount.running():
                 yield
         finally:
             if supervising is not None:
@@ -78,12 +77,7 @@ def create_app(
                 await app.state.embedder.aclose()
 
     metrics = Metrics()
-    mcp_endpoint = McpEndpoint()
-
-    # MCP over streamable HTTP (service/mcp_server.py): the same keys and projects as the API.
-    @asgi(MCP_PATH, is_mount=True, copy_scope=True)
-    async def mcp(scope: Any, receive: Any, send: Any) -> None:
-        await mcp_endpoint(scope, receive, send)
+    mcp_mount = McpMount()
 
     def supervisor(app: Litestar) -> Supervisor:
         async def restarted() -> None:
@@ -102,7 +96,7 @@ def create_app(
             metrics_endpoint,
             TraceInspector,
             ExtractController,
-            mcp,
+            mcp_mount.handler(),
         ],
         lifespan=[lifespan],
         middleware=[metrics.middleware],

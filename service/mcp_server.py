@@ -15,14 +15,13 @@ erasure exists) is one more function there.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import httpx
 import msgspec
@@ -383,6 +382,7 @@ class McpEndpoint:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         from service.auth import authenticate
         from service.errors import HakiError as ServiceError
+        from service.handlers.mcp import send_error
 
         app = scope["litestar_app"]
         authorization = None
@@ -394,19 +394,7 @@ class McpEndpoint:
             async with app.state.pool.acquire(timeout=wait) as conn:
                 principal = await authenticate(conn, authorization)
         except ServiceError as exc:
-            await _send_error(send, exc.status_code, exc.code, exc.message)
+            await send_error(send, exc.status_code, exc.code, exc.message)
             return
         scope.setdefault("state", {})[PROJECT_STATE] = principal.project_id
         await self.app(scope, receive, send)
-
-
-async def _send_error(send: Any, status: int, code: str, message: str) -> None:
-    body = json.dumps({"code": code, "message": message}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if status == 401:
-        headers.append((b"www-authenticate", b'Bearer realm="haki"'))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-MCP_PATH: Literal["/mcp"] = "/mcp"

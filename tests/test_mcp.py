@@ -27,8 +27,10 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from service.structs import ExtractResponse
+from tests.conftest import bearer
 from tests.fake_chat import FakeChat, answer, fake_chat
 from tests.haki_server import REPO, Server, running_server
+from tests.helpers import assert_error
 
 pytestmark = pytest.mark.slow
 
@@ -292,3 +294,11 @@ def test_readme_extraction_example_runs(world: World) -> None:
         world.chat.user_payload()["messages"][0]["content"]
         == "I left Acme, I'm a data engineer at Globex now."
     )
+
+
+async def test_mcp_before_the_lifespan_is_503(client: httpx.AsyncClient, key: str) -> None:
+    # An app whose lifespan has not run (the in-process test clients) has no MCP server built.
+    r = await client.post(
+        "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers=bearer(key)
+    )
+    assert_error(r, 503, "unavailable")
