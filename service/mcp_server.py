@@ -55,9 +55,8 @@ def _json(value: Any) -> str:
 
 def tool_error(exc: HakiError) -> ToolError:
     """The API's error, as the model should read it: code, message and the offending field."""
-    field = (exc.details or {}).get("field") if isinstance(exc.details, dict) else None
-    where = f" (field {field})" if field else ""
-    return ToolError(f"{exc.code or 'error'}: {exc}{where}")
+    where = f" (field {exc.field})" if exc.field and exc.field not in exc.message else ""
+    return ToolError(f"{exc.code or 'error'}: {exc.message}{where}")
 
 
 async def _call(open_session: Opener, ctx: Context, work: Callable[[Session], Awaitable[str]]) -> str:
