@@ -22,6 +22,10 @@ key PROJECT:
 test *ARGS:
     bash scripts/test.sh {{ARGS}}
 
+# The fast lane: no model, no subprocess, no slow test (a test that needs them and lacks its marker fails)
+test-fast *ARGS:
+    HAKI_TEST_FAST_LANE=1 .venv/bin/pytest -q -p no:cacheprovider -m "not model and not integration and not slow" {{ARGS}}
+
 # Lint and format-check the code
 lint:
     .venv/bin/ruff check service tests benchmarks scripts sdk
@@ -66,3 +70,11 @@ http-bench *ARGS:
 # Mixed load (80% context, 20% writes) at concurrency 16 for 60 s against a real server
 load *ARGS:
     .venv/bin/python -m benchmarks.load {{ARGS}}
+
+# Regenerate migrations/schema.sql (pg_dump --schema-only of a freshly migrated database)
+schema:
+    .venv/bin/python scripts/schema_dump.py
+
+# Regenerate service/queries_protocol.py, the typed Protocol of every statement in queries/
+queries-protocol:
+    .venv/bin/python scripts/queries_protocol.py

@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.load import PROJECT  # noqa: E402
-from tests.haki_server import free_port, spawn_serve  # noqa: E402
+from tests.helpers.server import free_port, spawn_serve  # noqa: E402
 
 CONFIGS = {
     "shipped": {},

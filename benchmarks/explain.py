@@ -57,11 +57,11 @@ from service.constants import (
     WEIGHT_TEXT_RANK,
 )
 from service.context import assembler
-from service.context import repository as repo
 from service.db import connect, init_connection
 from service.embedded import embedded_url
 from service.ids import uuid7
 from service.migrations import migrate
+from service.repository import context as repo
 from service.settings import Settings
 from service.sql import load_queries
 from service.structs import Decision

@@ -48,11 +48,12 @@ import aiosql
 
 from service import memory
 from service.auth import Principal
-from service.context.assembler import StageTimer, assemble
+from service.context.assembler import assemble
 from service.db import connect, init_connection
 from service.embedded import embedded_server, embedded_url
 from service.embedder import HashEmbedder
 from service.migrations import migrate
+from service.observability.timing import StageTimer
 from service.settings import ContextProfile, Settings
 from service.structs import ContextRequest, EventIn, FactIn, WriteEventsRequest, WriteFactsRequest
 

@@ -55,7 +55,7 @@ from benchmarks.seed import (
     fact_text,
     percentile,
 )
-from tests.haki_server import free_port, spawn_serve
+from tests.helpers.server import free_port, spawn_serve
 
 PROJECT = "bench-http"
 SUBJECT = "user-10k"

@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.load import Server  # noqa: E402
-from tests.haki_server import free_port  # noqa: E402
+from tests.helpers.server import free_port  # noqa: E402
 
 PROJECT = "ingest-bench"
 NAMES = ["Lena", "Omar", "Aiko", "Jonas", "Priya", "Mateo", "Sofia", "Kwame"]

@@ -42,7 +42,7 @@ from typing import Any
 
 import httpx
 
-from tests.haki_server import free_port, spawn_serve
+from tests.helpers.server import free_port, spawn_serve
 
 REPO = Path(__file__).resolve().parent.parent
 PROJECT = "bench-load"

@@ -352,11 +352,12 @@ async def evaluate(
 
     from service import auth
     from service.app import create_app
-    from service.context.assembler import PROFILE_WEIGHTS, StageTimer, assemble
+    from service.context.assembler import PROFILE_WEIGHTS, assemble
     from service.db import connect, create_pool
     from service.embedded import embedded_server, embedded_url
     from service.embedder import LocalEmbedder
     from service.migrations import migrate
+    from service.observability.timing import StageTimer
     from service.settings import Settings
     from service.structs import ContextRequest
 

@@ -26,7 +26,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.haki_server import REPO, running_server
+from tests.helpers.server import REPO, running_server
 
 QUERIES = ["Where does Alice work?", "What does Alice eat?", "Who are Alice's friends?"]
 

@@ -53,11 +53,11 @@ from service.constants import (
     WEIGHT_TEXT_RANK,
 )
 from service.context import assembler
-from service.context import repository as repo
 from service.context.model import Retrieved
 from service.db import connect, init_connection
 from service.embedded import embedded_url
 from service.migrations import migrate
+from service.repository import context as repo
 from service.settings import ContextProfile, Settings
 from service.sql import load_queries
 from service.structs import ContextRequest

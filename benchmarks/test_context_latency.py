@@ -24,8 +24,8 @@ from benchmarks.seed import percentile
 from benchmarks.world import PROJECT, SMALL, TARGET, World
 from service.constants import CANDIDATE_LIMIT, RETRIEVAL_TOP_K
 from service.context import assembler
-from service.context import repository as repo
 from service.ids import uuid7
+from service.repository import context as repo
 from service.settings import ContextProfile
 from service.sql import load_queries
 from service.structs import ContextPacket, ContextRequest, Decision, PacketFact

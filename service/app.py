@@ -36,8 +36,8 @@ from service.handlers.memory import (
     FactsController,
     provide_project_id,
 )
+from service.handlers.ui import TraceInspector
 from service.observability.metrics import Metrics, metrics_endpoint
-from service.observability.ui import TraceInspector
 from service.ratelimit import RateLimiter, WorkRateLimiter
 from service.settings import Settings
 from service.strict_body import check_json_body

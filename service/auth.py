@@ -10,9 +10,10 @@ from uuid import UUID
 
 import msgspec
 
-from service import repository as repo
 from service.errors import Forbidden, Unauthorized
 from service.ids import uuid7
+from service.repository import Conn
+from service.repository import keys as keys_repo
 
 KEY_PREFIX = "hk_"
 
@@ -51,31 +52,31 @@ def bearer_token(authorization: str | None) -> str:
     return token
 
 
-async def authenticate(conn: repo.Conn, authorization: str | None) -> Principal:
+async def authenticate(conn: Conn, authorization: str | None) -> Principal:
     token = bearer_token(authorization)
     digest = hash_key(token)
-    found = await repo.find_api_key(conn, digest)
+    found = await keys_repo.find_api_key(conn, digest)
     if found is None or not hmac.compare_digest(found[2], digest):
         raise Unauthorized("Unknown or revoked API key.")
     return Principal(project_id=found[0], key_id=found[1])
 
 
-async def create_key(conn: repo.Conn, project_id: str, label: str | None = None) -> tuple[UUID, str]:
+async def create_key(conn: Conn, project_id: str, label: str | None = None) -> tuple[UUID, str]:
     key = new_key()
     key_id = uuid7()
-    await repo.insert_api_key(conn, project_id, key_id, hash_key(key), label)
+    await keys_repo.insert_api_key(conn, project_id, key_id, hash_key(key), label)
     return key_id, key
 
 
-async def revoke_key(conn: repo.Conn, key_or_id: str) -> bool:
+async def revoke_key(conn: Conn, key_or_id: str) -> bool:
     """Revokes by the key itself or by its key id (as printed by `haki keys list`)."""
     if key_or_id.startswith(KEY_PREFIX):
-        found = await repo.find_api_key(conn, hash_key(key_or_id))
+        found = await keys_repo.find_api_key(conn, hash_key(key_or_id))
         if found is None:
             return False
-        return await repo.revoke_api_key(conn, found[0], found[1])
+        return await keys_repo.revoke_api_key(conn, found[0], found[1])
     raise ValueError("pass the key itself (hk_...) or use --project with a key id")
 
 
-async def revoke_key_id(conn: repo.Conn, project_id: str, key_id: UUID) -> bool:
-    return await repo.revoke_api_key(conn, project_id, key_id)
+async def revoke_key_id(conn: Conn, project_id: str, key_id: UUID) -> bool:
+    return await keys_repo.revoke_api_key(conn, project_id, key_id)

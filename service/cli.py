@@ -19,9 +19,9 @@ from uuid import UUID
 import asyncpg
 
 from service import __version__, auth
-from service import repository as repo
 from service.db import connect
 from service.migrations import MigrationError, migrate
+from service.repository import keys as keys_repo
 from service.settings import Settings, SettingsError
 
 T = TypeVar("T")
@@ -144,7 +144,9 @@ KEYS_HEADER = "key_id\tcreated_at\tstate\tlabel"
 
 
 def _keys_list(settings: Settings, args: argparse.Namespace) -> int:
-    rows = asyncio.run(_with_migrated_conn(settings, lambda conn: repo.list_api_keys(conn, args.project_id)))
+    rows = asyncio.run(
+        _with_migrated_conn(settings, lambda conn: keys_repo.list_api_keys(conn, args.project_id))
+    )
     if not rows:
         print(f"no keys for project {args.project_id!r} (`haki keys create` makes one)", file=sys.stderr)
         return 0

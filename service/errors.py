@@ -16,8 +16,67 @@ import asyncpg
 import msgspec
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, NotFoundException, ValidationException
+from litestar.openapi.datastructures import ResponseSpec
+
+from service.constants import MAX_JSON_DEPTH
 
 log = logging.getLogger("haki.errors")
+
+
+class ErrorCode(msgspec.Struct, frozen=True):
+    status: int
+    code: str
+    meaning: str
+
+
+# The one error table: every (status, code) the service answers with, and what it means. The
+# domain errors below, the codes of Litestar's own HTTP errors and the OpenAPI responses of every
+# route are all read from it.
+ERROR_TABLE: tuple[ErrorCode, ...] = (
+    ErrorCode(
+        400,
+        "validation_error",
+        f"malformed JSON, nested deeper than {MAX_JSON_DEPTH} levels, wrong type, out of range, or a "
+        "malformed id in the path; `details.field` names the field",
+    ),
+    ErrorCode(400, "budget_exceeded", "budget_tokens is not a positive integer"),
+    ErrorCode(401, "unauthorized", "missing, unknown or revoked API key"),
+    ErrorCode(403, "forbidden", "the key belongs to another project"),
+    ErrorCode(404, "not_found", "no such resource in the key's project"),
+    ErrorCode(405, "method_not_allowed", "the route does not take this method"),
+    ErrorCode(409, "conflict", "e.g. an Idempotency-Key reused with another body"),
+    ErrorCode(413, "payload_too_large", "the body exceeds HAKI_MAX_BODY_BYTES"),
+    ErrorCode(415, "unsupported_media_type", "a body sent under a Content-Type that is not JSON"),
+    ErrorCode(422, "validation_error", "a rule only the service can check; `details.field` names the field"),
+    ErrorCode(
+        429,
+        "rate_limited",
+        "too many requests for this API key, or too many characters to embed for this project "
+        "(HAKI_EMBED_CHARS_PER_MINUTE); wait `Retry-After` seconds",
+    ),
+    ErrorCode(500, "internal", "a bug: the server logged it"),
+    ErrorCode(503, "unavailable", "database or embedder down, or a statement timeout; retry"),
+)
+
+
+def error_code(status: int, code: str) -> ErrorCode:
+    """The table's row; a domain error class that names a row not in the table fails at import."""
+    for row in ERROR_TABLE:
+        if (row.status, row.code) == (status, code):
+            return row
+    raise LookupError(f"({status}, {code!r}) is not in ERROR_TABLE")
+
+
+def openapi_responses() -> dict[int, ResponseSpec]:
+    """The error responses every route documents, one per status, from the table."""
+    meanings: dict[int, list[str]] = {}
+    for row in ERROR_TABLE:
+        if row.status < 500 or row.code == "unavailable":
+            meanings.setdefault(row.status, []).append(f"{row.code}: {row.meaning}")
+    return {
+        status: ResponseSpec(data_container=ErrorBody, description="; ".join(texts), generate_examples=False)
+        for status, texts in meanings.items()
+    }
 
 
 class ErrorBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -26,8 +85,8 @@ class ErrorBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     code: Annotated[
         str,
         msgspec.Meta(
-            description="snake_case error code: unauthorized, forbidden, not_found, validation_error, "
-            "budget_exceeded, conflict, rate_limited, unavailable..."
+            description="snake_case error code, one of: "
+            + ", ".join(dict.fromkeys(row.code for row in ERROR_TABLE))
         ),
     ]
     message: Annotated[str, msgspec.Meta(description="What went wrong, for humans.")]
@@ -38,8 +97,7 @@ class ErrorBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 
 class HakiError(Exception):
-    status_code = 500
-    code = "internal"
+    status_code, code = 500, error_code(500, "internal").code
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
@@ -48,48 +106,40 @@ class HakiError(Exception):
 
 
 class Unauthorized(HakiError):
-    status_code = 401
-    code = "unauthorized"
+    status_code, code = 401, error_code(401, "unauthorized").code
 
 
 class Forbidden(HakiError):
-    status_code = 403
-    code = "forbidden"
+    status_code, code = 403, error_code(403, "forbidden").code
 
 
 class NotFound(HakiError):
-    status_code = 404
-    code = "not_found"
+    status_code, code = 404, error_code(404, "not_found").code
 
 
 class InvalidInput(HakiError):
     """Well-formed input that breaks a rule only the service can check; names the field."""
 
-    status_code = 422
-    code = "validation_error"
+    status_code, code = 422, error_code(422, "validation_error").code
 
     def __init__(self, field: str, message: str, **details: Any) -> None:
         super().__init__(f"{field}: {message}", field=field, **details)
 
 
 class BudgetExceeded(HakiError):
-    status_code = 400
-    code = "budget_exceeded"
+    status_code, code = 400, error_code(400, "budget_exceeded").code
 
 
 class Conflict(HakiError):
-    status_code = 409
-    code = "conflict"
+    status_code, code = 409, error_code(409, "conflict").code
 
 
 class TooManyRequests(HakiError):
-    status_code = 429
-    code = "rate_limited"
+    status_code, code = 429, error_code(429, "rate_limited").code
 
 
 class Unavailable(HakiError):
-    status_code = 503
-    code = "unavailable"
+    status_code, code = 503, error_code(503, "unavailable").code
 
 
 class ExtractorFailed(HakiError):
@@ -194,18 +244,10 @@ def _validation_body(exc: ValidationException) -> tuple[int, ErrorBody]:
     return 400, ErrorBody(code="validation_error", message=message, details=details)
 
 
-_HTTP_CODES = {
-    400: "validation_error",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    409: "conflict",
-    413: "payload_too_large",
-    415: "unsupported_media_type",
-    429: "rate_limited",
-    503: "unavailable",
-}
+# Litestar's own HTTP errors (405, 413, ...): the table's first code of their status.
+_HTTP_CODES: dict[int, str] = {}
+for _row in ERROR_TABLE:
+    _HTTP_CODES.setdefault(_row.status, _row.code)
 
 
 def error_response(status: int, body: ErrorBody, headers: dict[str, str] | None = None) -> Response[Any]:
@@ -296,3 +338,14 @@ def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Respons
         )
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return error_response(500, ErrorBody(code="internal", message="Internal server error."))
+
+
+async def send_error(
+    send: Any, status: int, code: str, message: str, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """The contract's error body from a raw ASGI app (the /mcp mount, which Litestar's exception
+    handling does not wrap)."""
+    body = msgspec.json.encode(ErrorBody(code=code, message=message))
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": head + (headers or [])})
+    await send({"type": "http.response.body", "body": body})

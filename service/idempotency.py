@@ -22,9 +22,10 @@ from typing import Generic, TypeVar
 
 import msgspec
 
-from service import repository as repo
 from service.auth import Principal
 from service.errors import Conflict
+from service.repository import Conn
+from service.repository import idempotency as idempotency_repo
 from service.settings import Settings
 
 T = TypeVar("T", bound=msgspec.Struct)
@@ -49,9 +50,9 @@ def request_digest(route: str, request: msgspec.Struct) -> bytes:
 
 
 async def _replay(
-    conn: repo.Conn, project_id: str, key: str, digest: bytes, response_type: type[T]
+    conn: Conn, project_id: str, key: str, digest: bytes, response_type: type[T]
 ) -> Outcome[T] | None:
-    stored = await repo.find_idempotent_response(conn, project_id, key)
+    stored = await idempotency_repo.find_idempotent_response(conn, project_id, key)
     if stored is None:
         return None
     stored_digest, status_code, response = stored
@@ -64,7 +65,7 @@ async def _replay(
 
 
 async def run_once(
-    conn: repo.Conn,
+    conn: Conn,
     settings: Settings,
     principal: Principal,
     *,
@@ -90,8 +91,8 @@ async def run_once(
         return replay
     prepared = await prepare()
     async with conn.transaction():
-        await repo.purge_idempotency_keys(conn, project_id, PURGE_BATCH)
-        claimed = await repo.claim_idempotency_key(
+        await idempotency_repo.purge_idempotency_keys(conn, project_id, PURGE_BATCH)
+        claimed = await idempotency_repo.claim_idempotency_key(
             conn, project_id, key, digest, float(settings.idempotency_ttl_seconds)
         )
         if not claimed:
@@ -103,5 +104,5 @@ async def run_once(
                 )
             return replay
         body = await write(prepared)
-        await repo.store_idempotent_response(conn, project_id, key, status_code, body)
+        await idempotency_repo.store_idempotent_response(conn, project_id, key, status_code, body)
     return Outcome(body=body, status_code=status_code, replayed=False)

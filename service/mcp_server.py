@@ -381,7 +381,7 @@ class McpEndpoint:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         from service.auth import authenticate
         from service.errors import HakiError as ServiceError
-        from service.handlers.mcp import send_error
+        from service.errors import send_error
 
         app = scope["litestar_app"]
         authorization = None
@@ -393,7 +393,8 @@ class McpEndpoint:
             async with app.state.pool.acquire(timeout=wait) as conn:
                 principal = await authenticate(conn, authorization)
         except ServiceError as exc:
-            await send_error(send, exc.status_code, exc.code, exc.message)
+            challenge = [(b"www-authenticate", b'Bearer realm="haki"')] if exc.status_code == 401 else None
+            await send_error(send, exc.status_code, exc.code, exc.message, challenge)
             return
         scope.setdefault("state", {})[PROJECT_STATE] = principal.project_id
         await self.app(scope, receive, send)

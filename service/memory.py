@@ -11,11 +11,14 @@ from uuid import UUID
 
 import msgspec
 
-from service import repository as repo
 from service.auth import Principal
 from service.embedder import Embedder, EmbedderError
 from service.errors import Conflict, InvalidInput, NotFound, Unavailable
 from service.ids import uuid7_batch
+from service.repository import Conn
+from service.repository import conflicts as conflicts_repo
+from service.repository import events as events_repo
+from service.repository import facts as facts_repo
 from service.settings import Settings
 from service.structs import (
     ConflictList,
@@ -90,7 +93,7 @@ def _check_fact_items(req: WriteFactsRequest) -> None:
 
 
 async def write_facts(
-    conn: repo.Conn, embedder: Embedder, settings: Settings, principal: Principal, req: WriteFactsRequest
+    conn: Conn, embedder: Embedder, settings: Settings, principal: Principal, req: WriteFactsRequest
 ) -> WriteFactsResponse:
     """Checks and embeds the batch, then stores it (the importer's path; POST /v1/facts runs the
     two steps through idempotency.run_once, which claims its key between them)."""
@@ -137,7 +140,7 @@ async def prepare_facts(
     return PreparedFacts(req=req, fact_ids=fact_ids, columns=columns)
 
 
-async def store_facts(conn: repo.Conn, prepared: PreparedFacts) -> WriteFactsResponse:
+async def store_facts(conn: Conn, prepared: PreparedFacts) -> WriteFactsResponse:
     req, fact_ids, columns = prepared.req, prepared.fact_ids, prepared.columns
     facts = req.facts
     async with conn.transaction():
@@ -146,10 +149,10 @@ async def store_facts(conn: repo.Conn, prepared: PreparedFacts) -> WriteFactsRes
         # escaped detection without it, tests/test_write_races.py).
         keys = [f.key for f in facts if f.key is not None]
         if keys:
-            await repo.lock_fact_keys(conn, req.project_id, req.subject_id, keys)
+            await facts_repo.lock_fact_keys(conn, req.project_id, req.subject_id, keys)
         superseding = [(i, f.supersedes, f.valid_from) for i, f in enumerate(facts) if f.supersedes]
         if superseding:
-            changed = await repo.supersede_facts(
+            changed = await facts_repo.supersede_facts(
                 conn,
                 req.project_id,
                 req.subject_id,
@@ -165,7 +168,7 @@ async def store_facts(conn: repo.Conn, prepared: PreparedFacts) -> WriteFactsRes
                     )
         sources = {f.source_event_id for f in facts if f.source_event_id is not None}
         if sources:
-            missing = await repo.missing_events(conn, req.project_id, req.subject_id, list(sources))
+            missing = await facts_repo.missing_events(conn, req.project_id, req.subject_id, list(sources))
             for i, f in enumerate(facts):
                 if f.source_event_id in missing:
                     raise InvalidInput(
@@ -173,13 +176,13 @@ async def store_facts(conn: repo.Conn, prepared: PreparedFacts) -> WriteFactsRes
                         "is not an event of this scope",
                         event_id=str(f.source_event_id),
                     )
-        await repo.insert_facts(conn, req.project_id, req.subject_id, columns)
+        await facts_repo.insert_facts(conn, req.project_id, req.subject_id, columns)
         in_conflict: dict[UUID, UUID] = {}
         keyed = [
             fid for fid, f in zip(fact_ids, facts, strict=True) if f.key is not None and not f.supersedes
         ]
         if keyed:
-            in_conflict = await repo.detect_conflicts(conn, req.project_id, req.subject_id, keyed)
+            in_conflict = await facts_repo.detect_conflicts(conn, req.project_id, req.subject_id, keyed)
     return WriteFactsResponse(
         facts=[
             FactWriteResult(fact_id=fid, status="active", conflict_set_id=in_conflict.get(fid))
@@ -188,8 +191,8 @@ async def store_facts(conn: repo.Conn, prepared: PreparedFacts) -> WriteFactsRes
     )
 
 
-async def get_fact(conn: repo.Conn, principal: Principal, fact_id: UUID) -> Fact:
-    fact = await repo.get_fact(conn, principal.project_id, fact_id)
+async def get_fact(conn: Conn, principal: Principal, fact_id: UUID) -> Fact:
+    fact = await facts_repo.get_fact(conn, principal.project_id, fact_id)
     if fact is None:
         raise NotFound("No fact with this id in the key's project.", fact_id=str(fact_id))
     return fact
@@ -208,7 +211,7 @@ def decode_cursor(cursor: str) -> UUID:
 
 
 async def list_facts(
-    conn: repo.Conn,
+    conn: Conn,
     principal: Principal,
     project_id: str,
     subject_id: str | None,
@@ -218,18 +221,18 @@ async def list_facts(
 ) -> FactPage:
     principal.require(project_id)
     after = decode_cursor(cursor) if cursor else None
-    rows = await repo.list_facts(conn, project_id, subject_id, status, after, limit + 1)
+    rows = await facts_repo.list_facts(conn, project_id, subject_id, status, after, limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
     return FactPage(facts=rows, next_cursor=encode_cursor(rows[-1].fact_id) if more and rows else None)
 
 
-async def patch_fact(conn: repo.Conn, principal: Principal, fact_id: UUID, req: PatchFactRequest) -> Fact:
+async def patch_fact(conn: Conn, principal: Principal, fact_id: UUID, req: PatchFactRequest) -> Fact:
     if req.status is None and req.valid_to is None:
         raise InvalidInput("status", "send `status: retracted` and/or `valid_to`")
     _check_timestamp("valid_to", req.valid_to)
     async with conn.transaction():
-        found = await repo.patch_fact(
+        found = await facts_repo.patch_fact(
             conn, principal.project_id, fact_id, retract=req.status == "retracted", valid_to=req.valid_to
         )
         if not found:
@@ -238,7 +241,7 @@ async def patch_fact(conn: repo.Conn, principal: Principal, fact_id: UUID, req: 
 
 
 async def write_events(
-    conn: repo.Conn, embedder: Embedder, principal: Principal, req: WriteEventsRequest
+    conn: Conn, embedder: Embedder, principal: Principal, req: WriteEventsRequest
 ) -> WriteEventsResponse:
     """Checks and embeds the batch, then stores it (see write_facts)."""
     return await store_events(conn, await prepare_events(embedder, principal, req))
@@ -262,11 +265,11 @@ async def prepare_events(embedder: Embedder, principal: Principal, req: WriteEve
     return PreparedEvents(req=req, embeddings=embeddings)
 
 
-async def store_events(conn: repo.Conn, prepared: PreparedEvents) -> WriteEventsResponse:
+async def store_events(conn: Conn, prepared: PreparedEvents) -> WriteEventsResponse:
     req, embeddings = prepared.req, prepared.embeddings
     events = req.events
     event_ids = uuid7_batch(len(events))
-    await repo.insert_events(
+    await events_repo.insert_events(
         conn,
         req.project_id,
         req.subject_id,
@@ -280,18 +283,18 @@ async def store_events(conn: repo.Conn, prepared: PreparedEvents) -> WriteEvents
 
 
 async def list_conflicts(
-    conn: repo.Conn, principal: Principal, project_id: str, subject_id: str | None, status: str | None
+    conn: Conn, principal: Principal, project_id: str, subject_id: str | None, status: str | None
 ) -> ConflictList:
     principal.require(project_id)
-    return ConflictList(conflicts=await repo.list_conflicts(conn, project_id, subject_id, status))
+    return ConflictList(conflicts=await conflicts_repo.list_conflicts(conn, project_id, subject_id, status))
 
 
 async def resolve_conflict(
-    conn: repo.Conn, principal: Principal, conflict_set_id: UUID, req: ResolveConflictRequest
+    conn: Conn, principal: Principal, conflict_set_id: UUID, req: ResolveConflictRequest
 ) -> ConflictSet:
     project_id = principal.project_id
     async with conn.transaction():
-        locked = await repo.lock_conflict_set(conn, project_id, conflict_set_id)
+        locked = await conflicts_repo.lock_conflict_set(conn, project_id, conflict_set_id)
         if locked is None:
             raise NotFound(
                 "No conflict set with this id in the key's project.", conflict_set_id=str(conflict_set_id)
@@ -302,8 +305,8 @@ async def resolve_conflict(
         for i, fact_id in enumerate(req.keep):
             if fact_id not in members:
                 raise InvalidInput(f"keep[{i}]", "is not a member of this conflict set", fact_id=str(fact_id))
-        await repo.resolve_conflict_set(conn, project_id, conflict_set_id, req.keep)
-    (resolved,) = await repo.list_conflicts(conn, project_id, None, None, conflict_set_id)
+        await conflicts_repo.resolve_conflict_set(conn, project_id, conflict_set_id, req.keep)
+    (resolved,) = await conflicts_repo.list_conflicts(conn, project_id, None, None, conflict_set_id)
     return resolved
 
 

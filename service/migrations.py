@@ -15,6 +15,8 @@ import asyncpg
 
 from service.sql import load_queries, resource_dir
 
+# The schema as the migrations leave it, for reading (scripts/schema_dump.py); never applied.
+SCHEMA_SNAPSHOT = "schema.sql"
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 
@@ -35,7 +37,7 @@ class Migration:
 
 def discover(directory: Path | None = None) -> list[Migration]:
     directory = directory or resource_dir("migrations")
-    files = sorted(p for p in directory.iterdir() if p.suffix == ".sql")
+    files = sorted(p for p in directory.iterdir() if p.suffix == ".sql" and p.name != SCHEMA_SNAPSHOT)
     bad = [p.name for p in files if not _NAME.match(p.name)]
     if bad:
         raise MigrationError(f"migration files must be named NNNN_name.sql: {bad}")

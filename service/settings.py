@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
@@ -66,54 +67,18 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Every field `x` is read from `HAKI_X`; an unset or empty variable keeps the default. The
+        field's type converts and checks the text, and an error names the variable."""
         env = os.environ if env is None else env
-        raw: dict[str, object] = {}
-
-        def put(name: str, field: str, conv: type = str) -> None:
-            value = env.get(name)
-            if value is None or value == "":
-                return
-            try:
-                raw[field] = conv(value)
-            except ValueError as exc:
-                raise SettingsError(f"{name}={value!r}: {exc}") from exc
-
-        put("HAKI_DATABASE_URL", "database_url")
-        put("HAKI_DATA_DIR", "data_dir", Path)
-        put("HAKI_EMBED_PROVIDER", "embed_provider")
-        put("HAKI_EMBED_MODEL", "embed_model")
-        put("HAKI_EMBED_BASE_URL", "embed_base_url")
-        put("HAKI_EMBED_API_KEY", "embed_api_key")
-        put("HAKI_EMBED_TIMEOUT_SECONDS", "embed_timeout_seconds", float)
-        put("HAKI_EMBED_BATCH_SIZE", "embed_batch_size", int)
-        put("HAKI_RECALL_MAX_DISTANCE", "recall_max_distance", float)
-        put("HAKI_CONTEXT_PROFILE", "context_profile")
-        put("HAKI_TEXT_SEARCH_CONFIG", "text_search_config")
-        put("HAKI_VOLATILE_STALE_AFTER_SECONDS", "volatile_stale_after_seconds", int)
-        put("HAKI_POOL_MIN_SIZE", "pool_min_size", int)
-        put("HAKI_POOL_MAX_SIZE", "pool_max_size", int)
-        put("HAKI_STATEMENT_TIMEOUT_MS", "statement_timeout_ms", int)
-        put("HAKI_CONNECT_TIMEOUT_SECONDS", "connect_timeout_seconds", float)
-        put("HAKI_TORCH_THREADS", "torch_threads", int)
-        put("HAKI_MAX_BODY_BYTES", "max_body_bytes", int)
-        put("HAKI_METRICS_TOKEN", "metrics_token")
-        put("HAKI_POOL_ACQUIRE_TIMEOUT_SECONDS", "pool_acquire_timeout_seconds", float)
-        put("HAKI_DB_STATEMENT_CACHE_SIZE", "db_statement_cache_size", int)
-        put("HAKI_IDEMPOTENCY_TTL_SECONDS", "idempotency_ttl_seconds", int)
-        put("HAKI_RATE_LIMIT_PER_MINUTE", "rate_limit_per_minute", int)
-        put("HAKI_EMBED_BACKEND", "embed_backend")
-        put("HAKI_EMBED_QUERY_MAX_BATCH", "embed_query_max_batch", int)
-        put("HAKI_EMBED_WRITE_TIMEOUT_SECONDS", "embed_write_timeout_seconds", float)
-        put("HAKI_EMBED_CHARS_PER_MINUTE", "embed_chars_per_minute", int)
-        put("HAKI_EMBED_CONCURRENCY", "embed_concurrency", int)
-        put("HAKI_EXTRACT_BASE_URL", "extract_base_url")
-        put("HAKI_EXTRACT_MODEL", "extract_model")
-        put("HAKI_EXTRACT_API_KEY", "extract_api_key")
-        put("HAKI_EXTRACT_TIMEOUT_SECONDS", "extract_timeout_seconds", float)
+        raw: dict[str, str] = {}
+        for field in msgspec.structs.fields(cls):
+            value = env.get(env_name(field.name))
+            if value is not None and value != "":
+                raw[field.name] = value
         try:
-            settings = msgspec.convert(raw, cls)
+            settings = msgspec.convert(raw, cls, strict=False, dec_hook=_from_text)
         except msgspec.ValidationError as exc:
-            raise SettingsError(str(exc)) from exc
+            raise SettingsError(_name_the_variable(str(exc), raw)) from exc
         settings.check()
         return settings
 
@@ -142,3 +107,26 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             raise SettingsError("HAKI_EMBED_CONCURRENCY must be >= 1")
         if self.extract_timeout_seconds <= 0:
             raise SettingsError("HAKI_EXTRACT_TIMEOUT_SECONDS must be positive")
+
+
+def env_name(field: str) -> str:
+    """The environment variable of a Settings field."""
+    return f"HAKI_{field.upper()}"
+
+
+def _from_text(kind: type, value: object) -> object:
+    if kind is Path and isinstance(value, str):
+        return Path(value)
+    raise NotImplementedError(kind)
+
+
+_AT_FIELD = re.compile(r"- at `\$\.(?P<field>\w+)`")
+
+
+def _name_the_variable(message: str, raw: Mapping[str, str]) -> str:
+    """msgspec's "Expected `int`, got `str` - at `$.pool_min_size`" as "HAKI_POOL_MIN_SIZE='x': ..."."""
+    m = _AT_FIELD.search(message)
+    if m is None:
+        return message
+    field = m.group("field")
+    return f"{env_name(field)}={raw.get(field)!r}: {message[: m.start()].strip()}"

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import aiosql
+
+from service.queries_protocol import Queries
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -23,8 +25,10 @@ def resource_dir(name: str) -> Path:
 
 
 @cache
-def load_queries() -> Any:
-    return aiosql.from_path(resource_dir("queries"), "asyncpg")
+def load_queries() -> Queries:
+    """Typed by service/queries_protocol.py, generated from the same files (and checked against
+    what aiosql loads by tests/test_queries.py)."""
+    return cast(Queries, aiosql.from_path(resource_dir("queries"), "asyncpg"))
 
 
 def query_names() -> list[str]:

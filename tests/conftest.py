@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 import warnings
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import asyncpg
 import httpx
@@ -29,6 +31,59 @@ from service.migrations import migrate
 from service.settings import Settings
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+
+# `just test-fast` sets it: the lane without the `model`, `integration` and `slow` tests. There, a
+# test that starts a process or loads the model fails and names the marker it lacks, so the
+# markers stay true as tests are added.
+FAST_LANE = "HAKI_TEST_FAST_LANE"
+MODEL_FIXTURES = frozenset({"local_embedder", "model_client"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that takes the real model through a fixture is a `model` test, wherever it is."""
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.model)
+
+
+@contextmanager
+def _fast_lane_guard(item: pytest.Item) -> Iterator[None]:
+    """Refuses a process or the model to a test of the fast lane. The session's own embedded
+    PostgreSQL (pgserver's binaries, started by the first test's set-up) is the one exception."""
+    spawn = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+
+    def start(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> Any:
+        argv0 = str(args[0] if isinstance(args, list | tuple) else args)
+        if "/pginstall/bin/" not in argv0:
+            raise AssertionError(
+                f"{item.nodeid} starts a process ({argv0}): mark it @pytest.mark.integration"
+            )
+        return spawn(self, args, *rest, **kwargs)
+
+    def load(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(f"{item.nodeid} loads the model: mark it @pytest.mark.model")
+
+    with (
+        mock.patch.object(subprocess.Popen, "_execute_child", start),
+        mock.patch.object(LocalEmbedder, "load", load),
+    ):
+        yield
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    if os.environ.get(FAST_LANE) != "1":
+        return (yield)
+    with _fast_lane_guard(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    if os.environ.get(FAST_LANE) != "1":
+        return (yield)
+    with _fast_lane_guard(item):
+        return (yield)
 
 
 @pytest.fixture(scope="session")

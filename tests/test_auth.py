@@ -27,13 +27,13 @@ import httpx
 import pytest
 
 from service import auth
-from service import repository as repo
 from service.app import create_app
 from service.embedder import HashEmbedder
 from service.errors import Unauthorized
+from service.repository import keys as keys_repo
 from service.settings import Settings
 from tests.conftest import bearer
-from tests.test_facts import PROJECT, assert_error, get_fact
+from tests.helpers import PROJECT, assert_error, get_fact
 
 OTHER_PROJECT = "proj-b"
 SKIPPED_METHODS = {"OPTIONS", "HEAD"}  # Litestar's automatic preflight answers carry no data
@@ -472,7 +472,7 @@ async def test_only_the_sha256_of_a_key_is_stored(conn: asyncpg.Connection) -> N
     assert key.startswith("hk_") and len(key) > 40
     digest = hashlib.sha256(key.encode()).digest()
     assert auth.hash_key(key) == digest
-    found = await repo.find_api_key(conn, digest)
+    found = await keys_repo.find_api_key(conn, digest)
     assert found is not None
     assert found[0] == "proj-hash" and found[1] == key_id and found[2] == digest
     principal = await auth.authenticate(conn, f"Bearer {key}")
@@ -480,7 +480,7 @@ async def test_only_the_sha256_of_a_key_is_stored(conn: asyncpg.Connection) -> N
     # The hash is not a credential.
     with pytest.raises(Unauthorized):
         await auth.authenticate(conn, f"Bearer {digest.hex()}")
-    rows = await repo.list_api_keys(conn, "proj-hash")
+    rows = await keys_repo.list_api_keys(conn, "proj-hash")
     assert [r["key_id"] for r in rows] == [key_id]
     assert rows[0]["label"] == "ci" and rows[0]["revoked_at"] is None
     for value in rows[0].values():
@@ -493,15 +493,15 @@ async def test_only_the_sha256_of_a_key_is_stored(conn: asyncpg.Connection) -> N
 async def test_revoked_key_is_listed_as_revoked(conn: asyncpg.Connection) -> None:
     key_id, key = await auth.create_key(conn, "proj-rev")
     assert await auth.revoke_key(conn, key)
-    (row,) = await repo.list_api_keys(conn, "proj-rev")
+    (row,) = await keys_repo.list_api_keys(conn, "proj-rev")
     assert row["key_id"] == key_id and row["revoked_at"] is not None
     with pytest.raises(Unauthorized):
         await auth.authenticate(conn, f"Bearer {key}")
-    assert await repo.find_api_key(conn, auth.hash_key(key)) is None
+    assert await keys_repo.find_api_key(conn, auth.hash_key(key)) is None
 
 
 async def test_keys_are_unique_and_random(conn: asyncpg.Connection) -> None:
     keys = {(await auth.create_key(conn, "proj-many"))[1] for _ in range(20)}
     assert len(keys) == 20
-    assert len(await repo.list_api_keys(conn, "proj-many")) == 20
+    assert len(await keys_repo.list_api_keys(conn, "proj-many")) == 20
     assert str(uuid.uuid4()) not in keys

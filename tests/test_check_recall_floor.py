@@ -13,8 +13,12 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+import pytest
 
 from service.embedder import HashEmbedder
+
+pytestmark = pytest.mark.integration
+
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = REPO_ROOT / "scripts" / "check_recall_floor.py"

@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,10 @@ from service.db import connect
 from service.embedded import embedded_server
 from service.errors import Unauthorized
 from service.settings import Settings
+from tests.helpers.server import free_port, stop_process
+
+pytestmark = pytest.mark.integration
+
 
 REPO = Path(__file__).resolve().parent.parent
 HEALTH_TIMEOUT_SECONDS = 60.0
@@ -179,13 +182,6 @@ async def test_keys_revoke_by_id(data_dir: Path) -> None:
 # --- haki serve --------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def start_serve(data_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
         return subprocess.Popen(
@@ -211,17 +207,6 @@ def wait_healthy(proc: subprocess.Popen[bytes], port: int, log: Path) -> dict[st
             pass
         time.sleep(0.25)
     raise AssertionError(f"/healthz not 200 within {HEALTH_TIMEOUT_SECONDS}s:\n{log.read_text()}")
-
-
-def stop(proc: subprocess.Popen[bytes]) -> int:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-    return proc.returncode
 
 
 def test_two_serve_processes_share_one_embedded_server() -> None:
@@ -251,15 +236,15 @@ def test_two_serve_processes_share_one_embedded_server() -> None:
         assert r.json()["content"] == "served over HTTP"
 
         # The first process leaving does not take the shared server down with it.
-        assert stop(procs[0]) == 0, log1.read_text()
+        assert stop_process(procs[0], timeout=30) == 0, log1.read_text()
         wait_healthy(procs[1], port2, log2)
         body["facts"] = [{"content": "written after the first process left"}]
         r = httpx.post(f"http://127.0.0.1:{port2}/v1/facts", json=body, headers=headers, timeout=30)
         assert r.status_code == 201, r.text
-        assert stop(procs[1]) == 0, log2.read_text()
+        assert stop_process(procs[1], timeout=30) == 0, log2.read_text()
         # The last process out stops the embedded server it shared.
         assert wait_stopped(data_dir, 20), "the embedded PostgreSQL outlived every haki process"
     finally:
         for p in procs:
-            stop(p)
+            stop_process(p, timeout=30)
         stop_embedded(data_dir)

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.conftest import bearer
-from tests.test_facts import PROJECT, assert_error, get_fact, post_facts, ts, write_facts
+from tests.helpers import PROJECT, assert_error, get_fact, post_facts, ts, write_facts
 
 
 async def list_conflicts(client: httpx.AsyncClient, key: str, **params: Any) -> list[dict[str, Any]]:

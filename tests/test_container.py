@@ -44,6 +44,7 @@ def stages() -> dict[str, list[tuple[str, str]]]:
     return found
 
 
+@pytest.mark.integration
 def test_hadolint_is_clean() -> None:
     hadolint = shutil.which("hadolint") or shutil.which("hadolint", path=str(Path(sys.executable).parent))
     if hadolint is None:

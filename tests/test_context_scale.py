@@ -17,36 +17,18 @@ from service.constants import (
     RETRIEVAL_TOP_K,
     WEIGHT_RECENCY,
     WEIGHT_SIMILARITY,
-    WEIGHT_TEXT_RANK,
 )
 from service.context import assembler
-from service.context import repository as repo
 from service.context.model import Candidate
+from service.embedder import HashEmbedder
+from service.repository import context as repo
 from service.sql import load_queries
 from tests.helpers import PROJECT, candidate_decisions, context_and_trace
+from tests.helpers.seeding import WEIGHTS, random_unit_vector, seed_scopes
 
 pytestmark = pytest.mark.slow
 
 NO_MATCH = "qqxxjjnothingmatchesthis"
-WEIGHTS = (WEIGHT_SIMILARITY, WEIGHT_TEXT_RANK, WEIGHT_RECENCY)
-
-
-async def seed_scopes(conn: asyncpg.Connection, scopes: dict[str, tuple[int, str]]) -> None:
-    """Seeds {subject_id: (n, content_prefix)} in PROJECT, then rebuilds the index and ANALYZEs."""
-    q = load_queries()
-    await q.test_prepare_bulk_load(conn)
-    await q.test_drop_fact_vector_index(conn)
-    for subject_id, (n, prefix) in scopes.items():
-        await q.test_seed_random_facts(
-            conn, project_id=PROJECT, subject_id=subject_id, n=n, content_prefix=prefix
-        )
-    await q.test_restore_fact_vector_index(conn)
-    await q.test_analyze_facts(conn)
-
-
-def random_unit_vector(seed: int) -> np.ndarray:
-    v = np.random.default_rng(seed).normal(size=384)
-    return (v / np.linalg.norm(v)).astype(np.float32)
 
 
 async def vector_phase(
@@ -119,7 +101,7 @@ async def test_two_phase_vector_candidates_exactly_64(
 
 
 async def test_trace_never_exceeds_candidate_limit(
-    conn: asyncpg.Connection, client: httpx.AsyncClient, key: str, monkeypatch: pytest.MonkeyPatch
+    conn: asyncpg.Connection, client: httpx.AsyncClient, key: str
 ) -> None:
     # Every fact matches the query's words, so both phase-1 sides fill up to RETRIEVAL_TOP_K.
     await seed_scopes(conn, {"limit": (1_000, "common words fact")})
@@ -131,11 +113,26 @@ async def test_trace_never_exceeds_candidate_limit(
     assert sum(1 for d in candidates if d["text_rank"] > 0) == len(candidates)
     assert [d["rank"] for d in candidates] == list(range(1, len(candidates) + 1))
 
-    # The phase-2 cap really applies: below the union size, the trace holds exactly the cap,
-    # and it is the best-scored head of the same union.
+    # The phase-2 cap really applies: below the union size, the statement returns exactly the
+    # cap, the best-scored head of the same union (the cap is the step's parameter, not a seam).
     cap = len(candidates) - 20
-    monkeypatch.setattr(repo, "CANDIDATE_LIMIT", cap)
-    _, capped = await context_and_trace(client, key, "common words", "limit", include_episodes=False)
-    capped_candidates = candidate_decisions(capped)
-    assert len(capped_candidates) == len(capped["decisions"]) == cap
-    assert [d["item_id"] for d in capped_candidates] == [d["item_id"] for d in candidates[:cap]]
+    qvec = (await HashEmbedder().embed(["common words"]))[0]
+
+    async def union(limit: int | None) -> list[str]:
+        async with conn.transaction():
+            await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
+            got = await repo.unified_candidates(
+                conn,
+                project_id=PROJECT,
+                subject_id="limit",
+                query_embedding=qvec,
+                query_text="common words",
+                weights=assembler.PROFILE_WEIGHTS["unified"],
+                with_episodes=False,
+                candidate_limit=limit,
+            )
+        return [str(c.item_id) for c in got.candidates]
+
+    full, capped = await union(None), await union(cap)
+    assert full == [d["item_id"] for d in candidates]
+    assert capped == full[:cap]

@@ -25,16 +25,20 @@ import msgspec
 import pytest
 
 from service import auth
-from service import repository as repo
 from service.app import create_app
 from service.db import connect, create_pool, init_connection
 from service.embedded import embedded_server, embedded_url
 from service.embedder import Embedder
 from service.migrations import migrate
+from service.repository import keys as keys_repo
 from service.settings import Settings
 from service.sql import load_queries
 from tests.conftest import bearer
-from tests.serving import serve
+from tests.helpers.serving import serve
+
+# Stops and restarts the database under a served app: out of the fast lane.
+pytestmark = pytest.mark.slow
+
 
 PROJECT = "proj-faults"
 # Each request during the outage must end within this: connect and acquire timeouts are 1 s.
@@ -157,6 +161,7 @@ async def listed_fact_ids(client: httpx.AsyncClient, key: str) -> set[str]:
             return out
 
 
+@pytest.mark.integration
 async def test_outage_fails_fast_recovers_and_loses_no_acknowledged_write(
     fault_server: FaultServer, fault_settings: tuple[Settings, str]
 ) -> None:
@@ -292,7 +297,7 @@ async def test_a_lost_connection_expires_the_whole_pool(
         raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation")
 
     with monkeypatch.context() as m:
-        m.setattr(repo, "find_api_key", lost)
+        m.setattr(keys_repo, "find_api_key", lost)
         r = await client.get("/v1/facts", params={"project_id": PROJECT}, headers=bearer(key))
         assert r.status_code == 503 and r.json()["code"] == "unavailable", r.text
     assert pool._generation == generation + 1

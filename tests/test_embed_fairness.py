@@ -19,43 +19,22 @@ main's 11.5 s, while leaving room for this shared machine's noise.
 from __future__ import annotations
 
 import asyncio
-import signal
 import statistics
-import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.haki_server import Server, free_port, server_env, spawn_serve
+from tests.helpers.server import running_server
+
+pytestmark = pytest.mark.integration
+
 
 NEIGHBOUR_BOUND_SECONDS = 3.0
 WRITES = 10
 FACTS_PER_WRITE = 30
 FACT_CHARS = 8000
-
-
-@contextmanager
-def model_server(data_dir: Path, **env: str) -> Iterator[Server]:
-    """`haki serve` on the real local model (tests/haki_server.py starts the hash embedder)."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    full = server_env(data_dir)
-    full.update(env)
-    port = free_port()
-    log = data_dir / "serve.log"
-    proc = spawn_serve(full, port, log)
-    try:
-        yield Server(url=f"http://127.0.0.1:{port}", data_dir=data_dir, env=full, log=log)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 def long_fact(write: int, fact: int) -> str:
@@ -68,7 +47,7 @@ def long_fact(write: int, fact: int) -> str:
 @pytest.mark.model
 async def test_a_neighbours_bulk_writes_do_not_stall_a_context_call(tmp_path: Path) -> None:
     env = {"HAKI_EMBED_PROVIDER": "local", "HAKI_EMBED_CHARS_PER_MINUTE": "0"}
-    with model_server(tmp_path / "srv", **env) as server:
+    with running_server(tmp_path / "srv", **env) as server:
         key_a, key_b = server.create_key("proj-a"), server.create_key("proj-b")
         ha, hb = {"Authorization": f"Bearer {key_a}"}, {"Authorization": f"Bearer {key_b}"}
         async with httpx.AsyncClient(base_url=server.url, timeout=300.0) as client:

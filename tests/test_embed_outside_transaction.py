@@ -4,7 +4,7 @@ A slow embedding used to be embedded inside the transaction that claimed the key
 idle_in_transaction_session_timeout (60 s) PostgreSQL killed the session, the write was a 503 and
 every retry failed the same way. Here a real OpenAI-compatible server (in a thread) holds each
 embedding request until the test has looked at pg_stat_activity, and the real app runs on its own
-pool under uvicorn (tests/serving.py).
+pool under uvicorn (tests/helpers/serving.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from service.db import connect
 from service.embedder import HashEmbedder
 from service.settings import Settings
 from tests.conftest import bearer
-from tests.serving import serve
+from tests.helpers.serving import serve
 
 # Texts with this prefix are held at the gate; others (the start-up probe) are answered at once.
 SLOW = "slow:"

@@ -534,6 +534,7 @@ async def test_hash_is_deterministic_and_unit_norm() -> None:
         np.testing.assert_array_equal(va, vb)
 
 
+@pytest.mark.integration
 def test_hash_is_stable_across_processes() -> None:
     code = (
         "from service.embedder import HashEmbedder;"

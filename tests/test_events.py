@@ -8,33 +8,14 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import bearer
-from tests.test_facts import PROJECT, assert_error, get_fact, list_all_facts, post_facts
-
-
-async def post_events(
-    client: httpx.AsyncClient,
-    key: str,
-    events: list[dict[str, Any]],
-    subject_id: str = "u1",
-    project_id: str = PROJECT,
-) -> httpx.Response:
-    return await client.post(
-        "/v1/events",
-        json={"project_id": project_id, "subject_id": subject_id, "events": events},
-        headers=bearer(key),
-    )
-
-
-async def write_events(
-    client: httpx.AsyncClient, key: str, events: list[dict[str, Any]], subject_id: str = "u1"
-) -> list[str]:
-    r = await post_events(client, key, events, subject_id)
-    assert r.status_code == 201, r.text
-    body = r.json()
-    assert set(body) == {"events"}
-    assert len(body["events"]) == len(events)
-    return [e["event_id"] for e in body["events"]]
+from tests.helpers import (
+    assert_error,
+    get_fact,
+    list_all_facts,
+    post_events,
+    post_facts,
+    write_events,
+)
 
 
 def _event(i: int = 0, **extra: Any) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""POST /v1/extract against a scripted OpenAI-compatible chat server (tests/fake_chat.py)."""
+"""POST /v1/extract against a scripted OpenAI-compatible chat server (tests/helpers/fake_chat.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from service.app import create_app
 from service.embedder import Embedder
 from service.settings import Settings
 from tests.conftest import SingleConnectionPool, bearer, make_client
-from tests.fake_chat import FakeChat, Step, answer, fake_chat
 from tests.helpers import assert_error, stats
+from tests.helpers.fake_chat import FakeChat, Step, answer, fake_chat
 
 SUBJECT = "alice"
 MESSAGES = [

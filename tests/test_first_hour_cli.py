@@ -14,7 +14,10 @@ import httpx
 import pytest
 
 from service import __version__
-from tests.haki_server import REPO, Server, free_port, running_server, server_env
+from tests.helpers.server import REPO, Server, free_port, running_server, server_env
+
+pytestmark = pytest.mark.integration
+
 
 PROJECT = "first-hour"
 

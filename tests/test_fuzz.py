@@ -32,8 +32,12 @@ from service.migrations import migrate
 from service.settings import Settings
 from service.sql import load_queries
 from tests.conftest import bearer
-from tests.fake_chat import fake_chat
-from tests.serving import serve
+from tests.helpers.fake_chat import fake_chat
+from tests.helpers.serving import serve
+
+# Schemathesis walks every operation (about 40 s in all): out of the fast lane.
+pytestmark = pytest.mark.slow
+
 
 PROJECT = "proj-fuzz"
 # Per operation: keeps the whole module around a minute on a 2-CPU machine. HAKI_FUZZ_EXAMPLES
@@ -68,7 +72,7 @@ async def fuzz_database(settings: Settings, migrated: str) -> AsyncIterator[dict
 
 @pytest.fixture(scope="module")
 def base_url(fuzz_database: dict[str, Any]) -> Iterator[str]:
-    # POST /v1/extract asks a chat model: a scripted one that finds nothing (tests/fake_chat.py),
+    # POST /v1/extract asks a chat model: a scripted one that finds nothing (tests/helpers/fake_chat.py),
     # so valid requests reach the write path instead of the 503 of an unconfigured deployment.
     with fake_chat() as chat:
         app_settings = msgspec.structs.replace(

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from tests.conftest import bearer
-from tests.test_facts import PROJECT, assert_error
+from tests.helpers import PROJECT, assert_error
 
 SUBJECT = "fuzzed"
 

@@ -18,7 +18,7 @@ from service.embedder import Embedder
 from service.settings import Settings, SettingsError
 from service.sql import load_queries
 from tests.conftest import bearer, make_client
-from tests.test_facts import PROJECT, assert_error
+from tests.helpers import PROJECT, assert_error
 
 OTHER = "proj-b"
 

@@ -24,7 +24,10 @@ from service.db import connect
 from service.embedded import embedded_server, embedded_url
 from service.settings import Settings
 from service.sql import load_queries
-from tests.haki_server import REPO, server_env
+from tests.helpers.server import REPO, server_env
+
+pytestmark = pytest.mark.integration
+
 
 PROJECT = "import-proj"
 

@@ -11,10 +11,10 @@ import pytest
 
 from service.constants import MULTI_HOP_MAX_PER_ENTITY, RETRIEVAL_TOP_K
 from service.context import assembler
-from service.context import repository as repo
+from service.repository import context as repo
 from service.sql import load_queries
 from tests.helpers import PROJECT
-from tests.test_context_scale import WEIGHTS, random_unit_vector, seed_scopes
+from tests.helpers.seeding import WEIGHTS, random_unit_vector, seed_scopes
 
 pytestmark = pytest.mark.slow
 

@@ -30,7 +30,7 @@ A = "proj-a"  # the `key` fixture's project
 B = "proj-b"  # the `other_key` fixture's project
 SUBJECT = "alice"  # both projects hold memories about a subject with the same id
 HTTP_METHODS = {"get", "post", "put", "patch", "delete"}
-UI_COOKIE = "haki_ui_key"  # service/observability/ui.py
+UI_COOKIE = "haki_ui_key"  # service/handlers/ui.py
 
 
 @dataclass(frozen=True)

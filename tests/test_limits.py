@@ -15,7 +15,7 @@ from service.errors import TooManyRequests
 from service.ratelimit import RateLimiter
 from service.settings import Settings, SettingsError
 from tests.conftest import bearer, make_client
-from tests.test_facts import PROJECT, assert_error
+from tests.helpers import PROJECT, assert_error
 
 SUBJECT = "limits"
 

@@ -1,5 +1,5 @@
 """The MCP server, driven by the official SDK's own client over both transports, against a real
-`haki serve` (tests/haki_server.py): stdio (`haki mcp`, talking to the server over HTTP) and
+`haki serve` (tests/helpers/server.py): stdio (`haki mcp`, talking to the server over HTTP) and
 streamable HTTP (`/mcp` on the service). Every tool is called; a key never reaches another
 project."""
 
@@ -28,9 +28,9 @@ from mcp.client.streamable_http import streamable_http_client
 
 from service.structs import ExtractResponse
 from tests.conftest import bearer
-from tests.fake_chat import FakeChat, answer, fake_chat
-from tests.haki_server import REPO, Server, running_server
 from tests.helpers import assert_error
+from tests.helpers.fake_chat import FakeChat, answer, fake_chat
+from tests.helpers.server import REPO, Server, running_server
 
 pytestmark = pytest.mark.slow
 

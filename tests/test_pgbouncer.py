@@ -34,14 +34,18 @@ from service.embedded import embedded_server, embedded_url
 from service.embedder import HashEmbedder
 from service.migrations import migrate
 from service.settings import Settings
-from tests.haki_server import free_port
+from tests.helpers.server import free_port, stop_process
 
 PGBOUNCER = shutil.which("pgbouncer") or next(
     (p for p in ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer") if os.path.exists(p)), None
 )
-pytestmark = pytest.mark.skipif(
-    PGBOUNCER is None, reason="pgBouncer is not installed: `apt-get install -y pgbouncer` enables this test"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        PGBOUNCER is None,
+        reason="pgBouncer is not installed: `apt-get install -y pgbouncer` enables this test",
+    ),
+    pytest.mark.integration,
+]
 PROJECT = "pgb"
 
 
@@ -83,11 +87,7 @@ def bouncer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
             time.sleep(0.1)
         yield {"direct": direct, "bounced": f"postgresql://postgres@127.0.0.1:{port}/postgres"}
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, signal.SIGINT, timeout=10)
         embedded_server(base / "db").cleanup()
 
 

@@ -14,7 +14,7 @@ import msgspec
 import pytest
 
 from service.structs import ContextPacket, Inspection
-from tests.haki_server import REPO, Server, running_server
+from tests.helpers.server import REPO, Server, running_server
 
 README = REPO / "README.md"
 FENCE = re.compile(r"^```(?P<lang>\w*)\n(?P<body>.*?)^```", re.MULTILINE | re.DOTALL)
@@ -51,6 +51,7 @@ def test_walkthrough_has_no_placeholders_and_shows_the_resolve_body() -> None:
     assert '{"keep": [' in section("Walk-through with curl")
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(shutil.which("curl") is None, reason="the walk-through uses curl")
 def test_walkthrough_runs_through_against_a_real_server(server: Server) -> None:
     shell = "\n".join(blocks(section("Walk-through with curl"), "bash"))
@@ -85,6 +86,7 @@ def test_walkthrough_json_decodes_as_the_contract_shapes() -> None:
     assert packet.status == "ok" and inspection.status == "degraded"
 
 
+@pytest.mark.integration
 def test_sdk_quick_start_runs_as_written(server: Server) -> None:
     sdk = section("Python SDK")
     (console,) = blocks(sdk, "console")

@@ -34,7 +34,10 @@ from haki_client import (
     render,
 )
 
-from tests.haki_server import Server, running_server
+from tests.helpers.server import Server, running_server
+
+pytestmark = pytest.mark.integration
+
 
 PROJECT = "sdk-proj"
 

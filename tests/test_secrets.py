@@ -22,10 +22,11 @@ from service import auth, memory
 from service.app import create_app
 from service.db import create_pool
 from service.embedder import Embedder
+from service.repository import keys as keys_repo
 from service.settings import Settings
 from service.sql import load_queries
 from tests.conftest import bearer
-from tests.test_facts import PROJECT
+from tests.helpers import PROJECT
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -37,7 +38,7 @@ async def test_only_the_sha256_of_a_key_is_stored(conn: asyncpg.Connection) -> N
     assert rows == [{"key_id": key_id, "key_hash": hashlib.sha256(key.encode()).digest()}]
     secret = key.removeprefix(auth.KEY_PREFIX).encode()
     assert secret not in rows[0]["key_hash"]
-    listed = await auth.repo.list_api_keys(conn, project)
+    listed = await keys_repo.list_api_keys(conn, project)
     assert all("key_hash" not in r for r in listed) and key not in repr(listed)
 
 
@@ -155,6 +156,7 @@ async def haki(settings: Settings, *args: str) -> tuple[int, str, str]:
     return proc.returncode, out.decode(), err.decode()
 
 
+@pytest.mark.integration
 async def test_cli_revocation_refuses_the_very_next_request(
     settings: Settings, pooled: tuple[httpx.AsyncClient, Any]
 ) -> None:

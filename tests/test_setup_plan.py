@@ -8,7 +8,9 @@ import subprocess
 import sys
 from typing import Any
 
-from tests.haki_server import REPO
+import pytest
+
+from tests.helpers.server import REPO
 
 PLAN = REPO / "scripts" / "install_plan.py"
 
@@ -23,6 +25,7 @@ def plan(report: dict[str, Any]) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.integration
 def test_the_cuda_build_from_pypi_is_announced_with_its_size_and_the_alternative() -> None:
     pypi = "https://files.pythonhosted.org/packages/xx/"
     done = plan(
@@ -41,6 +44,7 @@ def test_the_cuda_build_from_pypi_is_announced_with_its_size_and_the_alternative
     assert "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu bash scripts/setup.sh" in done.stderr
 
 
+@pytest.mark.integration
 def test_a_cpu_build_or_an_installed_torch_is_said_to_be_small() -> None:
     done = plan({"install": [item("torch", "2.13.0+cpu", "file:///opt/wheels/torch-2.13.0+cpu.whl")]})
     assert "torch 2.13.0+cpu: the CPU build, from a local file" in done.stderr

@@ -1,6 +1,6 @@
 """`haki serve` in embedded mode supervises its PostgreSQL (issue 12, #5).
 
-Real `haki serve` processes (tests/haki_server.py) on data directories of their own: the
+Real `haki serve` processes (tests/helpers/server.py) on data directories of their own: the
 postmaster is killed with SIGKILL under a running service, which must restart it and serve again,
 counting the restart in /metrics; and a `haki serve` killed with SIGKILL must not leave its pid in
 pgserver's handle list, where it kept PostgreSQL running after the next clean exit.
@@ -24,10 +24,9 @@ import psutil
 import pytest
 
 from service.embedded import restart_backoff_seconds
-from tests.haki_server import free_port, server_env, spawn_serve
+from tests.helpers.server import free_port, server_env, spawn_serve, stop_process
 
-pytestmark = pytest.mark.slow
-
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
 PROJECT = "proj-supervised"
 # The supervisor looks every second and a restart took 0.3 s here; generous for a busy machine.
 RECOVERY_SECONDS = 30.0
@@ -69,15 +68,6 @@ def serve(data_dir: Path, name: str) -> tuple[subprocess.Popen[bytes], str, Path
     log = data_dir / f"{name}.log"
     proc = spawn_serve(server_env(data_dir, HAKI_RATE_LIMIT_PER_MINUTE="0"), port, log)
     return proc, f"http://127.0.0.1:{port}", log
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
 
 
 def create_key(data_dir: Path) -> str:
@@ -139,7 +129,7 @@ def test_a_killed_postmaster_is_restarted_and_the_service_serves_again(data_dir:
         assert restarts_counted(url) == 1, supervisor_lines(log)
         assert "embedded PostgreSQL: running again" in log.read_text(errors="replace")
     finally:
-        stop(proc)
+        stop_process(proc)
     # A clean exit still stops the restarted server.
     restarted = postmaster_pid(data_dir)
     assert restarted is None or wait_gone(restarted, 30)
@@ -157,7 +147,7 @@ def test_a_crashed_serve_does_not_keep_postgres_running_after_the_next_clean_exi
     second, url, log = serve(data_dir, "second")
     assert crashed.pid not in json.loads(handles.read_text())
     assert httpx.get(f"{url}/healthz", timeout=10).status_code == 200
-    stop(second)
+    stop_process(second)
     # The second process held the last handle: its clean exit stops PostgreSQL.
     assert wait_gone(postmaster, 30), "PostgreSQL outlived the last haki process"
     assert "forgot the handles of 1 exited process(es)" in log.read_text(errors="replace")

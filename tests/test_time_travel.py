@@ -25,6 +25,7 @@ from tests.helpers import (
     context,
     context_and_trace,
     fact_ids,
+    get_fact,
     inspect,
     iso,
     post_context,
@@ -53,13 +54,6 @@ async def replay(
         headers=bearer(key),
         **({"json": body} if body is not None else {}),
     )
-
-
-async def get_fact(client: httpx.AsyncClient, key: str, fact_id: str) -> dict[str, Any]:
-    r = await client.get(f"/v1/facts/{fact_id}", headers=bearer(key))
-    assert r.status_code == 200, r.text
-    found: dict[str, Any] = r.json()
-    return found
 
 
 def decisions_of(trace: dict[str, Any]) -> list[tuple[Any, ...]]:

@@ -25,13 +25,16 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.haki_server import Server, running_server
+from tests.helpers.server import Server, running_server
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="Chromium is not installed: `apt-get install -y chromium` (Debian) enables this browser test",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="Chromium is not installed: `apt-get install -y chromium` (Debian) enables this browser test",
+    ),
+    pytest.mark.integration,
+]
 
 PROJECT = "ui-browser"
 SUBJECT = "zoe"

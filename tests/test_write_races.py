@@ -1,6 +1,6 @@
 """Concurrent writes of one (project, subject, key) still meet conflict detection (issue 12, #1).
 
-The real app is served by uvicorn with its own asyncpg pool (tests/serving.py), so concurrent
+The real app is served by uvicorn with its own asyncpg pool (tests/helpers/serving.py), so concurrent
 requests run on separate connections and separate transactions, as under `haki serve`. Data is
 committed, in a project of this module's own.
 """
@@ -18,12 +18,16 @@ import msgspec
 import pytest
 
 from service import auth
-from service import repository as repo
 from service.app import create_app
 from service.db import connect, init_connection
+from service.repository import facts as facts_repo
 from service.settings import Settings
 from tests.conftest import bearer
-from tests.serving import serve
+from tests.helpers.serving import serve
+
+# Fires concurrent writes at a served app with committed data: out of the fast lane.
+pytestmark = pytest.mark.slow
+
 
 # Pairs fired at once. On main before the fix 15 to 18 of 24 pairs ended with both facts
 # active and no ConflictSet (hash embedder, pool of 8).
@@ -157,19 +161,19 @@ async def test_the_key_lock_serialises_one_key_and_leaves_others_free(
         await init_connection(holder)
         await init_connection(other)
         async with holder.transaction():
-            await repo.lock_fact_keys(holder, "proj-lock", "s", ["city"])
+            await facts_repo.lock_fact_keys(holder, "proj-lock", "s", ["city"])
             for subject, keys in (("s", ["job"]), ("s2", ["city"]), ("s", [None, "job", "job"])):
                 async with other.transaction():
                     await other.execute("SET LOCAL lock_timeout = '2s'")
-                    await repo.lock_fact_keys(other, "proj-lock", subject, keys)
+                    await facts_repo.lock_fact_keys(other, "proj-lock", subject, keys)
             with pytest.raises(asyncpg.LockNotAvailableError):
                 async with other.transaction():
                     await other.execute("SET LOCAL lock_timeout = '200ms'")
-                    await repo.lock_fact_keys(other, "proj-lock", "s", ["job", "city"])
+                    await facts_repo.lock_fact_keys(other, "proj-lock", "s", ["job", "city"])
         # Released at the holder's commit.
         async with other.transaction():
             await other.execute("SET LOCAL lock_timeout = '2s'")
-            await repo.lock_fact_keys(other, "proj-lock", "s", ["city"])
+            await facts_repo.lock_fact_keys(other, "proj-lock", "s", ["city"])
     finally:
         await holder.close()
         await other.close()

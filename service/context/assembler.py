@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from uuid import UUID
 
@@ -38,13 +36,14 @@ from service.constants import (
     WEIGHT_SIMILARITY,
     WEIGHT_TEXT_RANK,
 )
-from service.context import repository as repo
 from service.context.entities import ENTITY_PATTERN, extract_entities
 from service.context.model import Candidate, Packed, Retrieved, Weights, decision, pack, preview
 from service.embedder import Embedder
 from service.errors import InvalidInput, NotFound
 from service.ids import uuid7
+from service.observability.timing import StageTimer
 from service.repository import Conn
+from service.repository import context as repo
 from service.settings import ContextProfile, Settings
 from service.structs import ContextPacket, ContextRequest, Inspection, StatsOverview
 
@@ -77,21 +76,6 @@ def check_as_of(field: str, as_of: datetime | None) -> None:
         raise InvalidInput(field, "is out of range (years 1..9999 in UTC)") from exc
     if utc > datetime.now(UTC):
         raise InvalidInput(field, "is in the future: the memory can only be read as of now or before")
-
-
-class StageTimer:
-    """Wall time per assembler stage, exposed as the Server-Timing header and in /metrics."""
-
-    def __init__(self) -> None:
-        self.ms: dict[str, float] = {}
-
-    @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.ms[name] = self.ms.get(name, 0.0) + (time.perf_counter() - start) * 1000.0
 
 
 # --- steps shared by both profiles -------------------------------------------------------------

@@ -15,10 +15,10 @@ import msgspec
 from service.auth import Principal
 from service.constants import DEFAULT_PAGE_LIMIT
 from service.context import assembler
-from service.context import repository as repo
 from service.embedder import Embedder
 from service.errors import NotFound
 from service.repository import Conn
+from service.repository import context as repo
 from service.settings import Settings
 from service.structs import (
     ContextRequest,

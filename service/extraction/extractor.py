@@ -29,12 +29,12 @@ import httpx
 import msgspec
 
 from service import memory
-from service import repository as repo
 from service.auth import Principal
 from service.constants import EXTRACT_KNOWN_FACTS, EXTRACT_PROMPT_VERSION, MAX_CONTENT_CHARS, MAX_SCOPE_CHARS
 from service.embedder import Embedder
 from service.errors import ExtractorFailed, ExtractorTimeout, Unavailable
-from service.extraction.repository import KnownFact, known_facts
+from service.repository import Conn
+from service.repository.extraction import KnownFact, known_facts
 from service.settings import Settings
 from service.structs import (
     EventIn,
@@ -288,7 +288,7 @@ def message_times(messages: list[ExtractMessage], now: datetime) -> list[datetim
 
 
 async def prepare(
-    conn: repo.Conn,
+    conn: Conn,
     embedder: Embedder,
     settings: Settings,
     principal: Principal,
@@ -327,7 +327,7 @@ def dry_run(plan: Plan) -> ExtractResponse:
     return _response(plan, None, None)
 
 
-async def store(conn: repo.Conn, plan: Plan) -> ExtractResponse:
+async def store(conn: Conn, plan: Plan) -> ExtractResponse:
     """One transaction: the events, then the facts linked to them; a refused write undoes both."""
     assert plan.events is not None
     async with conn.transaction():

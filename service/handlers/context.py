@@ -13,9 +13,10 @@ from litestar.params import Parameter
 
 from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
 from service.context import assembler, replay
-from service.handlers.deps import ERRORS, Caller, Conn, EmbedderDep, SettingsDep, in_key_project
+from service.handlers.deps import ERRORS, Caller, ConnDep, EmbedderDep, SettingsDep, in_key_project
 from service.handlers.memory import ProjectQuery, SubjectQuery
 from service.observability.metrics import observe_context
+from service.observability.timing import StageTimer
 from service.structs import (
     ContextPacket,
     ContextRequest,
@@ -38,7 +39,7 @@ class OptionalBodyOperation(Operation):
             self.request_body.required = False
 
 
-def server_timing(timer: assembler.StageTimer) -> str:
+def server_timing(timer: StageTimer) -> str:
     return ", ".join(f"{name};dur={ms:.2f}" for name, ms in timer.ms.items())
 
 
@@ -61,14 +62,14 @@ class ContextController(Controller):
     async def context(
         self,
         data: ContextRequest,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         embedder: EmbedderDep,
         settings: SettingsDep,
         state: State,
     ) -> Response[ContextPacket]:
         data = in_key_project(data, principal)
-        timer = assembler.StageTimer()
+        timer = StageTimer()
         packet = await assembler.assemble(conn, embedder, settings, principal, data, timer=timer)
         observe_context(state, timer, packet)
         return Response(packet, status_code=200, headers={"Server-Timing": server_timing(timer)})
@@ -80,14 +81,14 @@ class ContextController(Controller):
     )
     async def inspect(
         self,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         trace_id: Annotated[UUID, Parameter(description="The trace_id of a ContextPacket.")],
     ) -> Inspection:
         return await assembler.inspect(conn, principal, trace_id)
 
     @get("/v1/stats/overview", responses=ERRORS, summary="Usage overview of a project")
-    async def stats(self, conn: Conn, principal: Caller, project_id: ProjectQuery) -> StatsOverview:
+    async def stats(self, conn: ConnDep, principal: Caller, project_id: ProjectQuery) -> StatsOverview:
         return await assembler.stats(conn, principal, project_id)
 
     @post(
@@ -107,7 +108,7 @@ class ContextController(Controller):
     )
     async def replay(
         self,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         embedder: EmbedderDep,
         settings: SettingsDep,
@@ -129,7 +130,7 @@ class ContextController(Controller):
     )
     async def fact_stats(
         self,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         project_id: ProjectQuery,
         subject_id: SubjectQuery = None,

@@ -14,16 +14,15 @@ from litestar.params import Dependency
 from litestar.types import Scope
 
 from service.auth import Principal, authenticate
-from service.constants import MAX_JSON_DEPTH
 from service.embedder import Embedder, WorkLimitedEmbedder
-from service.errors import CONNECTION_LOST, ErrorBody
+from service.errors import CONNECTION_LOST, openapi_responses
 from service.ratelimit import RateLimiter, WorkRateLimiter
 from service.settings import Settings
 from service.strict_body import check_body
 from service.structs import KEY_PROJECT
 
 # Injected objects are ours, not client input: Litestar must not try to validate them.
-Conn = Annotated[asyncpg.Connection, Dependency(skip_validation=True)]
+ConnDep = Annotated[asyncpg.Connection, Dependency(skip_validation=True)]
 Caller = Annotated[Principal, Dependency(skip_validation=True)]
 EmbedderDep = Annotated[Embedder, Dependency(skip_validation=True)]
 SettingsDep = Annotated[Settings, Dependency(skip_validation=True)]
@@ -78,7 +77,7 @@ async def release_after_exception(exc: Exception, scope: Scope) -> None:
         await expire()
 
 
-async def provide_principal(request: Request[Any, Any, Any], conn: Conn, state: State) -> Principal:
+async def provide_principal(request: Request[Any, Any, Any], conn: ConnDep, state: State) -> Principal:
     principal = await authenticate(conn, request.headers.get("authorization"))
     limiter: RateLimiter = state.rate_limiter
     limiter.take(principal.key_id)
@@ -115,25 +114,5 @@ def provide_settings(state: State) -> Settings:
     return settings
 
 
-def _spec(description: str) -> ResponseSpec:
-    return ResponseSpec(data_container=ErrorBody, description=description, generate_examples=False)
-
-
-ERRORS: dict[int, ResponseSpec] = {
-    400: _spec(
-        f"validation_error (malformed JSON, nested deeper than {MAX_JSON_DEPTH} levels, wrong type, "
-        "out of range) or budget_exceeded"
-    ),
-    401: _spec("unauthorized: missing, unknown or revoked API key"),
-    403: _spec("forbidden: the key belongs to another project"),
-    404: _spec("not_found"),
-    409: _spec("conflict: e.g. an Idempotency-Key reused with another body"),
-    413: _spec("payload_too_large: the body exceeds HAKI_MAX_BODY_BYTES"),
-    415: _spec("unsupported_media_type: a body sent under a Content-Type that is not JSON"),
-    422: _spec("validation_error: a rule only the service can check; `details.field` names the field"),
-    429: _spec(
-        "rate_limited: too many requests for this API key, or too many characters to embed for "
-        "this project (HAKI_EMBED_CHARS_PER_MINUTE); wait `Retry-After` seconds"
-    ),
-    503: _spec("unavailable: database or embedder down, or a statement timeout; retry"),
-}
+# Every route's documented error responses, from the one error table (service/errors.py).
+ERRORS: dict[int, ResponseSpec] = openapi_responses()

@@ -8,7 +8,7 @@ from litestar.openapi.datastructures import ResponseSpec
 from service import idempotency
 from service.errors import ErrorBody
 from service.extraction import extractor
-from service.handlers.deps import ERRORS, Caller, Conn, EmbedderDep, SettingsDep, in_key_project
+from service.handlers.deps import ERRORS, Caller, ConnDep, EmbedderDep, SettingsDep, in_key_project
 from service.handlers.memory import IdempotencyKey, idempotent_response
 from service.structs import ExtractRequest, ExtractResponse
 
@@ -60,7 +60,7 @@ class ExtractController(Controller):
     async def extract(
         self,
         data: ExtractRequest,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         embedder: EmbedderDep,
         settings: SettingsDep,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from litestar import Router, get, head
 
-from service import repository as repo
-from service.handlers.deps import ERRORS, Conn, EmbedderDep
+from service.handlers.deps import ERRORS, ConnDep, EmbedderDep
+from service.repository import health as health_repo
 from service.structs import Health
 
 
@@ -17,8 +17,8 @@ from service.structs import Health
     summary="Readiness probe (no key needed)",
     security=[{}],
 )
-async def healthz_get(conn: Conn, embedder: EmbedderDep) -> Health:
-    await repo.ping(conn)
+async def healthz_get(conn: ConnDep, embedder: EmbedderDep) -> Health:
+    await health_repo.ping(conn)
     return Health(status="ok", database="ok", embedder=embedder.name)
 
 
@@ -31,8 +31,8 @@ async def healthz_get(conn: Conn, embedder: EmbedderDep) -> Health:
     summary="Readiness probe without a body (no key needed)",
     security=[{}],
 )
-async def healthz_head(conn: Conn) -> None:
-    await repo.ping(conn)
+async def healthz_head(conn: ConnDep) -> None:
+    await health_repo.ping(conn)
 
 
 # One name for both, so the app registers them as it registered the GET alone.

@@ -6,27 +6,18 @@ that never starts its lifespan (the in-process test clients, hundreds per test r
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from litestar.handlers import ASGIRouteHandler, asgi
 
+from service.errors import send_error
+
 if TYPE_CHECKING:
     from service.mcp_server import McpEndpoint
 
 MCP_PATH = "/mcp"
-
-
-async def send_error(send: Any, status: int, code: str, message: str) -> None:
-    """The contract's error body, from a raw ASGI app."""
-    body = json.dumps({"code": code, "message": message}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if status == 401:
-        headers.append((b"www-authenticate", b'Bearer realm="haki"'))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
 
 
 class McpMount:

@@ -11,7 +11,7 @@ from litestar.params import Dependency, Parameter
 
 from service import idempotency, memory
 from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, MAX_SCOPE_CHARS
-from service.handlers.deps import ERRORS, Caller, Conn, EmbedderDep, SettingsDep, in_key_project
+from service.handlers.deps import ERRORS, Caller, ConnDep, EmbedderDep, SettingsDep, in_key_project
 from service.structs import (
     ConflictList,
     ConflictSet,
@@ -112,7 +112,7 @@ class FactsController(Controller):
     async def write_facts(
         self,
         data: WriteFactsRequest,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         embedder: EmbedderDep,
         settings: SettingsDep,
@@ -137,7 +137,7 @@ class FactsController(Controller):
     @get("/", responses=ERRORS, summary="List facts (keyset pagination)")
     async def list_facts(
         self,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         project_id: ProjectQuery,
         subject_id: SubjectQuery = None,
@@ -156,12 +156,12 @@ class FactsController(Controller):
         return await memory.list_facts(conn, principal, project_id, subject_id, status, limit, cursor)
 
     @get("/{fact_id:uuid}", responses=ERRORS, summary="Read one fact")
-    async def get_fact(self, conn: Conn, principal: Caller, fact_id: FactIdPath) -> Fact:
+    async def get_fact(self, conn: ConnDep, principal: Caller, fact_id: FactIdPath) -> Fact:
         return await memory.get_fact(conn, principal, fact_id)
 
     @patch("/{fact_id:uuid}", responses=ERRORS, summary="Retract a fact or set its valid_to")
     async def patch_fact(
-        self, data: PatchFactRequest, conn: Conn, principal: Caller, fact_id: FactIdPath
+        self, data: PatchFactRequest, conn: ConnDep, principal: Caller, fact_id: FactIdPath
     ) -> Fact:
         return await memory.patch_fact(conn, principal, fact_id, data)
 
@@ -174,7 +174,7 @@ class EventsController(Controller):
     async def write_events(
         self,
         data: WriteEventsRequest,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         embedder: EmbedderDep,
         settings: SettingsDep,
@@ -204,7 +204,7 @@ class ConflictsController(Controller):
     @get("/", responses=ERRORS, summary="List conflict sets")
     async def list_conflicts(
         self,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         project_id: ProjectQuery,
         subject_id: SubjectQuery = None,
@@ -223,7 +223,7 @@ class ConflictsController(Controller):
     async def resolve_conflict(
         self,
         data: ResolveConflictRequest,
-        conn: Conn,
+        conn: ConnDep,
         principal: Caller,
         conflict_set_id: ConflictSetIdPath,
     ) -> ConflictSet:

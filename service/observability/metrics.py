@@ -32,9 +32,9 @@ from prometheus_client import (
     generate_latest,
 )
 
-from service.context.assembler import StageTimer
 from service.errors import Unauthorized
-from service.observability import repository as repo
+from service.observability.timing import StageTimer
+from service.repository import traces as repo
 from service.structs import ContextPacket
 
 log = logging.getLogger("haki.metrics")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from service.repository import Conn, collect, q
+from service.repository.base import Conn, collect, q
 
 
 async def count_open_conflicts_all_projects(conn: Conn) -> int:

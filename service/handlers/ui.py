@@ -34,8 +34,8 @@ from service import auth
 from service.constants import MAX_SCOPE_CHARS
 from service.context import replay as time_travel
 from service.errors import NotFound, Unauthorized
-from service.handlers.deps import Conn, EmbedderDep, SettingsDep
-from service.observability import repository as repo
+from service.handlers.deps import ConnDep, EmbedderDep, SettingsDep
+from service.repository import traces as repo
 from service.settings import ContextProfile
 from service.structs import ReplayRequest
 
@@ -88,7 +88,7 @@ def _num(value: float | None) -> str:
 
 def _environment() -> Environment:
     env = Environment(
-        loader=PackageLoader("service.observability", "templates"),
+        loader=PackageLoader("service.handlers", "templates"),
         autoescape=True,
         undefined=StrictUndefined,
         trim_blocks=True,
@@ -101,7 +101,7 @@ def _environment() -> Environment:
 
 
 _ENV: Final = _environment()
-_CSS: Final = (resources.files("service.observability") / "templates" / "haki.css").read_bytes()
+_CSS: Final = (resources.files("service.handlers") / "templates" / "haki.css").read_bytes()
 
 
 def _page(template: str, status_code: int = 200, **context: Any) -> Response[str]:
@@ -120,7 +120,7 @@ def _to_login() -> Redirect:
     )
 
 
-async def _principal(request: Request[Any, Any, Any], conn: Conn) -> auth.Principal | None:
+async def _principal(request: Request[Any, Any, Any], conn: ConnDep) -> auth.Principal | None:
     token = request.cookies.get(COOKIE_NAME)
     if not token:
         return None
@@ -151,7 +151,7 @@ class TraceInspector(Controller):
         return _page("login.html", error=None)
 
     @post("/login", media_type=MediaType.HTML, status_code=303)
-    async def login(self, request: Request[Any, Any, Any], conn: Conn) -> Response[Any]:
+    async def login(self, request: Request[Any, Any, Any], conn: ConnDep) -> Response[Any]:
         form = await request.form()
         raw = form.get("key")
         key = raw.strip() if isinstance(raw, str) else ""
@@ -181,7 +181,7 @@ class TraceInspector(Controller):
     async def recent_calls(
         self,
         request: Request[Any, Any, Any],
-        conn: Conn,
+        conn: ConnDep,
         subject_id: Annotated[
             str | None,
             Parameter(query="subject_id", max_length=MAX_SCOPE_CHARS, pattern=r"^[^\x00]*$"),
@@ -196,7 +196,7 @@ class TraceInspector(Controller):
         return _page("traces.html", project_id=principal.project_id, subject_id=subject, calls=calls)
 
     @get("/traces/{trace_id:uuid}", media_type=MediaType.HTML)
-    async def trace(self, request: Request[Any, Any, Any], conn: Conn, trace_id: UUID) -> Response[Any]:
+    async def trace(self, request: Request[Any, Any, Any], conn: ConnDep, trace_id: UUID) -> Response[Any]:
         principal = await _principal(request, conn)
         if principal is None:
             return _to_login()
@@ -235,7 +235,7 @@ class TraceInspector(Controller):
     async def replay(
         self,
         request: Request[Any, Any, Any],
-        conn: Conn,
+        conn: ConnDep,
         embedder: EmbedderDep,
         settings: SettingsDep,
         trace_id: UUID,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_SECONDS = 120.0
 
 
@@ -56,14 +56,29 @@ def free_port() -> int:
 
 
 def server_env(data_dir: Path, **extra: str) -> dict[str, str]:
+    """The environment of a test's server: none of the caller's HAKI_ settings, the hash embedder
+    unless `extra` says otherwise."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HAKI_")}
-    env.update(
-        HAKI_DATA_DIR=str(data_dir),
-        HAKI_EMBED_PROVIDER="hash",
-        PYTHONUNBUFFERED="1",
+    return {
+        **env,
+        "HAKI_DATA_DIR": str(data_dir),
+        "HAKI_EMBED_PROVIDER": "hash",
+        "PYTHONUNBUFFERED": "1",
         **extra,
-    )
-    return env
+    }
+
+
+def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
+    """Sends `sig` (SIGTERM: uvicorn shuts down, the embedded PostgreSQL stops with the last
+    handle), waits, kills what is left; the exit code."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    return proc.returncode
 
 
 def _log_tail(log: Path, lines: int = 40) -> str:
@@ -98,11 +113,7 @@ def spawn_serve(
         except httpx.HTTPError:
             pass
         if time.monotonic() > deadline:
-            proc.terminate()
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_process(proc)
             raise RuntimeError(f"haki serve not ready after {timeout}s:\n{_log_tail(log)}")
         time.sleep(0.2)
 
@@ -118,10 +129,4 @@ def running_server(data_dir: Path, **extra_env: str) -> Iterator[Server]:
     try:
         yield server
     finally:
-        # SIGTERM: uvicorn shuts down and the embedded PostgreSQL stops with the last handle.
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_process(proc)

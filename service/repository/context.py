@@ -32,7 +32,7 @@ from service.constants import (
     TEXT_QUERY_MAX_WORDS,
 )
 from service.context.model import Blocked, Candidate, Retrieved, Weights
-from service.repository import Conn, collect, q
+from service.repository.base import Conn, collect, one_row, q
 from service.settings import TextSearchConfig
 from service.structs import (
     ContextPacket,
@@ -138,7 +138,8 @@ async def vector_walk(
         as_of=as_of,
     )
     await end_custom_plans(conn)
-    return list(row["walked_ids"]), list(row["walked_event_ids"])
+    walked = one_row(row, "vector_walk")
+    return list(walked["walked_ids"]), list(walked["walked_event_ids"])
 
 
 async def fact_candidates(
@@ -393,7 +394,7 @@ async def get_inspection(conn: Conn, project_id: str, trace_id: UUID) -> Inspect
 
 async def stats_overview(conn: Conn, project_id: str) -> StatsOverview:
     row = await q().stats_overview(conn, project_id=project_id)
-    return StatsOverview(**dict(row))
+    return StatsOverview(**dict(one_row(row, "stats_overview")))
 
 
 async def stats_facts(

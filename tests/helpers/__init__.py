@@ -1,6 +1,9 @@
-"""Helpers of the context tests (test_context_rules, test_context_unified, test_context_property,
-test_context_scale): writes, context calls and their traces through HTTP, and the checks that
-every packet must pass whatever its profile."""
+"""The shared test helpers: writes, reads, context calls and their traces through HTTP, the
+contract's error body, and the checks that every packet must pass whatever its profile.
+
+Submodules: `server` (a real `haki serve` subprocess), `serving` (the app under uvicorn in a
+thread), `seeding` (big scopes seeded server-side). Test modules import helpers from here only,
+never from each other."""
 
 from __future__ import annotations
 
@@ -37,6 +40,22 @@ def tokens_of(text: str) -> int:
     return max(1, len(text) // 4)
 
 
+async def post_facts(
+    client: httpx.AsyncClient,
+    key: str,
+    facts: Sequence[dict[str, Any] | str],
+    subject_id: str = "u1",
+    project_id: str = PROJECT,
+) -> httpx.Response:
+    """POST /v1/facts; a bare string is a fact's content."""
+    body = [{"content": f} if isinstance(f, str) else f for f in facts]
+    return await client.post(
+        "/v1/facts",
+        json={"project_id": project_id, "subject_id": subject_id, "facts": body},
+        headers=bearer(key),
+    )
+
+
 async def write_facts(
     client: httpx.AsyncClient,
     key: str,
@@ -44,16 +63,42 @@ async def write_facts(
     subject_id: str = "u1",
     project_id: str = PROJECT,
 ) -> list[dict[str, Any]]:
-    body = [{"content": f} if isinstance(f, str) else f for f in facts]
-    r = await client.post(
-        "/v1/facts",
-        json={"project_id": project_id, "subject_id": subject_id, "facts": body},
-        headers=bearer(key),
-    )
+    r = await post_facts(client, key, facts, subject_id, project_id)
     assert r.status_code == 201, r.text
     results: list[dict[str, Any]] = r.json()["facts"]
-    assert len(results) == len(body)
+    assert len(results) == len(facts)
     return results
+
+
+async def get_fact(client: httpx.AsyncClient, key: str, fact_id: str) -> dict[str, Any]:
+    r = await client.get(f"/v1/facts/{fact_id}", headers=bearer(key))
+    assert r.status_code == 200, r.text
+    fact: dict[str, Any] = r.json()
+    return fact
+
+
+async def list_all_facts(
+    client: httpx.AsyncClient, key: str, project_id: str = PROJECT, **params: Any
+) -> list[dict[str, Any]]:
+    """Every fact of the project matching `params`, following the cursor to the end."""
+    out: list[dict[str, Any]] = []
+    cursor: str | None = None
+    for _ in range(1000):
+        query = {"project_id": project_id, "limit": 500, **params}
+        if cursor:
+            query["cursor"] = cursor
+        r = await client.get("/v1/facts", params=query, headers=bearer(key))
+        assert r.status_code == 200, r.text
+        page = r.json()
+        out.extend(page["facts"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return out
+    raise AssertionError("pagination did not end")
+
+
+def ts(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value)
 
 
 async def fact_ids(
@@ -66,24 +111,34 @@ async def fact_ids(
     return [r["fact_id"] for r in await write_facts(client, key, facts, subject_id, project_id)]
 
 
+async def post_events(
+    client: httpx.AsyncClient,
+    key: str,
+    events: Sequence[tuple[str, str] | dict[str, Any]],
+    subject_id: str = "u1",
+    project_id: str = PROJECT,
+) -> httpx.Response:
+    """POST /v1/events; a (content, occurred_at) pair is an event with just those."""
+    body = [{"content": e[0], "occurred_at": e[1]} if isinstance(e, tuple) else e for e in events]
+    return await client.post(
+        "/v1/events",
+        json={"project_id": project_id, "subject_id": subject_id, "events": body},
+        headers=bearer(key),
+    )
+
+
 async def write_events(
     client: httpx.AsyncClient,
     key: str,
-    events: Sequence[tuple[str, str]],
+    events: Sequence[tuple[str, str] | dict[str, Any]],
     subject_id: str = "u1",
     project_id: str = PROJECT,
 ) -> list[str]:
-    r = await client.post(
-        "/v1/events",
-        json={
-            "project_id": project_id,
-            "subject_id": subject_id,
-            "events": [{"content": c, "occurred_at": at} for c, at in events],
-        },
-        headers=bearer(key),
-    )
+    r = await post_events(client, key, events, subject_id, project_id)
     assert r.status_code == 201, r.text
-    return [e["event_id"] for e in r.json()["events"]]
+    body = r.json()
+    assert set(body) == {"events"} and len(body["events"]) == len(events), body
+    return [e["event_id"] for e in body["events"]]
 
 
 async def post_context(
@@ -195,9 +250,16 @@ async def stats(client: httpx.AsyncClient, key: str, project_id: str = PROJECT) 
     return await client.get("/v1/stats/overview", params={"project_id": project_id}, headers=bearer(key))
 
 
-def assert_error(r: httpx.Response, status: int, code: str) -> dict[str, Any]:
+def assert_error(r: httpx.Response, status: int, code: str, field: str | None = None) -> dict[str, Any]:
+    """The contract's error body: exactly {code, message, details?}, never a 500."""
     assert r.status_code == status, r.text
-    body: dict[str, Any] = r.json()
+    body = r.json()
+    assert isinstance(body, dict), body
+    assert {"code", "message"} <= set(body) <= {"code", "message", "details"}, body
     assert body["code"] == code, body
-    assert isinstance(body["message"], str) and body["message"]
+    assert isinstance(body["message"], str) and body["message"], body
+    if "details" in body:
+        assert isinstance(body["details"], dict), body
+    if field is not None:
+        assert body.get("details", {}).get("field") == field, body
     return body

@@ -1,0 +1,72 @@
+"""ConflictSets: listed with their members, locked and resolved."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID
+
+from service.repository.base import Conn, collect, q
+from service.structs import ConflictMember, ConflictSet
+
+
+async def list_conflicts(
+    conn: Conn,
+    project_id: str,
+    subject_id: str | None,
+    status: str | None,
+    conflict_set_id: UUID | None = None,
+) -> list[ConflictSet]:
+    rows = await collect(
+        q().list_conflicts(
+            conn,
+            project_id=project_id,
+            subject_id=subject_id,
+            status=status,
+            conflict_set_id=conflict_set_id,
+        )
+    )
+    sets: dict[UUID, tuple[dict[str, Any], list[ConflictMember]]] = {}
+    for r in rows:
+        entry = sets.get(r["conflict_set_id"])
+        if entry is None:
+            head = {
+                k: r[k]
+                for k in (
+                    "conflict_set_id",
+                    "project_id",
+                    "subject_id",
+                    "key",
+                    "status",
+                    "created_at",
+                    "resolved_at",
+                )
+            }
+            entry = sets[r["conflict_set_id"]] = (head, [])
+        entry[1].append(
+            ConflictMember(
+                fact_id=r["fact_id"],
+                content=r["content"],
+                status=r["fact_status"],
+                valid_from=r["valid_from"],
+                recorded_from=r["recorded_from"],
+            )
+        )
+    return [ConflictSet(**head, members=members) for head, members in sets.values()]
+
+
+async def lock_conflict_set(
+    conn: Conn, project_id: str, conflict_set_id: UUID
+) -> tuple[str, set[UUID]] | None:
+    row = await q().lock_conflict_set(conn, project_id=project_id, conflict_set_id=conflict_set_id)
+    if row is None:
+        return None
+    return row["status"], set(row["member_ids"])
+
+
+async def resolve_conflict_set(
+    conn: Conn, project_id: str, conflict_set_id: UUID, keep: Sequence[UUID]
+) -> None:
+    await q().resolve_conflict_set(
+        conn, project_id=project_id, conflict_set_id=conflict_set_id, keep_ids=list(keep)
+    )

@@ -1,0 +1,118 @@
+"""A reading of the imports: no cycle, and no lower layer importing a higher one.
+
+Layers, low to high: foundations (settings, constants, errors, Structs, the typed statements) ->
+the repository (the only caller of queries/) -> services (the assembler, the write side, the
+embedder, the database plumbing, observability) -> HTTP handlers -> the app and the CLI. A module
+may import its own layer or lower ones. A new module must be given a layer here.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SERVICE = Path(__file__).resolve().parents[1] / "service"
+
+# Module name prefix -> layer; the longest matching prefix wins.
+LAYERS: dict[str, int] = {
+    "service": 0,  # service/__init__.py: the version
+    "service.constants": 0,
+    "service.settings": 0,
+    "service.ids": 0,
+    "service.errors": 0,
+    "service.structs": 0,
+    "service.sql": 0,
+    "service.queries_protocol": 0,
+    "service.strict_body": 0,
+    "service.ratelimit": 0,
+    "service.embedded": 0,
+    "service.context.model": 0,
+    "service.context.entities": 0,
+    "service.observability.timing": 0,
+    "service.repository": 1,
+    "service.auth": 2,
+    "service.memory": 2,
+    "service.idempotency": 2,
+    "service.context": 2,
+    "service.embedder": 2,
+    "service.embedding": 2,
+    "service.db": 2,
+    "service.migrations": 2,
+    "service.importer": 2,
+    "service.extraction": 2,
+    "service.observability": 2,
+    "service.handlers": 3,
+    "service.mcp_server": 3,  # the MCP tools: an adapter over the HTTP API, like the handlers
+    "service.app": 4,
+    "service.cli": 4,
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SERVICE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer(module: str) -> int:
+    best = max((p for p in LAYERS if module == p or module.startswith(p + ".")), key=len, default=None)
+    assert best is not None, f"{module} has no layer in tests/test_layers.py"
+    return LAYERS[best]
+
+
+def imports(path: Path, modules: set[str]) -> set[str]:
+    """The service modules a file imports, anywhere in it (function-level imports too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("service"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("service"):
+            for alias in node.names:  # `from service.repository import facts` imports a module
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in modules else node.module)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    files = {module_name(p): p for p in SERVICE.rglob("*.py")}
+    return {m: imports(p, set(files)) - {m} for m, p in files.items()}
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    upward = [
+        f"{m} (layer {layer(m)}) imports {d} (layer {layer(d)})"
+        for m, deps in graph().items()
+        for d in deps
+        if layer(d) > layer(m)
+    ]
+    assert upward == []
+
+
+def test_no_import_cycle() -> None:
+    edges = graph()
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(edges.get(m, ())):
+            if d not in edges:
+                continue
+            if state.get(d) == 1:
+                cycles.append([*stack[stack.index(d) :], d])
+            elif d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(edges):
+        if m not in state:
+            visit(m)
+    assert cycles == []
+
+
+def test_the_check_sees_an_upward_import() -> None:
+    """The check can fail: the repository importing a handler would be reported."""
+    assert layer("service.repository.facts") < layer("service.handlers.memory")
+    assert "service.handlers.deps" in imports(SERVICE / "handlers" / "memory.py", set(graph()))

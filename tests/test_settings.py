@@ -1,0 +1,81 @@
+"""Settings come from `HAKI_<FIELD>` for every field, generically; the README documents each one."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from service.settings import Settings, SettingsError, env_name
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _text_for(value: object) -> tuple[str, object]:
+    """A text for the variable, and the value it must give (different from the default)."""
+    if isinstance(value, bool):
+        return "true", True
+    if isinstance(value, int):
+        return "7", 7
+    if isinstance(value, float):
+        return "0.25", 0.25
+    if isinstance(value, Path):
+        return "/tmp/haki-settings-test", Path("/tmp/haki-settings-test")
+    return "", None
+
+
+def test_every_field_is_read_from_its_variable() -> None:
+    defaults = Settings()
+    for field in msgspec.structs.fields(Settings):
+        default = getattr(defaults, field.name)
+        text, expected = _text_for(default)
+        if not text:
+            continue  # strings and literals: checked below with a value the field accepts
+        env = {env_name(field.name): text}
+        if field.name in ("pool_min_size",):
+            env["HAKI_POOL_MAX_SIZE"] = "10"
+        if field.name == "recall_max_distance":
+            env[env_name(field.name)], expected = "0.5", 0.5
+        got = getattr(Settings.from_env(env), field.name)
+        assert got == expected, field.name
+
+
+def test_strings_and_choices_are_read() -> None:
+    env = {
+        "HAKI_DATABASE_URL": "postgresql://x@h/db",
+        "HAKI_CONTEXT_PROFILE": "facts_first",
+        "HAKI_EMBED_BACKEND": "torch",
+        "HAKI_METRICS_TOKEN": "t0k",
+    }
+    s = Settings.from_env(env)
+    assert (s.database_url, s.context_profile, s.embed_backend, s.metrics_token) == (
+        "postgresql://x@h/db",
+        "facts_first",
+        "torch",
+        "t0k",
+    )
+
+
+def test_empty_or_unset_keeps_the_default() -> None:
+    assert Settings.from_env({"HAKI_POOL_MAX_SIZE": ""}) == Settings.from_env({}) == Settings()
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"HAKI_POOL_MAX_SIZE": "many"}, "HAKI_POOL_MAX_SIZE='many'"),
+        ({"HAKI_EMBED_BACKEND": "gpu"}, "HAKI_EMBED_BACKEND='gpu'"),
+        ({"HAKI_EMBED_TIMEOUT_SECONDS": "soon"}, "HAKI_EMBED_TIMEOUT_SECONDS='soon'"),
+    ],
+)
+def test_a_bad_value_names_its_variable(env: dict[str, str], named: str) -> None:
+    with pytest.raises(SettingsError, match=re.escape(named)):
+        Settings.from_env(env)
+
+
+def test_readme_documents_every_variable() -> None:
+    text = README.read_text(encoding="utf-8")
+    missing = [env_name(f.name) for f in msgspec.structs.fields(Settings) if env_name(f.name) not in text]
+    assert missing == [], f"README's settings table lacks {missing}"
