@@ -32,7 +32,8 @@ from tests.helpers import assert_error
 from tests.helpers.fake_chat import FakeChat, answer, fake_chat
 from tests.helpers.server import REPO, Server, running_server
 
-pytestmark = pytest.mark.slow
+# Starts `haki serve` and `haki mcp` subprocesses.
+pytestmark = pytest.mark.integration
 
 TOOLS = {
     "recall",
