@@ -55,6 +55,18 @@ ERROR_TABLE: tuple[ErrorCode, ...] = (
         "(HAKI_EMBED_CHARS_PER_MINUTE); wait `Retry-After` seconds",
     ),
     ErrorCode(500, "internal", "a bug: the server logged it"),
+    ErrorCode(
+        502,
+        "extractor_error",
+        "POST /v1/extract: the chat model could not be reached, answered an HTTP error, or answered "
+        "something that is not the JSON schema it was given; nothing was written",
+    ),
+    ErrorCode(
+        504,
+        "extractor_timeout",
+        "POST /v1/extract: no answer from the chat model within HAKI_EXTRACT_TIMEOUT_SECONDS; nothing "
+        "was written",
+    ),
     ErrorCode(503, "unavailable", "database or embedder down, or a statement timeout; retry"),
 )
 
@@ -146,15 +158,13 @@ class ExtractorFailed(HakiError):
     """The extraction model (HAKI_EXTRACT_BASE_URL) answered with an error, or with something
     that is not the JSON schema it was asked for: nothing was written."""
 
-    status_code = 502
-    code = "extractor_error"
+    status_code, code = 502, error_code(502, "extractor_error").code
 
 
 class ExtractorTimeout(HakiError):
     """The extraction model did not answer within HAKI_EXTRACT_TIMEOUT_SECONDS: nothing was written."""
 
-    status_code = 504
-    code = "extractor_timeout"
+    status_code, code = 504, error_code(504, "extractor_timeout").code
 
 
 # asyncpg failures that mean "the database cannot answer now", not "your input is wrong".

@@ -6,11 +6,18 @@ from litestar import Controller, Response, post
 from litestar.openapi.datastructures import ResponseSpec
 
 from service import idempotency
-from service.errors import ErrorBody
+from service.errors import ErrorBody, error_code
 from service.extraction import extractor
 from service.handlers.deps import ERRORS, Caller, ConnDep, EmbedderDep, SettingsDep, in_key_project
 from service.handlers.memory import IdempotencyKey, idempotent_response
 from service.structs import ExtractRequest, ExtractResponse
+
+
+def _spec(*codes: tuple[int, str], prefix: str = "") -> ResponseSpec:
+    rows = [error_code(status, code) for status, code in codes]
+    text = prefix + "; ".join(f"{r.code}: {r.meaning}" for r in rows)
+    return ResponseSpec(data_container=ErrorBody, generate_examples=False, description=text)
+
 
 EXTRACT_ERRORS = {
     **ERRORS,
@@ -19,23 +26,13 @@ EXTRACT_ERRORS = {
         generate_examples=False,
         description="A dry run (`write: false`): what would be written; nothing was.",
     ),
-    502: ResponseSpec(
-        data_container=ErrorBody,
-        generate_examples=False,
-        description="extractor_error: the model could not be reached, answered an HTTP error, or "
-        "answered something that is not the JSON schema it was given; nothing was written",
+    502: _spec((502, "extractor_error")),
+    503: _spec(
+        (503, "unavailable"),
+        prefix="unavailable: extraction not configured (`details.setting` names the missing "
+        "HAKI_EXTRACT_* setting); ",
     ),
-    503: ResponseSpec(
-        data_container=ErrorBody,
-        generate_examples=False,
-        description="unavailable: extraction not configured (`details.setting` names the missing "
-        "HAKI_EXTRACT_* setting), or the database or embedder is down",
-    ),
-    504: ResponseSpec(
-        data_container=ErrorBody,
-        generate_examples=False,
-        description="extractor_timeout: no answer within HAKI_EXTRACT_TIMEOUT_SECONDS; nothing was written",
-    ),
+    504: _spec((504, "extractor_timeout")),
 }
 
 
