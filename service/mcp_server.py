@@ -21,16 +21,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, TypeVar
 
 import httpx
 import msgspec
 from haki_client import AsyncHaki, ExtractMessage, FactIn, HakiError, render
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from service import __version__
+
+T = TypeVar("T")
 
 INSTRUCTIONS = """Haki is this agent's long-term memory about subjects (a user, a customer, a repository).
 Call `recall` before answering anything that may depend on what you were told before; call
@@ -76,6 +78,48 @@ Subject = Annotated[
         "or a repository name. Use the same id every time for the same subject.",
     ),
 ]
+
+
+class FactItem(BaseModel):
+    """One fact of `remember`; the server checks the bounds and names the field it refuses."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    content: str = Field(description="One short self-contained sentence, e.g. 'Alice works at Acme.'")
+    key: str | None = Field(
+        default=None,
+        description="Slot name (snake_case: employer, city, diet) when the fact holds one value at a "
+        "time; omit for facts that can coexist (hobbies, friends).",
+    )
+    supersedes: str | None = Field(
+        default=None, description="Id of the active fact this one replaces (the subject moved, changed jobs)."
+    )
+    volatility: Literal["stable", "volatile"] = Field(
+        default="stable", description="`volatile`: expected to change within weeks; it goes stale."
+    )
+    valid_from: datetime | None = Field(default=None, description="When it became true, if known (RFC 3339).")
+    valid_to: datetime | None = Field(default=None, description="When it stopped being true, if known.")
+
+
+class MessageItem(BaseModel):
+    """One chat message of `remember_messages`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["user", "assistant", "system", "tool", "developer"] = Field(description="Who said it.")
+    content: str = Field(description="What was said.")
+    occurred_at: datetime | None = Field(
+        default=None, description="When (RFC 3339 with an offset); omitted: the time of the call."
+    )
+
+
+def _convert(items: list[Any], kind: type[T], field: str) -> list[T]:
+    """The tool's items as the SDK's, or the tool error the API would give (a malformed id)."""
+    try:
+        plain = [i.model_dump(mode="json", exclude_none=True) for i in items]
+        return [msgspec.convert(p, kind, strict=False) for p in plain]
+    except msgspec.ValidationError as exc:
+        raise ToolError(f"validation_error: {field}: {exc}") from exc
 
 
 # --- the tools -----------------------------------------------------------------------------------
@@ -128,20 +172,9 @@ def register_remember(server: MCPServer, open_session: Opener) -> None:
     async def remember(
         ctx: Context,
         subject_id: Subject,
-        facts: Annotated[
-            list[dict[str, Any]],
-            Field(
-                min_length=1,
-                max_length=100,
-                description='Facts, each {"content": str, "key"?: str, "supersedes"?: fact id, '
-                '"volatility"?: "stable" | "volatile", "valid_from"?: RFC 3339, "valid_to"?: RFC 3339}.',
-            ),
-        ],
+        facts: Annotated[list[FactItem], Field(min_length=1, max_length=100, description="The facts.")],
     ) -> str:
-        try:
-            items = [msgspec.convert(f, FactIn) for f in facts]
-        except msgspec.ValidationError as exc:
-            raise ToolError(f"validation_error: facts: {exc}") from exc
+        items = _convert(facts, FactIn, "facts")
 
         async def work(s: Session) -> str:
             written = await s.client.write_facts(subject_id, items, project_id=s.project_id)
@@ -239,20 +272,11 @@ def register_remember_messages(server: MCPServer, open_session: Opener) -> None:
         ctx: Context,
         subject_id: Subject,
         messages: Annotated[
-            list[dict[str, Any]],
-            Field(
-                min_length=1,
-                max_length=100,
-                description='Oldest first, each {"role": "user" | "assistant" | "system" | "tool", '
-                '"content": str, "occurred_at"?: RFC 3339}.',
-            ),
+            list[MessageItem], Field(min_length=1, max_length=100, description="Oldest first.")
         ],
         write: Annotated[bool, Field(description="false: a dry run, nothing is stored.")] = True,
     ) -> str:
-        try:
-            items = [msgspec.convert(m, ExtractMessage) for m in messages]
-        except msgspec.ValidationError as exc:
-            raise ToolError(f"validation_error: messages: {exc}") from exc
+        items = _convert(messages, ExtractMessage, "messages")
 
         async def work(s: Session) -> str:
             return _json(await s.client.extract(subject_id, items, write=write, project_id=s.project_id))

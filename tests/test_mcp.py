@@ -114,6 +114,9 @@ async def test_every_tool(world: World, transport: str) -> None:
         # Descriptions are written for a model: facts versus events, and when to pass a key.
         assert "record_event" in listed["remember"].description
         assert "key" in listed["remember"].description and "conflict" in listed["remember"].description
+        # Each fact's fields are typed and described in the input schema the model reads.
+        schema = json.dumps(listed["remember"].input_schema)
+        assert "Slot name" in schema and '"volatile"' in schema
 
         written = json.loads(
             await call(
@@ -179,7 +182,11 @@ async def test_every_tool(world: World, transport: str) -> None:
 
         # Errors come back as tool errors the model can read, naming the problem.
         bad = await call_error(session, "remember", subject_id=subject, facts=[{"content": ""}])
-        assert "validation_error" in bad
+        assert "validation_error" in bad and "facts[0].content" in bad
+        bad_id = await call_error(
+            session, "remember", subject_id=subject, facts=[{"content": "x", "supersedes": "nope"}]
+        )
+        assert "validation_error" in bad_id
         missing = await call_error(session, "inspect", trace_id="0190f5b2-7c4e-7a39-9f1e-3c2b1a0d4e5f")
         assert "not_found" in missing
 
