@@ -353,3 +353,14 @@ async def test_async_sdk_extract(
     (fact,) = result.facts
     assert fact.key == "employer" and fact.source_event_id == result.events[0].event_id
     assert fact.fact_id is not None and result.refused == []
+
+
+async def test_the_model_sees_only_the_keys_project(
+    ext: httpx.AsyncClient, key: str, other_key: str, chat: FakeChat
+) -> None:
+    for k, content in ((key, "Alice works at Acme."), (other_key, "Alice works at Initech.")):
+        body = {"subject_id": SUBJECT, "facts": [{"content": content, "key": "employer"}]}
+        assert (await ext.post("/v1/facts", json=body, headers=bearer(k))).status_code == 201
+    r = await extract(ext, other_key, write=False)
+    assert r.status_code == 200, r.text
+    assert [f["content"] for f in chat.user_payload()["known_facts"]] == ["Alice works at Initech."]
