@@ -109,7 +109,17 @@ class ErrorBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 
 class HakiError(Exception):
-    status_code, code = 500, error_code(500, "internal").code
+    """A domain error: raised by the repository and service layers, never an HTTP exception.
+    A subclass names its row of ERROR_TABLE (`class X(HakiError, status=..., code=...)`); a row
+    missing from the table fails at import."""
+
+    status_code = 500
+    code = "internal"
+
+    def __init_subclass__(cls, status: int | None = None, code: str | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        row = error_code(status or cls.status_code, code or cls.code)
+        cls.status_code, cls.code = row.status, row.code
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
@@ -117,87 +127,76 @@ class HakiError(Exception):
         self.details = details or None
 
 
-class Unauthorized(HakiError):
-    status_code, code = 401, error_code(401, "unauthorized").code
+class Unauthorized(HakiError, status=401, code="unauthorized"):
+    pass
 
 
-class Forbidden(HakiError):
-    status_code, code = 403, error_code(403, "forbidden").code
+class Forbidden(HakiError, status=403, code="forbidden"):
+    pass
 
 
-class NotFound(HakiError):
-    status_code, code = 404, error_code(404, "not_found").code
+class NotFound(HakiError, status=404, code="not_found"):
+    pass
 
 
-class InvalidInput(HakiError):
+class InvalidInput(HakiError, status=422, code="validation_error"):
     """Well-formed input that breaks a rule only the service can check; names the field."""
-
-    status_code, code = 422, error_code(422, "validation_error").code
 
     def __init__(self, field: str, message: str, **details: Any) -> None:
         super().__init__(f"{field}: {message}", field=field, **details)
 
 
-class BudgetExceeded(HakiError):
-    status_code, code = 400, error_code(400, "budget_exceeded").code
+class BudgetExceeded(HakiError, status=400, code="budget_exceeded"):
+    pass
 
 
-class Conflict(HakiError):
-    status_code, code = 409, error_code(409, "conflict").code
+class Conflict(HakiError, status=409, code="conflict"):
+    pass
 
 
-class TooManyRequests(HakiError):
-    status_code, code = 429, error_code(429, "rate_limited").code
+class TooManyRequests(HakiError, status=429, code="rate_limited"):
+    pass
 
 
-class Unavailable(HakiError):
-    status_code, code = 503, error_code(503, "unavailable").code
+class Unavailable(HakiError, status=503, code="unavailable"):
+    pass
 
 
-class ExtractorFailed(HakiError):
+class ExtractorFailed(HakiError, status=502, code="extractor_error"):
     """The extraction model (HAKI_EXTRACT_BASE_URL) answered with an error, or with something
     that is not the JSON schema it was asked for: nothing was written."""
 
-    status_code, code = 502, error_code(502, "extractor_error").code
 
-
-class ExtractorTimeout(HakiError):
+class ExtractorTimeout(HakiError, status=504, code="extractor_timeout"):
     """The extraction model did not answer within HAKI_EXTRACT_TIMEOUT_SECONDS: nothing was written."""
 
-    status_code, code = 504, error_code(504, "extractor_timeout").code
 
-
-# asyncpg failures that mean "the database cannot answer now", not "your input is wrong".
-_UNAVAILABLE: tuple[type[BaseException], ...] = (
-    asyncpg.QueryCanceledError,  # statement_timeout
+# The failures that mean the connection itself is gone (server stopped or restarted), so the
+# pool's other idle connections are probably dead as well.
+CONNECTION_LOST: tuple[type[BaseException], ...] = (
     asyncpg.PostgresConnectionError,
     asyncpg.InterfaceError,
     # A connection that got the server's shutdown notice while idle is left in a state where the
     # next query fails with "another operation is in progress" (found by tests/test_db_faults.py).
     asyncpg.InternalClientError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.TooManyConnectionsError,
     asyncpg.AdminShutdownError,
     asyncpg.CrashShutdownError,
+    asyncpg.CannotConnectNowError,
+    OSError,
+)
+
+# asyncpg failures that mean "the database cannot answer now", not "your input is wrong": the
+# connection lost, or the server busy.
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    *CONNECTION_LOST,
+    asyncpg.QueryCanceledError,  # statement_timeout
+    asyncpg.TooManyConnectionsError,
     asyncpg.ConnectionFailureError,
     asyncpg.DeadlockDetectedError,
     asyncpg.SerializationError,
     ConnectionError,
     TimeoutError,
     asyncio.TimeoutError,
-    OSError,
-)
-
-# The subset of the above that means the connection itself is gone (server stopped or restarted),
-# so the pool's other idle connections are probably dead as well.
-CONNECTION_LOST: tuple[type[BaseException], ...] = (
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,
-    asyncpg.InternalClientError,
-    asyncpg.AdminShutdownError,
-    asyncpg.CrashShutdownError,
-    asyncpg.CannotConnectNowError,
-    OSError,
 )
 
 _FIELD_AT = re.compile(r"- at `\$(?P<path>[^`]*)`")

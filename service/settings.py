@@ -83,30 +83,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return settings
 
     def check(self) -> None:
+        """The rules between fields, and the bounds of each (SETTING_BOUNDS)."""
         if self.embed_provider == "openai" and not self.embed_base_url:
             raise SettingsError("HAKI_EMBED_PROVIDER=openai needs HAKI_EMBED_BASE_URL")
-        if self.recall_max_distance < 0 or self.recall_max_distance > 2:
-            raise SettingsError("HAKI_RECALL_MAX_DISTANCE must be within [0, 2] (cosine distance)")
-        if self.pool_min_size < 0 or self.pool_max_size < max(1, self.pool_min_size):
+        if self.pool_max_size < max(1, self.pool_min_size):
             raise SettingsError("HAKI_POOL_MAX_SIZE must be >= max(1, HAKI_POOL_MIN_SIZE)")
-        if self.volatile_stale_after_seconds <= 0:
-            raise SettingsError("HAKI_VOLATILE_STALE_AFTER_SECONDS must be positive")
-        if self.db_statement_cache_size < 0:
-            raise SettingsError("HAKI_DB_STATEMENT_CACHE_SIZE must be >= 0 (0 turns the cache off)")
-        if self.idempotency_ttl_seconds <= 0:
-            raise SettingsError("HAKI_IDEMPOTENCY_TTL_SECONDS must be positive")
-        if self.rate_limit_per_minute < 0:
-            raise SettingsError("HAKI_RATE_LIMIT_PER_MINUTE must be >= 0 (0 turns the limit off)")
-        if self.embed_query_max_batch < 1:
-            raise SettingsError("HAKI_EMBED_QUERY_MAX_BATCH must be >= 1")
-        if self.embed_write_timeout_seconds <= 0:
-            raise SettingsError("HAKI_EMBED_WRITE_TIMEOUT_SECONDS must be positive")
-        if self.embed_chars_per_minute < 0:
-            raise SettingsError("HAKI_EMBED_CHARS_PER_MINUTE must be >= 0 (0 turns the limit off)")
-        if self.embed_concurrency < 1:
-            raise SettingsError("HAKI_EMBED_CONCURRENCY must be >= 1")
-        if self.extract_timeout_seconds <= 0:
-            raise SettingsError("HAKI_EXTRACT_TIMEOUT_SECONDS must be positive")
+        for field, (low, high, why) in SETTING_BOUNDS.items():
+            value = getattr(self, field)
+            if value < low or (high is not None and value > high):
+                raise SettingsError(f"{env_name(field)} must be {why}")
 
 
 def env_name(field: str) -> str:
@@ -130,3 +115,19 @@ def _name_the_variable(message: str, raw: Mapping[str, str]) -> str:
         return message
     field = m.group("field")
     return f"{env_name(field)}={raw.get(field)!r}: {message[: m.start()].strip()}"
+
+
+# field -> (lowest, highest or None, the rule as the error says it).
+SETTING_BOUNDS: dict[str, tuple[float, float | None, str]] = {
+    "recall_max_distance": (0, 2, "within [0, 2] (cosine distance)"),
+    "pool_min_size": (0, None, ">= 0"),
+    "volatile_stale_after_seconds": (1, None, "positive"),
+    "db_statement_cache_size": (0, None, ">= 0 (0 turns the cache off)"),
+    "idempotency_ttl_seconds": (1, None, "positive"),
+    "rate_limit_per_minute": (0, None, ">= 0 (0 turns the limit off)"),
+    "embed_query_max_batch": (1, None, ">= 1"),
+    "embed_write_timeout_seconds": (1e-9, None, "positive"),
+    "embed_chars_per_minute": (0, None, ">= 0 (0 turns the limit off)"),
+    "embed_concurrency": (1, None, ">= 1"),
+    "extract_timeout_seconds": (1e-9, None, "positive"),
+}

@@ -10,25 +10,24 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tempfile
 import warnings
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import asyncpg
-import httpx
 import pytest
 
 from service import auth
-from service.app import create_app
 from service.db import connect, init_connection
 from service.embedded import embedded_server, embedded_url
 from service.embedder import Embedder, HashEmbedder, LocalEmbedder
 from service.migrations import migrate
 from service.settings import Settings
+from tests.helpers.app import make_client
+from tests.helpers.server import Server, running_server, short_tmp_dir
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
@@ -88,8 +87,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def pg_data_dir() -> Iterator[Path]:
-    base = Path(os.environ.get("HAKI_TEST_TMP", tempfile.gettempdir()))
-    path = Path(tempfile.mkdtemp(prefix="haki-test-", dir=base))
+    path = short_tmp_dir("haki-test-")
     yield path
     server = embedded_server(path)
     server.cleanup()
@@ -126,20 +124,6 @@ async def conn(settings: Settings, migrated: str) -> AsyncIterator[asyncpg.Conne
         await c.close()
 
 
-class SingleConnectionPool:
-    """Lends the test's own connection, so app writes stay inside the test transaction."""
-
-    def __init__(self, conn: asyncpg.Connection) -> None:
-        self.conn = conn
-
-    @asynccontextmanager
-    async def acquire(self, timeout: float | None = None) -> AsyncIterator[asyncpg.Connection]:  # noqa: ASYNC109
-        yield self.conn
-
-    async def close(self) -> None:
-        return None
-
-
 @pytest.fixture(scope="session")
 def hash_embedder() -> Embedder:
     return HashEmbedder()
@@ -151,26 +135,6 @@ async def local_embedder(settings: Settings) -> AsyncIterator[Embedder]:
     await emb.load()
     yield emb
     await emb.aclose()
-
-
-@asynccontextmanager
-async def make_client(
-    settings: Settings, conn: asyncpg.Connection, embedder: Embedder, **overrides: Any
-) -> AsyncIterator[httpx.AsyncClient]:
-    """An httpx client on the ASGI app in *this* event loop (Litestar's AsyncTestClient runs the
-    app on a portal thread, where the test's asyncpg connection cannot be used). The pool and
-    embedder are handed in, so the app's lifespan has nothing to start."""
-    app_settings = settings if not overrides else _replace(settings, **overrides)
-    app = create_app(app_settings, pool=SingleConnectionPool(conn), embedder=embedder)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
-        yield client
-
-
-def _replace(settings: Settings, **changes: Any) -> Settings:
-    import msgspec
-
-    return msgspec.structs.replace(settings, **changes)
 
 
 @pytest.fixture
@@ -203,5 +167,9 @@ async def other_key(conn: asyncpg.Connection) -> str:
     return k
 
 
-def bearer(k: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {k}"}
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A real `haki serve` (hash embedder, its own embedded PostgreSQL) shared by a module's tests;
+    the module is an `integration` one."""
+    with running_server(Path(tmp_path_factory.mktemp("served"))) as s:
+        yield s

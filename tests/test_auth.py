@@ -32,8 +32,7 @@ from service.embedder import HashEmbedder
 from service.errors import Unauthorized
 from service.repository import keys as keys_repo
 from service.settings import Settings
-from tests.conftest import bearer
-from tests.helpers import PROJECT, assert_error, get_fact
+from tests.helpers import PROJECT, assert_error, bearer, get_fact, post_facts
 
 OTHER_PROJECT = "proj-b"
 SKIPPED_METHODS = {"OPTIONS", "HEAD"}  # Litestar's automatic preflight answers carry no data
@@ -196,17 +195,14 @@ def cookie(k: str) -> dict[str, str]:
 
 @pytest.fixture
 async def objects(client: httpx.AsyncClient, key: str) -> Objects:
-    r = await client.post(
-        "/v1/facts",
-        json={
-            "project_id": PROJECT,
-            "subject_id": "auth",
-            "facts": [
-                {"content": "Alice works at Acme", "key": "employer"},
-                {"content": "Alice works at Globex", "key": "employer"},
-            ],
-        },
-        headers=bearer(key),
+    r = await post_facts(
+        client,
+        key,
+        [
+            {"content": "Alice works at Acme", "key": "employer"},
+            {"content": "Alice works at Globex", "key": "employer"},
+        ],
+        "auth",
     )
     assert r.status_code == 201, r.text
     a, b = r.json()["facts"]

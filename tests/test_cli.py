@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +23,7 @@ from service.db import connect
 from service.embedded import embedded_server
 from service.errors import Unauthorized
 from service.settings import Settings
-from tests.helpers.server import free_port, stop_process
+from tests.helpers.server import free_port, short_tmp_dir, stop_process
 
 pytestmark = pytest.mark.integration
 
@@ -32,12 +31,6 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parent.parent
 HEALTH_TIMEOUT_SECONDS = 60.0
 KEY_ID_LINE = re.compile(r"key id (?P<key_id>[0-9a-f-]{36}) ")
-
-
-def short_tmp_dir(prefix: str) -> Path:
-    """PostgreSQL's socket path is limited to ~100 bytes: keep data dirs short."""
-    base = Path(os.environ.get("HAKI_TEST_TMP", tempfile.gettempdir()))
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
 
 
 def postmaster_pid(data_dir: Path) -> int | None:

@@ -9,8 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import bearer
-from tests.helpers import PROJECT, assert_error, get_fact, post_facts, ts, write_facts
+from tests.helpers import PROJECT, assert_error, bearer, get_fact, post_facts, ts, write_facts
 
 
 async def list_conflicts(client: httpx.AsyncClient, key: str, **params: Any) -> list[dict[str, Any]]:

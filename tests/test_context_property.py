@@ -22,11 +22,11 @@ from hypothesis import strategies as st
 from service import auth
 from service.constants import EPISODE_TOP_K
 from service.context.assembler import PROFILE_WEIGHTS
-from tests.conftest import bearer
 from tests.helpers import (
     OTHER_PROJECT,
     PROJECT,
     assert_packet_matches_trace,
+    bearer,
     by_item,
     context_and_trace,
     days_from_now,

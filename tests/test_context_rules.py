@@ -32,13 +32,13 @@ from service.constants import (
 from service.context.entities import extract_entities
 from service.embedder import Embedder, EmbedderError, Vector
 from service.settings import Settings
-from tests.conftest import bearer, make_client
 from tests.helpers import (
     ONE_HIT_TEXT_RANK,
     OTHER_PROJECT,
     PROJECT,
     assert_error,
     assert_packet_matches_trace,
+    bearer,
     by_item,
     candidate_decisions,
     context,
@@ -54,6 +54,7 @@ from tests.helpers import (
     write_events,
     write_facts,
 )
+from tests.helpers.app import make_client
 
 # This module is the reference of the `facts_first` profile (spec/context-profiles.md): every
 # rule of spec/context-assembler.md exactly. Its clients serve that profile by default; the

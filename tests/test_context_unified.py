@@ -32,7 +32,6 @@ from service.constants import (
 from service.embedder import Embedder, EmbedderError, Vector
 from service.settings import Settings, SettingsError
 from service.sql import load_queries
-from tests.conftest import make_client
 from tests.helpers import (
     PROJECT,
     assert_error,
@@ -46,6 +45,7 @@ from tests.helpers import (
     write_events,
     write_facts,
 )
+from tests.helpers.app import make_client
 
 OLD = "2024-01-01T00:00:00Z"
 

@@ -9,9 +9,7 @@ in the database. A statement timeout on the read path and an exhausted pool are 
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -33,7 +31,8 @@ from service.migrations import migrate
 from service.repository import keys as keys_repo
 from service.settings import Settings
 from service.sql import load_queries
-from tests.conftest import bearer
+from tests.helpers import bearer, list_all_facts
+from tests.helpers.server import short_tmp_dir
 from tests.helpers.serving import serve
 
 # Stops and restarts the database under a served app: out of the fast lane.
@@ -67,8 +66,7 @@ class FaultServer:
 
 @pytest.fixture(scope="module")
 def fault_server() -> Iterator[FaultServer]:
-    base = Path(os.environ.get("HAKI_TEST_TMP", tempfile.gettempdir()))
-    path = Path(tempfile.mkdtemp(prefix="haki-flt-", dir=base))
+    path = short_tmp_dir("haki-flt-")
     server = FaultServer(path)
     try:
         yield server
@@ -146,19 +144,7 @@ async def call(client: httpx.AsyncClient, key: str, stream: Stream, kind: str, u
 
 
 async def listed_fact_ids(client: httpx.AsyncClient, key: str) -> set[str]:
-    out: set[str] = set()
-    cursor: str | None = None
-    while True:
-        params: dict[str, Any] = {"project_id": PROJECT, "limit": 500}
-        if cursor:
-            params["cursor"] = cursor
-        r = await client.get("/v1/facts", params=params, headers=bearer(key))
-        assert r.status_code == 200, r.text
-        page = r.json()
-        out.update(f["fact_id"] for f in page["facts"])
-        cursor = page["next_cursor"]
-        if not cursor:
-            return out
+    return {f["fact_id"] for f in await list_all_facts(client, key, PROJECT)}
 
 
 @pytest.mark.integration

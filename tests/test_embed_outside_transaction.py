@@ -27,7 +27,7 @@ from service.app import create_app
 from service.db import connect
 from service.embedder import HashEmbedder
 from service.settings import Settings
-from tests.conftest import bearer
+from tests.helpers import bearer
 from tests.helpers.serving import serve
 
 # Texts with this prefix are held at the gate; others (the start-up probe) are answered at once.

@@ -19,7 +19,8 @@ from service.embedding.scheduler import FairScheduler, Purpose
 from service.errors import TooManyRequests
 from service.ratelimit import WorkRateLimiter
 from service.settings import Settings
-from tests.conftest import bearer, make_client
+from tests.helpers import bearer
+from tests.helpers.app import make_client
 
 
 class GatedModel:

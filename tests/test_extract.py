@@ -14,8 +14,8 @@ from haki_client import AsyncHaki, ExtractMessage
 from service.app import create_app
 from service.embedder import Embedder
 from service.settings import Settings
-from tests.conftest import SingleConnectionPool, bearer, make_client
-from tests.helpers import assert_error, stats
+from tests.helpers import assert_error, bearer, stats
+from tests.helpers.app import SingleConnectionPool, make_client
 from tests.helpers.fake_chat import FakeChat, Step, answer, fake_chat
 
 SUBJECT = "alice"

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from service.settings import Settings
-from tests.conftest import bearer, make_client
-from tests.helpers import PROJECT, assert_error, get_fact, list_all_facts, post_facts, ts, write_facts
+from tests.helpers import PROJECT, assert_error, bearer, get_fact, list_all_facts, post_facts, ts, write_facts
+from tests.helpers.app import make_client
 
 # --- happy path --------------------------------------------------------------------------------
 

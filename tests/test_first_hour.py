@@ -11,7 +11,7 @@ import msgspec
 import pytest
 from haki_client import ContextPacket, PacketFact, render
 
-from tests.conftest import bearer
+from tests.helpers import bearer
 
 # Every route with an id in its path: (method, path with "garbage" where the id goes, parameter).
 MALFORMED_ID_ROUTES = [

@@ -7,14 +7,13 @@ import json
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from service import __version__
-from tests.helpers.server import REPO, Server, free_port, running_server, server_env
+from tests.helpers.server import REPO, Server, free_port, server_env
 
 pytestmark = pytest.mark.integration
 
@@ -34,12 +33,6 @@ def haki(
         timeout=timeout,
         check=False,
     )
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with running_server(Path(tmp_path_factory.mktemp("first-hour"))) as s:
-        yield s
 
 
 @pytest.fixture(scope="module")

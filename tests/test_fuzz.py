@@ -31,7 +31,7 @@ from service.embedder import HashEmbedder
 from service.migrations import migrate
 from service.settings import Settings
 from service.sql import load_queries
-from tests.conftest import bearer
+from tests.helpers import bearer
 from tests.helpers.fake_chat import fake_chat
 from tests.helpers.serving import serve
 

@@ -7,8 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import bearer
-from tests.helpers import PROJECT, assert_error
+from tests.helpers import PROJECT, assert_error, bearer, post_events, post_facts
 
 SUBJECT = "fuzzed"
 
@@ -32,25 +31,13 @@ async def test_very_old_memories_do_not_break_context(
 ) -> None:
     """exp(-age/tau) underflowed in PostgreSQL for memories older than ~60 years: every context
     call of the scope was a 500."""
-    r = await client.post(
-        "/v1/facts",
-        json={
-            "project_id": PROJECT,
-            "subject_id": SUBJECT,
-            "facts": [{"content": "Alice was born in Lyon", "valid_from": valid_from}],
-        },
-        headers=bearer(key),
+    r = await post_facts(
+        client, key, [{"content": "Alice was born in Lyon", "valid_from": valid_from}], SUBJECT
     )
     assert r.status_code == 201, r.text
     fact_id = r.json()["facts"][0]["fact_id"]
-    r = await client.post(
-        "/v1/events",
-        json={
-            "project_id": PROJECT,
-            "subject_id": SUBJECT,
-            "events": [{"content": "Alice said she was born in Lyon", "occurred_at": valid_from}],
-        },
-        headers=bearer(key),
+    r = await post_events(
+        client, key, [{"content": "Alice said she was born in Lyon", "occurred_at": valid_from}], SUBJECT
     )
     assert r.status_code == 201, r.text
     r = await client.post("/v1/context", json=context(), headers=bearer(key))
@@ -66,25 +53,9 @@ async def test_instants_stored_as_infinity_are_refused(
     client: httpx.AsyncClient, key: str, instant: str
 ) -> None:
     """asyncpg writes these two as -infinity/infinity, which read back without an offset."""
-    r = await client.post(
-        "/v1/events",
-        json={
-            "project_id": PROJECT,
-            "subject_id": SUBJECT,
-            "events": [{"content": "e", "occurred_at": instant}],
-        },
-        headers=bearer(key),
-    )
+    r = await post_events(client, key, [{"content": "e", "occurred_at": instant}], SUBJECT)
     assert_error(r, 422, "validation_error", field="events[0].occurred_at")
-    r = await client.post(
-        "/v1/facts",
-        json={
-            "project_id": PROJECT,
-            "subject_id": SUBJECT,
-            "facts": [{"content": "f", "valid_from": instant}],
-        },
-        headers=bearer(key),
-    )
+    r = await post_facts(client, key, [{"content": "f", "valid_from": instant}], SUBJECT)
     assert_error(r, 422, "validation_error", field="facts[0].valid_from")
 
 

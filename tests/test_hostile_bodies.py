@@ -16,8 +16,7 @@ import pytest
 
 from service.constants import MAX_JSON_DEPTH
 from service.strict_body import json_depth
-from tests.conftest import bearer
-from tests.helpers import PROJECT, assert_error
+from tests.helpers import PROJECT, assert_error, bearer
 
 JSON = {"Content-Type": "application/json"}
 SOME_ID = str(uuid.uuid4())

@@ -8,8 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import bearer
-from tests.helpers import PROJECT, assert_error
+from tests.helpers import PROJECT, assert_error, bearer, post_events, post_facts
 
 SUBJECT = "hostile"
 
@@ -46,11 +45,7 @@ QUERIES = {
 
 
 async def write_fact(client: httpx.AsyncClient, key: str, content: str) -> str:
-    r = await client.post(
-        "/v1/facts",
-        json={"project_id": PROJECT, "subject_id": SUBJECT, "facts": [{"content": content}]},
-        headers=bearer(key),
-    )
+    r = await post_facts(client, key, [{"content": content}], SUBJECT)
     assert r.status_code == 201, r.text
     fact_id: str = r.json()["facts"][0]["fact_id"]
     return fact_id
@@ -120,21 +115,9 @@ NUL_CASES = [
 async def test_nul_in_content_is_a_400_naming_the_field(
     client: httpx.AsyncClient, key: str, field: str, value: str
 ) -> None:
-    r = await client.post(
-        "/v1/facts",
-        json={"project_id": PROJECT, "subject_id": SUBJECT, "facts": [{"content": "ok"}, {field: value}]},
-        headers=bearer(key),
-    )
+    r = await post_facts(client, key, [{"content": "ok"}, {field: value}], SUBJECT)
     assert_error(r, 400, "validation_error", field="facts[1].content")
-    r = await client.post(
-        "/v1/events",
-        json={
-            "project_id": PROJECT,
-            "subject_id": SUBJECT,
-            "events": [{"content": value, "occurred_at": "2024-01-01T00:00:00Z"}],
-        },
-        headers=bearer(key),
-    )
+    r = await post_events(client, key, [{"content": value, "occurred_at": "2024-01-01T00:00:00Z"}], SUBJECT)
     assert_error(r, 400, "validation_error", field="events[0].content")
 
 
@@ -146,14 +129,8 @@ async def test_nul_elsewhere_is_a_clean_4xx(client: httpx.AsyncClient, key: str)
         headers=bearer(key),
     )
     assert_error(r, 400, "validation_error", field="subject_id")
-    r = await client.post(
-        "/v1/facts",
-        json={
-            "project_id": PROJECT,
-            "subject_id": SUBJECT,
-            "facts": [{"content": "ok", "metadata": {"k\x00": "v", "nested": ["\x00"]}}],
-        },
-        headers=bearer(key),
+    r = await post_facts(
+        client, key, [{"content": "ok", "metadata": {"k\x00": "v", "nested": ["\x00"]}}], SUBJECT
     )
     assert_error(r, 422, "validation_error", field="facts[0].metadata")
     r = await client.get(
@@ -164,11 +141,7 @@ async def test_nul_elsewhere_is_a_clean_4xx(client: httpx.AsyncClient, key: str)
 
 async def test_100_kb_strings_are_refused_not_stored(client: httpx.AsyncClient, key: str) -> None:
     big = "A" * 100_000
-    r = await client.post(
-        "/v1/facts",
-        json={"project_id": PROJECT, "subject_id": SUBJECT, "facts": [{"content": big}]},
-        headers=bearer(key),
-    )
+    r = await post_facts(client, key, [{"content": big}], SUBJECT)
     assert_error(r, 400, "validation_error", field="facts[0].content")
     assert_error(await context(client, key, big), 400, "validation_error", field="query")
     emoji = "👩‍👩‍👧‍👦" * 15_000  # 100k code points, 375 KB of UTF-8

@@ -17,8 +17,8 @@ from service.db import create_pool
 from service.embedder import Embedder
 from service.settings import Settings, SettingsError
 from service.sql import load_queries
-from tests.conftest import bearer, make_client
-from tests.helpers import PROJECT, assert_error
+from tests.helpers import PROJECT, assert_error, bearer, list_all_facts
+from tests.helpers.app import make_client
 
 OTHER = "proj-b"
 
@@ -41,19 +41,7 @@ def idem(key: str, idempotency_key: str) -> dict[str, str]:
 
 async def fact_ids(client: httpx.AsyncClient, key: str, project_id: str = PROJECT) -> list[str]:
     """Every fact of the project, through GET /v1/facts."""
-    out: list[str] = []
-    cursor: str | None = None
-    while True:
-        params: dict[str, Any] = {"project_id": project_id, "limit": 500}
-        if cursor:
-            params["cursor"] = cursor
-        r = await client.get("/v1/facts", params=params, headers=bearer(key))
-        assert r.status_code == 200, r.text
-        page = r.json()
-        out += [f["fact_id"] for f in page["facts"]]
-        cursor = page["next_cursor"]
-        if not cursor:
-            return out
+    return [f["fact_id"] for f in await list_all_facts(client, key, project_id)]
 
 
 async def test_retry_returns_the_first_response_and_writes_nothing(

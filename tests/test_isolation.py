@@ -24,7 +24,7 @@ import pytest
 from service.app import create_app
 from service.embedder import HashEmbedder
 from service.settings import Settings
-from tests.conftest import bearer
+from tests.helpers import bearer, post_events, post_facts
 
 A = "proj-a"  # the `key` fixture's project
 B = "proj-b"  # the `other_key` fixture's project
@@ -280,31 +280,23 @@ async def world(client: httpx.AsyncClient, key: str, other_key: str) -> World:
         f"Alice works at Globex {tag}",
         f"Alice is allergic to peanuts {tag}",
     ]
-    r = await client.post(
-        "/v1/facts",
-        json={
-            "project_id": A,
-            "subject_id": SUBJECT,
-            "facts": [
-                {"content": contents[0], "key": "employer"},
-                {"content": contents[1], "key": "employer"},
-                {"content": contents[2]},
-            ],
-        },
-        headers=bearer(key),
+    r = await post_facts(
+        client,
+        key,
+        [
+            {"content": contents[0], "key": "employer"},
+            {"content": contents[1], "key": "employer"},
+            {"content": contents[2]},
+        ],
+        SUBJECT,
+        A,
     )
     assert r.status_code == 201, r.text
     facts = r.json()["facts"]
     assert facts[0]["conflict_set_id"] is not None
     event_content = f"Alice moved to Lyon {tag}"
-    r = await client.post(
-        "/v1/events",
-        json={
-            "project_id": A,
-            "subject_id": SUBJECT,
-            "events": [{"content": event_content, "occurred_at": "2024-05-01T10:00:00Z"}],
-        },
-        headers=bearer(key),
+    r = await post_events(
+        client, key, [{"content": event_content, "occurred_at": "2024-05-01T10:00:00Z"}], SUBJECT, A
     )
     assert r.status_code == 201, r.text
     event_id = r.json()["events"][0]["event_id"]

@@ -14,8 +14,8 @@ from service.embedder import Embedder
 from service.errors import TooManyRequests
 from service.ratelimit import RateLimiter
 from service.settings import Settings, SettingsError
-from tests.conftest import bearer, make_client
-from tests.helpers import PROJECT, assert_error
+from tests.helpers import PROJECT, assert_error, bearer
+from tests.helpers.app import make_client
 
 SUBJECT = "limits"
 

@@ -27,8 +27,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from service.structs import ExtractResponse
-from tests.conftest import bearer
-from tests.helpers import assert_error
+from tests.helpers import assert_error, bearer
 from tests.helpers.fake_chat import FakeChat, answer, fake_chat
 from tests.helpers.server import REPO, Server, running_server
 

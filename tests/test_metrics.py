@@ -6,7 +6,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import bearer
+from tests.helpers import bearer, post_facts
 
 PROJECT = "proj-a"
 # The stages of the default `unified` profile (facts_first also times "episodes").
@@ -38,18 +38,15 @@ async def test_metric_names_and_moving_values(client: Any, key: str) -> None:
         assert any(n == name for n, _ in before), name
     assert value(before, "haki_database_up") == 1.0
 
-    r = await client.post(
-        "/v1/facts",
-        json={
-            "project_id": PROJECT,
-            "subject_id": "m1",
-            "facts": [
-                {"content": "Mia works at Initech.", "key": "employer"},
-                {"content": "Mia works at Umbrella.", "key": "employer"},
-                {"content": "Mia plays the cello in an orchestra."},
-            ],
-        },
-        headers=bearer(key),
+    r = await post_facts(
+        client,
+        key,
+        [
+            {"content": "Mia works at Initech.", "key": "employer"},
+            {"content": "Mia works at Umbrella.", "key": "employer"},
+            {"content": "Mia plays the cello in an orchestra."},
+        ],
+        "m1",
     )
     assert r.status_code == 201, r.text
     fact_id = r.json()["facts"][2]["fact_id"]
@@ -117,7 +114,7 @@ async def test_metrics_is_not_in_the_api_schema(client: Any) -> None:
 
 async def test_metrics_token_when_configured(settings: Any, conn: Any, hash_embedder: Any) -> None:
     """With HAKI_METRICS_TOKEN set, /metrics needs that token and refuses project keys."""
-    from tests.conftest import make_client
+    from tests.helpers.app import make_client
 
     async with make_client(settings, conn, hash_embedder, metrics_token="s3cret-scrape") as c:
         assert (await c.get("/metrics")).status_code == 401

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,6 +19,7 @@ from service.repository import facts as facts_repo
 from service.repository import health as health_repo
 from service.settings import Settings
 from service.sql import load_queries, resource_dir
+from tests.helpers.server import short_tmp_dir
 
 # Each test migrates fresh databases of its own (2 s apiece on 2 cores): out of the fast lane.
 pytestmark = pytest.mark.slow
@@ -32,8 +31,7 @@ FIRST_FOUR = ["0001_extensions", "0002_memory", "0003_context_log", "0004_search
 @pytest.fixture
 def fresh_dir() -> Iterator[Path]:
     """A data dir for a new embedded server (short path: PostgreSQL's socket path is limited)."""
-    base = Path(os.environ.get("HAKI_TEST_TMP", tempfile.gettempdir()))
-    path = Path(tempfile.mkdtemp(prefix="haki-mig-", dir=base))
+    path = short_tmp_dir("haki-mig-")
     try:
         yield path
     finally:

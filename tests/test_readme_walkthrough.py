@@ -7,14 +7,12 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 
 import msgspec
 import pytest
 
 from service.structs import ContextPacket, Inspection
-from tests.helpers.server import REPO, Server, running_server
+from tests.helpers.server import REPO, Server
 
 README = REPO / "README.md"
 FENCE = re.compile(r"^```(?P<lang>\w*)\n(?P<body>.*?)^```", re.MULTILINE | re.DOTALL)
@@ -29,12 +27,6 @@ def section(title: str) -> str:
 
 def blocks(text: str, lang: str) -> list[str]:
     return [m.group("body") for m in FENCE.finditer(text) if m.group("lang") == lang]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with running_server(Path(tmp_path_factory.mktemp("readme"))) as s:
-        yield s
 
 
 def on_server(text: str, server: Server) -> str:

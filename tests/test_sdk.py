@@ -8,7 +8,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -34,7 +33,7 @@ from haki_client import (
     render,
 )
 
-from tests.helpers.server import Server, running_server
+from tests.helpers.server import Server
 
 pytestmark = pytest.mark.integration
 
@@ -313,12 +312,6 @@ def test_answers_of_a_server_without_profiles_still_decode() -> None:
 
 
 # --- against a real server -------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with running_server(Path(tmp_path_factory.mktemp("sdk-server"))) as s:
-        yield s
 
 
 @pytest.fixture(scope="module")

@@ -25,8 +25,7 @@ from service.embedder import Embedder
 from service.repository import keys as keys_repo
 from service.settings import Settings
 from service.sql import load_queries
-from tests.conftest import bearer
-from tests.helpers import PROJECT
+from tests.helpers import PROJECT, bearer
 
 REPO = Path(__file__).resolve().parent.parent
 

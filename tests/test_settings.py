@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from service.settings import Settings, SettingsError, env_name
+from service.settings import SETTING_BOUNDS, Settings, SettingsError, env_name
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -79,3 +79,15 @@ def test_readme_documents_every_variable() -> None:
     text = README.read_text(encoding="utf-8")
     missing = [env_name(f.name) for f in msgspec.structs.fields(Settings) if env_name(f.name) not in text]
     assert missing == [], f"README's settings table lacks {missing}"
+
+
+@pytest.mark.parametrize("field", sorted(SETTING_BOUNDS))
+def test_each_bound_is_enforced_and_named(field: str) -> None:
+    low, high, _ = SETTING_BOUNDS[field]
+    kind = type(getattr(Settings(), field))
+    below = kind(low - 1) if kind is int else low - 0.5
+    with pytest.raises(SettingsError, match=env_name(field)):
+        Settings.from_env({env_name(field): str(below)})
+    if high is not None:
+        with pytest.raises(SettingsError, match=env_name(field)):
+            Settings.from_env({env_name(field): str(kind(high + 1))})

@@ -1,6 +1,6 @@
 from typing import Any
 
-from tests.conftest import bearer
+from tests.helpers import bearer
 
 
 async def test_write_then_read_fact(client: Any, key: str) -> None:

@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +23,7 @@ import psutil
 import pytest
 
 from service.embedded import restart_backoff_seconds
-from tests.helpers.server import free_port, server_env, spawn_serve, stop_process
+from tests.helpers.server import free_port, server_env, short_tmp_dir, spawn_serve, stop_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 PROJECT = "proj-supervised"
@@ -34,8 +33,7 @@ RECOVERY_SECONDS = 30.0
 
 @pytest.fixture
 def data_dir() -> Iterator[Path]:
-    base = Path(os.environ.get("HAKI_TEST_TMP", tempfile.gettempdir()))
-    path = Path(tempfile.mkdtemp(prefix="haki-sup-", dir=base))
+    path = short_tmp_dir("haki-sup-")
     try:
         yield path
     finally:

@@ -18,10 +18,10 @@ import httpx
 import pytest
 
 from service.sql import load_queries
-from tests.conftest import bearer
 from tests.helpers import (
     PROJECT,
     assert_error,
+    bearer,
     context,
     context_and_trace,
     fact_ids,

@@ -12,7 +12,7 @@ from typing import Any
 import asyncpg
 
 from service import auth
-from tests.conftest import bearer
+from tests.helpers import bearer
 
 PROJECT = "proj-a"
 XSS = '<script>alert("pwned")</script><img src=x onerror=alert(1)>'

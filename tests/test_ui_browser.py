@@ -18,14 +18,14 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.helpers.server import Server, running_server
+from tests.helpers.server import Server
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 pytestmark = [
@@ -174,12 +174,6 @@ async def chromium(profile: Path) -> AsyncIterator[Page]:
 
 
 # --- fixtures --------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with running_server(Path(tmp_path_factory.mktemp("ui-server"))) as s:
-        yield s
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from service.app import create_app
 from service.db import connect, init_connection
 from service.repository import facts as facts_repo
 from service.settings import Settings
-from tests.conftest import bearer
+from tests.helpers import bearer
 from tests.helpers.serving import serve
 
 # Fires concurrent writes at a served app with committed data: out of the fast lane.

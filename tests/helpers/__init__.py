@@ -17,9 +17,14 @@ import pytest
 
 from service.constants import WEIGHT_RECENCY, WEIGHT_SIMILARITY, WEIGHT_TEXT_RANK
 from service.embedder import Embedder
-from tests.conftest import bearer
 
 PROJECT = "proj-a"
+
+
+def bearer(k: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {k}"}
+
+
 OTHER_PROJECT = "proj-b"
 DAY = 24 * 3600.0
 

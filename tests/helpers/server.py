@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,6 +54,13 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def short_tmp_dir(prefix: str) -> Path:
+    """A new data dir under HAKI_TEST_TMP or the temp dir: PostgreSQL's socket path is limited to
+    ~100 bytes, so keep it short."""
+    base = Path(os.environ.get("HAKI_TEST_TMP", tempfile.gettempdir()))
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
 
 
 def server_env(data_dir: Path, **extra: str) -> dict[str, str]:
