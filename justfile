@@ -78,3 +78,13 @@ schema:
 # Regenerate service/queries_protocol.py, the typed Protocol of every statement in queries/
 queries-protocol:
     .venv/bin/python scripts/queries_protocol.py
+
+# After an API change: regenerate the TypeScript SDK's OpenAPI snapshot and its types (sdk/typescript)
+ts-types:
+    .venv/bin/python scripts/dump_openapi.py > sdk/typescript/openapi.json.new
+    mv sdk/typescript/openapi.json.new sdk/typescript/openapi.json
+    cd sdk/typescript && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && npm run generate
+
+# The TypeScript SDK's tests (node's test runner) against a real haki serve started for them
+test-ts:
+    bash scripts/test_typescript.sh

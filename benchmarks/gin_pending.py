@@ -44,8 +44,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import aiosql
-
+from benchmarks.sql import load_bench_queries
 from service import memory
 from service.auth import Principal
 from service.context.assembler import assemble
@@ -70,7 +69,7 @@ NAMES = ["Alice", "Bruno", "Chloe", "Daniel", "Emma", "Farid", "Grace", "Hugo", 
 VERBS = ["likes", "talked about", "planned", "remembered", "visited", "prefers", "mentioned", "enjoys"]
 RARE = [f"w{i:04d}" for i in range(3000)]
 
-SQL = aiosql.from_path(Path(__file__).resolve().parent / "sql" / "gin_pending.sql", "asyncpg")
+SQL = load_bench_queries()
 
 
 def fact_text(rng: random.Random) -> str:

@@ -228,13 +228,13 @@ async def seed_copy(
     from pgvector import Vector
 
     from benchmarks.seed import FACT_COLUMNS, NOW
+    from benchmarks.sql import load_bench_queries
     from service.db import connect, init_connection
     from service.embedded import embedded_url
     from service.embedder import LocalEmbedder
     from service.ids import uuid7
     from service.migrations import migrate
     from service.settings import Settings
-    from service.sql import load_queries
 
     settings = Settings(
         data_dir=data_dir, database_url=embedded_url(data_dir), torch_threads=torch_threads or 0
@@ -250,10 +250,10 @@ async def seed_copy(
     conn = await connect(settings)
     await migrate(conn)
     await init_connection(conn)
-    q = load_queries()
-    await q.bench_set_maintenance(conn, maintenance_work_mem="4GB", parallel_workers=1)
-    await q.bench_stash_indexes(conn)
-    stashed = [dict(r) async for r in q.bench_stashed_indexes(conn)]
+    b = load_bench_queries()
+    await b.bench_set_maintenance(conn, maintenance_work_mem="4GB", parallel_workers=1)
+    await b.bench_stash_indexes(conn)
+    stashed = [dict(r) async for r in b.bench_stashed_indexes(conn)]
     t0 = time.perf_counter()
     from datetime import timedelta
 
@@ -292,7 +292,7 @@ async def seed_copy(
     index_s: dict[str, float] = {}
     for ix in stashed:
         t1 = time.perf_counter()
-        await q.bench_restore_index(conn, index_name=ix["index_name"])
+        await b.bench_restore_index(conn, index_name=ix["index_name"])
         index_s[ix["index_name"]] = time.perf_counter() - t1
         print(f"  built {ix['index_name']} in {index_s[ix['index_name']]:.1f}s", file=sys.stderr)
     await conn.close()
@@ -300,16 +300,17 @@ async def seed_copy(
 
 
 async def analyze(data_dir: Path) -> None:
+    from benchmarks.sql import load_bench_queries
     from service.db import connect
     from service.embedded import embedded_url
     from service.settings import Settings
-    from service.sql import load_queries
 
     settings = Settings(data_dir=data_dir, database_url=embedded_url(data_dir))
     conn = await connect(settings)
     try:
-        await load_queries().bench_set_maintenance(conn, maintenance_work_mem="256MB", parallel_workers=1)
-        await load_queries().bench_vacuum_analyze(conn)
+        b = load_bench_queries()
+        await b.bench_set_maintenance(conn, maintenance_work_mem="256MB", parallel_workers=1)
+        await b.bench_vacuum_analyze(conn)
     finally:
         await conn.close()
 

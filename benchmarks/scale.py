@@ -19,7 +19,7 @@ pass (maintenance_work_mem 4GB, one parallel worker), VACUUM ANALYZEd, then meas
   call, and nobody would ship it);
 - HNSW build time, table (heap + TOAST) and HNSW index sizes;
 - recall@64: the vector side of fact_candidates (a query text that matches nothing) against the
-  exact top-64 of the scope (sequential distance, queries/bench.sql bench_exact_neighbours).
+  exact top-64 of the scope (sequential distance, benchmarks/sql/bench.sql bench_exact_neighbours).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from pgvector import Vector
 
 from benchmarks.machine import cores_and_ram
 from benchmarks.seed import Query, ScopeSpec, load, percentile, queries
+from benchmarks.sql import load_bench_queries
 from benchmarks.world import InstantEmbedder
 from service import embedded
 from service.auth import Principal
@@ -59,7 +60,6 @@ from service.embedded import embedded_url
 from service.migrations import migrate
 from service.repository import context as repo
 from service.settings import ContextProfile, Settings
-from service.sql import load_queries
 from service.structs import ContextRequest
 
 PROJECT = "scale"
@@ -119,7 +119,7 @@ class Result:
 
 
 async def measure(conn: Any, settings: Settings, cfg: Config, rounds: int, result: Result) -> None:
-    q = load_queries()
+    b = load_bench_queries()
     pool = queries(300)
     emb = InstantEmbedder()
     principal = Principal(project_id=PROJECT, key_id=uuid.uuid4())
@@ -186,7 +186,7 @@ async def measure(conn: Any, settings: Settings, cfg: Config, rounds: int, resul
             t0 = time.perf_counter()
             _ = [
                 r
-                async for r in q.bench_score_all_facts(
+                async for r in b.bench_score_all_facts(
                     conn,
                     project_id=PROJECT,
                     subject_id=cfg.measured,
@@ -206,7 +206,7 @@ async def measure(conn: Any, settings: Settings, cfg: Config, rounds: int, resul
         got = {c.item_id for c in (await candidates(query, NO_TEXT_MATCH)).facts}
         truth = {
             r["fact_id"]
-            async for r in q.bench_exact_neighbours(
+            async for r in b.bench_exact_neighbours(
                 conn,
                 project_id=PROJECT,
                 subject_id=cfg.measured,
@@ -227,7 +227,7 @@ async def run_config(cfg: Config, base: Path, rounds: int, tuned: bool) -> Resul
         settings = Settings(data_dir=data_dir, embed_provider="hash", database_url=embedded_url(data_dir))
         if tuned:
             conn = await connect(settings)
-            await load_queries().bench_tune_shared_buffers(conn)
+            await load_bench_queries().bench_tune_shared_buffers(conn)
             await conn.close()
             embedded._SERVERS.pop((data_dir / "pgdata").resolve()).cleanup()
             settings = Settings(data_dir=data_dir, embed_provider="hash", database_url=embedded_url(data_dir))
@@ -243,13 +243,13 @@ async def run_config(cfg: Config, base: Path, rounds: int, tuned: bool) -> Resul
         buckets = "facts_embedding_hnsw_"
         result.hnsw_build_s = sum(s for n, s in report.index_seconds.items() if n.startswith(buckets))
         result.gin_build_s = report.index_seconds.get("facts_scoped_search_gin", 0.0)
-        sizes = {r["relation"]: r async for r in load_queries().bench_relation_sizes(conn)}
+        sizes = {r["relation"]: r async for r in load_bench_queries().bench_relation_sizes(conn)}
         result.table_mb = sizes["facts"]["main_bytes"] / 2**20
         result.hnsw_mb = sum(r["total_bytes"] for n, r in sizes.items() if n.startswith(buckets)) / 2**20
         await conn.close()
         conn = await connect(settings)  # a fresh session, as the service's pool would lend
         await init_connection(conn)
-        result.shared_buffers = str(await load_queries().bench_shared_buffers(conn))
+        result.shared_buffers = str(await load_bench_queries().bench_shared_buffers(conn))
         say(f"[{cfg.name}] measuring")
         await measure(conn, settings, cfg, rounds, result)
         await conn.close()

@@ -432,24 +432,24 @@ async def load(
     """COPY the scopes into an empty, migrated database, then build the indexes once.
 
     The secondary indexes of facts and events are dropped for the load and rebuilt from their
-    own catalog definitions (queries/bench.sql), which is how a DBA bulk-loads and what makes
+    own catalog definitions (benchmarks/sql/bench.sql), which is how a DBA bulk-loads and what makes
     the HNSW build time a separate, reportable figure.
     """
     import time
 
+    from benchmarks.sql import load_bench_queries
     from service.ids import uuid7
-    from service.sql import load_queries
 
-    q = load_queries()
+    b = load_bench_queries()
     say = log or (lambda *_: None)
     model = VectorModel(seed)
     rng = np.random.default_rng(seed + 7)
     report = LoadReport()
-    await q.bench_set_maintenance(
+    await b.bench_set_maintenance(
         conn, maintenance_work_mem=maintenance_work_mem, parallel_workers=parallel_workers
     )
-    await q.bench_stash_indexes(conn)
-    stashed = [dict(r) async for r in q.bench_stashed_indexes(conn)]
+    await b.bench_stash_indexes(conn)
+    stashed = [dict(r) async for r in b.bench_stashed_indexes(conn)]
     scopes = {spec.subject_id: ScopeRows(spec) for spec in specs}
     start = time.perf_counter()
     # Rows of every scope interleave in the heap, as they do when many subjects write over time
@@ -503,11 +503,11 @@ async def load(
     report.copy_seconds = time.perf_counter() - start
     for idx in stashed:
         t0 = time.perf_counter()
-        await q.bench_restore_index(conn, index_name=idx["index_name"])
+        await b.bench_restore_index(conn, index_name=idx["index_name"])
         report.index_seconds[idx["index_name"]] = time.perf_counter() - t0
         seconds = report.index_seconds[idx["index_name"]]
         say(f"  built {idx['index_name']} ({idx['method']}) in {seconds:.1f}s")
     t0 = time.perf_counter()
-    await q.bench_vacuum_analyze(conn)
+    await b.bench_vacuum_analyze(conn)
     report.analyze_seconds = time.perf_counter() - t0
     return scopes, report

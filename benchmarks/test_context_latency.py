@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 
 from benchmarks.seed import percentile
+from benchmarks.sql import load_bench_queries
 from benchmarks.world import PROJECT, SMALL, TARGET, World
 from service.constants import CANDIDATE_LIMIT, RETRIEVAL_TOP_K
 from service.context import assembler
 from service.ids import uuid7
 from service.repository import context as repo
 from service.settings import ContextProfile
-from service.sql import load_queries
 from service.structs import ContextPacket, ContextRequest, Decision, PacketFact
 
 GUARD_ROUNDS = 60
@@ -220,7 +220,7 @@ def _recall(world: World, subject_id: str, queries: list[Any]) -> float:
 
             return {
                 r["fact_id"]
-                async for r in load_queries().bench_exact_neighbours(
+                async for r in load_bench_queries().bench_exact_neighbours(
                     world.conn,
                     project_id=PROJECT,
                     subject_id=subject_id,

@@ -11,7 +11,7 @@ on one embedded PostgreSQL, each round one transaction configured as the assembl
   skip the partial index context_traces_fact_usage (migration 0012): the write before 0012;
 - `index`: insert_context_trace of a call at now (the service since 0012);
 - `counters`: the write of `no index` plus an upsert of one counter row per fact
-  (bench_insert_context_trace_with_counters, queries/bench.sql).
+  (bench_insert_context_trace_with_counters, benchmarks/sql/bench.sql).
 
 First `--history` calls are written, so the index and the counters are not empty. Prints the
 medians and their ratios to `no index` (docs/performance.md, "What each memory is worth").
@@ -34,6 +34,7 @@ from typing import Any
 
 import msgspec
 
+from benchmarks.sql import load_bench_queries
 from service import embedded
 from service.context import assembler
 from service.db import connect, init_connection
@@ -42,7 +43,6 @@ from service.ids import uuid7
 from service.migrations import migrate
 from service.repository import context as repo
 from service.settings import Settings
-from service.sql import load_queries
 from service.structs import ContextPacket, ContextRequest, Decision
 
 PROJECT = "bench"
@@ -93,7 +93,7 @@ async def write(conn: Any, mode: str, ds: list[Decision], past: datetime) -> flo
         start = time.perf_counter()
         if mode == "counters":
             p = packet()
-            await load_queries().bench_insert_context_trace_with_counters(
+            await load_bench_queries().bench_insert_context_trace_with_counters(
                 conn,
                 project_id=PROJECT,
                 trace_id=p.trace_id,
@@ -131,7 +131,7 @@ async def run(rounds: int, history: int) -> dict[str, float]:
         conn = await connect(settings)
         await migrate(conn)
         await init_connection(conn)
-        await load_queries().bench_create_fact_counters(conn)
+        await load_bench_queries().bench_create_fact_counters(conn)
         for i in range(history):
             await write(conn, modes[1 + i % 2], decisions(rng, pool), past)
         times: dict[str, list[float]] = {m: [] for m in modes}

@@ -23,6 +23,7 @@ import numpy as np
 from pgvector import Vector
 
 from benchmarks.seed import Query, ScopeRows, ScopeSpec
+from benchmarks.sql import load_bench_queries
 from service.auth import Principal
 from service.constants import (
     CANDIDATE_LIMIT,
@@ -36,7 +37,6 @@ from service.context import assembler
 from service.context.model import Retrieved
 from service.repository import context as repo
 from service.settings import ContextProfile, Settings
-from service.sql import load_queries
 from service.structs import ContextPacket, ContextRequest
 
 PROJECT = "bench"
@@ -103,7 +103,7 @@ class World:
         async def go() -> list[Any]:
             return [
                 r
-                async for r in load_queries().bench_score_all_facts(
+                async for r in load_bench_queries().bench_score_all_facts(
                     self.conn,
                     project_id=PROJECT,
                     subject_id=subject_id,

@@ -114,6 +114,40 @@ SELECT CASE WHEN at IS NULL THEN status = 'active'
 $$;
 
 --
+-- Name: haki_fact_recency(timestamp with time zone, timestamp with time zone, double precision, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_fact_recency(valid_from timestamp with time zone, recorded_from timestamp with time zone, tau_seconds double precision, at timestamp with time zone) RETURNS double precision
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+SELECT public.haki_recency(coalesce(valid_from, recorded_from), tau_seconds, at)
+$$;
+
+--
+-- Name: haki_fact_rows(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_fact_rows(p_project_id text) RETURNS TABLE(fact_id uuid, project_id text, subject_id text, content text, key text, status text, valid_from timestamp with time zone, valid_to timestamp with time zone, recorded_from timestamp with time zone, volatility text, stale_after_seconds bigint, supersedes uuid, source_event_id uuid, metadata jsonb, conflict_set_id uuid, recorded_to timestamp with time zone, served_count bigint, last_served_at timestamp with time zone, excluded_count bigint)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+SELECT f.fact_id, f.project_id, f.subject_id, f.content, f.key, f.status, f.valid_from, f.valid_to,
+       f.recorded_from, f.volatility,
+       extract(epoch FROM f.stale_after)::bigint,
+       f.supersedes, f.source_event_id, f.metadata,
+       oc.conflict_set_id, f.recorded_to,
+       u.served_count, u.last_served_at, u.excluded_count
+FROM public.facts AS f
+CROSS JOIN LATERAL public.haki_fact_usage(f.project_id, f.fact_id) AS u
+LEFT JOIN LATERAL (
+    SELECT o.conflict_set_id
+    FROM public.haki_open_conflict_members(f.project_id) AS o
+    WHERE o.fact_id = f.fact_id
+    LIMIT 1
+) AS oc ON true
+WHERE f.project_id = p_project_id
+$$;
+
+--
 -- Name: haki_fact_servable(text, timestamp with time zone, text, timestamp with time zone, timestamp with time zone, interval); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -250,6 +284,21 @@ FROM (
       AND cs.created_at <= at
       AND (cs.resolved_at IS NULL OR cs.resolved_at > at)
 ) AS m
+$$;
+
+--
+-- Name: haki_open_conflict_members(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_open_conflict_members(p_project_id text) RETURNS TABLE(fact_id uuid, conflict_set_id uuid)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+SELECT cm.fact_id, cs.conflict_set_id
+FROM public.conflict_members AS cm
+JOIN public.conflict_sets AS cs
+  ON cs.project_id = cm.project_id AND cs.conflict_set_id = cm.conflict_set_id
+WHERE cm.project_id = p_project_id
+  AND cs.status = 'open'
 $$;
 
 --
@@ -445,6 +494,16 @@ SELECT coalesce(share * share * facts >= min_cost
 $$;
 
 --
+-- Name: haki_text_rank(tsvector, tsquery); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_text_rank(sv tsvector, q tsquery) RETURNS real
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+SELECT pg_catalog.ts_rank_cd(sv, q, 32)
+$$;
+
+--
 -- Name: haki_text_vector(regconfig, tsvector, tsvector); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -567,6 +626,27 @@ CREATE TABLE public.context_traces (
 );
 
 --
+-- Name: erasures; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.erasures (
+    project_id text NOT NULL,
+    erasure_id uuid NOT NULL,
+    subject_id text NOT NULL,
+    kind text NOT NULL,
+    facts bigint DEFAULT 0 NOT NULL,
+    events bigint DEFAULT 0 NOT NULL,
+    conflict_sets bigint DEFAULT 0 NOT NULL,
+    conflict_members bigint DEFAULT 0 NOT NULL,
+    context_calls bigint DEFAULT 0 NOT NULL,
+    decisions bigint DEFAULT 0 NOT NULL,
+    idempotency_keys bigint DEFAULT 0 NOT NULL,
+    erased_at timestamp with time zone DEFAULT now() NOT NULL,
+    key_id uuid NOT NULL,
+    CONSTRAINT erasures_kind_check CHECK ((kind = ANY (ARRAY['subject'::text, 'fact'::text, 'event'::text])))
+);
+
+--
 -- Name: events; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -674,6 +754,13 @@ ALTER TABLE ONLY public.context_traces
     ADD CONSTRAINT context_traces_pkey PRIMARY KEY (project_id, trace_id, ord);
 
 --
+-- Name: erasures erasures_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.erasures
+    ADD CONSTRAINT erasures_pkey PRIMARY KEY (project_id, erasure_id);
+
+--
 -- Name: events events_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -718,6 +805,12 @@ CREATE INDEX conflict_members_fact ON public.conflict_members USING btree (proje
 --
 
 CREATE UNIQUE INDEX conflict_sets_one_open_per_key ON public.conflict_sets USING btree (project_id, subject_id, key) WHERE (status = 'open'::text);
+
+--
+-- Name: context_calls_created; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX context_calls_created ON public.context_calls USING btree (project_id, created_at);
 
 --
 -- Name: context_calls_recent; Type: INDEX; Schema: public; Owner: -
@@ -826,6 +919,12 @@ CREATE INDEX events_embedding_hnsw_14 ON public.events USING hnsw (embedding pub
 --
 
 CREATE INDEX events_embedding_hnsw_15 ON public.events USING hnsw (embedding public.vector_cosine_ops) WHERE (public.haki_scope_bucket(project_id, subject_id) = 15);
+
+--
+-- Name: events_scope_id; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX events_scope_id ON public.events USING btree (project_id, subject_id, event_id);
 
 --
 -- Name: events_scope_occurred; Type: INDEX; Schema: public; Owner: -

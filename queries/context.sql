@@ -150,12 +150,12 @@ text_top AS (
                                     f.recorded_from, f.stale_after, f.recorded_to,
                                     f.believed_valid_to, :as_of::timestamptz)
       AND NOT EXISTS (SELECT 1 FROM open_members AS om WHERE om.fact_id = f.fact_id)
-    ORDER BY ts_rank_cd(f.search_vector, q.tsq, 32) DESC, f.fact_id
+    ORDER BY public.haki_text_rank(f.search_vector, q.tsq) DESC, f.fact_id
     LIMIT :top_k
 ),
 candidate_ids AS MATERIALIZED (
     -- The union as one array, looked up by primary key below. Joined as a set, the generic plan
-    -- (which cannot know LIMIT :top_k) expected 1,000 ids and hashed a sequential scan of
+    -- (which cannot know LIMIT top_k) expected 1,000 ids and hashed a sequential scan of
     -- every fact of a 10,000-fact table against them: 2.9 ms for 64 rows.
     SELECT array_agg(c.fact_id) AS fact_ids
     FROM (
@@ -169,8 +169,8 @@ parts AS (
            f.recorded_from, f.source_event_id,
            public.haki_tokens(f.content) AS tokens,
            (f.embedding <=> :query_embedding::vector) AS cosine_distance,
-           ts_rank_cd(f.search_vector, q.tsq, 32) AS text_rank,
-           public.haki_recency(coalesce(f.valid_from, f.recorded_from), :tau_seconds, :as_of::timestamptz) AS recency
+           public.haki_text_rank(f.search_vector, q.tsq) AS text_rank,
+           public.haki_fact_recency(f.valid_from, f.recorded_from, :tau_seconds, :as_of::timestamptz) AS recency
     FROM facts AS f
     CROSS JOIN q
     WHERE f.project_id = :project_id
@@ -237,7 +237,7 @@ picked AS MATERIALIZED (
               AND NOT (f.fact_id = ANY(:exclude_ids::uuid[]))
             LIMIT :match_limit
         ) AS m
-        ORDER BY ts_rank_cd(m.search_vector, e.etsq, 32) DESC, m.fact_id
+        ORDER BY public.haki_text_rank(m.search_vector, e.etsq) DESC, m.fact_id
         LIMIT :per_entity
     ) AS p
     WHERE numnode(e.etsq) > 0
@@ -248,13 +248,13 @@ hits AS (
            f.recorded_from, f.source_event_id,
            public.haki_tokens(f.content) AS tokens,
            (f.embedding <=> :query_embedding::vector) AS cosine_distance,
-           ts_rank_cd(f.search_vector, q.tsq, 32) AS text_rank,
-           public.haki_recency(coalesce(f.valid_from, f.recorded_from), :tau_seconds, :as_of::timestamptz) AS recency
+           public.haki_text_rank(f.search_vector, q.tsq) AS text_rank,
+           public.haki_fact_recency(f.valid_from, f.recorded_from, :tau_seconds, :as_of::timestamptz) AS recency
     FROM picked AS pk
     JOIN facts AS f ON f.fact_id = pk.fact_id
     CROSS JOIN q
     -- At most per_entity ids an entity, looked up by primary key as one array: the generic plan
-    -- cannot know LIMIT :per_entity, and joined as a set it may hash a scan of every fact.
+    -- cannot know LIMIT per_entity, and joined as a set it may hash a scan of every fact.
     WHERE f.project_id = :project_id
       AND f.fact_id = ANY ((SELECT array_agg(p.fact_id) FROM picked AS p)::uuid[])
 )
@@ -503,7 +503,7 @@ pool AS (
                f.recorded_from, f.source_event_id, NULL::timestamptz AS occurred_at,
                public.haki_tokens(f.content) AS tokens,
                (f.embedding <=> :query_embedding::vector) AS cosine_distance,
-               public.haki_recency(coalesce(f.valid_from, f.recorded_from), :tau_seconds, :as_of::timestamptz) AS recency,
+               public.haki_fact_recency(f.valid_from, f.recorded_from, :tau_seconds, :as_of::timestamptz) AS recency,
                public.haki_text_vector(:text_config::regconfig, f.search_vector, f.search_vector_english) AS sv,
                f.fact_id = ANY (:walked_ids::uuid[]) AS walked,
                f.fact_id = ANY ((SELECT h.ids FROM fact_hits AS h)::uuid[]) AS hit
@@ -661,7 +661,7 @@ hits AS (
                      WHERE public.haki_text_vector(:text_config::regconfig, f.search_vector,
                                                    f.search_vector_english) @@ i.word_query)
                     / (SELECT nullif(sum(i.idf), 0) FROM idf AS i), 0) AS text_rank,
-           public.haki_recency(coalesce(f.valid_from, f.recorded_from), :tau_seconds, :as_of::timestamptz) AS recency
+           public.haki_fact_recency(f.valid_from, f.recorded_from, :tau_seconds, :as_of::timestamptz) AS recency
     FROM picked AS pk
     JOIN facts AS f ON f.fact_id = pk.fact_id
     -- At most max_entities * per_entity ids, looked up by primary key as one array (as in

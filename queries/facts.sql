@@ -81,50 +81,26 @@ WHERE n.fact_id IN (SELECT c.fact_id FROM clashes AS c);
 
 -- name: get_fact(project_id, fact_id)^
 -- One fact of a project, with the open ConflictSet it sits in, if any, and what it is worth
--- (haki_fact_usage, migration 0012).
-SELECT f.fact_id, f.project_id, f.subject_id, f.content, f.key, f.status, f.valid_from, f.valid_to,
-       f.recorded_from, f.volatility,
-       extract(epoch FROM f.stale_after)::bigint AS stale_after_seconds,
-       f.supersedes, f.source_event_id, f.metadata,
-       oc.conflict_set_id, f.recorded_to,
-       u.served_count, u.last_served_at, u.excluded_count
-FROM facts AS f
-CROSS JOIN LATERAL public.haki_fact_usage(f.project_id, f.fact_id) AS u
-LEFT JOIN LATERAL (
-    SELECT cs.conflict_set_id
-    FROM conflict_members AS cm
-    JOIN conflict_sets AS cs
-      ON cs.project_id = cm.project_id AND cs.conflict_set_id = cm.conflict_set_id
-    WHERE cm.project_id = f.project_id AND cm.fact_id = f.fact_id AND cs.status = 'open'
-    LIMIT 1
-) AS oc ON true
-WHERE f.project_id = :project_id
-  AND f.fact_id = :fact_id;
+-- (haki_fact_rows, migration 0015).
+SELECT r.fact_id, r.project_id, r.subject_id, r.content, r.key, r.status, r.valid_from, r.valid_to,
+       r.recorded_from, r.volatility, r.stale_after_seconds, r.supersedes, r.source_event_id,
+       r.metadata, r.conflict_set_id, r.recorded_to, r.served_count, r.last_served_at, r.excluded_count
+FROM public.haki_fact_rows(:project_id) AS r
+WHERE r.project_id = :project_id
+  AND r.fact_id = :fact_id;
 
 -- name: list_facts(project_id, subject_id, status, after_id, page_size)
 -- One page of a project's facts in id (= creation) order, after the cursor; optional filters;
--- with what each is worth (haki_fact_usage, migration 0012).
-SELECT f.fact_id, f.project_id, f.subject_id, f.content, f.key, f.status, f.valid_from, f.valid_to,
-       f.recorded_from, f.volatility,
-       extract(epoch FROM f.stale_after)::bigint AS stale_after_seconds,
-       f.supersedes, f.source_event_id, f.metadata,
-       oc.conflict_set_id, f.recorded_to,
-       u.served_count, u.last_served_at, u.excluded_count
-FROM facts AS f
-CROSS JOIN LATERAL public.haki_fact_usage(f.project_id, f.fact_id) AS u
-LEFT JOIN LATERAL (
-    SELECT cs.conflict_set_id
-    FROM conflict_members AS cm
-    JOIN conflict_sets AS cs
-      ON cs.project_id = cm.project_id AND cs.conflict_set_id = cm.conflict_set_id
-    WHERE cm.project_id = f.project_id AND cm.fact_id = f.fact_id AND cs.status = 'open'
-    LIMIT 1
-) AS oc ON true
-WHERE f.project_id = :project_id
-  AND (:subject_id::text IS NULL OR f.subject_id = :subject_id)
-  AND (:status::text IS NULL OR f.status = :status)
-  AND (:after_id::uuid IS NULL OR f.fact_id > :after_id)
-ORDER BY f.fact_id
+-- with what each is worth (haki_fact_rows, migration 0015).
+SELECT r.fact_id, r.project_id, r.subject_id, r.content, r.key, r.status, r.valid_from, r.valid_to,
+       r.recorded_from, r.volatility, r.stale_after_seconds, r.supersedes, r.source_event_id,
+       r.metadata, r.conflict_set_id, r.recorded_to, r.served_count, r.last_served_at, r.excluded_count
+FROM public.haki_fact_rows(:project_id) AS r
+WHERE r.project_id = :project_id
+  AND (:subject_id::text IS NULL OR r.subject_id = :subject_id)
+  AND (:status::text IS NULL OR r.status = :status)
+  AND (:after_id::uuid IS NULL OR r.fact_id > :after_id)
+ORDER BY r.fact_id
 LIMIT :page_size;
 
 -- name: patch_fact(project_id, fact_id, retract, valid_to)$

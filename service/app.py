@@ -11,11 +11,11 @@ from litestar import Litestar
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import ScalarRenderPlugin, SwaggerRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
 from service import __version__
 from service.db import create_pool
+from service.docs_ui import DOCS_PATH, OfflineSwaggerRenderPlugin, docs_router
 from service.embedded import Supervisor
 from service.embedder import Embedder, build_embedder, check_embedder
 from service.errors import handle_exception
@@ -29,6 +29,7 @@ from service.handlers.deps import (
 )
 from service.handlers.extract import ExtractController
 from service.handlers.health import healthz
+from service.handlers.lifecycle import LifecycleController
 from service.handlers.mcp import McpMount
 from service.handlers.memory import (
     ConflictsController,
@@ -37,6 +38,7 @@ from service.handlers.memory import (
     provide_project_id,
 )
 from service.handlers.ui import TraceInspector
+from service.lifecycle import retention
 from service.observability.metrics import Metrics, metrics_endpoint
 from service.ratelimit import RateLimiter, WorkRateLimiter
 from service.settings import Settings
@@ -63,10 +65,22 @@ def create_app(
         supervising = None
         if own_pool and settings.database_url is None:  # embedded mode: Haki owns the server
             supervising = asyncio.create_task(supervisor(app).run(), name="embedded-postgres-supervisor")
+        purging = None
+        if own_pool and settings.trace_retention_days > 0:
+            # Trace retention (issue 14): only on the pool this app owns (a lent pool is the
+            # caller's, and a test's single connection cannot serve two tasks at once).
+            purging = asyncio.create_task(
+                retention.run_forever(app.state.pool, settings, metrics.observe_purge),
+                name="trace-retention",
+            )
         try:
             async with mcp_mount.running():
                 yield
         finally:
+            if purging is not None:
+                purging.cancel()
+                with suppress(asyncio.CancelledError):
+                    await purging
             if supervising is not None:
                 supervising.cancel()
                 with suppress(asyncio.CancelledError):
@@ -93,6 +107,7 @@ def create_app(
             EventsController,
             ConflictsController,
             ContextController,
+            LifecycleController,
             metrics_endpoint,
             TraceInspector,
             ExtractController,
@@ -128,8 +143,11 @@ def create_app(
             description="Memory service for AI agents: facts and dated events per subject, and "
             "explainable context packets under a token budget. Every route but /healthz and the "
             "OpenAPI pages needs `Authorization: Bearer <key>`.",
-            path="/docs",
-            render_plugins=[ScalarRenderPlugin(), SwaggerRenderPlugin(path="/swagger")],
+            # Swagger UI at /docs and /docs/swagger, on assets the service serves itself: the
+            # pages load nothing from another host (service/docs_ui.py).
+            path=DOCS_PATH,
+            openapi_router=docs_router(),
+            render_plugins=[OfflineSwaggerRenderPlugin(path="/swagger")],
             components=Components(
                 security_schemes={
                     "bearer": SecurityScheme(

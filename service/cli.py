@@ -17,6 +17,7 @@ from typing import TypeVar
 from uuid import UUID
 
 import asyncpg
+import msgspec
 
 from service import __version__, auth
 from service.db import connect
@@ -163,6 +164,8 @@ def _import(settings: Settings, args: argparse.Namespace) -> int:
 
     path = Path(args.file)
     kind = args.kind
+    if kind == "export" or (kind is None and importer.detect_kind(path) == "export"):
+        return _import_export_document(settings, args, path)
     if kind is None:
         kind = importer.detect_kind(path)
         print(
@@ -196,6 +199,71 @@ def _mcp(settings: Settings, args: argparse.Namespace) -> int:
     from service.mcp_server import run_stdio
 
     return run_stdio()
+
+
+def _purge(settings: Settings, args: argparse.Namespace) -> int:
+    """`haki purge`: the trace retention purge of the service's background task, once."""
+    from service.db import create_pool
+    from service.lifecycle import retention
+
+    if args.days is not None:
+        if args.days < 0:
+            print("haki purge: --days must be >= 0", file=sys.stderr)
+            return 2
+        settings = msgspec.structs.replace(settings, trace_retention_days=args.days)
+    if settings.trace_retention_days == 0:
+        print(
+            "haki purge: HAKI_TRACE_RETENTION_DAYS is 0: traces are kept for ever, nothing to do",
+            file=sys.stderr,
+        )
+        return 0
+
+    async def run() -> retention.Purged:
+        await _migrate_only(settings)
+        pool = await create_pool(settings)
+        try:
+            return await retention.purge_once(pool, settings)
+        finally:
+            await pool.close()
+
+    purged = asyncio.run(run())
+    print(
+        f"purged {purged.context_calls} context call(s) and {purged.decisions} decision(s) older than "
+        f"{settings.trace_retention_days} day(s) in {purged.batches} batch(es)",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _import_export_document(settings: Settings, args: argparse.Namespace, path: Path) -> int:
+    """`haki import` of a document of GET /v1/subjects/{id}/export (service/lifecycle/export.py)."""
+    from service.lifecycle import export
+
+    try:
+        with path.open("rb") as f:
+            doc = export.parse_document(f)
+    except (OSError, ValueError) as exc:
+        print(f"haki import: {path}: {exc}", file=sys.stderr)
+        return 2
+    if args.url or os.environ.get("HAKI_URL"):
+        print(
+            "haki import: an export document is imported straight into the database (unset HAKI_URL)",
+            file=sys.stderr,
+        )
+        return 2
+    from service.errors import HakiError
+
+    try:
+        summary = asyncio.run(export.import_file(settings, doc, args.project, args.subject))
+    except HakiError as exc:
+        print(f"haki import: {path}: nothing written: {exc.message}", file=sys.stderr)
+        return 1
+    print(
+        f"{path}: {summary.events} event(s) and {summary.facts} fact(s) written into "
+        f"{args.project}/{args.subject} ({summary.retracted} retracted, "
+        f"{summary.conflicts_resolved} conflict set(s) resolved as exported)"
+    )
+    return 0
 
 
 LOG_LEVELS = ["critical", "error", "warning", "info", "debug"]
@@ -288,9 +356,10 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--subject", required=True, help="subject id")
     imp.add_argument(
         "--kind",
-        choices=["facts", "events"],
+        choices=["facts", "events", "export"],
         default=None,
-        help="what the lines are (default: events if the first line has occurred_at, else facts)",
+        help="what the lines are (default: `export` if the first line is the header of GET "
+        "/v1/subjects/{id}/export, events if it has occurred_at, else facts)",
     )
     imp.add_argument("--restart", action="store_true", help="ignore a saved position and start over")
     imp.add_argument("--batch-size", type=int, default=1000, help="lines per atomic batch (1..1000)")
@@ -312,6 +381,22 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=fmt,
     )
     mcp.set_defaults(func=_mcp)
+    purge = sub.add_parser(
+        "purge",
+        help="delete the context traces older than HAKI_TRACE_RETENTION_DAYS, once",
+        description="Runs the trace retention purge of the service's background task once: "
+        "context calls older than HAKI_TRACE_RETENTION_DAYS (default 30) go with their "
+        "decisions, in batches of HAKI_TRACE_PURGE_BATCH. 0 keeps traces for ever.",
+        parents=[common],
+        formatter_class=fmt,
+    )
+    purge.add_argument(
+        "--days",
+        type=int,
+        default=None,
+        help="retention in days for this run (default: HAKI_TRACE_RETENTION_DAYS)",
+    )
+    purge.set_defaults(func=_purge)
     return parser
 
 

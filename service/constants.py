@@ -76,9 +76,6 @@ UNIFIED_WEIGHT_RECENCY: Final = 0.1
 # for, queries/context.sql) instead of walking the bucket's HNSW graph (docs/performance.md).
 EXACT_SCAN_MIN_FACTS: Final = 1000
 
-# ts_rank_cd normalisation flag 32 maps rank to rank/(rank+1), bounded in [0, 1).
-TS_RANK_NORMALIZATION: Final = 32
-
 # Write side (spec/API.md).
 MAX_BATCH: Final = 1000
 MAX_CONTENT_CHARS: Final = 8000

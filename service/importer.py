@@ -250,14 +250,17 @@ async def _write_batch(
     return 0
 
 
-def detect_kind(path: Path) -> Kind:
-    """`events` when the file's first non-empty line is an object with `occurred_at` (every event
+def detect_kind(path: Path) -> Kind | Literal["export"]:
+    """`export` when the file's first non-empty line is the header of an export document
+    (service/lifecycle/export.py), `events` when it is an object with `occurred_at` (every event
     has it, no fact does), else `facts`; an unreadable first line is left to the import to report."""
     try:
         with path.open("rb") as f:
             for raw in f:
                 if raw.strip():
                     first = msgspec.json.decode(raw)
+                    if isinstance(first, dict) and "haki_export" in first:
+                        return "export"
                     return "events" if isinstance(first, dict) and "occurred_at" in first else "facts"
     except (OSError, msgspec.DecodeError):
         pass

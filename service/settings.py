@@ -64,6 +64,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     extract_model: str | None = None
     extract_api_key: str | None = None
     extract_timeout_seconds: float = 60.0
+    # Trace retention (issue 14): context calls older than this many days are purged with their
+    # decisions by a background task, a bounded batch at a time; 0 keeps them for ever.
+    trace_retention_days: int = 30
+    trace_purge_interval_seconds: float = 300.0
+    trace_purge_batch: int = 200
+    # The statement timeout of one subject erasure (DELETE /v1/subjects/{id}), its transaction only.
+    erasure_timeout_ms: int = 120_000
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -130,4 +137,8 @@ SETTING_BOUNDS: dict[str, tuple[float, float | None, str]] = {
     "embed_chars_per_minute": (0, None, ">= 0 (0 turns the limit off)"),
     "embed_concurrency": (1, None, ">= 1"),
     "extract_timeout_seconds": (1e-9, None, "positive"),
+    "trace_retention_days": (0, None, ">= 0 (0 keeps traces for ever)"),
+    "trace_purge_interval_seconds": (1e-9, None, "positive"),
+    "trace_purge_batch": (1, None, ">= 1"),
+    "erasure_timeout_ms": (1, None, ">= 1"),
 }

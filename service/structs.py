@@ -147,6 +147,17 @@ Warnings = Annotated[
 ]
 
 
+# The window of the figures counted from traces (issue 14, trace retention).
+TraceRetentionDays = Annotated[
+    int,
+    Meta(
+        description="HAKI_TRACE_RETENTION_DAYS: the figures counted from context traces cover the "
+        "calls of the last this many days (older traces are purged, within one purge interval); "
+        "0: traces are kept for ever and every call logged counts."
+    ),
+]
+
+
 class Request(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Base of every request body."""
 
@@ -534,6 +545,7 @@ class StatsOverview(Response, frozen=True, kw_only=True):
     facts_total: Annotated[int, Meta(description="Facts of any status.")]
     events_total: Annotated[int, Meta(description="Events written.")]
     open_conflicts: Annotated[int, Meta(description="Conflict sets still open.")]
+    trace_retention_days: TraceRetentionDays = 0
 
 
 class Health(Response, frozen=True, kw_only=True):
@@ -749,3 +761,76 @@ class ExtractResponse(Response, frozen=True, kw_only=True):
     refused: Annotated[
         list[RefusedFact], Meta(description="Facts the model proposed that Haki refused, and why.")
     ]
+    trace_retention_days: TraceRetentionDays = 0
+
+
+# --- memory lifecycle (issue 14: erasure, listing, export) -------------------------------------
+
+
+class Event(Response, frozen=True, kw_only=True):
+    event_id: EventId
+    project_id: ScopeProject
+    subject_id: ScopeSubject
+    content: MemoryText
+    occurred_at: Annotated[datetime, Meta(description="When it happened.")]
+    recorded_at: Annotated[datetime, Meta(description="When the service recorded it (set by the server).")]
+    metadata: Metadata
+
+
+class EventPage(Response, frozen=True, kw_only=True):
+    events: Annotated[list[Event], Meta(description="One page of events in id (creation) order.")]
+    next_cursor: Annotated[
+        str | None, Meta(description="Pass as `cursor` for the next page; null on the last page.")
+    ] = None
+
+
+class SubjectSummary(Response, frozen=True, kw_only=True):
+    subject_id: ScopeSubject
+    facts: Annotated[int, Meta(description="Facts of the subject, any status.")]
+    events: Annotated[int, Meta(description="Events of the subject.")]
+    last_write_at: Annotated[
+        datetime, Meta(description="When a fact or an event of the subject was last written.")
+    ]
+
+
+class SubjectPage(Response, frozen=True, kw_only=True):
+    subjects: Annotated[
+        list[SubjectSummary], Meta(description="One page of the project's subjects, in id order.")
+    ]
+    next_cursor: Annotated[
+        str | None, Meta(description="Pass as `cursor` for the next page; null on the last page.")
+    ] = None
+
+
+class SubjectErasure(Response, frozen=True, kw_only=True):
+    project_id: ScopeProject
+    subject_id: ScopeSubject
+    erased_at: Annotated[datetime, Meta(description="When the erasure committed.")]
+    facts: Annotated[int, Meta(description="Facts erased, any status.")]
+    events: Annotated[int, Meta(description="Events erased.")]
+    conflict_sets: Annotated[int, Meta(description="Conflict sets erased.")]
+    conflict_members: Annotated[int, Meta(description="Conflict memberships erased.")]
+    context_calls: Annotated[int, Meta(description="Context calls (traces) erased.")]
+    decisions: Annotated[int, Meta(description="Decisions of those traces erased.")]
+    idempotency_keys: Annotated[
+        int, Meta(description="Idempotency-Key records whose stored response named the subject's memories.")
+    ]
+
+
+class FactErasure(Response, frozen=True, kw_only=True):
+    fact_id: FactId
+    erased_at: Annotated[datetime, Meta(description="When the erasure committed.")]
+    conflict_members: Annotated[int, Meta(description="Conflict memberships removed.")]
+    conflict_sets_resolved: Annotated[
+        int, Meta(description="Open conflict sets left with one member, now resolved keeping it.")
+    ]
+    conflict_sets: Annotated[int, Meta(description="Conflict sets left empty, erased.")]
+    supersedes_unlinked: Annotated[int, Meta(description="Facts whose `supersedes` named it, now null.")]
+    decisions: Annotated[int, Meta(description="Trace decisions that named it, erased.")]
+
+
+class EventErasure(Response, frozen=True, kw_only=True):
+    event_id: EventId
+    erased_at: Annotated[datetime, Meta(description="When the erasure committed.")]
+    facts_unlinked: Annotated[int, Meta(description="Facts whose `source_event_id` named it, now null.")]
+    decisions: Annotated[int, Meta(description="Trace decisions that named it, erased.")]

@@ -51,6 +51,7 @@ class Objects:
     other_fact_id: str
     conflict_set_id: str
     trace_id: str
+    event_id: str = ""
 
 
 Request = tuple[str, dict[str, Any] | None, dict[str, Any] | None]  # url, query params, json body
@@ -122,6 +123,24 @@ ROUTES: dict[tuple[str, str], Route] = {
     # No chat model is configured here: past the key, the route answers its 503 `unavailable`
     # (tests/test_extract.py drives it against a scripted model).
     ("POST", "/v1/extract"): Route("bearer", "project", _extract_body, 503),
+    # --- memory lifecycle (issue 14) ---
+    ("DELETE", "/v1/subjects/{subject_id}"): Route("bearer", "project", _project_query("/v1/subjects/auth")),
+    ("DELETE", "/v1/subjects"): Route(
+        "bearer", "project", lambda o, p: ("/v1/subjects", {"project_id": p, "subject_id": "auth"}, None)
+    ),
+    ("GET", "/v1/subjects"): Route("bearer", "project", _project_query("/v1/subjects")),
+    ("GET", "/v1/subjects/{subject_id}/export"): Route(
+        "bearer", "project", _project_query("/v1/subjects/auth/export")
+    ),
+    ("GET", "/v1/subjects/export"): Route(
+        "bearer",
+        "project",
+        lambda o, p: ("/v1/subjects/export", {"project_id": p, "subject_id": "auth"}, None),
+    ),
+    ("GET", "/v1/events"): Route("bearer", "project", _project_query("/v1/events")),
+    ("GET", "/v1/events/{event_id}"): Route("bearer", "id", _url("/v1/events/{o.event_id}")),
+    ("DELETE", "/v1/events/{event_id}"): Route("bearer", "id", _url("/v1/events/{o.event_id}")),
+    ("DELETE", "/v1/facts/{fact_id}"): Route("bearer", "id", _url("/v1/facts/{o.other_fact_id}")),
     # --- the trace inspector (HTML, cookie) ---
     ("GET", "/ui/traces"): Route("cookie", "none", _url("/ui/traces")),
     ("GET", "/ui/traces/{trace_id}"): Route("cookie", "id", _url("/ui/traces/{o.trace_id}")),
@@ -213,11 +232,23 @@ async def objects(client: httpx.AsyncClient, key: str) -> Objects:
         headers=bearer(key),
     )
     assert r.status_code == 200, r.text
+    trace_id = r.json()["trace_id"]
+    r = await client.post(
+        "/v1/events",
+        json={
+            "project_id": PROJECT,
+            "subject_id": "auth",
+            "events": [{"content": "Alice joined Acme", "occurred_at": "2024-01-01T00:00:00Z"}],
+        },
+        headers=bearer(key),
+    )
+    assert r.status_code == 201, r.text
     return Objects(
         fact_id=a["fact_id"],
         other_fact_id=b["fact_id"],
         conflict_set_id=a["conflict_set_id"],
-        trace_id=r.json()["trace_id"],
+        trace_id=trace_id,
+        event_id=r.json()["events"][0]["event_id"],
     )
 
 
@@ -234,6 +265,8 @@ async def assert_objects_unchanged(client: httpx.AsyncClient, key: str, objects:
     assert {m["status"] for m in cs["members"]} == {"active"}
     r = await client.get(f"/v1/inspect/{objects.trace_id}", headers=bearer(key))
     assert r.status_code == 200
+    if objects.event_id:
+        assert (await client.get(f"/v1/events/{objects.event_id}", headers=bearer(key))).status_code == 200
 
 
 # --- the table matches the app ----------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Two-phase retrieval at scale (spec/context-assembler.md, "Two-phase retrieval").
 
-The facts are seeded server-side (queries/testing.sql) inside the test's rolled-back
+The facts are seeded server-side (tests/sql/testing.sql) inside the test's rolled-back
 transaction: random unit embeddings, the HNSW index dropped for the seed and rebuilt in one
 pass, then ANALYZE, so the planner sees the table it would see in production.
 """
@@ -22,9 +22,9 @@ from service.context import assembler
 from service.context.model import Candidate
 from service.embedder import HashEmbedder
 from service.repository import context as repo
-from service.sql import load_queries
 from tests.helpers import PROJECT, candidate_decisions, context_and_trace
 from tests.helpers.seeding import WEIGHTS, random_unit_vector, seed_scopes
+from tests.helpers.sql import load_test_queries
 
 pytestmark = pytest.mark.slow
 
@@ -36,9 +36,9 @@ async def vector_phase(
 ) -> tuple[list[Candidate], int]:
     """fact_candidates with a query text that matches nothing (so only the vector side
     contributes), and how many HNSW index scans it started."""
-    q = load_queries()
-    hnsw_index = await q.test_fact_vector_index(conn, project_id=PROJECT, subject_id=subject_id)
-    before = await q.test_index_scans(conn, index_name=hnsw_index)
+    t = load_test_queries()
+    hnsw_index = await t.test_fact_vector_index(conn, project_id=PROJECT, subject_id=subject_id)
+    before = await t.test_index_scans(conn, index_name=hnsw_index)
     retrieved = await repo.fact_candidates(
         conn,
         project_id=PROJECT,
@@ -47,7 +47,7 @@ async def vector_phase(
         query_text=NO_MATCH,
         weights=WEIGHTS,
     )
-    after = await q.test_index_scans(conn, index_name=hnsw_index)
+    after = await t.test_index_scans(conn, index_name=hnsw_index)
     assert not retrieved.blocked
     return retrieved.candidates, after - before
 
@@ -55,11 +55,11 @@ async def vector_phase(
 async def test_two_phase_vector_candidates_exactly_64(
     conn: asyncpg.Connection, client: httpx.AsyncClient, key: str
 ) -> None:
-    q = load_queries()
+    t = load_test_queries()
     scopes = {"scale-a": (10_000, "alpha seeded fact"), "scale-b": (10_000, "bravo seeded fact"),
               "scale-c": (10_000, "charlie seeded fact")}  # fmt: skip
     await seed_scopes(conn, scopes)
-    assert await q.test_count_facts(conn) >= 30_000
+    assert await t.test_count_facts(conn) >= 30_000
     qvec = random_unit_vector(42)
 
     # Without configure_vector_scan: pgvector's defaults (ef_search 40, no iterative scan). The
@@ -67,7 +67,7 @@ async def test_two_phase_vector_candidates_exactly_64(
     # keeps about a third of them: fewer than RETRIEVAL_TOP_K. Deterministic part: if the plan
     # scans the HNSW index, it cannot return more than ef_search rows.
     async with conn.transaction():
-        defaults = await q.test_vector_scan_settings(conn)
+        defaults = await t.test_vector_scan_settings(conn)
         assert (defaults["ef_search"], defaults["iterative_scan"]) == (40, "off")
         rows, hnsw_scans = await vector_phase(conn, "scale-b", qvec)
     if hnsw_scans:
@@ -78,7 +78,7 @@ async def test_two_phase_vector_candidates_exactly_64(
     # With it, as the assembler runs it: exactly RETRIEVAL_TOP_K candidates, through the HNSW index.
     async with conn.transaction():
         await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
-        configured = await q.test_vector_scan_settings(conn)
+        configured = await t.test_vector_scan_settings(conn)
         assert configured["ef_search"] >= RETRIEVAL_TOP_K
         assert configured["iterative_scan"] != "off"
         rows, hnsw_scans = await vector_phase(conn, "scale-b", qvec)

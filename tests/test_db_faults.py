@@ -30,10 +30,10 @@ from service.embedder import Embedder
 from service.migrations import migrate
 from service.repository import keys as keys_repo
 from service.settings import Settings
-from service.sql import load_queries
 from tests.helpers import bearer, list_all_facts
 from tests.helpers.server import short_tmp_dir
 from tests.helpers.serving import serve
+from tests.helpers.sql import load_test_queries
 
 # Stops and restarts the database under a served app: out of the fast lane.
 pytestmark = pytest.mark.slow
@@ -238,7 +238,7 @@ async def test_statement_timeout_on_the_read_path_is_a_503(
     locker = await connect(settings)
     try:
         async with locker.transaction():
-            await load_queries().test_lock_facts_table(locker)
+            await load_test_queries().test_lock_facts_table(locker)
             for method, url, kwargs in (
                 ("POST", "/v1/context", {"json": context}),
                 ("GET", "/v1/facts", {"params": {"project_id": PROJECT}}),

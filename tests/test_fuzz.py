@@ -30,10 +30,10 @@ from service.embedded import embedded_url
 from service.embedder import HashEmbedder
 from service.migrations import migrate
 from service.settings import Settings
-from service.sql import load_queries
 from tests.helpers import bearer
 from tests.helpers.fake_chat import fake_chat
 from tests.helpers.serving import serve
+from tests.helpers.sql import load_test_queries
 
 # Schemathesis walks every operation (about 40 s in all): out of the fast lane.
 pytestmark = pytest.mark.slow
@@ -48,8 +48,8 @@ MAX_EXAMPLES = int(os.environ.get("HAKI_FUZZ_EXAMPLES", "150"))
 @pytest.fixture(scope="module")
 async def fuzz_database(settings: Settings, migrated: str) -> AsyncIterator[dict[str, Any]]:
     admin = await connect(settings)
-    await load_queries().test_drop_fuzz_database(admin)
-    await load_queries().test_create_fuzz_database(admin)
+    await load_test_queries().test_drop_fuzz_database(admin)
+    await load_test_queries().test_create_fuzz_database(admin)
     url = embedded_url(settings.data_dir, "haki_fuzz")
     app_settings = Settings(
         data_dir=settings.data_dir,
@@ -66,7 +66,7 @@ async def fuzz_database(settings: Settings, migrated: str) -> AsyncIterator[dict
         yield {"settings": app_settings, "key": key}
     finally:
         await conn.close()
-        await load_queries().test_drop_fuzz_database(admin)
+        await load_test_queries().test_drop_fuzz_database(admin)
         await admin.close()
 
 

@@ -16,9 +16,9 @@ from service.app import create_app
 from service.db import create_pool
 from service.embedder import Embedder
 from service.settings import Settings, SettingsError
-from service.sql import load_queries
 from tests.helpers import PROJECT, assert_error, bearer, list_all_facts
 from tests.helpers.app import make_client
+from tests.helpers.sql import load_test_queries
 
 OTHER = "proj-b"
 
@@ -79,7 +79,7 @@ async def test_same_key_other_body_is_a_409(client: httpx.AsyncClient, key: str)
 
 
 async def events_count(conn: asyncpg.Connection) -> int:
-    n: int = await load_queries().test_count_project_events(conn, project_id=PROJECT)
+    n: int = await load_test_queries().test_count_project_events(conn, project_id=PROJECT)
     return n
 
 
@@ -129,16 +129,16 @@ async def test_failed_requests_are_not_recorded(client: httpx.AsyncClient, key: 
 async def test_keys_expire_after_the_ttl(
     settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str
 ) -> None:
-    q = load_queries()
+    t = load_test_queries()
     async with make_client(settings, conn, hash_embedder, idempotency_ttl_seconds=120) as client:
         body = facts_body("volatile memory")
         first = await client.post("/v1/facts", json=body, headers=idem(key, "k-ttl"))
         assert first.status_code == 201
-        record = await q.test_idempotency_record(conn, project_id=PROJECT, idempotency_key="k-ttl")
+        record = await t.test_idempotency_record(conn, project_id=PROJECT, idempotency_key="k-ttl")
         assert (record["expires_at"] - record["created_at"]).total_seconds() == 120
         assert record["status_code"] == 201
 
-        await q.test_expire_idempotency_keys(conn, project_id=PROJECT)
+        await t.test_expire_idempotency_keys(conn, project_id=PROJECT)
         again = await client.post("/v1/facts", json=body, headers=idem(key, "k-ttl"))
         assert again.status_code == 201 and "idempotent-replayed" not in again.headers
         assert again.json() != first.json()  # an expired key is a new request: written again

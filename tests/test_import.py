@@ -23,8 +23,8 @@ import pytest
 from service.db import connect
 from service.embedded import embedded_server, embedded_url
 from service.settings import Settings
-from service.sql import load_queries
 from tests.helpers.server import REPO, server_env
+from tests.helpers.sql import load_test_queries
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +57,7 @@ def counts(database: str, subject: str) -> dict[str, int]:
 async def _counts(database: str, subject: str) -> dict[str, int]:
     conn = await connect(Settings(database_url=database))
     try:
-        row = await load_queries().test_import_counts(conn, project_id=PROJECT, subject_id=subject)
+        row = await load_test_queries().test_import_counts(conn, project_id=PROJECT, subject_id=subject)
         return dict(row)
     finally:
         await conn.close()

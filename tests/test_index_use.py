@@ -12,9 +12,9 @@ import pytest
 from service.constants import MULTI_HOP_MAX_PER_ENTITY, RETRIEVAL_TOP_K
 from service.context import assembler
 from service.repository import context as repo
-from service.sql import load_queries
 from tests.helpers import PROJECT
 from tests.helpers.seeding import WEIGHTS, random_unit_vector, seed_scopes
+from tests.helpers.sql import load_test_queries
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,7 @@ GIN_INDEX = "facts_scoped_search_gin"
 
 
 async def test_candidate_phases_pick_the_hnsw_and_gin_indexes(conn: asyncpg.Connection) -> None:
-    q = load_queries()
+    t = load_test_queries()
     await seed_scopes(
         conn,
         {
@@ -32,11 +32,11 @@ async def test_candidate_phases_pick_the_hnsw_and_gin_indexes(conn: asyncpg.Conn
         },
     )
     # One partial HNSW index per scope bucket (migration 0008): the one of idx-b's bucket.
-    hnsw_index = await q.test_fact_vector_index(conn, project_id=PROJECT, subject_id="idx-b")
+    hnsw_index = await t.test_fact_vector_index(conn, project_id=PROJECT, subject_id="idx-b")
     async with conn.transaction():
         await repo.configure_vector_scan(conn, assembler.EF_SEARCH)
-        hnsw_before = await q.test_index_scans(conn, index_name=hnsw_index)
-        gin_before = await q.test_index_scans(conn, index_name=GIN_INDEX)
+        hnsw_before = await t.test_index_scans(conn, index_name=hnsw_index)
+        gin_before = await t.test_index_scans(conn, index_name=GIN_INDEX)
         retrieved = await repo.fact_candidates(
             conn,
             project_id=PROJECT,
@@ -46,8 +46,8 @@ async def test_candidate_phases_pick_the_hnsw_and_gin_indexes(conn: asyncpg.Conn
             query_text="4242",
             weights=WEIGHTS,
         )
-        hnsw_scans = await q.test_index_scans(conn, index_name=hnsw_index) - hnsw_before
-        gin_scans = await q.test_index_scans(conn, index_name=GIN_INDEX) - gin_before
+        hnsw_scans = await t.test_index_scans(conn, index_name=hnsw_index) - hnsw_before
+        gin_scans = await t.test_index_scans(conn, index_name=GIN_INDEX) - gin_before
     assert hnsw_scans >= 1, "the vector top-K did not walk the HNSW index"
     assert gin_scans >= 1, "the full-text top-K did not use the GIN index"
     texts = [r for r in retrieved.candidates if r.text_rank]
@@ -61,13 +61,13 @@ async def test_generic_plans_never_scan_the_whole_table(conn: asyncpg.Connection
     plan that guessed from the average scope once hashed a sequential scan of every fact: for a
     tiny scope, whose right plan is a few index probes, that is a whole-table read per call.
     Neither a tiny scope nor the large one may start a sequential scan of facts."""
-    q = load_queries()
+    t = load_test_queries()
     await seed_scopes(conn, {"big": (10_000, "big seeded fact")})
     # A subject that appeared after the last ANALYZE: the statistics know one scope, all of facts.
-    await q.test_seed_random_facts(
+    await t.test_seed_random_facts(
         conn, project_id=PROJECT, subject_id="tiny", n=30, content_prefix="tiny seeded fact"
     )
-    before = await q.test_index_scans(conn, index_name="facts")  # sequential scans of the table
+    before = await t.test_index_scans(conn, index_name="facts")  # sequential scans of the table
     # Both profiles' statements, two calls of each in turn.
     for call in range(16):  # past the five custom plans after which PostgreSQL may go generic
         subject_id = "tiny" if call % 2 else "big"
@@ -114,7 +114,7 @@ async def test_generic_plans_never_scan_the_whole_table(conn: asyncpg.Connection
             assert len(candidates) == 30 and all(r.content.startswith("tiny") for r in candidates)
         else:
             assert len(candidates) >= RETRIEVAL_TOP_K
-    assert await q.test_index_scans(conn, index_name="facts") == before, "a sequential scan of facts"
+    assert await t.test_index_scans(conn, index_name="facts") == before, "a sequential scan of facts"
 
 
 async def test_no_text_index_keeps_a_pending_list(conn: asyncpg.Connection) -> None:

@@ -193,7 +193,50 @@ PROBES: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
             expected=503,
         ),
     ],
+    # Memory lifecycle (issue 14). B erasing its own subject `alice` leaves A's alice as it was.
+    ("DELETE", "/v1/subjects/{subject_id}"): lambda w: [
+        probe(f"/v1/subjects/{SUBJECT}", params={"project_id": A}, expected=403),
+        probe(f"/v1/subjects/{SUBJECT}", expected=200, check=b_erasure_only),
+    ],
+    ("DELETE", "/v1/subjects"): lambda w: [
+        probe("/v1/subjects", params={"project_id": A, "subject_id": SUBJECT}, expected=403),
+        probe("/v1/subjects", params={"subject_id": SUBJECT}, expected=200, check=b_erasure_only),
+    ],
+    ("GET", "/v1/subjects/export"): lambda w: [
+        probe("/v1/subjects/export", params={"project_id": A, "subject_id": SUBJECT}, expected=403),
+        probe("/v1/subjects/export", params={"subject_id": SUBJECT}, expected=200),
+    ],
+    ("DELETE", "/v1/facts/{fact_id}"): lambda w: [probe(f"/v1/facts/{f}") for f in w.a_fact_ids],
+    ("DELETE", "/v1/events/{event_id}"): lambda w: [probe(f"/v1/events/{w.a_event_id}")],
+    ("GET", "/v1/events"): lambda w: [
+        probe("/v1/events", params={"project_id": A}, expected=403),
+        probe("/v1/events", params={"project_id": A, "subject_id": SUBJECT}, expected=403),
+        probe("/v1/events", params={"project_id": B, "subject_id": SUBJECT}, expected=200, check=no_events),
+    ],
+    ("GET", "/v1/events/{event_id}"): lambda w: [probe(f"/v1/events/{w.a_event_id}")],
+    ("GET", "/v1/subjects"): lambda w: [
+        probe("/v1/subjects", params={"project_id": A}, expected=403),
+        probe("/v1/subjects", params={"project_id": B}, expected=200, check=only_b_subject),
+    ],
+    ("GET", "/v1/subjects/{subject_id}/export"): lambda w: [
+        probe(f"/v1/subjects/{SUBJECT}/export", params={"project_id": A}, expected=403),
+        # B's own alice: its one fact, nothing of A's (the markers check reads the whole body).
+        probe(f"/v1/subjects/{SUBJECT}/export", params={"project_id": B}, expected=200),
+    ],
 }
+
+
+def b_erasure_only(body: Any, w: World) -> None:
+    assert body["project_id"] == B and body["subject_id"] == SUBJECT, body
+    assert body["facts"] == 1 and body["events"] == 0 and body["conflict_sets"] == 0, body
+
+
+def no_events(body: Any, w: World) -> None:
+    assert body["events"] == [], body
+
+
+def only_b_subject(body: Any, w: World) -> None:
+    assert [(s["subject_id"], s["facts"], s["events"]) for s in body["subjects"]] == [(SUBJECT, 1, 0)], body
 
 
 # Routes the app serves outside its OpenAPI schema (the /ui pages, /metrics, the /docs pages), by
@@ -215,10 +258,10 @@ OFF_SCHEMA: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
     ("GET", "/metrics"): lambda w: [probe("/metrics", expected=200)],
     ("GET", "/docs"): lambda w: [probe("/docs", expected=200)],
     ("GET", "/docs/openapi.json"): lambda w: [probe("/docs/openapi.json", expected=200)],
-    ("GET", "/docs/scalar"): lambda w: [probe("/docs/scalar", expected=200)],
     ("GET", "/docs/swagger"): lambda w: [probe("/docs/swagger", expected=200)],
-    ("GET", "/docs/oauth2-redirect.html"): lambda w: [probe("/docs/oauth2-redirect.html", expected=200)],
     ("GET", "/docs/{path}"): lambda w: [probe("/docs/openapi.yaml", expected={200, 404})],
+    # The docs UI's assets (issue 16, service/docs_ui.py): public files, no tenant data.
+    ("GET", "/docs/assets/{name}"): lambda w: [probe("/docs/assets/swagger-ui.css", expected=200)],
 }
 SKIPPED_METHODS = {"OPTIONS", "HEAD"}  # Litestar's automatic answers, no data
 
@@ -325,7 +368,8 @@ async def a_snapshot(client: httpx.AsyncClient, key: str, w: World) -> Any:
     conflicts = (await client.get("/v1/conflicts", params={"project_id": A}, headers=bearer(key))).json()
     trace = (await client.get(f"/v1/inspect/{w.a_trace_id}", headers=bearer(key))).json()
     stats = (await client.get("/v1/stats/overview", params={"project_id": A}, headers=bearer(key))).json()
-    return facts, conflicts, trace, stats
+    events = (await client.get("/v1/events", params={"project_id": A}, headers=bearer(key))).json()
+    return facts, conflicts, trace, stats, events
 
 
 async def run_probes(

@@ -20,6 +20,7 @@ from service.repository import health as health_repo
 from service.settings import Settings
 from service.sql import load_queries, resource_dir
 from tests.helpers.server import short_tmp_dir
+from tests.helpers.sql import load_test_queries
 
 # Each test migrates fresh databases of its own (2 s apiece on 2 cores): out of the fast lane.
 pytestmark = pytest.mark.slow
@@ -185,8 +186,8 @@ async def test_time_travel_backfills_recorded_to(
     was resolved (both exact), a retraction at the migration's instant; active facts stay null."""
     keep_only_before(migrations_copy, "0012")
     await migrate(fresh_conn, migrations_copy)
-    q = load_queries()
-    await q.test_seed_pre_time_travel_history(fresh_conn, project_id="p")
+    t = load_test_queries()
+    await t.test_seed_pre_time_travel_history(fresh_conn, project_id="p")
     before = datetime.now(UTC) - timedelta(seconds=5)  # the database's clock is this machine's
     await migrate(fresh_conn)
     await init_connection(fresh_conn)
@@ -200,6 +201,6 @@ async def test_time_travel_backfills_recorded_to(
         assert facts[active].recorded_to is None
     # A status change that forgets recorded_to is refused from now on.
     with pytest.raises(asyncpg.CheckViolationError):
-        await q.test_set_fact_status(
+        await t.test_set_fact_status(
             fresh_conn, project_id="p", fact_id=facts["has a cat"].fact_id, status="retracted"
         )

@@ -1,107 +1,36 @@
-"""House rules of queries/*.sql, checked on the files (and every statement prepared once).
+"""House rules of the SQL files, checked on the files (and every statement prepared once).
+
+Production statements live in queries/ (loaded by service/sql.py, shipped in the wheel), test
+statements in tests/sql/ and benchmark statements in benchmarks/sql/ (their own loaders; never
+shipped). One parser reads all three (tests/helpers/sql.py); the same rules hold in each:
 
 - every `-- name:` line is followed by a purpose comment;
 - no `SELECT *` (the Structs' fields are the SQL aliases, so columns are listed);
-- every named query is called somewhere: service queries under service/, `test_` queries
-  (test-only statements) under tests/; `bench_` statements are not checked;
-- every statement that reads or writes a tenant table (a table whose rows carry project_id)
-  is anchored to the caller's project: each tenant table it reads is constrained on its
-  project_id, and the statement ties project_id to the :project_id parameter.
-  Exempt: `bench_` statements (throw-away benchmark database), `test_` statements (never run by
-  the service), and the cross-project aggregates listed in CROSS_PROJECT with their reason.
+- no `:word` inside a `--` comment (aiosql 15 reads it as a parameter);
+- every named query is called somewhere: queries/ statements under service/, tests/sql/ ones
+  under tests/, benchmarks/sql/ ones under benchmarks/;
+- no statement run on a pooled connection leaves session state behind;
+- every statement prepares against the migrated schema.
+Scoping to one project is checked by tests/test_query_scoping.py, with its one exemption list.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+import tomllib
 from functools import cache
-from pathlib import Path
 
 import asyncpg
 import pytest
 
 from service.sql import load_queries, resource_dir
+from tests.helpers.sql import REPO, SQL_FOLDERS, Statement, all_statements, load_test_queries, statements
 
-REPO = Path(__file__).resolve().parent.parent
 QUERIES_DIR = resource_dir("queries")
-MIGRATIONS_DIR = resource_dir("migrations")
-
-# The spec's tenant tables; the list derived from the migrations must include them.
-SPEC_TENANT_TABLES = {
-    "facts", "events", "conflict_sets", "conflict_members", "context_calls", "context_traces"
-}  # fmt: skip
-# api_keys carries project_id but is looked up by key hash alone (the key names no project).
-NOT_TENANT = {"api_keys"}
-# Statements the service runs across every project on purpose: each must return aggregates only.
-CROSS_PROJECT = {
-    "count_open_conflicts_all_projects": "GET /metrics gauge: one count, no tenant label",
-}
-
-NAME_LINE = re.compile(r"^--\s*name:\s*(?P<name>[A-Za-z_]\w*)")
-TABLE_REF = re.compile(
-    r"\b(?P<kw>FROM|JOIN|UPDATE|INTO|USING)\s+(?:ONLY\s+)?(?P<table>\w+)(?:\s+(?:AS\s+)?(?P<alias>\w+))?",
-    re.IGNORECASE,
-)
-SQL_WORDS = {
-    "where", "set", "on", "join", "left", "right", "inner", "outer", "cross", "full", "natural", "order",
-    "group", "limit", "offset", "using", "returning", "window", "having", "union", "except", "intersect",
-    "for", "and", "or", "lateral", "values", "select", "tablesample", "default", "do", "as",
-}  # fmt: skip
 SELECT_STAR = re.compile(
     r"\bSELECT\s+(?:DISTINCT\s+)?(?:\w+\.)?\*|,\s*(?:\w+\.)?\*\s*(?:,|\bFROM\b)|\bRETURNING\s+(?:\w+\.)?\*",
     re.IGNORECASE,
 )
-PROJECT_ANCHOR = re.compile(r"project_id\s*=\s*(?::project_id\b|ANY\s*\(\s*:)", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class Query:
-    file: str
-    name: str
-    comment: str  # the line right after `-- name:`
-    sql: str  # without comments
-
-    @property
-    def label(self) -> str:
-        return f"{self.file}:{self.name}"
-
-
-def strip_comments(sql: str) -> str:
-    return "\n".join(line.split("--", 1)[0] for line in sql.splitlines())
-
-
-@cache
-def parse_queries() -> tuple[Query, ...]:
-    out: list[Query] = []
-    for path in sorted(QUERIES_DIR.glob("*.sql")):
-        lines = path.read_text().splitlines()
-        starts = [i for i, line in enumerate(lines) if NAME_LINE.match(line)]
-        for n, start in enumerate(starts):
-            end = starts[n + 1] if n + 1 < len(starts) else len(lines)
-            m = NAME_LINE.match(lines[start])
-            assert m is not None
-            comment = lines[start + 1] if start + 1 < end else ""
-            out.append(
-                Query(
-                    file=path.name,
-                    name=m.group("name"),
-                    comment=comment,
-                    sql=strip_comments("\n".join(lines[start + 1 : end])),
-                )
-            )
-    return tuple(out)
-
-
-@cache
-def tenant_tables() -> frozenset[str]:
-    tables: set[str] = set()
-    create = re.compile(r"CREATE TABLE (?:IF NOT EXISTS )?(?P<table>\w+)\s*\((?P<body>.*?)\n\);", re.S | re.I)
-    for path in sorted(MIGRATIONS_DIR.glob("*.sql")):
-        for m in create.finditer(strip_comments(path.read_text())):
-            if re.search(r"^\s*project_id\s", m.group("body"), re.M):
-                tables.add(m.group("table"))
-    return frozenset(tables - NOT_TENANT)
 
 
 @cache
@@ -110,108 +39,65 @@ def python_sources(folder: str) -> str:
     return "\n".join(p.read_text() for p in sorted(root.rglob("*.py"))) if root.is_dir() else ""
 
 
-def query_ids() -> list[str]:
-    return [q.label for q in parse_queries()]
+def label(s: Statement) -> str:
+    return s.label
 
 
 def test_queries_load() -> None:
     queries = load_queries()
-    names = set(queries.available_queries)
-    parsed = {q.name for q in parse_queries()}
+    names = {n for n in queries.available_queries if not n.endswith("_cursor")}
+    parsed = {q.name for q in statements("queries")}
     assert parsed, "no named queries found"
-    assert parsed <= names
+    assert parsed == names
     for required in ("insert_facts", "list_facts", "find_api_key", "detect_conflicts", "lock_migrations"):
         assert hasattr(queries, required), required
 
 
+def test_production_queries_hold_no_test_or_benchmark_statement() -> None:
+    """A DBA reviewing queries/ reads product only: test and benchmark SQL have their own folders."""
+    names = set(load_queries().available_queries)
+    assert not {n for n in names if n.startswith(("test_", "bench_"))}
+    assert {q.name for q in statements("tests/sql")} <= set(load_test_queries().available_queries)
+    assert not names & {q.name for q in statements("tests/sql") + statements("benchmarks/sql")}
+    assert all(q.name.startswith("test_") for q in statements("tests/sql"))
+
+
+def test_the_wheel_ships_only_service_queries_and_migrations() -> None:
+    """pyproject's wheel target: the service package plus queries/ and migrations/ as package data;
+    tests/sql/ and benchmarks/sql/ stay out of it."""
+    wheel = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
+    assert wheel["packages"] == ["service"]
+    assert wheel["force-include"] == {"queries": "service/queries", "migrations": "service/migrations"}
+    assert not list((REPO / "service").rglob("*.sql")), "SQL inside service/ would ship too"
+    assert QUERIES_DIR == REPO / "queries"
+
+
 def test_query_names_are_unique() -> None:
-    names = [q.name for q in parse_queries()]
+    names = [q.name for q in all_statements()]
     assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
 
 
-def test_tenant_tables_come_from_the_migrations() -> None:
-    assert tenant_tables() >= SPEC_TENANT_TABLES
-
-
-def test_cross_project_statements_are_aggregates() -> None:
-    by_name = {q.name: q for q in parse_queries()}
-    for name in CROSS_PROJECT:
-        assert name in by_name, f"CROSS_PROJECT lists {name}, which no longer exists"
-        sql = by_name[name].sql
-        assert re.match(r"\s*SELECT\s+count\(\*\)(\s+AS\s+\w+)?\s+FROM\s", sql, re.I), (
-            f"{name} must return a count only"
-        )
-
-
-@pytest.mark.parametrize("query", parse_queries(), ids=query_ids())
-def test_purpose_comment_after_name(query: Query) -> None:
+@pytest.mark.parametrize("query", all_statements(), ids=label)
+def test_purpose_comment_after_name(query: Statement) -> None:
     assert re.match(r"^--\s+\S", query.comment), (
         f"{query.label}: the line after `-- name:` must say what it is for"
     )
-    assert not NAME_LINE.match(query.comment)
+    assert not re.match(r"^--\s*name:", query.comment)
     assert query.sql.strip(), f"{query.label}: empty statement"
 
 
-@pytest.mark.parametrize("query", parse_queries(), ids=query_ids())
-def test_no_select_star(query: Query) -> None:
+@pytest.mark.parametrize("query", all_statements(), ids=label)
+def test_no_select_star(query: Statement) -> None:
     m = SELECT_STAR.search(query.sql)
     assert m is None, f"{query.label}: list the columns instead of `{m.group(0) if m else ''}`"
 
 
-@pytest.mark.parametrize(
-    "query", [q for q in parse_queries() if not q.name.startswith("bench_")], ids=lambda q: q.label
-)
-def test_every_query_is_called(query: Query) -> None:
-    folder = "tests" if query.name.startswith("test_") else "service"
-    source = python_sources(folder)
+@pytest.mark.parametrize("query", all_statements(), ids=label)
+def test_every_query_is_called(query: Statement) -> None:
+    folder = SQL_FOLDERS[query.folder][1]
     pattern = re.compile(rf"\.{re.escape(query.name)}\(")
-    called = pattern.search(source) is not None
+    called = pattern.search(python_sources(folder)) is not None
     assert called, f"{query.label} is never called as `.{query.name}(` under {folder}/"
-
-
-def tenant_refs(sql: str) -> list[tuple[str, str, str]]:
-    """(keyword, table, alias) of every tenant table the statement reads or writes."""
-    tables = tenant_tables()
-    refs = []
-    for m in TABLE_REF.finditer(sql):
-        table = m.group("table")
-        if table not in tables:
-            continue
-        alias = m.group("alias")
-        if alias is None or alias.lower() in SQL_WORDS:
-            alias = table
-        refs.append((m.group("kw").upper(), table, alias))
-    return refs
-
-
-@pytest.mark.parametrize(
-    "query",
-    [
-        q
-        for q in parse_queries()
-        if not q.name.startswith(("bench_", "test_")) and q.name not in CROSS_PROJECT
-    ],
-    ids=lambda q: q.label,
-)
-def test_tenant_tables_are_filtered_on_project_id(query: Query) -> None:
-    refs = tenant_refs(query.sql)
-    if not refs:
-        return
-    problems = []
-    for kw, table, alias in refs:
-        if kw == "INTO":
-            if not re.search(r":project_id\b", query.sql):
-                problems.append(f"INSERT INTO {table} does not take :project_id")
-            continue
-        qualified = re.compile(
-            rf"\b{re.escape(alias)}\.project_id\s*=|=\s*{re.escape(alias)}\.project_id\b", re.IGNORECASE
-        )
-        unqualified = re.compile(r"(?<![\w.])project_id\s*=", re.IGNORECASE)
-        if not (qualified.search(query.sql) or (alias == table and unqualified.search(query.sql))):
-            problems.append(f"{kw} {table} AS {alias} is not constrained on {alias}.project_id")
-    if not (PROJECT_ANCHOR.search(query.sql) or all(kw == "INTO" for kw, _, _ in refs)):
-        problems.append("no `project_id = :project_id` (or `= ANY(:...)`) filter")
-    assert not problems, f"{query.label}: " + "; ".join(problems)
 
 
 # Session state that outlives a transaction. The pool does not reset connections on release
@@ -231,14 +117,15 @@ def session_state(sql: str) -> re.Match[str] | None:
     return SESSION_STATE.search(UPDATE_SET.sub("UPDATE", sql))
 
 
-# Statements that run on a connection of their own, never a pooled one: the migration runner's
-# session lock (service/migrations.py), and the benchmarks' and tests' throw-away helpers.
-OWN_CONNECTION_FILES = ("migrations.sql", "bench.sql", "testing")
+def runs_on_own_connection(query: Statement) -> bool:
+    """The migration runner's session lock (service/migrations.py), and every test and benchmark
+    statement (throw-away connections and databases), never run on a pooled connection."""
+    return query.folder != "queries" or query.file == "migrations.sql"
 
 
-@pytest.mark.parametrize("query", parse_queries(), ids=query_ids())
-def test_no_session_state_outlives_the_transaction(query: Query) -> None:
-    if query.file.startswith(OWN_CONNECTION_FILES):
+@pytest.mark.parametrize("query", all_statements(), ids=label)
+def test_no_session_state_outlives_the_transaction(query: Statement) -> None:
+    if runs_on_own_connection(query):
         return
     found = session_state(query.sql)
     assert found is None, f"{query.label}: {found.group(0)!r} changes the session, not the transaction"
@@ -267,29 +154,44 @@ def test_the_session_state_checker_catches_violations() -> None:
 
 def test_the_rule_checker_catches_violations() -> None:
     """The checks above would fail on statements that break them."""
-    leaky = "SELECT f.fact_id FROM facts AS f WHERE f.subject_id = :subject_id"
-    assert tenant_refs(leaky) == [("FROM", "facts", "f")]
-    assert not PROJECT_ANCHOR.search(leaky)
-    join_leak = (
-        "SELECT f.fact_id FROM facts AS f JOIN conflict_members AS cm ON cm.fact_id = f.fact_id "
-        "WHERE f.project_id = :project_id"
-    )
-    assert not re.search(r"\bcm\.project_id\s*=|=\s*cm\.project_id\b", join_leak)
     assert SELECT_STAR.search("SELECT * FROM facts")
     assert SELECT_STAR.search("SELECT f.* FROM facts AS f")
     assert SELECT_STAR.search("SELECT a, f.* FROM facts AS f")
     assert not SELECT_STAR.search("SELECT count(*) FROM facts")
 
 
-@pytest.mark.parametrize(
-    "name", [q.name for q in parse_queries() if not q.name.startswith("bench_")], ids=lambda n: n
-)
-async def test_query_prepares_against_the_migrated_schema(conn: asyncpg.Connection, name: str) -> None:
-    """Parses, resolves every table and column, and types every parameter (nothing is run).
-    `bench_` statements depend on session temp objects and are prepared by the benchmarks."""
-    sql = getattr(load_queries(), name).sql
+# Scripts of benchmarks/sql/bench.sql that create the session objects (a temp table, pg_temp
+# functions, a table) its other statements use; run first, in the test's rolled-back transaction.
+BENCH_SETUP = ("bench_stash_indexes", "bench_define_explain", "bench_create_fact_counters")
+
+
+def loader(query: Statement) -> object:
+    if query.folder == "queries":
+        return load_queries()
+    if query.folder == "tests/sql":
+        return load_test_queries()
+    from benchmarks.sql import load_bench_queries
+
+    return load_bench_queries()
+
+
+@pytest.mark.parametrize("query", all_statements(), ids=label)
+async def test_query_prepares_against_the_migrated_schema(conn: asyncpg.Connection, query: Statement) -> None:
+    """Parses, resolves every table and column, and types every parameter (nothing is run but the
+    benchmark set-up scripts, in the rolled-back transaction). A script of several statements
+    (`#`) cannot be prepared: it runs instead, inside the savepoint."""
+    sql = getattr(loader(query), query.name).sql
     await conn.execute("SAVEPOINT prepare_check")
     try:
-        await conn.prepare(sql)
+        if query.file == "bench.sql":
+            for name in BENCH_SETUP:
+                await conn.execute(getattr(loader(query), name).sql)
+        try:
+            await conn.prepare(sql)
+        except asyncpg.PostgresSyntaxError as e:
+            if "multiple commands" not in str(e):
+                raise
+            await conn.execute("ROLLBACK TO SAVEPOINT prepare_check")
+            await conn.execute(sql)
     finally:
         await conn.execute("ROLLBACK TO SAVEPOINT prepare_check")

@@ -10,85 +10,43 @@
 
 Documented exceptions (EXEMPT below, each with its reason): the API key lookup by hash (the key
 names no project; api_keys is a small reference table, replicated to every node), the migration
-bookkeeping, and the cross-project total behind the haki_open_conflicts gauge. Statements named
-`test_` / `bench_` never run in the service (throw-away test and benchmark databases).
+bookkeeping, and the cross-project total behind the haki_open_conflicts gauge. Test and benchmark
+statements live in tests/sql/ and benchmarks/sql/ and never run in the service.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import cache
 
 import pytest
 
 from service.sql import resource_dir
+from tests.helpers.sql import Statement, create_tables, statements, strip_comments, table_refs, tenant_tables
 
-QUERIES_DIR = resource_dir("queries")
 MIGRATIONS_DIR = resource_dir("migrations")
 
+# The one exemption list of the SQL checks: production statements not tied to one project.
+# Each one either reads reference tables only (api_keys) or returns one count (an aggregate).
 EXEMPT: dict[str, str] = {
     "find_api_key": "authentication: the key names no project; api_keys is a Citus reference table",
     "count_open_conflicts_all_projects": "the haki_open_conflicts gauge is one total: per-project "
     "series would be unbounded cardinality (a multi-shard count, once per scrape)",
+    "list_context_call_projects": "trace retention (issue 14) lists the project ids holding "
+    "context calls (a skip scan, once per purge interval), then purges each with statements "
+    "scoped to it",
 }
-NON_SERVICE_PREFIXES = ("test_", "bench_")
+# The spec's tenant tables; the list derived from the migrations must include them.
+SPEC_TENANT_TABLES = {
+    "facts", "events", "conflict_sets", "conflict_members", "context_calls", "context_traces"
+}  # fmt: skip
+REFERENCE_TABLES = {"api_keys"}
 
-NAME_LINE = re.compile(r"^--\s*name:\s*(?P<name>[A-Za-z_]\w*)", re.M)
-TABLE_REF = re.compile(
-    r"\b(?P<kw>FROM|JOIN|UPDATE|INTO|USING)\s+(?:ONLY\s+)?(?P<table>\w+)(?:\s+(?:AS\s+)?(?P<alias>\w+))?",
-    re.IGNORECASE,
-)
-SQL_WORDS = frozenset(
-    {
-        "where", "set", "on", "join", "left", "right", "inner", "outer", "cross", "full", "natural",
-        "order", "group", "limit", "offset", "using", "returning", "window", "having", "union",
-        "except", "intersect", "for", "and", "or", "lateral", "values", "select", "default", "do",
-        "as", "with",
-    }
-)  # fmt: skip
 PARAM = ":project_id"
 EQUALITY = re.compile(
     r"(?P<a>(?:\w+\.)?project_id|:project_id)\s*=\s*(?P<b>(?:\w+\.)?project_id|:project_id|ANY\s*\(\s*:project_ids?\b)",
     re.IGNORECASE,
 )
-
-
-@dataclass(frozen=True)
-class Statement:
-    name: str
-    sql: str  # without comments
-
-
-def strip_comments(sql: str) -> str:
-    return "\n".join(line.split("--", 1)[0] for line in sql.splitlines())
-
-
-@cache
-def statements() -> tuple[Statement, ...]:
-    out = []
-    for path in sorted(QUERIES_DIR.glob("*.sql")):
-        text = path.read_text()
-        marks = list(NAME_LINE.finditer(text))
-        for i, m in enumerate(marks):
-            end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
-            out.append(Statement(m.group("name"), strip_comments(text[m.end() : end])))
-    return tuple(out)
-
-
-@cache
-def create_tables() -> dict[str, str]:
-    create = re.compile(r"CREATE TABLE (?:IF NOT EXISTS )?(?P<table>\w+)\s*\((?P<body>.*?)\n\);", re.S | re.I)
-    found = {}
-    for path in sorted(MIGRATIONS_DIR.glob("*.sql")):
-        for m in create.finditer(strip_comments(path.read_text())):
-            found[m.group("table")] = m.group("body")
-    return found
-
-
-@cache
-def tenant_tables() -> frozenset[str]:
-    return frozenset(t for t, body in create_tables().items() if re.search(r"^\s*project_id\s", body, re.M))
 
 
 def anchored_aliases(sql: str, table_aliases: set[str]) -> set[str]:
@@ -122,15 +80,7 @@ def anchored_aliases(sql: str, table_aliases: set[str]) -> set[str]:
 
 
 def scoping_problems(sql: str) -> list[str]:
-    tenants = tenant_tables()
-    refs = []
-    for m in TABLE_REF.finditer(sql):
-        if m.group("table") not in tenants:
-            continue
-        alias = m.group("alias")
-        if alias is None or alias.lower() in SQL_WORDS:
-            alias = m.group("table")
-        refs.append((m.group("kw").upper(), m.group("table"), alias.lower()))
+    refs = table_refs(sql)
     unaliased = {alias for _, table, alias in refs if alias == table}
     reached = anchored_aliases(sql, unaliased)
     problems = []
@@ -143,11 +93,34 @@ def scoping_problems(sql: str) -> list[str]:
                 problems.append(f"INSERT INTO {table} does not take project_id from :project_id")
         elif alias not in reached:
             problems.append(f"{kw} {table} AS {alias} is not tied to :project_id")
+    # A function of the migrations that reads tenant rows of one project (its first parameter
+    # is p_project_id) hides its tables from the check above: the project it is given must be
+    # :project_id, or the project_id of an alias tied to it.
+    for m in re.finditer(r"\b(?:public\.)?(?P<fn>haki_\w+)\s*\(\s*(?P<arg>[^,)]+)", sql):
+        if m.group("fn") not in project_functions():
+            continue
+        arg = m.group("arg").strip()
+        alias = arg.split(".", 1)[0].lower() if arg.lower().endswith(".project_id") else None
+        if arg != PARAM and alias not in reached:
+            problems.append(f"{m.group('fn')}({arg}, ...) is not tied to :project_id")
     return problems
 
 
-def service_statements() -> list[Statement]:
-    return [s for s in statements() if not s.name.startswith(NON_SERVICE_PREFIXES)]
+@cache
+def project_functions() -> frozenset[str]:
+    """The functions of the migrations whose first parameter is the project (p_project_id)."""
+    pattern = re.compile(r"CREATE (?:OR REPLACE )?FUNCTION public\.(?P<fn>\w+)\(\s*p_project_id\b", re.I)
+    return frozenset(
+        m.group("fn")
+        for path in sorted(MIGRATIONS_DIR.glob("*.sql"))
+        for m in pattern.finditer(path.read_text())
+    )
+
+
+def service_statements() -> tuple[Statement, ...]:
+    """The production statements: test and benchmark SQL lives outside queries/ and never runs in
+    the service (throw-away test and benchmark databases)."""
+    return statements("queries")
 
 
 # --- 1. the schema ---------------------------------------------------------------------------
@@ -155,9 +128,7 @@ def service_statements() -> list[Statement]:
 
 def test_every_tenant_table_is_distributable_by_project_id() -> None:
     tables = create_tables()
-    assert {"facts", "events", "conflict_sets", "conflict_members", "context_calls", "context_traces"} <= set(
-        tenant_tables()
-    )
+    assert tenant_tables() >= SPEC_TENANT_TABLES
     for table in tenant_tables():
         body = tables[table]
         pk = re.search(r"PRIMARY KEY\s*\((?P<cols>[^)]*)\)", body)
@@ -193,10 +164,24 @@ def test_every_service_query_is_scoped_to_one_project(statement: Statement) -> N
 
 
 def test_exemptions_are_real_and_still_needed() -> None:
-    names = {s.name: s for s in statements()}
+    names = {s.name: s for s in service_statements()}
     for name in EXEMPT:
         assert name in names, f"EXEMPT lists {name}, which no longer exists"
         assert scoping_problems(names[name].sql), f"{name} is scoped now: drop it from EXEMPT"
+
+
+def test_exempt_statements_read_reference_tables_or_return_a_count() -> None:
+    """A statement across projects may not return rows of them: it reads api_keys only, returns
+    one count, or lists project ids only (so that a maintenance job visits each project with
+    statements scoped to it: trace retention)."""
+    names = {s.name: s for s in service_statements()}
+    for name in EXEMPT:
+        sql = names[name].sql
+        tables = {table for _, table, _ in table_refs(sql)}
+        aggregate = re.match(r"\s*SELECT\s+count\(\*\)(\s+AS\s+\w+)?\s+FROM\s", sql, re.I)
+        project_ids = re.match(r"\s*(?:\w+\.)?project_id\s+FROM\s", sql.rsplit("SELECT", 1)[-1], re.I)
+        assert tables <= REFERENCE_TABLES or aggregate or project_ids, f"{name} must return a count only"
+    assert not re.match(r"\s*SELECT\s+count\(\*\)(\s+AS\s+\w+)?\s+FROM\s", "SELECT f.content FROM facts AS f")
 
 
 def test_the_checker_catches_leaks() -> None:
@@ -218,3 +203,11 @@ def test_the_checker_catches_leaks() -> None:
     )
     assert not scoping_problems("UPDATE conflict_sets SET status = 'resolved' WHERE project_id = :project_id")
     assert not scoping_problems("SELECT count(*) FROM schema_migrations")
+    # A function that reads one project's rows must be given the caller's project.
+    assert "haki_fact_rows" in project_functions()
+    assert scoping_problems("SELECT r.fact_id FROM public.haki_fact_rows(:subject_id) AS r")
+    assert scoping_problems(
+        "SELECT 1 FROM facts AS f CROSS JOIN LATERAL public.haki_fact_usage(f.project_id, f.fact_id) AS u "
+        "WHERE f.subject_id = :subject_id"
+    )
+    assert not scoping_problems("SELECT r.fact_id FROM public.haki_fact_rows(:project_id) AS r")

@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -526,3 +527,113 @@ async def test_time_travel_through_the_async_client(server: Server, api_key: str
         assert replayed.packet.profile == "facts_first" and replayed.as_of == created_at
         stats = await haki.fact_stats(subject, order="never_served")
         assert stats.facts == []  # the one fact was served
+
+
+# --- memory lifecycle (issue 14): erasure, listing, export ------------------------------------
+
+
+def test_lifecycle_through_the_sync_client(server: Server, haki: Haki, tmp_path: Path) -> None:
+    subject = f"carol/{uuid.uuid4().hex[:8]}"  # a `/` in a subject id stays one path segment
+    events = haki.write_events(
+        subject,
+        [
+            EventIn(content=f"Carol met Dan {i}.", occurred_at=datetime(2024, 1, i + 1, tzinfo=UTC))
+            for i in range(3)
+        ],
+    )
+    event_ids = [e.event_id for e in events.events]
+    written = haki.write_facts(
+        subject,
+        [
+            FactIn(content="Carol works at Acme.", key="employer"),
+            FactIn(content="Carol works at Initech.", key="employer"),
+            FactIn(content="Carol knows Dan.", source_event_id=event_ids[0]),
+        ],
+    )
+    fact_ids = [f.fact_id for f in written.facts]
+    assert [e.event_id for e in haki.iter_events(subject, page_size=2)] == event_ids
+    page = haki.list_events(subject, limit=2)
+    assert len(page.events) == 2 and page.next_cursor is not None
+    assert haki.get_event(event_ids[1]).content == "Carol met Dan 1."
+    listed = {s.subject_id: s for s in haki.list_subjects(limit=500).subjects}
+    assert (listed[subject].facts, listed[subject].events) == (3, 3)
+
+    document = list(haki.export_subject(subject))
+    assert document[0]["haki_export"] == 1 and document[0]["subject_id"] == subject
+    assert [d["kind"] for d in document[1:]] == ["event"] * 3 + ["fact"] * 3
+    path = tmp_path / "carol.jsonl"
+    path.write_text("".join(json.dumps(d) + "\n" for d in document))
+    copy = f"copy-{uuid.uuid4().hex[:8]}"
+    done = server.cli("import", str(path), "--project", PROJECT, "--subject", copy)
+    assert done.returncode == 0, done.stderr
+    assert "3 event(s) and 3 fact(s) written" in done.stdout, done.stdout
+    again = list(haki.export_subject(copy))
+    assert [d["content"] for d in again[1:]] == [d["content"] for d in document[1:]]
+
+    gone = haki.delete_fact(fact_ids[0])
+    assert gone.fact_id == fact_ids[0] and gone.conflict_sets_resolved == 1
+    assert haki.delete_event(event_ids[0]).facts_unlinked == 1
+    assert haki.get_fact(fact_ids[2]).source_event_id is None
+    with pytest.raises(NotFound):
+        haki.get_event(event_ids[0])
+
+    erased = haki.erase_subject(subject)
+    assert (erased.facts, erased.events, erased.conflict_sets) == (2, 2, 1), erased
+    assert haki.list_facts(subject).facts == [] and haki.list_events(subject).events == []
+    with pytest.raises(NotFound):
+        list(haki.export_subject(subject))
+    assert subject not in {s.subject_id for s in haki.list_subjects(limit=500).subjects}
+    assert haki.stats().trace_retention_days == 30
+
+
+async def test_lifecycle_through_the_async_client(server: Server, api_key: str) -> None:
+    subject = f"dan-{uuid.uuid4().hex[:8]}"
+    async with AsyncHaki(server.url, api_key, project_id=PROJECT) as haki:
+        events = await haki.write_events(
+            subject, [EventIn(content="Dan moved.", occurred_at=datetime.now(UTC))]
+        )
+        written = await haki.write_facts(subject, ["Dan lives in Oslo.", "Dan likes chess."])
+        assert [e.event_id async for e in haki.iter_events(subject)] == [events.events[0].event_id]
+        assert (await haki.get_event(events.events[0].event_id)).content == "Dan moved."
+        assert subject in {s.subject_id for s in (await haki.list_subjects(limit=500)).subjects}
+        document = [d async for d in haki.export_subject(subject)]
+        assert [d["kind"] for d in document[1:]] == ["event", "fact", "fact"]
+        assert (await haki.delete_fact(written.facts[0].fact_id)).fact_id == written.facts[0].fact_id
+        assert (await haki.delete_event(events.events[0].event_id)).event_id == events.events[0].event_id
+        erased = await haki.erase_subject(subject)
+        assert (erased.facts, erased.events) == (1, 0)
+        assert (await haki.list_events(subject)).events == []
+        with pytest.raises(NotFound):
+            [d async for d in haki.export_subject(subject)]
+
+
+def test_haki_purge_deletes_the_expired_traces(server: Server, haki: Haki) -> None:
+    import asyncio
+
+    from service.db import connect
+    from service.settings import Settings
+    from tests.helpers.sql import load_test_queries
+
+    subject = f"erin-{uuid.uuid4().hex[:8]}"
+    haki.write_facts(subject, ["Erin likes tea."])
+    old = [haki.context(subject, f"what does Erin like {i}").trace_id for i in range(3)]
+    fresh = haki.context(subject, "what does Erin like now").trace_id
+
+    async def backdate() -> None:
+        conn = await connect(Settings(data_dir=server.data_dir))
+        try:
+            await load_test_queries().test_backdate_context_calls(
+                conn, project_id=PROJECT, trace_ids=old, days=40
+            )
+        finally:
+            await conn.close()
+
+    asyncio.run(backdate())
+    done = server.cli("purge")
+    assert done.returncode == 0, done.stderr
+    assert "purged 3 context call(s)" in done.stderr, done.stderr
+    for trace_id in old:
+        with pytest.raises(NotFound):
+            haki.inspect(trace_id)
+    assert haki.inspect(fresh).trace_id == fresh
+    assert "nothing to do" in server.cli("purge", "--days", "0").stderr

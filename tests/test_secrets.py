@@ -24,8 +24,8 @@ from service.db import create_pool
 from service.embedder import Embedder
 from service.repository import keys as keys_repo
 from service.settings import Settings
-from service.sql import load_queries
 from tests.helpers import PROJECT, bearer
+from tests.helpers.sql import load_test_queries
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 async def test_only_the_sha256_of_a_key_is_stored(conn: asyncpg.Connection) -> None:
     project = f"sec-{uuid.uuid4().hex[:8]}"
     key_id, key = await auth.create_key(conn, project)
-    rows = [dict(r) async for r in load_queries().test_stored_key_hashes(conn, project_id=project)]
+    rows = [dict(r) async for r in load_test_queries().test_stored_key_hashes(conn, project_id=project)]
     assert rows == [{"key_id": key_id, "key_hash": hashlib.sha256(key.encode()).digest()}]
     secret = key.removeprefix(auth.KEY_PREFIX).encode()
     assert secret not in rows[0]["key_hash"]

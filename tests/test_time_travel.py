@@ -17,7 +17,6 @@ import asyncpg
 import httpx
 import pytest
 
-from service.sql import load_queries
 from tests.helpers import (
     PROJECT,
     assert_error,
@@ -32,13 +31,14 @@ from tests.helpers import (
     write_events,
     write_facts,
 )
+from tests.helpers.sql import load_test_queries
 
 HOUR = 3600.0
 QUERY = "where does the user live, what do they do and what do they play"
 
 
 async def shift_an_hour_back(conn: asyncpg.Connection) -> None:
-    await load_queries().test_shift_project_times(conn, project_id=PROJECT, seconds=HOUR)
+    await load_test_queries().test_shift_project_times(conn, project_id=PROJECT, seconds=HOUR)
 
 
 async def resolve(client: httpx.AsyncClient, key: str, set_id: str, keep: list[str]) -> None:

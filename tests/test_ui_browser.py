@@ -9,25 +9,17 @@ Skips when no Chromium is installed (Debian: `apt-get install -y chromium`).
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextlib
-import itertools
-import json
 import os
-import shutil
-import subprocess
-import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.helpers.chromium import CHROMIUM, chromium
 from tests.helpers.server import Server
 
-CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 pytestmark = [
     pytest.mark.skipif(
         CHROMIUM is None,
@@ -41,136 +33,6 @@ SUBJECT = "zoe"
 XSS_TITLE = "pwned"
 XSS = f"<img src=x onerror=\"document.title='{XSS_TITLE}'\"><script>document.title='{XSS_TITLE}'</script>"
 QUERY = f"Where does Zoe work? {XSS}"
-STEP_TIMEOUT_SECONDS = 20.0
-
-
-# --- a tiny DevTools protocol client --------------------------------------------------------
-
-
-class CDP:
-    """Commands and events over the browser's websocket, with flattened page sessions."""
-
-    def __init__(self, ws: Any) -> None:
-        self.ws = ws
-        self.ids = itertools.count(1)
-        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        self.reader = asyncio.create_task(self._read())
-
-    async def _read(self) -> None:
-        async for raw in self.ws:
-            message = json.loads(raw)
-            future = self.pending.pop(message.get("id", -1), None)
-            if future is not None and not future.done():
-                future.set_result(message)
-
-    async def send(
-        self, method: str, params: dict[str, Any] | None = None, session: str | None = None
-    ) -> Any:
-        mid = next(self.ids)
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self.pending[mid] = future
-        message: dict[str, Any] = {"id": mid, "method": method, "params": params or {}}
-        if session is not None:
-            message["sessionId"] = session
-        await self.ws.send(json.dumps(message))
-        async with asyncio.timeout(STEP_TIMEOUT_SECONDS):
-            answer = await future
-        if "error" in answer:
-            raise RuntimeError(f"{method}: {answer['error']}")
-        return answer.get("result", {})
-
-    async def close(self) -> None:
-        self.reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self.reader
-        await self.ws.close()
-
-
-class Page:
-    def __init__(self, cdp: CDP, session: str) -> None:
-        self.cdp = cdp
-        self.session = session
-
-    async def send(self, method: str, params: dict[str, Any] | None = None) -> Any:
-        return await self.cdp.send(method, params, self.session)
-
-    async def eval(self, expression: str) -> Any:
-        result = await self.send(
-            "Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True}
-        )
-        if "exceptionDetails" in result:
-            raise RuntimeError(f"{expression!r}: {result['exceptionDetails']}")
-        return result["result"].get("value")
-
-    async def wait_for(self, path: str) -> None:
-        """Until the page at `path` has loaded (after a navigation or a form submission)."""
-        deadline = time.monotonic() + STEP_TIMEOUT_SECONDS
-        while time.monotonic() < deadline:
-            with contextlib.suppress(RuntimeError):  # the context is replaced mid-navigation
-                state = await self.eval("[location.pathname + location.search, document.readyState]")
-                if state == [path, "complete"]:
-                    return
-            await asyncio.sleep(0.05)
-        raise TimeoutError(f"page {path} did not load")
-
-    async def goto(self, url: str, path: str) -> None:
-        await self.send("Page.navigate", {"url": url})
-        await self.wait_for(path)
-
-
-@contextlib.asynccontextmanager
-async def chromium(profile: Path) -> AsyncIterator[Page]:
-    from websockets.asyncio.client import connect
-
-    assert CHROMIUM is not None
-    proc = await asyncio.create_subprocess_exec(
-        *[
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={profile}",
-            "--remote-debugging-port=0",
-            "--window-size=1280,900",
-            "about:blank",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    cdp: CDP | None = None
-    try:
-        port_file = profile / "DevToolsActivePort"
-        deadline = time.monotonic() + 30
-        while not (port_file.exists() and len(port_file.read_text().splitlines()) >= 2):
-            if proc.returncode is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"Chromium did not start (exit code {proc.returncode})")
-            await asyncio.sleep(0.1)
-        port, ws_path = port_file.read_text().splitlines()[:2]
-        ws = await connect(f"ws://127.0.0.1:{port}{ws_path}", max_size=None)
-        cdp = CDP(ws)
-        target = await cdp.send("Target.createTarget", {"url": "about:blank"})
-        attached = await cdp.send("Target.attachToTarget", {"targetId": target["targetId"], "flatten": True})
-        page = Page(cdp, attached["sessionId"])
-        await page.send("Page.enable")
-        await page.send("Runtime.enable")
-        await page.send("Network.enable")
-        yield page
-    finally:
-        if cdp is not None:
-            with contextlib.suppress(Exception):
-                await cdp.send("Browser.close")
-            await cdp.close()
-        try:
-            async with asyncio.timeout(10):
-                await proc.wait()
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
 
 
 # --- fixtures --------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
 from service.context import assembler, replay
 from service.handlers.deps import ERRORS, Caller, ConnDep, EmbedderDep, SettingsDep, in_key_project
 from service.handlers.memory import ProjectQuery, SubjectQuery
+from service.lifecycle import retention
 from service.observability.metrics import observe_context
 from service.observability.timing import StageTimer
 from service.structs import (
@@ -88,8 +89,10 @@ class ContextController(Controller):
         return await assembler.inspect(conn, principal, trace_id)
 
     @get("/v1/stats/overview", responses=ERRORS, summary="Usage overview of a project")
-    async def stats(self, conn: ConnDep, principal: Caller, project_id: ProjectQuery) -> StatsOverview:
-        return await assembler.stats(conn, principal, project_id)
+    async def stats(
+        self, conn: ConnDep, principal: Caller, settings: SettingsDep, project_id: ProjectQuery
+    ) -> StatsOverview:
+        return retention.windowed(await assembler.stats(conn, principal, project_id), settings)
 
     @post(
         "/v1/inspect/{trace_id:uuid}/replay",
@@ -132,6 +135,7 @@ class ContextController(Controller):
         self,
         conn: ConnDep,
         principal: Caller,
+        settings: SettingsDep,
         project_id: ProjectQuery,
         subject_id: SubjectQuery = None,
         order: Annotated[
@@ -143,4 +147,6 @@ class ContextController(Controller):
             Parameter(query="limit", ge=1, le=MAX_PAGE_LIMIT, description="At most this many facts, 1..500."),
         ] = DEFAULT_PAGE_LIMIT,
     ) -> FactStats:
-        return await replay.fact_stats(conn, principal, project_id, subject_id, order, limit)
+        return retention.windowed(
+            await replay.fact_stats(conn, principal, project_id, subject_id, order, limit), settings
+        )

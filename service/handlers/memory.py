@@ -5,17 +5,22 @@ from __future__ import annotations
 from typing import Annotated, Literal
 from uuid import UUID
 
-from litestar import Controller, Response, get, patch, post
+from litestar import Controller, Response, delete, get, patch, post
 from litestar.exceptions import ValidationException
 from litestar.params import Dependency, Parameter
 
 from service import idempotency, memory
 from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, MAX_SCOPE_CHARS
 from service.handlers.deps import ERRORS, Caller, ConnDep, EmbedderDep, SettingsDep, in_key_project
+from service.lifecycle import erasure
 from service.structs import (
     ConflictList,
     ConflictSet,
+    Event,
+    EventErasure,
+    EventPage,
     Fact,
+    FactErasure,
     FactPage,
     PatchFactRequest,
     ResolveConflictRequest,
@@ -72,6 +77,7 @@ SubjectQuery = Annotated[
 
 
 FactIdPath = Annotated[UUID, Parameter(description="A fact_id of the key's project.")]
+EventIdPath = Annotated[UUID, Parameter(description="An event_id of the key's project.")]
 ConflictSetIdPath = Annotated[UUID, Parameter(description="A conflict_set_id of the key's project.")]
 
 
@@ -165,6 +171,18 @@ class FactsController(Controller):
     ) -> Fact:
         return await memory.patch_fact(conn, principal, fact_id, data)
 
+    @delete(
+        "/{fact_id:uuid}",
+        status_code=200,
+        responses=ERRORS,
+        summary="Erase one fact",
+        description="Removes the fact, its conflict memberships (an open set left with one member "
+        "is resolved, keeping it) and the trace decisions that name it; `supersedes` links that "
+        "pointed at it become null. To stop serving a fact while keeping it, PATCH it `retracted`.",
+    )
+    async def erase_fact(self, conn: ConnDep, principal: Caller, fact_id: FactIdPath) -> FactErasure:
+        return await erasure.erase_fact(conn, principal, fact_id)
+
 
 class EventsController(Controller):
     path = "/v1/events"
@@ -195,6 +213,38 @@ class EventsController(Controller):
             write=lambda prepared: memory.store_events(conn, prepared),
         )
         return idempotent_response(outcome)
+
+    @get("/", responses=ERRORS, summary="List events (keyset pagination)")
+    async def list_events(
+        self,
+        conn: ConnDep,
+        principal: Caller,
+        project_id: ProjectQuery,
+        subject_id: SubjectQuery = None,
+        limit: Annotated[
+            int, Parameter(query="limit", ge=1, le=MAX_PAGE_LIMIT, description="Page size, 1..500.")
+        ] = DEFAULT_PAGE_LIMIT,
+        cursor: Annotated[
+            str | None,
+            Parameter(query="cursor", max_length=64, description="`next_cursor` of the previous page."),
+        ] = None,
+    ) -> EventPage:
+        return await erasure.list_events(conn, principal, project_id, subject_id, limit, cursor)
+
+    @get("/{event_id:uuid}", responses=ERRORS, summary="Read one event")
+    async def get_event(self, conn: ConnDep, principal: Caller, event_id: EventIdPath) -> Event:
+        return await erasure.get_event(conn, principal, event_id)
+
+    @delete(
+        "/{event_id:uuid}",
+        status_code=200,
+        responses=ERRORS,
+        summary="Erase one event",
+        description="Removes the event and the trace decisions that name it; facts extracted from "
+        "it keep their text and their `source_event_id` becomes null.",
+    )
+    async def erase_event(self, conn: ConnDep, principal: Caller, event_id: EventIdPath) -> EventErasure:
+        return await erasure.erase_event(conn, principal, event_id)
 
 
 class ConflictsController(Controller):

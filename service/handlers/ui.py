@@ -104,6 +104,16 @@ _ENV: Final = _environment()
 _CSS: Final = (resources.files("service.handlers") / "templates" / "haki.css").read_bytes()
 
 
+def _trace_not_found(project_id: str) -> Response[str]:
+    return _page(
+        "error.html",
+        status_code=404,
+        project_id=project_id,
+        title="Trace not found",
+        message="No context call with this id in the key's project.",
+    )
+
+
 def _page(template: str, status_code: int = 200, **context: Any) -> Response[str]:
     context.setdefault("project_id", None)
     html = _ENV.get_template(template).render(**context)
@@ -202,13 +212,7 @@ class TraceInspector(Controller):
             return _to_login()
         call = await repo.get_context_call(conn, principal.project_id, trace_id)
         if call is None:
-            return _page(
-                "error.html",
-                status_code=404,
-                project_id=principal.project_id,
-                title="Trace not found",
-                message="No context call with this id in the key's project.",
-            )
+            return _trace_not_found(principal.project_id)
         items = await repo.trace_items(conn, principal.project_id, trace_id)
         included = [d for d in items if d["decision"] == "included"]
         budget = int(call["budget_tokens"])
@@ -257,13 +261,7 @@ class TraceInspector(Controller):
         try:
             result = await time_travel.replay(conn, embedder, settings, principal, trace_id, overrides)
         except NotFound:
-            return _page(
-                "error.html",
-                status_code=404,
-                project_id=principal.project_id,
-                title="Trace not found",
-                message="No context call with this id in the key's project.",
-            )
+            return _trace_not_found(principal.project_id)
         origin = await repo.get_context_call(conn, principal.project_id, trace_id)
         items = await repo.trace_items(conn, principal.project_id, result.packet.trace_id)
         items += await repo.trace_items(conn, principal.project_id, trace_id)

@@ -93,6 +93,20 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.trace_rows_purged = Counter(
+            "haki_trace_rows_purged",
+            "Rows deleted by trace retention (HAKI_TRACE_RETENTION_DAYS) in this process, by table: "
+            "context_calls and context_traces (their decisions).",
+            ["table"],
+            registry=self.registry,
+        )
+        for table in ("context_calls", "context_traces"):  # shown at 0 before the first purge
+            self.trace_rows_purged.labels(table=table)
+
+    def observe_purge(self, calls: int, decisions: int) -> None:
+        self.trace_rows_purged.labels(table="context_calls").inc(calls)
+        self.trace_rows_purged.labels(table="context_traces").inc(decisions)
+
     def observe_context(self, timer: StageTimer, packet: ContextPacket) -> None:
         for stage, ms in timer.ms.items():
             self.stage_duration.labels(stage=stage, profile=packet.profile).observe(ms / 1000.0)

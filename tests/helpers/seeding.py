@@ -11,15 +11,15 @@ import asyncpg
 import numpy as np
 
 from service.constants import WEIGHT_RECENCY, WEIGHT_SIMILARITY, WEIGHT_TEXT_RANK
-from service.sql import load_queries
 from tests.helpers import PROJECT
+from tests.helpers.sql import load_test_queries
 
 WEIGHTS = (WEIGHT_SIMILARITY, WEIGHT_TEXT_RANK, WEIGHT_RECENCY)
 
 
 async def seed_scopes(conn: asyncpg.Connection, scopes: dict[str, tuple[int, str]]) -> None:
     """Seeds {subject_id: (n, content_prefix)} in PROJECT, then rebuilds the index and ANALYZEs."""
-    q = load_queries()
+    q = load_test_queries()
     await q.test_prepare_bulk_load(conn)
     await q.test_drop_fact_vector_index(conn)
     for subject_id, (n, prefix) in scopes.items():

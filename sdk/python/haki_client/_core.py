@@ -10,6 +10,7 @@ import email.utils
 import os
 import random
 import time
+import urllib.parse
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,10 +28,14 @@ from haki_client.models import (
     ContextPacket,
     ContextProfile,
     ErrorBody,
+    Event,
+    EventErasure,
     EventIn,
+    EventPage,
     ExtractMessage,
     ExtractResult,
     Fact,
+    FactErasure,
     FactIn,
     FactPage,
     FactStats,
@@ -38,6 +43,8 @@ from haki_client.models import (
     Inspection,
     ReplayResult,
     StatsOverview,
+    SubjectErasure,
+    SubjectPage,
     WriteEventsResponse,
     WriteFactsResponse,
 )
@@ -296,6 +303,59 @@ class Core:
             project_id=self._project(project_id), subject_id=subject_id, order=order, limit=limit
         )
         return Call("GET", "/v1/stats/facts", FactStats, params=params)
+
+    # --- memory lifecycle: erasure, listing, export ----------------------------------------
+
+    def erase_subject(self, subject_id: str, project_id: str | None) -> Call[SubjectErasure]:
+        if "/" in subject_id:  # a path segment cannot carry it: the query form of the route
+            params = _params(project_id=self._project(project_id), subject_id=subject_id)
+            return Call("DELETE", "/v1/subjects", SubjectErasure, params=params)
+        params = _params(project_id=self._project(project_id))
+        return Call("DELETE", f"/v1/subjects/{_segment(subject_id)}", SubjectErasure, params=params)
+
+    def delete_fact(self, fact_id: UUID | str) -> Call[FactErasure]:
+        return Call("DELETE", f"/v1/facts/{UUID(str(fact_id))}", FactErasure)
+
+    def delete_event(self, event_id: UUID | str) -> Call[EventErasure]:
+        return Call("DELETE", f"/v1/events/{UUID(str(event_id))}", EventErasure)
+
+    def list_events(
+        self, subject_id: str | None, limit: int | None, cursor: str | None, project_id: str | None
+    ) -> Call[EventPage]:
+        params = _params(
+            project_id=self._project(project_id), subject_id=subject_id, limit=limit, cursor=cursor
+        )
+        return Call("GET", "/v1/events", EventPage, params=params)
+
+    def get_event(self, event_id: UUID | str) -> Call[Event]:
+        return Call("GET", f"/v1/events/{UUID(str(event_id))}", Event)
+
+    def list_subjects(
+        self, limit: int | None, cursor: str | None, project_id: str | None
+    ) -> Call[SubjectPage]:
+        params = _params(project_id=self._project(project_id), limit=limit, cursor=cursor)
+        return Call("GET", "/v1/subjects", SubjectPage, params=params)
+
+    def export_subject(self, subject_id: str, project_id: str | None) -> Call[bytes]:
+        """A streamed call: the client reads its JSON Lines itself (decode_export_line)."""
+        if "/" in subject_id:
+            params = _params(project_id=self._project(project_id), subject_id=subject_id)
+            return Call("GET", "/v1/subjects/export", bytes, params=params)
+        params = _params(project_id=self._project(project_id))
+        return Call("GET", f"/v1/subjects/{_segment(subject_id)}/export", bytes, params=params)
+
+
+def _segment(value: str) -> str:
+    """A subject id as one path segment (`%`, `?`, `#` and spaces escaped)."""
+    return urllib.parse.quote(value, safe="")
+
+
+def decode_export_line(line: str | bytes) -> dict[str, Any] | None:
+    """One line of an export document as a dict; None for a blank line."""
+    if not line.strip():
+        return None
+    item: dict[str, Any] = msgspec.json.decode(line)
+    return item
 
 
 # POST /v1/extract waits for the server's chat model (HAKI_EXTRACT_TIMEOUT_SECONDS, 60 s by

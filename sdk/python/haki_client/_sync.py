@@ -16,7 +16,9 @@ from haki_client._core import (
     Core,
     RetryPolicy,
     connection_error,
+    decode_export_line,
     decode_response,
+    error_from,
     extract_call,
     new_idempotency_key,
     parse_retry_after,
@@ -29,10 +31,14 @@ from haki_client.models import (
     ConflictSet,
     ContextPacket,
     ContextProfile,
+    Event,
+    EventErasure,
     EventIn,
+    EventPage,
     ExtractMessage,
     ExtractResult,
     Fact,
+    FactErasure,
     FactIn,
     FactPage,
     FactStats,
@@ -40,6 +46,8 @@ from haki_client.models import (
     Inspection,
     ReplayResult,
     StatsOverview,
+    SubjectErasure,
+    SubjectPage,
     WriteEventsResponse,
     WriteFactsResponse,
 )
@@ -272,3 +280,61 @@ class Haki:
         `result.refused` lists what the model proposed and Haki refused, and why. `timeout`
         defaults to 120 s: the server waits for its model."""
         return self._run(extract_call(self._core, subject_id, messages, write, project_id, timeout))
+
+    # --- memory lifecycle: erasure, listing, export --------------------------------------------
+
+    def erase_subject(self, subject_id: str, project_id: str | None = None) -> SubjectErasure:
+        """Erases every fact, event, conflict set and trace of the subject, in one transaction;
+        answers the count of each kind. Irreversible."""
+        return self._run(self._core.erase_subject(subject_id, project_id))
+
+    def delete_fact(self, fact_id: UUID | str) -> FactErasure:
+        """Erases one fact (to stop serving it but keep it, use `retract_fact`)."""
+        return self._run(self._core.delete_fact(fact_id))
+
+    def delete_event(self, event_id: UUID | str) -> EventErasure:
+        return self._run(self._core.delete_event(event_id))
+
+    def list_events(
+        self,
+        subject_id: str | None = None,
+        *,
+        limit: int | None = None,
+        cursor: str | None = None,
+        project_id: str | None = None,
+    ) -> EventPage:
+        return self._run(self._core.list_events(subject_id, limit, cursor, project_id))
+
+    def iter_events(
+        self, subject_id: str | None = None, *, page_size: int | None = None, project_id: str | None = None
+    ) -> Iterator[Event]:
+        """Every matching event, page after page (keyset pagination)."""
+        cursor: str | None = None
+        while True:
+            page = self.list_events(subject_id, limit=page_size, cursor=cursor, project_id=project_id)
+            yield from page.events
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def get_event(self, event_id: UUID | str) -> Event:
+        return self._run(self._core.get_event(event_id))
+
+    def list_subjects(
+        self, *, limit: int | None = None, cursor: str | None = None, project_id: str | None = None
+    ) -> SubjectPage:
+        return self._run(self._core.list_subjects(limit, cursor, project_id))
+
+    def export_subject(self, subject_id: str, project_id: str | None = None) -> Iterator[dict[str, Any]]:
+        """The subject's export document, line by line as it streams: the header, then every event
+        and every fact (`item["kind"]`). `haki import FILE` reads the lines back (one JSON object
+        per line)."""
+        call = self._core.export_subject(subject_id, project_id)
+        with self._http.stream(call.method, call.path, params=call.params) as response:
+            if response.status_code != 200:
+                response.read()
+                raise error_from(response)
+            for line in response.iter_lines():
+                item = decode_export_line(line)
+                if item is not None:
+                    yield item

@@ -234,6 +234,7 @@ class StatsOverview(_Out, frozen=True, kw_only=True):
     degraded_rate: float | None = None
     facts_total: int | None = None
     events_total: int | None = None
+    trace_retention_days: int | None = None
 
 
 class Health(_Out, frozen=True, kw_only=True):
@@ -335,3 +336,66 @@ class ExtractResult(_Out, frozen=True, kw_only=True):
     events: list[EventWriteResult]
     facts: list[ExtractedFact]
     refused: list[RefusedFact]
+    trace_retention_days: int | None = None
+
+
+# --- memory lifecycle: erasure, listing, export ------------------------------------------------
+
+
+class Event(_Out, frozen=True, kw_only=True):
+    event_id: UUID
+    project_id: str
+    subject_id: str
+    content: str
+    occurred_at: datetime
+    recorded_at: datetime
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class EventPage(_Out, frozen=True, kw_only=True):
+    events: list[Event]
+    next_cursor: str | None = None
+
+
+class SubjectSummary(_Out, frozen=True, kw_only=True):
+    subject_id: str
+    facts: int
+    events: int
+    last_write_at: datetime
+
+
+class SubjectPage(_Out, frozen=True, kw_only=True):
+    subjects: list[SubjectSummary]
+    next_cursor: str | None = None
+
+
+class SubjectErasure(_Out, frozen=True, kw_only=True):
+    """What DELETE /v1/subjects/{subject_id} removed, per kind."""
+
+    project_id: str
+    subject_id: str
+    erased_at: datetime
+    facts: int
+    events: int
+    conflict_sets: int
+    conflict_members: int
+    context_calls: int
+    decisions: int
+    idempotency_keys: int
+
+
+class FactErasure(_Out, frozen=True, kw_only=True):
+    fact_id: UUID
+    erased_at: datetime
+    conflict_members: int
+    conflict_sets_resolved: int
+    conflict_sets: int
+    supersedes_unlinked: int
+    decisions: int
+
+
+class EventErasure(_Out, frozen=True, kw_only=True):
+    event_id: UUID
+    erased_at: datetime
+    facts_unlinked: int
+    decisions: int

@@ -1,5 +1,5 @@
--- Benchmark-only statements (benchmarks/): bulk-load helpers and the score-every-fact baseline.
--- Never called by the service. They run on a throw-away benchmark database only.
+-- Benchmark-only statements (benchmarks/, loaded by benchmarks/sql.py): bulk-load helpers and the
+-- score-every-fact baseline. Never shipped, never called by the service; throw-away databases only.
 
 -- name: bench_set_maintenance(maintenance_work_mem, parallel_workers)$
 -- Session-wide, for a bulk load: room for an in-memory HNSW build, parallel index builds, and
@@ -82,38 +82,31 @@ ORDER BY c.relname;
 
 -- name: bench_score_all_facts(project_id, subject_id, query_embedding, query_text, candidate_limit, w_similarity, w_text_rank, w_recency, tau_seconds)
 -- The baseline two-phase retrieval replaced: the same hybrid score as fact_candidates, computed
--- over every servable fact of the scope (same hard filters), ORDER BY score, LIMIT 256.
+-- over every servable fact of the scope (same hard filters), ORDER BY score, LIMIT 256. The
+-- rules are the functions fact_candidates calls (migrations 0011, 0012, 0015), so the baseline
+-- cannot drift from them (it had lost haki_recency's underflow guard).
 WITH q AS MATERIALIZED (
     SELECT websearch_to_tsquery('simple', :query_text) AS tsq
 ),
 parts AS (
     SELECT f.fact_id, f.content, f.valid_from, f.valid_to, f.recorded_from, f.source_event_id,
-           greatest(1, char_length(f.content) / 4) AS tokens,
+           public.haki_tokens(f.content) AS tokens,
            (f.embedding <=> :query_embedding::vector) AS cosine_distance,
-           ts_rank_cd(f.search_vector, q.tsq, 32) AS text_rank,
-           least(1.0, exp(-greatest(0.0, extract(epoch FROM now() - coalesce(f.valid_from, f.recorded_from)))
-                          / :tau_seconds::float8)) AS recency
+           public.haki_text_rank(f.search_vector, q.tsq) AS text_rank,
+           public.haki_fact_recency(f.valid_from, f.recorded_from, :tau_seconds, NULL::timestamptz) AS recency
     FROM facts AS f
     CROSS JOIN q
     WHERE f.project_id = :project_id
       AND f.subject_id = :subject_id
-      AND f.status = 'active'
-      AND (f.valid_to IS NULL OR f.valid_to > now())
-      AND NOT (f.volatility = 'volatile'
-               AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now())
-      AND NOT EXISTS (
-          SELECT 1
-          FROM conflict_members AS cm
-          JOIN conflict_sets AS cs
-            ON cs.project_id = cm.project_id AND cs.conflict_set_id = cm.conflict_set_id
-          WHERE cm.project_id = f.project_id AND cm.fact_id = f.fact_id AND cs.status = 'open'
-      )
+      AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
+                                    f.recorded_from, f.stale_after)
+      AND NOT EXISTS (SELECT 1 FROM public.haki_open_conflict_members(:project_id) AS o
+                      WHERE o.fact_id = f.fact_id)
 )
 SELECT p.fact_id, p.content, p.valid_from, p.valid_to, p.recorded_from, p.source_event_id, p.tokens,
        p.cosine_distance, 1 - p.cosine_distance AS similarity, p.text_rank, p.recency,
-       :w_similarity::float8 * coalesce(1 - p.cosine_distance, 0)
-       + :w_text_rank::float8 * p.text_rank
-       + :w_recency::float8 * p.recency AS score
+       public.haki_hybrid_score(p.cosine_distance, p.text_rank, p.recency,
+                                :w_similarity, :w_text_rank, :w_recency) AS score
 FROM parts AS p
 ORDER BY score DESC, p.fact_id
 LIMIT :candidate_limit;
@@ -125,17 +118,10 @@ SELECT f.fact_id, f.embedding <=> :query_embedding::vector AS cosine_distance
 FROM facts AS f
 WHERE f.project_id = :project_id
   AND f.subject_id = :subject_id
-  AND f.status = 'active'
-  AND (f.valid_to IS NULL OR f.valid_to > now())
-  AND NOT (f.volatility = 'volatile'
-           AND coalesce(f.valid_from, f.recorded_from) + f.stale_after <= now())
-  AND NOT EXISTS (
-      SELECT 1
-      FROM conflict_members AS cm
-      JOIN conflict_sets AS cs
-        ON cs.project_id = cm.project_id AND cs.conflict_set_id = cm.conflict_set_id
-      WHERE cm.project_id = f.project_id AND cm.fact_id = f.fact_id AND cs.status = 'open'
-  )
+  AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
+                                f.recorded_from, f.stale_after)
+  AND NOT EXISTS (SELECT 1 FROM public.haki_open_conflict_members(:project_id) AS o
+                      WHERE o.fact_id = f.fact_id)
 ORDER BY (f.embedding <=> :query_embedding::vector) + 0, f.fact_id
 LIMIT :top_k;
 

@@ -1,0 +1,356 @@
+-- Memory lifecycle (issue 14, migration 0014): erasure, trace retention, listing and export.
+
+-- name: erase_subject(project_id, subject_id, erasure_id, key_id)^
+-- Erases every row of one scope in one statement and audits it: conflict members and sets,
+-- facts, events, context calls and their decisions, and the Idempotency-Key records whose
+-- stored response names one of the scope's facts or events (a write batch is one scope, so a
+-- record names only ids of that scope). Foreign keys are checked at the end of the statement,
+-- when the members and the facts they reference are both gone. Returns the counts per kind.
+WITH gone_members AS (
+    DELETE FROM conflict_members AS cm
+    USING conflict_sets AS cs
+    WHERE cm.project_id = :project_id
+      AND cs.project_id = cm.project_id
+      AND cs.conflict_set_id = cm.conflict_set_id
+      AND cs.subject_id = :subject_id
+    RETURNING cm.fact_id
+),
+gone_sets AS (
+    DELETE FROM conflict_sets AS cs
+    WHERE cs.project_id = :project_id
+      AND cs.subject_id = :subject_id
+    RETURNING cs.conflict_set_id
+),
+gone_facts AS (
+    DELETE FROM facts AS f
+    WHERE f.project_id = :project_id
+      AND f.subject_id = :subject_id
+    RETURNING f.fact_id
+),
+gone_events AS (
+    DELETE FROM events AS e
+    WHERE e.project_id = :project_id
+      AND e.subject_id = :subject_id
+    RETURNING e.event_id
+),
+gone_calls AS (
+    DELETE FROM context_calls AS c
+    WHERE c.project_id = :project_id
+      AND c.subject_id = :subject_id
+    RETURNING c.trace_id
+),
+gone_decisions AS (
+    DELETE FROM context_traces AS t
+    USING gone_calls AS g
+    WHERE t.project_id = :project_id
+      AND t.trace_id = g.trace_id
+    RETURNING t.ord
+),
+gone_keys AS (
+    DELETE FROM idempotency_keys AS k
+    WHERE k.project_id = :project_id
+      AND EXISTS (
+          SELECT 1
+          FROM jsonb_array_elements(
+                   CASE WHEN jsonb_typeof(k.response -> 'facts') = 'array' THEN k.response -> 'facts'
+                        WHEN jsonb_typeof(k.response -> 'events') = 'array' THEN k.response -> 'events'
+                        ELSE '[]'::jsonb END
+               ) AS r(item)
+          WHERE coalesce(r.item ->> 'fact_id', r.item ->> 'event_id') IN (
+              SELECT gf.fact_id::text FROM gone_facts AS gf
+              UNION ALL
+              SELECT ge.event_id::text FROM gone_events AS ge
+          )
+      )
+    RETURNING k.idempotency_key
+),
+counts AS (
+    SELECT (SELECT count(*) FROM gone_facts) AS facts,
+           (SELECT count(*) FROM gone_events) AS events,
+           (SELECT count(*) FROM gone_sets) AS conflict_sets,
+           (SELECT count(*) FROM gone_members) AS conflict_members,
+           (SELECT count(*) FROM gone_calls) AS context_calls,
+           (SELECT count(*) FROM gone_decisions) AS decisions,
+           (SELECT count(*) FROM gone_keys) AS idempotency_keys
+),
+audit AS (
+    INSERT INTO erasures (
+        project_id, erasure_id, subject_id, kind, facts, events, conflict_sets, conflict_members,
+        context_calls, decisions, idempotency_keys, key_id
+    )
+    SELECT :project_id, :erasure_id, :subject_id, 'subject', n.facts, n.events, n.conflict_sets,
+           n.conflict_members, n.context_calls, n.decisions, n.idempotency_keys, :key_id
+    FROM counts AS n
+    RETURNING erased_at
+)
+SELECT n.facts, n.events, n.conflict_sets, n.conflict_members, n.context_calls, n.decisions,
+       n.idempotency_keys, a.erased_at
+FROM counts AS n
+CROSS JOIN audit AS a;
+
+-- name: erase_fact(project_id, fact_id, erasure_id, key_id)^
+-- Erases one fact and audits it: its conflict memberships (an open set left with one member is
+-- resolved, keeping it; a set left empty goes), the `supersedes` links that point at it (null),
+-- and the decisions that name it in the traces of its scope (read through the scope's calls:
+-- an index on decisions by item would cost every trace write). NULL when no such fact.
+-- Keeps a copy of open conflict: it does not ask whether a fact is held back by an open set, it
+-- closes the set the erasure leaves with one member, so it reads the set's status itself.
+WITH target AS (
+    SELECT f.fact_id, f.subject_id
+    FROM facts AS f
+    WHERE f.project_id = :project_id
+      AND f.fact_id = :fact_id
+    FOR UPDATE
+),
+gone_members AS (
+    DELETE FROM conflict_members AS cm
+    USING target AS x
+    WHERE cm.project_id = :project_id
+      AND cm.fact_id = x.fact_id
+    RETURNING cm.conflict_set_id
+),
+left_members AS (
+    SELECT g.conflict_set_id, count(m.fact_id) AS members
+    FROM gone_members AS g
+    LEFT JOIN conflict_members AS m
+      ON m.project_id = :project_id
+     AND m.conflict_set_id = g.conflict_set_id
+     AND m.fact_id <> :fact_id
+    GROUP BY g.conflict_set_id
+),
+resolved AS (
+    UPDATE conflict_sets AS cs
+    SET status = 'resolved',
+        resolved_at = now()
+    FROM left_members AS l
+    WHERE cs.project_id = :project_id
+      AND cs.conflict_set_id = l.conflict_set_id
+      AND cs.status = 'open'
+      AND l.members = 1
+    RETURNING cs.conflict_set_id
+),
+gone_sets AS (
+    DELETE FROM conflict_sets AS cs
+    USING left_members AS l
+    WHERE cs.project_id = :project_id
+      AND cs.conflict_set_id = l.conflict_set_id
+      AND l.members = 0
+    RETURNING cs.conflict_set_id
+),
+unlinked AS (
+    UPDATE facts AS s
+    SET supersedes = NULL
+    FROM target AS x
+    WHERE s.project_id = :project_id
+      AND s.subject_id = x.subject_id
+      AND s.supersedes = x.fact_id
+    RETURNING s.fact_id
+),
+gone_decisions AS (
+    DELETE FROM context_traces AS t
+    USING context_calls AS c, target AS x
+    WHERE c.project_id = :project_id
+      AND c.subject_id = x.subject_id
+      AND t.project_id = c.project_id
+      AND t.trace_id = c.trace_id
+      AND t.item_type = 'fact'
+      AND t.item_id = x.fact_id
+    RETURNING t.ord
+),
+gone AS (
+    DELETE FROM facts AS f
+    USING target AS x
+    WHERE f.project_id = :project_id
+      AND f.fact_id = x.fact_id
+    RETURNING f.fact_id, f.subject_id
+),
+audit AS (
+    INSERT INTO erasures (
+        project_id, erasure_id, subject_id, kind, facts, conflict_sets, conflict_members,
+        decisions, key_id
+    )
+    SELECT :project_id, :erasure_id, g.subject_id, 'fact', 1, (SELECT count(*) FROM gone_sets),
+           (SELECT count(*) FROM gone_members), (SELECT count(*) FROM gone_decisions), :key_id
+    FROM gone AS g
+    RETURNING erased_at
+)
+SELECT (SELECT count(*) FROM gone) AS facts,
+       (SELECT count(*) FROM gone_members) AS conflict_members,
+       (SELECT count(*) FROM resolved) AS conflict_sets_resolved,
+       (SELECT count(*) FROM gone_sets) AS conflict_sets,
+       (SELECT count(*) FROM unlinked) AS supersedes_unlinked,
+       (SELECT count(*) FROM gone_decisions) AS decisions,
+       a.erased_at
+FROM audit AS a;
+
+-- name: erase_event(project_id, event_id, erasure_id, key_id)^
+-- Erases one event and audits it: the facts extracted from it keep their text and lose the link
+-- (source_event_id null), and the decisions that name it in its scope's traces go. NULL when
+-- no such event.
+WITH target AS (
+    SELECT e.event_id, e.subject_id
+    FROM events AS e
+    WHERE e.project_id = :project_id
+      AND e.event_id = :event_id
+    FOR UPDATE
+),
+unlinked AS (
+    UPDATE facts AS f
+    SET source_event_id = NULL
+    FROM target AS x
+    WHERE f.project_id = :project_id
+      AND f.subject_id = x.subject_id
+      AND f.source_event_id = x.event_id
+    RETURNING f.fact_id
+),
+gone_decisions AS (
+    DELETE FROM context_traces AS t
+    USING context_calls AS c, target AS x
+    WHERE c.project_id = :project_id
+      AND c.subject_id = x.subject_id
+      AND t.project_id = c.project_id
+      AND t.trace_id = c.trace_id
+      AND t.item_type = 'episode'
+      AND t.item_id = x.event_id
+    RETURNING t.ord
+),
+gone AS (
+    DELETE FROM events AS e
+    USING target AS x
+    WHERE e.project_id = :project_id
+      AND e.event_id = x.event_id
+    RETURNING e.event_id, e.subject_id
+),
+audit AS (
+    INSERT INTO erasures (project_id, erasure_id, subject_id, kind, events, decisions, key_id)
+    SELECT :project_id, :erasure_id, g.subject_id, 'event', 1, (SELECT count(*) FROM gone_decisions),
+           :key_id
+    FROM gone AS g
+    RETURNING erased_at
+)
+SELECT (SELECT count(*) FROM gone) AS events,
+       (SELECT count(*) FROM unlinked) AS facts_unlinked,
+       (SELECT count(*) FROM gone_decisions) AS decisions,
+       a.erased_at
+FROM audit AS a;
+
+-- name: list_context_call_projects()
+-- The projects that hold context calls, for the retention purge to visit one by one: a skip scan
+-- of the calls' primary key (one index probe per project), project ids only.
+WITH RECURSIVE p AS (
+    (SELECT c.project_id FROM context_calls AS c ORDER BY c.project_id LIMIT 1)
+    UNION ALL
+    SELECT (
+        SELECT c.project_id
+        FROM context_calls AS c
+        WHERE c.project_id > p.project_id
+        ORDER BY c.project_id
+        LIMIT 1
+    )
+    FROM p
+    WHERE p.project_id IS NOT NULL
+)
+SELECT p.project_id
+FROM p
+WHERE p.project_id IS NOT NULL;
+
+-- name: purge_expired_context_calls(project_id, retention_days, max_calls)^
+-- One bounded batch of trace retention: deletes up to max_calls context calls of a project made
+-- more than retention_days ago, oldest first, with their decisions. Calls another transaction
+-- holds are skipped, so the purge never waits on a request. Returns the rows deleted.
+WITH doomed AS (
+    SELECT c.project_id, c.trace_id
+    FROM context_calls AS c
+    WHERE c.project_id = :project_id
+      AND c.created_at < now() - make_interval(days => :retention_days)
+    ORDER BY c.created_at
+    LIMIT :max_calls
+    FOR UPDATE SKIP LOCKED
+),
+gone_decisions AS (
+    DELETE FROM context_traces AS t
+    USING doomed AS d
+    WHERE t.project_id = :project_id
+      AND t.project_id = d.project_id
+      AND t.trace_id = d.trace_id
+    RETURNING t.ord
+),
+gone_calls AS (
+    DELETE FROM context_calls AS c
+    USING doomed AS d
+    WHERE c.project_id = :project_id
+      AND c.project_id = d.project_id
+      AND c.trace_id = d.trace_id
+    RETURNING c.trace_id
+)
+SELECT (SELECT count(*) FROM gone_calls) AS context_calls,
+       (SELECT count(*) FROM gone_decisions) AS decisions;
+
+-- name: get_event(project_id, event_id)^
+-- One event of a project (GET /v1/events/{event_id}).
+SELECT e.event_id, e.project_id, e.subject_id, e.content, e.occurred_at, e.recorded_at, e.metadata
+FROM events AS e
+WHERE e.project_id = :project_id
+  AND e.event_id = :event_id;
+
+-- name: list_events(project_id, subject_id, after_id, page_size)
+-- One page of a project's events in id (= creation) order after the cursor, optionally of one
+-- subject (GET /v1/events; the export reads the same pages).
+SELECT e.event_id, e.project_id, e.subject_id, e.content, e.occurred_at, e.recorded_at, e.metadata
+FROM events AS e
+WHERE e.project_id = :project_id
+  AND (:subject_id::text IS NULL OR e.subject_id = :subject_id)
+  AND (:after_id::uuid IS NULL OR e.event_id > :after_id)
+ORDER BY e.event_id
+LIMIT :page_size;
+
+-- name: list_subjects(project_id, after_subject, page_size)
+-- One page of the subjects of a project in id order after the cursor, with their fact and event
+-- counts and the last time either was written (GET /v1/subjects). Counts every row of the
+-- project after the cursor: fine for the thousands of subjects a project holds today.
+SELECT s.subject_id,
+       sum(s.facts)::bigint AS facts,
+       sum(s.events)::bigint AS events,
+       max(s.last_write_at) AS last_write_at
+FROM (
+    SELECT f.subject_id, count(*) AS facts, 0 AS events, max(f.recorded_from) AS last_write_at
+    FROM facts AS f
+    WHERE f.project_id = :project_id
+      AND (:after_subject::text IS NULL OR f.subject_id > :after_subject)
+    GROUP BY f.subject_id
+    UNION ALL
+    SELECT e.subject_id, 0 AS facts, count(*) AS events, max(e.recorded_at) AS last_write_at
+    FROM events AS e
+    WHERE e.project_id = :project_id
+      AND (:after_subject::text IS NULL OR e.subject_id > :after_subject)
+    GROUP BY e.subject_id
+) AS s
+GROUP BY s.subject_id
+ORDER BY s.subject_id
+LIMIT :page_size;
+
+-- name: export_facts(project_id, subject_id, after_id, page_size)
+-- One page of a scope's facts of every status in id order, with every column a re-import needs
+-- (the export of GET /v1/subjects/{subject_id}/export).
+SELECT f.fact_id, f.content, f.key, f.status, f.valid_from, f.valid_to, f.believed_valid_to,
+       f.recorded_from, f.recorded_to, f.volatility,
+       extract(epoch FROM f.stale_after)::bigint AS stale_after_seconds,
+       f.supersedes, f.source_event_id, f.metadata,
+       (SELECT cs.conflict_set_id
+        FROM conflict_members AS cm
+        JOIN conflict_sets AS cs
+          ON cs.project_id = cm.project_id AND cs.conflict_set_id = cm.conflict_set_id
+        WHERE cm.project_id = f.project_id AND cm.fact_id = f.fact_id
+        ORDER BY cs.created_at DESC
+        LIMIT 1) AS conflict_set_id
+FROM facts AS f
+WHERE f.project_id = :project_id
+  AND f.subject_id = :subject_id
+  AND (:after_id::uuid IS NULL OR f.fact_id > :after_id)
+ORDER BY f.fact_id
+LIMIT :page_size;
+
+-- name: extend_statement_timeout(timeout_ms)$
+-- Raises statement_timeout for the rest of the current transaction only (an erasure of a big
+-- subject: 10,000 facts and 500,000 trace decisions took 1.6 s on 2 cores, benchmarks/retention.py).
+SELECT set_config('statement_timeout', (:timeout_ms::integer)::text, true) AS statement_timeout;

@@ -1,0 +1,419 @@
+/**
+ * `Haki`: a fetch-based client of one Haki server, with the Python SDK's behaviour
+ * (sdk/python/haki_client/_core.py, _async.py): bounded retries of 429, 503 and lost connections
+ * honouring `Retry-After`, one `Idempotency-Key` per write call reused across its retries, and a
+ * typed `HakiError` for every error answer.
+ */
+import { HakiConnectionError, HakiError, errorFor } from "./errors.js";
+import type {
+  ConflictList,
+  ConflictSet,
+  ContextPacket,
+  ContextProfile,
+  EventIn,
+  Fact,
+  FactIn,
+  FactPage,
+  FactStats,
+  Health,
+  Inspection,
+  ReplayResponse,
+  StatsOverview,
+  WriteEventsResponse,
+  WriteFactsResponse,
+} from "./types.js";
+
+export const VERSION = "0.1.0";
+export const DEFAULT_BASE_URL = "http://127.0.0.1:8000";
+const RETRY_STATUSES = new Set([429, 503]);
+
+type FetchLike = (input: string, init: RequestInit) => Promise<Response>;
+
+export interface HakiOptions {
+  /** Default: $HAKI_BASE_URL, else http://127.0.0.1:8000. */
+  baseUrl?: string;
+  /** Default: $HAKI_API_KEY. */
+  apiKey?: string;
+  /** The default project of every call (a key reaches one project only); each method also takes it. */
+  projectId?: string;
+  /** Per attempt, in milliseconds (default 10 000). */
+  timeoutMs?: number;
+  /** Retries after the first attempt (default 3). */
+  maxRetries?: number;
+  /** Backoff base in milliseconds (default 250): retry n waits about `backoffMs * 2**n`, jittered. */
+  backoffMs?: number;
+  /** Ceiling of any wait, `Retry-After` included, in milliseconds (default 10 000). */
+  maxWaitMs?: number;
+  /** A fetch implementation (default: the global `fetch`). */
+  fetch?: FetchLike;
+}
+
+/**
+ * Bounded retries of 429, 503 and lost connections.
+ *
+ * The wait before retry n (0-based) is the server's `Retry-After` when it sends one, else
+ * `backoff * 2**n` with jitter; either way at most `maxWait`, so a misbehaving server cannot
+ * park a caller for an hour. Writes are safe to retry: each call carries one Idempotency-Key for
+ * all its attempts.
+ */
+export class RetryPolicy {
+  constructor(
+    readonly maxRetries = 3,
+    readonly backoffMs = 250,
+    readonly maxWaitMs = 10_000,
+  ) {}
+
+  /** Milliseconds to wait before retry `attempt` (0-based); `retryAfter` in seconds. */
+  delay(attempt: number, retryAfter: number | null): number {
+    if (retryAfter !== null) return Math.max(0, Math.min(retryAfter * 1000, this.maxWaitMs));
+    const base = Math.min(this.maxWaitMs, this.backoffMs * 2 ** attempt);
+    // Full jitter in [base/2, base]: clients that failed together do not retry together.
+    return base / 2 + (Math.random() * base) / 2;
+  }
+}
+
+/** `Retry-After` is either delta-seconds or an HTTP date (RFC 9110 §10.2.3); seconds, or null. */
+export function parseRetryAfter(value: string | null | undefined): number | null {
+  if (!value) return null;
+  const text = value.trim();
+  if (/^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i.test(text)) return Math.max(0, Number(text));
+  if (/^[+-]?(inf|infinity)$/i.test(text)) return text.startsWith("-") ? 0 : Infinity;
+  if (/^[+-]?nan$/i.test(text)) return 0;
+  const when = Date.parse(text);
+  if (Number.isNaN(when)) return null;
+  return Math.max(0, (when - Date.now()) / 1000);
+}
+
+function env(name: string): string | undefined {
+  const proc = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process;
+  return proc?.env?.[name];
+}
+
+const UUID_HEX = /^[0-9a-f]{32}$/i;
+
+/** Python's `str(UUID(value))`: braces, `urn:uuid:` and hyphens accepted; lower-case, hyphenated. */
+export function normaliseUuid(value: string): string {
+  let hex = value.trim().replace(/^urn:/i, "").replace(/^uuid:/i, "").replace(/^\{|\}$/g, "");
+  hex = hex.replace(/-/g, "");
+  if (!UUID_HEX.test(hex)) throw new TypeError(`badly formed UUID string: ${JSON.stringify(value)}`);
+  hex = hex.toLowerCase();
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
+function iso(value: Date | string): string {
+  return value instanceof Date ? value.toISOString() : value;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+type Params = Record<string, string | number | boolean | null | undefined>;
+
+interface Call {
+  method: string;
+  path: string;
+  params?: Params;
+  body?: unknown;
+}
+
+/** A lost connection or a timed-out attempt: fetch rejects; the request may or may not have run. */
+function isTransportError(error: unknown): boolean {
+  if (error instanceof TypeError) return true; // fetch's "fetch failed" (refused, reset, DNS)
+  const name = (error as { name?: string } | null)?.name;
+  return name === "TimeoutError" || name === "AbortError";
+}
+
+export interface ListFactsOptions {
+  status?: "active" | "superseded" | "retracted" | (string & {});
+  limit?: number;
+  cursor?: string;
+  projectId?: string;
+}
+
+export interface ContextOptions {
+  budgetTokens?: number;
+  includeEpisodes?: boolean;
+  /** "unified" or "facts_first"; absent, the deployment default (HAKI_CONTEXT_PROFILE) applies. */
+  profile?: ContextProfile;
+  projectId?: string;
+  /** Build the packet the memory would have given at this instant (not in the future). */
+  asOf?: Date | string;
+}
+
+export interface ReplayOptions {
+  budgetTokens?: number;
+  profile?: ContextProfile;
+  recallMaxDistance?: number;
+  asOf?: Date | string;
+}
+
+export interface FactStatsOptions {
+  order?: "never_served" | "most_served" | "most_dropped";
+  limit?: number;
+  projectId?: string;
+}
+
+export class Haki {
+  readonly baseUrl: string;
+  readonly projectId: string | undefined;
+  readonly retry: RetryPolicy;
+  readonly #apiKey: string | undefined;
+  readonly #timeoutMs: number;
+  readonly #fetch: FetchLike;
+
+  constructor(options: HakiOptions = {}) {
+    this.baseUrl = (options.baseUrl || env("HAKI_BASE_URL") || DEFAULT_BASE_URL).replace(/\/+$/, "");
+    this.#apiKey = options.apiKey !== undefined ? options.apiKey : env("HAKI_API_KEY");
+    this.projectId = options.projectId;
+    this.retry = new RetryPolicy(options.maxRetries ?? 3, options.backoffMs ?? 250, options.maxWaitMs ?? 10_000);
+    this.#timeoutMs = options.timeoutMs ?? 10_000;
+    const f = options.fetch ?? (globalThis.fetch as FetchLike | undefined);
+    if (f === undefined) throw new TypeError("no fetch: pass options.fetch (Node 18+ has a global fetch)");
+    this.#fetch = f;
+  }
+
+  #project(projectId: string | undefined): string {
+    const project = projectId || this.projectId;
+    if (!project) {
+      throw new TypeError("projectId is required (pass it, or give the client a default projectId)");
+    }
+    return project;
+  }
+
+  #url(call: Call): string {
+    const query = new URLSearchParams();
+    for (const [name, value] of Object.entries(call.params ?? {})) {
+      if (value === null || value === undefined) continue;
+      query.append(name, String(value)); // booleans become "true"/"false", as in Python
+    }
+    const qs = query.toString();
+    return `${this.baseUrl}${call.path}${qs ? `?${qs}` : ""}`;
+  }
+
+  async #run<T>(call: Call): Promise<T> {
+    const headers: Record<string, string> = {
+      Accept: "application/json",
+      "User-Agent": `haki-client-typescript/${VERSION}`,
+    };
+    if (this.#apiKey) headers["Authorization"] = `Bearer ${this.#apiKey}`;
+    let body: string | undefined;
+    if (call.body !== undefined) {
+      body = JSON.stringify(call.body);
+      headers["Content-Type"] = "application/json";
+    }
+    // One key for every attempt of this call: a retried write is applied once.
+    if (call.method !== "GET") headers["Idempotency-Key"] = crypto.randomUUID();
+    const url = this.#url(call);
+    for (let attempt = 0; ; attempt += 1) {
+      let response: Response;
+      let text: string;
+      try {
+        const init: RequestInit = { method: call.method, headers, signal: AbortSignal.timeout(this.#timeoutMs) };
+        if (body !== undefined) init.body = body;
+        response = await this.#fetch(url, init);
+        text = await response.text();
+      } catch (error) {
+        if (!isTransportError(error)) throw error;
+        if (attempt >= this.retry.maxRetries) {
+          throw new HakiConnectionError(`${call.method} ${call.path}: no answer from Haki: ${String(error)}`, {
+            cause: error,
+          });
+        }
+        await sleep(this.retry.delay(attempt, null));
+        continue;
+      }
+      if (RETRY_STATUSES.has(response.status) && attempt < this.retry.maxRetries) {
+        await sleep(this.retry.delay(attempt, parseRetryAfter(response.headers.get("retry-after"))));
+        continue;
+      }
+      return decode<T>(call, response, text);
+    }
+  }
+
+  // --- write side ---------------------------------------------------------------------------
+
+  /** Writes 1..1000 facts atomically; a plain string is a fact with only `content`. */
+  async writeFacts(
+    subjectId: string,
+    facts: ReadonlyArray<FactIn | string>,
+    options: { projectId?: string } = {},
+  ): Promise<WriteFactsResponse> {
+    const body = {
+      project_id: this.#project(options.projectId),
+      subject_id: subjectId,
+      facts: facts.map((f) => (typeof f === "string" ? { content: f } : f)),
+    };
+    return this.#run({ method: "POST", path: "/v1/facts", body });
+  }
+
+  async getFact(factId: string): Promise<Fact> {
+    return this.#run({ method: "GET", path: `/v1/facts/${normaliseUuid(factId)}` });
+  }
+
+  async listFacts(subjectId?: string, options: ListFactsOptions = {}): Promise<FactPage> {
+    const params = {
+      project_id: this.#project(options.projectId),
+      subject_id: subjectId,
+      status: options.status,
+      limit: options.limit,
+      cursor: options.cursor,
+    };
+    return this.#run({ method: "GET", path: "/v1/facts", params });
+  }
+
+  /** Every matching fact, page after page (keyset pagination). */
+  async *iterFacts(
+    subjectId?: string,
+    options: { status?: ListFactsOptions["status"]; pageSize?: number; projectId?: string } = {},
+  ): AsyncGenerator<Fact, void, undefined> {
+    let cursor: string | undefined;
+    for (;;) {
+      const page = await this.listFacts(subjectId, {
+        status: options.status,
+        limit: options.pageSize,
+        cursor,
+        projectId: options.projectId,
+      });
+      yield* page.facts;
+      if (page.next_cursor === null || page.next_cursor === undefined) return;
+      cursor = page.next_cursor;
+    }
+  }
+
+  async patchFact(factId: string, changes: { status?: string; validTo?: Date | string } = {}): Promise<Fact> {
+    const body: Record<string, unknown> = {};
+    if (changes.status !== undefined) body["status"] = changes.status;
+    if (changes.validTo !== undefined) body["valid_to"] = iso(changes.validTo);
+    return this.#run({ method: "PATCH", path: `/v1/facts/${normaliseUuid(factId)}`, body });
+  }
+
+  async retractFact(factId: string): Promise<Fact> {
+    return this.patchFact(factId, { status: "retracted" });
+  }
+
+  async writeEvents(
+    subjectId: string,
+    events: ReadonlyArray<EventIn>,
+    options: { projectId?: string } = {},
+  ): Promise<WriteEventsResponse> {
+    const body = { project_id: this.#project(options.projectId), subject_id: subjectId, events };
+    return this.#run({ method: "POST", path: "/v1/events", body });
+  }
+
+  async listConflicts(
+    subjectId?: string,
+    options: { status?: "open" | "resolved"; projectId?: string } = {},
+  ): Promise<ConflictList> {
+    const params = { project_id: this.#project(options.projectId), subject_id: subjectId, status: options.status };
+    return this.#run({ method: "GET", path: "/v1/conflicts", params });
+  }
+
+  async resolveConflict(conflictSetId: string, keep: ReadonlyArray<string>): Promise<ConflictSet> {
+    const path = `/v1/conflicts/${normaliseUuid(conflictSetId)}/resolve`;
+    return this.#run({ method: "POST", path, body: { keep: keep.map(normaliseUuid) } });
+  }
+
+  // --- read side ----------------------------------------------------------------------------
+
+  /**
+   * The memory packet for `query`, within `budgetTokens`. `profile` picks the assembler's rules
+   * for this call; absent, the deployment default applies. `asOf` asks for the packet the memory
+   * would have given at that instant (docs/time-travel.md).
+   */
+  async context(subjectId: string, query: string, options: ContextOptions = {}): Promise<ContextPacket> {
+    const body: Record<string, unknown> = {
+      project_id: this.#project(options.projectId),
+      subject_id: subjectId,
+      query,
+    };
+    if (options.budgetTokens !== undefined) body["budget_tokens"] = options.budgetTokens;
+    if (options.includeEpisodes !== undefined) body["include_episodes"] = options.includeEpisodes;
+    if (options.profile !== undefined) body["profile"] = options.profile;
+    if (options.asOf !== undefined) body["as_of"] = iso(options.asOf);
+    return this.#run({ method: "POST", path: "/v1/context", body });
+  }
+
+  async inspect(traceId: string): Promise<Inspection> {
+    return this.#run({ method: "GET", path: `/v1/inspect/${normaliseUuid(traceId)}` });
+  }
+
+  async stats(options: { projectId?: string } = {}): Promise<StatsOverview> {
+    return this.#run({ method: "GET", path: "/v1/stats/overview", params: { project_id: this.#project(options.projectId) } });
+  }
+
+  async healthz(): Promise<Health> {
+    return this.#run({ method: "GET", path: "/healthz" });
+  }
+
+  /**
+   * Rebuilds the packet of a traced call (by default as of the call's own instant, with its
+   * budget, profile and floor; each option overrides one) and diffs it against the original:
+   * `result.diff.added`, `.removed`, `.moved`. The replay is traced too.
+   */
+  async replay(traceId: string, options: ReplayOptions = {}): Promise<ReplayResponse> {
+    const body: Record<string, unknown> = {};
+    if (options.budgetTokens !== undefined) body["budget_tokens"] = options.budgetTokens;
+    if (options.profile !== undefined) body["profile"] = options.profile;
+    if (options.recallMaxDistance !== undefined) body["recall_max_distance"] = options.recallMaxDistance;
+    if (options.asOf !== undefined) body["as_of"] = iso(options.asOf);
+    return this.#run({ method: "POST", path: `/v1/inspect/${normaliseUuid(traceId)}/replay`, body });
+  }
+
+  /** What each active fact is worth: `order` "never_served", "most_served" (the server's default) or "most_dropped". */
+  async factStats(subjectId?: string, options: FactStatsOptions = {}): Promise<FactStats> {
+    const params = {
+      project_id: this.#project(options.projectId),
+      subject_id: subjectId,
+      order: options.order,
+      limit: options.limit,
+    };
+    return this.#run({ method: "GET", path: "/v1/stats/facts", params });
+  }
+}
+
+function decode<T>(call: Call, response: Response, text: string): T {
+  if (response.status >= 200 && response.status < 300) {
+    try {
+      const value: unknown = JSON.parse(text);
+      if (value === null || typeof value !== "object") throw new TypeError("not a JSON object");
+      return value as T;
+    } catch (error) {
+      throw new HakiError(`unexpected response body for ${call.method} ${call.path}: ${String(error)}`, {
+        code: "invalid_response",
+        status: response.status,
+        cause: error,
+      });
+    }
+  }
+  throw errorFrom(response, text);
+}
+
+/** The typed error of an error answer: the contract's `{code, message, details}` when it is one. */
+export function errorFrom(response: Response, text: string): HakiError {
+  const retryAfter = parseRetryAfter(response.headers.get("retry-after"));
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    body = undefined;
+  }
+  const b = body as { code?: unknown; message?: unknown; details?: unknown } | undefined;
+  const isErrorBody =
+    b !== null &&
+    typeof b === "object" &&
+    typeof b.code === "string" &&
+    typeof b.message === "string" &&
+    (b.details === undefined || b.details === null || (typeof b.details === "object" && !Array.isArray(b.details)));
+  if (!isErrorBody) {
+    const fallback = text.trim().replace(/\n/g, " ").slice(0, 200) || response.statusText;
+    return errorFor(response.status, null, fallback, null, retryAfter);
+  }
+  return errorFor(
+    response.status,
+    b.code as string,
+    b.message as string,
+    (b.details as Record<string, unknown> | null | undefined) ?? null,
+    retryAfter,
+  );
+}

@@ -1,0 +1,40 @@
+/**
+ * TypeScript client for Haki, the memory service for AI agents.
+ *
+ *   import { Haki, render } from "haki-client";
+ *   const haki = new Haki({ baseUrl: "http://127.0.0.1:8000", apiKey: "hk_...", projectId: "demo" });
+ *   await haki.writeFacts("alice", ["Alice works at Acme as a data engineer."]);
+ *   console.log(render(await haki.context("alice", "Where does Alice work?")));
+ */
+export {
+  DEFAULT_BASE_URL,
+  Haki,
+  RetryPolicy,
+  VERSION,
+  errorFrom,
+  normaliseUuid,
+  parseRetryAfter,
+} from "./client.js";
+export type {
+  ContextOptions,
+  FactStatsOptions,
+  HakiOptions,
+  ListFactsOptions,
+  ReplayOptions,
+} from "./client.js";
+export {
+  BudgetExceeded,
+  ConflictError,
+  Forbidden,
+  HakiConnectionError,
+  HakiError,
+  NotFound,
+  RateLimited,
+  Unauthorized,
+  Unavailable,
+  ValidationError,
+  errorFor,
+} from "./errors.js";
+export { CLOSE_TAG, OPEN_TAG, hidden, isEmpty, render } from "./render.js";
+export type { RenderOptions, RenderablePacket } from "./render.js";
+export type * from "./types.js";

@@ -1,0 +1,424 @@
+// The client against a real `haki serve` (HAKI_BASE_URL, HAKI_API_KEY, HAKI_PROJECT_ID: set by
+// scripts/test_typescript.sh, which starts the server and creates the key), and its retries
+// against real local HTTP servers scripted here: a proxy in front of Haki that fails, delays or
+// drops chosen attempts, so the retries, Retry-After and the idempotency key are seen on the wire.
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import http from "node:http";
+import { before, describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
+
+import {
+  BudgetExceeded,
+  ConflictError,
+  Forbidden,
+  Haki,
+  HakiConnectionError,
+  HakiError,
+  NotFound,
+  RateLimited,
+  RetryPolicy,
+  Unauthorized,
+  Unavailable,
+  ValidationError,
+  normaliseUuid,
+  parseRetryAfter,
+  render,
+} from "../dist/index.js";
+
+const BASE_URL = process.env.HAKI_BASE_URL;
+const API_KEY = process.env.HAKI_API_KEY;
+const PROJECT = process.env.HAKI_PROJECT_ID;
+const live = BASE_URL && API_KEY && PROJECT ? false : "needs a running Haki: run scripts/test_typescript.sh";
+const unique = (name) => `${name}-${Math.random().toString(16).slice(2, 10)}`;
+
+function pythonRender(packet, stateWarnings = false) {
+  const script = fileURLToPath(new URL("./python_render.py", import.meta.url));
+  const done = spawnSync(process.env.HAKI_PYTHON, [script], {
+    input: JSON.stringify([{ packet, state_warnings: stateWarnings }]),
+    encoding: "utf8",
+    env: { ...process.env, PYTHONIOENCODING: "utf-8", PYTHONUTF8: "1" },
+  });
+  assert.equal(done.status, 0, done.stderr);
+  return JSON.parse(done.stdout)[0].text;
+}
+
+// --- a scripted HTTP server, optionally proxying to Haki -------------------------------------
+
+/** `script(attempt, req, body)` returns "proxy", "drop" (answer lost), "hang", or [status, headers, body]. */
+async function scripted(script) {
+  const seen = [];
+  const server = http.createServer(async (req, res) => {
+    const chunks = [];
+    for await (const chunk of req) chunks.push(chunk);
+    const body = Buffer.concat(chunks);
+    seen.push({ method: req.method, url: req.url, headers: req.headers, body: body.toString(), at: Date.now() });
+    const action = script(seen.length - 1, req, body);
+    if (action === "hang") return; // never answers: the client's timeout must fire
+    if (action === "proxy" || action === "drop") {
+      const upstream = await fetch(`${BASE_URL}${req.url}`, {
+        method: req.method,
+        headers: Object.fromEntries(
+          Object.entries(req.headers).filter(([k]) => !["host", "connection", "content-length"].includes(k)),
+        ),
+        body: ["GET", "HEAD"].includes(req.method) ? undefined : body,
+      });
+      const text = await upstream.text();
+      if (action === "drop") {
+        // Haki applied the write; its answer never reaches the client.
+        req.socket.destroy();
+        return;
+      }
+      res.writeHead(upstream.status, { "content-type": upstream.headers.get("content-type") ?? "" });
+      res.end(text);
+      return;
+    }
+    const [status, headers, text] = action;
+    res.writeHead(status, headers);
+    res.end(text);
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const url = `http://127.0.0.1:${server.address().port}`;
+  return {
+    url,
+    seen,
+    close: () =>
+      new Promise((resolve) => {
+        server.closeAllConnections();
+        server.close(resolve);
+      }),
+  };
+}
+
+const errorBody = (code, message) => JSON.stringify({ code, message, details: null });
+
+// --- no server needed -------------------------------------------------------------------------
+
+describe("client pieces", () => {
+  test("Retry-After: seconds or an HTTP date; the wait is capped by maxWaitMs", () => {
+    assert.equal(parseRetryAfter("2"), 2);
+    assert.equal(parseRetryAfter(" 1.5 "), 1.5);
+    assert.equal(parseRetryAfter("-3"), 0);
+    assert.equal(parseRetryAfter(null), null);
+    assert.equal(parseRetryAfter("soon"), null);
+    assert.equal(parseRetryAfter("Wed, 21 Oct 2015 07:28:00 GMT"), 0); // in the past
+    const future = new Date(Date.now() + 30_000).toUTCString();
+    assert.ok(parseRetryAfter(future) > 25 && parseRetryAfter(future) <= 30);
+    const policy = new RetryPolicy(3, 250, 10_000);
+    assert.equal(policy.delay(0, 2), 2000);
+    assert.equal(policy.delay(5, 3600), 10_000);
+    for (let attempt = 0; attempt < 8; attempt += 1) {
+      const wait = policy.delay(attempt, null);
+      const base = Math.min(10_000, 250 * 2 ** attempt);
+      assert.ok(wait >= base / 2 && wait <= base, `attempt ${attempt}: ${wait}`);
+    }
+  });
+
+  test("ids are checked and normalised as Python's UUID() does", () => {
+    const id = "01A23046-5A3D-7012-91AE-E5A2D19F6346";
+    assert.equal(normaliseUuid(id), id.toLowerCase());
+    assert.equal(normaliseUuid(`{${id}}`), id.toLowerCase());
+    assert.equal(normaliseUuid(`urn:uuid:${id.replace(/-/g, "")}`), id.toLowerCase());
+    assert.throws(() => normaliseUuid("../v1/facts"), TypeError);
+  });
+
+  test("projectId is required, from the call or the client", async () => {
+    const haki = new Haki({ baseUrl: "http://127.0.0.1:9", apiKey: "hk_x" });
+    await assert.rejects(() => haki.context("s", "q"), /projectId is required/);
+  });
+});
+
+describe("retries, idempotency keys and errors on the wire", () => {
+  test("a write retries 503 then 429 with one Idempotency-Key, honouring Retry-After", async () => {
+    const server = await scripted((attempt) =>
+      attempt === 0
+        ? [503, { "content-type": "application/json", "retry-after": "1" }, errorBody("unavailable", "db down")]
+        : attempt === 1
+          ? [429, { "content-type": "application/json", "retry-after": "0" }, errorBody("rate_limited", "slow")]
+          : [201, { "content-type": "application/json" }, JSON.stringify({ facts: [] })],
+    );
+    try {
+      const haki = new Haki({ baseUrl: server.url, apiKey: "hk_test", projectId: "p" });
+      const out = await haki.writeFacts("s", ["a fact"]);
+      assert.deepEqual(out, { facts: [] });
+      assert.equal(server.seen.length, 3);
+      const keys = server.seen.map((s) => s.headers["idempotency-key"]);
+      assert.match(keys[0], /^[0-9a-f-]{36}$/);
+      assert.deepEqual(new Set(keys).size, 1, "one key for every attempt of the call");
+      assert.ok(server.seen[1].at - server.seen[0].at >= 990, "Retry-After: 1 was honoured");
+      assert.equal(server.seen[0].headers["authorization"], "Bearer hk_test");
+      assert.equal(server.seen[0].headers["content-type"], "application/json");
+      assert.match(server.seen[0].headers["user-agent"], /^haki-client-typescript\//);
+      assert.deepEqual(JSON.parse(server.seen[0].body), {
+        project_id: "p",
+        subject_id: "s",
+        facts: [{ content: "a fact" }],
+      });
+      // A second call gets its own key.
+      await haki.writeFacts("s", ["another"]);
+      assert.notEqual(server.seen[3].headers["idempotency-key"], keys[0]);
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("reads carry no Idempotency-Key", async () => {
+    const server = await scripted(() => [200, { "content-type": "application/json" }, '{"status":"ok"}']);
+    try {
+      await new Haki({ baseUrl: server.url }).healthz();
+      assert.equal(server.seen[0].headers["idempotency-key"], undefined);
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("retries are bounded, then the error carries its code, status and Retry-After", async () => {
+    const server = await scripted(() => [
+      429,
+      { "content-type": "application/json", "retry-after": "0" },
+      JSON.stringify({ code: "rate_limited", message: "too many", details: { limit: 600 } }),
+    ]);
+    try {
+      const haki = new Haki({ baseUrl: server.url, projectId: "p", maxRetries: 2 });
+      const err = await haki.context("s", "q").catch((e) => e);
+      assert.ok(err instanceof RateLimited && err instanceof HakiError);
+      assert.equal(err.code, "rate_limited");
+      assert.equal(err.status, 429);
+      assert.equal(err.message, "too many");
+      assert.deepEqual(err.details, { limit: 600 });
+      assert.equal(err.retryAfter, 0);
+      assert.equal(String(err), "rate_limited (HTTP 429): too many");
+      assert.equal(server.seen.length, 3, "the first attempt and two retries");
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("a 503 past the retries is Unavailable; a non-contract body still maps to a code", async () => {
+    const server = await scripted((attempt) =>
+      attempt < 2
+        ? [503, { "content-type": "application/json", "retry-after": "0" }, errorBody("unavailable", "down")]
+        : [502, { "content-type": "text/html" }, "<html>\nBad gateway\n</html>"],
+    );
+    try {
+      const haki = new Haki({ baseUrl: server.url, projectId: "p", maxRetries: 1 });
+      const down = await haki.stats().catch((e) => e);
+      assert.ok(down instanceof Unavailable);
+      assert.equal(down.status, 503);
+      const gateway = await haki.stats().catch((e) => e);
+      assert.equal(gateway.constructor, HakiError);
+      assert.equal(gateway.code, "internal");
+      assert.equal(gateway.status, 502);
+      assert.equal(gateway.message, "<html> Bad gateway </html>");
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("a refused connection is retried, then a HakiConnectionError", async () => {
+    const server = await scripted(() => [200, {}, "{}"]);
+    const url = server.url;
+    await server.close(); // nothing listens there now
+    const haki = new Haki({ baseUrl: url, maxRetries: 2, backoffMs: 1 });
+    const err = await haki.healthz().catch((e) => e);
+    assert.ok(err instanceof HakiConnectionError);
+    assert.equal(err.code, "connection_error");
+    assert.equal(err.status, null);
+  });
+
+  test("an attempt that outlives timeoutMs is retried like a lost connection", async () => {
+    const server = await scripted((attempt) =>
+      attempt === 0 ? "hang" : [200, { "content-type": "application/json" }, '{"status":"ok"}'],
+    );
+    try {
+      const haki = new Haki({ baseUrl: server.url, timeoutMs: 300, backoffMs: 1 });
+      assert.deepEqual(await haki.healthz(), { status: "ok" });
+      assert.equal(server.seen.length, 2);
+    } finally {
+      await server.close();
+    }
+  });
+});
+
+// --- against the real server ------------------------------------------------------------------
+
+describe("against a real haki serve", { skip: live }, () => {
+  let haki;
+  before(() => {
+    haki = new Haki({ baseUrl: BASE_URL, apiKey: API_KEY, projectId: PROJECT });
+  });
+
+  test("the served OpenAPI is the snapshot the types were generated from", async () => {
+    const served = await (await fetch(`${BASE_URL}/docs/openapi.json`)).json();
+    const snapshot = JSON.parse(readFileSync(new URL("../openapi.json", import.meta.url), "utf8"));
+    assert.deepEqual(
+      served,
+      snapshot,
+      "sdk/typescript/openapi.json differs from what the server serves: run `just ts-types`",
+    );
+  });
+
+  test("every route, and render() equal to Python's for the packets served", async () => {
+    const subject = unique("alice");
+    assert.equal((await haki.healthz()).status, "ok");
+    const written = await haki.writeFacts(subject, [
+      { content: "Alice works at Acme as a data engineer.", key: "employer", valid_from: "2024-03-01T00:00:00Z" },
+      "Alice lives in Lyon with her cat Miso.",
+      { content: "Alice prefers tea over coffee.", metadata: { source: "chat" } },
+    ]);
+    assert.deepEqual(
+      written.facts.map((f) => f.status),
+      ["active", "active", "active"],
+    );
+    const employerId = written.facts[0].fact_id;
+    const fact = await haki.getFact(employerId.toUpperCase());
+    assert.equal(fact.key, "employer");
+    assert.equal(fact.subject_id, subject);
+
+    const page = await haki.listFacts(subject, { limit: 2 });
+    assert.equal(page.facts.length, 2);
+    assert.ok(page.next_cursor);
+    const all = [];
+    for await (const f of haki.iterFacts(subject, { pageSize: 2 })) all.push(f.fact_id);
+    assert.equal(all.length, 3);
+
+    assert.equal((await haki.retractFact(written.facts[2].fact_id)).status, "retracted");
+    const until = new Date(Date.now() + 365 * 86_400_000);
+    const patched = await haki.patchFact(written.facts[1].fact_id, { validTo: until });
+    assert.equal(new Date(patched.valid_to).getTime(), until.getTime());
+
+    const events = await haki.writeEvents(subject, [
+      { content: "Alice presented the Acme Q3 roadmap.", occurred_at: "2025-05-02T00:00:00Z" },
+      { content: "Alice adopted a cat.", occurred_at: "2023-11-20T09:00:00+00:00" },
+    ]);
+    assert.equal(events.events.length, 2);
+
+    const clash = await haki.writeFacts(subject, [{ content: "Alice works at Globex.", key: "employer" }]);
+    const conflictSetId = clash.facts[0].conflict_set_id;
+    assert.ok(conflictSetId);
+    const conflicts = await haki.listConflicts(subject, { status: "open" });
+    assert.deepEqual(
+      conflicts.conflicts.map((c) => c.conflict_set_id),
+      [conflictSetId],
+    );
+
+    const blocked = await haki.context(subject, "Where does Alice work?");
+    assert.equal(blocked.status, "degraded");
+    assert.ok(blocked.warnings[0].startsWith("open_conflict: 2"));
+
+    const resolved = await haki.resolveConflict(conflictSetId, [employerId]);
+    assert.equal(resolved.status, "resolved");
+    const again = await haki.resolveConflict(conflictSetId, [employerId]).catch((e) => e);
+    assert.ok(again instanceof ConflictError);
+    assert.equal(again.status, 409);
+
+    const packet = await haki.context(subject, "Where does Alice work and what did she present?", {
+      budgetTokens: 400,
+    });
+    assert.equal(packet.status, "ok");
+    assert.ok(packet.facts.length && packet.episodes.length);
+    const block = render(packet);
+    assert.ok(block.startsWith("<haki_memory>\nFacts:\n") && block.endsWith("</haki_memory>"));
+    assert.ok(block.includes("- [2025-05-02] Alice presented the Acme Q3 roadmap."));
+    assert.ok(block.includes("Alice works at Acme as a data engineer. (since 2024-03-01)"));
+    if (process.env.HAKI_PYTHON) {
+      assert.equal(block, pythonRender(packet));
+      assert.equal(render(blocked, { stateWarnings: true }), pythonRender(blocked, true));
+    }
+
+    const trace = await haki.inspect(packet.trace_id);
+    assert.equal(trace.subject_id, subject);
+    const included = trace.decisions.filter((d) => d.decision === "included");
+    assert.equal(included.length, packet.facts.length + packet.episodes.length);
+
+    const replayed = await haki.replay(packet.trace_id, { budgetTokens: 5 });
+    assert.equal(replayed.origin_trace_id, packet.trace_id);
+    assert.ok(replayed.diff.removed.length > 0);
+
+    const usage = await haki.factStats(subject, { order: "most_served" });
+    assert.ok(usage.facts.some((f) => f.fact_id === employerId && f.served_count >= 1));
+    const stats = await haki.stats();
+    assert.ok(stats.context_calls >= 2);
+  });
+
+  test("held-back memory: isEmpty packet, stateWarnings block, as in Python", async () => {
+    const subject = unique("maya");
+    await haki.writeFacts(subject, [
+      { content: "Maya works at Hooli.", key: "employer" },
+      { content: "Maya works at Pied Piper.", key: "employer" },
+    ]);
+    const packet = await haki.context(subject, "Where does Maya work?");
+    assert.equal(render(packet), "");
+    const block = render(packet, { stateWarnings: true });
+    assert.ok(block.startsWith("<haki_memory>\nNothing served: 2 fact(s) about this subject are known but held back"));
+    if (process.env.HAKI_PYTHON) assert.equal(block, pythonRender(packet, true));
+  });
+
+  test("errors carry their code, status, message and details", async () => {
+    const bad = new Haki({ baseUrl: BASE_URL, apiKey: "hk_not_a_real_key", projectId: PROJECT });
+    assert.equal((await bad.healthz()).status, "ok"); // /healthz needs no key
+    const unauthorized = await bad.stats().catch((e) => e);
+    assert.ok(unauthorized instanceof Unauthorized);
+    assert.equal(unauthorized.status, 401);
+
+    const forbidden = await haki.context("s", "q", { projectId: "another-project" }).catch((e) => e);
+    assert.ok(forbidden instanceof Forbidden);
+    assert.equal(forbidden.code, "forbidden");
+
+    const missing = await haki.getFact("01a23046-59f4-7389-b3b9-000000000000").catch((e) => e);
+    assert.ok(missing instanceof NotFound);
+    assert.equal(missing.status, 404);
+
+    const budget = await haki.context("s", "q", { budgetTokens: 0 }).catch((e) => e);
+    assert.ok(budget instanceof BudgetExceeded && budget instanceof ValidationError);
+    assert.equal(budget.code, "budget_exceeded");
+
+    const invalid = await haki.writeFacts("s", [{ content: "" }]).catch((e) => e);
+    assert.ok(invalid instanceof ValidationError);
+    assert.equal(invalid.code, "validation_error");
+    assert.equal(invalid.status, 400);
+    assert.ok(invalid.field && invalid.field.includes("facts"), JSON.stringify(invalid.details));
+    assert.ok(invalid.message.length > 0);
+
+    const profile = await haki.context("s", "q", { profile: "newest" }).catch((e) => e);
+    assert.ok(profile instanceof ValidationError && profile.field.includes("profile"));
+  });
+
+  describe("through a proxy that loses answers", () => {
+    test("a write whose answer was lost is retried with its key and applied once", async () => {
+      const proxy = await scripted((attempt) => (attempt === 0 ? "drop" : "proxy"));
+      try {
+        const subject = unique("lost");
+        const viaProxy = new Haki({ baseUrl: proxy.url, apiKey: API_KEY, projectId: PROJECT, backoffMs: 1 });
+        const out = await viaProxy.writeFacts(subject, ["Lost answers must not duplicate facts."]);
+        assert.equal(proxy.seen.length, 2, "the first answer was dropped, the retry got one");
+        assert.equal(proxy.seen[0].headers["idempotency-key"], proxy.seen[1].headers["idempotency-key"]);
+        const page = await haki.listFacts(subject);
+        assert.equal(page.facts.length, 1, "applied once");
+        assert.equal(page.facts[0].fact_id, out.facts[0].fact_id, "the retry got the first write's answer");
+      } finally {
+        await proxy.close();
+      }
+    });
+
+    test("503 from the service path is retried after Retry-After, then reaches Haki", async () => {
+      const proxy = await scripted((attempt) =>
+        attempt === 0
+          ? [503, { "content-type": "application/json", "retry-after": "1" }, errorBody("unavailable", "busy")]
+          : "proxy",
+      );
+      try {
+        const subject = unique("busy");
+        const viaProxy = new Haki({ baseUrl: proxy.url, apiKey: API_KEY, projectId: PROJECT });
+        await viaProxy.writeEvents(subject, [{ content: "Busy retried.", occurred_at: "2026-01-02T03:04:05Z" }]);
+        assert.ok(proxy.seen[1].at - proxy.seen[0].at >= 990);
+        const packet = await haki.context(subject, "busy retried");
+        assert.equal(packet.episodes.length, 1);
+      } finally {
+        await proxy.close();
+      }
+    });
+  });
+
+});

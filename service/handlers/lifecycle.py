@@ -1,0 +1,148 @@
+"""Memory lifecycle routes (issue 14): erasure, listing and export."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from litestar import Controller, delete, get
+from litestar.datastructures import State
+from litestar.params import Parameter
+from litestar.response import Stream
+
+from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, MAX_SCOPE_CHARS
+from service.handlers.deps import ERRORS, Caller, ConnDep, SettingsDep
+from service.handlers.memory import NO_NUL, ProjectQuery
+from service.lifecycle import erasure, export
+from service.structs import SubjectErasure, SubjectPage
+
+SubjectPath = Annotated[
+    str,
+    Parameter(
+        min_length=1,
+        max_length=MAX_SCOPE_CHARS,
+        pattern=NO_NUL,
+        description="Subject id, URL-encoded; one holding a `/` goes in `?subject_id=` instead "
+        "(DELETE /v1/subjects, GET /v1/subjects/export).",
+    ),
+]
+SubjectParam = Annotated[
+    str,
+    Parameter(
+        query="subject_id",
+        min_length=1,
+        max_length=MAX_SCOPE_CHARS,
+        pattern=NO_NUL,
+        description="Subject id (any characters, `/` included).",
+    ),
+]
+Limit = Annotated[int, Parameter(query="limit", ge=1, le=MAX_PAGE_LIMIT, description="Page size, 1..500.")]
+Cursor = Annotated[
+    str | None,
+    Parameter(query="cursor", max_length=400, description="`next_cursor` of the previous page."),
+]
+
+
+class LifecycleController(Controller):
+    tags = ["lifecycle"]
+
+    @delete(
+        "/v1/subjects/{subject_id:str}",
+        status_code=200,
+        responses=ERRORS,
+        summary="Erase a subject: every fact, event, conflict set and trace of the scope",
+        description="Erases, in one transaction, the facts (any status), events, conflict sets, "
+        "context calls with their decisions, and the Idempotency-Key records naming them, of one "
+        "(project_id, subject_id); answers with the count of each kind. The erasure is audited "
+        "(counts, time, key id; no content). Afterwards no route returns anything of the subject, "
+        "its traces are 404, and a new write to the same subject id starts empty. Erasing a "
+        "subject that holds nothing answers zeros.",
+    )
+    async def erase_subject(
+        self,
+        conn: ConnDep,
+        principal: Caller,
+        settings: SettingsDep,
+        project_id: ProjectQuery,
+        subject_id: SubjectPath,
+    ) -> SubjectErasure:
+        return await erasure.erase_subject(conn, principal, settings, project_id, subject_id)
+
+    @delete(
+        "/v1/subjects",
+        status_code=200,
+        responses=ERRORS,
+        summary="Erase a subject named in the query (for subject ids holding a `/`)",
+        description="DELETE /v1/subjects/{subject_id} with the subject id in `?subject_id=`: a "
+        "path segment cannot carry a `/`, a query parameter can.",
+    )
+    async def erase_subject_by_query(
+        self,
+        conn: ConnDep,
+        principal: Caller,
+        settings: SettingsDep,
+        project_id: ProjectQuery,
+        subject_id: SubjectParam,
+    ) -> SubjectErasure:
+        return await erasure.erase_subject(conn, principal, settings, project_id, subject_id)
+
+    @get(
+        "/v1/subjects/export",
+        responses=ERRORS,
+        media_type=export.MEDIA_TYPE,
+        summary="Export a subject named in the query (for subject ids holding a `/`)",
+        description="GET /v1/subjects/{subject_id}/export with the subject id in `?subject_id=`.",
+    )
+    async def export_subject_by_query(
+        self,
+        conn: ConnDep,
+        principal: Caller,
+        state: State,
+        project_id: ProjectQuery,
+        subject_id: SubjectParam,
+    ) -> Stream:
+        return await _export(conn, principal, state, project_id, subject_id)
+
+    @get(
+        "/v1/subjects",
+        responses=ERRORS,
+        summary="List the subjects of a project, with their fact and event counts",
+    )
+    async def list_subjects(
+        self,
+        conn: ConnDep,
+        principal: Caller,
+        project_id: ProjectQuery,
+        limit: Limit = DEFAULT_PAGE_LIMIT,
+        cursor: Cursor = None,
+    ) -> SubjectPage:
+        return await erasure.list_subjects(conn, principal, project_id, limit, cursor)
+
+    @get(
+        "/v1/subjects/{subject_id:str}/export",
+        responses=ERRORS,
+        media_type=export.MEDIA_TYPE,
+        summary="Export a subject as JSON Lines (what `haki import` reads back)",
+        description="A streamed JSON Lines document: a header line (`haki_export`, project_id, "
+        'subject_id, exported_at), then every event (`"kind": "event"`) and every fact of any '
+        'status (`"kind": "fact"`) of the scope, each in id order, from one snapshot. '
+        "`haki import FILE --project P --subject S` writes it into a scope. 404 when the subject "
+        "holds nothing.",
+    )
+    async def export_subject(
+        self,
+        conn: ConnDep,
+        principal: Caller,
+        state: State,
+        project_id: ProjectQuery,
+        subject_id: SubjectPath,
+    ) -> Stream:
+        return await _export(conn, principal, state, project_id, subject_id)
+
+
+async def _export(conn: ConnDep, principal: Caller, state: State, project_id: str, subject_id: str) -> Stream:
+    await export.check_exportable(conn, principal, project_id, subject_id)
+    return Stream(
+        export.stream_export(state.pool, project_id, subject_id),
+        media_type=export.MEDIA_TYPE,
+        headers={"Content-Disposition": 'attachment; filename="haki-export.jsonl"'},
+    )

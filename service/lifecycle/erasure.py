@@ -1,0 +1,95 @@
+"""Erasure and listing (issue 14): DELETE /v1/subjects/{id}, /v1/facts/{id}, /v1/events/{id};
+GET /v1/events, /v1/events/{id}, /v1/subjects.
+
+An erasure is one statement, so one transaction: every row of its kind goes at commit, or none.
+It is audited in `erasures` (counts, time, key id; no content). What it does not reach: the
+write-ahead log and backups keep the rows until they rotate (docs/reliability.md, "Erasure").
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from uuid import UUID
+
+from service.auth import Principal
+from service.errors import InvalidInput, NotFound
+from service.ids import uuid7
+from service.memory import decode_cursor, encode_cursor
+from service.repository import Conn
+from service.repository import lifecycle as repo
+from service.settings import Settings
+from service.structs import Event, EventErasure, EventPage, FactErasure, SubjectErasure, SubjectPage
+
+
+async def erase_subject(
+    conn: Conn, principal: Principal, settings: Settings, project_id: str, subject_id: str
+) -> SubjectErasure:
+    """A big subject's one statement may outlast the request statement timeout (5 s): it gets
+    HAKI_ERASURE_TIMEOUT_MS, for its own transaction only."""
+    principal.require(project_id)
+    async with conn.transaction():
+        await repo.extend_statement_timeout(conn, settings.erasure_timeout_ms)
+        return await repo.erase_subject(conn, project_id, subject_id, uuid7(), principal.key_id)
+
+
+async def erase_fact(conn: Conn, principal: Principal, fact_id: UUID) -> FactErasure:
+    erased = await repo.erase_fact(conn, principal.project_id, fact_id, uuid7(), principal.key_id)
+    if erased is None:
+        raise NotFound("No fact with this id in the key's project.", fact_id=str(fact_id))
+    return erased
+
+
+async def erase_event(conn: Conn, principal: Principal, event_id: UUID) -> EventErasure:
+    erased = await repo.erase_event(conn, principal.project_id, event_id, uuid7(), principal.key_id)
+    if erased is None:
+        raise NotFound("No event with this id in the key's project.", event_id=str(event_id))
+    return erased
+
+
+async def get_event(conn: Conn, principal: Principal, event_id: UUID) -> Event:
+    event = await repo.get_event(conn, principal.project_id, event_id)
+    if event is None:
+        raise NotFound("No event with this id in the key's project.", event_id=str(event_id))
+    return event
+
+
+async def list_events(
+    conn: Conn,
+    principal: Principal,
+    project_id: str,
+    subject_id: str | None,
+    limit: int,
+    cursor: str | None,
+) -> EventPage:
+    principal.require(project_id)
+    after = decode_cursor(cursor) if cursor else None
+    rows = await repo.list_events(conn, project_id, subject_id, after, limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return EventPage(events=rows, next_cursor=encode_cursor(rows[-1].event_id) if more and rows else None)
+
+
+def encode_subject_cursor(subject_id: str) -> str:
+    return base64.urlsafe_b64encode(subject_id.encode()).rstrip(b"=").decode()
+
+
+def decode_subject_cursor(cursor: str) -> str:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        return base64.b64decode(padded, altchars=b"-_", validate=True).decode()
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidInput("cursor", "is not a cursor returned by this endpoint") from exc
+
+
+async def list_subjects(
+    conn: Conn, principal: Principal, project_id: str, limit: int, cursor: str | None
+) -> SubjectPage:
+    principal.require(project_id)
+    after = decode_subject_cursor(cursor) if cursor else None
+    rows = await repo.list_subjects(conn, project_id, after, limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return SubjectPage(
+        subjects=rows, next_cursor=encode_subject_cursor(rows[-1].subject_id) if more and rows else None
+    )

@@ -1,0 +1,103 @@
+"""Repository of the memory lifecycle: the only code that runs queries/lifecycle.sql."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from service.repository.base import Conn, collect, one_row, q
+from service.structs import Event, EventErasure, FactErasure, SubjectErasure, SubjectSummary
+
+
+async def erase_subject(
+    conn: Conn, project_id: str, subject_id: str, erasure_id: UUID, key_id: UUID
+) -> SubjectErasure:
+    row = await q().erase_subject(
+        conn, project_id=project_id, subject_id=subject_id, erasure_id=erasure_id, key_id=key_id
+    )
+    return SubjectErasure(project_id=project_id, subject_id=subject_id, **dict(one_row(row, "erase_subject")))
+
+
+async def extend_statement_timeout(conn: Conn, timeout_ms: int) -> None:
+    """For the rest of the current transaction only (set_config(..., true))."""
+    await q().extend_statement_timeout(conn, timeout_ms=timeout_ms)
+
+
+async def erase_fact(
+    conn: Conn, project_id: str, fact_id: UUID, erasure_id: UUID, key_id: UUID
+) -> FactErasure | None:
+    row = await q().erase_fact(
+        conn, project_id=project_id, fact_id=fact_id, erasure_id=erasure_id, key_id=key_id
+    )
+    if row is None:
+        return None
+    values = dict(row)
+    values.pop("facts")
+    return FactErasure(fact_id=fact_id, **values)
+
+
+async def erase_event(
+    conn: Conn, project_id: str, event_id: UUID, erasure_id: UUID, key_id: UUID
+) -> EventErasure | None:
+    row = await q().erase_event(
+        conn, project_id=project_id, event_id=event_id, erasure_id=erasure_id, key_id=key_id
+    )
+    if row is None:
+        return None
+    values = dict(row)
+    values.pop("events")
+    return EventErasure(event_id=event_id, **values)
+
+
+async def context_call_projects(conn: Conn) -> list[str]:
+    return [r["project_id"] for r in await collect(q().list_context_call_projects(conn))]
+
+
+async def purge_expired_context_calls(
+    conn: Conn, project_id: str, retention_days: int, max_calls: int
+) -> tuple[int, int]:
+    row = await q().purge_expired_context_calls(
+        conn, project_id=project_id, retention_days=retention_days, max_calls=max_calls
+    )
+    counts = one_row(row, "purge_expired_context_calls")
+    return int(counts["context_calls"]), int(counts["decisions"])
+
+
+def _event(row: Any) -> Event:
+    return Event(**dict(row))
+
+
+async def get_event(conn: Conn, project_id: str, event_id: UUID) -> Event | None:
+    row = await q().get_event(conn, project_id=project_id, event_id=event_id)
+    return None if row is None else _event(row)
+
+
+async def list_events(
+    conn: Conn, project_id: str, subject_id: str | None, after_id: UUID | None, page_size: int
+) -> list[Event]:
+    rows = await collect(
+        q().list_events(
+            conn, project_id=project_id, subject_id=subject_id, after_id=after_id, page_size=page_size
+        )
+    )
+    return [_event(r) for r in rows]
+
+
+async def list_subjects(
+    conn: Conn, project_id: str, after_subject: str | None, page_size: int
+) -> list[SubjectSummary]:
+    rows = await collect(
+        q().list_subjects(conn, project_id=project_id, after_subject=after_subject, page_size=page_size)
+    )
+    return [SubjectSummary(**dict(r)) for r in rows]
+
+
+async def export_facts(
+    conn: Conn, project_id: str, subject_id: str, after_id: UUID | None, page_size: int
+) -> list[dict[str, Any]]:
+    rows = await collect(
+        q().export_facts(
+            conn, project_id=project_id, subject_id=subject_id, after_id=after_id, page_size=page_size
+        )
+    )
+    return [dict(r) for r in rows]
