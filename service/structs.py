@@ -654,6 +654,7 @@ class FactStats(Response, frozen=True, kw_only=True):
     subject_id: Annotated[str | None, Meta(description="The subject asked for; null: the whole project.")]
     order: Annotated[FactStatsOrder, Meta(description="The order asked for.")]
     facts: Annotated[list[FactUsage], Meta(description="Active facts, in that order.")]
+    trace_retention_days: TraceRetentionDays = 0
 
 
 # --- extraction (POST /v1/extract, issue 16) ---------------------------------------------------
@@ -761,7 +762,6 @@ class ExtractResponse(Response, frozen=True, kw_only=True):
     refused: Annotated[
         list[RefusedFact], Meta(description="Facts the model proposed that Haki refused, and why.")
     ]
-    trace_retention_days: TraceRetentionDays = 0
 
 
 # --- memory lifecycle (issue 14: erasure, listing, export) -------------------------------------

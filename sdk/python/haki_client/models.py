@@ -298,6 +298,7 @@ class FactStats(_Out, frozen=True, kw_only=True):
     order: str
     facts: list[FactUsage]
     subject_id: str | None = None
+    trace_retention_days: int | None = None
 
 
 # --- extraction (POST /v1/extract) -------------------------------------------------------------
@@ -336,7 +337,6 @@ class ExtractResult(_Out, frozen=True, kw_only=True):
     events: list[EventWriteResult]
     facts: list[ExtractedFact]
     refused: list[RefusedFact]
-    trace_retention_days: int | None = None
 
 
 # --- memory lifecycle: erasure, listing, export ------------------------------------------------
