@@ -374,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
         "mcp",
         help="serve Haki's MCP tools over stdio, for an MCP client (Claude Desktop, Cursor...)",
         description="An MCP server on stdin/stdout whose tools (recall, remember, record_event, "
-        "list_conflicts, resolve_conflict, inspect, remember_messages) call a running Haki over "
+        "list_conflicts, resolve_conflict, inspect, remember_messages, forget) call a running Haki over "
         "HTTP: HAKI_URL (default http://127.0.0.1:8000) with the key in HAKI_API_KEY; "
         "HAKI_PROJECT_ID is optional (default: the key's project). Logs go to stderr.",
         parents=[common],

@@ -284,6 +284,21 @@ def register_remember_messages(server: MCPServer, open_session: Opener) -> None:
         return await _call(open_session, ctx, work)
 
 
+def register_forget(server: MCPServer, open_session: Opener) -> None:
+    @server.tool(
+        name="forget",
+        description="Erase everything stored about a subject: every fact, event, conflict and "
+        "trace, at once and for good. Only when the subject (or whoever owns the data) asks to be "
+        "forgotten; to correct one fact, use `remember` with `supersedes` instead. Returns how "
+        "many of each kind were erased.",
+    )
+    async def forget(ctx: Context, subject_id: Subject) -> str:
+        async def work(s: Session) -> str:
+            return _json(await s.client.erase_subject(subject_id, project_id=s.project_id))
+
+        return await _call(open_session, ctx, work)
+
+
 ToolRegistration = Callable[[MCPServer, Opener], None]
 TOOLS: list[ToolRegistration] = [
     register_recall,
@@ -293,6 +308,7 @@ TOOLS: list[ToolRegistration] = [
     register_resolve_conflict,
     register_inspect,
     register_remember_messages,
+    register_forget,
 ]
 
 

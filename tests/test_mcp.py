@@ -42,6 +42,7 @@ TOOLS = {
     "resolve_conflict",
     "inspect",
     "remember_messages",
+    "forget",
 }
 
 
@@ -179,6 +180,13 @@ async def test_every_tool(world: World, transport: str) -> None:
         assert extracted["written"] is True and extracted["facts"][0]["key"] == "city"
         assert len(extracted["events"]) == 1
 
+        # forget erases the subject: recall has nothing left, a second forget erases nothing.
+        erased = json.loads(await call(session, "forget", subject_id=subject))
+        assert erased["facts"] == 4 and erased["events"] == 2 and erased["conflict_sets"] == 1
+        gone = await call(session, "recall", subject_id=subject, query="Where does Alice work?")
+        assert "<haki_memory>" not in gone and gone.startswith("trace_id: ")
+        assert json.loads(await call(session, "forget", subject_id=subject))["facts"] == 0
+
         # Errors come back as tool errors the model can read, naming the problem.
         bad = await call_error(session, "remember", subject_id=subject, facts=[{"content": ""}])
         assert "validation_error" in bad and "facts[0].content" in bad
@@ -213,6 +221,8 @@ async def test_a_key_never_reaches_another_project(world: World, transport: str)
             facts=[{"content": "The launch code is 1234.", "supersedes": str(fact)}],
         )
         assert "validation_error" in superseding
+        # Project b forgetting the same subject id erases its own (empty) memory, not a's.
+        assert json.loads(await call(session, "forget", subject_id=subject))["facts"] == 0
     with Haki(world.server.url, world.key_a, project_id="mcp-a") as a:
         assert a.get_fact(fact).status == "active"
 
