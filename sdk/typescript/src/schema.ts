@@ -610,11 +610,6 @@ export interface components {
             facts: components["schemas"]["ExtractedFact"][];
             /** @description Facts the model proposed that Haki refused, and why. */
             refused: components["schemas"]["RefusedFact"][];
-            /**
-             * @description HAKI_TRACE_RETENTION_DAYS: the figures counted from context traces cover the calls of the last this many days (older traces are purged, within one purge interval); 0: traces are kept for ever and every call logged counts.
-             * @default 0
-             */
-            trace_retention_days?: number;
         };
         /** ExtractedFact */
         ExtractedFact: {
@@ -769,6 +764,11 @@ export interface components {
             order: "never_served" | "most_served" | "most_dropped";
             /** @description Active facts, in that order. */
             facts: components["schemas"]["FactUsage"][];
+            /**
+             * @description HAKI_TRACE_RETENTION_DAYS: the figures counted from context traces cover the calls of the last this many days (older traces are purged, within one purge interval); 0: traces are kept for ever and every call logged counts.
+             * @default 0
+             */
+            trace_retention_days?: number;
         };
         /** FactUsage */
         FactUsage: {
