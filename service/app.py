@@ -27,8 +27,10 @@ from service.handlers.deps import (
     provide_settings,
     release_after_exception,
 )
+from service.handlers.extract import ExtractController
 from service.handlers.health import healthz
 from service.handlers.lifecycle import LifecycleController
+from service.handlers.mcp import McpMount
 from service.handlers.memory import (
     ConflictsController,
     EventsController,
@@ -74,7 +76,8 @@ def create_app(
                 name="trace-retention",
             )
         try:
-            yield
+            async with mcp_mount.running():
+                yield
         finally:
             if purging is not None:
                 purging.cancel()
@@ -108,6 +111,8 @@ def create_app(
         await router.check()
         return asyncio.create_task(router.run(), name="read-replica-monitor")
 
+    mcp_mount = McpMount()
+
     def supervisor(app: Litestar) -> Supervisor:
         async def restarted() -> None:
             metrics.embedded_restarts.inc()
@@ -125,6 +130,8 @@ def create_app(
             LifecycleController,
             metrics_endpoint,
             TraceInspector,
+            ExtractController,
+            mcp_mount.handler(),
         ],
         lifespan=[lifespan],
         middleware=[metrics.middleware] + ([rerun_on_primary] if router is not None else []),

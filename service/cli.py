@@ -194,6 +194,13 @@ def _import(settings: Settings, args: argparse.Namespace) -> int:
     return importer.main_sync(settings, options)
 
 
+def _mcp(settings: Settings, args: argparse.Namespace) -> int:
+    # Imported here: the MCP SDK is only needed by this command.
+    from service.mcp_server import run_stdio
+
+    return run_stdio()
+
+
 def _purge(settings: Settings, args: argparse.Namespace) -> int:
     """`haki purge`: the trace retention purge of the service's background task, once."""
     from service.db import create_pool
@@ -363,6 +370,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     imp.set_defaults(func=_import)
 
+    mcp = sub.add_parser(
+        "mcp",
+        help="serve Haki's MCP tools over stdio, for an MCP client (Claude Desktop, Cursor...)",
+        description="An MCP server on stdin/stdout whose tools (recall, remember, record_event, "
+        "list_conflicts, resolve_conflict, inspect, remember_messages, forget) call a running Haki over "
+        "HTTP: HAKI_URL (default http://127.0.0.1:8000) with the key in HAKI_API_KEY; "
+        "HAKI_PROJECT_ID is optional (default: the key's project). Logs go to stderr.",
+        parents=[common],
+        formatter_class=fmt,
+    )
+    mcp.set_defaults(func=_mcp)
     purge = sub.add_parser(
         "purge",
         help="delete the context traces older than HAKI_TRACE_RETENTION_DAYS, once",

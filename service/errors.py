@@ -55,6 +55,18 @@ ERROR_TABLE: tuple[ErrorCode, ...] = (
         "(HAKI_EMBED_CHARS_PER_MINUTE); wait `Retry-After` seconds",
     ),
     ErrorCode(500, "internal", "a bug: the server logged it"),
+    ErrorCode(
+        502,
+        "extractor_error",
+        "POST /v1/extract: the chat model could not be reached, answered an HTTP error, or answered "
+        "something that is not the JSON schema it was given; nothing was written",
+    ),
+    ErrorCode(
+        504,
+        "extractor_timeout",
+        "POST /v1/extract: no answer from the chat model within HAKI_EXTRACT_TIMEOUT_SECONDS; nothing "
+        "was written",
+    ),
     ErrorCode(503, "unavailable", "database or embedder down, or a statement timeout; retry"),
 )
 
@@ -148,6 +160,15 @@ class TooManyRequests(HakiError, status=429, code="rate_limited"):
 
 class Unavailable(HakiError, status=503, code="unavailable"):
     pass
+
+
+class ExtractorFailed(HakiError, status=502, code="extractor_error"):
+    """The extraction model (HAKI_EXTRACT_BASE_URL) answered with an error, or with something
+    that is not the JSON schema it was asked for: nothing was written."""
+
+
+class ExtractorTimeout(HakiError, status=504, code="extractor_timeout"):
+    """The extraction model did not answer within HAKI_EXTRACT_TIMEOUT_SECONDS: nothing was written."""
 
 
 # The failures that mean the connection itself is gone (server stopped or restarted), so the
@@ -326,3 +347,14 @@ def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Respons
         )
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return error_response(500, ErrorBody(code="internal", message="Internal server error."))
+
+
+async def send_error(
+    send: Any, status: int, code: str, message: str, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """The contract's error body from a raw ASGI app (the /mcp mount, which Litestar's exception
+    handling does not wrap)."""
+    body = msgspec.json.encode(ErrorBody(code=code, message=message))
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": head + (headers or [])})
+    await send({"type": "http.response.body", "body": body})

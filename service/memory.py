@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
+import msgspec
+
 from service.auth import Principal
 from service.embedder import Embedder, EmbedderError
 from service.errors import Conflict, InvalidInput, NotFound, Unavailable
@@ -306,3 +308,18 @@ async def resolve_conflict(
         await conflicts_repo.resolve_conflict_set(conn, project_id, conflict_set_id, req.keep)
     (resolved,) = await conflicts_repo.list_conflicts(conn, project_id, None, None, conflict_set_id)
     return resolved
+
+
+# --- extraction (POST /v1/extract, service/extraction) -----------------------------------------
+
+
+def with_source_events(prepared: PreparedFacts, source_event_ids: list[UUID]) -> PreparedFacts:
+    """The same embedded batch, each fact linked to its event: the extraction embeds its facts
+    before the transaction that creates their events (and so their ids)."""
+    facts = [
+        msgspec.structs.replace(f, source_event_id=e)
+        for f, e in zip(prepared.req.facts, source_event_ids, strict=True)
+    ]
+    req = msgspec.structs.replace(prepared.req, facts=facts)
+    columns = {**prepared.columns, "source_event_ids": list(source_event_ids)}
+    return PreparedFacts(req=req, fact_ids=prepared.fact_ids, columns=columns)

@@ -59,6 +59,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     embed_write_timeout_seconds: float = 120.0
     embed_chars_per_minute: int = 2_000_000
     embed_concurrency: int = 4
+    # POST /v1/extract (issue 16): an OpenAI-compatible chat endpoint; unset, the route is a 503.
+    extract_base_url: str | None = None
+    extract_model: str | None = None
+    extract_api_key: str | None = None
+    extract_timeout_seconds: float = 60.0
     # Trace retention (issue 14): context calls older than this many days are purged with their
     # decisions by a background task, a bounded batch at a time; 0 keeps them for ever.
     trace_retention_days: int = 30
@@ -134,6 +139,7 @@ SETTING_BOUNDS: dict[str, tuple[float, float | None, str]] = {
     "embed_write_timeout_seconds": (1e-9, None, "positive"),
     "embed_chars_per_minute": (0, None, ">= 0 (0 turns the limit off)"),
     "embed_concurrency": (1, None, ">= 1"),
+    "extract_timeout_seconds": (1e-9, None, "positive"),
     "trace_retention_days": (0, None, ">= 0 (0 keeps traces for ever)"),
     "trace_purge_interval_seconds": (1e-9, None, "positive"),
     "trace_purge_batch": (1, None, ">= 1"),

@@ -14,7 +14,13 @@ from uuid import UUID
 import msgspec
 from msgspec import Meta
 
-from service.constants import MAX_BATCH, MAX_CONTENT_CHARS, MAX_QUERY_CHARS, MAX_SCOPE_CHARS
+from service.constants import (
+    EXTRACT_MAX_MESSAGES,
+    MAX_BATCH,
+    MAX_CONTENT_CHARS,
+    MAX_QUERY_CHARS,
+    MAX_SCOPE_CHARS,
+)
 from service.settings import ContextProfile
 
 # The call log stores budget_tokens as a bigint.
@@ -673,6 +679,113 @@ class FactStats(Response, frozen=True, kw_only=True):
     order: Annotated[FactStatsOrder, Meta(description="The order asked for.")]
     facts: Annotated[list[FactUsage], Meta(description="Active facts, in that order.")]
     trace_retention_days: TraceRetentionDays = 0
+
+
+# --- extraction (POST /v1/extract, issue 16) ---------------------------------------------------
+
+MessageRole = Literal["user", "assistant", "system", "tool", "developer"]
+# A message is stored as the event `role: content`; the longest prefix ("assistant: ", 11
+# characters) must still fit the event's MAX_CONTENT_CHARS.
+MAX_MESSAGE_CHARS = MAX_CONTENT_CHARS - 16
+
+
+class ExtractMessage(Request):
+    role: Annotated[MessageRole, Meta(description="Who said it: `user`, `assistant`, `system`, `tool`...")]
+    content: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            max_length=MAX_MESSAGE_CHARS,
+            pattern=_NO_NUL,
+            description=f"The message text, 1..{MAX_MESSAGE_CHARS} characters; stored as the event "
+            "`role: content`.",
+        ),
+    ]
+    occurred_at: Annotated[
+        Timestamp | None,
+        Meta(
+            description="When it was said (RFC 3339 with an offset). Omitted: the time of the request "
+            "(plus i microseconds for the i-th message, so the conversation keeps its order)."
+        ),
+    ] = None
+
+
+class ExtractRequest(Request, kw_only=True):
+    project_id: ProjectIdOrKey = msgspec.field(default_factory=str)
+    subject_id: SubjectId
+    messages: Annotated[
+        list[ExtractMessage],
+        Meta(
+            min_length=1,
+            max_length=EXTRACT_MAX_MESSAGES,
+            description=f"1..{EXTRACT_MAX_MESSAGES} chat messages, oldest first.",
+        ),
+    ]
+    write: Annotated[
+        bool,
+        Meta(
+            description="false: a dry run; the model is asked, the answer is checked, and nothing "
+            "is written, not even the events."
+        ),
+    ] = True
+
+
+class ExtractedFact(Response, frozen=True, kw_only=True):
+    fact_id: Annotated[UUID | None, Meta(description="The written fact; null on a dry run.")]
+    content: MemoryText
+    key: Annotated[str | None, Meta(description="Slot name the model gave, if any.")]
+    volatility: Annotated[Volatility, Meta(description="`stable` or `volatile`, as the model judged.")]
+    source_message: Annotated[int, Meta(description="0-based index of the message it came from.")]
+    source_event_id: Annotated[
+        UUID | None, Meta(description="The event written for that message; null on a dry run.")
+    ]
+    supersedes: Annotated[UUID | None, Meta(description="The known fact it replaces, if any.")]
+    conflict_set_id: Annotated[
+        UUID | None,
+        Meta(description="The open ConflictSet the fact landed in (same key, other content); else null."),
+    ] = None
+
+
+RefusalReason = Literal[
+    "duplicate",
+    "unknown_source_message",
+    "unknown_supersedes",
+    "supersedes_taken",
+    "invalid_content",
+    "invalid_key",
+]
+
+
+class RefusedFact(Response, frozen=True, kw_only=True):
+    content: Annotated[str, Meta(description="What the model proposed (cut to 200 characters).")]
+    key: Annotated[str | None, Meta(description="The key it proposed, if any.")]
+    reason: Annotated[
+        RefusalReason,
+        Meta(
+            description="`duplicate` (an active fact or an earlier proposal says the same), "
+            "`unknown_source_message` / `unknown_supersedes` (an index out of range), "
+            "`supersedes_taken` (an earlier proposal already replaces that fact), "
+            "`invalid_content` / `invalid_key` (empty, too long, or NUL)."
+        ),
+    ]
+    message: Annotated[str, Meta(description="Why, for humans.")]
+
+
+class ExtractResponse(Response, frozen=True, kw_only=True):
+    written: Annotated[bool, Meta(description="false on a dry run (`write: false`).")]
+    model: Annotated[str, Meta(description="The model that answered (HAKI_EXTRACT_MODEL).")]
+    prompt_version: Annotated[str, Meta(description="Version of the extraction prompt used.")]
+    events: Annotated[
+        list[EventWriteResult],
+        Meta(description="One event per message, in input order; empty on a dry run."),
+    ]
+    facts: Annotated[
+        list[ExtractedFact],
+        Meta(description="Facts written (or, on a dry run, that would be), in the model's order."),
+    ]
+    refused: Annotated[
+        list[RefusedFact], Meta(description="Facts the model proposed that Haki refused, and why.")
+    ]
 
 
 # --- memory lifecycle (issue 14: erasure, listing, export) -------------------------------------

@@ -79,6 +79,11 @@ def _context_body(o: Objects, p: str) -> Request:
     return "/v1/context", None, {"project_id": p, "subject_id": "auth", "query": "where does Alice work"}
 
 
+def _extract_body(o: Objects, p: str) -> Request:
+    message = {"role": "user", "content": "I work at Acme."}
+    return "/v1/extract", None, {"project_id": p, "subject_id": "auth", "messages": [message]}
+
+
 def _project_query(url: str) -> Callable[[Objects, str], Request]:
     return lambda o, p: (url, {"project_id": p}, None)
 
@@ -115,6 +120,9 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("GET", "/v1/stats/overview"): Route("bearer", "project", _project_query("/v1/stats/overview")),
     ("POST", "/v1/inspect/{trace_id}/replay"): Route("bearer", "id", _url("/v1/inspect/{o.trace_id}/replay")),
     ("GET", "/v1/stats/facts"): Route("bearer", "project", _project_query("/v1/stats/facts")),
+    # No chat model is configured here: past the key, the route answers its 503 `unavailable`
+    # (tests/test_extract.py drives it against a scripted model).
+    ("POST", "/v1/extract"): Route("bearer", "project", _extract_body, 503),
     # --- memory lifecycle (issue 14) ---
     ("DELETE", "/v1/subjects/{subject_id}"): Route("bearer", "project", _project_query("/v1/subjects/auth")),
     ("DELETE", "/v1/subjects"): Route(

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
@@ -30,6 +31,7 @@ from service.embedder import HashEmbedder
 from service.migrations import migrate
 from service.settings import Settings
 from tests.helpers import bearer
+from tests.helpers.fake_chat import fake_chat
 from tests.helpers.serving import serve
 from tests.helpers.sql import load_test_queries
 
@@ -70,8 +72,14 @@ async def fuzz_database(settings: Settings, migrated: str) -> AsyncIterator[dict
 
 @pytest.fixture(scope="module")
 def base_url(fuzz_database: dict[str, Any]) -> Iterator[str]:
-    with serve(create_app(fuzz_database["settings"])) as url:
-        yield url
+    # POST /v1/extract asks a chat model: a scripted one that finds nothing (tests/helpers/fake_chat.py),
+    # so valid requests reach the write path instead of the 503 of an unconfigured deployment.
+    with fake_chat() as chat:
+        app_settings = msgspec.structs.replace(
+            fuzz_database["settings"], extract_base_url=chat.url, extract_model="fake-model"
+        )
+        with serve(create_app(app_settings)) as url:
+            yield url
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,7 @@ BODY_ROUTES = [
     ("POST", "/v1/context"),
     ("PATCH", f"/v1/facts/{SOME_ID}"),
     ("POST", f"/v1/conflicts/{SOME_ID}/resolve"),
+    ("POST", "/v1/extract"),
 ]
 
 

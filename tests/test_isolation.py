@@ -175,6 +175,24 @@ PROBES: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
             check=only_b_facts_stats,
         ),
     ],
+    # No chat model here: B reaching A's scope is a 403 before the model is asked; B's own scope
+    # gets the unconfigured 503 (tests/test_extract.py checks what the model is shown).
+    ("POST", "/v1/extract"): lambda w: [
+        probe(
+            "/v1/extract",
+            body={
+                "project_id": A,
+                "subject_id": SUBJECT,
+                "messages": [{"role": "user", "content": w.a_query}],
+            },
+            expected=403,
+        ),
+        probe(
+            "/v1/extract",
+            body={"subject_id": SUBJECT, "messages": [{"role": "user", "content": "x"}], "write": False},
+            expected=503,
+        ),
+    ],
     # Memory lifecycle (issue 14). B erasing its own subject `alice` leaves A's alice as it was.
     ("DELETE", "/v1/subjects/{subject_id}"): lambda w: [
         probe(f"/v1/subjects/{SUBJECT}", params={"project_id": A}, expected=403),

@@ -40,9 +40,11 @@ LAYERS: dict[str, int] = {
     "service.replica": 2,
     "service.migrations": 2,
     "service.importer": 2,
+    "service.extraction": 2,
     "service.lifecycle": 2,
     "service.observability": 2,
     "service.handlers": 3,
+    "service.mcp_server": 3,  # the MCP tools: an adapter over the HTTP API, like the handlers
     "service.app": 4,
     "service.cli": 4,
 }

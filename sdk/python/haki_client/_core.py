@@ -32,6 +32,8 @@ from haki_client.models import (
     EventErasure,
     EventIn,
     EventPage,
+    ExtractMessage,
+    ExtractResult,
     Fact,
     FactErasure,
     FactIn,
@@ -85,6 +87,9 @@ class Call(Generic[T]):
     out: type[T]
     params: dict[str, str] | None = None
     body: bytes | None = None
+    # Seconds this call may take, when it is not the client's timeout (POST /v1/extract waits
+    # for a chat model).
+    timeout: float | None = None
 
     @property
     def is_write(self) -> bool:
@@ -351,6 +356,39 @@ def decode_export_line(line: str | bytes) -> dict[str, Any] | None:
         return None
     item: dict[str, Any] = msgspec.json.decode(line)
     return item
+
+
+# POST /v1/extract waits for the server's chat model (HAKI_EXTRACT_TIMEOUT_SECONDS, 60 s by
+# default) and then the embedder: the client's own 10 s would give up first.
+EXTRACT_TIMEOUT_SECONDS = 120.0
+
+
+def extract_call(
+    core: Core,
+    subject_id: str,
+    messages: Sequence[ExtractMessage | Mapping[str, Any]],
+    write: bool,
+    project_id: str | None,
+    timeout: float | None,
+) -> Call[ExtractResult]:
+    body = {
+        "project_id": core._project(project_id),
+        "subject_id": subject_id,
+        "messages": list(messages),
+        "write": write,
+    }
+    return Call(
+        "POST",
+        "/v1/extract",
+        ExtractResult,
+        body=msgspec.json.encode(body),
+        timeout=timeout or EXTRACT_TIMEOUT_SECONDS,
+    )
+
+
+def request_options(call: Call[Any]) -> dict[str, Any]:
+    """Per-call httpx options: a call's own timeout, else the client's."""
+    return {} if call.timeout is None else {"timeout": call.timeout}
 
 
 def request_headers(call: Call[Any], idempotency_key: str | None) -> dict[str, str]:

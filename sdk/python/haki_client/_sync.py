@@ -19,9 +19,11 @@ from haki_client._core import (
     decode_export_line,
     decode_response,
     error_from,
+    extract_call,
     new_idempotency_key,
     parse_retry_after,
     request_headers,
+    request_options,
     should_retry,
 )
 from haki_client.models import (
@@ -33,6 +35,8 @@ from haki_client.models import (
     EventErasure,
     EventIn,
     EventPage,
+    ExtractMessage,
+    ExtractResult,
     Fact,
     FactErasure,
     FactIn,
@@ -108,7 +112,12 @@ class Haki:
         while True:
             try:
                 response = self._http.request(
-                    call.method, call.path, params=call.params, content=call.body, headers=headers
+                    call.method,
+                    call.path,
+                    params=call.params,
+                    content=call.body,
+                    headers=headers,
+                    **request_options(call),
                 )
             except RETRYABLE_TRANSPORT_ERRORS as exc:
                 if attempt >= retry.max_retries:
@@ -254,6 +263,23 @@ class Haki:
         """What each active fact is worth: `order` "never_served", "most_served" (the server's
         default) or "most_dropped" (most often left out for the budget)."""
         return self._run(self._core.fact_stats(subject_id, order, limit, project_id))
+
+    # --- extraction ----------------------------------------------------------------------------
+
+    def extract(
+        self,
+        subject_id: str,
+        messages: Sequence[ExtractMessage | Mapping[str, Any]],
+        *,
+        write: bool = True,
+        project_id: str | None = None,
+        timeout: float | None = None,
+    ) -> ExtractResult:
+        """Stores each chat message as an event and the durable facts the server's chat model
+        (HAKI_EXTRACT_*) finds in them, linked to their events; `write=False` is a dry run.
+        `result.refused` lists what the model proposed and Haki refused, and why. `timeout`
+        defaults to 120 s: the server waits for its model."""
+        return self._run(extract_call(self._core, subject_id, messages, write, project_id, timeout))
 
     # --- memory lifecycle: erasure, listing, export --------------------------------------------
 

@@ -303,6 +303,44 @@ class FactStats(_Out, frozen=True, kw_only=True):
     trace_retention_days: int | None = None
 
 
+# --- extraction (POST /v1/extract) -------------------------------------------------------------
+
+
+class ExtractMessage(_In, kw_only=True, omit_defaults=True):
+    """One chat message to extract facts from; stored as the event `role: content`."""
+
+    role: str  # "user" | "assistant" | "system" | "tool" | "developer"
+    content: str
+    occurred_at: datetime | None = None
+
+
+class ExtractedFact(_Out, frozen=True, kw_only=True):
+    content: str
+    volatility: Volatility
+    source_message: int
+    fact_id: UUID | None = None  # None on a dry run
+    key: str | None = None
+    source_event_id: UUID | None = None
+    supersedes: UUID | None = None
+    conflict_set_id: UUID | None = None
+
+
+class RefusedFact(_Out, frozen=True, kw_only=True):
+    content: str
+    reason: str  # duplicate | unknown_source_message | unknown_supersedes | supersedes_taken | ...
+    message: str
+    key: str | None = None
+
+
+class ExtractResult(_Out, frozen=True, kw_only=True):
+    written: bool
+    model: str
+    prompt_version: str
+    events: list[EventWriteResult]
+    facts: list[ExtractedFact]
+    refused: list[RefusedFact]
+
+
 # --- memory lifecycle: erasure, listing, export ------------------------------------------------
 
 

@@ -313,6 +313,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/extract": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Turn chat messages into events and keyed facts
+         * @description Stores each message as an event (`role: content`) and asks the chat model at HAKI_EXTRACT_BASE_URL (HAKI_EXTRACT_MODEL) which durable facts the messages state, given the scope's active facts and their keys (keyed first, then the newest, at most 100). The answer is checked, then written like POST /v1/facts: keys open conflicts, `supersedes` replaces, each fact's `source_event_id` is its message's event. Proposals Haki refuses are listed in `refused` with their reason. Events and facts are written in one transaction. `write: false` is a dry run (200): nothing is written. The quality of the facts depends on the model. Idempotency-Key works as on POST /v1/facts when writing.
+         */
+        post: operations["V1ExtractExtract"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -467,7 +487,7 @@ export interface components {
         };
         /** ErrorBody */
         ErrorBody: {
-            /** @description snake_case error code, one of: validation_error, budget_exceeded, unauthorized, forbidden, not_found, method_not_allowed, conflict, payload_too_large, unsupported_media_type, rate_limited, internal, unavailable */
+            /** @description snake_case error code, one of: validation_error, budget_exceeded, unauthorized, forbidden, not_found, method_not_allowed, conflict, payload_too_large, unsupported_media_type, rate_limited, internal, extractor_error, extractor_timeout, unavailable */
             code: string;
             /** @description What went wrong, for humans. */
             message: string;
@@ -551,6 +571,69 @@ export interface components {
              * @description Event id (UUIDv7: ids sort by creation time).
              */
             event_id: string;
+        };
+        /** ExtractMessage */
+        ExtractMessage: {
+            /**
+             * @description Who said it: `user`, `assistant`, `system`, `tool`...
+             * @enum {string}
+             */
+            role: "user" | "assistant" | "system" | "tool" | "developer";
+            /** @description The message text, 1..7984 characters; stored as the event `role: content`. */
+            content: string;
+            /** @description When it was said (RFC 3339 with an offset). Omitted: the time of the request (plus i microseconds for the i-th message, so the conversation keeps its order). */
+            occurred_at?: string | null;
+        };
+        /** ExtractRequest */
+        ExtractRequest: {
+            /** @description Project (tenant) id. Optional: omitted, it is the API key's project; another project than the key's is a 403 `forbidden`. */
+            project_id?: string;
+            /** @description Subject the memory is about (a user, a customer, a repository). */
+            subject_id: string;
+            /** @description 1..100 chat messages, oldest first. */
+            messages: components["schemas"]["ExtractMessage"][];
+            /**
+             * @description false: a dry run; the model is asked, the answer is checked, and nothing is written, not even the events.
+             * @default true
+             */
+            write?: boolean;
+        };
+        /** ExtractResponse */
+        ExtractResponse: {
+            /** @description false on a dry run (`write: false`). */
+            written: boolean;
+            /** @description The model that answered (HAKI_EXTRACT_MODEL). */
+            model: string;
+            /** @description Version of the extraction prompt used. */
+            prompt_version: string;
+            /** @description One event per message, in input order; empty on a dry run. */
+            events: components["schemas"]["EventWriteResult"][];
+            /** @description Facts written (or, on a dry run, that would be), in the model's order. */
+            facts: components["schemas"]["ExtractedFact"][];
+            /** @description Facts the model proposed that Haki refused, and why. */
+            refused: components["schemas"]["RefusedFact"][];
+        };
+        /** ExtractedFact */
+        ExtractedFact: {
+            /** @description The written fact; null on a dry run. */
+            fact_id: string | null;
+            /** @description The memory text, as written. */
+            content: string;
+            /** @description Slot name the model gave, if any. */
+            key: string | null;
+            /**
+             * @description `stable` or `volatile`, as the model judged.
+             * @enum {string}
+             */
+            volatility: "stable" | "volatile";
+            /** @description 0-based index of the message it came from. */
+            source_message: number;
+            /** @description The event written for that message; null on a dry run. */
+            source_event_id: string | null;
+            /** @description The known fact it replaces, if any. */
+            supersedes: string | null;
+            /** @description The open ConflictSet the fact landed in (same key, other content); else null. */
+            conflict_set_id?: string | null;
         };
         /** Fact */
         Fact: {
@@ -850,6 +933,20 @@ export interface components {
             status?: "retracted" | null;
             /** @description End of business validity; must be after valid_from. */
             valid_to?: string | null;
+        };
+        /** RefusedFact */
+        RefusedFact: {
+            /** @description What the model proposed (cut to 200 characters). */
+            content: string;
+            /** @description The key it proposed, if any. */
+            key: string | null;
+            /**
+             * @description `duplicate` (an active fact or an earlier proposal says the same), `unknown_source_message` / `unknown_supersedes` (an index out of range), `supersedes_taken` (an earlier proposal already replaces that fact), `invalid_content` / `invalid_key` (empty, too long, or NUL).
+             * @enum {string}
+             */
+            reason: "duplicate" | "unknown_source_message" | "unknown_supersedes" | "supersedes_taken" | "invalid_content" | "invalid_key";
+            /** @description Why, for humans. */
+            message: string;
         };
         /** ReplayChange */
         ReplayChange: {
@@ -3710,6 +3807,159 @@ export interface operations {
             };
             /** @description unavailable: database or embedder down, or a statement timeout; retry */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1ExtractExtract: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Optional, 1..255 visible ASCII characters (a UUID is a good choice). A retry with the same key and the same body returns the first response (same ids, same status code, header `Idempotent-Replayed: true`) and writes nothing; the same key with another body is a 409 `conflict`. Keys are scoped per project and expire HAKI_IDEMPOTENCY_TTL_SECONDS (default 86400) after the first write. Only successful writes are recorded: the retry of a failed request runs again. */
+                "Idempotency-Key"?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ExtractRequest"];
+            };
+        };
+        responses: {
+            /** @description A dry run (`write: false`): what would be written; nothing was. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExtractResponse"];
+                };
+            };
+            /** @description Document created, URL follows */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExtractResponse"];
+                };
+            };
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: missing, unknown or revoked API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden: the key belongs to another project */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such resource in the key's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description method_not_allowed: the route does not take this method */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large: the body exceeds HAKI_MAX_BODY_BYTES */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unsupported_media_type: a body sent under a Content-Type that is not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description rate_limited: too many requests for this API key, or too many characters to embed for this project (HAKI_EMBED_CHARS_PER_MINUTE); wait `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description extractor_error: POST /v1/extract: the chat model could not be reached, answered an HTTP error, or answered something that is not the JSON schema it was given; nothing was written */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: extraction not configured (`details.setting` names the missing HAKI_EXTRACT_* setting); unavailable: database or embedder down, or a statement timeout; retry */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description extractor_timeout: POST /v1/extract: no answer from the chat model within HAKI_EXTRACT_TIMEOUT_SECONDS; nothing was written */
+            504: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -1,0 +1,368 @@
+"""POST /v1/extract: the chat model's proposals, checked, then written by the ordinary write path.
+
+1. the scope's known facts (keyed first, then newest) and the messages go to the model, which
+   answers in a JSON schema (`ANSWER_SCHEMA`);
+2. the answer is decoded strictly (msgspec): anything else is a 502 `extractor_error`, a model
+   that does not answer in HAKI_EXTRACT_TIMEOUT_SECONDS a 504 `extractor_timeout`; neither
+   writes anything;
+3. each proposal is checked against the messages and the known facts: refused ones are listed
+   with their reason, the others become facts whose `source_event_id` is the event of their
+   message;
+4. one transaction writes the events (one per message) and then the facts through
+   `memory.store_facts`, so supersedes, conflicts and source checks are those of POST /v1/facts.
+
+The model runs before any transaction, like the embedder (service/idempotency.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import cache
+from importlib import resources
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+import httpx
+import msgspec
+
+from service import memory
+from service.auth import Principal
+from service.constants import EXTRACT_KNOWN_FACTS, EXTRACT_PROMPT_VERSION, MAX_CONTENT_CHARS, MAX_SCOPE_CHARS
+from service.embedder import Embedder
+from service.errors import ExtractorFailed, ExtractorTimeout, Unavailable
+from service.repository import Conn
+from service.repository.extraction import KnownFact, known_facts
+from service.settings import Settings
+from service.structs import (
+    EventIn,
+    EventWriteResult,
+    ExtractedFact,
+    ExtractMessage,
+    ExtractRequest,
+    ExtractResponse,
+    FactIn,
+    RefusalReason,
+    RefusedFact,
+    WriteEventsRequest,
+    WriteFactsRequest,
+    WriteFactsResponse,
+)
+
+PROMPT_FILE = f"prompt_{EXTRACT_PROMPT_VERSION}.md"
+
+
+@cache
+def system_prompt() -> str:
+    return resources.files("service.extraction").joinpath(PROMPT_FILE).read_text(encoding="utf-8")
+
+
+# --- the model's answer --------------------------------------------------------------------------
+
+
+class ProposedFact(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    content: str
+    source_message: int
+    key: str | None = None
+    supersedes: Annotated[int | None, msgspec.Meta(description="index of a known fact")] = None
+    volatility: Literal["stable", "volatile"] = "stable"
+
+
+class ModelAnswer(msgspec.Struct, forbid_unknown_fields=True):
+    facts: list[ProposedFact]
+
+
+# What response_format asks for (OpenAI's strict structured outputs: every property required,
+# nullable ones typed as [T, "null"], no other properties).
+ANSWER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["facts"],
+    "properties": {
+        "facts": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["content", "key", "source_message", "supersedes", "volatility"],
+                "properties": {
+                    "content": {"type": "string"},
+                    "key": {"type": ["string", "null"]},
+                    "source_message": {"type": "integer"},
+                    "supersedes": {"type": ["integer", "null"]},
+                    "volatility": {"type": "string", "enum": ["stable", "volatile"]},
+                },
+            },
+        }
+    },
+}
+
+
+class _ChatMessage(msgspec.Struct):
+    content: str | None = None
+    refusal: str | None = None
+
+
+class _ChatChoice(msgspec.Struct):
+    message: _ChatMessage
+
+
+class _ChatCompletion(msgspec.Struct):
+    choices: list[_ChatChoice]
+
+
+def _configured(settings: Settings) -> tuple[str, str]:
+    if not settings.extract_base_url:
+        raise Unavailable(
+            "Extraction is not configured: set HAKI_EXTRACT_BASE_URL (an OpenAI-compatible chat "
+            "endpoint) and HAKI_EXTRACT_MODEL.",
+            setting="HAKI_EXTRACT_BASE_URL",
+        )
+    if not settings.extract_model:
+        raise Unavailable(
+            "Extraction is not configured: set HAKI_EXTRACT_MODEL (the chat model to ask).",
+            setting="HAKI_EXTRACT_MODEL",
+        )
+    return settings.extract_base_url.rstrip("/"), settings.extract_model
+
+
+def user_prompt(messages: list[ExtractMessage], times: list[datetime], known: list[KnownFact]) -> str:
+    payload = {
+        "known_facts": [
+            {"index": i, "key": f.key, "content": f.content, "volatility": f.volatility}
+            for i, f in enumerate(known)
+        ],
+        "messages": [
+            {"index": i, "role": m.role, "occurred_at": t, "content": m.content}
+            for i, (m, t) in enumerate(zip(messages, times, strict=True))
+        ],
+    }
+    return msgspec.json.encode(payload).decode()
+
+
+def _snippet(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+async def ask_model(settings: Settings, system: str, user: str) -> ModelAnswer:
+    """One chat completion; every way it can fail is a 502 or a 504, never a 500."""
+    base_url, model = _configured(settings)
+    body = {
+        "model": model,
+        "temperature": 0,
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "haki_extraction", "strict": True, "schema": ANSWER_SCHEMA},
+        },
+    }
+    headers = {"Authorization": f"Bearer {settings.extract_api_key}"} if settings.extract_api_key else {}
+    timeout = settings.extract_timeout_seconds
+    url = f"{base_url}/chat/completions"
+    try:
+        # httpx's timeout bounds each read; asyncio.timeout bounds the whole call (a server that
+        # trickles bytes would otherwise hold the request for ever).
+        async with asyncio.timeout(timeout), httpx.AsyncClient(timeout=timeout) as http:
+            response = await http.post(url, json=body, headers=headers)
+    except (TimeoutError, httpx.TimeoutException) as exc:
+        raise ExtractorTimeout(
+            f"The extraction model did not answer within {timeout:g} s (HAKI_EXTRACT_TIMEOUT_SECONDS); "
+            "nothing was written.",
+            timeout_seconds=timeout,
+        ) from exc
+    except httpx.HTTPError as exc:
+        raise ExtractorFailed(
+            f"Could not reach the extraction model at {url}: {exc!r}; nothing was written.", url=url
+        ) from exc
+    if response.status_code != 200:
+        raise ExtractorFailed(
+            f"The extraction model answered HTTP {response.status_code}; nothing was written.",
+            upstream_status=response.status_code,
+            upstream_body=_snippet(response.text),
+        )
+    try:
+        completion = msgspec.json.decode(response.content, type=_ChatCompletion)
+    except msgspec.DecodeError as exc:
+        raise ExtractorFailed(
+            f"The extraction endpoint's answer is not a chat completion: {exc}; nothing was written.",
+            upstream_body=_snippet(response.text),
+        ) from exc
+    if not completion.choices:
+        raise ExtractorFailed("The extraction model returned no choice; nothing was written.")
+    message = completion.choices[0].message
+    if message.refusal:
+        raise ExtractorFailed(
+            f"The extraction model refused: {_snippet(message.refusal)}; nothing was written."
+        )
+    try:
+        return msgspec.json.decode(message.content or "", type=ModelAnswer)
+    except msgspec.DecodeError as exc:
+        raise ExtractorFailed(
+            f"The extraction model's answer does not follow the schema: {exc}; nothing was written.",
+            errors=str(exc),
+            answer=_snippet(message.content or ""),
+        ) from exc
+
+
+# --- checking the proposals -----------------------------------------------------------------------
+
+_SPACE = re.compile(r"\s+")
+
+
+def _same_text(text: str) -> str:
+    return _SPACE.sub(" ", text).strip().casefold()
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    fact: FactIn
+    source_message: int
+    supersedes: UUID | None
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    accepted: list[Accepted]
+    refused: list[RefusedFact]
+
+
+def check_proposals(answer: ModelAnswer, n_messages: int, known: list[KnownFact], model: str) -> Checked:
+    accepted: list[Accepted] = []
+    refused: list[RefusedFact] = []
+    seen = {_same_text(f.content) for f in known}
+    taken: set[int] = set()
+
+    def refuse(p: ProposedFact, reason: RefusalReason, message: str) -> None:
+        refused.append(RefusedFact(content=_snippet(p.content), key=p.key, reason=reason, message=message))
+
+    for p in answer.facts:
+        content = p.content.strip()
+        key = p.key.strip() if p.key is not None else None
+        key = key or None  # models write "" for "no key"
+        if not content or len(content) > MAX_CONTENT_CHARS or "\x00" in content:
+            refuse(p, "invalid_content", f"content must be 1..{MAX_CONTENT_CHARS} characters without NUL")
+        elif key is not None and (len(key) > MAX_SCOPE_CHARS or "\x00" in key):
+            refuse(p, "invalid_key", f"key must be 1..{MAX_SCOPE_CHARS} characters without NUL")
+        elif not 0 <= p.source_message < n_messages:
+            refuse(p, "unknown_source_message", f"source_message {p.source_message} is not a message index")
+        elif p.supersedes is not None and not 0 <= p.supersedes < len(known):
+            refuse(p, "unknown_supersedes", f"supersedes {p.supersedes} is not a known fact index")
+        elif p.supersedes is not None and p.supersedes in taken:
+            refuse(p, "supersedes_taken", f"an earlier fact already replaces known fact {p.supersedes}")
+        elif _same_text(content) in seen:
+            refuse(p, "duplicate", "an active fact or an earlier proposal already says this")
+        else:
+            seen.add(_same_text(content))
+            old = known[p.supersedes].fact_id if p.supersedes is not None else None
+            if p.supersedes is not None:
+                taken.add(p.supersedes)
+            fact = FactIn(
+                content=content,
+                key=key,
+                volatility=p.volatility,
+                supersedes=old,
+                metadata={"extracted_by": model, "prompt_version": EXTRACT_PROMPT_VERSION},
+            )
+            accepted.append(Accepted(fact=fact, source_message=p.source_message, supersedes=old))
+    return Checked(accepted=accepted, refused=refused)
+
+
+# --- the route's two steps --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Everything the write transaction needs: checked proposals, embedded events and facts."""
+
+    req: ExtractRequest
+    model: str
+    checked: Checked
+    events: memory.PreparedEvents | None
+    facts: memory.PreparedFacts | None
+
+
+def message_times(messages: list[ExtractMessage], now: datetime) -> list[datetime]:
+    return [m.occurred_at or now + timedelta(microseconds=i) for i, m in enumerate(messages)]
+
+
+async def prepare(
+    conn: Conn,
+    embedder: Embedder,
+    settings: Settings,
+    principal: Principal,
+    req: ExtractRequest,
+) -> Plan:
+    """Outside any transaction: known facts, the model, the checks, and (when writing) the embedder."""
+    principal.require(req.project_id)
+    _, model = _configured(settings)
+    times = message_times(req.messages, datetime.now(UTC))
+    known = await known_facts(conn, req.project_id, req.subject_id, EXTRACT_KNOWN_FACTS)
+    answer = await ask_model(settings, system_prompt(), user_prompt(req.messages, times, known))
+    checked = check_proposals(answer, len(req.messages), known, model)
+    if not req.write:
+        return Plan(req=req, model=model, checked=checked, events=None, facts=None)
+    events_req = WriteEventsRequest(
+        project_id=req.project_id,
+        subject_id=req.subject_id,
+        events=[
+            EventIn(content=f"{m.role}: {m.content}", occurred_at=t, metadata={"role": m.role})
+            for m, t in zip(req.messages, times, strict=True)
+        ],
+    )
+    events = await memory.prepare_events(embedder, principal, events_req)
+    facts = None
+    if checked.accepted:
+        facts_req = WriteFactsRequest(
+            project_id=req.project_id,
+            subject_id=req.subject_id,
+            facts=[a.fact for a in checked.accepted],
+        )
+        facts = await memory.prepare_facts(embedder, settings, principal, facts_req)
+    return Plan(req=req, model=model, checked=checked, events=events, facts=facts)
+
+
+def dry_run(plan: Plan) -> ExtractResponse:
+    return _response(plan, None, None)
+
+
+async def store(conn: Conn, plan: Plan) -> ExtractResponse:
+    """One transaction: the events, then the facts linked to them; a refused write undoes both."""
+    assert plan.events is not None
+    async with conn.transaction():
+        events = await memory.store_events(conn, plan.events)
+        event_ids = [e.event_id for e in events.events]
+        written = None
+        if plan.facts is not None:
+            sources = [event_ids[a.source_message] for a in plan.checked.accepted]
+            written = await memory.store_facts(conn, memory.with_source_events(plan.facts, sources))
+    return _response(plan, event_ids, written)
+
+
+def _response(
+    plan: Plan, event_ids: list[UUID] | None, written: WriteFactsResponse | None
+) -> ExtractResponse:
+    facts = []
+    for i, a in enumerate(plan.checked.accepted):
+        result = written.facts[i] if written is not None else None
+        facts.append(
+            ExtractedFact(
+                fact_id=result.fact_id if result else None,
+                content=a.fact.content,
+                key=a.fact.key,
+                volatility=a.fact.volatility,
+                source_message=a.source_message,
+                source_event_id=event_ids[a.source_message] if event_ids is not None else None,
+                supersedes=a.supersedes,
+                conflict_set_id=result.conflict_set_id if result else None,
+            )
+        )
+    return ExtractResponse(
+        written=event_ids is not None,
+        model=plan.model,
+        prompt_version=EXTRACT_PROMPT_VERSION,
+        events=[EventWriteResult(event_id=e) for e in event_ids or []],
+        facts=facts,
+        refused=plan.checked.refused,
+    )

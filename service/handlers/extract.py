@@ -1,0 +1,86 @@
+"""POST /v1/extract: chat messages in, events and keyed facts written (service/extraction)."""
+
+from __future__ import annotations
+
+from litestar import Controller, Response, post
+from litestar.openapi.datastructures import ResponseSpec
+
+from service import idempotency
+from service.errors import ErrorBody, error_code
+from service.extraction import extractor
+from service.handlers.deps import ERRORS, Caller, ConnDep, EmbedderDep, SettingsDep, in_key_project
+from service.handlers.memory import IdempotencyKey, idempotent_response
+from service.replica import ReadsDep
+from service.structs import ExtractRequest, ExtractResponse
+
+
+def _spec(*codes: tuple[int, str], prefix: str = "") -> ResponseSpec:
+    rows = [error_code(status, code) for status, code in codes]
+    text = prefix + "; ".join(f"{r.code}: {r.meaning}" for r in rows)
+    return ResponseSpec(data_container=ErrorBody, generate_examples=False, description=text)
+
+
+EXTRACT_ERRORS = {
+    **ERRORS,
+    200: ResponseSpec(
+        data_container=ExtractResponse,
+        generate_examples=False,
+        description="A dry run (`write: false`): what would be written; nothing was.",
+    ),
+    502: _spec((502, "extractor_error")),
+    503: _spec(
+        (503, "unavailable"),
+        prefix="unavailable: extraction not configured (`details.setting` names the missing "
+        "HAKI_EXTRACT_* setting); ",
+    ),
+    504: _spec((504, "extractor_timeout")),
+}
+
+
+class ExtractController(Controller):
+    path = "/v1/extract"
+    tags = ["extract"]
+
+    @post(
+        "/",
+        status_code=201,
+        responses=EXTRACT_ERRORS,
+        summary="Turn chat messages into events and keyed facts",
+        description="Stores each message as an event (`role: content`) and asks the chat model at "
+        "HAKI_EXTRACT_BASE_URL (HAKI_EXTRACT_MODEL) which durable facts the messages state, given "
+        "the scope's active facts and their keys (keyed first, then the newest, at most 100). The "
+        "answer is checked, then written like POST /v1/facts: keys open conflicts, `supersedes` "
+        "replaces, each fact's `source_event_id` is its message's event. Proposals Haki refuses "
+        "are listed in `refused` with their reason. Events and facts are written in one "
+        "transaction. `write: false` is a dry run (200): nothing is written. The quality of the "
+        "facts depends on the model. Idempotency-Key works as on POST /v1/facts when writing.",
+    )
+    async def extract(
+        self,
+        data: ExtractRequest,
+        conn: ConnDep,
+        principal: Caller,
+        embedder: EmbedderDep,
+        settings: SettingsDep,
+        reads: ReadsDep,
+        idempotency_key: IdempotencyKey = None,
+    ) -> Response[ExtractResponse]:
+        data = in_key_project(data, principal)
+        if not data.write:
+            plan = await extractor.prepare(conn, embedder, settings, principal, data)
+            return Response(extractor.dry_run(plan), status_code=200)
+        outcome = await idempotency.run_once(
+            conn,
+            settings,
+            principal,
+            project_id=data.project_id,
+            key=idempotency_key,
+            route="POST /v1/extract",
+            request=data,
+            status_code=201,
+            response_type=ExtractResponse,
+            prepare=lambda: extractor.prepare(conn, embedder, settings, principal, data),
+            write=lambda plan: extractor.store(conn, plan),
+        )
+        await reads.note_write(conn, data.project_id, data.subject_id)
+        return idempotent_response(outcome)

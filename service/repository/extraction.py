@@ -1,0 +1,23 @@
+"""POST /v1/extract's reads (queries/extract.sql)."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+import msgspec
+
+from service.repository.base import Conn, collect, q
+
+
+class KnownFact(msgspec.Struct, frozen=True, kw_only=True):
+    fact_id: UUID
+    key: str | None
+    content: str
+    volatility: str
+
+
+async def known_facts(conn: Conn, project_id: str, subject_id: str, max_facts: int) -> list[KnownFact]:
+    rows = await collect(
+        q().list_extract_known_facts(conn, project_id=project_id, subject_id=subject_id, max_facts=max_facts)
+    )
+    return [KnownFact(**dict(r)) for r in rows]

@@ -1,0 +1,366 @@
+"""POST /v1/extract against a scripted OpenAI-compatible chat server (tests/helpers/fake_chat.py)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import asyncpg
+import httpx
+import msgspec
+import pytest
+from haki_client import AsyncHaki, ExtractMessage
+
+from service.app import create_app
+from service.embedder import Embedder
+from service.settings import Settings
+from tests.helpers import assert_error, bearer, stats
+from tests.helpers.app import SingleConnectionPool, make_client
+from tests.helpers.fake_chat import FakeChat, Step, answer, fake_chat
+
+SUBJECT = "alice"
+MESSAGES = [
+    {"role": "user", "content": "Hi! I just started a new job at Globex as a data engineer.",
+     "occurred_at": "2026-11-30T09:00:00+00:00"},
+    {"role": "assistant", "content": "Congratulations! How is Berlin treating you?"},
+    {"role": "user", "content": "Great, I love living in Berlin. Also I am vegetarian now."},
+]  # fmt: skip
+
+
+@pytest.fixture
+def chat() -> Iterator[FakeChat]:
+    with fake_chat() as c:
+        yield c
+
+
+@pytest.fixture
+async def ext(
+    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, chat: FakeChat
+) -> AsyncIterator[httpx.AsyncClient]:
+    async with make_client(
+        settings,
+        conn,
+        hash_embedder,
+        extract_base_url=chat.url,
+        extract_model="fake-model",
+        extract_api_key="sk-test",
+        extract_timeout_seconds=1.0,
+    ) as c:
+        yield c
+
+
+async def extract(client: httpx.AsyncClient, key: str, **body: Any) -> httpx.Response:
+    payload = {"subject_id": SUBJECT, "messages": MESSAGES, **body}
+    return await client.post("/v1/extract", json=payload, headers=bearer(key))
+
+
+async def counts(client: httpx.AsyncClient, key: str) -> tuple[int, int]:
+    s = (await stats(client, key)).json()
+    return s["facts_total"], s["events_total"]
+
+
+async def test_not_configured_is_503_naming_the_setting(client: httpx.AsyncClient, key: str) -> None:
+    body = assert_error(await extract(client, key), 503, "unavailable")
+    assert "HAKI_EXTRACT_BASE_URL" in body["message"]
+    assert body["details"]["setting"] == "HAKI_EXTRACT_BASE_URL"
+    assert await counts(client, key) == (0, 0)
+
+
+async def test_writes_events_and_linked_facts(ext: httpx.AsyncClient, key: str, chat: FakeChat) -> None:
+    chat.then(
+        answer(
+            {"content": "Alice works at Globex as a data engineer.", "key": "employer", "source_message": 0},
+            {"content": "Alice is vegetarian.", "key": "diet", "source_message": 2},
+            {
+                "content": "Alice lives in Berlin.",
+                "key": "city",
+                "source_message": 2,
+                "volatility": "volatile",
+            },
+        )
+    )
+    r = await extract(ext, key)
+    assert r.status_code == 201, r.text
+    out = r.json()
+    assert out["written"] is True and out["model"] == "fake-model" and out["prompt_version"] == "v1"
+    assert out["refused"] == []
+    events = [e["event_id"] for e in out["events"]]
+    assert len(events) == 3
+    facts = out["facts"]
+    assert [f["key"] for f in facts] == ["employer", "diet", "city"]
+    assert [f["source_event_id"] for f in facts] == [events[0], events[2], events[2]]
+    stored = (await ext.get(f"/v1/facts/{facts[2]['fact_id']}", headers=bearer(key))).json()
+    assert stored["source_event_id"] == events[2]
+    assert stored["volatility"] == "volatile" and stored["stale_after_seconds"] > 0
+    assert stored["metadata"] == {"extracted_by": "fake-model", "prompt_version": "v1"}
+    assert await counts(ext, key) == (3, 3)
+
+    # What the model was sent: the schema, the model, the key, the dated messages.
+    sent = chat.requests[0]
+    assert sent["model"] == "fake-model"
+    assert sent["response_format"]["type"] == "json_schema"
+    assert sent["response_format"]["json_schema"]["strict"] is True
+    assert "keeps only durable facts" in sent["messages"][0]["content"]
+    assert chat.headers[0]["Authorization"] == "Bearer sk-test"
+    payload = chat.user_payload()
+    assert payload["known_facts"] == []
+    assert [m["role"] for m in payload["messages"]] == ["user", "assistant", "user"]
+    assert payload["messages"][0]["occurred_at"].startswith("2026-11-30T09:00:00")
+
+    # Each message is an event `role: content`, so the episode reads as a turn of the conversation.
+    packet = (
+        await ext.post(
+            "/v1/context",
+            json={"subject_id": SUBJECT, "query": "Congratulations on the job"},
+            headers=bearer(key),
+        )
+    ).json()
+    assert any(e["content"].startswith("assistant: Congratulations!") for e in packet["episodes"])
+
+
+async def test_known_facts_let_the_model_supersede_and_conflict(
+    ext: httpx.AsyncClient, key: str, chat: FakeChat
+) -> None:
+    written = await ext.post(
+        "/v1/facts",
+        json={
+            "subject_id": SUBJECT,
+            "facts": [
+                {"content": "Alice works at Acme.", "key": "employer", "valid_from": "2020-01-01T00:00:00Z"},
+                {"content": "Alice lives in Paris.", "key": "city"},
+                {"content": "Alice plays chess."},
+            ],
+        },
+        headers=bearer(key),
+    )
+    acme, paris, chess = (f["fact_id"] for f in written.json()["facts"])
+    chat.then(Step(answer={"facts": []}))
+    await extract(ext, key, write=False)
+    known = chat.user_payload()["known_facts"]
+    # Keyed facts first, each with its key, so the model can reuse the key or supersede it.
+    assert {k["content"] for k in known[:2]} == {"Alice works at Acme.", "Alice lives in Paris."}
+    assert known[2]["content"] == "Alice plays chess." and known[2]["key"] is None
+    index = {k["content"]: k["index"] for k in known}
+
+    chat.then(
+        answer(
+            {
+                "content": "Alice works at Globex.",
+                "key": "employer",
+                "source_message": 0,
+                "supersedes": index["Alice works at Acme."],
+            },
+            # Same key, other content, no supersedes: the ordinary write path opens a conflict.
+            {"content": "Alice lives in Berlin.", "key": "city", "source_message": 2},
+        )
+    )
+    r = await extract(ext, key)
+    assert r.status_code == 201, r.text
+    globex, berlin = r.json()["facts"]
+    assert globex["supersedes"] == acme and globex["conflict_set_id"] is None
+    assert berlin["conflict_set_id"] is not None
+    assert (await ext.get(f"/v1/facts/{acme}", headers=bearer(key))).json()["status"] == "superseded"
+    conflict = (await ext.get("/v1/conflicts", headers=bearer(key))).json()["conflicts"][0]
+    assert {m["fact_id"] for m in conflict["members"]} == {paris, berlin["fact_id"]}
+    assert (await ext.get(f"/v1/facts/{chess}", headers=bearer(key))).json()["status"] == "active"
+
+
+async def test_refused_proposals_are_listed_with_their_reason(
+    ext: httpx.AsyncClient, key: str, chat: FakeChat
+) -> None:
+    await ext.post(
+        "/v1/facts",
+        json={"subject_id": SUBJECT, "facts": [{"content": "Alice is vegetarian.", "key": "diet"}]},
+        headers=bearer(key),
+    )
+    chat.then(
+        answer(
+            {"content": "Alice works at Globex.", "key": "employer", "source_message": 0},
+            {"content": "  alice is VEGETARIAN. ", "source_message": 2},
+            {"content": "Alice works at  Globex.", "source_message": 0},
+            {"content": "Alice likes tea.", "source_message": 7},
+            {"content": "Alice lives in Berlin.", "source_message": 2, "supersedes": 5},
+            {"content": "Alice eats fish.", "source_message": 2, "supersedes": 0},
+            {"content": "Alice eats meat.", "source_message": 2, "supersedes": 0},
+            {"content": "   ", "source_message": 0},
+            {"content": "Alice has a cat.", "key": "k" * 201, "source_message": 0},
+            {"content": "Alice has a dog.", "key": "", "source_message": 2},
+        )
+    )
+    r = await extract(ext, key)
+    assert r.status_code == 201, r.text
+    out = r.json()
+    assert [(f["content"], f["key"]) for f in out["facts"]] == [
+        ("Alice works at Globex.", "employer"),
+        ("Alice eats fish.", None),
+        ("Alice has a dog.", None),
+    ]
+    assert [x["reason"] for x in out["refused"]] == [
+        "duplicate",
+        "duplicate",
+        "unknown_source_message",
+        "unknown_supersedes",
+        "supersedes_taken",
+        "invalid_content",
+        "invalid_key",
+    ]
+    assert all(x["message"] for x in out["refused"])
+    assert await counts(ext, key) == (4, 3)
+
+
+async def test_dry_run_writes_nothing(ext: httpx.AsyncClient, key: str, chat: FakeChat) -> None:
+    chat.then(answer({"content": "Alice works at Globex.", "key": "employer", "source_message": 0}))
+    r = await extract(ext, key, write=False)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["written"] is False and out["events"] == []
+    (fact,) = out["facts"]
+    assert fact["content"] == "Alice works at Globex." and fact["fact_id"] is None
+    assert fact["source_event_id"] is None and fact["source_message"] == 0
+    assert await counts(ext, key) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        Step(content="Sure! Here are the facts: Alice works at Globex."),
+        Step(content='```json\n{"facts": []}\n```'),
+        Step(answer={"items": []}),
+        Step(answer={"facts": [{"content": "Alice works at Globex."}]}),
+        Step(answer={"facts": [{"content": "x", "source_message": "0"}]}),
+        Step(answer={"facts": [{"content": "x", "source_message": 0, "confidence": 0.9}]}),
+        Step(answer={"facts": [{"content": "x", "source_message": 0, "volatility": "sometimes"}]}),
+        Step(status=500),
+        Step(status=429),
+        Step(body=b"<html>gateway</html>"),
+        Step(body=b'{"choices": []}'),
+    ],
+    ids=[
+        "prose",
+        "fenced",
+        "wrong-top-key",
+        "missing-field",
+        "wrong-type",
+        "unknown-field",
+        "bad-enum",
+        "http-500",
+        "http-429",
+        "not-json",
+        "no-choice",
+    ],
+)
+async def test_malformed_answer_is_502_and_writes_nothing(
+    ext: httpx.AsyncClient, key: str, chat: FakeChat, step: Step
+) -> None:
+    # One good proposal would be written if Haki validated item by item: the whole answer goes.
+    chat.then(step)
+    body = assert_error(await extract(ext, key), 502, "extractor_error")
+    assert "nothing was written" in body["message"]
+    assert await counts(ext, key) == (0, 0)
+
+
+async def test_model_time_out_is_504_and_writes_nothing(
+    ext: httpx.AsyncClient, key: str, chat: FakeChat
+) -> None:
+    chat.then(Step(answer={"facts": []}, delay=3.0))
+    body = assert_error(await extract(ext, key), 504, "extractor_timeout")
+    assert "HAKI_EXTRACT_TIMEOUT_SECONDS" in body["message"]
+    assert await counts(ext, key) == (0, 0)
+
+
+async def test_unreachable_model_is_502(
+    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str
+) -> None:
+    async with make_client(
+        settings, conn, hash_embedder, extract_base_url="http://127.0.0.1:9/v1", extract_model="m"
+    ) as c:
+        body = assert_error(await extract(c, key), 502, "extractor_error")
+        assert "127.0.0.1:9" in body["message"]
+
+
+async def test_another_projects_key_is_403(
+    ext: httpx.AsyncClient, key: str, other_key: str, chat: FakeChat
+) -> None:
+    r = await extract(ext, other_key, project_id="proj-a")
+    assert_error(r, 403, "forbidden")
+    assert chat.requests == []  # the model never saw proj-a's facts
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": "robot", "content": "hi"}]}, "messages[0].role"),
+        ({"messages": [{"role": "user", "content": ""}]}, "messages[0].content"),
+        (
+            {"messages": [{"role": "user", "content": "hi", "occurred_at": "yesterday"}]},
+            "messages[0].occurred_at",
+        ),
+        ({"write": "yes"}, "write"),
+    ],
+)
+async def test_bad_input_names_the_field(
+    ext: httpx.AsyncClient, key: str, chat: FakeChat, body: dict[str, Any], field: str
+) -> None:
+    r = await extract(ext, key, **body)
+    assert r.status_code == 400, r.text
+    assert r.json()["details"]["field"] == field
+    assert chat.requests == []
+
+
+async def test_idempotency_key_replays_the_first_answer(
+    ext: httpx.AsyncClient, key: str, chat: FakeChat
+) -> None:
+    chat.then(answer({"content": "Alice works at Globex.", "source_message": 0}))
+    headers = {**bearer(key), "Idempotency-Key": "extract-1"}
+    payload = {"subject_id": SUBJECT, "messages": MESSAGES}
+    first = await ext.post("/v1/extract", json=payload, headers=headers)
+    again = await ext.post("/v1/extract", json=payload, headers=headers)
+    assert first.status_code == again.status_code == 201
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert again.json() == first.json()
+    assert len(chat.requests) == 1
+    assert await counts(ext, key) == (1, 3)
+
+
+def test_settings_from_env() -> None:
+    s = Settings.from_env(
+        {
+            "HAKI_EXTRACT_BASE_URL": "http://127.0.0.1:8080/v1",
+            "HAKI_EXTRACT_MODEL": "qwen2.5-7b-instruct",
+            "HAKI_EXTRACT_API_KEY": "sk-x",
+            "HAKI_EXTRACT_TIMEOUT_SECONDS": "12.5",
+        }
+    )
+    assert (s.extract_base_url, s.extract_model, s.extract_api_key, s.extract_timeout_seconds) == (
+        "http://127.0.0.1:8080/v1",
+        "qwen2.5-7b-instruct",
+        "sk-x",
+        12.5,
+    )
+
+
+async def test_async_sdk_extract(
+    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str, chat: FakeChat
+) -> None:
+    app_settings = msgspec.structs.replace(settings, extract_base_url=chat.url, extract_model="fake-model")
+    app = create_app(app_settings, pool=SingleConnectionPool(conn), embedder=hash_embedder)
+    chat.then(answer({"content": "Alice works at Globex.", "key": "employer", "source_message": 0}))
+    transport = httpx.ASGITransport(app=app)
+    async with AsyncHaki("http://testserver", key, project_id="proj-a", transport=transport) as haki:
+        result = await haki.extract(SUBJECT, [ExtractMessage(role="user", content="I joined Globex.")])
+    assert result.written is True
+    (fact,) = result.facts
+    assert fact.key == "employer" and fact.source_event_id == result.events[0].event_id
+    assert fact.fact_id is not None and result.refused == []
+
+
+async def test_the_model_sees_only_the_keys_project(
+    ext: httpx.AsyncClient, key: str, other_key: str, chat: FakeChat
+) -> None:
+    for k, content in ((key, "Alice works at Acme."), (other_key, "Alice works at Initech.")):
+        body = {"subject_id": SUBJECT, "facts": [{"content": content, "key": "employer"}]}
+        assert (await ext.post("/v1/facts", json=body, headers=bearer(k))).status_code == 201
+    r = await extract(ext, other_key, write=False)
+    assert r.status_code == 200, r.text
+    assert [f["content"] for f in chat.user_payload()["known_facts"]] == ["Alice works at Initech."]
