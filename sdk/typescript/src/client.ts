@@ -10,8 +10,15 @@ import type {
   ConflictSet,
   ContextPacket,
   ContextProfile,
+  Event,
+  EventErasure,
   EventIn,
+  EventPage,
+  ExportLine,
+  ExtractMessage,
+  ExtractResult,
   Fact,
+  FactErasure,
   FactIn,
   FactPage,
   FactStats,
@@ -19,6 +26,8 @@ import type {
   Inspection,
   ReplayResponse,
   StatsOverview,
+  SubjectErasure,
+  SubjectPage,
   WriteEventsResponse,
   WriteFactsResponse,
 } from "./types.js";
@@ -26,6 +35,9 @@ import type {
 export const VERSION = "0.1.0";
 export const DEFAULT_BASE_URL = "http://127.0.0.1:8000";
 const RETRY_STATUSES = new Set([429, 503]);
+// POST /v1/extract waits for the server's chat model (HAKI_EXTRACT_TIMEOUT_SECONDS, 60 s by
+// default) and then the embedder: the client's own 10 s would give up first (as in Python).
+export const EXTRACT_TIMEOUT_MS = 120_000;
 
 type FetchLike = (input: string, init: RequestInit) => Promise<Response>;
 
@@ -115,6 +127,13 @@ interface Call {
   path: string;
   params?: Params;
   body?: unknown;
+  /** Milliseconds an attempt of this call may take, when it is not the client's timeoutMs. */
+  timeoutMs?: number;
+}
+
+/** A subject id as one path segment: Python's `urllib.parse.quote(value, safe="")`. */
+function segment(value: string): string {
+  return encodeURIComponent(value).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
 }
 
 /** A lost connection or a timed-out attempt: fetch rejects; the request may or may not have run. */
@@ -154,6 +173,26 @@ export interface FactStatsOptions {
   projectId?: string;
 }
 
+export interface ListEventsOptions {
+  limit?: number;
+  cursor?: string;
+  projectId?: string;
+}
+
+export interface ListSubjectsOptions {
+  limit?: number;
+  cursor?: string;
+  projectId?: string;
+}
+
+export interface ExtractOptions {
+  /** false: a dry run (the model is asked, nothing is written). Default true. */
+  write?: boolean;
+  projectId?: string;
+  /** Per attempt, in milliseconds (default 120 000: the server waits for its chat model). */
+  timeoutMs?: number;
+}
+
 export class Haki {
   readonly baseUrl: string;
   readonly projectId: string | undefined;
@@ -191,12 +230,17 @@ export class Haki {
     return `${this.baseUrl}${call.path}${qs ? `?${qs}` : ""}`;
   }
 
-  async #run<T>(call: Call): Promise<T> {
+  #headers(): Record<string, string> {
     const headers: Record<string, string> = {
       Accept: "application/json",
       "User-Agent": `haki-client-typescript/${VERSION}`,
     };
     if (this.#apiKey) headers["Authorization"] = `Bearer ${this.#apiKey}`;
+    return headers;
+  }
+
+  async #run<T>(call: Call): Promise<T> {
+    const headers = this.#headers();
     let body: string | undefined;
     if (call.body !== undefined) {
       body = JSON.stringify(call.body);
@@ -209,7 +253,8 @@ export class Haki {
       let response: Response;
       let text: string;
       try {
-        const init: RequestInit = { method: call.method, headers, signal: AbortSignal.timeout(this.#timeoutMs) };
+        const timeoutMs = call.timeoutMs ?? this.#timeoutMs;
+        const init: RequestInit = { method: call.method, headers, signal: AbortSignal.timeout(timeoutMs) };
         if (body !== undefined) init.body = body;
         response = await this.#fetch(url, init);
         text = await response.text();
@@ -369,6 +414,188 @@ export class Haki {
       limit: options.limit,
     };
     return this.#run({ method: "GET", path: "/v1/stats/facts", params });
+  }
+
+  // --- extraction ---------------------------------------------------------------------------
+
+  /**
+   * Stores each chat message as an event and the durable facts the server's chat model
+   * (HAKI_EXTRACT_*) finds in them, linked to their events; `write: false` is a dry run.
+   * `result.refused` lists what the model proposed and Haki refused, and why. Without a
+   * configured model the server answers 503 `unavailable` naming the setting (`details.setting`);
+   * like every 503 it is retried first (pass `maxRetries: 0` to the client to fail at once).
+   */
+  async extract(
+    subjectId: string,
+    messages: ReadonlyArray<ExtractMessage>,
+    options: ExtractOptions = {},
+  ): Promise<ExtractResult> {
+    const body = {
+      project_id: this.#project(options.projectId),
+      subject_id: subjectId,
+      messages,
+      write: options.write ?? true,
+    };
+    const timeoutMs = options.timeoutMs || EXTRACT_TIMEOUT_MS;
+    return this.#run({ method: "POST", path: "/v1/extract", body, timeoutMs });
+  }
+
+  // --- memory lifecycle: erasure, listing, export -------------------------------------------
+
+  /**
+   * Erases every fact, event, conflict set and trace of the subject, in one transaction; answers
+   * the count of each kind. Irreversible.
+   */
+  async eraseSubject(subjectId: string, options: { projectId?: string } = {}): Promise<SubjectErasure> {
+    const project = this.#project(options.projectId);
+    if (subjectId.includes("/")) {
+      // A path segment cannot carry it: the query form of the route.
+      return this.#run({ method: "DELETE", path: "/v1/subjects", params: { project_id: project, subject_id: subjectId } });
+    }
+    return this.#run({ method: "DELETE", path: `/v1/subjects/${segment(subjectId)}`, params: { project_id: project } });
+  }
+
+  /** Erases one fact (to stop serving it but keep it, use `retractFact`). */
+  async deleteFact(factId: string): Promise<FactErasure> {
+    return this.#run({ method: "DELETE", path: `/v1/facts/${normaliseUuid(factId)}` });
+  }
+
+  async deleteEvent(eventId: string): Promise<EventErasure> {
+    return this.#run({ method: "DELETE", path: `/v1/events/${normaliseUuid(eventId)}` });
+  }
+
+  async listEvents(subjectId?: string, options: ListEventsOptions = {}): Promise<EventPage> {
+    const params = {
+      project_id: this.#project(options.projectId),
+      subject_id: subjectId,
+      limit: options.limit,
+      cursor: options.cursor,
+    };
+    return this.#run({ method: "GET", path: "/v1/events", params });
+  }
+
+  /** Every matching event, page after page (keyset pagination). */
+  async *iterEvents(
+    subjectId?: string,
+    options: { pageSize?: number; projectId?: string } = {},
+  ): AsyncGenerator<Event, void, undefined> {
+    let cursor: string | undefined;
+    for (;;) {
+      const page = await this.listEvents(subjectId, { limit: options.pageSize, cursor, projectId: options.projectId });
+      yield* page.events;
+      if (page.next_cursor === null || page.next_cursor === undefined) return;
+      cursor = page.next_cursor;
+    }
+  }
+
+  async getEvent(eventId: string): Promise<Event> {
+    return this.#run({ method: "GET", path: `/v1/events/${normaliseUuid(eventId)}` });
+  }
+
+  async listSubjects(options: ListSubjectsOptions = {}): Promise<SubjectPage> {
+    const params = { project_id: this.#project(options.projectId), limit: options.limit, cursor: options.cursor };
+    return this.#run({ method: "GET", path: "/v1/subjects", params });
+  }
+
+  /**
+   * The subject's export document, line by line as it streams: the header, then every event and
+   * every fact (`line.kind`). `haki import FILE` reads the lines back. As in Python, one attempt
+   * (a stream is not retried); `timeoutMs` bounds the wait for each chunk, not the whole document.
+   */
+  async *exportSubject(
+    subjectId: string,
+    options: { projectId?: string } = {},
+  ): AsyncGenerator<ExportLine, void, undefined> {
+    const project = this.#project(options.projectId);
+    const call: Call = subjectId.includes("/")
+      ? { method: "GET", path: "/v1/subjects/export", params: { project_id: project, subject_id: subjectId } }
+      : { method: "GET", path: `/v1/subjects/${segment(subjectId)}/export`, params: { project_id: project } };
+    const controller = new AbortController();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const arm = (): void => {
+      clearTimeout(timer);
+      timer = setTimeout(
+        () => controller.abort(new DOMException(`no data within ${this.#timeoutMs} ms`, "TimeoutError")),
+        this.#timeoutMs,
+      );
+    };
+    const lost = (error: unknown): unknown =>
+      isTransportError(error)
+        ? new HakiConnectionError(`${call.method} ${call.path}: no answer from Haki: ${String(error)}`, { cause: error })
+        : error;
+    let reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
+    let done = false;
+    arm();
+    try {
+      let response: Response;
+      try {
+        response = await this.#fetch(this.#url(call), {
+          method: call.method,
+          headers: this.#headers(),
+          signal: controller.signal,
+        });
+      } catch (error) {
+        throw lost(error);
+      }
+      if (response.status !== 200 || response.body === null) {
+        let text: string;
+        try {
+          text = await response.text();
+        } catch (error) {
+          throw lost(error);
+        }
+        if (response.status !== 200) throw errorFrom(response, text);
+        for (const line of text.split("\n")) {
+          const item = exportLine(call, line);
+          if (item !== null) yield item;
+        }
+        done = true;
+        return;
+      }
+      reader = response.body.getReader();
+      const decoder = new TextDecoder();
+      let pending = "";
+      for (;;) {
+        let chunk: ReadableStreamReadResult<Uint8Array>;
+        try {
+          chunk = await reader.read();
+        } catch (error) {
+          throw lost(error);
+        }
+        arm();
+        if (chunk.done) break;
+        pending += decoder.decode(chunk.value, { stream: true });
+        const lines = pending.split("\n");
+        pending = lines.pop() ?? "";
+        for (const line of lines) {
+          const item = exportLine(call, line);
+          if (item !== null) yield item;
+        }
+      }
+      const last = exportLine(call, pending + decoder.decode());
+      if (last !== null) yield last;
+      done = true;
+    } finally {
+      clearTimeout(timer);
+      // The caller stopped early (or an error): release the connection.
+      if (!done) await reader?.cancel().catch(() => undefined);
+    }
+  }
+}
+
+/** One line of an export document, parsed; null for a blank line. */
+function exportLine(call: Call, line: string): ExportLine | null {
+  if (!line.trim()) return null;
+  try {
+    const value: unknown = JSON.parse(line);
+    if (value === null || typeof value !== "object" || Array.isArray(value)) throw new TypeError("not a JSON object");
+    return value as ExportLine;
+  } catch (error) {
+    throw new HakiError(`unexpected export line for ${call.method} ${call.path}: ${String(error)}`, {
+      code: "invalid_response",
+      status: 200,
+      cause: error,
+    });
   }
 }
 

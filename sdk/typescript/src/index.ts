@@ -8,6 +8,7 @@
  */
 export {
   DEFAULT_BASE_URL,
+  EXTRACT_TIMEOUT_MS,
   Haki,
   RetryPolicy,
   VERSION,
@@ -17,9 +18,12 @@ export {
 } from "./client.js";
 export type {
   ContextOptions,
+  ExtractOptions,
   FactStatsOptions,
   HakiOptions,
+  ListEventsOptions,
   ListFactsOptions,
+  ListSubjectsOptions,
   ReplayOptions,
 } from "./client.js";
 export {

@@ -34,6 +34,26 @@ export type ReplayChange = Schemas["ReplayChange"];
 export type FactStats = Schemas["FactStats"];
 export type FactUsage = Schemas["FactUsage"];
 
+// Memory lifecycle (erasure, listing, export) and extraction.
+export type Event = Schemas["Event"];
+export type EventPage = Schemas["EventPage"];
+export type EventErasure = Schemas["EventErasure"];
+export type FactErasure = Schemas["FactErasure"];
+export type SubjectErasure = Schemas["SubjectErasure"];
+export type SubjectPage = Schemas["SubjectPage"];
+export type SubjectSummary = Schemas["SubjectSummary"];
+export type ExtractMessage = Schemas["ExtractMessage"];
+export type ExtractResult = Schemas["ExtractResponse"];
+export type ExtractedFact = Schemas["ExtractedFact"];
+export type RefusedFact = Schemas["RefusedFact"];
+
+/**
+ * One line of an export document (GET /v1/subjects/{subject_id}/export), parsed: the header
+ * (`haki_export`, `project_id`, `subject_id`, `exported_at`), then events (`kind: "event"`) and
+ * facts (`kind: "fact"`). Not in the OpenAPI document (the route answers JSON Lines).
+ */
+export type ExportLine = { [key: string]: unknown; kind?: "event" | "fact" | (string & {}) };
+
 /** The context profiles a call may ask for. */
 export type ContextProfile = "unified" | "facts_first";
 

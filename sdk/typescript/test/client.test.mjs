@@ -241,6 +241,167 @@ describe("retries, idempotency keys and errors on the wire", () => {
   });
 });
 
+describe("lifecycle and extraction calls on the wire", () => {
+  test("eraseSubject: a path segment, or the query form for an id holding a slash; one key per call", async () => {
+    const erased = { project_id: "p", subject_id: "x", facts: 0, events: 0 };
+    const server = await scripted(() => [200, { "content-type": "application/json" }, JSON.stringify(erased)]);
+    try {
+      const haki = new Haki({ baseUrl: server.url, projectId: "p" });
+      await haki.eraseSubject("a b?#%(c)");
+      await haki.eraseSubject("team/alice", { projectId: "q" });
+      assert.deepEqual(
+        server.seen.map((s) => [s.method, s.url]),
+        [
+          ["DELETE", "/v1/subjects/a%20b%3F%23%25%28c%29?project_id=p"],
+          ["DELETE", "/v1/subjects?project_id=q&subject_id=team%2Falice"],
+        ],
+      );
+      const keys = server.seen.map((s) => s.headers["idempotency-key"]);
+      assert.match(keys[0], /^[0-9a-f-]{36}$/);
+      assert.notEqual(keys[0], keys[1]);
+      assert.equal(server.seen[0].body, "", "a DELETE carries no body");
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("deleteFact, deleteEvent, getEvent, listEvents, listSubjects: paths, ids and query parameters", async () => {
+    const server = await scripted(() => [200, { "content-type": "application/json" }, '{"events":[],"subjects":[]}']);
+    try {
+      const haki = new Haki({ baseUrl: server.url, projectId: "p" });
+      const id = "01A23046-5A3D-7012-91AE-E5A2D19F6346";
+      await haki.deleteFact(id);
+      await haki.deleteEvent(`{${id}}`);
+      await haki.getEvent(id);
+      await haki.listEvents("s", { limit: 5, cursor: "c1" });
+      await haki.listEvents();
+      await haki.listSubjects({ limit: 2, cursor: "c2", projectId: "q" });
+      const lower = id.toLowerCase();
+      assert.deepEqual(
+        server.seen.map((s) => [s.method, s.url, s.headers["idempotency-key"] !== undefined]),
+        [
+          ["DELETE", `/v1/facts/${lower}`, true],
+          ["DELETE", `/v1/events/${lower}`, true],
+          ["GET", `/v1/events/${lower}`, false],
+          ["GET", "/v1/events?project_id=p&subject_id=s&limit=5&cursor=c1", false],
+          ["GET", "/v1/events?project_id=p", false],
+          ["GET", "/v1/subjects?project_id=q&limit=2&cursor=c2", false],
+        ],
+      );
+      assert.throws(() => normaliseUuid("../v1/facts"), TypeError);
+      await assert.rejects(() => haki.deleteFact("../subjects/x"), TypeError);
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("extract: the body, write true by default, a 503 retried with one key like every write", async () => {
+    const server = await scripted((attempt) =>
+      attempt < 2
+        ? [503, { "content-type": "application/json" }, JSON.stringify({ code: "unavailable", message: "no model", details: { setting: "HAKI_EXTRACT_BASE_URL" } })]
+        : [200, { "content-type": "application/json" }, '{"written":true,"events":[],"facts":[],"refused":[]}'],
+    );
+    try {
+      const haki = new Haki({ baseUrl: server.url, projectId: "p", backoffMs: 1 });
+      const messages = [{ role: "user", content: "I moved to Lyon." }];
+      const out = await haki.extract("s", messages);
+      assert.equal(out.written, true);
+      assert.equal(server.seen.length, 3);
+      assert.equal(new Set(server.seen.map((s) => s.headers["idempotency-key"])).size, 1);
+      assert.deepEqual(
+        server.seen.map((s) => [s.method, s.url]),
+        Array(3).fill(["POST", "/v1/extract"]),
+      );
+      assert.deepEqual(JSON.parse(server.seen[0].body), { project_id: "p", subject_id: "s", messages, write: true });
+      await haki.extract("s", messages, { write: false, projectId: "q" });
+      assert.deepEqual(JSON.parse(server.seen[3].body), { project_id: "q", subject_id: "s", messages, write: false });
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("extract has its own timeout (default 120 s), not the client's timeoutMs", async () => {
+    // Every answer comes after 300 ms: past the client's timeoutMs of 100, within extract's.
+    const server = http.createServer((req, res) => {
+      req.resume();
+      setTimeout(() => {
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end('{"written":true}');
+      }, 300);
+    });
+    await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const url = `http://127.0.0.1:${server.address().port}`;
+    try {
+      const haki = new Haki({ baseUrl: url, projectId: "p", timeoutMs: 100, maxRetries: 0 });
+      await assert.rejects(() => haki.stats(), HakiConnectionError);
+      assert.deepEqual(await haki.extract("s", [{ role: "user", content: "hi" }]), { written: true });
+      const err = await haki.extract("s", [{ role: "user", content: "hi" }], { timeoutMs: 100 }).catch((e) => e);
+      assert.ok(err instanceof HakiConnectionError, String(err));
+    } finally {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    }
+  });
+
+  test("exportSubject: JSON Lines parsed as they stream, across chunk boundaries; errors are typed", async () => {
+    const lines = [
+      { haki_export: 1, project_id: "p", subject_id: "team/alice", exported_at: "2026-01-01T00:00:00Z" },
+      { kind: "event", event_id: "e1", content: "caf\u00e9 \u2615" },
+      { kind: "fact", fact_id: "f1", content: "Alice likes tea." },
+    ];
+    const bytes = Buffer.from(lines.map((l) => JSON.stringify(l)).join("\r\n") + "\n\n");
+    const server = http.createServer((req, res) => {
+      if (req.url.startsWith("/v1/subjects/missing/")) {
+        res.writeHead(404, { "content-type": "application/json" });
+        res.end(errorBody("not_found", "No fact or event of this subject in the project."));
+        return;
+      }
+      res.writeHead(200, { "content-type": "application/x-ndjson" });
+      // Three-byte chunks: lines, and a UTF-8 character, split across reads.
+      let at = 0;
+      const next = () => {
+        if (at >= bytes.length) return res.end();
+        res.write(bytes.subarray(at, at + 3));
+        at += 3;
+        setImmediate(next);
+      };
+      next();
+    });
+    await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const url = `http://127.0.0.1:${server.address().port}`;
+    const seen = [];
+    const recording = (input, init) => {
+      seen.push([init.method, input.slice(url.length), init.headers["Idempotency-Key"]]);
+      return fetch(input, init);
+    };
+    try {
+      const haki = new Haki({ baseUrl: url, projectId: "p", fetch: recording });
+      const got = [];
+      for await (const line of haki.exportSubject("team/alice")) got.push(line);
+      assert.deepEqual(got, lines);
+      const first = [];
+      for await (const line of haki.exportSubject("alice")) {
+        first.push(line);
+        break; // stopping early releases the stream
+      }
+      assert.deepEqual(first, [lines[0]]);
+      const missing = await (async () => {
+        for await (const _ of haki.exportSubject("missing")) void _;
+      })().catch((e) => e);
+      assert.ok(missing instanceof NotFound);
+      assert.equal(missing.status, 404);
+      assert.deepEqual(seen, [
+        ["GET", "/v1/subjects/export?project_id=p&subject_id=team%2Falice", undefined],
+        ["GET", "/v1/subjects/alice/export?project_id=p", undefined],
+        ["GET", "/v1/subjects/missing/export?project_id=p", undefined],
+      ]);
+    } finally {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    }
+  });
+});
+
 // --- against the real server ------------------------------------------------------------------
 
 describe("against a real haki serve", { skip: live }, () => {
@@ -421,4 +582,201 @@ describe("against a real haki serve", { skip: live }, () => {
     });
   });
 
+});
+
+describe("memory lifecycle and extraction against a real haki serve", { skip: live }, () => {
+  let haki;
+  before(() => {
+    haki = new Haki({ baseUrl: BASE_URL, apiKey: API_KEY, projectId: PROJECT });
+  });
+
+  const collect = async (iterable) => {
+    const out = [];
+    for await (const item of iterable) out.push(item);
+    return out;
+  };
+
+  for (const [label, name] of [
+    ["a plain id", "erase"],
+    ["an id holding a slash", "team/erase"],
+  ]) {
+    test(`eraseSubject (${label}) erases everything; the subject is then empty`, async () => {
+      const subject = unique(name);
+      const other = unique("kept");
+      await haki.writeFacts(subject, ["Erase me, fact one.", { content: "Erase me, fact two.", key: "k" }]);
+      await haki.writeFacts(subject, [{ content: "Erase me, a clash.", key: "k" }]);
+      await haki.writeEvents(subject, [{ content: "Erase me, event.", occurred_at: "2026-01-02T03:04:05Z" }]);
+      await haki.writeFacts(other, ["Another subject stays."]);
+      await haki.context(subject, "erase me");
+
+      const erased = await haki.eraseSubject(subject);
+      assert.equal(erased.subject_id, subject);
+      assert.equal(erased.project_id, PROJECT);
+      assert.equal(erased.facts, 3);
+      assert.equal(erased.events, 1);
+      assert.equal(erased.conflict_sets, 1);
+      assert.equal(erased.context_calls, 1);
+      assert.ok(!Number.isNaN(Date.parse(erased.erased_at)));
+
+      assert.deepEqual((await haki.listFacts(subject)).facts, []);
+      assert.deepEqual((await haki.listEvents(subject)).events, []);
+      const exported = await collect(haki.exportSubject(subject)).catch((e) => e);
+      assert.ok(exported instanceof NotFound, String(exported));
+      assert.equal((await haki.listFacts(other)).facts.length, 1, "another subject is untouched");
+      const again = await haki.eraseSubject(subject);
+      assert.equal(again.facts + again.events, 0);
+    });
+  }
+
+  test("deleteFact and deleteEvent erase one memory; it is then not found", async () => {
+    const subject = unique("delete");
+    const facts = await haki.writeFacts(subject, ["Delete this fact.", "Keep this fact."]);
+    const events = await haki.writeEvents(subject, [
+      { content: "Delete this event.", occurred_at: "2026-01-02T03:04:05Z" },
+      { content: "Keep this event.", occurred_at: "2026-01-03T03:04:05Z" },
+    ]);
+    const factId = facts.facts[0].fact_id;
+    const eventId = events.events[0].event_id;
+
+    const factGone = await haki.deleteFact(factId.toUpperCase());
+    assert.equal(factGone.fact_id, factId);
+    assert.equal(factGone.subject_id, subject);
+    assert.ok(!Number.isNaN(Date.parse(factGone.erased_at)));
+    const missingFact = await haki.getFact(factId).catch((e) => e);
+    assert.ok(missingFact instanceof NotFound);
+    assert.deepEqual(
+      (await haki.listFacts(subject)).facts.map((f) => f.fact_id),
+      [facts.facts[1].fact_id],
+    );
+
+    const eventGone = await haki.deleteEvent(eventId);
+    assert.equal(eventGone.event_id, eventId);
+    assert.equal(eventGone.subject_id, subject);
+    const missingEvent = await haki.getEvent(eventId).catch((e) => e);
+    assert.ok(missingEvent instanceof NotFound);
+    assert.equal(missingEvent.status, 404);
+    assert.deepEqual(
+      (await haki.listEvents(subject)).events.map((e) => e.event_id),
+      [events.events[1].event_id],
+    );
+    const twice = await haki.deleteEvent(eventId).catch((e) => e);
+    assert.ok(twice instanceof NotFound);
+  });
+
+  test("listEvents pages by cursor, iterEvents follows it, getEvent reads one", async () => {
+    const subject = unique("events");
+    const written = await haki.writeEvents(subject, [
+      { content: "First event.", occurred_at: "2026-01-01T00:00:00Z", metadata: { n: 1 } },
+      { content: "Second event.", occurred_at: "2026-01-02T00:00:00Z" },
+      { content: "Third event.", occurred_at: "2026-01-03T00:00:00Z" },
+    ]);
+    const ids = written.events.map((e) => e.event_id);
+    const page = await haki.listEvents(subject, { limit: 2 });
+    assert.deepEqual(
+      page.events.map((e) => e.event_id),
+      ids.slice(0, 2),
+    );
+    assert.ok(page.next_cursor);
+    const rest = await haki.listEvents(subject, { limit: 2, cursor: page.next_cursor });
+    assert.deepEqual(
+      rest.events.map((e) => e.event_id),
+      ids.slice(2),
+    );
+    assert.equal(rest.next_cursor ?? null, null);
+    const all = await collect(haki.iterEvents(subject, { pageSize: 1 }));
+    assert.deepEqual(
+      all.map((e) => e.event_id),
+      ids,
+    );
+    const first = await haki.getEvent(ids[0]);
+    assert.equal(first.content, "First event.");
+    assert.equal(first.subject_id, subject);
+    assert.deepEqual(first.metadata, { n: 1 });
+    assert.equal(Date.parse(first.occurred_at), Date.parse("2026-01-01T00:00:00Z"));
+  });
+
+  test("listSubjects pages the project's subjects with their counts", async () => {
+    const subject = unique("listed");
+    await haki.writeFacts(subject, ["Listed fact one.", "Listed fact two."]);
+    await haki.writeEvents(subject, [{ content: "Listed event.", occurred_at: "2026-01-02T03:04:05Z" }]);
+    const seen = [];
+    let cursor;
+    let pages = 0;
+    do {
+      const page = await haki.listSubjects({ limit: 3, cursor });
+      assert.ok(page.subjects.length <= 3);
+      seen.push(...page.subjects);
+      cursor = page.next_cursor ?? undefined;
+      pages += 1;
+    } while (cursor);
+    const ids = seen.map((s) => s.subject_id);
+    assert.equal(new Set(ids).size, ids.length, "no subject on two pages");
+    assert.ok(pages >= 2, `a project with several subjects takes pages (${ids.length} subjects)`);
+    const mine = seen.find((s) => s.subject_id === subject);
+    assert.ok(mine, "the new subject is listed");
+    assert.equal(mine.facts, 2);
+    assert.equal(mine.events, 1);
+    assert.ok(!Number.isNaN(Date.parse(mine.last_write_at)));
+  });
+
+  test("exportSubject streams the header, every event and every fact, as JSON objects", async () => {
+    for (const subject of [unique("export"), unique("team/export")]) {
+      const facts = await haki.writeFacts(subject, [
+        { content: "Exported fact.", key: "k1", metadata: { source: "ts" } },
+        "Exported, then retracted.",
+      ]);
+      await haki.retractFact(facts.facts[1].fact_id);
+      const events = await haki.writeEvents(subject, [
+        { content: "Exported event, caf\u00e9.", occurred_at: "2026-01-02T03:04:05Z" },
+      ]);
+      const lines = await collect(haki.exportSubject(subject));
+      assert.equal(lines.length, 4);
+      const [header, ...items] = lines;
+      assert.equal(header.haki_export, 1);
+      assert.equal(header.project_id, PROJECT);
+      assert.equal(header.subject_id, subject);
+      assert.ok(!Number.isNaN(Date.parse(header.exported_at)));
+      assert.deepEqual(
+        items.map((l) => [l.kind, l.event_id ?? l.fact_id]),
+        [
+          ["event", events.events[0].event_id],
+          ["fact", facts.facts[0].fact_id],
+          ["fact", facts.facts[1].fact_id],
+        ],
+      );
+      assert.equal(items[0].content, "Exported event, caf\u00e9.");
+      assert.deepEqual(items[1].metadata, { source: "ts" });
+      assert.equal(items[1].key, "k1");
+      assert.equal(items[2].status, "retracted");
+    }
+  });
+
+  test("extract without a configured chat model: the typed 503 naming the setting, nothing written", async () => {
+    const subject = unique("extract");
+    const messages = [{ role: "user", content: "I moved to Lyon last month." }];
+    // maxRetries 0: a 503 is retried like any other, and this one does not pass with time.
+    const once = new Haki({ baseUrl: BASE_URL, apiKey: API_KEY, projectId: PROJECT, maxRetries: 0 });
+    const err = await once.extract(subject, messages).catch((e) => e);
+    assert.ok(err instanceof Unavailable, String(err));
+    assert.equal(err.code, "unavailable");
+    assert.equal(err.status, 503);
+    assert.equal(err.details.setting, "HAKI_EXTRACT_BASE_URL");
+    assert.ok(err.message.includes("HAKI_EXTRACT_BASE_URL"), err.message);
+    const dry = await once.extract(subject, messages, { write: false }).catch((e) => e);
+    assert.ok(dry instanceof Unavailable);
+    assert.deepEqual((await haki.listEvents(subject)).events, []);
+    assert.deepEqual((await haki.listFacts(subject)).facts, []);
+
+    // The default client retries it as the Python SDK does, one Idempotency-Key for every attempt.
+    const proxy = await scripted(() => "proxy");
+    try {
+      const retrying = new Haki({ baseUrl: proxy.url, apiKey: API_KEY, projectId: PROJECT, backoffMs: 1 });
+      const again = await retrying.extract(subject, messages).catch((e) => e);
+      assert.ok(again instanceof Unavailable);
+      assert.equal(proxy.seen.length, 4, "the first attempt and three retries");
+      assert.equal(new Set(proxy.seen.map((s) => s.headers["idempotency-key"])).size, 1);
+    } finally {
+      await proxy.close();
+    }
+  });
 });
