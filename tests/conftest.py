@@ -35,6 +35,8 @@ warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 # test that starts a process or loads the model fails and names the marker it lacks, so the
 # markers stay true as tests are added.
 FAST_LANE = "HAKI_TEST_FAST_LANE"
+# Deselected in the fast lane anyway (slow), but schemathesis builds its cases at collection: 7 s.
+collect_ignore = ["test_fuzz.py"] if os.environ.get(FAST_LANE) == "1" else []
 MODEL_FIXTURES = frozenset({"local_embedder", "model_client"})
 
 
@@ -110,18 +112,38 @@ async def migrated(settings: Settings) -> str:
     return settings.database_url
 
 
+@pytest.fixture(scope="session")
+async def session_connections() -> AsyncIterator[dict[str, asyncpg.Connection]]:
+    """One connection per database for the whole session: a new one per test (connect and the
+    vector codec) cost 5.6 ms, 8 s of the fast lane."""
+    opened: dict[str, asyncpg.Connection] = {}
+    yield opened
+    for c in opened.values():
+        await c.close()
+
+
 @pytest.fixture
-async def conn(settings: Settings, migrated: str) -> AsyncIterator[asyncpg.Connection]:
-    """A connection inside a transaction that is rolled back after the test."""
-    c = await connect(settings)
-    await init_connection(c)
+async def conn(
+    settings: Settings, migrated: str, session_connections: dict[str, asyncpg.Connection]
+) -> AsyncIterator[asyncpg.Connection]:
+    """The session's connection inside a transaction that is rolled back after the test (no
+    statement of the service leaves session state: tests/test_queries.py checks it). A test
+    that breaks the connection gets it replaced for the next one."""
+    url = settings.database_url or ""
+    c = session_connections.get(url)
+    if c is None or c.is_closed():
+        c = session_connections[url] = await connect(settings)
+        await init_connection(c)
     tx = c.transaction()
     await tx.start()
     try:
         yield c
     finally:
-        await tx.rollback()
-        await c.close()
+        try:
+            await tx.rollback()
+        except Exception:
+            session_connections.pop(url, None)
+            c.terminate()
 
 
 @pytest.fixture(scope="session")

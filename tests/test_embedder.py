@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from service.embedder import (
     check_embedder,
 )
 from service.settings import Settings
+from tests.helpers.stub_http import reply_json, stub_server
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -307,29 +308,14 @@ def fake_server() -> Iterator[FakeEmbeddingServer]:
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             headers = {k.lower(): v for k, v in self.headers.items()}
-            status, out = fake.handle(self.path, headers, body)
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client timed out first, which is what the timeout test wants
+            reply_json(self, *fake.handle(self.path, headers, body))
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    fake.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with stub_server(Handler) as port:
+        fake.port = port
         yield fake
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 def openai_settings(port: int, **overrides: Any) -> Settings:

@@ -14,8 +14,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.helpers.stub_http import reply_json, stub_server
 
 
 @dataclass(frozen=True)
@@ -99,25 +101,11 @@ def fake_chat() -> Iterator[FakeChat]:
                 status, out = 200, _completion(step.content)
             else:
                 status, out = 200, _completion(json.dumps(step.answer))
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the caller gave up (a time-out step)
+            reply_json(self, status, out)
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    thread = threading.Thread(target=server.serve_forever, daemon=True, name="fake-chat")
-    thread.start()
-    try:
+    with stub_server(Handler) as port:
+        state.url = f"http://127.0.0.1:{port}/v1"
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
