@@ -5,19 +5,16 @@ from __future__ import annotations
 from litestar import Controller, Response, post
 from litestar.openapi.datastructures import ResponseSpec
 
-from service import idempotency
-from service.errors import ErrorBody, error_code
+from service.errors import error_code, response_spec
 from service.extraction import extractor
 from service.handlers.deps import ERRORS, Caller, ConnDep, EmbedderDep, SettingsDep, in_key_project
-from service.handlers.memory import IdempotencyKey, idempotent_response
+from service.handlers.memory import IdempotencyKey, write_batch
 from service.replica import ReadsDep
 from service.structs import ExtractRequest, ExtractResponse
 
 
 def _spec(*codes: tuple[int, str], prefix: str = "") -> ResponseSpec:
-    rows = [error_code(status, code) for status, code in codes]
-    text = prefix + "; ".join(f"{r.code}: {r.meaning}" for r in rows)
-    return ResponseSpec(data_container=ErrorBody, generate_examples=False, description=text)
+    return response_spec([error_code(status, code) for status, code in codes], prefix)
 
 
 EXTRACT_ERRORS = {
@@ -69,18 +66,15 @@ class ExtractController(Controller):
         if not data.write:
             plan = await extractor.prepare(conn, embedder, settings, principal, data)
             return Response(extractor.dry_run(plan), status_code=200)
-        outcome = await idempotency.run_once(
+        return await write_batch(
             conn,
             settings,
             principal,
-            project_id=data.project_id,
-            key=idempotency_key,
+            reads,
+            data,
+            idempotency_key,
             route="POST /v1/extract",
-            request=data,
-            status_code=201,
             response_type=ExtractResponse,
             prepare=lambda: extractor.prepare(conn, embedder, settings, principal, data),
             write=lambda plan: extractor.store(conn, plan),
         )
-        await reads.note_write(conn, data.project_id, data.subject_id)
-        return idempotent_response(outcome)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Literal, TypeVar
 from uuid import UUID
 
 from litestar import Controller, Response, delete, get, patch, post
@@ -20,6 +21,7 @@ from service.structs import (
     Event,
     EventErasure,
     EventPage,
+    ExtractRequest,
     Fact,
     FactErasure,
     FactPage,
@@ -99,7 +101,41 @@ IdempotencyKey = Annotated[
 ]
 
 
-def idempotent_response(outcome: idempotency.Outcome[idempotency.T]) -> Response[idempotency.T]:
+# A batch write's body: one scope, checked against the key's project by idempotency.run_once.
+ScopedWrite = WriteFactsRequest | WriteEventsRequest | ExtractRequest
+P = TypeVar("P")
+
+
+async def write_batch(
+    conn: ConnDep,
+    settings: SettingsDep,
+    principal: Caller,
+    reads: ReadsDep,
+    data: ScopedWrite,
+    idempotency_key: str | None,
+    *,
+    route: str,
+    response_type: type[idempotency.T],
+    prepare: Callable[[], Awaitable[P]],
+    write: Callable[[P], Awaitable[idempotency.T]],
+) -> Response[idempotency.T]:
+    """A batch write of one scope (POST /v1/facts, /v1/events, /v1/extract): run at most once per
+    Idempotency-Key, noted for read-your-writes on a standby, a replay answered with
+    `Idempotent-Replayed: true`."""
+    outcome = await idempotency.run_once(
+        conn,
+        settings,
+        principal,
+        project_id=data.project_id,
+        key=idempotency_key,
+        route=route,
+        request=data,
+        status_code=201,
+        response_type=response_type,
+        prepare=prepare,
+        write=write,
+    )
+    await reads.note_write(conn, data.project_id, data.subject_id)
     headers = {"Idempotent-Replayed": "true"} if outcome.replayed else None
     return Response(outcome.body, status_code=outcome.status_code, headers=headers)
 
@@ -127,21 +163,18 @@ class FactsController(Controller):
         idempotency_key: IdempotencyKey = None,
     ) -> Response[WriteFactsResponse]:
         data = in_key_project(data, principal)
-        outcome = await idempotency.run_once(
+        return await write_batch(
             conn,
             settings,
             principal,
-            project_id=data.project_id,
-            key=idempotency_key,
+            reads,
+            data,
+            idempotency_key,
             route="POST /v1/facts",
-            request=data,
-            status_code=201,
             response_type=WriteFactsResponse,
             prepare=lambda: memory.prepare_facts(embedder, settings, principal, data),
             write=lambda prepared: memory.store_facts(conn, prepared),
         )
-        await reads.note_write(conn, data.project_id, data.subject_id)
-        return idempotent_response(outcome)
 
     @get("/", responses=ERRORS, summary="List facts (keyset pagination)", opt={READS: True})
     async def list_facts(
@@ -212,21 +245,18 @@ class EventsController(Controller):
         idempotency_key: IdempotencyKey = None,
     ) -> Response[WriteEventsResponse]:
         data = in_key_project(data, principal)
-        outcome = await idempotency.run_once(
+        return await write_batch(
             conn,
             settings,
             principal,
-            project_id=data.project_id,
-            key=idempotency_key,
+            reads,
+            data,
+            idempotency_key,
             route="POST /v1/events",
-            request=data,
-            status_code=201,
             response_type=WriteEventsResponse,
             prepare=lambda: memory.prepare_events(embedder, principal, data),
             write=lambda prepared: memory.store_events(conn, prepared),
         )
-        await reads.note_write(conn, data.project_id, data.subject_id)
-        return idempotent_response(outcome)
 
     @get("/", responses=ERRORS, summary="List events (keyset pagination)", opt={READS: True})
     async def list_events(
