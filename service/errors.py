@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import Iterable
 from typing import Annotated, Any
 from uuid import UUID
 
@@ -79,16 +80,19 @@ def error_code(status: int, code: str) -> ErrorCode:
     raise LookupError(f"({status}, {code!r}) is not in ERROR_TABLE")
 
 
+def response_spec(rows: Iterable[ErrorCode], prefix: str = "") -> ResponseSpec:
+    """One documented error response: the meaning of each of the table's rows it may carry."""
+    description = prefix + "; ".join(f"{row.code}: {row.meaning}" for row in rows)
+    return ResponseSpec(data_container=ErrorBody, description=description, generate_examples=False)
+
+
 def openapi_responses() -> dict[int, ResponseSpec]:
     """The error responses every route documents, one per status, from the table."""
-    meanings: dict[int, list[str]] = {}
+    rows: dict[int, list[ErrorCode]] = {}
     for row in ERROR_TABLE:
         if row.status < 500 or row.code == "unavailable":
-            meanings.setdefault(row.status, []).append(f"{row.code}: {row.meaning}")
-    return {
-        status: ResponseSpec(data_container=ErrorBody, description="; ".join(texts), generate_examples=False)
-        for status, texts in meanings.items()
-    }
+            rows.setdefault(row.status, []).append(row)
+    return {status: response_spec(status_rows) for status, status_rows in rows.items()}
 
 
 class ErrorBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
