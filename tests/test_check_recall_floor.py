@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -16,6 +15,7 @@ import numpy as np
 import pytest
 
 from service.embedder import HashEmbedder
+from tests.helpers import load_file_module
 
 pytestmark = pytest.mark.integration
 
@@ -43,12 +43,7 @@ LABELLED = [
 
 
 def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("check_recall_floor", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_file_module("check_recall_floor", SCRIPT)
 
 
 def run_script(tmp_path: Path, *args: str) -> str:

@@ -11,13 +11,13 @@ without it the test skips.
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from tests.helpers import load_file_module
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASET = ROOT.parent / "shared" / "datasets" / "locomo_dev.json"
@@ -31,12 +31,7 @@ pytestmark = [pytest.mark.model, pytest.mark.slow]
 
 
 def load_harness() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("locomo_harness", ROOT / "benchmarks" / "locomo.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
+    return load_file_module("locomo_harness", ROOT / "benchmarks" / "locomo.py")
 
 
 async def test_locomo_harness_smoke() -> None:

@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 from pathlib import Path
 from types import ModuleType
 
 from service.queries_protocol import Queries
 from service.sql import load_queries
+from tests.helpers import load_file_module
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def generator() -> ModuleType:
-    path = REPO / "scripts" / "queries_protocol.py"
-    spec = importlib.util.spec_from_file_location("queries_protocol", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file_module("queries_protocol", REPO / "scripts" / "queries_protocol.py")
 
 
 def protocol_methods() -> dict[str, inspect.Signature]:

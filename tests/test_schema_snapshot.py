@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
@@ -10,6 +9,7 @@ import pytest
 
 from service.migrations import SCHEMA_SNAPSHOT, discover
 from service.settings import Settings
+from tests.helpers import load_file_module
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -17,11 +17,7 @@ pytestmark = pytest.mark.integration  # pg_dump runs as a process
 
 
 def schema_dump() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("schema_dump", REPO / "scripts" / "schema_dump.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file_module("schema_dump", REPO / "scripts" / "schema_dump.py")
 
 
 async def test_schema_snapshot_is_what_the_migrations_build(settings: Settings, migrated: str) -> None:

@@ -7,8 +7,12 @@ never from each other."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import httpx
@@ -268,3 +272,14 @@ def assert_error(r: httpx.Response, status: int, code: str, field: str | None = 
     if field is not None:
         assert body.get("details", {}).get("field") == field, body
     return body
+
+
+def load_file_module(name: str, path: Path) -> ModuleType:
+    """A script or benchmark (not a package module) imported by its path, for a test to call its
+    functions; registered in sys.modules first, where dataclasses look their module up."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
