@@ -36,19 +36,18 @@ class SingleConnectionPool:
 async def make_client(
     settings: Settings, conn: asyncpg.Connection, embedder: Embedder, **overrides: Any
 ) -> AsyncIterator[httpx.AsyncClient]:
-    """An httpx client on the ASGI app in *this* event loop (Litestar's AsyncTestClient runs the
-    app on a portal thread, where the test's asyncpg connection cannot be used). The pool and
-    embedder are handed in, so the app's lifespan has nothing to start."""
+    """An httpx client on an app of its own, for settings no shared app has (see SharedApp)."""
     app_settings = settings if not overrides else msgspec.structs.replace(settings, **overrides)
-    app = create_app(app_settings, pool=SingleConnectionPool(conn), embedder=embedder)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+    async with SharedApp(app_settings, embedder).client(conn) as client:
         yield client
 
 
 class SharedApp:
     """One app for every test of a session (building one takes about 44 ms, and most tests
-    only need the default one). Each test lends it its own connection and gets fresh rate
+    only need the default one). Its client is an httpx client on the ASGI app in *this* event
+    loop (Litestar's AsyncTestClient runs the app on a portal thread, where the test's asyncpg
+    connection cannot be used); the pool and embedder are handed in, so the app's lifespan has
+    nothing to start. Each test lends it its own connection and gets fresh rate
     limiters, so nothing but the metrics registry carries over (tests read metric deltas)."""
 
     def __init__(self, settings: Settings, embedder: Embedder) -> None:
