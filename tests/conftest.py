@@ -8,7 +8,6 @@ tests through Litestar's AsyncTestClient see (and undo) the same data.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import warnings
 from collections.abc import AsyncIterator, Iterator
@@ -22,12 +21,12 @@ import pytest
 
 from service import auth
 from service.db import connect, init_connection
-from service.embedded import embedded_server, embedded_url
+from service.embedded import embedded_url
 from service.embedder import Embedder, HashEmbedder, LocalEmbedder
 from service.migrations import migrate
 from service.settings import Settings
 from tests.helpers.app import SharedApp
-from tests.helpers.server import Server, running_server, short_tmp_dir
+from tests.helpers.server import Server, running_server, scratch_data_dir
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 
@@ -79,21 +78,14 @@ def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
         return (yield)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    if os.environ.get(FAST_LANE) != "1":
-        return (yield)
-    with _fast_lane_guard(item):
-        return (yield)
+# The test's body runs under the same guard as its fixtures' setup (one hook wrapper, two hooks).
+pytest_runtest_call = pytest_runtest_setup
 
 
 @pytest.fixture(scope="session")
 def pg_data_dir() -> Iterator[Path]:
-    path = short_tmp_dir("haki-test-")
-    yield path
-    server = embedded_server(path)
-    server.cleanup()
-    shutil.rmtree(path, ignore_errors=True)
+    with scratch_data_dir("haki-test-") as path:
+        yield path
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,7 @@ from service.db import connect
 from service.embedded import embedded_server
 from service.errors import Unauthorized
 from service.settings import Settings
-from tests.helpers.server import free_port, short_tmp_dir, stop_process
+from tests.helpers.server import free_port, postmaster_pid, scratch_data_dir, short_tmp_dir, stop_process
 
 pytestmark = pytest.mark.integration
 
@@ -31,14 +31,6 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parent.parent
 HEALTH_TIMEOUT_SECONDS = 60.0
 KEY_ID_LINE = re.compile(r"key id (?P<key_id>[0-9a-f-]{36}) ")
-
-
-def postmaster_pid(data_dir: Path) -> int | None:
-    pid_file = data_dir / "pgdata" / "postmaster.pid"
-    try:
-        return int(pid_file.read_text().split("\n", 1)[0])
-    except (FileNotFoundError, ValueError):
-        return None
 
 
 def wait_stopped(data_dir: Path, timeout: float) -> bool:
@@ -97,11 +89,8 @@ def create_key(data_dir: Path, project_id: str) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def data_dir() -> Iterator[Path]:
-    path = short_tmp_dir("haki-cli-")
-    try:
+    with scratch_data_dir("haki-cli-", stop_embedded) as path:
         yield path
-    finally:
-        stop_embedded(path)
 
 
 async def authenticates(data_dir: Path, key: str) -> bool:

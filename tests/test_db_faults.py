@@ -22,15 +22,14 @@ import httpx
 import msgspec
 import pytest
 
-from service import auth
 from service.app import create_app
-from service.db import connect, create_pool, init_connection
+from service.db import connect
 from service.embedded import embedded_server, embedded_url
 from service.embedder import Embedder
-from service.migrations import migrate
 from service.repository import keys as keys_repo
 from service.settings import Settings
 from tests.helpers import bearer, list_all_facts
+from tests.helpers.app import migrated_key, pooled_client
 from tests.helpers.server import short_tmp_dir
 from tests.helpers.serving import serve
 from tests.helpers.sql import load_test_queries
@@ -87,14 +86,7 @@ async def fault_settings(fault_server: FaultServer) -> AsyncIterator[tuple[Setti
         pool_acquire_timeout_seconds=1.0,
         connect_timeout_seconds=1.0,
     )
-    conn = await connect(settings)
-    try:
-        await migrate(conn)
-        await init_connection(conn)
-        _, key = await auth.create_key(conn, PROJECT)
-    finally:
-        await conn.close()
-    yield settings, key
+    yield settings, await migrated_key(settings, PROJECT)
 
 
 @dataclass
@@ -217,13 +209,8 @@ async def fault_pool_client(
 ) -> AsyncIterator[tuple[httpx.AsyncClient, Any, str]]:
     base, key = fault_settings
     settings = msgspec.structs.replace(base, statement_timeout_ms=300, pool_min_size=1, pool_max_size=1)
-    pool = await create_pool(settings)
-    app = create_app(settings, pool=pool, embedder=hash_embedder)
-    try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
-            yield client, pool, key
-    finally:
-        await pool.close()
+    async with pooled_client(settings, hash_embedder) as (client, pool):
+        yield client, pool, key
 
 
 async def test_statement_timeout_on_the_read_path_is_a_503(

@@ -20,18 +20,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-import pytest
 
-from tests.helpers.chromium import CHROMIUM, STEP_TIMEOUT_SECONDS, Page, chromium
+from tests.helpers.chromium import BROWSER_TEST, STEP_TIMEOUT_SECONDS, Page, chromium
 from tests.helpers.server import Server
 
-pytestmark = [
-    pytest.mark.skipif(
-        CHROMIUM is None,
-        reason="Chromium is not installed: `apt-get install -y chromium` (Debian) enables this browser test",
-    ),
-    pytest.mark.integration,
-]
+pytestmark = BROWSER_TEST
 
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
 

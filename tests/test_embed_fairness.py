@@ -26,6 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.helpers import context, post_facts, write_facts
 from tests.helpers.server import running_server
 
 pytestmark = pytest.mark.integration
@@ -49,49 +50,21 @@ async def test_a_neighbours_bulk_writes_do_not_stall_a_context_call(tmp_path: Pa
     env = {"HAKI_EMBED_PROVIDER": "local", "HAKI_EMBED_CHARS_PER_MINUTE": "0"}
     with running_server(tmp_path / "srv", **env) as server:
         key_a, key_b = server.create_key("proj-a"), server.create_key("proj-b")
-        ha, hb = {"Authorization": f"Bearer {key_a}"}, {"Authorization": f"Bearer {key_b}"}
         async with httpx.AsyncClient(base_url=server.url, timeout=300.0) as client:
-            r = await client.post(
-                "/v1/facts",
-                headers=hb,
-                json={
-                    "project_id": "proj-b",
-                    "subject_id": "u1",
-                    "facts": [
-                        {"content": "Lena takes her coffee black."},
-                        {"content": "Lena lives in Oslo."},
-                    ],
-                },
+            await write_facts(
+                client, key_b, ["Lena takes her coffee black.", "Lena lives in Oslo."], "u1", "proj-b"
             )
-            assert r.status_code == 201, r.text
 
             async def context_call(i: int) -> tuple[float, dict[str, object]]:
                 started = time.perf_counter()
-                resp = await client.post(
-                    "/v1/context",
-                    headers=hb,
-                    json={
-                        "project_id": "proj-b",
-                        "subject_id": "u1",
-                        "query": f"How does Lena take coffee {i}?",
-                    },
-                )
-                assert resp.status_code == 200, resp.text
-                return time.perf_counter() - started, resp.json()
+                packet = await context(client, key_b, f"How does Lena take coffee {i}?", "u1", "proj-b")
+                return time.perf_counter() - started, packet
 
             idle = [await context_call(i) for i in range(3)]
 
             async def bulk_write(w: int) -> int:
-                resp = await client.post(
-                    "/v1/facts",
-                    headers=ha,
-                    json={
-                        "project_id": "proj-a",
-                        "subject_id": f"s{w}",
-                        "facts": [{"content": long_fact(w, f)} for f in range(FACTS_PER_WRITE)],
-                    },
-                )
-                return resp.status_code
+                facts = [long_fact(w, f) for f in range(FACTS_PER_WRITE)]
+                return (await post_facts(client, key_a, facts, f"s{w}", "proj-a")).status_code
 
             writes = [asyncio.create_task(bulk_write(w)) for w in range(WRITES)]
             await asyncio.sleep(2.0)  # every write is decoded and queued on the embedder

@@ -23,14 +23,13 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import allow_header_conformance, positive_data_acceptance
 
-from service import auth
 from service.app import create_app
-from service.db import connect, init_connection
+from service.db import connect
 from service.embedded import embedded_url
 from service.embedder import HashEmbedder
-from service.migrations import migrate
 from service.settings import Settings
 from tests.helpers import bearer
+from tests.helpers.app import migrated_key
 from tests.helpers.fake_chat import fake_chat
 from tests.helpers.serving import serve
 from tests.helpers.sql import load_test_queries
@@ -58,14 +57,9 @@ async def fuzz_database(settings: Settings, migrated: str) -> AsyncIterator[dict
         rate_limit_per_minute=0,
         pool_max_size=4,
     )
-    conn = await connect(app_settings)
     try:
-        await migrate(conn)
-        await init_connection(conn)
-        _, key = await auth.create_key(conn, PROJECT)
-        yield {"settings": app_settings, "key": key}
+        yield {"settings": app_settings, "key": await migrated_key(app_settings, PROJECT)}
     finally:
-        await conn.close()
         await load_test_queries().test_drop_fuzz_database(admin)
         await admin.close()
 

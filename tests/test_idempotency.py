@@ -12,12 +12,10 @@ import httpx
 import pytest
 
 from service import auth
-from service.app import create_app
-from service.db import create_pool
 from service.embedder import Embedder
 from service.settings import Settings, SettingsError
 from tests.helpers import PROJECT, assert_error, bearer, list_all_facts
-from tests.helpers.app import make_client
+from tests.helpers.app import make_client, pooled_client
 from tests.helpers.sql import load_test_queries
 
 OTHER = "proj-b"
@@ -182,15 +180,10 @@ async def pooled(
     settings: Settings, migrated: str, hash_embedder: Embedder
 ) -> AsyncIterator[tuple[Any, str, str]]:
     project = f"idem-{uuid.uuid4().hex[:12]}"
-    pool = await create_pool(msgspec_replace(settings, pool_max_size=8))
-    async with pool.acquire() as c:
-        _, project_key = await auth.create_key(c, project)
-    app = create_app(settings, pool=pool, embedder=hash_embedder)
-    try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
-            yield client, project, project_key
-    finally:
-        await pool.close()
+    async with pooled_client(msgspec_replace(settings, pool_max_size=8), hash_embedder) as (client, pool):
+        async with pool.acquire() as c:
+            _, project_key = await auth.create_key(c, project)
+        yield client, project, project_key
 
 
 def msgspec_replace(settings: Settings, **changes: Any) -> Settings:

@@ -77,45 +77,22 @@ async def test_generic_plans_never_scan_the_whole_table(conn: asyncpg.Connection
         async with conn.transaction():
             await assembler.plan_vector_walks(conn)
             retrieve = assembler.RETRIEVERS["facts_first" if call % 4 < 2 else "unified"]
-            retrieved = await retrieve(
-                conn,
-                Probe(
-                    project_id=PROJECT,
-                    subject_id=subject_id,
-                    embedding=random_unit_vector(call),
-                    query="seeded fact 42",
-                    weights=WEIGHTS,
-                ),
+            probe = Probe(
+                project_id=PROJECT,
+                subject_id=subject_id,
+                embedding=random_unit_vector(call),
+                query="seeded fact 42",
+                weights=WEIGHTS,
             )
+            retrieved = await retrieve(conn, probe)
             # Multi-hop under the same generic plans: facts_first on a word every fact of the
             # scope holds; unified drops that one (named by more than half of the scope) and
             # expands the next, which one fact of each scope names.
             if call % 4 < 2:
-                hops = await repo.multi_hop_facts(
-                    conn,
-                    Probe(
-                        project_id=PROJECT,
-                        subject_id=subject_id,
-                        embedding=random_unit_vector(call),
-                        query="seeded fact 42",
-                        weights=WEIGHTS,
-                    ),
-                    entities=["seeded"],
-                    exclude_ids=[],
-                )
+                hops = await repo.multi_hop_facts(conn, probe, entities=["seeded"], exclude_ids=[])
             else:
-                linked = await repo.linked_facts(
-                    conn,
-                    Probe(
-                        project_id=PROJECT,
-                        subject_id=subject_id,
-                        embedding=random_unit_vector(call),
-                        weights=WEIGHTS,
-                        query="",
-                    ),
-                    entities=["seeded", "7"],
-                    idf=retrieved.idf,
-                )
+                # linked_facts reads no query text: the call's own probe.
+                linked = await repo.linked_facts(conn, probe, entities=["seeded", "7"], idf=retrieved.idf)
                 assert {entity for entity, _ in linked} == {"7"}
                 hops = [fact for _, fact in linked] * MULTI_HOP_MAX_PER_ENTITY
         candidates = retrieved.candidates

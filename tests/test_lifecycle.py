@@ -57,6 +57,28 @@ async def scope_rows(
     return out
 
 
+def conflict_and_home(subject: str, tag: str) -> list[dict[str, Any]]:
+    """Two employers under one key (an open conflict) and a home valid from 2020."""
+    return [
+        {"content": f"{subject} works at Acme {tag}", "key": "employer"},
+        {"content": f"{subject} works at Globex {tag}", "key": "employer"},
+        {"content": f"{subject} lives in Paris {tag}", "valid_from": "2020-01-01T00:00:00Z"},
+    ]
+
+
+async def idempotent_write(client: httpx.AsyncClient, key: str, subject: str, tag: str) -> httpx.Response:
+    """The subject's one write under an Idempotency-Key (seed_subject's; again after an erase)."""
+    return await client.post(
+        "/v1/facts",
+        json={
+            "project_id": PROJECT,
+            "subject_id": subject,
+            "facts": [{"content": f"{subject} owns a cat {tag}"}],
+        },
+        headers={**bearer(key), "Idempotency-Key": f"idem-{subject}-{tag}"},
+    )
+
+
 async def seed_subject(client: httpx.AsyncClient, key: str, subject: str, tag: str) -> dict[str, Any]:
     """Facts (a conflict, a supersedes chain, a retraction, a source event), events, two traced
     context calls and an idempotent write of one subject."""
@@ -67,9 +89,7 @@ async def seed_subject(client: httpx.AsyncClient, key: str, subject: str, tag: s
         client,
         key,
         [
-            {"content": f"{subject} works at Acme {tag}", "key": "employer"},
-            {"content": f"{subject} works at Globex {tag}", "key": "employer"},
-            {"content": f"{subject} lives in Paris {tag}", "valid_from": "2020-01-01T00:00:00Z"},
+            *conflict_and_home(subject, tag),
             {"content": f"{subject} likes tea {tag}", "source_event_id": events[0]},
         ],
         subject_id=subject,
@@ -89,15 +109,7 @@ async def seed_subject(client: httpx.AsyncClient, key: str, subject: str, tag: s
     )
     r = await client.patch(f"/v1/facts/{ids[3]}", json={"status": "retracted"}, headers=bearer(key))
     assert r.status_code == 200, r.text
-    r = await client.post(
-        "/v1/facts",
-        json={
-            "project_id": PROJECT,
-            "subject_id": subject,
-            "facts": [{"content": f"{subject} owns a cat {tag}"}],
-        },
-        headers={**bearer(key), "Idempotency-Key": f"idem-{subject}-{tag}"},
-    )
+    r = await idempotent_write(client, key, subject, tag)
     assert r.status_code == 201, r.text
     traces = [
         (
@@ -216,15 +228,7 @@ async def test_subject_erase_leaves_nothing_of_the_scope(
     listed = (await client.get("/v1/facts", params={"subject_id": "alice"}, headers=h)).json()["facts"]
     assert [f["fact_id"] for f in listed] == new and listed[0]["conflict_set_id"] is None, listed
     # The idempotent write of the erased subject runs again (its record went with it).
-    r = await client.post(
-        "/v1/facts",
-        json={
-            "project_id": PROJECT,
-            "subject_id": "alice",
-            "facts": [{"content": f"alice owns a cat {tag}"}],
-        },
-        headers={**h, "Idempotency-Key": f"idem-alice-{tag}"},
-    )
+    r = await idempotent_write(client, key, "alice", tag)
     assert r.status_code == 201 and "Idempotent-Replayed" not in r.headers, r.text
     assert r.json()["facts"][0]["fact_id"] not in alice["fact_ids"]
 
@@ -248,11 +252,7 @@ async def test_fact_erase_leaves_a_consistent_conflict_set_and_traces(
     written = await write_facts(
         client,
         key,
-        [
-            {"content": f"u works at Acme {tag}", "key": "employer"},
-            {"content": f"u works at Globex {tag}", "key": "employer"},
-            {"content": f"u lives in Paris {tag}", "valid_from": "2020-01-01T00:00:00Z"},
-        ],
+        conflict_and_home("u", tag),
     )
     acme, globex, paris = (f["fact_id"] for f in written)
     set_id = written[0]["conflict_set_id"]

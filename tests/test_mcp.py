@@ -99,6 +99,11 @@ async def call(session: ClientSession, tool: str, **arguments: Any) -> str:
     return text
 
 
+async def call_json(session: ClientSession, tool: str, **arguments: Any) -> Any:
+    """A tool's answer that is a JSON document, decoded."""
+    return json.loads(await call(session, tool, **arguments))
+
+
 async def call_error(session: ClientSession, tool: str, **arguments: Any) -> str:
     result = await session.call_tool(tool, arguments)
     assert result.is_error, result
@@ -118,16 +123,14 @@ async def test_every_tool(world: World, transport: str) -> None:
         schema = json.dumps(listed["remember"].input_schema)
         assert "Slot name" in schema and '"volatile"' in schema
 
-        written = json.loads(
-            await call(
-                session,
-                "remember",
-                subject_id=subject,
-                facts=[
-                    {"content": "Alice works at Acme as a data engineer.", "key": "employer"},
-                    {"content": "Alice is vegetarian."},
-                ],
-            )
+        written = await call_json(
+            session,
+            "remember",
+            subject_id=subject,
+            facts=[
+                {"content": "Alice works at Acme as a data engineer.", "key": "employer"},
+                {"content": "Alice is vegetarian."},
+            ],
         )
         acme = written["facts"][0]["fact_id"]
         await call(
@@ -143,49 +146,43 @@ async def test_every_tool(world: World, transport: str) -> None:
         assert "- Alice works at Acme as a data engineer." in lines
         assert any("quarterly data pipeline review" in line for line in lines)
         trace_id = lines[-1].removeprefix("trace_id: ")
-        trace = json.loads(await call(session, "inspect", trace_id=trace_id))
+        trace = await call_json(session, "inspect", trace_id=trace_id)
         assert trace["trace_id"] == trace_id
         assert {d["item_id"] for d in trace["decisions"] if d["decision"] == "included"} >= {acme}
 
         # A second employer with the same key opens a conflict; recall says facts are held back.
-        second = json.loads(
-            await call(
-                session,
-                "remember",
-                subject_id=subject,
-                facts=[{"content": "Alice works at Globex.", "key": "employer"}],
-            )
+        second = await call_json(
+            session,
+            "remember",
+            subject_id=subject,
+            facts=[{"content": "Alice works at Globex.", "key": "employer"}],
         )
         conflict_id = second["facts"][0]["conflict_set_id"]
         assert conflict_id
         held = await call(session, "recall", subject_id=subject, query="Where does Alice work?")
         assert "open_conflict" in held
-        conflicts = json.loads(await call(session, "list_conflicts", subject_id=subject))
+        conflicts = await call_json(session, "list_conflicts", subject_id=subject)
         assert [c["conflict_set_id"] for c in conflicts["conflicts"]] == [conflict_id]
         globex = second["facts"][0]["fact_id"]
-        resolved = json.loads(
-            await call(session, "resolve_conflict", conflict_set_id=conflict_id, keep=[globex])
-        )
+        resolved = await call_json(session, "resolve_conflict", conflict_set_id=conflict_id, keep=[globex])
         assert resolved["status"] == "resolved"
 
         world.chat.then(answer({"content": "Alice lives in Berlin.", "key": "city", "source_message": 0}))
-        extracted = json.loads(
-            await call(
-                session,
-                "remember_messages",
-                subject_id=subject,
-                messages=[{"role": "user", "content": "I moved to Berlin last month."}],
-            )
+        extracted = await call_json(
+            session,
+            "remember_messages",
+            subject_id=subject,
+            messages=[{"role": "user", "content": "I moved to Berlin last month."}],
         )
         assert extracted["written"] is True and extracted["facts"][0]["key"] == "city"
         assert len(extracted["events"]) == 1
 
         # forget erases the subject: recall has nothing left, a second forget erases nothing.
-        erased = json.loads(await call(session, "forget", subject_id=subject))
+        erased = await call_json(session, "forget", subject_id=subject)
         assert erased["facts"] == 4 and erased["events"] == 2 and erased["conflict_sets"] == 1
         gone = await call(session, "recall", subject_id=subject, query="Where does Alice work?")
         assert "<haki_memory>" not in gone and gone.startswith("trace_id: ")
-        assert json.loads(await call(session, "forget", subject_id=subject))["facts"] == 0
+        assert (await call_json(session, "forget", subject_id=subject))["facts"] == 0
 
         # Errors come back as tool errors the model can read, naming the problem.
         bad = await call_error(session, "remember", subject_id=subject, facts=[{"content": ""}])
@@ -212,7 +209,7 @@ async def test_a_key_never_reaches_another_project(world: World, transport: str)
         missing = await call_error(session, "inspect", trace_id=str(packet.trace_id))
         assert "not_found" in missing
         assert "0000" not in missing
-        conflicts = json.loads(await call(session, "list_conflicts", subject_id=subject))
+        conflicts = await call_json(session, "list_conflicts", subject_id=subject)
         assert conflicts["conflicts"] == []
         superseding = await call_error(
             session,
@@ -222,7 +219,7 @@ async def test_a_key_never_reaches_another_project(world: World, transport: str)
         )
         assert "validation_error" in superseding
         # Project b forgetting the same subject id erases its own (empty) memory, not a's.
-        assert json.loads(await call(session, "forget", subject_id=subject))["facts"] == 0
+        assert (await call_json(session, "forget", subject_id=subject))["facts"] == 0
     with Haki(world.server.url, world.key_a, project_id="mcp-a") as a:
         assert a.get_fact(fact).status == "active"
 

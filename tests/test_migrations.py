@@ -12,14 +12,14 @@ import asyncpg
 import pytest
 
 from service.db import connect, init_connection
-from service.embedded import embedded_server, embedded_url
+from service.embedded import embedded_url
 from service.migrations import MigrationError, discover, migrate
 from service.repository import conflicts as conflicts_repo
 from service.repository import facts as facts_repo
 from service.repository import health as health_repo
 from service.settings import Settings
 from service.sql import load_queries, resource_dir
-from tests.helpers.server import short_tmp_dir
+from tests.helpers.server import scratch_data_dir
 from tests.helpers.sql import load_test_queries
 
 # Each test migrates fresh databases of its own (2 s apiece on 2 cores): out of the fast lane.
@@ -32,12 +32,8 @@ FIRST_FOUR = ["0001_extensions", "0002_memory", "0003_context_log", "0004_search
 @pytest.fixture
 def fresh_dir() -> Iterator[Path]:
     """A data dir for a new embedded server (short path: PostgreSQL's socket path is limited)."""
-    path = short_tmp_dir("haki-mig-")
-    try:
+    with scratch_data_dir("haki-mig-") as path:
         yield path
-    finally:
-        embedded_server(path).cleanup()
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

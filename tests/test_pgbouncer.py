@@ -24,28 +24,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from service import auth
-from service.app import create_app
-from service.db import connect, create_pool
 from service.embedded import embedded_server, embedded_url
 from service.embedder import HashEmbedder
-from service.migrations import migrate
 from service.settings import Settings
+from tests.helpers import bearer, needs_program, post_context, post_facts
+from tests.helpers.app import migrated_key, pooled_client
 from tests.helpers.server import free_port, stop_process
 
 PGBOUNCER = shutil.which("pgbouncer") or next(
     (p for p in ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer") if os.path.exists(p)), None
 )
-pytestmark = [
-    pytest.mark.skipif(
-        PGBOUNCER is None,
-        reason="pgBouncer is not installed: `apt-get install -y pgbouncer` enables this test",
-    ),
-    pytest.mark.integration,
-]
+pytestmark = needs_program(PGBOUNCER, "pgBouncer", "`apt-get install -y pgbouncer`")
 PROJECT = "pgb"
 
 
@@ -96,52 +87,30 @@ async def hammer(database_url: str, cache_size: int, key: str) -> dict[str, int]
     settings = Settings(
         database_url=database_url, embed_provider="hash", db_statement_cache_size=cache_size, pool_max_size=8
     )
-    pool = await create_pool(settings)
-    app = create_app(settings, pool=pool, embedder=HashEmbedder())
     statuses: dict[int, int] = {}
-    headers = {"Authorization": f"Bearer {key}"}
-    try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+    async with pooled_client(settings, HashEmbedder()) as (client, _):
 
-            async def one(i: int) -> None:
-                subject = f"s{i % 4}"
-                calls: list[Any] = [
-                    client.post(
-                        "/v1/facts",
-                        json={
-                            "project_id": PROJECT,
-                            "subject_id": subject,
-                            "facts": [{"content": f"Zed fact {i}"}],
-                        },
-                        headers=headers,
-                    ),
-                    client.post(
-                        "/v1/context",
-                        json={"project_id": PROJECT, "subject_id": subject, "query": "What about Zed?"},
-                        headers=headers,
-                    ),
-                    client.get(
-                        "/v1/facts", params={"project_id": PROJECT, "subject_id": subject}, headers=headers
-                    ),
-                ]
-                for call in calls:
-                    r = await call
-                    statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+        async def one(i: int) -> None:
+            subject = f"s{i % 4}"
+            calls: list[Any] = [
+                post_facts(client, key, [f"Zed fact {i}"], subject, PROJECT),
+                post_context(client, key, "What about Zed?", subject, PROJECT),
+                client.get(
+                    "/v1/facts", params={"project_id": PROJECT, "subject_id": subject}, headers=bearer(key)
+                ),
+            ]
+            for call in calls:
+                r = await call
+                statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
 
-            for _ in range(4):
-                await asyncio.gather(*(one(i) for i in range(16)))
-    finally:
-        await pool.close()
+        for _ in range(4):
+            await asyncio.gather(*(one(i) for i in range(16)))
     return statuses
 
 
 async def test_transaction_pooling_needs_the_statement_cache_off(bouncer: dict[str, str]) -> None:
-    conn = await connect(Settings(database_url=bouncer["direct"]))
-    try:
-        await migrate(conn)  # directly: the migration lock is a session lock (docs/scaling.md)
-        _, key = await auth.create_key(conn, PROJECT)
-    finally:
-        await conn.close()
+    # Migrated directly: the migration lock is a session lock (docs/scaling.md).
+    key = await migrated_key(Settings(database_url=bouncer["direct"]), PROJECT)
 
     ok = await hammer(bouncer["bounced"], 0, key)
     assert set(ok) <= {200, 201}, ok

@@ -19,12 +19,11 @@ import httpx
 import pytest
 
 from service import auth, memory
-from service.app import create_app
-from service.db import create_pool
 from service.embedder import Embedder
 from service.repository import keys as keys_repo
 from service.settings import Settings
 from tests.helpers import PROJECT, bearer
+from tests.helpers.app import pooled_client
 from tests.helpers.sql import load_test_queries
 
 REPO = Path(__file__).resolve().parent.parent
@@ -127,13 +126,8 @@ async def test_requests_with_a_key_log_nothing_of_it(
 async def pooled(
     settings: Settings, migrated: str, hash_embedder: Embedder
 ) -> AsyncIterator[tuple[httpx.AsyncClient, Any]]:
-    pool = await create_pool(settings)
-    app = create_app(settings, pool=pool, embedder=hash_embedder)
-    try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
-            yield client, pool
-    finally:
-        await pool.close()
+    async with pooled_client(settings, hash_embedder) as client_and_pool:
+        yield client_and_pool
 
 
 async def haki(settings: Settings, *args: str) -> tuple[int, str, str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,7 +22,14 @@ import psutil
 import pytest
 
 from service.embedded import restart_backoff_seconds
-from tests.helpers.server import free_port, server_env, short_tmp_dir, spawn_serve, stop_process
+from tests.helpers.server import (
+    free_port,
+    postmaster_pid,
+    scratch_data_dir,
+    server_env,
+    spawn_serve,
+    stop_process,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 PROJECT = "proj-supervised"
@@ -33,22 +39,16 @@ RECOVERY_SECONDS = 30.0
 
 @pytest.fixture
 def data_dir() -> Iterator[Path]:
-    path = short_tmp_dir("haki-sup-")
-    try:
+    with scratch_data_dir("haki-sup-", quit_postmaster) as path:
         yield path
-    finally:
-        postmaster = postmaster_pid(path)
-        if postmaster is not None and psutil.pid_exists(postmaster):  # never leave a server behind
-            os.kill(postmaster, signal.SIGQUIT)
-            wait_gone(postmaster, 30)
-        shutil.rmtree(path, ignore_errors=True)
 
 
-def postmaster_pid(data_dir: Path) -> int | None:
-    try:
-        return int((data_dir / "pgdata" / "postmaster.pid").read_text().splitlines()[0])
-    except (OSError, ValueError, IndexError):
-        return None
+def quit_postmaster(data_dir: Path) -> None:
+    """Never leaves a server behind, whatever state the test left it in (immediate shutdown)."""
+    postmaster = postmaster_pid(data_dir)
+    if postmaster is not None and psutil.pid_exists(postmaster):
+        os.kill(postmaster, signal.SIGQUIT)
+        wait_gone(postmaster, 30)
 
 
 def wait_gone(pid: int, timeout: float) -> bool:

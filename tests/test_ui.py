@@ -12,9 +12,8 @@ from typing import Any
 import asyncpg
 
 from service import auth
-from tests.helpers import bearer
+from tests.helpers import bearer, context, write_events, write_facts
 
-PROJECT = "proj-a"
 XSS = '<script>alert("pwned")</script><img src=x onerror=alert(1)>'
 
 
@@ -26,43 +25,20 @@ async def login(client: Any, key: str) -> dict[str, str]:
 
 
 async def seed_trace(client: Any, key: str, subject: str = "ui-1") -> str:
-    r = await client.post(
-        "/v1/facts",
-        json={
-            "project_id": PROJECT,
-            "subject_id": subject,
-            "facts": [
-                {"content": f"Zoe's note: {XSS}"},
-                {"content": "Zoe works at Hooli.", "key": "employer"},
-                {"content": "Zoe works at Pied Piper.", "key": "employer"},
-                {"content": "Zoe lives in Palo Alto. " * 20},
-            ],
-        },
-        headers=bearer(key),
+    await write_facts(
+        client,
+        key,
+        [
+            f"Zoe's note: {XSS}",
+            {"content": "Zoe works at Hooli.", "key": "employer"},
+            {"content": "Zoe works at Pied Piper.", "key": "employer"},
+            "Zoe lives in Palo Alto. " * 20,
+        ],
+        subject,
     )
-    assert r.status_code == 201, r.text
-    r = await client.post(
-        "/v1/events",
-        json={
-            "project_id": PROJECT,
-            "subject_id": subject,
-            "events": [{"content": "Zoe demoed the compression app.", "occurred_at": "2025-02-03T10:00:00Z"}],
-        },
-        headers=bearer(key),
-    )
-    assert r.status_code == 201, r.text
-    r = await client.post(
-        "/v1/context",
-        json={
-            "project_id": PROJECT,
-            "subject_id": subject,
-            "query": f"Where does Zoe work? {XSS}",
-            "budget_tokens": 40,
-        },
-        headers=bearer(key),
-    )
-    assert r.status_code == 200, r.text
-    trace_id: str = r.json()["trace_id"]
+    await write_events(client, key, [("Zoe demoed the compression app.", "2025-02-03T10:00:00Z")], subject)
+    packet = await context(client, key, f"Where does Zoe work? {XSS}", subject, budget_tokens=40)
+    trace_id: str = packet["trace_id"]
     return trace_id
 
 

@@ -17,16 +17,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers.chromium import CHROMIUM, chromium
+from tests.helpers.chromium import BROWSER_TEST, chromium
 from tests.helpers.server import Server
 
-pytestmark = [
-    pytest.mark.skipif(
-        CHROMIUM is None,
-        reason="Chromium is not installed: `apt-get install -y chromium` (Debian) enables this browser test",
-    ),
-    pytest.mark.integration,
-]
+pytestmark = BROWSER_TEST
 
 PROJECT = "ui-browser"
 SUBJECT = "zoe"

@@ -283,3 +283,14 @@ def load_file_module(name: str, path: Path) -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def needs_program(
+    path: str | None, name: str, install: str, what: str = "this test"
+) -> list[pytest.MarkDecorator]:
+    """The marks of a module whose tests run an installed program: skipped where `path` (its
+    executable) was not found, saying how to install it, and `integration` (they start a process)."""
+    return [
+        pytest.mark.skipif(path is None, reason=f"{name} is not installed: {install} enables {what}"),
+        pytest.mark.integration,
+    ]

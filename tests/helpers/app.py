@@ -1,4 +1,6 @@
-"""The app on the test's own connection: an httpx client on the ASGI app in the test's event loop."""
+"""The app in the test's event loop: an httpx client on the ASGI app, on the test's own connection
+(make_client, SharedApp) or on a real pool of its own (pooled_client); and a database made ready
+for one (migrated_key)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,11 @@ import asyncpg
 import httpx
 import msgspec
 
+from service import auth
 from service.app import create_app
+from service.db import connect, create_pool, init_connection
 from service.embedder import Embedder
+from service.migrations import migrate
 from service.ratelimit import RateLimiter, WorkRateLimiter
 from service.settings import Settings
 
@@ -66,3 +71,30 @@ class SharedApp:
                 yield client
         finally:
             self.pool.conn = None
+
+
+@asynccontextmanager
+async def pooled_client(
+    settings: Settings, embedder: Embedder
+) -> AsyncIterator[tuple[httpx.AsyncClient, Any]]:
+    """An httpx client on an app with a real pool of its own (committed data, concurrent
+    requests, the pool's own faults), and that pool; the pool is closed on the way out."""
+    pool = await create_pool(settings)
+    app = create_app(settings, pool=pool, embedder=embedder)
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+            yield client, pool
+    finally:
+        await pool.close()
+
+
+async def migrated_key(settings: Settings, project: str) -> str:
+    """Migrates the database of `settings` and returns a new API key of `project` on it."""
+    conn = await connect(settings)
+    try:
+        await migrate(conn)
+        await init_connection(conn)
+        _, key = await auth.create_key(conn, project)
+    finally:
+        await conn.close()
+    return key

@@ -3,7 +3,7 @@
 
 `chromium(profile)` starts a headless browser with its own profile and yields a `Page`; events of
 the protocol (a paused request, a console message) reach the handlers registered with `Page.on`.
-Skip a test when `CHROMIUM` is None (Debian: `apt-get install -y chromium`).
+A browser test module sets `pytestmark = BROWSER_TEST` (skipped when `CHROMIUM` is None).
 """
 
 from __future__ import annotations
@@ -19,7 +19,12 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tests.helpers import needs_program
+
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
+BROWSER_TEST = needs_program(
+    CHROMIUM, "Chromium", "`apt-get install -y chromium` (Debian)", "this browser test"
+)
 STEP_TIMEOUT_SECONDS = 20.0
 
 

@@ -7,13 +7,14 @@ embedder, so it starts in seconds without the model.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +62,33 @@ def short_tmp_dir(prefix: str) -> Path:
     ~100 bytes, so keep it short."""
     base = Path(os.environ.get("HAKI_TEST_TMP", tempfile.gettempdir()))
     return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+
+
+def stop_embedded_server(data_dir: Path) -> None:
+    """Stops the embedded PostgreSQL of `data_dir` through pgserver, the way Haki started it."""
+    from service.embedded import embedded_server  # pgserver: only where a test stops a server
+
+    embedded_server(data_dir).cleanup()
+
+
+@contextmanager
+def scratch_data_dir(prefix: str, stop: Callable[[Path], object] = stop_embedded_server) -> Iterator[Path]:
+    """A new short data dir (short_tmp_dir) for an embedded server; on the way out `stop` ends
+    the server it holds, and the dir is removed."""
+    path = short_tmp_dir(prefix)
+    try:
+        yield path
+    finally:
+        stop(path)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def postmaster_pid(data_dir: Path) -> int | None:
+    """The pid that the data dir's postmaster.pid names (None: no server has it)."""
+    try:
+        return int((data_dir / "pgdata" / "postmaster.pid").read_text().splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def server_env(data_dir: Path, **extra: str) -> dict[str, str]:
