@@ -186,8 +186,10 @@ async def test_or_text_query_reads_a_bounded_idf_sample(
     all carry the word (a count of its postings would read 300)."""
     subject = "idf-bounded"
     await write_facts(client, key, [f"common word number {i}" for i in range(300)], subject)
-    plan = await explain_unified_candidates(
-        conn, subject, "common", match_words=8, text_per_word=10, idf_sample_docs=20
+    plan = await explain(
+        conn,
+        "unified_candidates",
+        **unified_text_side(subject, "common", match_words=8, text_per_word=10, idf_sample_docs=20),
     )
     reads = [n["Actual Rows"] for n in plan_nodes(plan) if n.get("Relation Name") == "facts"]
     assert reads and max(reads) <= 20, reads
@@ -204,13 +206,11 @@ async def test_or_text_query_matches_only_its_rarest_words(
     common = [f"w{i}x" for i in range(18)]
     await write_facts(client, key, [" ".join(common) + f" fact {i}" for i in range(60)], subject)
     await write_facts(client, key, ["zebra appears once", "quokka appears once"], subject)
-    plan = await explain_unified_candidates(
+    query = " ".join([*common, "zebra", "quokka"])
+    plan = await explain(
         conn,
-        subject,
-        " ".join([*common, "zebra", "quokka"]),
-        match_words=2,
-        text_per_word=10,
-        idf_sample_docs=256,
+        "unified_candidates",
+        **unified_text_side(subject, query, match_words=2, text_per_word=10, idf_sample_docs=256),
     )
     pooled = [
         n["Actual Rows"]
@@ -241,28 +241,27 @@ async def test_common_word_of_a_big_scope_reads_the_newest_facts(
         )
     }
 
-    async def matched(min_postings: float) -> set[Any]:
-        rows = load_queries().unified_candidates(
-            conn,
-            **unified_text_side(subject, "coffee", match_words=8, text_per_word=10, idf_sample_docs=256),
-            probe_rows=TEXT_PROBE_MAX_ROWS,
+    def coffee(min_postings: float) -> dict[str, Any]:
+        """The text side on "coffee", the probe's cost threshold at 0 (this scope is "big")."""
+        return unified_text_side(
+            subject,
+            "coffee",
+            match_words=8,
+            text_per_word=10,
+            idf_sample_docs=256,
             probe_min_cost=0.0,
             probe_min_postings=min_postings,
         )
+
+    async def matched(min_postings: float) -> set[Any]:
+        rows = load_queries().unified_candidates(conn, **coffee(min_postings))
         return {r["item_id"] async for r in rows if r["kind"] == "candidate"}
 
     assert await matched(0.0) == newest
     assert await matched(float("inf")) != newest  # the postings' order, without the probe
     # haki_newest_servable_facts is inlined (no function scan of its own), so that on a big scope
     # its ordered index scan stops at the caller's LIMIT instead of reading probe_rows rows.
-    plan = await explain(
-        conn,
-        "unified_candidates",
-        **unified_text_side(subject, "coffee", match_words=8, text_per_word=10, idf_sample_docs=256),
-        probe_rows=TEXT_PROBE_MAX_ROWS,
-        probe_min_cost=0.0,
-        probe_min_postings=0.0,
-    )
+    plan = await explain(conn, "unified_candidates", **coffee(0.0))
     functions = [n.get("Function Name") for n in plan_nodes(plan) if n.get("Node Type") == "Function Scan"]
     assert "haki_newest_servable_facts" not in functions, functions
 
@@ -470,38 +469,18 @@ async def explain(conn: asyncpg.Connection, name: str, **params: Any) -> dict[st
     return plan
 
 
-async def explain_unified_candidates(
-    conn: asyncpg.Connection,
+def unified_text_side(
     subject: str,
     query_text: str,
     *,
     match_words: int,
     text_per_word: int,
     idf_sample_docs: int,
-) -> dict[str, Any]:
-    """unified_candidates' plan on the text side alone (no query vector, nothing walked), with
-    the bounds the test sets."""
-    return await explain(
-        conn,
-        "unified_candidates",
-        **unified_text_side(
-            subject,
-            query_text,
-            match_words=match_words,
-            text_per_word=text_per_word,
-            idf_sample_docs=idf_sample_docs,
-        ),
-        probe_rows=TEXT_PROBE_MAX_ROWS,
-        probe_min_cost=TEXT_PROBE_MIN_COST,
-        probe_min_postings=TEXT_PROBE_MIN_POSTINGS,
-    )
-
-
-def unified_text_side(
-    subject: str, query_text: str, *, match_words: int, text_per_word: int, idf_sample_docs: int
+    probe_min_cost: float = TEXT_PROBE_MIN_COST,
+    probe_min_postings: float = TEXT_PROBE_MIN_POSTINGS,
 ) -> dict[str, Any]:
     """unified_candidates' parameters for its text side alone (no query vector, nothing walked),
-    the probe's thresholds left to the caller."""
+    with the bounds the test sets; the text probe's thresholds are the shipped ones unless given."""
     return dict(
         project_id=PROJECT,
         subject_id=subject,
@@ -517,6 +496,9 @@ def unified_text_side(
         text_per_word=text_per_word,
         event_text_per_word=text_per_word,
         idf_sample_docs=idf_sample_docs,
+        probe_rows=TEXT_PROBE_MAX_ROWS,
+        probe_min_cost=probe_min_cost,
+        probe_min_postings=probe_min_postings,
         w_similarity=UNIFIED_WEIGHT_SIMILARITY,
         w_text_rank=UNIFIED_WEIGHT_TEXT_RANK,
         w_recency=UNIFIED_WEIGHT_RECENCY,

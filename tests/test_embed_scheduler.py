@@ -59,6 +59,16 @@ def submit(
     return asyncio.ensure_future(s.submit(texts, purpose, project))
 
 
+async def busy_scheduler(**overrides: Any) -> tuple[GatedModel, FairScheduler[str], asyncio.Task[list[str]]]:
+    """A scheduler whose worker is in a pass of project z's write of "x" (held at the model's
+    gate), so that what the test submits next is queued; the model, the scheduler, that write."""
+    model = GatedModel()
+    s = scheduler(model, **overrides)
+    blocker = submit(s, ["x"], "write", "z")
+    await settle()
+    return model, s, blocker
+
+
 async def test_an_idle_worker_runs_a_lone_query_at_once() -> None:
     model = GatedModel()
     s = scheduler(model)
@@ -105,10 +115,7 @@ async def test_concurrent_queries_share_one_pass() -> None:
 
 
 async def test_projects_take_turns_on_writes() -> None:
-    model = GatedModel()
-    s = scheduler(model, write_max_batch=2)
-    blocker = submit(s, ["x"], "write", "z")
-    await settle()
+    model, s, blocker = await busy_scheduler(write_max_batch=2)
     # Project a queues three writes of four texts before b's single write of two.
     a_jobs = [submit(s, [f"a{j}.{i}" for i in range(4)], "write", "a") for j in range(3)]
     b_job = submit(s, ["b0", "b1"], "write", "b")
@@ -124,10 +131,7 @@ async def test_projects_take_turns_on_writes() -> None:
 
 
 async def test_queries_of_several_projects_are_interleaved_in_a_pass() -> None:
-    model = GatedModel()
-    s = scheduler(model, query_max_batch=4)
-    blocker = submit(s, ["x"], "write", "z")
-    await settle()
+    model, s, blocker = await busy_scheduler(query_max_batch=4)
     for i in range(5):
         submit(s, [f"a{i}"], "query", "a")
     submit(s, ["b0"], "query", "b")
@@ -152,10 +156,7 @@ async def test_write_chunks_are_bounded_by_cost() -> None:
 
 
 async def test_a_caller_that_gave_up_costs_no_pass() -> None:
-    model = GatedModel()
-    s = scheduler(model)
-    blocker = submit(s, ["x"], "write", "z")
-    await settle()
+    model, s, blocker = await busy_scheduler()
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(s.submit(["late"], "write", "a"), timeout=0.01)
     await model.release(2)
@@ -165,11 +166,8 @@ async def test_a_caller_that_gave_up_costs_no_pass() -> None:
 
 
 async def test_a_failed_pass_fails_its_jobs_only() -> None:
-    model = GatedModel()
+    model, s, blocker = await busy_scheduler(write_max_batch=1)
     model.fail_on = "bad"
-    s = scheduler(model, write_max_batch=1)
-    blocker = submit(s, ["x"], "write", "z")
-    await settle()
     bad = submit(s, ["bad", "more"], "write", "a")
     good = submit(s, ["good"], "write", "b")
     await settle()
@@ -184,10 +182,7 @@ async def test_a_failed_pass_fails_its_jobs_only() -> None:
 
 
 async def test_close_fails_the_queued_jobs() -> None:
-    model = GatedModel()
-    s = scheduler(model)
-    running = submit(s, ["x"], "write", "z")
-    await settle()
+    _, s, running = await busy_scheduler()
     queued = submit(s, ["y"], "query", "a")
     await settle()
     await s.aclose(RuntimeError("closed"))

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -330,13 +331,20 @@ def openai_settings(port: int, **overrides: Any) -> Settings:
     return Settings(**values)
 
 
-async def test_openai_batches_and_sends_bearer(fake_server: FakeEmbeddingServer) -> None:
-    embedder = OpenAIEmbedder(openai_settings(fake_server.port))
-    texts = [f"text number {i}" for i in range(5)]
+@asynccontextmanager
+async def openai_embedder(port: int, **overrides: Any) -> AsyncIterator[OpenAIEmbedder]:
+    """An OpenAIEmbedder of openai_settings(port, **overrides), closed on the way out."""
+    embedder = OpenAIEmbedder(openai_settings(port, **overrides))
     try:
-        vectors = await embedder.embed(texts)
+        yield embedder
     finally:
         await embedder.aclose()
+
+
+async def test_openai_batches_and_sends_bearer(fake_server: FakeEmbeddingServer) -> None:
+    texts = [f"text number {i}" for i in range(5)]
+    async with openai_embedder(fake_server.port) as embedder:
+        vectors = await embedder.embed(texts)
     # The batches are sent concurrently (HAKI_EMBED_CONCURRENCY), so they may arrive in any order.
     sent = sorted(r["json"]["input"] for r in fake_server.requests)
     assert sent == [texts[0:2], texts[2:4], texts[4:5]]
@@ -352,12 +360,9 @@ async def test_openai_batches_and_sends_bearer(fake_server: FakeEmbeddingServer)
 
 async def test_openai_orders_by_index(fake_server: FakeEmbeddingServer) -> None:
     fake_server.shuffle = True
-    embedder = OpenAIEmbedder(openai_settings(fake_server.port, embed_batch_size=8, embed_model="my-model"))
     texts = ["alpha", "beta", "gamma", "delta", "epsilon"]
-    try:
+    async with openai_embedder(fake_server.port, embed_batch_size=8, embed_model="my-model") as embedder:
         vectors = await embedder.embed(texts)
-    finally:
-        await embedder.aclose()
     assert len(fake_server.requests) == 1
     assert fake_server.requests[0]["json"]["model"] == "my-model"
     for text, vec in zip(texts, vectors, strict=True):
@@ -365,21 +370,15 @@ async def test_openai_orders_by_index(fake_server: FakeEmbeddingServer) -> None:
 
 
 async def test_openai_without_api_key_sends_no_authorization(fake_server: FakeEmbeddingServer) -> None:
-    embedder = OpenAIEmbedder(openai_settings(fake_server.port, embed_api_key=None))
-    try:
+    async with openai_embedder(fake_server.port, embed_api_key=None) as embedder:
         await embedder.embed(["hello"])
         await check_embedder(embedder)
-    finally:
-        await embedder.aclose()
     assert {r["authorization"] for r in fake_server.requests} == {None}
 
 
 async def test_openai_empty_input_sends_nothing(fake_server: FakeEmbeddingServer) -> None:
-    embedder = OpenAIEmbedder(openai_settings(fake_server.port))
-    try:
+    async with openai_embedder(fake_server.port) as embedder:
         assert await embedder.embed([]) == []
-    finally:
-        await embedder.aclose()
     assert fake_server.requests == []
 
 
@@ -399,56 +398,41 @@ async def test_openai_wrong_dimension_fails_the_startup_check(fake_server: FakeE
 
 async def test_openai_server_error(fake_server: FakeEmbeddingServer) -> None:
     fake_server.status = 500
-    embedder = OpenAIEmbedder(openai_settings(fake_server.port))
-    try:
+    async with openai_embedder(fake_server.port) as embedder:
         with pytest.raises(EmbedderError, match="500"):
             await embedder.embed(["boom"])
-    finally:
-        await embedder.aclose()
     assert len(fake_server.requests) == 2  # one retry, no more
 
 
 async def test_openai_client_error_is_not_retried(fake_server: FakeEmbeddingServer) -> None:
     fake_server.status = 401
-    embedder = OpenAIEmbedder(openai_settings(fake_server.port))
-    try:
+    async with openai_embedder(fake_server.port) as embedder:
         with pytest.raises(EmbedderConfigError, match="HAKI_EMBED_API_KEY") as info:
             await check_embedder(embedder)
-    finally:
-        await embedder.aclose()
     assert "401" in str(info.value)
     assert len(fake_server.requests) == 1
 
 
 async def test_openai_malformed_body(fake_server: FakeEmbeddingServer) -> None:
     fake_server.malformed = True
-    embedder = OpenAIEmbedder(openai_settings(fake_server.port))
-    try:
+    async with openai_embedder(fake_server.port) as embedder:
         with pytest.raises(EmbedderError, match="malformed"):
             await embedder.embed(["hello"])
-    finally:
-        await embedder.aclose()
 
 
 async def test_openai_timeout_is_quick(fake_server: FakeEmbeddingServer) -> None:
     fake_server.delay = 2.0
-    embedder = OpenAIEmbedder(openai_settings(fake_server.port, embed_timeout_seconds=0.2))
-    started = time.perf_counter()
-    try:
+    async with openai_embedder(fake_server.port, embed_timeout_seconds=0.2) as embedder:
+        started = time.perf_counter()
         with pytest.raises(EmbedderError):
             await embedder.embed(["slow"])
-    finally:
-        await embedder.aclose()
     assert time.perf_counter() - started < 3.0
 
 
 async def test_openai_unreachable_server_names_the_env_vars() -> None:
-    embedder = OpenAIEmbedder(openai_settings(1, embed_timeout_seconds=0.5))
-    try:
+    async with openai_embedder(1, embed_timeout_seconds=0.5) as embedder:
         with pytest.raises(EmbedderConfigError, match="HAKI_EMBED_BASE_URL"):
             await check_embedder(embedder)
-    finally:
-        await embedder.aclose()
 
 
 async def test_openai_sends_up_to_the_concurrency_setting(fake_server: FakeEmbeddingServer) -> None:
@@ -457,11 +441,8 @@ async def test_openai_sends_up_to_the_concurrency_setting(fake_server: FakeEmbed
     for concurrency in (1, 3):
         fake_server.max_in_flight = 0
         fake_server.requests.clear()
-        embedder = OpenAIEmbedder(openai_settings(fake_server.port, embed_concurrency=concurrency))
-        try:
+        async with openai_embedder(fake_server.port, embed_concurrency=concurrency) as embedder:
             vectors = await embedder.embed(texts)
-        finally:
-            await embedder.aclose()
         assert fake_server.max_in_flight == concurrency
         assert len(fake_server.requests) == 7
         # Order of the answer is the order of the input, whatever order the batches came back in.
@@ -471,8 +452,7 @@ async def test_openai_sends_up_to_the_concurrency_setting(fake_server: FakeEmbed
 
 async def test_openai_write_slots_are_shared_by_concurrent_writes(fake_server: FakeEmbeddingServer) -> None:
     fake_server.delay = 0.1
-    embedder = OpenAIEmbedder(openai_settings(fake_server.port, embed_concurrency=2))
-    try:
+    async with openai_embedder(fake_server.port, embed_concurrency=2) as embedder:
         await asyncio.gather(*(embedder.embed([f"w{j}.{i}" for i in range(4)]) for j in range(3)))
         assert fake_server.max_in_flight == 2
         # A query skips the write slots.
@@ -482,8 +462,6 @@ async def test_openai_write_slots_are_shared_by_concurrent_writes(fake_server: F
         await embedder.embed(["a query"], purpose="query", project="p")
         await writes
         assert fake_server.max_in_flight == 3
-    finally:
-        await embedder.aclose()
 
 
 async def test_openai_write_timeout(fake_server: FakeEmbeddingServer) -> None:

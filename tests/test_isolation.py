@@ -24,7 +24,7 @@ import pytest
 from service.app import create_app
 from service.embedder import HashEmbedder
 from service.settings import Settings
-from tests.helpers import bearer, post_events, post_facts
+from tests.helpers import bearer, post_context, post_events, post_facts
 
 A = "proj-a"  # the `key` fixture's project
 B = "proj-b"  # the `other_key` fixture's project
@@ -103,8 +103,13 @@ def b_packet_only(body: Any, w: World) -> None:
     assert set(served) <= {w.b_fact_id}, body
 
 
+def scoped(project_id: str, **fields: Any) -> dict[str, Any]:
+    """A request body or query on SUBJECT of that project."""
+    return {"project_id": project_id, "subject_id": SUBJECT, **fields}
+
+
 def b_fact(content: str, **extra: Any) -> dict[str, Any]:
-    return {"project_id": B, "subject_id": SUBJECT, "facts": [{"content": content, **extra}]}
+    return scoped(B, facts=[{"content": content, **extra}])
 
 
 # (method, OpenAPI path) -> how B tries to reach A through that route.
@@ -117,9 +122,9 @@ PROBES: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
     ],
     ("GET", "/v1/facts"): lambda w: [
         probe("/v1/facts", params={"project_id": A}, expected=403),
-        probe("/v1/facts", params={"project_id": A, "subject_id": SUBJECT}, expected=403),
+        probe("/v1/facts", params=scoped(A), expected=403),
         probe("/v1/facts", params={"project_id": B}, expected=200, check=only_b_facts),
-        probe("/v1/facts", params={"project_id": B, "subject_id": SUBJECT}, expected=200, check=only_b_facts),
+        probe("/v1/facts", params=scoped(B), expected=200, check=only_b_facts),
     ],
     ("GET", "/v1/facts/{fact_id}"): lambda w: [probe(f"/v1/facts/{f}") for f in w.a_fact_ids],
     ("PATCH", "/v1/facts/{fact_id}"): lambda w: [
@@ -130,11 +135,7 @@ PROBES: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
     ("POST", "/v1/events"): lambda w: [
         probe(
             "/v1/events",
-            body={
-                "project_id": A,
-                "subject_id": SUBJECT,
-                "events": [{"content": "x", "occurred_at": "2024-01-01T00:00:00Z"}],
-            },
+            body=scoped(A, events=[{"content": "x", "occurred_at": "2024-01-01T00:00:00Z"}]),
             expected=403,
         )
     ],
@@ -148,10 +149,10 @@ PROBES: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
         probe(f"/v1/conflicts/{w.a_conflict_set_id}/resolve", body={"keep": [w.b_fact_id]}),
     ],
     ("POST", "/v1/context"): lambda w: [
-        probe("/v1/context", body={"project_id": A, "subject_id": SUBJECT, "query": w.a_query}, expected=403),
+        probe("/v1/context", body=scoped(A, query=w.a_query), expected=403),
         probe(
             "/v1/context",
-            body={"project_id": B, "subject_id": SUBJECT, "query": w.a_query, "budget_tokens": 100000},
+            body=scoped(B, query=w.a_query, budget_tokens=100000),
             expected=200,
             check=b_packet_only,
         ),
@@ -167,7 +168,7 @@ PROBES: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
     ],
     ("GET", "/v1/stats/facts"): lambda w: [
         probe("/v1/stats/facts", params={"project_id": A}, expected=403),
-        probe("/v1/stats/facts", params={"project_id": A, "subject_id": SUBJECT}, expected=403),
+        probe("/v1/stats/facts", params=scoped(A), expected=403),
         probe(
             "/v1/stats/facts",
             params={"project_id": B, "order": "never_served"},
@@ -178,15 +179,7 @@ PROBES: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
     # No chat model here: B reaching A's scope is a 403 before the model is asked; B's own scope
     # gets the unconfigured 503 (tests/test_extract.py checks what the model is shown).
     ("POST", "/v1/extract"): lambda w: [
-        probe(
-            "/v1/extract",
-            body={
-                "project_id": A,
-                "subject_id": SUBJECT,
-                "messages": [{"role": "user", "content": w.a_query}],
-            },
-            expected=403,
-        ),
+        probe("/v1/extract", body=scoped(A, messages=[{"role": "user", "content": w.a_query}]), expected=403),
         probe(
             "/v1/extract",
             body={"subject_id": SUBJECT, "messages": [{"role": "user", "content": "x"}], "write": False},
@@ -199,19 +192,19 @@ PROBES: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
         probe(f"/v1/subjects/{SUBJECT}", expected=200, check=b_erasure_only),
     ],
     ("DELETE", "/v1/subjects"): lambda w: [
-        probe("/v1/subjects", params={"project_id": A, "subject_id": SUBJECT}, expected=403),
+        probe("/v1/subjects", params=scoped(A), expected=403),
         probe("/v1/subjects", params={"subject_id": SUBJECT}, expected=200, check=b_erasure_only),
     ],
     ("GET", "/v1/subjects/export"): lambda w: [
-        probe("/v1/subjects/export", params={"project_id": A, "subject_id": SUBJECT}, expected=403),
+        probe("/v1/subjects/export", params=scoped(A), expected=403),
         probe("/v1/subjects/export", params={"subject_id": SUBJECT}, expected=200),
     ],
     ("DELETE", "/v1/facts/{fact_id}"): lambda w: [probe(f"/v1/facts/{f}") for f in w.a_fact_ids],
     ("DELETE", "/v1/events/{event_id}"): lambda w: [probe(f"/v1/events/{w.a_event_id}")],
     ("GET", "/v1/events"): lambda w: [
         probe("/v1/events", params={"project_id": A}, expected=403),
-        probe("/v1/events", params={"project_id": A, "subject_id": SUBJECT}, expected=403),
-        probe("/v1/events", params={"project_id": B, "subject_id": SUBJECT}, expected=200, check=no_events),
+        probe("/v1/events", params=scoped(A), expected=403),
+        probe("/v1/events", params=scoped(B), expected=200, check=no_events),
     ],
     ("GET", "/v1/events/{event_id}"): lambda w: [probe(f"/v1/events/{w.a_event_id}")],
     ("GET", "/v1/subjects"): lambda w: [
@@ -344,9 +337,7 @@ async def world(client: httpx.AsyncClient, key: str, other_key: str) -> World:
     assert r.status_code == 201, r.text
     event_id = r.json()["events"][0]["event_id"]
     query = f"Where does Alice work and what is she allergic to {tag}"
-    r = await client.post(
-        "/v1/context", json={"project_id": A, "subject_id": SUBJECT, "query": query}, headers=bearer(key)
-    )
+    r = await post_context(client, key, query, SUBJECT, A)
     assert r.status_code == 200, r.text
     packet = r.json()
     assert packet["facts"] and packet["episodes"], packet  # A's own key does see A's memories

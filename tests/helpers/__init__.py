@@ -49,6 +49,20 @@ def tokens_of(text: str) -> int:
     return max(1, len(text) // 4)
 
 
+def json_of(r: httpx.Response, status: int = 200) -> Any:
+    """The JSON body of a response that must have `status` (its text shown when it has not)."""
+    assert r.status_code == status, r.text
+    return r.json()
+
+
+async def post_scoped(
+    client: httpx.AsyncClient, key: str, path: str, subject_id: str, project_id: str, **fields: Any
+) -> httpx.Response:
+    """POST `path` with the key, a body on one project and subject."""
+    body = {"project_id": project_id, "subject_id": subject_id, **fields}
+    return await client.post(path, json=body, headers=bearer(key))
+
+
 async def post_facts(
     client: httpx.AsyncClient,
     key: str,
@@ -58,11 +72,7 @@ async def post_facts(
 ) -> httpx.Response:
     """POST /v1/facts; a bare string is a fact's content."""
     body = [{"content": f} if isinstance(f, str) else f for f in facts]
-    return await client.post(
-        "/v1/facts",
-        json={"project_id": project_id, "subject_id": subject_id, "facts": body},
-        headers=bearer(key),
-    )
+    return await post_scoped(client, key, "/v1/facts", subject_id, project_id, facts=body)
 
 
 async def write_facts(
@@ -73,16 +83,13 @@ async def write_facts(
     project_id: str = PROJECT,
 ) -> list[dict[str, Any]]:
     r = await post_facts(client, key, facts, subject_id, project_id)
-    assert r.status_code == 201, r.text
-    results: list[dict[str, Any]] = r.json()["facts"]
+    results: list[dict[str, Any]] = json_of(r, 201)["facts"]
     assert len(results) == len(facts)
     return results
 
 
 async def get_fact(client: httpx.AsyncClient, key: str, fact_id: str) -> dict[str, Any]:
-    r = await client.get(f"/v1/facts/{fact_id}", headers=bearer(key))
-    assert r.status_code == 200, r.text
-    fact: dict[str, Any] = r.json()
+    fact: dict[str, Any] = json_of(await client.get(f"/v1/facts/{fact_id}", headers=bearer(key)))
     return fact
 
 
@@ -96,9 +103,7 @@ async def list_all_facts(
         query = {"project_id": project_id, "limit": 500, **params}
         if cursor:
             query["cursor"] = cursor
-        r = await client.get("/v1/facts", params=query, headers=bearer(key))
-        assert r.status_code == 200, r.text
-        page = r.json()
+        page = json_of(await client.get("/v1/facts", params=query, headers=bearer(key)))
         out.extend(page["facts"])
         cursor = page["next_cursor"]
         if cursor is None:
@@ -129,11 +134,7 @@ async def post_events(
 ) -> httpx.Response:
     """POST /v1/events; a (content, occurred_at) pair is an event with just those."""
     body = [{"content": e[0], "occurred_at": e[1]} if isinstance(e, tuple) else e for e in events]
-    return await client.post(
-        "/v1/events",
-        json={"project_id": project_id, "subject_id": subject_id, "events": body},
-        headers=bearer(key),
-    )
+    return await post_scoped(client, key, "/v1/events", subject_id, project_id, events=body)
 
 
 async def write_events(
@@ -143,9 +144,7 @@ async def write_events(
     subject_id: str = "u1",
     project_id: str = PROJECT,
 ) -> list[str]:
-    r = await post_events(client, key, events, subject_id, project_id)
-    assert r.status_code == 201, r.text
-    body = r.json()
+    body = json_of(await post_events(client, key, events, subject_id, project_id), 201)
     assert set(body) == {"events"} and len(body["events"]) == len(events), body
     return [e["event_id"] for e in body["events"]]
 
@@ -158,11 +157,7 @@ async def post_context(
     project_id: str = PROJECT,
     **extra: Any,
 ) -> httpx.Response:
-    return await client.post(
-        "/v1/context",
-        json={"project_id": project_id, "subject_id": subject_id, "query": query, **extra},
-        headers=bearer(key),
-    )
+    return await post_scoped(client, key, "/v1/context", subject_id, project_id, query=query, **extra)
 
 
 async def context(
@@ -173,17 +168,13 @@ async def context(
     project_id: str = PROJECT,
     **extra: Any,
 ) -> dict[str, Any]:
-    r = await post_context(client, key, query, subject_id, project_id, **extra)
-    assert r.status_code == 200, r.text
-    packet: dict[str, Any] = r.json()
+    packet: dict[str, Any] = json_of(await post_context(client, key, query, subject_id, project_id, **extra))
     assert packet["used_tokens"] <= packet["budget_tokens"], packet
     return packet
 
 
 async def inspect(client: httpx.AsyncClient, key: str, trace_id: str) -> dict[str, Any]:
-    r = await client.get(f"/v1/inspect/{trace_id}", headers=bearer(key))
-    assert r.status_code == 200, r.text
-    found: dict[str, Any] = r.json()
+    found: dict[str, Any] = json_of(await client.get(f"/v1/inspect/{trace_id}", headers=bearer(key)))
     return found
 
 
