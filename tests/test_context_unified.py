@@ -243,15 +243,8 @@ async def test_common_word_of_a_big_scope_reads_the_newest_facts(
 
     def coffee(min_postings: float) -> dict[str, Any]:
         """The text side on "coffee", the probe's cost threshold at 0 (this scope is "big")."""
-        return unified_text_side(
-            subject,
-            "coffee",
-            match_words=8,
-            text_per_word=10,
-            idf_sample_docs=256,
-            probe_min_cost=0.0,
-            probe_min_postings=min_postings,
-        )
+        text_side = unified_text_side(subject, "coffee", match_words=8, text_per_word=10, idf_sample_docs=256)
+        return {**text_side, "probe_min_cost": 0.0, "probe_min_postings": min_postings}
 
     async def matched(min_postings: float) -> set[Any]:
         rows = load_queries().unified_candidates(conn, **coffee(min_postings))
@@ -470,17 +463,10 @@ async def explain(conn: asyncpg.Connection, name: str, **params: Any) -> dict[st
 
 
 def unified_text_side(
-    subject: str,
-    query_text: str,
-    *,
-    match_words: int,
-    text_per_word: int,
-    idf_sample_docs: int,
-    probe_min_cost: float = TEXT_PROBE_MIN_COST,
-    probe_min_postings: float = TEXT_PROBE_MIN_POSTINGS,
+    subject: str, query_text: str, *, match_words: int, text_per_word: int, idf_sample_docs: int
 ) -> dict[str, Any]:
     """unified_candidates' parameters for its text side alone (no query vector, nothing walked),
-    with the bounds the test sets; the text probe's thresholds are the shipped ones unless given."""
+    with the bounds the test sets and the text probe's shipped thresholds."""
     return dict(
         project_id=PROJECT,
         subject_id=subject,
@@ -497,8 +483,8 @@ def unified_text_side(
         event_text_per_word=text_per_word,
         idf_sample_docs=idf_sample_docs,
         probe_rows=TEXT_PROBE_MAX_ROWS,
-        probe_min_cost=probe_min_cost,
-        probe_min_postings=probe_min_postings,
+        probe_min_cost=TEXT_PROBE_MIN_COST,
+        probe_min_postings=TEXT_PROBE_MIN_POSTINGS,
         w_similarity=UNIFIED_WEIGHT_SIMILARITY,
         w_text_rank=UNIFIED_WEIGHT_TEXT_RANK,
         w_recency=UNIFIED_WEIGHT_RECENCY,
