@@ -154,21 +154,14 @@ async def vector_walk(
     return Walked(fact_ids=list(walked["walked_ids"]), event_ids=list(walked["walked_event_ids"]))
 
 
-async def fact_candidates(
-    conn: Conn,
-    probe: Probe,
-    walked: Walked,
-    *,
-    top_k: int = RETRIEVAL_TOP_K,
-    candidate_limit: int = CANDIDATE_LIMIT,
-) -> Retrieved:
+async def fact_candidates(conn: Conn, probe: Probe, walked: Walked) -> Retrieved:
     """`facts_first` phases 1 (text side) and 2, and the blocked facts."""
     rows = await collect(
         q().fact_candidates(
             conn,
             **_probe_args(probe),
-            top_k=top_k,
-            candidate_limit=candidate_limit,
+            top_k=RETRIEVAL_TOP_K,
+            candidate_limit=CANDIDATE_LIMIT,
             walked_ids=walked.fact_ids,
         )
     )
