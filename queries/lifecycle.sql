@@ -174,8 +174,7 @@ audit AS (
     FROM gone AS g
     RETURNING erased_at, subject_id
 )
-SELECT (SELECT count(*) FROM gone) AS facts,
-       (SELECT count(*) FROM gone_members) AS conflict_members,
+SELECT (SELECT count(*) FROM gone_members) AS conflict_members,
        (SELECT count(*) FROM resolved) AS conflict_sets_resolved,
        (SELECT count(*) FROM gone_sets) AS conflict_sets,
        (SELECT count(*) FROM unlinked) AS supersedes_unlinked,
@@ -228,8 +227,7 @@ audit AS (
     FROM gone AS g
     RETURNING erased_at, subject_id
 )
-SELECT (SELECT count(*) FROM gone) AS events,
-       (SELECT count(*) FROM unlinked) AS facts_unlinked,
+SELECT (SELECT count(*) FROM unlinked) AS facts_unlinked,
        (SELECT count(*) FROM gone_decisions) AS decisions,
        a.erased_at, a.subject_id
 FROM audit AS a;

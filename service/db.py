@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncpg
 import msgspec
 from pgvector.asyncpg import register_vector
@@ -46,27 +48,36 @@ async def keep_session(conn: asyncpg.Connection) -> None:
     this."""
 
 
+def _connect_options(settings: Settings) -> dict[str, Any]:
+    """What every connection Haki opens is opened with, pooled or not."""
+    return {
+        "server_settings": server_settings(settings),
+        "timeout": settings.connect_timeout_seconds,
+        "statement_cache_size": settings.db_statement_cache_size,
+    }
+
+
+def _pool_options(settings: Settings) -> dict[str, Any]:
+    """What the primary's pool and the standby's share: everything but the address and min_size."""
+    return {
+        **_connect_options(settings),
+        "max_size": settings.pool_max_size,
+        "init": init_connection,
+        "command_timeout": settings.statement_timeout_ms / 1000 + 5,
+        "reset": keep_session,
+    }
+
+
 async def create_pool(settings: Settings, url: str | None = None) -> asyncpg.Pool:
     pool: asyncpg.Pool = await asyncpg.create_pool(
-        url or database_url(settings),
-        min_size=settings.pool_min_size,
-        max_size=settings.pool_max_size,
-        init=init_connection,
-        server_settings=server_settings(settings),
-        timeout=settings.connect_timeout_seconds,
-        command_timeout=settings.statement_timeout_ms / 1000 + 5,
-        statement_cache_size=settings.db_statement_cache_size,
-        reset=keep_session,
+        url or database_url(settings), min_size=settings.pool_min_size, **_pool_options(settings)
     )
     return pool
 
 
 async def connect(settings: Settings, url: str | None = None) -> asyncpg.Connection:
     conn: asyncpg.Connection = await asyncpg.connect(
-        url or database_url(settings),
-        server_settings=server_settings(settings),
-        timeout=settings.connect_timeout_seconds,
-        statement_cache_size=settings.db_statement_cache_size,
+        url or database_url(settings), **_connect_options(settings)
     )
     return conn
 
@@ -75,15 +86,5 @@ async def create_read_pool(settings: Settings, url: str) -> asyncpg.Pool:
     """The standby's pool (HAKI_DATABASE_READ_URL, service/replica.py): the same sizes and
     settings, and no connection at start (min_size 0): a standby that is down when Haki starts
     must not keep it from starting, the primary serves until the monitor finds the standby."""
-    pool: asyncpg.Pool = await asyncpg.create_pool(
-        url,
-        min_size=0,
-        max_size=settings.pool_max_size,
-        init=init_connection,
-        server_settings=server_settings(settings),
-        timeout=settings.connect_timeout_seconds,
-        command_timeout=settings.statement_timeout_ms / 1000 + 5,
-        statement_cache_size=settings.db_statement_cache_size,
-        reset=keep_session,
-    )
+    pool: asyncpg.Pool = await asyncpg.create_pool(url, min_size=0, **_pool_options(settings))
     return pool

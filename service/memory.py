@@ -48,15 +48,19 @@ async def embed_or_unavailable(embedder: Embedder, texts: list[str], project: st
 _INFINITE = (datetime.min.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC))
 
 
-def _check_timestamp(field: str, value: datetime | None) -> None:
-    """asyncpg sends timestamps in UTC: one whose UTC form leaves years 1..9999 cannot be stored."""
-    if value is None:
-        return
+def storable_utc(field: str, value: datetime) -> datetime:
+    """asyncpg sends timestamps in UTC: one whose UTC form leaves years 1..9999 cannot be stored
+    (nor compared with a stored one)."""
     try:
-        utc = value.astimezone(UTC)
+        return value.astimezone(UTC)
     except OverflowError as exc:
         raise InvalidInput(field, "is out of range (years 1..9999 in UTC)") from exc
-    if utc in _INFINITE:
+
+
+def _check_timestamp(field: str, value: datetime | None) -> None:
+    if value is None:
+        return
+    if storable_utc(field, value) in _INFINITE:
         raise InvalidInput(field, "is out of range (0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999999Z)")
 
 
@@ -266,19 +270,8 @@ async def prepare_events(embedder: Embedder, principal: Principal, req: WriteEve
 
 
 async def store_events(conn: Conn, prepared: PreparedEvents) -> WriteEventsResponse:
-    req, embeddings = prepared.req, prepared.embeddings
-    events = req.events
-    event_ids = uuid7_batch(len(events))
-    await events_repo.insert_events(
-        conn,
-        req.project_id,
-        req.subject_id,
-        event_ids,
-        [e.content for e in events],
-        [e.occurred_at for e in events],
-        [e.metadata for e in events],
-        embeddings,
-    )
+    event_ids = uuid7_batch(len(prepared.req.events))
+    await events_repo.insert_events(conn, prepared.req, event_ids, prepared.embeddings)
     return WriteEventsResponse(events=[EventWriteResult(event_id=eid) for eid in event_ids])
 
 

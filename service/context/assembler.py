@@ -46,6 +46,7 @@ from service.context.model import Candidate, Packed, Probe, Retrieved, Weights, 
 from service.embedder import Embedder
 from service.errors import InvalidInput, NotFound
 from service.ids import uuid7
+from service.memory import storable_utc
 from service.observability.timing import StageTimer
 from service.replica import trace_transaction
 from service.repository import Conn
@@ -74,13 +75,7 @@ EMBEDDING_UNAVAILABLE = (
 def check_as_of(field: str, as_of: datetime | None) -> None:
     """An as-of instant must not be in the future (docs/time-travel.md): the memory of an instant
     that has not happened yet is not known. Years 1..9999 in UTC, as every stored timestamp."""
-    if as_of is None:
-        return
-    try:
-        utc = as_of.astimezone(UTC)
-    except OverflowError as exc:
-        raise InvalidInput(field, "is out of range (years 1..9999 in UTC)") from exc
-    if utc > datetime.now(UTC):
+    if as_of is not None and storable_utc(field, as_of) > datetime.now(UTC):
         raise InvalidInput(field, "is in the future: the memory can only be read as of now or before")
 
 
@@ -232,20 +227,14 @@ RETRIEVERS: dict[ContextProfile, Callable[[Conn, Probe], Awaitable[Retrieved]]] 
 
 
 async def link_entities(
-    conn: Conn,
-    req: ContextRequest,
-    qvec: np.ndarray | None,
-    settings: Settings,
-    weights: Weights,
-    provisional: Sequence[Candidate],
-    idf: dict[str, float],
+    conn: Conn, probe: Probe, provisional: Sequence[Candidate], idf: dict[str, float]
 ) -> list[tuple[str, Candidate]]:
     """One hop from the facts the packet would hold without expansion: the facts of the scope
     that name their most frequent informative entities, closest to the query first."""
-    entities = entities_of(provisional, req.query, MULTI_HOP_ENTITY_CANDIDATES)
+    entities = entities_of(provisional, probe.query, MULTI_HOP_ENTITY_CANDIDATES)
     if not entities:
         return []
-    return await repo.linked_facts(conn, probe_of(req, qvec, settings, weights), entities=entities, idf=idf)
+    return await repo.linked_facts(conn, probe, entities=entities, idf=idf)
 
 
 def ranking_key(c: Candidate) -> tuple[float, bool, bool, UUID]:
@@ -278,21 +267,13 @@ def lift_linked(
 
 
 async def assemble_unified(
-    conn: Conn,
-    req: ContextRequest,
-    qvec: np.ndarray | None,
-    settings: Settings,
-    weights: Weights,
-    timer: StageTimer,
+    conn: Conn, req: ContextRequest, probe: Probe, gate: float, timer: StageTimer
 ) -> tuple[Retrieved, Packed]:
-    gate = settings.recall_max_distance
     with timer.stage("candidates"):
-        retrieved = await retrieve_unified(
-            conn, probe_of(req, qvec, settings, weights), with_episodes=req.include_episodes
-        )
+        retrieved = await retrieve_unified(conn, probe, with_episodes=req.include_episodes)
     with timer.stage("multi_hop"):
         provisional = preview(retrieved.candidates, req.budget_tokens, gate)
-        linked = await link_entities(conn, req, qvec, settings, weights, provisional, retrieved.idf)
+        linked = await link_entities(conn, probe, provisional, retrieved.idf)
     with timer.stage("pack"):
         ranked = lift_linked(retrieved.candidates, linked, provisional)
         packed = pack(ranked, req.budget_tokens, gate, dedupe=True)
@@ -310,15 +291,8 @@ async def fetch_episodes(conn: Conn, req: ContextRequest, probe: Probe) -> list[
 
 
 async def assemble_facts_first(
-    conn: Conn,
-    req: ContextRequest,
-    qvec: np.ndarray | None,
-    settings: Settings,
-    weights: Weights,
-    timer: StageTimer,
+    conn: Conn, req: ContextRequest, probe: Probe, gate: float, timer: StageTimer
 ) -> tuple[Retrieved, Packed]:
-    gate = settings.recall_max_distance
-    probe = probe_of(req, qvec, settings, weights)
     # The episodes' walk before the facts': retrieve_facts_first turns the call to generic plans
     # for the rest of it (use_generic_plans), and a generic plan cannot walk a partial HNSW index.
     with timer.stage("episodes"):
@@ -344,10 +318,9 @@ async def assemble_facts_first(
 
 # --- the call --------------------------------------------------------------------------------
 
-Steps = Callable[
-    [Conn, ContextRequest, "np.ndarray | None", Settings, Weights, StageTimer],
-    Awaitable[tuple[Retrieved, Packed]],
-]
+# A profile's steps: the call's probe (probe_of) and recall gate (settings.recall_max_distance)
+# are the same for both, so the call builds them once.
+Steps = Callable[[Conn, ContextRequest, Probe, float, StageTimer], Awaitable[tuple[Retrieved, Packed]]]
 PROFILES: dict[ContextProfile, Steps] = {"unified": assemble_unified, "facts_first": assemble_facts_first}
 
 
@@ -387,9 +360,8 @@ async def assemble(
         async with conn.transaction(readonly=trace_pool is not None):
             await plan_vector_walks(conn)
             qvec = await embedding
-            retrieved, packed = await PROFILES[profile](
-                conn, req, qvec, settings, weights or PROFILE_WEIGHTS[profile], timer
-            )
+            probe = probe_of(req, qvec, settings, weights or PROFILE_WEIGHTS[profile])
+            retrieved, packed = await PROFILES[profile](conn, req, probe, settings.recall_max_distance, timer)
             packet = build_packet(req, profile, warnings_of(qvec, retrieved), packed)
             if trace_pool is None:
                 with timer.stage("trace"):

@@ -133,31 +133,20 @@ def decision(
     reason_code: str,
     rank: int | None,
 ) -> Decision:
-    if isinstance(item, Blocked):
-        return Decision(
-            item_type="fact",
-            item_id=item.fact_id,
-            decision=outcome,
-            reason_code=reason_code,
-            rank=None,
-            score=None,
-            similarity=None,
-            text_rank=None,
-            recency=None,
-            cosine_distance=None,
-            tokens=item.tokens,
-        )
+    """The trace row of one decision. A blocked fact was never ranked nor scored: its rank and
+    score parts are null."""
+    c = item if isinstance(item, Candidate) else None
     return Decision(
-        item_type=item.item_type,
-        item_id=item.item_id,
+        item_type=c.item_type if c else "fact",
+        item_id=item.item_id if isinstance(item, Candidate) else item.fact_id,
         decision=outcome,
         reason_code=reason_code,
-        rank=rank,
-        score=item.score,
-        similarity=item.similarity,
-        text_rank=item.text_rank,
-        recency=item.recency,
-        cosine_distance=item.cosine_distance,
+        rank=rank if c else None,
+        score=c.score if c else None,
+        similarity=c.similarity if c else None,
+        text_rank=c.text_rank if c else None,
+        recency=c.recency if c else None,
+        cosine_distance=c.cosine_distance if c else None,
         tokens=item.tokens,
     )
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any, TypeAlias
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, TypeAlias, TypeVar
 
 import asyncpg
+import msgspec
 
 from service.queries_protocol import Queries
 from service.sql import load_queries
+
+S = TypeVar("S", bound=msgspec.Struct)
 
 # A connection of the pool (or the test's own); the handlers' injected one is handlers.deps.ConnDep.
 Conn: TypeAlias = asyncpg.Connection
@@ -27,3 +30,14 @@ def one_row(row: asyncpg.Record | None, statement: str) -> asyncpg.Record:
     if row is None:
         raise RuntimeError(f"{statement} returned no row")
     return row
+
+
+def as_struct(kind: type[S], row: Mapping[str, Any] | None, **fields: Any) -> S | None:
+    """A statement's row as the Struct its columns name, with the `fields` it does not return;
+    None when there is no row."""
+    return None if row is None else kind(**fields, **dict(row))
+
+
+async def as_structs(kind: type[S], rows: AsyncIterator[Any]) -> list[S]:
+    """Every row of a statement as the Struct its columns name."""
+    return [kind(**dict(r)) async for r in rows]

@@ -60,8 +60,9 @@ def _scoring(weights: Weights, tau_seconds: float) -> dict[str, float]:
     }
 
 
-# The text probe's cost rule (migration 0013), as both text-side statements name it.
-_TEXT_PROBE: dict[str, Any] = {
+# The text probe's cost rule (migration 0013), as both text-side statements name it (and the
+# tests that read their plans pass it too).
+TEXT_PROBE: dict[str, Any] = {
     "probe_rows": TEXT_PROBE_MAX_ROWS,
     "probe_min_cost": TEXT_PROBE_MIN_COST,
     "probe_min_postings": TEXT_PROBE_MIN_POSTINGS,
@@ -154,21 +155,14 @@ async def vector_walk(
     return Walked(fact_ids=list(walked["walked_ids"]), event_ids=list(walked["walked_event_ids"]))
 
 
-async def fact_candidates(
-    conn: Conn,
-    probe: Probe,
-    walked: Walked,
-    *,
-    top_k: int = RETRIEVAL_TOP_K,
-    candidate_limit: int = CANDIDATE_LIMIT,
-) -> Retrieved:
+async def fact_candidates(conn: Conn, probe: Probe, walked: Walked) -> Retrieved:
     """`facts_first` phases 1 (text side) and 2, and the blocked facts."""
     rows = await collect(
         q().fact_candidates(
             conn,
             **_probe_args(probe),
-            top_k=top_k,
-            candidate_limit=candidate_limit,
+            top_k=RETRIEVAL_TOP_K,
+            candidate_limit=CANDIDATE_LIMIT,
             walked_ids=walked.fact_ids,
         )
     )
@@ -200,7 +194,7 @@ async def unified_candidates(
             text_per_word=TEXT_MATCHES_PER_WORD,
             event_text_per_word=TEXT_MATCHES_PER_WORD if with_episodes else 0,
             idf_sample_docs=IDF_SAMPLE_DOCS,
-            **_TEXT_PROBE,
+            **TEXT_PROBE,
         )
     )
     return _retrieved(rows, "item_id")
@@ -253,7 +247,7 @@ async def linked_facts(
             words=list(idf),
             idfs=list(idf.values()),
             text_config=probe.text_config,
-            **_TEXT_PROBE,
+            **TEXT_PROBE,
         )
     )
     return [(r["entity"], _candidate(r, "fact", r["fact_id"], expansion=True)) for r in rows]

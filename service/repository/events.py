@@ -2,33 +2,27 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
 from uuid import UUID
 
 import numpy as np
 
 from service.repository.base import Conn, q
 from service.repository.facts import vectors
+from service.structs import WriteEventsRequest
 
 
 async def insert_events(
-    conn: Conn,
-    project_id: str,
-    subject_id: str,
-    event_ids: list[UUID],
-    contents: list[str],
-    occurred_ats: list[datetime],
-    metadatas: list[dict[str, Any] | None],
-    embeddings: list[np.ndarray],
+    conn: Conn, req: WriteEventsRequest, event_ids: list[UUID], embeddings: list[np.ndarray]
 ) -> None:
+    """One write batch (one scope) in one statement, a list per column."""
+    events = req.events
     await q().insert_events(
         conn,
-        project_id=project_id,
-        subject_id=subject_id,
+        project_id=req.project_id,
+        subject_id=req.subject_id,
         event_ids=event_ids,
-        contents=contents,
-        occurred_ats=occurred_ats,
-        metadatas=metadatas,
+        contents=[e.content for e in events],
+        occurred_ats=[e.occurred_at for e in events],
+        metadatas=[e.metadata for e in events],
         embeddings=vectors(embeddings),
     )

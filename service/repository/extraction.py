@@ -6,7 +6,7 @@ from uuid import UUID
 
 import msgspec
 
-from service.repository.base import Conn, collect, q
+from service.repository.base import Conn, as_structs, q
 
 
 class KnownFact(msgspec.Struct, frozen=True, kw_only=True):
@@ -17,7 +17,7 @@ class KnownFact(msgspec.Struct, frozen=True, kw_only=True):
 
 
 async def known_facts(conn: Conn, project_id: str, subject_id: str, max_facts: int) -> list[KnownFact]:
-    rows = await collect(
-        q().list_extract_known_facts(conn, project_id=project_id, subject_id=subject_id, max_facts=max_facts)
+    return await as_structs(
+        KnownFact,
+        q().list_extract_known_facts(conn, project_id=project_id, subject_id=subject_id, max_facts=max_facts),
     )
-    return [KnownFact(**dict(r)) for r in rows]

@@ -12,7 +12,7 @@ import numpy as np
 from pgvector import Vector
 
 from service.errors import InvalidInput
-from service.repository.base import Conn, collect, q
+from service.repository.base import Conn, as_struct, as_structs, collect, q
 from service.structs import Fact
 
 
@@ -68,13 +68,8 @@ async def lock_fact_keys(conn: Conn, project_id: str, subject_id: str, keys: Seq
     await q().lock_fact_keys(conn, project_id=project_id, subject_id=subject_id, keys=list(keys))
 
 
-def _fact(row: Any) -> Fact:
-    return Fact(**dict(row))
-
-
 async def get_fact(conn: Conn, project_id: str, fact_id: UUID) -> Fact | None:
-    row = await q().get_fact(conn, project_id=project_id, fact_id=fact_id)
-    return None if row is None else _fact(row)
+    return as_struct(Fact, await q().get_fact(conn, project_id=project_id, fact_id=fact_id))
 
 
 async def list_facts(
@@ -85,7 +80,8 @@ async def list_facts(
     after_id: UUID | None,
     page_size: int,
 ) -> list[Fact]:
-    rows = await collect(
+    return await as_structs(
+        Fact,
         q().list_facts(
             conn,
             project_id=project_id,
@@ -93,9 +89,8 @@ async def list_facts(
             status=status,
             after_id=after_id,
             page_size=page_size,
-        )
+        ),
     )
-    return [_fact(r) for r in rows]
 
 
 async def patch_fact(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from service.repository.base import Conn, collect, one_row, q
+from service.repository.base import Conn, as_struct, as_structs, collect, one_row, q
 from service.structs import Event, EventErasure, FactErasure, SubjectErasure, SubjectSummary
 
 
@@ -29,11 +29,7 @@ async def erase_fact(
     row = await q().erase_fact(
         conn, project_id=project_id, fact_id=fact_id, erasure_id=erasure_id, key_id=key_id
     )
-    if row is None:
-        return None
-    values = dict(row)
-    values.pop("facts")
-    return FactErasure(fact_id=fact_id, **values)
+    return as_struct(FactErasure, row, fact_id=fact_id)
 
 
 async def erase_event(
@@ -42,11 +38,7 @@ async def erase_event(
     row = await q().erase_event(
         conn, project_id=project_id, event_id=event_id, erasure_id=erasure_id, key_id=key_id
     )
-    if row is None:
-        return None
-    values = dict(row)
-    values.pop("events")
-    return EventErasure(event_id=event_id, **values)
+    return as_struct(EventErasure, row, event_id=event_id)
 
 
 async def context_call_projects(conn: Conn) -> list[str]:
@@ -63,33 +55,28 @@ async def purge_expired_context_calls(
     return int(counts["context_calls"]), int(counts["decisions"])
 
 
-def _event(row: Any) -> Event:
-    return Event(**dict(row))
-
-
 async def get_event(conn: Conn, project_id: str, event_id: UUID) -> Event | None:
-    row = await q().get_event(conn, project_id=project_id, event_id=event_id)
-    return None if row is None else _event(row)
+    return as_struct(Event, await q().get_event(conn, project_id=project_id, event_id=event_id))
 
 
 async def list_events(
     conn: Conn, project_id: str, subject_id: str | None, after_id: UUID | None, page_size: int
 ) -> list[Event]:
-    rows = await collect(
+    return await as_structs(
+        Event,
         q().list_events(
             conn, project_id=project_id, subject_id=subject_id, after_id=after_id, page_size=page_size
-        )
+        ),
     )
-    return [_event(r) for r in rows]
 
 
 async def list_subjects(
     conn: Conn, project_id: str, after_subject: str | None, page_size: int
 ) -> list[SubjectSummary]:
-    rows = await collect(
-        q().list_subjects(conn, project_id=project_id, after_subject=after_subject, page_size=page_size)
+    return await as_structs(
+        SubjectSummary,
+        q().list_subjects(conn, project_id=project_id, after_subject=after_subject, page_size=page_size),
     )
-    return [SubjectSummary(**dict(r)) for r in rows]
 
 
 async def export_facts(
