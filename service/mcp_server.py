@@ -332,11 +332,12 @@ def run_stdio(env: dict[str, str] | None = None) -> int:
             print(f"haki mcp: {exc}", file=sys.stderr)
             return 2
         async with AsyncHaki(url, api_key, project_id=project) as client:
-            session = Session(client=client, project_id=project)
+            # One process, one key: every tool call shares this session.
+            shared = Session(client=client, project_id=project)
 
             @asynccontextmanager
             async def open_session(ctx: Context) -> AsyncIterator[Session]:
-                yield session
+                yield shared
 
             await build_server(open_session).run_stdio_async()
         return 0
