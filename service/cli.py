@@ -12,8 +12,9 @@ import socket
 import sys
 import warnings
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 from uuid import UUID
 
 import asyncpg
@@ -268,6 +269,145 @@ def _import_export_document(settings: Settings, args: argparse.Namespace, path: 
 
 LOG_LEVELS = ["critical", "error", "warning", "info", "debug"]
 
+Handler = Callable[[Settings, argparse.Namespace], int]
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One `add_argument` call: its names and its keyword arguments."""
+
+    names: tuple[str, ...]
+    options: dict[str, Any]
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(*self.names, **self.options)
+
+
+def arg(*names: str, **options: Any) -> Arg:
+    return Arg(names, options)
+
+
+def log_level(default: str, help: str) -> Arg:
+    return arg("--log-level", choices=LOG_LEVELS, default=default, help=help)
+
+
+@dataclass(frozen=True)
+class Command:
+    """One (sub)command of the parser. Without a handler it is a group: its subcommands follow it
+    in COMMANDS, with its name first in their path."""
+
+    path: tuple[str, ...]
+    handler: Handler | None
+    help: str
+    description: str | None = None
+    epilog: str | None = None
+    args: tuple[Arg, ...] = ()
+    # Takes the common --log-level (default `warning`); `serve` has its own, and a group none.
+    common: bool = True
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command(
+        ("serve",),
+        _serve,
+        help="apply pending migrations, then serve the HTTP API",
+        description="Apply pending migrations, then serve the HTTP API (GET /healthz answers 200 "
+        "once ready). With HAKI_DATABASE_URL unset, starts or joins the embedded PostgreSQL kept in "
+        "HAKI_DATA_DIR.",
+        args=(
+            arg("--host", default="127.0.0.1", help="interface to listen on (0.0.0.0: all)"),
+            arg("--port", type=int, default=8000, help="TCP port to listen on"),
+            log_level(
+                "info", "log level of the server; `debug` also shows the embedded PostgreSQL's start and stop"
+            ),
+            arg("--access-log", action="store_true", help="log every request"),
+        ),
+        common=False,
+    ),
+    Command(("migrate",), _migrate, help="apply pending migrations and exit"),
+    Command(("keys",), None, help="manage API keys", common=False),
+    Command(
+        ("keys", "create"),
+        _keys_create,
+        help="print a new API key for PROJECT_ID (only its hash is stored)",
+        args=(
+            arg("project_id", metavar="PROJECT_ID"),
+            arg("--label", default=None, help="a note to tell keys apart"),
+        ),
+    ),
+    Command(
+        ("keys", "revoke"),
+        _keys_revoke,
+        help="revoke a key at once (the key itself, or a key id)",
+        args=(
+            arg("key", metavar="KEY_OR_KEY_ID", help="the key (hk_...) or its key id (a UUID)"),
+            arg("--project", default=None, help="the project, when revoking by key id"),
+        ),
+    ),
+    Command(
+        ("keys", "list"),
+        _keys_list,
+        help="list the keys of a project (ids, never the keys)",
+        args=(arg("project_id", metavar="PROJECT_ID"),),
+    ),
+    Command(
+        ("import",),
+        _import,
+        help="bulk-load a JSONL file of facts (or events) into one scope, resumably",
+        description="Each line is one fact (or event) object as in POST /v1/facts (/v1/events). "
+        "Bad lines are reported by line number and never stop the import; the position of the "
+        "last committed batch is kept in FILE.haki-progress, so the same command resumes. "
+        "Writes straight to the database, or, with --url or HAKI_URL set, through a running "
+        "Haki's HTTP API with the key in HAKI_API_KEY.",
+        epilog="Exit status: 0 every line written; 1 finished with rejected lines, or stopped by an "
+        "error (the position is kept); 2 usage error; 130 interrupted (the position is kept).",
+        args=(
+            arg("file", metavar="FILE.jsonl"),
+            arg("--project", required=True, help="project id"),
+            arg("--subject", required=True, help="subject id"),
+            arg(
+                "--kind",
+                choices=["facts", "events", "export"],
+                default=None,
+                help="what the lines are (default: `export` if the first line is the header of GET "
+                "/v1/subjects/{id}/export, events if it has occurred_at, else facts)",
+            ),
+            arg("--restart", action="store_true", help="ignore a saved position and start over"),
+            arg("--batch-size", type=int, default=1000, help="lines per atomic batch (1..1000)"),
+            arg(
+                "--url",
+                default=None,
+                help="base URL of a running Haki (default: $HAKI_URL; unset: write to the database directly)",
+            ),
+        ),
+    ),
+    Command(
+        ("mcp",),
+        _mcp,
+        help="serve Haki's MCP tools over stdio, for an MCP client (Claude Desktop, Cursor...)",
+        description="An MCP server on stdin/stdout whose tools (recall, remember, record_event, "
+        "list_conflicts, resolve_conflict, inspect, remember_messages, forget) call a running Haki over "
+        "HTTP: HAKI_URL (default http://127.0.0.1:8000) with the key in HAKI_API_KEY; "
+        "HAKI_PROJECT_ID is optional (default: the key's project). Logs go to stderr.",
+    ),
+    Command(
+        ("purge",),
+        _purge,
+        help="delete the context traces older than HAKI_TRACE_RETENTION_DAYS, once",
+        description="Runs the trace retention purge of the service's background task once: "
+        "context calls older than HAKI_TRACE_RETENTION_DAYS (default 30) go with their "
+        "decisions, in batches of HAKI_TRACE_PURGE_BATCH. 0 keeps traces for ever.",
+        args=(
+            arg(
+                "--days",
+                type=int,
+                default=None,
+                help="retention in days for this run (default: HAKI_TRACE_RETENTION_DAYS)",
+            ),
+        ),
+    ),
+)
+
 
 def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.ArgumentDefaultsHelpFormatter
@@ -277,126 +417,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"haki {__version__}")
     # Every command takes --log-level; the embedded PostgreSQL's start/stop chatter shows only at debug.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--log-level",
-        choices=LOG_LEVELS,
-        default="warning",
-        help="log level on stderr; `debug` also shows the embedded PostgreSQL's start and stop",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    serve = sub.add_parser(
-        "serve",
-        help="apply pending migrations, then serve the HTTP API",
-        description="Apply pending migrations, then serve the HTTP API (GET /healthz answers 200 "
-        "once ready). With HAKI_DATABASE_URL unset, starts or joins the embedded PostgreSQL kept in "
-        "HAKI_DATA_DIR.",
-        formatter_class=fmt,
-    )
-    serve.add_argument("--host", default="127.0.0.1", help="interface to listen on (0.0.0.0: all)")
-    serve.add_argument("--port", type=int, default=8000, help="TCP port to listen on")
-    serve.add_argument(
-        "--log-level",
-        choices=LOG_LEVELS,
-        default="info",
-        help="log level of the server; `debug` also shows the embedded PostgreSQL's start and stop",
-    )
-    serve.add_argument("--access-log", action="store_true", help="log every request")
-    serve.set_defaults(func=_serve)
-
-    mig = sub.add_parser(
-        "migrate", help="apply pending migrations and exit", parents=[common], formatter_class=fmt
-    )
-    mig.set_defaults(func=_migrate)
-
-    keys = sub.add_parser("keys", help="manage API keys", formatter_class=fmt)
-    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
-    create = keys_sub.add_parser(
-        "create",
-        help="print a new API key for PROJECT_ID (only its hash is stored)",
-        parents=[common],
-        formatter_class=fmt,
-    )
-    create.add_argument("project_id", metavar="PROJECT_ID")
-    create.add_argument("--label", default=None, help="a note to tell keys apart")
-    create.set_defaults(func=_keys_create)
-    revoke = keys_sub.add_parser(
-        "revoke",
-        help="revoke a key at once (the key itself, or a key id)",
-        parents=[common],
-        formatter_class=fmt,
-    )
-    revoke.add_argument("key", metavar="KEY_OR_KEY_ID", help="the key (hk_...) or its key id (a UUID)")
-    revoke.add_argument("--project", default=None, help="the project, when revoking by key id")
-    revoke.set_defaults(func=_keys_revoke)
-    lst = keys_sub.add_parser(
-        "list",
-        help="list the keys of a project (ids, never the keys)",
-        parents=[common],
-        formatter_class=fmt,
-    )
-    lst.add_argument("project_id", metavar="PROJECT_ID")
-    lst.set_defaults(func=_keys_list)
-
-    imp = sub.add_parser(
-        "import",
-        help="bulk-load a JSONL file of facts (or events) into one scope, resumably",
-        description="Each line is one fact (or event) object as in POST /v1/facts (/v1/events). "
-        "Bad lines are reported by line number and never stop the import; the position of the "
-        "last committed batch is kept in FILE.haki-progress, so the same command resumes. "
-        "Writes straight to the database, or, with --url or HAKI_URL set, through a running "
-        "Haki's HTTP API with the key in HAKI_API_KEY.",
-        epilog="Exit status: 0 every line written; 1 finished with rejected lines, or stopped by an "
-        "error (the position is kept); 2 usage error; 130 interrupted (the position is kept).",
-        parents=[common],
-        formatter_class=fmt,
-    )
-    imp.add_argument("file", metavar="FILE.jsonl")
-    imp.add_argument("--project", required=True, help="project id")
-    imp.add_argument("--subject", required=True, help="subject id")
-    imp.add_argument(
-        "--kind",
-        choices=["facts", "events", "export"],
-        default=None,
-        help="what the lines are (default: `export` if the first line is the header of GET "
-        "/v1/subjects/{id}/export, events if it has occurred_at, else facts)",
-    )
-    imp.add_argument("--restart", action="store_true", help="ignore a saved position and start over")
-    imp.add_argument("--batch-size", type=int, default=1000, help="lines per atomic batch (1..1000)")
-    imp.add_argument(
-        "--url",
-        default=None,
-        help="base URL of a running Haki (default: $HAKI_URL; unset: write to the database directly)",
-    )
-    imp.set_defaults(func=_import)
-
-    mcp = sub.add_parser(
-        "mcp",
-        help="serve Haki's MCP tools over stdio, for an MCP client (Claude Desktop, Cursor...)",
-        description="An MCP server on stdin/stdout whose tools (recall, remember, record_event, "
-        "list_conflicts, resolve_conflict, inspect, remember_messages, forget) call a running Haki over "
-        "HTTP: HAKI_URL (default http://127.0.0.1:8000) with the key in HAKI_API_KEY; "
-        "HAKI_PROJECT_ID is optional (default: the key's project). Logs go to stderr.",
-        parents=[common],
-        formatter_class=fmt,
-    )
-    mcp.set_defaults(func=_mcp)
-    purge = sub.add_parser(
-        "purge",
-        help="delete the context traces older than HAKI_TRACE_RETENTION_DAYS, once",
-        description="Runs the trace retention purge of the service's background task once: "
-        "context calls older than HAKI_TRACE_RETENTION_DAYS (default 30) go with their "
-        "decisions, in batches of HAKI_TRACE_PURGE_BATCH. 0 keeps traces for ever.",
-        parents=[common],
-        formatter_class=fmt,
-    )
-    purge.add_argument(
-        "--days",
-        type=int,
-        default=None,
-        help="retention in days for this run (default: HAKI_TRACE_RETENTION_DAYS)",
-    )
-    purge.set_defaults(func=_purge)
+    log_level(
+        "warning", "log level on stderr; `debug` also shows the embedded PostgreSQL's start and stop"
+    ).add_to(common)
+    # The subcommands of each group, by the group's path (the top level's is empty).
+    groups: dict[tuple[str, ...], argparse._SubParsersAction[argparse.ArgumentParser]] = {
+        (): parser.add_subparsers(dest="command", required=True)
+    }
+    for command in COMMANDS:
+        *group, name = command.path
+        sub = groups[tuple(group)].add_parser(
+            name,
+            help=command.help,
+            description=command.description,
+            epilog=command.epilog,
+            parents=[common] if command.common else [],
+            formatter_class=fmt,
+        )
+        for a in command.args:
+            a.add_to(sub)
+        if command.handler is None:
+            groups[command.path] = sub.add_subparsers(dest=f"{name}_command", required=True)
+        else:
+            sub.set_defaults(func=command.handler)
     return parser
 
 

@@ -9,8 +9,8 @@
   the same Litestar app) with the caller's own key and its project, so auth, project
   isolation, validation, rate limits and idempotency are those of the HTTP API, written once.
 
-Every tool is one `register_*` function in TOOLS: a tool added later (`forget`, once subject
-erasure exists) is one more function there.
+Every tool is one function under `@tool(description)`, which lists it in TOOLS: a tool added
+later is one more function there.
 """
 
 from __future__ import annotations
@@ -49,6 +49,17 @@ class Session:
 
 
 Opener = Callable[[Context], AbstractAsyncContextManager[Session]]
+Tool = Callable[..., Awaitable[str]]
+
+
+class HakiServer(MCPServer):
+    """The MCP server with Haki's tools; `open_session` is the transport's way to reach the API."""
+
+    def __init__(self, open_session: Opener) -> None:
+        super().__init__("haki", instructions=INSTRUCTIONS, version=__version__)
+        self.open_session = open_session
+        for tool, description in TOOLS:
+            self.add_tool(tool, description=description)
 
 
 def _json(value: Any) -> str:
@@ -61,10 +72,15 @@ def tool_error(exc: HakiError) -> ToolError:
     return ToolError(f"{exc.code or 'error'}: {exc.message}{where}")
 
 
-async def _call(open_session: Opener, ctx: Context, work: Callable[[Session], Awaitable[str]]) -> str:
-    async with open_session(ctx) as session:
+@asynccontextmanager
+async def session(ctx: Context) -> AsyncIterator[Session]:
+    """The calling key's session, for one tool call; the API's errors become tool errors."""
+    server = ctx.mcp_server
+    if not isinstance(server, HakiServer):  # pragma: no cover - every tool is registered by one
+        raise ToolError("internal: not a Haki MCP server")
+    async with server.open_session(ctx) as s:
         try:
-            return await work(session)
+            yield s
         except HakiError as exc:
             raise tool_error(exc) from exc
 
@@ -122,201 +138,153 @@ def _convert(items: list[Any], kind: type[T], field: str) -> list[T]:
         raise ToolError(f"validation_error: {field}: {exc}") from exc
 
 
-# --- the tools -----------------------------------------------------------------------------------
+# --- the tools ---------------------------------------------------------------------------------
+# Each tool is a function of the call's Context and its arguments (its signature is the input
+# schema the model reads), with the description the model reads; TOOLS lists them in order.
+
+TOOLS: list[tuple[Tool, str]] = []
 
 
-def register_recall(server: MCPServer, open_session: Opener) -> None:
-    @server.tool(
-        name="recall",
-        description="Recall what is known about a subject that is relevant to a question, as one "
-        "<haki_memory> block (facts first, then dated episodes, then warnings) under a token "
-        "budget. Call it before answering anything that may depend on earlier conversations. An "
-        "empty answer means nothing relevant is stored. The last line is the trace id: pass it "
-        "to `inspect` to see why each memory was served or left out.",
-    )
-    async def recall(
-        ctx: Context,
-        subject_id: Subject,
-        query: Annotated[
-            str,
-            Field(min_length=1, max_length=4000, description="The question you are about to answer."),
-        ],
-        budget_tokens: Annotated[
-            int, Field(ge=1, le=100_000, description="Most tokens the block may take.")
-        ] = 900,
-    ) -> str:
-        async def work(s: Session) -> str:
-            packet = await s.client.context(
-                subject_id, query, budget_tokens=budget_tokens, project_id=s.project_id
-            )
-            block = render(packet, state_warnings=True)
-            return f"{block}\ntrace_id: {packet.trace_id}" if block else f"trace_id: {packet.trace_id}"
+def tool(description: str) -> Callable[[Tool], Tool]:
+    def add(fn: Tool) -> Tool:
+        TOOLS.append((fn, description))
+        return fn
 
-        return await _call(open_session, ctx, work)
+    return add
 
 
-def register_remember(server: MCPServer, open_session: Opener) -> None:
-    @server.tool(
-        name="remember",
-        description="Store durable facts about a subject: things that stay true beyond this "
-        "conversation (where they live or work, preferences, constraints, relationships, "
-        "decisions). One short self-contained sentence per fact. Something that happened at a "
-        "moment (a meeting, a purchase, a message) is an event: use `record_event`. Pass a `key` "
-        "(a short snake_case slot name such as employer, city, diet) when the fact fills a slot "
-        "that holds one value at a time: a second fact with the same key and other content opens "
-        "a conflict instead of silently coexisting. When the fact replaces one you recalled (the "
-        "subject moved, changed jobs), pass that fact's id as `supersedes`. `volatile` facts "
-        "(current mood, this week's plans) go stale after a while. Returns each fact's id and the "
-        "conflict it opened, if any.",
-    )
-    async def remember(
-        ctx: Context,
-        subject_id: Subject,
-        facts: Annotated[list[FactItem], Field(min_length=1, max_length=100, description="The facts.")],
-    ) -> str:
-        items = _convert(facts, FactIn, "facts")
-
-        async def work(s: Session) -> str:
-            written = await s.client.write_facts(subject_id, items, project_id=s.project_id)
-            return _json(written)
-
-        return await _call(open_session, ctx, work)
+@tool(
+    "Recall what is known about a subject that is relevant to a question, as one <haki_memory> "
+    "block (facts first, then dated episodes, then warnings) under a token budget. Call it before "
+    "answering anything that may depend on earlier conversations. An empty answer means nothing "
+    "relevant is stored. The last line is the trace id: pass it to `inspect` to see why each "
+    "memory was served or left out."
+)
+async def recall(
+    ctx: Context,
+    subject_id: Subject,
+    query: Annotated[
+        str,
+        Field(min_length=1, max_length=4000, description="The question you are about to answer."),
+    ],
+    budget_tokens: Annotated[
+        int, Field(ge=1, le=100_000, description="Most tokens the block may take.")
+    ] = 900,
+) -> str:
+    async with session(ctx) as s:
+        packet = await s.client.context(
+            subject_id, query, budget_tokens=budget_tokens, project_id=s.project_id
+        )
+    block = render(packet, state_warnings=True)
+    return f"{block}\ntrace_id: {packet.trace_id}" if block else f"trace_id: {packet.trace_id}"
 
 
-def register_record_event(server: MCPServer, open_session: Opener) -> None:
-    @server.tool(
-        name="record_event",
-        description="Record something that happened to or with a subject at a given time (a "
-        "meeting, an order, an incident, a message worth keeping). Events answer 'what happened "
-        "and when'; they are never conflicts. For what stays true (a preference, an employer), "
-        "use `remember`.",
-    )
-    async def record_event(
-        ctx: Context,
-        subject_id: Subject,
-        content: Annotated[str, Field(min_length=1, max_length=8000, description="What happened.")],
-        occurred_at: Annotated[
-            datetime | None,
-            Field(description="When it happened (RFC 3339 with an offset); omitted: now."),
-        ] = None,
-    ) -> str:
-        async def work(s: Session) -> str:
-            when = occurred_at or datetime.now().astimezone()
-            written = await s.client.write_events(
-                subject_id, [{"content": content, "occurred_at": when}], project_id=s.project_id
-            )
-            return _json(written)
-
-        return await _call(open_session, ctx, work)
+@tool(
+    "Store durable facts about a subject: things that stay true beyond this conversation (where "
+    "they live or work, preferences, constraints, relationships, decisions). One short "
+    "self-contained sentence per fact. Something that happened at a moment (a meeting, a "
+    "purchase, a message) is an event: use `record_event`. Pass a `key` (a short snake_case slot "
+    "name such as employer, city, diet) when the fact fills a slot that holds one value at a "
+    "time: a second fact with the same key and other content opens a conflict instead of "
+    "silently coexisting. When the fact replaces one you recalled (the subject moved, changed "
+    "jobs), pass that fact's id as `supersedes`. `volatile` facts (current mood, this week's "
+    "plans) go stale after a while. Returns each fact's id and the conflict it opened, if any."
+)
+async def remember(
+    ctx: Context,
+    subject_id: Subject,
+    facts: Annotated[list[FactItem], Field(min_length=1, max_length=100, description="The facts.")],
+) -> str:
+    items = _convert(facts, FactIn, "facts")
+    async with session(ctx) as s:
+        return _json(await s.client.write_facts(subject_id, items, project_id=s.project_id))
 
 
-def register_resolve_conflict(server: MCPServer, open_session: Opener) -> None:
-    @server.tool(
-        name="resolve_conflict",
-        description="Resolve an open conflict (facts with the same key and different content, "
-        "hidden from `recall` until resolved; `recall` warns about them): the facts in `keep` "
-        "stay active, the others become superseded. Only resolve when you know which is right, "
-        "for instance because the subject just told you.",
-    )
-    async def resolve_conflict(
-        ctx: Context,
-        conflict_set_id: Annotated[str, Field(description="The conflict set's id.")],
-        keep: Annotated[list[str], Field(min_length=1, description="Ids of the facts that stay true.")],
-    ) -> str:
-        async def work(s: Session) -> str:
-            return _json(await s.client.resolve_conflict(conflict_set_id, keep))
-
-        return await _call(open_session, ctx, work)
-
-
-def register_list_conflicts(server: MCPServer, open_session: Opener) -> None:
-    @server.tool(
-        name="list_conflicts",
-        description="List the open conflicts of a subject, with their member facts' ids and "
-        "content, to decide what to pass to `resolve_conflict`.",
-    )
-    async def list_conflicts(ctx: Context, subject_id: Subject) -> str:
-        async def work(s: Session) -> str:
-            found = await s.client.list_conflicts(subject_id, status="open", project_id=s.project_id)
-            return _json(found)
-
-        return await _call(open_session, ctx, work)
+@tool(
+    "Record something that happened to or with a subject at a given time (a meeting, an order, "
+    "an incident, a message worth keeping). Events answer 'what happened and when'; they are "
+    "never conflicts. For what stays true (a preference, an employer), use `remember`."
+)
+async def record_event(
+    ctx: Context,
+    subject_id: Subject,
+    content: Annotated[str, Field(min_length=1, max_length=8000, description="What happened.")],
+    occurred_at: Annotated[
+        datetime | None,
+        Field(description="When it happened (RFC 3339 with an offset); omitted: now."),
+    ] = None,
+) -> str:
+    event = {"content": content, "occurred_at": occurred_at or datetime.now().astimezone()}
+    async with session(ctx) as s:
+        return _json(await s.client.write_events(subject_id, [event], project_id=s.project_id))
 
 
-def register_inspect(server: MCPServer, open_session: Opener) -> None:
-    @server.tool(
-        name="inspect",
-        description="Explain one `recall`: every memory it considered, and whether it was "
-        "served, left out (over the budget, not relevant enough) or blocked (open conflict, "
-        "stale), with its scores. Pass the trace id from the end of a `recall` answer.",
-    )
-    async def inspect(
-        ctx: Context, trace_id: Annotated[str, Field(description="The trace id a `recall` returned.")]
-    ) -> str:
-        async def work(s: Session) -> str:
-            return _json(await s.client.inspect(trace_id))
-
-        return await _call(open_session, ctx, work)
+@tool(
+    "List the open conflicts of a subject, with their member facts' ids and content, to decide "
+    "what to pass to `resolve_conflict`."
+)
+async def list_conflicts(ctx: Context, subject_id: Subject) -> str:
+    async with session(ctx) as s:
+        return _json(await s.client.list_conflicts(subject_id, status="open", project_id=s.project_id))
 
 
-def register_remember_messages(server: MCPServer, open_session: Opener) -> None:
-    @server.tool(
-        name="remember_messages",
-        description="Hand Haki the raw messages of a conversation: each is stored as a dated "
-        "event, and the server's extraction model (if the deployment configured one) stores the "
-        "durable facts they state, with consistent keys, replacing facts they update. Use it at "
-        "the end of a conversation instead of many `remember` calls. `write: false` only shows "
-        "what would be stored.",
-    )
-    async def remember_messages(
-        ctx: Context,
-        subject_id: Subject,
-        messages: Annotated[
-            list[MessageItem], Field(min_length=1, max_length=100, description="Oldest first.")
-        ],
-        write: Annotated[bool, Field(description="false: a dry run, nothing is stored.")] = True,
-    ) -> str:
-        items = _convert(messages, ExtractMessage, "messages")
-
-        async def work(s: Session) -> str:
-            return _json(await s.client.extract(subject_id, items, write=write, project_id=s.project_id))
-
-        return await _call(open_session, ctx, work)
+@tool(
+    "Resolve an open conflict (facts with the same key and different content, hidden from "
+    "`recall` until resolved; `recall` warns about them): the facts in `keep` stay active, the "
+    "others become superseded. Only resolve when you know which is right, for instance because "
+    "the subject just told you."
+)
+async def resolve_conflict(
+    ctx: Context,
+    conflict_set_id: Annotated[str, Field(description="The conflict set's id.")],
+    keep: Annotated[list[str], Field(min_length=1, description="Ids of the facts that stay true.")],
+) -> str:
+    async with session(ctx) as s:
+        return _json(await s.client.resolve_conflict(conflict_set_id, keep))
 
 
-def register_forget(server: MCPServer, open_session: Opener) -> None:
-    @server.tool(
-        name="forget",
-        description="Erase everything stored about a subject: every fact, event, conflict and "
-        "trace, at once and for good. Only when the subject (or whoever owns the data) asks to be "
-        "forgotten; to correct one fact, use `remember` with `supersedes` instead. Returns how "
-        "many of each kind were erased.",
-    )
-    async def forget(ctx: Context, subject_id: Subject) -> str:
-        async def work(s: Session) -> str:
-            return _json(await s.client.erase_subject(subject_id, project_id=s.project_id))
-
-        return await _call(open_session, ctx, work)
+@tool(
+    "Explain one `recall`: every memory it considered, and whether it was served, left out (over "
+    "the budget, not relevant enough) or blocked (open conflict, stale), with its scores. Pass "
+    "the trace id from the end of a `recall` answer."
+)
+async def inspect(
+    ctx: Context, trace_id: Annotated[str, Field(description="The trace id a `recall` returned.")]
+) -> str:
+    async with session(ctx) as s:
+        return _json(await s.client.inspect(trace_id))
 
 
-ToolRegistration = Callable[[MCPServer, Opener], None]
-TOOLS: list[ToolRegistration] = [
-    register_recall,
-    register_remember,
-    register_record_event,
-    register_list_conflicts,
-    register_resolve_conflict,
-    register_inspect,
-    register_remember_messages,
-    register_forget,
-]
+@tool(
+    "Hand Haki the raw messages of a conversation: each is stored as a dated event, and the "
+    "server's extraction model (if the deployment configured one) stores the durable facts they "
+    "state, with consistent keys, replacing facts they update. Use it at the end of a "
+    "conversation instead of many `remember` calls. `write: false` only shows what would be "
+    "stored."
+)
+async def remember_messages(
+    ctx: Context,
+    subject_id: Subject,
+    messages: Annotated[list[MessageItem], Field(min_length=1, max_length=100, description="Oldest first.")],
+    write: Annotated[bool, Field(description="false: a dry run, nothing is stored.")] = True,
+) -> str:
+    items = _convert(messages, ExtractMessage, "messages")
+    async with session(ctx) as s:
+        return _json(await s.client.extract(subject_id, items, write=write, project_id=s.project_id))
+
+
+@tool(
+    "Erase everything stored about a subject: every fact, event, conflict and trace, at once and "
+    "for good. Only when the subject (or whoever owns the data) asks to be forgotten; to correct "
+    "one fact, use `remember` with `supersedes` instead. Returns how many of each kind were erased."
+)
+async def forget(ctx: Context, subject_id: Subject) -> str:
+    async with session(ctx) as s:
+        return _json(await s.client.erase_subject(subject_id, project_id=s.project_id))
 
 
 def build_server(open_session: Opener) -> MCPServer:
-    server: MCPServer = MCPServer("haki", instructions=INSTRUCTIONS, version=__version__)
-    for register in TOOLS:
-        register(server, open_session)
-    return server
+    return HakiServer(open_session)
 
 
 # --- stdio: `haki mcp` ---------------------------------------------------------------------------
@@ -364,11 +332,12 @@ def run_stdio(env: dict[str, str] | None = None) -> int:
             print(f"haki mcp: {exc}", file=sys.stderr)
             return 2
         async with AsyncHaki(url, api_key, project_id=project) as client:
-            session = Session(client=client, project_id=project)
+            # One process, one key: every tool call shares this session.
+            shared = Session(client=client, project_id=project)
 
             @asynccontextmanager
             async def open_session(ctx: Context) -> AsyncIterator[Session]:
-                yield session
+                yield shared
 
             await build_server(open_session).run_stdio_async()
         return 0

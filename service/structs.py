@@ -118,6 +118,8 @@ ScopeProject = Annotated[str, Meta(description="Project (tenant) id.")]
 ScopeSubject = Annotated[str, Meta(description="Subject id the memory is about.")]
 MemoryText = Annotated[str, Meta(description="The memory text, as written.")]
 Metadata = Annotated[dict[str, Any], Meta(description="Free-form JSON object, returned as written.")]
+MetadataIn = Annotated[dict[str, Any] | None, Meta(description="Free-form JSON object, returned as written.")]
+SourceEventId = Annotated[UUID | None, Meta(description="The event this fact was extracted from, if any.")]
 ValidFrom = Annotated[
     datetime | None,
     Meta(description="Start of business validity (when the fact became true); null: unknown."),
@@ -138,6 +140,9 @@ UsedTokens = Annotated[int, Meta(description="Tokens taken by the served facts a
 PacketStatus = Annotated[
     Literal["ok", "degraded"], Meta(description="`degraded` whenever `warnings` is not empty.")
 ]
+NextCursor = Annotated[
+    str | None, Meta(description="Pass as `cursor` for the next page; null on the last page.")
+]
 Warnings = Annotated[
     list[str],
     Meta(
@@ -145,6 +150,9 @@ Warnings = Annotated[
         "`volatility_expired: ...`, `embedding_unavailable: ...`."
     ),
 ]
+
+
+ErasedAt = Annotated[datetime, Meta(description="When the erasure committed.")]
 
 
 # The window of the figures counted from traces (issue 14, trace retention).
@@ -164,6 +172,13 @@ class Request(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 class Response(msgspec.Struct, frozen=True, kw_only=True):
     """Base of every response body."""
+
+
+class ScopedRequest(Request, kw_only=True):
+    """Base of a request body about one subject's memory: its scope's two fields come first."""
+
+    project_id: ProjectIdOrKey = msgspec.field(default_factory=str)
+    subject_id: SubjectId
 
 
 # --- facts -----------------------------------------------------------------------------------
@@ -213,14 +228,10 @@ class FactIn(Request):
     source_event_id: Annotated[
         UUID | None, Meta(description="The event of the same scope this fact was extracted from.")
     ] = None
-    metadata: Annotated[
-        dict[str, Any] | None, Meta(description="Free-form JSON object, returned as written.")
-    ] = None
+    metadata: MetadataIn = None
 
 
-class WriteFactsRequest(Request, kw_only=True):
-    project_id: ProjectIdOrKey = msgspec.field(default_factory=str)
-    subject_id: SubjectId
+class WriteFactsRequest(ScopedRequest, kw_only=True):
     facts: Annotated[
         list[FactIn],
         Meta(min_length=1, max_length=MAX_BATCH, description="1..1000 facts, written atomically."),
@@ -258,9 +269,7 @@ class Fact(Response, frozen=True, kw_only=True):
         int | None, Meta(description="Volatile facts: seconds until stale; null for stable facts.")
     ]
     supersedes: Annotated[UUID | None, Meta(description="The fact this one replaced, if any.")]
-    source_event_id: Annotated[
-        UUID | None, Meta(description="The event this fact was extracted from, if any.")
-    ]
+    source_event_id: SourceEventId
     metadata: Metadata
     conflict_set_id: Annotated[
         UUID | None, Meta(description="The open ConflictSet holding this fact; null when none.")
@@ -279,9 +288,7 @@ class Fact(Response, frozen=True, kw_only=True):
 
 class FactPage(Response, frozen=True, kw_only=True):
     facts: Annotated[list[Fact], Meta(description="One page of facts in id (creation) order.")]
-    next_cursor: Annotated[
-        str | None, Meta(description="Pass as `cursor` for the next page; null on the last page.")
-    ] = None
+    next_cursor: NextCursor = None
 
 
 class PatchFactRequest(Request):
@@ -299,14 +306,10 @@ class PatchFactRequest(Request):
 class EventIn(Request):
     content: Content
     occurred_at: Annotated[Timestamp, Meta(description="When it happened (RFC 3339 with an offset).")]
-    metadata: Annotated[
-        dict[str, Any] | None, Meta(description="Free-form JSON object, returned as written.")
-    ] = None
+    metadata: MetadataIn = None
 
 
-class WriteEventsRequest(Request, kw_only=True):
-    project_id: ProjectIdOrKey = msgspec.field(default_factory=str)
-    subject_id: SubjectId
+class WriteEventsRequest(ScopedRequest, kw_only=True):
     events: Annotated[
         list[EventIn],
         Meta(min_length=1, max_length=MAX_BATCH, description="1..1000 events, written atomically."),
@@ -366,9 +369,7 @@ class ResolveConflictRequest(Request):
 # --- context ---------------------------------------------------------------------------------
 
 
-class ContextRequest(Request, kw_only=True):
-    project_id: ProjectIdOrKey = msgspec.field(default_factory=str)
-    subject_id: SubjectId
+class ContextRequest(ScopedRequest, kw_only=True):
     query: Annotated[
         str,
         Meta(
@@ -417,9 +418,7 @@ class PacketFact(Response, frozen=True, kw_only=True):
     valid_from: ValidFrom
     valid_to: ValidTo
     recorded_from: RecordedFrom
-    source_event_id: Annotated[
-        UUID | None, Meta(description="The event this fact was extracted from, if any.")
-    ]
+    source_event_id: SourceEventId
 
 
 class PacketEpisode(Response, frozen=True, kw_only=True):
@@ -710,9 +709,7 @@ class ExtractMessage(Request):
     ] = None
 
 
-class ExtractRequest(Request, kw_only=True):
-    project_id: ProjectIdOrKey = msgspec.field(default_factory=str)
-    subject_id: SubjectId
+class ExtractRequest(ScopedRequest, kw_only=True):
     messages: Annotated[
         list[ExtractMessage],
         Meta(
@@ -803,9 +800,7 @@ class Event(Response, frozen=True, kw_only=True):
 
 class EventPage(Response, frozen=True, kw_only=True):
     events: Annotated[list[Event], Meta(description="One page of events in id (creation) order.")]
-    next_cursor: Annotated[
-        str | None, Meta(description="Pass as `cursor` for the next page; null on the last page.")
-    ] = None
+    next_cursor: NextCursor = None
 
 
 class SubjectSummary(Response, frozen=True, kw_only=True):
@@ -821,15 +816,13 @@ class SubjectPage(Response, frozen=True, kw_only=True):
     subjects: Annotated[
         list[SubjectSummary], Meta(description="One page of the project's subjects, in id order.")
     ]
-    next_cursor: Annotated[
-        str | None, Meta(description="Pass as `cursor` for the next page; null on the last page.")
-    ] = None
+    next_cursor: NextCursor = None
 
 
 class SubjectErasure(Response, frozen=True, kw_only=True):
     project_id: ScopeProject
     subject_id: ScopeSubject
-    erased_at: Annotated[datetime, Meta(description="When the erasure committed.")]
+    erased_at: ErasedAt
     facts: Annotated[int, Meta(description="Facts erased, any status.")]
     events: Annotated[int, Meta(description="Events erased.")]
     conflict_sets: Annotated[int, Meta(description="Conflict sets erased.")]
@@ -844,7 +837,7 @@ class SubjectErasure(Response, frozen=True, kw_only=True):
 class FactErasure(Response, frozen=True, kw_only=True):
     fact_id: FactId
     subject_id: ScopeSubject
-    erased_at: Annotated[datetime, Meta(description="When the erasure committed.")]
+    erased_at: ErasedAt
     conflict_members: Annotated[int, Meta(description="Conflict memberships removed.")]
     conflict_sets_resolved: Annotated[
         int, Meta(description="Open conflict sets left with one member, now resolved keeping it.")
@@ -857,6 +850,6 @@ class FactErasure(Response, frozen=True, kw_only=True):
 class EventErasure(Response, frozen=True, kw_only=True):
     event_id: EventId
     subject_id: ScopeSubject
-    erased_at: Annotated[datetime, Meta(description="When the erasure committed.")]
+    erased_at: ErasedAt
     facts_unlinked: Annotated[int, Meta(description="Facts whose `source_event_id` named it, now null.")]
     decisions: Annotated[int, Meta(description="Trace decisions that named it, erased.")]

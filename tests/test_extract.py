@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import Any, get_args
 
 import asyncpg
 import httpx
@@ -14,6 +14,7 @@ from haki_client import AsyncHaki, ExtractMessage
 from service.app import create_app
 from service.embedder import Embedder
 from service.settings import Settings
+from service.structs import RefusalReason
 from tests.helpers import assert_error, bearer, stats
 from tests.helpers.app import SingleConnectionPool, make_client
 from tests.helpers.fake_chat import FakeChat, Step, answer, fake_chat
@@ -195,15 +196,9 @@ async def test_refused_proposals_are_listed_with_their_reason(
         ("Alice eats fish.", None),
         ("Alice has a dog.", None),
     ]
-    assert [x["reason"] for x in out["refused"]] == [
-        "duplicate",
-        "duplicate",
-        "unknown_source_message",
-        "unknown_supersedes",
-        "supersedes_taken",
-        "invalid_content",
-        "invalid_key",
-    ]
+    # Every refusal reason of the contract, in its declared order (two duplicates: an active fact
+    # and an earlier proposal): a reason added to RefusalReason needs a proposal here.
+    assert [x["reason"] for x in out["refused"]] == ["duplicate", *get_args(RefusalReason)]
     assert all(x["message"] for x in out["refused"])
     assert await counts(ext, key) == (4, 3)
 
