@@ -130,6 +130,14 @@ def provide_settings(state: State) -> Settings:
     return settings
 
 
+class _OfSubject(Protocol):
+    @property
+    def subject_id(self) -> str: ...
+
+
+W = TypeVar("W", bound=_OfSubject)
+
+
 @dataclass(frozen=True, slots=True)
 class RouteDeps:
     """What a JSON route's handler works with, as one dependency rather than the same five
@@ -141,6 +149,12 @@ class RouteDeps:
     settings: Settings
     reads: Reads
     embedder: Embedder
+
+    async def noted(self, written: W) -> W:
+        """`written` (one object, or a batch's body, of the key's project), once noted for
+        read-your-writes: the scope's next reads go to the primary until the standby has it."""
+        await self.reads.note_write(self.conn, self.principal.project_id, written.subject_id)
+        return written
 
 
 def provide_deps(

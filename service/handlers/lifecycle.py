@@ -9,34 +9,23 @@ from litestar.datastructures import State
 from litestar.params import Parameter
 from litestar.response import Stream
 
-from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, MAX_SCOPE_CHARS
+from service.constants import DEFAULT_PAGE_LIMIT
 from service.handlers.deps import ERRORS, Deps, RouteDeps
-from service.handlers.memory import NO_NUL, ProjectQuery
+from service.handlers.memory import PageLimit, ProjectQuery, subject_id_parameter
 from service.lifecycle import erasure, export
 from service.replica import READS
 from service.structs import SubjectErasure, SubjectPage
 
 SubjectPath = Annotated[
     str,
-    Parameter(
-        min_length=1,
-        max_length=MAX_SCOPE_CHARS,
-        pattern=NO_NUL,
-        description="Subject id, URL-encoded; one holding a `/` goes in `?subject_id=` instead "
-        "(DELETE /v1/subjects, GET /v1/subjects/export).",
+    subject_id_parameter(
+        "Subject id, URL-encoded; one holding a `/` goes in `?subject_id=` instead "
+        "(DELETE /v1/subjects, GET /v1/subjects/export)."
     ),
 ]
 SubjectParam = Annotated[
-    str,
-    Parameter(
-        query="subject_id",
-        min_length=1,
-        max_length=MAX_SCOPE_CHARS,
-        pattern=NO_NUL,
-        description="Subject id (any characters, `/` included).",
-    ),
+    str, subject_id_parameter("Subject id (any characters, `/` included).", query="subject_id")
 ]
-Limit = Annotated[int, Parameter(query="limit", ge=1, le=MAX_PAGE_LIMIT, description="Page size, 1..500.")]
 Cursor = Annotated[
     str | None,
     Parameter(query="cursor", max_length=400, description="`next_cursor` of the previous page."),
@@ -95,7 +84,11 @@ class LifecycleController(Controller):
         opt={READS: True},
     )
     async def list_subjects(
-        self, deps: Deps, project_id: ProjectQuery, limit: Limit = DEFAULT_PAGE_LIMIT, cursor: Cursor = None
+        self,
+        deps: Deps,
+        project_id: ProjectQuery,
+        limit: PageLimit = DEFAULT_PAGE_LIMIT,
+        cursor: Cursor = None,
     ) -> SubjectPage:
         deps.reads.fresh(project_id)
         return await erasure.list_subjects(deps.conn, deps.principal, project_id, limit, cursor)
@@ -121,9 +114,9 @@ class LifecycleController(Controller):
 
 
 async def _erase(deps: RouteDeps, project_id: str, subject_id: str) -> SubjectErasure:
-    erased = await erasure.erase_subject(deps.conn, deps.principal, deps.settings, project_id, subject_id)
-    await deps.reads.note_write(deps.conn, project_id, subject_id)
-    return erased
+    return await deps.noted(
+        await erasure.erase_subject(deps.conn, deps.principal, deps.settings, project_id, subject_id)
+    )
 
 
 async def _export(deps: RouteDeps, state: State, project_id: str, subject_id: str) -> Stream:

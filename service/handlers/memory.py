@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 from uuid import UUID
 
 from litestar import Controller, Response, delete, get, patch, post
@@ -67,15 +67,24 @@ async def provide_project_id(
     return project_id_param
 
 
-SubjectQuery = Annotated[
+def subject_id_parameter(description: str, *, query: str | None = None) -> Any:
+    """A subject id: 1..MAX_SCOPE_CHARS characters without NUL, in the path, or in the query
+    parameter named `query`."""
+    return Parameter(
+        query=query, min_length=1, max_length=MAX_SCOPE_CHARS, pattern=NO_NUL, description=description
+    )
+
+
+SubjectQuery = Annotated[str | None, subject_id_parameter("Only this subject.", query="subject_id")]
+
+
+# The keyset pagination of GET /v1/facts and /v1/events (GET /v1/subjects takes the same limit).
+PageLimit = Annotated[
+    int, Parameter(query="limit", ge=1, le=MAX_PAGE_LIMIT, description="Page size, 1..500.")
+]
+PageCursor = Annotated[
     str | None,
-    Parameter(
-        query="subject_id",
-        min_length=1,
-        max_length=MAX_SCOPE_CHARS,
-        pattern=NO_NUL,
-        description="Only this subject.",
-    ),
+    Parameter(query="cursor", max_length=64, description="`next_cursor` of the previous page."),
 ]
 
 
@@ -132,7 +141,7 @@ async def write_batch(
         prepare=prepare,
         write=write,
     )
-    await deps.reads.note_write(deps.conn, data.project_id, data.subject_id)
+    await deps.noted(data)
     headers = {"Idempotent-Replayed": "true"} if outcome.replayed else None
     return Response(outcome.body, status_code=outcome.status_code, headers=headers)
 
@@ -173,13 +182,8 @@ class FactsController(Controller):
             Literal["active", "superseded", "retracted"] | None,
             Parameter(query="status", description="Only facts with this status."),
         ] = None,
-        limit: Annotated[
-            int, Parameter(query="limit", ge=1, le=MAX_PAGE_LIMIT, description="Page size, 1..500.")
-        ] = DEFAULT_PAGE_LIMIT,
-        cursor: Annotated[
-            str | None,
-            Parameter(query="cursor", max_length=64, description="`next_cursor` of the previous page."),
-        ] = None,
+        limit: PageLimit = DEFAULT_PAGE_LIMIT,
+        cursor: PageCursor = None,
     ) -> FactPage:
         deps.reads.fresh(project_id, subject_id)
         return await memory.list_facts(
@@ -193,9 +197,7 @@ class FactsController(Controller):
 
     @patch("/{fact_id:uuid}", responses=ERRORS, summary="Retract a fact or set its valid_to")
     async def patch_fact(self, data: PatchFactRequest, deps: Deps, fact_id: FactIdPath) -> Fact:
-        fact = await memory.patch_fact(deps.conn, deps.principal, fact_id, data)
-        await deps.reads.note_write(deps.conn, fact.project_id, fact.subject_id)
-        return fact
+        return await deps.noted(await memory.patch_fact(deps.conn, deps.principal, fact_id, data))
 
     @delete(
         "/{fact_id:uuid}",
@@ -207,9 +209,7 @@ class FactsController(Controller):
         "pointed at it become null. To stop serving a fact while keeping it, PATCH it `retracted`.",
     )
     async def erase_fact(self, deps: Deps, fact_id: FactIdPath) -> FactErasure:
-        erased = await erasure.erase_fact(deps.conn, deps.principal, fact_id)
-        await deps.reads.note_write(deps.conn, deps.principal.project_id, erased.subject_id)
-        return erased
+        return await deps.noted(await erasure.erase_fact(deps.conn, deps.principal, fact_id))
 
 
 class EventsController(Controller):
@@ -237,13 +237,8 @@ class EventsController(Controller):
         deps: Deps,
         project_id: ProjectQuery,
         subject_id: SubjectQuery = None,
-        limit: Annotated[
-            int, Parameter(query="limit", ge=1, le=MAX_PAGE_LIMIT, description="Page size, 1..500.")
-        ] = DEFAULT_PAGE_LIMIT,
-        cursor: Annotated[
-            str | None,
-            Parameter(query="cursor", max_length=64, description="`next_cursor` of the previous page."),
-        ] = None,
+        limit: PageLimit = DEFAULT_PAGE_LIMIT,
+        cursor: PageCursor = None,
     ) -> EventPage:
         deps.reads.fresh(project_id, subject_id)
         return await erasure.list_events(deps.conn, deps.principal, project_id, subject_id, limit, cursor)
@@ -262,9 +257,7 @@ class EventsController(Controller):
         "it keep their text and their `source_event_id` becomes null.",
     )
     async def erase_event(self, deps: Deps, event_id: EventIdPath) -> EventErasure:
-        erased = await erasure.erase_event(deps.conn, deps.principal, event_id)
-        await deps.reads.note_write(deps.conn, deps.principal.project_id, erased.subject_id)
-        return erased
+        return await deps.noted(await erasure.erase_event(deps.conn, deps.principal, event_id))
 
 
 class ConflictsController(Controller):
@@ -293,6 +286,6 @@ class ConflictsController(Controller):
     async def resolve_conflict(
         self, data: ResolveConflictRequest, deps: Deps, conflict_set_id: ConflictSetIdPath
     ) -> ConflictSet:
-        resolved = await memory.resolve_conflict(deps.conn, deps.principal, conflict_set_id, data)
-        await deps.reads.note_write(deps.conn, resolved.project_id, resolved.subject_id)
-        return resolved
+        return await deps.noted(
+            await memory.resolve_conflict(deps.conn, deps.principal, conflict_set_id, data)
+        )
