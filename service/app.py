@@ -21,13 +21,13 @@ from service.embedder import Embedder, build_embedder, check_embedder
 from service.errors import handle_exception
 from service.handlers.context import ContextController
 from service.handlers.deps import (
+    after_strict_body,
     provide_conn,
     provide_deps,
     provide_embedder,
     provide_key,
     provide_settings,
     release_after_exception,
-    strict_body_of_key,
 )
 from service.handlers.extract import ExtractController
 from service.handlers.health import healthz
@@ -154,7 +154,7 @@ def create_app(
             # (401, then 429 over its rate), then the strict decoding of the body (400); a
             # handler's `principal` is the key once both passed.
             "key": Provide(provide_key),
-            "principal": Provide(strict_body_of_key),
+            "principal": Provide(after_strict_body),
             "embedder": Provide(provide_embedder, sync_to_thread=False),
             "settings": Provide(provide_settings, sync_to_thread=False),
             "project_id": Provide(provide_project_id),

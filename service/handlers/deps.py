@@ -95,7 +95,7 @@ async def provide_key(request: Request[Any, Any, Any], conn: ConnDep, state: Sta
 KeyDep = Annotated[Principal, Dependency(skip_validation=True)]
 
 
-async def strict_body_of_key(request: Request[Any, Any, Any], key: KeyDep) -> Principal:
+async def after_strict_body(request: Request[Any, Any, Any], key: KeyDep) -> Principal:
     """`principal`, what every authenticated route takes: the key, once the request's body passed
     the strict decoding (service/strict_body.py). A step of its own, after the key's: 401 and 429
     come before a 400 about the body, and the handler never sees a body only lax mode let in."""
