@@ -21,9 +21,11 @@ from service.embedder import Embedder, build_embedder, check_embedder
 from service.errors import handle_exception
 from service.handlers.context import ContextController
 from service.handlers.deps import (
+    after_strict_body,
     provide_conn,
+    provide_deps,
     provide_embedder,
-    provide_principal,
+    provide_key,
     provide_settings,
     release_after_exception,
 )
@@ -148,11 +150,16 @@ def create_app(
         ),
         dependencies={
             "conn": Provide(provide_conn),
-            "principal": Provide(provide_principal),
+            # An authenticated route's checks after the hook's (below), in this order: the key
+            # (401, then 429 over its rate), then the strict decoding of the body (400); a
+            # handler's `principal` is the key once both passed.
+            "key": Provide(provide_key),
+            "principal": Provide(after_strict_body),
             "embedder": Provide(provide_embedder, sync_to_thread=False),
             "settings": Provide(provide_settings, sync_to_thread=False),
             "project_id": Provide(provide_project_id),
             "reads": Provide(provide_reads, sync_to_thread=False),
+            "deps": Provide(provide_deps, sync_to_thread=False),
         },
         exception_handlers={Exception: handle_exception},
         # Media type, nesting depth and JSON syntax of a body, before it is decoded or the key read.

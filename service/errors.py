@@ -243,12 +243,6 @@ def _validation_body(exc: ValidationException) -> tuple[int, ErrorBody]:
             break
     if field is None:
         field = _field_of(None, message)
-    if field is not None and field.split(".")[0].split("[")[0] == "budget_tokens":
-        return 400, ErrorBody(
-            code=BudgetExceeded.code,
-            message="budget_tokens must be a positive integer",
-            details={"field": "budget_tokens", "errors": problems},
-        )
     details: dict[str, Any] = {"errors": problems}
     if field:
         details["field"] = field

@@ -8,6 +8,7 @@ strictly, and refused with the field named when lax mode was all that made it pa
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from types import UnionType
@@ -19,6 +20,7 @@ from litestar import Request
 from litestar.exceptions import ClientException, HTTPException, ValidationException
 
 from service.constants import MAX_JSON_DEPTH
+from service.errors import BudgetExceeded
 
 log = logging.getLogger("haki.body")
 
@@ -44,12 +46,54 @@ async def check_body(request: Request[Any, Any, Any]) -> None:
     try:
         msgspec.json.decode(body, type=target)
     except msgspec.ValidationError as exc:
+        budget = budget_problem(body, target)
+        if budget is not None:
+            raise BudgetExceeded(
+                "budget_tokens must be a positive integer",
+                field=BUDGET_FIELD,
+                errors=[{"key": None, "message": budget, "source": "body"}],
+            ) from exc
         raise ValidationException(
             detail=str(exc), extra=[{"key": None, "message": str(exc), "source": "body"}]
         ) from exc
     except msgspec.DecodeError:
         # Malformed JSON never gets this far: Litestar's own decoding refused it with a 400.
         return
+
+
+# --- the token budget: its own error code (400 budget_exceeded) ---------------------------------
+
+BUDGET_FIELD = "budget_tokens"
+
+
+@functools.cache
+def _budget_alone(target: type[msgspec.Struct]) -> type[msgspec.Struct] | None:
+    """A Struct of the target's budget field alone, with the target's own type and bounds (Meta),
+    other fields ignored; None for a body without a budget."""
+    for field in msgspec.structs.fields(target):
+        if field.name == BUDGET_FIELD:
+            return msgspec.defstruct(f"{target.__name__}Budget", [(field.name, field.type, None)])
+    return None
+
+
+def budget_problem(body: bytes, target: type[msgspec.Struct]) -> str | None:
+    """What is wrong with a JSON object's `budget_tokens`, in msgspec's words, or None when it
+    holds none or a good one. Asked of a body that failed its strict decoding: a bad budget makes
+    it a `budget_exceeded`, whatever else the body holds."""
+    budget = _budget_alone(target)
+    if budget is None:
+        return None
+    try:
+        members = msgspec.json.decode(body, type=dict[str, msgspec.Raw])
+    except msgspec.ValidationError:
+        return None  # not an object: nothing to say of its budget
+    if BUDGET_FIELD not in members:
+        return None
+    try:
+        msgspec.json.decode(body, type=budget)
+    except msgspec.ValidationError as exc:
+        return str(exc)
+    return None
 
 
 # --- before decoding (and before the key): media type, nesting, syntax -----------------------

@@ -13,12 +13,12 @@ from litestar.params import Parameter
 
 from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
 from service.context import assembler, replay
-from service.handlers.deps import ERRORS, Caller, ConnDep, EmbedderDep, SettingsDep, in_key_project
+from service.handlers.deps import ERRORS, Deps, in_key_project
 from service.handlers.memory import ProjectQuery, SubjectQuery
 from service.lifecycle import retention
 from service.observability.metrics import observe_context
 from service.observability.timing import StageTimer
-from service.replica import READS, ReadsDep
+from service.replica import READS
 from service.structs import (
     ContextPacket,
     ContextRequest,
@@ -39,6 +39,9 @@ class OptionalBodyOperation(Operation):
     def __post_init__(self) -> None:
         if isinstance(self.request_body, RequestBody):
             self.request_body.required = False
+
+
+TraceIdPath = Annotated[UUID, Parameter(description="The trace_id of a ContextPacket.")]
 
 
 def server_timing(timer: StageTimer) -> str:
@@ -62,21 +65,18 @@ class ContextController(Controller):
         "gives the time per stage.",
         opt={READS: True},
     )
-    async def context(
-        self,
-        data: ContextRequest,
-        conn: ConnDep,
-        principal: Caller,
-        embedder: EmbedderDep,
-        settings: SettingsDep,
-        state: State,
-        reads: ReadsDep,
-    ) -> Response[ContextPacket]:
-        data = in_key_project(data, principal)
-        reads.fresh(data.project_id, data.subject_id)
+    async def context(self, data: ContextRequest, deps: Deps, state: State) -> Response[ContextPacket]:
+        data = in_key_project(data, deps.principal)
+        deps.reads.fresh(data.project_id, data.subject_id)
         timer = StageTimer()
         packet = await assembler.assemble(
-            conn, embedder, settings, principal, data, timer=timer, trace_pool=reads.trace_pool
+            deps.conn,
+            deps.embedder,
+            deps.settings,
+            deps.principal,
+            data,
+            timer=timer,
+            trace_pool=deps.reads.trace_pool,
         )
         observe_context(state, timer, packet)
         return Response(packet, status_code=200, headers={"Server-Timing": server_timing(timer)})
@@ -87,25 +87,13 @@ class ContextController(Controller):
         summary="Every decision of one context call",
         opt={READS: True},
     )
-    async def inspect(
-        self,
-        conn: ConnDep,
-        principal: Caller,
-        trace_id: Annotated[UUID, Parameter(description="The trace_id of a ContextPacket.")],
-    ) -> Inspection:
-        return await assembler.inspect(conn, principal, trace_id)
+    async def inspect(self, deps: Deps, trace_id: TraceIdPath) -> Inspection:
+        return await assembler.inspect(deps.conn, deps.principal, trace_id)
 
     @get("/v1/stats/overview", responses=ERRORS, summary="Usage overview of a project", opt={READS: True})
-    async def stats(
-        self,
-        conn: ConnDep,
-        principal: Caller,
-        settings: SettingsDep,
-        reads: ReadsDep,
-        project_id: ProjectQuery,
-    ) -> StatsOverview:
-        reads.fresh(project_id)
-        return retention.windowed(await assembler.stats(conn, principal, project_id), settings)
+    async def stats(self, deps: Deps, project_id: ProjectQuery) -> StatsOverview:
+        deps.reads.fresh(project_id)
+        return retention.windowed(await assembler.stats(deps.conn, deps.principal, project_id), deps.settings)
 
     @post(
         "/v1/inspect/{trace_id:uuid}/replay",
@@ -123,15 +111,12 @@ class ContextController(Controller):
         "index, or when the embedder changed (docs/time-travel.md).",
     )
     async def replay(
-        self,
-        conn: ConnDep,
-        principal: Caller,
-        embedder: EmbedderDep,
-        settings: SettingsDep,
-        trace_id: Annotated[UUID, Parameter(description="The trace_id of a ContextPacket.")],
-        data: ReplayRequest | None = None,
+        self, deps: Deps, trace_id: TraceIdPath, data: ReplayRequest | None = None
     ) -> ReplayResponse:
-        return await replay.replay(conn, embedder, settings, principal, trace_id, data or ReplayRequest())
+        overrides = data or ReplayRequest()
+        return await replay.replay(
+            deps.conn, deps.embedder, deps.settings, deps.principal, trace_id, overrides
+        )
 
     @get(
         "/v1/stats/facts",
@@ -147,10 +132,7 @@ class ContextController(Controller):
     )
     async def fact_stats(
         self,
-        conn: ConnDep,
-        principal: Caller,
-        settings: SettingsDep,
-        reads: ReadsDep,
+        deps: Deps,
         project_id: ProjectQuery,
         subject_id: SubjectQuery = None,
         order: Annotated[
@@ -162,7 +144,6 @@ class ContextController(Controller):
             Parameter(query="limit", ge=1, le=MAX_PAGE_LIMIT, description="At most this many facts, 1..500."),
         ] = DEFAULT_PAGE_LIMIT,
     ) -> FactStats:
-        reads.fresh(project_id, subject_id)
-        return retention.windowed(
-            await replay.fact_stats(conn, principal, project_id, subject_id, order, limit), settings
-        )
+        deps.reads.fresh(project_id, subject_id)
+        stats = await replay.fact_stats(deps.conn, deps.principal, project_id, subject_id, order, limit)
+        return retention.windowed(stats, deps.settings)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from typing import Annotated, Any, Protocol, TypeVar
 
 import asyncpg
@@ -17,7 +18,7 @@ from service.auth import Principal, authenticate
 from service.embedder import Embedder, WorkLimitedEmbedder
 from service.errors import CONNECTION_LOST, openapi_responses
 from service.ratelimit import RateLimiter, WorkRateLimiter
-from service.replica import ON_REPLICA, READS, router_of
+from service.replica import ON_REPLICA, READS, Reads, ReadsDep, router_of
 from service.settings import Settings
 from service.strict_body import check_body
 from service.structs import KEY_PROJECT
@@ -82,14 +83,24 @@ async def release_after_exception(exc: Exception, scope: Scope) -> None:
         await expire()
 
 
-async def provide_principal(request: Request[Any, Any, Any], conn: ConnDep, state: State) -> Principal:
+async def provide_key(request: Request[Any, Any, Any], conn: ConnDep, state: State) -> Principal:
+    """The request's key: 401 without a live one (looked up on every request, so a revoked key is
+    refused at once), then 429 over its rate."""
     principal = await authenticate(conn, request.headers.get("authorization"))
     limiter: RateLimiter = state.rate_limiter
     limiter.take(principal.key_id)
-    # Every authenticated route resolves the caller, so the strict body check sits here: after the
-    # key and rate checks (401 and 429 come first), before the handler sees a lax-converted body.
-    await check_body(request)
     return principal
+
+
+KeyDep = Annotated[Principal, Dependency(skip_validation=True)]
+
+
+async def after_strict_body(request: Request[Any, Any, Any], key: KeyDep) -> Principal:
+    """`principal`, what every authenticated route takes: the key, once the request's body passed
+    the strict decoding (service/strict_body.py). A step of its own, after the key's: 401 and 429
+    come before a 400 about the body, and the handler never sees a body only lax mode let in."""
+    await check_body(request)
+    return key
 
 
 class _ScopedBody(Protocol):
@@ -117,6 +128,42 @@ def provide_embedder(state: State) -> Embedder:
 def provide_settings(state: State) -> Settings:
     settings: Settings = state.settings
     return settings
+
+
+class _OfSubject(Protocol):
+    @property
+    def subject_id(self) -> str: ...
+
+
+W = TypeVar("W", bound=_OfSubject)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteDeps:
+    """What a JSON route's handler works with, as one dependency rather than the same five
+    parameters on every handler: the lent connection, the caller, the settings, the request's
+    standby bookkeeping (service/replica.py) and the embedder charged to the caller's project."""
+
+    conn: asyncpg.Connection
+    principal: Principal
+    settings: Settings
+    reads: Reads
+    embedder: Embedder
+
+    async def noted(self, written: W) -> W:
+        """`written` (one object, or a batch's body, of the key's project), once noted for
+        read-your-writes: the scope's next reads go to the primary until the standby has it."""
+        await self.reads.note_write(self.conn, self.principal.project_id, written.subject_id)
+        return written
+
+
+def provide_deps(
+    conn: ConnDep, principal: Caller, settings: SettingsDep, reads: ReadsDep, embedder: EmbedderDep
+) -> RouteDeps:
+    return RouteDeps(conn, principal, settings, reads, embedder)
+
+
+Deps = Annotated[RouteDeps, Dependency(skip_validation=True)]
 
 
 # Every route's documented error responses, from the one error table (service/errors.py).

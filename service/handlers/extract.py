@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from litestar import Controller, Response, post
 from litestar.openapi.datastructures import ResponseSpec
 
 from service.errors import error_code, response_spec
 from service.extraction import extractor
-from service.handlers.deps import ERRORS, Caller, ConnDep, EmbedderDep, SettingsDep, in_key_project
+from service.handlers.deps import ERRORS, Deps, in_key_project
 from service.handlers.memory import IdempotencyKey, write_batch
-from service.replica import ReadsDep
 from service.structs import ExtractRequest, ExtractResponse
 
 
@@ -53,28 +54,21 @@ class ExtractController(Controller):
         "facts depends on the model. Idempotency-Key works as on POST /v1/facts when writing.",
     )
     async def extract(
-        self,
-        data: ExtractRequest,
-        conn: ConnDep,
-        principal: Caller,
-        embedder: EmbedderDep,
-        settings: SettingsDep,
-        reads: ReadsDep,
-        idempotency_key: IdempotencyKey = None,
+        self, data: ExtractRequest, deps: Deps, idempotency_key: IdempotencyKey = None
     ) -> Response[ExtractResponse]:
-        data = in_key_project(data, principal)
+        data = in_key_project(data, deps.principal)
+
+        def prepare() -> Awaitable[extractor.Plan]:
+            return extractor.prepare(deps.conn, deps.embedder, deps.settings, deps.principal, data)
+
         if not data.write:
-            plan = await extractor.prepare(conn, embedder, settings, principal, data)
-            return Response(extractor.dry_run(plan), status_code=200)
+            return Response(extractor.dry_run(await prepare()), status_code=200)
         return await write_batch(
-            conn,
-            settings,
-            principal,
-            reads,
+            deps,
             data,
             idempotency_key,
             route="POST /v1/extract",
             response_type=ExtractResponse,
-            prepare=lambda: extractor.prepare(conn, embedder, settings, principal, data),
-            write=lambda plan: extractor.store(conn, plan),
+            prepare=prepare,
+            write=lambda plan: extractor.store(deps.conn, plan),
         )

@@ -10,15 +10,11 @@ from service.replica import router_of
 from service.repository import health as health_repo
 from service.structs import Health
 
+# The probe's two handlers share their path, tag and (no) key through the Router below.
+NOT_READY = {503: ERRORS[503]}
 
-# `security=[{}]` overrides the schema-wide bearer requirement: the probe needs no key.
-@get(
-    "/healthz",
-    tags=["health"],
-    responses={503: ERRORS[503]},
-    summary="Readiness probe (no key needed)",
-    security=[{}],
-)
+
+@get(responses=NOT_READY, summary="Readiness probe (no key needed)")
 async def healthz_get(conn: ConnDep, embedder: EmbedderDep, state: State) -> Health:
     await health_repo.ping(conn)
     router = router_of(state)  # the replica's state as its monitor last saw it: no query
@@ -28,16 +24,11 @@ async def healthz_get(conn: ConnDep, embedder: EmbedderDep, state: State) -> Hea
 
 # Load balancers and `curl -I` probe with HEAD; Litestar serves HEAD only from a handler of its
 # own (a HEAD response has no body), so the same check is declared twice.
-@head(
-    "/healthz",
-    tags=["health"],
-    responses={503: ERRORS[503]},
-    summary="Readiness probe without a body (no key needed)",
-    security=[{}],
-)
+@head(responses=NOT_READY, summary="Readiness probe without a body (no key needed)")
 async def healthz_head(conn: ConnDep) -> None:
     await health_repo.ping(conn)
 
 
-# One name for both, so the app registers them as it registered the GET alone.
-healthz = Router(path="/", route_handlers=[healthz_get, healthz_head])
+# One name for both, so the app registers them as it registered the GET alone. `security=[{}]`
+# overrides the schema-wide bearer requirement: the probe needs no key.
+healthz = Router(path="/healthz", route_handlers=[healthz_get, healthz_head], tags=["health"], security=[{}])

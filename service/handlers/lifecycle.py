@@ -9,34 +9,23 @@ from litestar.datastructures import State
 from litestar.params import Parameter
 from litestar.response import Stream
 
-from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, MAX_SCOPE_CHARS
-from service.handlers.deps import ERRORS, Caller, ConnDep, SettingsDep
-from service.handlers.memory import NO_NUL, ProjectQuery
+from service.constants import DEFAULT_PAGE_LIMIT
+from service.handlers.deps import ERRORS, Deps, RouteDeps
+from service.handlers.memory import PageLimit, ProjectQuery, subject_id_parameter
 from service.lifecycle import erasure, export
-from service.replica import READS, ReadsDep
+from service.replica import READS
 from service.structs import SubjectErasure, SubjectPage
 
 SubjectPath = Annotated[
     str,
-    Parameter(
-        min_length=1,
-        max_length=MAX_SCOPE_CHARS,
-        pattern=NO_NUL,
-        description="Subject id, URL-encoded; one holding a `/` goes in `?subject_id=` instead "
-        "(DELETE /v1/subjects, GET /v1/subjects/export).",
+    subject_id_parameter(
+        "Subject id, URL-encoded; one holding a `/` goes in `?subject_id=` instead "
+        "(DELETE /v1/subjects, GET /v1/subjects/export)."
     ),
 ]
 SubjectParam = Annotated[
-    str,
-    Parameter(
-        query="subject_id",
-        min_length=1,
-        max_length=MAX_SCOPE_CHARS,
-        pattern=NO_NUL,
-        description="Subject id (any characters, `/` included).",
-    ),
+    str, subject_id_parameter("Subject id (any characters, `/` included).", query="subject_id")
 ]
-Limit = Annotated[int, Parameter(query="limit", ge=1, le=MAX_PAGE_LIMIT, description="Page size, 1..500.")]
 Cursor = Annotated[
     str | None,
     Parameter(query="cursor", max_length=400, description="`next_cursor` of the previous page."),
@@ -59,17 +48,9 @@ class LifecycleController(Controller):
         "subject that holds nothing answers zeros.",
     )
     async def erase_subject(
-        self,
-        conn: ConnDep,
-        principal: Caller,
-        settings: SettingsDep,
-        reads: ReadsDep,
-        project_id: ProjectQuery,
-        subject_id: SubjectPath,
+        self, deps: Deps, project_id: ProjectQuery, subject_id: SubjectPath
     ) -> SubjectErasure:
-        erased = await erasure.erase_subject(conn, principal, settings, project_id, subject_id)
-        await reads.note_write(conn, project_id, subject_id)
-        return erased
+        return await _erase(deps, project_id, subject_id)
 
     @delete(
         "/v1/subjects",
@@ -80,17 +61,9 @@ class LifecycleController(Controller):
         "path segment cannot carry a `/`, a query parameter can.",
     )
     async def erase_subject_by_query(
-        self,
-        conn: ConnDep,
-        principal: Caller,
-        settings: SettingsDep,
-        reads: ReadsDep,
-        project_id: ProjectQuery,
-        subject_id: SubjectParam,
+        self, deps: Deps, project_id: ProjectQuery, subject_id: SubjectParam
     ) -> SubjectErasure:
-        erased = await erasure.erase_subject(conn, principal, settings, project_id, subject_id)
-        await reads.note_write(conn, project_id, subject_id)
-        return erased
+        return await _erase(deps, project_id, subject_id)
 
     @get(
         "/v1/subjects/export",
@@ -100,14 +73,9 @@ class LifecycleController(Controller):
         description="GET /v1/subjects/{subject_id}/export with the subject id in `?subject_id=`.",
     )
     async def export_subject_by_query(
-        self,
-        conn: ConnDep,
-        principal: Caller,
-        state: State,
-        project_id: ProjectQuery,
-        subject_id: SubjectParam,
+        self, deps: Deps, state: State, project_id: ProjectQuery, subject_id: SubjectParam
     ) -> Stream:
-        return await _export(conn, principal, state, project_id, subject_id)
+        return await _export(deps, state, project_id, subject_id)
 
     @get(
         "/v1/subjects",
@@ -117,15 +85,13 @@ class LifecycleController(Controller):
     )
     async def list_subjects(
         self,
-        conn: ConnDep,
-        principal: Caller,
-        reads: ReadsDep,
+        deps: Deps,
         project_id: ProjectQuery,
-        limit: Limit = DEFAULT_PAGE_LIMIT,
+        limit: PageLimit = DEFAULT_PAGE_LIMIT,
         cursor: Cursor = None,
     ) -> SubjectPage:
-        reads.fresh(project_id)
-        return await erasure.list_subjects(conn, principal, project_id, limit, cursor)
+        deps.reads.fresh(project_id)
+        return await erasure.list_subjects(deps.conn, deps.principal, project_id, limit, cursor)
 
     @get(
         "/v1/subjects/{subject_id:str}/export",
@@ -139,18 +105,22 @@ class LifecycleController(Controller):
         "holds nothing.",
     )
     async def export_subject(
-        self,
-        conn: ConnDep,
-        principal: Caller,
-        state: State,
-        project_id: ProjectQuery,
-        subject_id: SubjectPath,
+        self, deps: Deps, state: State, project_id: ProjectQuery, subject_id: SubjectPath
     ) -> Stream:
-        return await _export(conn, principal, state, project_id, subject_id)
+        return await _export(deps, state, project_id, subject_id)
 
 
-async def _export(conn: ConnDep, principal: Caller, state: State, project_id: str, subject_id: str) -> Stream:
-    await export.check_exportable(conn, principal, project_id, subject_id)
+# Each of the two routes below serves a subject named in the path and one named in the query.
+
+
+async def _erase(deps: RouteDeps, project_id: str, subject_id: str) -> SubjectErasure:
+    return await deps.noted(
+        await erasure.erase_subject(deps.conn, deps.principal, deps.settings, project_id, subject_id)
+    )
+
+
+async def _export(deps: RouteDeps, state: State, project_id: str, subject_id: str) -> Stream:
+    await export.check_exportable(deps.conn, deps.principal, project_id, subject_id)
     return Stream(
         export.stream_export(state.pool, project_id, subject_id),
         media_type=export.MEDIA_TYPE,

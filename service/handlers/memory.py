@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 from uuid import UUID
 
 from litestar import Controller, Response, delete, get, patch, post
@@ -12,9 +12,9 @@ from litestar.params import Dependency, Parameter
 
 from service import idempotency, memory
 from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, MAX_SCOPE_CHARS
-from service.handlers.deps import ERRORS, Caller, ConnDep, EmbedderDep, SettingsDep, in_key_project
+from service.handlers.deps import ERRORS, Caller, Deps, RouteDeps, in_key_project
 from service.lifecycle import erasure
-from service.replica import READS, ReadsDep
+from service.replica import READS
 from service.structs import (
     ConflictList,
     ConflictSet,
@@ -67,15 +67,24 @@ async def provide_project_id(
     return project_id_param
 
 
-SubjectQuery = Annotated[
+def subject_id_parameter(description: str, *, query: str | None = None) -> Any:
+    """A subject id: 1..MAX_SCOPE_CHARS characters without NUL, in the path, or in the query
+    parameter named `query`."""
+    return Parameter(
+        query=query, min_length=1, max_length=MAX_SCOPE_CHARS, pattern=NO_NUL, description=description
+    )
+
+
+SubjectQuery = Annotated[str | None, subject_id_parameter("Only this subject.", query="subject_id")]
+
+
+# The keyset pagination of GET /v1/facts and /v1/events (GET /v1/subjects takes the same limit).
+PageLimit = Annotated[
+    int, Parameter(query="limit", ge=1, le=MAX_PAGE_LIMIT, description="Page size, 1..500.")
+]
+PageCursor = Annotated[
     str | None,
-    Parameter(
-        query="subject_id",
-        min_length=1,
-        max_length=MAX_SCOPE_CHARS,
-        pattern=NO_NUL,
-        description="Only this subject.",
-    ),
+    Parameter(query="cursor", max_length=64, description="`next_cursor` of the previous page."),
 ]
 
 
@@ -107,10 +116,7 @@ P = TypeVar("P")
 
 
 async def write_batch(
-    conn: ConnDep,
-    settings: SettingsDep,
-    principal: Caller,
-    reads: ReadsDep,
+    deps: RouteDeps,
     data: ScopedWrite,
     idempotency_key: str | None,
     *,
@@ -121,11 +127,11 @@ async def write_batch(
 ) -> Response[idempotency.T]:
     """A batch write of one scope (POST /v1/facts, /v1/events, /v1/extract): run at most once per
     Idempotency-Key, noted for read-your-writes on a standby, a replay answered with
-    `Idempotent-Replayed: true`."""
+    `Idempotent-Replayed: true`. `data` is in the key's project already (in_key_project)."""
     outcome = await idempotency.run_once(
-        conn,
-        settings,
-        principal,
+        deps.conn,
+        deps.settings,
+        deps.principal,
         project_id=data.project_id,
         key=idempotency_key,
         route=route,
@@ -135,7 +141,7 @@ async def write_batch(
         prepare=prepare,
         write=write,
     )
-    await reads.note_write(conn, data.project_id, data.subject_id)
+    await deps.noted(data)
     headers = {"Idempotent-Replayed": "true"} if outcome.replayed else None
     return Response(outcome.body, status_code=outcome.status_code, headers=headers)
 
@@ -153,64 +159,45 @@ class FactsController(Controller):
         "Conflict detection by `key`, replacement by `supersedes`.",
     )
     async def write_facts(
-        self,
-        data: WriteFactsRequest,
-        conn: ConnDep,
-        principal: Caller,
-        embedder: EmbedderDep,
-        settings: SettingsDep,
-        reads: ReadsDep,
-        idempotency_key: IdempotencyKey = None,
+        self, data: WriteFactsRequest, deps: Deps, idempotency_key: IdempotencyKey = None
     ) -> Response[WriteFactsResponse]:
-        data = in_key_project(data, principal)
+        data = in_key_project(data, deps.principal)
         return await write_batch(
-            conn,
-            settings,
-            principal,
-            reads,
+            deps,
             data,
             idempotency_key,
             route="POST /v1/facts",
             response_type=WriteFactsResponse,
-            prepare=lambda: memory.prepare_facts(embedder, settings, principal, data),
-            write=lambda prepared: memory.store_facts(conn, prepared),
+            prepare=lambda: memory.prepare_facts(deps.embedder, deps.settings, deps.principal, data),
+            write=lambda prepared: memory.store_facts(deps.conn, prepared),
         )
 
     @get("/", responses=ERRORS, summary="List facts (keyset pagination)", opt={READS: True})
     async def list_facts(
         self,
-        conn: ConnDep,
-        principal: Caller,
-        reads: ReadsDep,
+        deps: Deps,
         project_id: ProjectQuery,
         subject_id: SubjectQuery = None,
         status: Annotated[
             Literal["active", "superseded", "retracted"] | None,
             Parameter(query="status", description="Only facts with this status."),
         ] = None,
-        limit: Annotated[
-            int, Parameter(query="limit", ge=1, le=MAX_PAGE_LIMIT, description="Page size, 1..500.")
-        ] = DEFAULT_PAGE_LIMIT,
-        cursor: Annotated[
-            str | None,
-            Parameter(query="cursor", max_length=64, description="`next_cursor` of the previous page."),
-        ] = None,
+        limit: PageLimit = DEFAULT_PAGE_LIMIT,
+        cursor: PageCursor = None,
     ) -> FactPage:
-        reads.fresh(project_id, subject_id)
-        return await memory.list_facts(conn, principal, project_id, subject_id, status, limit, cursor)
+        deps.reads.fresh(project_id, subject_id)
+        return await memory.list_facts(
+            deps.conn, deps.principal, project_id, subject_id, status, limit, cursor
+        )
 
     @get("/{fact_id:uuid}", responses=ERRORS, summary="Read one fact", opt={READS: True})
-    async def get_fact(self, conn: ConnDep, principal: Caller, reads: ReadsDep, fact_id: FactIdPath) -> Fact:
-        reads.fresh(principal.project_id)
-        return await memory.get_fact(conn, principal, fact_id)
+    async def get_fact(self, deps: Deps, fact_id: FactIdPath) -> Fact:
+        deps.reads.fresh(deps.principal.project_id)
+        return await memory.get_fact(deps.conn, deps.principal, fact_id)
 
     @patch("/{fact_id:uuid}", responses=ERRORS, summary="Retract a fact or set its valid_to")
-    async def patch_fact(
-        self, data: PatchFactRequest, conn: ConnDep, principal: Caller, reads: ReadsDep, fact_id: FactIdPath
-    ) -> Fact:
-        fact = await memory.patch_fact(conn, principal, fact_id, data)
-        await reads.note_write(conn, fact.project_id, fact.subject_id)
-        return fact
+    async def patch_fact(self, data: PatchFactRequest, deps: Deps, fact_id: FactIdPath) -> Fact:
+        return await deps.noted(await memory.patch_fact(deps.conn, deps.principal, fact_id, data))
 
     @delete(
         "/{fact_id:uuid}",
@@ -221,12 +208,8 @@ class FactsController(Controller):
         "is resolved, keeping it) and the trace decisions that name it; `supersedes` links that "
         "pointed at it become null. To stop serving a fact while keeping it, PATCH it `retracted`.",
     )
-    async def erase_fact(
-        self, conn: ConnDep, principal: Caller, reads: ReadsDep, fact_id: FactIdPath
-    ) -> FactErasure:
-        erased = await erasure.erase_fact(conn, principal, fact_id)
-        await reads.note_write(conn, principal.project_id, erased.subject_id)
-        return erased
+    async def erase_fact(self, deps: Deps, fact_id: FactIdPath) -> FactErasure:
+        return await deps.noted(await erasure.erase_fact(deps.conn, deps.principal, fact_id))
 
 
 class EventsController(Controller):
@@ -235,54 +218,35 @@ class EventsController(Controller):
 
     @post("/", status_code=201, responses=ERRORS, summary="Write a batch of dated events")
     async def write_events(
-        self,
-        data: WriteEventsRequest,
-        conn: ConnDep,
-        principal: Caller,
-        embedder: EmbedderDep,
-        settings: SettingsDep,
-        reads: ReadsDep,
-        idempotency_key: IdempotencyKey = None,
+        self, data: WriteEventsRequest, deps: Deps, idempotency_key: IdempotencyKey = None
     ) -> Response[WriteEventsResponse]:
-        data = in_key_project(data, principal)
+        data = in_key_project(data, deps.principal)
         return await write_batch(
-            conn,
-            settings,
-            principal,
-            reads,
+            deps,
             data,
             idempotency_key,
             route="POST /v1/events",
             response_type=WriteEventsResponse,
-            prepare=lambda: memory.prepare_events(embedder, principal, data),
-            write=lambda prepared: memory.store_events(conn, prepared),
+            prepare=lambda: memory.prepare_events(deps.embedder, deps.principal, data),
+            write=lambda prepared: memory.store_events(deps.conn, prepared),
         )
 
     @get("/", responses=ERRORS, summary="List events (keyset pagination)", opt={READS: True})
     async def list_events(
         self,
-        conn: ConnDep,
-        principal: Caller,
-        reads: ReadsDep,
+        deps: Deps,
         project_id: ProjectQuery,
         subject_id: SubjectQuery = None,
-        limit: Annotated[
-            int, Parameter(query="limit", ge=1, le=MAX_PAGE_LIMIT, description="Page size, 1..500.")
-        ] = DEFAULT_PAGE_LIMIT,
-        cursor: Annotated[
-            str | None,
-            Parameter(query="cursor", max_length=64, description="`next_cursor` of the previous page."),
-        ] = None,
+        limit: PageLimit = DEFAULT_PAGE_LIMIT,
+        cursor: PageCursor = None,
     ) -> EventPage:
-        reads.fresh(project_id, subject_id)
-        return await erasure.list_events(conn, principal, project_id, subject_id, limit, cursor)
+        deps.reads.fresh(project_id, subject_id)
+        return await erasure.list_events(deps.conn, deps.principal, project_id, subject_id, limit, cursor)
 
     @get("/{event_id:uuid}", responses=ERRORS, summary="Read one event", opt={READS: True})
-    async def get_event(
-        self, conn: ConnDep, principal: Caller, reads: ReadsDep, event_id: EventIdPath
-    ) -> Event:
-        reads.fresh(principal.project_id)
-        return await erasure.get_event(conn, principal, event_id)
+    async def get_event(self, deps: Deps, event_id: EventIdPath) -> Event:
+        deps.reads.fresh(deps.principal.project_id)
+        return await erasure.get_event(deps.conn, deps.principal, event_id)
 
     @delete(
         "/{event_id:uuid}",
@@ -292,12 +256,8 @@ class EventsController(Controller):
         description="Removes the event and the trace decisions that name it; facts extracted from "
         "it keep their text and their `source_event_id` becomes null.",
     )
-    async def erase_event(
-        self, conn: ConnDep, principal: Caller, reads: ReadsDep, event_id: EventIdPath
-    ) -> EventErasure:
-        erased = await erasure.erase_event(conn, principal, event_id)
-        await reads.note_write(conn, principal.project_id, erased.subject_id)
-        return erased
+    async def erase_event(self, deps: Deps, event_id: EventIdPath) -> EventErasure:
+        return await deps.noted(await erasure.erase_event(deps.conn, deps.principal, event_id))
 
 
 class ConflictsController(Controller):
@@ -307,17 +267,15 @@ class ConflictsController(Controller):
     @get("/", responses=ERRORS, summary="List conflict sets", opt={READS: True})
     async def list_conflicts(
         self,
-        conn: ConnDep,
-        principal: Caller,
-        reads: ReadsDep,
+        deps: Deps,
         project_id: ProjectQuery,
         subject_id: SubjectQuery = None,
         status: Annotated[
             Literal["open", "resolved"] | None, Parameter(query="status", description="Only this status.")
         ] = None,
     ) -> ConflictList:
-        reads.fresh(project_id, subject_id)
-        return await memory.list_conflicts(conn, principal, project_id, subject_id, status)
+        deps.reads.fresh(project_id, subject_id)
+        return await memory.list_conflicts(deps.conn, deps.principal, project_id, subject_id, status)
 
     @post(
         "/{conflict_set_id:uuid}/resolve",
@@ -326,13 +284,8 @@ class ConflictsController(Controller):
         summary="Resolve a conflict set: kept facts stay active, the others become superseded",
     )
     async def resolve_conflict(
-        self,
-        data: ResolveConflictRequest,
-        conn: ConnDep,
-        principal: Caller,
-        reads: ReadsDep,
-        conflict_set_id: ConflictSetIdPath,
+        self, data: ResolveConflictRequest, deps: Deps, conflict_set_id: ConflictSetIdPath
     ) -> ConflictSet:
-        resolved = await memory.resolve_conflict(conn, principal, conflict_set_id, data)
-        await reads.note_write(conn, resolved.project_id, resolved.subject_id)
-        return resolved
+        return await deps.noted(
+            await memory.resolve_conflict(deps.conn, deps.principal, conflict_set_id, data)
+        )
