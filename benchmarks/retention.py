@@ -37,6 +37,7 @@ from service.repository import context as repo
 from service.repository import facts as memory_repo
 from service.repository import lifecycle as lifecycle_repo
 from service.settings import Settings
+from service.structs import FactErasure
 from tests.helpers.sql import load_test_queries
 
 
@@ -93,7 +94,7 @@ async def run(calls: int, rounds: int, batch: int, pause_ratio: float, facts: in
         (fact,) = await memory_repo.list_facts(conn, PROJECT, "s", None, None, 1)
         fact_id = fact.fact_id
         start = time.perf_counter()
-        await lifecycle_repo.erase_fact(conn, PROJECT, fact_id, uuid.uuid4(), uuid.uuid4())
+        await lifecycle_repo.erase_memory(conn, FactErasure, PROJECT, fact_id, uuid.uuid4(), uuid.uuid4())
         erase_fact_ms = (time.perf_counter() - start) * 1000.0
         start = time.perf_counter()
         erased = await lifecycle_repo.erase_subject(conn, PROJECT, "s", uuid.uuid4(), uuid.uuid4())

@@ -88,25 +88,45 @@ SELECT n.facts, n.events, n.conflict_sets, n.conflict_members, n.context_calls, 
 FROM counts AS n
 CROSS JOIN audit AS a;
 
--- name: erase_fact(project_id, fact_id, erasure_id, key_id)^
--- Erases one fact and audits it: its conflict memberships (an open set left with one member is
--- resolved, keeping it; a set left empty goes), the `supersedes` links that point at it (null),
--- and the decisions that name it in the traces of its scope (read through the scope's calls:
--- an index on decisions by item would cost every trace write). NULL when no such fact.
+-- name: erase_memory(project_id, kind, item_id, erasure_id, key_id)^
+-- Erases one memory, a fact or an event (kind `fact` or `event`), and audits it. Either way the
+-- decisions that name it in the traces of its scope go (read through the scope's calls: an index
+-- on decisions by item would cost every trace write). A fact also loses its conflict memberships
+-- (an open set left with one member is resolved, keeping it; a set left empty goes) and the
+-- `supersedes` links that point at it (null); the facts extracted from an event keep their text
+-- and lose the link (source_event_id null). NULL when no such memory.
 -- Keeps a copy of open conflict: it does not ask whether a fact is held back by an open set, it
 -- closes the set the erasure leaves with one member, so it reads the set's status itself.
-WITH target AS (
+WITH locked_fact AS (
     SELECT f.fact_id, f.subject_id
     FROM facts AS f
-    WHERE f.project_id = :project_id
-      AND f.fact_id = :fact_id
+    WHERE :kind::text = 'fact'
+      AND f.project_id = :project_id
+      AND f.fact_id = :item_id
     FOR UPDATE
+),
+locked_event AS (
+    SELECT e.event_id, e.subject_id
+    FROM events AS e
+    WHERE :kind::text = 'event'
+      AND e.project_id = :project_id
+      AND e.event_id = :item_id
+    FOR UPDATE
+),
+target AS (
+    -- Traces name an event an `episode`.
+    SELECT 'fact' AS kind, 'fact' AS trace_item_type, l.fact_id AS item_id, l.subject_id
+    FROM locked_fact AS l
+    UNION ALL
+    SELECT 'event' AS kind, 'episode' AS trace_item_type, l.event_id AS item_id, l.subject_id
+    FROM locked_event AS l
 ),
 gone_members AS (
     DELETE FROM conflict_members AS cm
     USING target AS x
     WHERE cm.project_id = :project_id
-      AND cm.fact_id = x.fact_id
+      AND x.kind = 'fact'
+      AND cm.fact_id = x.item_id
     RETURNING cm.conflict_set_id
 ),
 left_members AS (
@@ -115,7 +135,7 @@ left_members AS (
     LEFT JOIN conflict_members AS m
       ON m.project_id = :project_id
      AND m.conflict_set_id = g.conflict_set_id
-     AND m.fact_id <> :fact_id
+     AND m.fact_id <> :item_id
     GROUP BY g.conflict_set_id
 ),
 resolved AS (
@@ -137,13 +157,24 @@ gone_sets AS (
       AND l.members = 0
     RETURNING cs.conflict_set_id
 ),
-unlinked AS (
+unlinked_supersedes AS (
     UPDATE facts AS s
     SET supersedes = NULL
     FROM target AS x
     WHERE s.project_id = :project_id
+      AND x.kind = 'fact'
       AND s.subject_id = x.subject_id
-      AND s.supersedes = x.fact_id
+      AND s.supersedes = x.item_id
+    RETURNING s.fact_id
+),
+unlinked_sources AS (
+    UPDATE facts AS s
+    SET source_event_id = NULL
+    FROM target AS x
+    WHERE s.project_id = :project_id
+      AND x.kind = 'event'
+      AND s.subject_id = x.subject_id
+      AND s.source_event_id = x.item_id
     RETURNING s.fact_id
 ),
 gone_decisions AS (
@@ -153,23 +184,38 @@ gone_decisions AS (
       AND c.subject_id = x.subject_id
       AND t.project_id = c.project_id
       AND t.trace_id = c.trace_id
-      AND t.item_type = 'fact'
-      AND t.item_id = x.fact_id
+      AND t.item_type = x.trace_item_type
+      AND t.item_id = x.item_id
     RETURNING t.ord
 ),
-gone AS (
+gone_facts AS (
     DELETE FROM facts AS f
     USING target AS x
     WHERE f.project_id = :project_id
-      AND f.fact_id = x.fact_id
-    RETURNING f.fact_id, f.subject_id
+      AND x.kind = 'fact'
+      AND f.fact_id = x.item_id
+    RETURNING f.subject_id
+),
+gone_events AS (
+    DELETE FROM events AS e
+    USING target AS x
+    WHERE e.project_id = :project_id
+      AND x.kind = 'event'
+      AND e.event_id = x.item_id
+    RETURNING e.subject_id
+),
+gone AS (
+    SELECT g.subject_id FROM gone_facts AS g
+    UNION ALL
+    SELECT g.subject_id FROM gone_events AS g
 ),
 audit AS (
     INSERT INTO erasures (
-        project_id, erasure_id, subject_id, kind, facts, conflict_sets, conflict_members,
+        project_id, erasure_id, subject_id, kind, facts, events, conflict_sets, conflict_members,
         decisions, key_id
     )
-    SELECT :project_id, :erasure_id, g.subject_id, 'fact', 1, (SELECT count(*) FROM gone_sets),
+    SELECT :project_id, :erasure_id, g.subject_id, :kind, (SELECT count(*) FROM gone_facts),
+           (SELECT count(*) FROM gone_events), (SELECT count(*) FROM gone_sets),
            (SELECT count(*) FROM gone_members), (SELECT count(*) FROM gone_decisions), :key_id
     FROM gone AS g
     RETURNING erased_at, subject_id
@@ -177,57 +223,8 @@ audit AS (
 SELECT (SELECT count(*) FROM gone_members) AS conflict_members,
        (SELECT count(*) FROM resolved) AS conflict_sets_resolved,
        (SELECT count(*) FROM gone_sets) AS conflict_sets,
-       (SELECT count(*) FROM unlinked) AS supersedes_unlinked,
-       (SELECT count(*) FROM gone_decisions) AS decisions,
-       a.erased_at, a.subject_id
-FROM audit AS a;
-
--- name: erase_event(project_id, event_id, erasure_id, key_id)^
--- Erases one event and audits it: the facts extracted from it keep their text and lose the link
--- (source_event_id null), and the decisions that name it in its scope's traces go. NULL when
--- no such event.
-WITH target AS (
-    SELECT e.event_id, e.subject_id
-    FROM events AS e
-    WHERE e.project_id = :project_id
-      AND e.event_id = :event_id
-    FOR UPDATE
-),
-unlinked AS (
-    UPDATE facts AS f
-    SET source_event_id = NULL
-    FROM target AS x
-    WHERE f.project_id = :project_id
-      AND f.subject_id = x.subject_id
-      AND f.source_event_id = x.event_id
-    RETURNING f.fact_id
-),
-gone_decisions AS (
-    DELETE FROM context_traces AS t
-    USING context_calls AS c, target AS x
-    WHERE c.project_id = :project_id
-      AND c.subject_id = x.subject_id
-      AND t.project_id = c.project_id
-      AND t.trace_id = c.trace_id
-      AND t.item_type = 'episode'
-      AND t.item_id = x.event_id
-    RETURNING t.ord
-),
-gone AS (
-    DELETE FROM events AS e
-    USING target AS x
-    WHERE e.project_id = :project_id
-      AND e.event_id = x.event_id
-    RETURNING e.event_id, e.subject_id
-),
-audit AS (
-    INSERT INTO erasures (project_id, erasure_id, subject_id, kind, events, decisions, key_id)
-    SELECT :project_id, :erasure_id, g.subject_id, 'event', 1, (SELECT count(*) FROM gone_decisions),
-           :key_id
-    FROM gone AS g
-    RETURNING erased_at, subject_id
-)
-SELECT (SELECT count(*) FROM unlinked) AS facts_unlinked,
+       (SELECT count(*) FROM unlinked_supersedes) AS supersedes_unlinked,
+       (SELECT count(*) FROM unlinked_sources) AS facts_unlinked,
        (SELECT count(*) FROM gone_decisions) AS decisions,
        a.erased_at, a.subject_id
 FROM audit AS a;

@@ -34,16 +34,18 @@ async def erase_subject(
 
 
 async def erase_fact(conn: Conn, principal: Principal, fact_id: UUID) -> FactErasure:
-    erased = await repo.erase_fact(conn, principal.project_id, fact_id, uuid7(), principal.key_id)
-    if erased is None:
-        raise NotFound("No fact with this id in the key's project.", fact_id=str(fact_id))
-    return erased
+    return await _erase_memory(conn, principal, FactErasure, fact_id)
 
 
 async def erase_event(conn: Conn, principal: Principal, event_id: UUID) -> EventErasure:
-    erased = await repo.erase_event(conn, principal.project_id, event_id, uuid7(), principal.key_id)
+    return await _erase_memory(conn, principal, EventErasure, event_id)
+
+
+async def _erase_memory(conn: Conn, principal: Principal, answer: type[repo.E], item_id: UUID) -> repo.E:
+    erased = await repo.erase_memory(conn, answer, principal.project_id, item_id, uuid7(), principal.key_id)
     if erased is None:
-        raise NotFound("No event with this id in the key's project.", event_id=str(event_id))
+        kind = repo.ERASED_KIND[answer]
+        raise NotFound(f"No {kind} with this id in the key's project.", **{f"{kind}_id": str(item_id)})
     return erased
 
 

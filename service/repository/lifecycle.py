@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from service.repository.base import Conn, as_struct, as_structs, collect, one_row, q
 from service.structs import Event, EventErasure, FactErasure, SubjectErasure, SubjectSummary
+
+E = TypeVar("E", FactErasure, EventErasure)
+
+# The kind of memory each answer of erase_memory is about (erasures.kind, `<kind>_id` its id).
+ERASED_KIND: dict[type[FactErasure | EventErasure], str] = {FactErasure: "fact", EventErasure: "event"}
 
 
 async def erase_subject(
@@ -23,22 +28,17 @@ async def extend_statement_timeout(conn: Conn, timeout_ms: int) -> None:
     await q().extend_statement_timeout(conn, timeout_ms=timeout_ms)
 
 
-async def erase_fact(
-    conn: Conn, project_id: str, fact_id: UUID, erasure_id: UUID, key_id: UUID
-) -> FactErasure | None:
-    row = await q().erase_fact(
-        conn, project_id=project_id, fact_id=fact_id, erasure_id=erasure_id, key_id=key_id
+async def erase_memory(
+    conn: Conn, answer: type[E], project_id: str, item_id: UUID, erasure_id: UUID, key_id: UUID
+) -> E | None:
+    """Erases one fact or one event, `answer` saying which; None when there is no such memory."""
+    kind = ERASED_KIND[answer]
+    row = await q().erase_memory(
+        conn, project_id=project_id, kind=kind, item_id=item_id, erasure_id=erasure_id, key_id=key_id
     )
-    return as_struct(FactErasure, row, fact_id=fact_id)
-
-
-async def erase_event(
-    conn: Conn, project_id: str, event_id: UUID, erasure_id: UUID, key_id: UUID
-) -> EventErasure | None:
-    row = await q().erase_event(
-        conn, project_id=project_id, event_id=event_id, erasure_id=erasure_id, key_id=key_id
-    )
-    return as_struct(EventErasure, row, event_id=event_id)
+    # The statement counts what either kind takes with it; `answer` names the counts of its kind.
+    named = None if row is None else {name: row[name] for name in answer.__struct_fields__ if name in row}
+    return as_struct(answer, named, **{f"{kind}_id": item_id})
 
 
 async def context_call_projects(conn: Conn) -> list[str]:
