@@ -182,16 +182,15 @@ def test_read_settings_from_the_environment() -> None:
 
 
 async def test_write_positions_per_scope_and_their_bound(
-    settings: Settings, conn: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
+    settings: Settings, conn: asyncpg.Connection
 ) -> None:
     """The per-scope positions without a standby: a written scope is stale until the replay
     position passes its write; past MAX_WRITTEN_SCOPES one position holds for every scope."""
-    router = replica.ReadRouter(settings, CollectorRegistry())
+    router = replica.ReadRouter(settings, CollectorRegistry(), max_written_scopes=3)
     router.replayed = 0
     await router.note_write(conn, "p", "s1")
     assert router.stale("p", "s1") and router.stale("p", None)
     assert not router.stale("p", "s2") and not router.stale("q", None)
-    monkeypatch.setattr(replica, "MAX_WRITTEN_SCOPES", 3)
     for subject in ("s2", "s3"):
         await router.note_write(conn, "p", subject)
     assert router.stale("q", "never-written")  # the bound: every scope waits for the position
@@ -401,13 +400,12 @@ async def _healthz_status(client: httpx.AsyncClient, status: str) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.integration
-async def test_a_stopped_standby_fails_no_read(servers: Servers, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_stopped_standby_fails_no_read(servers: Servers) -> None:
     """Last of the module: stops the standby. The monitor is kept asleep after its first check,
     so the first reads meet the standby's dead pooled connection (not a monitor's verdict) and
     are run again on the primary; after that the standby counts as down."""
     headers = await new_key(servers, "rep-d")
-    monkeypatch.setattr(replica, "CHECK_INTERVAL_SECONDS", 3600.0)
-    async with haki(servers) as (app, client):
+    async with haki(servers, read_check_interval_ms=3_600_000) as (app, client):
         r = await client.post(
             "/v1/facts", json={"subject_id": "s", "facts": [fact("k", "Ines plays chess")]}, headers=headers
         )
