@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import shutil
 import subprocess
 import time
@@ -40,6 +39,7 @@ from service.ids import uuid7
 from service.migrations import migrate
 from service.settings import Settings
 from service.structs import ContextRequest
+from tests.helpers import metric
 from tests.helpers.sql import load_test_queries
 
 # Positions and counters of the two servers, read directly (tests/sql/testing_replica.sql).
@@ -137,20 +137,6 @@ async def wait_replayed(servers: Servers, app: Litestar, seconds: float = 20.0) 
     ):
         assert time.monotonic() < deadline, "the standby did not replay in time"
         await asyncio.sleep(0.05)
-
-
-def counter(text: str, name: str, **labels: str) -> float:
-    """A sample of the Prometheus exposition (0 when absent)."""
-    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    pattern = re.escape(name) + (r"\{" + re.escape(want) + r"\}" if want else "") + r" (\S+)"
-    found = re.search(r"^" + pattern + "$", text, re.MULTILINE)
-    return float(found.group(1)) if found else 0.0
-
-
-async def metric(client: httpx.AsyncClient, name: str, **labels: str) -> float:
-    r = await client.get("/metrics")
-    assert r.status_code == 200
-    return counter(r.text, name, **labels)
 
 
 async def wait_for(predicate: Any, seconds: float, what: str) -> None:
@@ -380,8 +366,7 @@ async def test_lag_beyond_the_limit_sends_reads_to_the_primary(servers: Servers)
             )
             assert r.status_code == 200 and any("tea" in f["content"] for f in r.json()["facts"])
             assert await metric(client, "haki_read_replica_fallbacks_total", reason="lagging") == lagged + 1
-            text = (await client.get("/metrics")).text
-            assert counter(text, "haki_read_replica_lag_seconds") > 0.3
+            assert await metric(client, "haki_read_replica_lag_seconds") > 0.3
         finally:
             await SQL.test_resume_replay(standby)
             await standby.close()
