@@ -41,6 +41,7 @@ from service.handlers.memory import (
 )
 from service.handlers.ui import TraceInspector
 from service.lifecycle import retention
+from service.lifecycle.statistics import StatisticsKeeper
 from service.observability.metrics import Metrics, metrics_endpoint
 from service.ratelimit import RateLimiter, WorkRateLimiter
 from service.replica import ReadRouter, provide_reads, rerun_after_replica_error, rerun_on_primary
@@ -77,10 +78,22 @@ def create_app(
                 retention.run_forever(app.state.pool, settings, metrics.observe_purge),
                 name="trace-retention",
             )
+        keeping = None
+        app.state.statistics = None
+        if own_pool:
+            # Planner statistics after bulk writes (issue 13): only on a pool this app owns, as above.
+            app.state.statistics = StatisticsKeeper(
+                app.state.pool, on_refresh=metrics.observe_statistics_refresh
+            )
+            keeping = asyncio.create_task(app.state.statistics.run(), name="planner-statistics")
         try:
             async with mcp_mount.running():
                 yield
         finally:
+            if keeping is not None:
+                keeping.cancel()
+                with suppress(asyncio.CancelledError):
+                    await keeping
             if purging is not None:
                 purging.cancel()
                 with suppress(asyncio.CancelledError):

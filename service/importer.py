@@ -56,6 +56,7 @@ from service.constants import MAX_BATCH
 from service.db import connect, create_pool
 from service.embedder import Embedder, build_embedder, check_embedder
 from service.errors import InvalidInput
+from service.lifecycle.statistics import StatisticsKeeper
 from service.migrations import migrate
 from service.settings import Settings
 from service.structs import (
@@ -272,6 +273,9 @@ class _LocalWriter:
 
     def __init__(self, settings: Settings, embedder: Embedder, pool: Any) -> None:
         self.settings, self.embedder, self.pool = settings, embedder, pool
+        # As the service does after its bulk writes: the table's planner statistics follow the
+        # import (an ANALYZE per 10 % of growth), not autovacuum's naptime.
+        self.statistics = StatisticsKeeper(pool)
 
     @classmethod
     async def open(cls, settings: Settings) -> _LocalWriter:
@@ -282,11 +286,16 @@ class _LocalWriter:
             await conn.close()
         embedder = build_embedder(settings)
         await check_embedder(embedder)
-        return cls(settings, embedder, await create_pool(settings))
+        writer = cls(settings, embedder, await create_pool(settings))
+        await writer.statistics.load_estimates()
+        return writer
 
     async def write(self, opts: ImportOptions, batch: _Batch) -> int:
         async with self.pool.acquire() as conn:
-            return await _write_batch(conn, self.embedder, self.settings, opts, batch)
+            written = await _write_batch(conn, self.embedder, self.settings, opts, batch)
+        self.statistics.note(opts.kind, written)
+        await self.statistics.refresh_due()
+        return written
 
     async def aclose(self) -> None:
         await self.pool.close()

@@ -11,7 +11,7 @@ Three rules keep the standby's answers those the primary would give:
   insert position is remembered for the write's (project, subject) and its project. A read of a
   scope whose last remembered position the standby has not replayed yet runs on the primary (a
   ConflictSet opened a moment ago is never served from a lagging standby: the spec forbids it).
-  The standby's replay position is the monitor's, refreshed every CHECK_INTERVAL_SECONDS.
+  The standby's replay position is the monitor's, refreshed every HAKI_READ_CHECK_INTERVAL_MS.
 - **Bounded lag for everything else.** Writes of *other* processes are not known here; the
   monitor measures the standby's lag against the primary's WAL position, and beyond
   HAKI_READ_MAX_LAG_MS every read goes to the primary. That bound is the only guarantee for
@@ -60,12 +60,6 @@ RERUN: Final = "haki.rerun_on_primary"
 # Key of the scope of such a second run: every connection of it comes from the primary.
 PRIMARY_ONLY: Final = "haki.primary_only"
 
-# How often the monitor reads the primary's WAL position and the standby's replay position: two
-# one-row queries without a table (0.1 ms each here, benchmarks/replica.py). It bounds how long a
-# scope written by this process keeps reading from the primary after the standby replayed the
-# write (8.4 % of the context calls of a 20 %-write load on 20 subjects went to the primary for
-# it, docs/scaling.md), and it is the resolution of the measured lag.
-CHECK_INTERVAL_SECONDS: Final = 0.2
 # One check's wait for either server; a standby that does not answer within it is down.
 CHECK_TIMEOUT_SECONDS: Final = 2.0
 # A standby not checked successfully for this long is not used (the monitor is stuck).
@@ -75,7 +69,7 @@ UNCHECKED_AFTER_SECONDS: Final = 5.0
 # the lag sample treats that much as replayed. Never used for a write's own position.
 PAGE_HEADER_SLACK: Final = 40
 # Samples of the primary's WAL position kept while the standby has not replayed them: at most
-# one per check, so a day of a stopped replay at CHECK_INTERVAL_SECONDS.
+# one per check, so a day of a stopped replay at the default check interval (200 ms).
 MAX_SAMPLES: Final = 432_000
 # Scopes whose last write the standby has not replayed, remembered one by one up to this many
 # (about 20 MB); past it, one position for all (ReadRouter.note_write).
@@ -149,8 +143,18 @@ class Probe:
 class ReadRouter:
     """Which pool serves a read, and the monitor that keeps the standby's state."""
 
-    def __init__(self, settings: Settings, registry: CollectorRegistry) -> None:
+    def __init__(
+        self, settings: Settings, registry: CollectorRegistry, *, max_written_scopes: int = MAX_WRITTEN_SCOPES
+    ) -> None:
         self.max_lag_ms = settings.read_max_lag_ms
+        # How often the monitor reads the primary's WAL position and the standby's replay
+        # position: two one-row queries without a table (0.1 ms each here, benchmarks/replica.py).
+        # It bounds how long a scope written by this process keeps reading from the primary after
+        # the standby replayed the write (8.4 % of the context calls of a 20 %-write load on 20
+        # subjects went to the primary at 200 ms, docs/scaling.md), and it is the resolution of
+        # the measured lag.
+        self.check_interval = settings.read_check_interval_ms / 1000.0
+        self.max_written_scopes = max_written_scopes
         self.acquire_timeout = settings.pool_acquire_timeout_seconds
         self.read_pool: Any = None
         self.primary_pool: Any = None
@@ -190,7 +194,7 @@ class ReadRouter:
         for key in keys:
             if lsn > self._written.get(key, -1):
                 self._written[key] = lsn
-        if len(self._written) > MAX_WRITTEN_SCOPES:
+        if len(self._written) > self.max_written_scopes:
             # A standby that replays nothing (down, paused) while many scopes are written: one
             # position for all of them, so every read waits for it (safe, and bounded memory).
             self._floor = max(self._floor, *self._written.values())
@@ -272,7 +276,7 @@ class ReadRouter:
     async def run(self) -> None:
         try:
             while True:
-                await asyncio.sleep(CHECK_INTERVAL_SECONDS)
+                await asyncio.sleep(self.check_interval)
                 try:
                     await self.check()
                 except Exception as exc:  # the monitor must outlive any one failure

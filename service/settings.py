@@ -74,6 +74,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Read replicas (issue 19, docs/scaling.md "Read replicas"): unset, one pool as before.
     database_read_url: str | None = None
     read_max_lag_ms: int = 1000
+    read_check_interval_ms: int = 200
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -145,4 +146,5 @@ SETTING_BOUNDS: dict[str, tuple[float, float | None, str]] = {
     "trace_purge_batch": (1, None, ">= 1"),
     "erasure_timeout_ms": (1, None, ">= 1"),
     "read_max_lag_ms": (0, None, ">= 0"),
+    "read_check_interval_ms": (1, None, ">= 1"),
 }

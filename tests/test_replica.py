@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import shutil
 import subprocess
 import time
@@ -40,6 +39,7 @@ from service.ids import uuid7
 from service.migrations import migrate
 from service.settings import Settings
 from service.structs import ContextRequest
+from tests.helpers import metric
 from tests.helpers.sql import load_test_queries
 
 # Positions and counters of the two servers, read directly (tests/sql/testing_replica.sql).
@@ -139,20 +139,6 @@ async def wait_replayed(servers: Servers, app: Litestar, seconds: float = 20.0) 
         await asyncio.sleep(0.05)
 
 
-def counter(text: str, name: str, **labels: str) -> float:
-    """A sample of the Prometheus exposition (0 when absent)."""
-    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    pattern = re.escape(name) + (r"\{" + re.escape(want) + r"\}" if want else "") + r" (\S+)"
-    found = re.search(r"^" + pattern + "$", text, re.MULTILINE)
-    return float(found.group(1)) if found else 0.0
-
-
-async def metric(client: httpx.AsyncClient, name: str, **labels: str) -> float:
-    r = await client.get("/metrics")
-    assert r.status_code == 200
-    return counter(r.text, name, **labels)
-
-
 async def wait_for(predicate: Any, seconds: float, what: str) -> None:
     deadline = time.monotonic() + seconds
     while not await predicate():
@@ -182,16 +168,15 @@ def test_read_settings_from_the_environment() -> None:
 
 
 async def test_write_positions_per_scope_and_their_bound(
-    settings: Settings, conn: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
+    settings: Settings, conn: asyncpg.Connection
 ) -> None:
     """The per-scope positions without a standby: a written scope is stale until the replay
     position passes its write; past MAX_WRITTEN_SCOPES one position holds for every scope."""
-    router = replica.ReadRouter(settings, CollectorRegistry())
+    router = replica.ReadRouter(settings, CollectorRegistry(), max_written_scopes=3)
     router.replayed = 0
     await router.note_write(conn, "p", "s1")
     assert router.stale("p", "s1") and router.stale("p", None)
     assert not router.stale("p", "s2") and not router.stale("q", None)
-    monkeypatch.setattr(replica, "MAX_WRITTEN_SCOPES", 3)
     for subject in ("s2", "s3"):
         await router.note_write(conn, "p", subject)
     assert router.stale("q", "never-written")  # the bound: every scope waits for the position
@@ -381,8 +366,7 @@ async def test_lag_beyond_the_limit_sends_reads_to_the_primary(servers: Servers)
             )
             assert r.status_code == 200 and any("tea" in f["content"] for f in r.json()["facts"])
             assert await metric(client, "haki_read_replica_fallbacks_total", reason="lagging") == lagged + 1
-            text = (await client.get("/metrics")).text
-            assert counter(text, "haki_read_replica_lag_seconds") > 0.3
+            assert await metric(client, "haki_read_replica_lag_seconds") > 0.3
         finally:
             await SQL.test_resume_replay(standby)
             await standby.close()
@@ -401,13 +385,12 @@ async def _healthz_status(client: httpx.AsyncClient, status: str) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.integration
-async def test_a_stopped_standby_fails_no_read(servers: Servers, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_stopped_standby_fails_no_read(servers: Servers) -> None:
     """Last of the module: stops the standby. The monitor is kept asleep after its first check,
     so the first reads meet the standby's dead pooled connection (not a monitor's verdict) and
     are run again on the primary; after that the standby counts as down."""
     headers = await new_key(servers, "rep-d")
-    monkeypatch.setattr(replica, "CHECK_INTERVAL_SECONDS", 3600.0)
-    async with haki(servers) as (app, client):
+    async with haki(servers, read_check_interval_ms=3_600_000) as (app, client):
         r = await client.post(
             "/v1/facts", json={"subject_id": "s", "facts": [fact("k", "Ines plays chess")]}, headers=headers
         )

@@ -17,6 +17,7 @@ from litestar.types import Scope
 from service.auth import Principal, authenticate
 from service.embedder import Embedder, WorkLimitedEmbedder
 from service.errors import CONNECTION_LOST, openapi_responses
+from service.lifecycle.statistics import StatisticsKeeper
 from service.ratelimit import RateLimiter, WorkRateLimiter
 from service.replica import ON_REPLICA, READS, Reads, ReadsDep, router_of
 from service.settings import Settings
@@ -149,6 +150,8 @@ class RouteDeps:
     settings: Settings
     reads: Reads
     embedder: Embedder
+    # The planner statistics keeper of an app that owns its pool (service/lifecycle/statistics.py).
+    statistics: StatisticsKeeper | None = None
 
     async def noted(self, written: W) -> W:
         """`written` (one object, or a batch's body, of the key's project), once noted for
@@ -158,9 +161,14 @@ class RouteDeps:
 
 
 def provide_deps(
-    conn: ConnDep, principal: Caller, settings: SettingsDep, reads: ReadsDep, embedder: EmbedderDep
+    conn: ConnDep,
+    principal: Caller,
+    settings: SettingsDep,
+    reads: ReadsDep,
+    embedder: EmbedderDep,
+    state: State,
 ) -> RouteDeps:
-    return RouteDeps(conn, principal, settings, reads, embedder)
+    return RouteDeps(conn, principal, settings, reads, embedder, state.get("statistics"))
 
 
 Deps = Annotated[RouteDeps, Dependency(skip_validation=True)]

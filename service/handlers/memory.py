@@ -15,6 +15,7 @@ from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, MAX_SCOPE_CHAR
 from service.handlers.deps import ERRORS, Caller, Deps, RouteDeps, in_key_project
 from service.lifecycle import erasure
 from service.replica import READS
+from service.repository.maintenance import MemoryTable
 from service.structs import (
     ConflictList,
     ConflictSet,
@@ -124,10 +125,12 @@ async def write_batch(
     response_type: type[idempotency.T],
     prepare: Callable[[], Awaitable[P]],
     write: Callable[[P], Awaitable[idempotency.T]],
+    adds: tuple[MemoryTable, int] | None = None,
 ) -> Response[idempotency.T]:
     """A batch write of one scope (POST /v1/facts, /v1/events, /v1/extract): run at most once per
     Idempotency-Key, noted for read-your-writes on a standby, a replay answered with
-    `Idempotent-Replayed: true`. `data` is in the key's project already (in_key_project)."""
+    `Idempotent-Replayed: true`, and counted (`adds`: the table and its new rows) for the planner
+    statistics keeper. `data` is in the key's project already (in_key_project)."""
     outcome = await idempotency.run_once(
         deps.conn,
         deps.settings,
@@ -142,6 +145,8 @@ async def write_batch(
         write=write,
     )
     await deps.noted(data)
+    if adds is not None and deps.statistics is not None and not outcome.replayed:
+        deps.statistics.note(*adds)
     headers = {"Idempotent-Replayed": "true"} if outcome.replayed else None
     return Response(outcome.body, status_code=outcome.status_code, headers=headers)
 
@@ -170,6 +175,7 @@ class FactsController(Controller):
             response_type=WriteFactsResponse,
             prepare=lambda: memory.prepare_facts(deps.embedder, deps.settings, deps.principal, data),
             write=lambda prepared: memory.store_facts(deps.conn, prepared),
+            adds=("facts", len(data.facts)),
         )
 
     @get("/", responses=ERRORS, summary="List facts (keyset pagination)", opt={READS: True})
@@ -229,6 +235,7 @@ class EventsController(Controller):
             response_type=WriteEventsResponse,
             prepare=lambda: memory.prepare_events(deps.embedder, deps.principal, data),
             write=lambda prepared: memory.store_events(deps.conn, prepared),
+            adds=("events", len(data.events)),
         )
 
     @get("/", responses=ERRORS, summary="List events (keyset pagination)", opt={READS: True})

@@ -102,6 +102,18 @@ class Metrics:
         )
         for table in ("context_calls", "context_traces"):  # shown at 0 before the first purge
             self.trace_rows_purged.labels(table=table)
+        self.statistics_refreshes = Counter(
+            "haki_planner_statistics_refreshes",
+            "ANALYZEs of a memory table run by this process after its bulk writes, by table "
+            "(service/lifecycle/statistics.py).",
+            ["table"],
+            registry=self.registry,
+        )
+        for table in ("facts", "events"):
+            self.statistics_refreshes.labels(table=table)
+
+    def observe_statistics_refresh(self, table: str, seconds: float) -> None:
+        self.statistics_refreshes.labels(table=table).inc()
 
     def observe_purge(self, calls: int, decisions: int) -> None:
         self.trace_rows_purged.labels(table="context_calls").inc(calls)

@@ -8,6 +8,7 @@ never from each other."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -285,3 +286,18 @@ def needs_program(
         pytest.mark.skipif(path is None, reason=f"{name} is not installed: {install} enables {what}"),
         pytest.mark.integration,
     ]
+
+
+def metric_sample(text: str, name: str, **labels: str) -> float:
+    """A sample of the Prometheus exposition (0 when absent)."""
+    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    pattern = re.escape(name) + (r"\{" + re.escape(want) + r"\}" if want else "") + r" (\S+)"
+    found = re.search(r"^" + pattern + "$", text, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
+async def metric(client: httpx.AsyncClient, name: str, **labels: str) -> float:
+    """One sample of the client's app's GET /metrics (0 when absent)."""
+    r = await client.get("/metrics")
+    assert r.status_code == 200, r.text
+    return metric_sample(r.text, name, **labels)

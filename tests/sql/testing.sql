@@ -167,3 +167,9 @@ SELECT current_setting('hnsw.ef_search', true) AS ef_search,
        current_setting('hnsw.iterative_scan', true) AS iterative_scan,
        current_setting('plan_cache_mode') AS plan_cache_mode,
        current_setting('synchronous_commit') AS synchronous_commit;
+
+-- name: test_table_analyze_count(table_name)^
+-- How many times a table was analyzed by hand (the statistics keeper's ANALYZE, not autovacuum's).
+SELECT s.analyze_count AS analyze_count
+FROM pg_catalog.pg_stat_user_tables AS s
+WHERE s.relname = :table_name;
