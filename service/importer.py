@@ -31,6 +31,7 @@ import signal
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from enum import IntEnum
 from pathlib import Path
 from typing import Any, Final, Literal
 from uuid import NAMESPACE_URL, UUID, uuid5
@@ -74,10 +75,17 @@ PROGRESS_SUFFIX: Final = ".haki-progress"
 PROGRESS_VERSION: Final = 1
 # The summary names every rejected line up to this many; the progress file keeps as many.
 MAX_LISTED_REJECTS: Final = 1000
-EXIT_OK: Final = 0
-EXIT_REJECTED: Final = 1
-EXIT_USAGE: Final = 2
-EXIT_INTERRUPTED: Final = 130
+
+
+class Exit(IntEnum):
+    """The exit status of `haki import`."""
+
+    OK = 0
+    REJECTED = 1  # some lines were refused; every other line is written
+    USAGE = 2  # nothing was imported: bad options, no such file, a remote that refuses the key
+    INTERRUPTED = 130  # stopped by a signal after a committed batch; the same command resumes
+
+
 # The CLI is the operator's own tool, run with database access: it acts for the project it is
 # told, like `haki keys create`, without an API key.
 CLI_KEY_ID: Final = UUID(int=0)
@@ -431,7 +439,7 @@ async def run_import(settings: Settings, opts: ImportOptions) -> int:
         progress = _load_progress(opts)
     except (ImportAborted, msgspec.ValidationError, OSError) as exc:
         err.print(f"haki import: {exc}", highlight=False, markup=False)
-        return EXIT_USAGE
+        return Exit.USAGE
     total_lines = count_lines(opts.path)
     if progress.done:
         err.print(
@@ -439,7 +447,7 @@ async def run_import(settings: Settings, opts: ImportOptions) -> int:
             highlight=False,
         )
         _summary(out, opts, progress, total_lines)
-        return EXIT_REJECTED if progress.rejected_count else EXIT_OK
+        return Exit.REJECTED if progress.rejected_count else Exit.OK
     if progress.line:
         err.print(f"resuming after line {progress.line} ({progress.written} {opts.kind} already written)")
 
@@ -449,7 +457,7 @@ async def run_import(settings: Settings, opts: ImportOptions) -> int:
             writer = await _RemoteWriter.open(opts.remote, opts)
         except ImportAborted as exc:
             err.print(f"haki import: {exc}", highlight=False, markup=False)
-            return EXIT_USAGE
+            return Exit.USAGE
     else:
         writer = await _LocalWriter.open(settings)
 
@@ -492,7 +500,7 @@ async def run_import(settings: Settings, opts: ImportOptions) -> int:
             markup=False,
         )
         _summary(out, opts, progress, total_lines)
-        return EXIT_REJECTED
+        return Exit.REJECTED
     finally:
         for sig in handled:
             loop.remove_signal_handler(sig)
@@ -505,8 +513,8 @@ async def run_import(settings: Settings, opts: ImportOptions) -> int:
             f"(position kept in {progress_path(opts.path)})",
             highlight=False,
         )
-        return EXIT_INTERRUPTED
-    return EXIT_REJECTED if progress.rejected_count else EXIT_OK
+        return Exit.INTERRUPTED
+    return Exit.REJECTED if progress.rejected_count else Exit.OK
 
 
 def main_sync(settings: Settings, opts: ImportOptions) -> int:
@@ -514,4 +522,4 @@ def main_sync(settings: Settings, opts: ImportOptions) -> int:
         return asyncio.run(run_import(settings, opts))
     except KeyboardInterrupt:
         print("haki import: aborted; the batch in flight was rolled back", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return Exit.INTERRUPTED

@@ -22,10 +22,6 @@ SELECT 'p', gen_random_uuid(), 's', 'fact ' || i,
        array_fill(0.01::real, ARRAY[384])::vector
 FROM generate_series(1, :n) AS i;
 
--- name: analyze_facts#
--- Planner statistics, as autovacuum would gather them.
-ANALYZE facts;
-
 -- name: known_facts_one_sort(project_id, subject_id, max_facts)
 -- The first form: one sort over the scope's active facts.
 SELECT f.fact_id, f.key, f.content, f.volatility
