@@ -52,7 +52,8 @@ INLINED: dict[str, str] = {
     "public.haki_fact_postings_for(f.status = 'active', f.project_id, f.subject_id, f.key::regconfig, "
     "plainto_tsquery('simple', f.key), f.valid_to) AS p",
     "haki_event_postings": "SELECT p.event_id FROM events AS e CROSS JOIN LATERAL public.haki_event_postings("
-    "e.project_id, e.subject_id, 'english'::regconfig, plainto_tsquery('english', e.content), e.occurred_at) AS p",
+    "e.project_id, e.subject_id, 'english'::regconfig, plainto_tsquery('english', e.content), "
+    "e.occurred_at) AS p",
     "haki_event_postings_for": "SELECT p.event_id FROM events AS e CROSS JOIN LATERAL "
     "public.haki_event_postings_for(e.project_id, e.subject_id, e.content::regconfig, "
     "plainto_tsquery('simple', e.content), e.occurred_at) AS p",
