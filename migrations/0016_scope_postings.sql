@@ -16,15 +16,14 @@
 -- GIN index (facts_scoped_search_gin, facts_scoped_english_gin); a statement whose
 -- configuration is a parameter calls haki_fact_postings_for. The scope test is written so no
 -- B-tree matches it: the planner ANDed the GIN bitmap with one of every fact of the scope from
--- facts_scope_id, which the scope lexeme already does (0.7 ms at 10k). The columns are those of
--- haki_newest_servable_facts (migration 0013), the other way a word's facts are read.
+-- facts_scope_id, which the scope lexeme already does (0.7 ms at 10k). The rows are the facts'
+-- own: a caller reads the columns it needs, with their types (a column declared `vector` would
+-- drop embedding's typmod, and the caller's plan would carry a cast the copy did not have).
 CREATE FUNCTION public.haki_fact_postings(
     p_project_id text, p_subject_id text, config regconfig, word tsquery, at timestamptz
-) RETURNS TABLE (
-    fact_id uuid, embedding public.vector, search_vector tsvector, search_vector_english tsvector
-)
+) RETURNS SETOF public.facts
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
-SELECT f.fact_id, f.embedding, f.search_vector, f.search_vector_english
+SELECT f.*
 FROM public.facts AS f
 WHERE (f.project_id OPERATOR(pg_catalog.=) p_project_id
        AND f.subject_id OPERATOR(pg_catalog.=) p_subject_id) IS TRUE

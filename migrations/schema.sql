@@ -150,14 +150,49 @@ SELECT CASE WHEN at IS NULL THEN status = 'active'
             ELSE recorded_from <= at AND (recorded_to IS NULL OR recorded_to > at) END
 $$;
 
+SET default_tablespace = '';
+
+SET default_table_access_method = heap;
+
+--
+-- Name: facts; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.facts (
+    project_id text NOT NULL,
+    fact_id uuid NOT NULL,
+    subject_id text NOT NULL,
+    content text NOT NULL,
+    key text,
+    status text DEFAULT 'active'::text NOT NULL,
+    valid_from timestamp with time zone,
+    valid_to timestamp with time zone,
+    recorded_from timestamp with time zone DEFAULT now() NOT NULL,
+    volatility text DEFAULT 'stable'::text NOT NULL,
+    stale_after interval,
+    supersedes uuid,
+    source_event_id uuid,
+    metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
+    embedding public.vector(384) NOT NULL,
+    search_vector tsvector GENERATED ALWAYS AS (to_tsvector('simple'::regconfig, content)) STORED,
+    search_vector_english tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, content)) STORED,
+    recorded_to timestamp with time zone,
+    believed_valid_to timestamp with time zone,
+    CONSTRAINT facts_check CHECK (((valid_to IS NULL) OR (valid_from IS NULL) OR (valid_to > valid_from))),
+    CONSTRAINT facts_check1 CHECK (((volatility = 'stable'::text) OR (stale_after IS NOT NULL))),
+    CONSTRAINT facts_recorded_to_iff_inactive CHECK (((status = 'active'::text) = (recorded_to IS NULL))),
+    CONSTRAINT facts_status_check CHECK ((status = ANY (ARRAY['active'::text, 'superseded'::text, 'retracted'::text]))),
+    CONSTRAINT facts_volatility_check CHECK ((volatility = ANY (ARRAY['stable'::text, 'volatile'::text])))
+);
+
 --
 -- Name: haki_fact_postings(text, text, regconfig, tsquery, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.haki_fact_postings(p_project_id text, p_subject_id text, config regconfig, word tsquery, at timestamp with time zone) RETURNS TABLE(fact_id uuid, embedding public.vector, search_vector tsvector, search_vector_english tsvector)
+CREATE FUNCTION public.haki_fact_postings(p_project_id text, p_subject_id text, config regconfig, word tsquery, at timestamp with time zone) RETURNS SETOF public.facts
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
-SELECT f.fact_id, f.embedding, f.search_vector, f.search_vector_english
+SELECT f.*
 FROM public.facts AS f
 WHERE (f.project_id OPERATOR(pg_catalog.=) p_project_id
        AND f.subject_id OPERATOR(pg_catalog.=) p_subject_id) IS TRUE
@@ -610,10 +645,6 @@ CREATE FUNCTION public.haki_valid_to_at(valid_to timestamp with time zone, recor
 SELECT CASE WHEN at IS NULL OR recorded_to IS NULL THEN valid_to ELSE believed_valid_to END
 $$;
 
-SET default_tablespace = '';
-
-SET default_table_access_method = heap;
-
 --
 -- Name: api_keys; Type: TABLE; Schema: public; Owner: -
 --
@@ -738,37 +769,6 @@ CREATE TABLE public.events (
     embedding public.vector(384) NOT NULL,
     search_vector tsvector GENERATED ALWAYS AS (to_tsvector('simple'::regconfig, content)) STORED,
     search_vector_english tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, content)) STORED
-);
-
---
--- Name: facts; Type: TABLE; Schema: public; Owner: -
---
-
-CREATE TABLE public.facts (
-    project_id text NOT NULL,
-    fact_id uuid NOT NULL,
-    subject_id text NOT NULL,
-    content text NOT NULL,
-    key text,
-    status text DEFAULT 'active'::text NOT NULL,
-    valid_from timestamp with time zone,
-    valid_to timestamp with time zone,
-    recorded_from timestamp with time zone DEFAULT now() NOT NULL,
-    volatility text DEFAULT 'stable'::text NOT NULL,
-    stale_after interval,
-    supersedes uuid,
-    source_event_id uuid,
-    metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
-    embedding public.vector(384) NOT NULL,
-    search_vector tsvector GENERATED ALWAYS AS (to_tsvector('simple'::regconfig, content)) STORED,
-    search_vector_english tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, content)) STORED,
-    recorded_to timestamp with time zone,
-    believed_valid_to timestamp with time zone,
-    CONSTRAINT facts_check CHECK (((valid_to IS NULL) OR (valid_from IS NULL) OR (valid_to > valid_from))),
-    CONSTRAINT facts_check1 CHECK (((volatility = 'stable'::text) OR (stale_after IS NOT NULL))),
-    CONSTRAINT facts_recorded_to_iff_inactive CHECK (((status = 'active'::text) = (recorded_to IS NULL))),
-    CONSTRAINT facts_status_check CHECK ((status = ANY (ARRAY['active'::text, 'superseded'::text, 'retracted'::text]))),
-    CONSTRAINT facts_volatility_check CHECK ((volatility = ANY (ARRAY['stable'::text, 'volatile'::text])))
 );
 
 --
