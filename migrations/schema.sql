@@ -103,6 +103,43 @@ SELECT at IS NULL OR (occurred_at <= at AND recorded_at <= at)
 $$;
 
 --
+-- Name: haki_event_postings(text, text, regconfig, tsquery, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_event_postings(p_project_id text, p_subject_id text, config regconfig, word tsquery, at timestamp with time zone) RETURNS TABLE(event_id uuid)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+SELECT e.event_id
+FROM public.events AS e
+WHERE (e.project_id OPERATOR(pg_catalog.=) p_project_id
+       AND e.subject_id OPERATOR(pg_catalog.=) p_subject_id) IS TRUE
+  AND public.haki_event_held(e.occurred_at, e.recorded_at, at)
+  AND public.haki_scoped_search_vector(
+          e.project_id, e.subject_id,
+          public.haki_text_vector(config, e.search_vector, e.search_vector_english))
+      OPERATOR(pg_catalog.@@) (word OPERATOR(pg_catalog.&&)
+                               public.haki_scope_lexeme(p_project_id, p_subject_id)::tsquery)
+  AND public.haki_text_vector(config, e.search_vector, e.search_vector_english)
+      OPERATOR(pg_catalog.@@) word
+$$;
+
+--
+-- Name: haki_event_postings_for(text, text, regconfig, tsquery, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_event_postings_for(p_project_id text, p_subject_id text, config regconfig, word tsquery, at timestamp with time zone) RETURNS TABLE(event_id uuid)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+SELECT p.event_id
+FROM public.haki_event_postings(p_project_id, p_subject_id, 'english'::regconfig, word, at) AS p
+WHERE config OPERATOR(pg_catalog.=) 'english'::regconfig
+UNION ALL
+SELECT p.event_id
+FROM public.haki_event_postings(p_project_id, p_subject_id, 'simple'::regconfig, word, at) AS p
+WHERE config OPERATOR(pg_catalog.<>) 'english'::regconfig
+$$;
+
+--
 -- Name: haki_fact_believed(text, timestamp with time zone, timestamp with time zone, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -111,6 +148,81 @@ CREATE FUNCTION public.haki_fact_believed(status text, recorded_from timestamp w
     AS $$
 SELECT CASE WHEN at IS NULL THEN status = 'active'
             ELSE recorded_from <= at AND (recorded_to IS NULL OR recorded_to > at) END
+$$;
+
+SET default_tablespace = '';
+
+SET default_table_access_method = heap;
+
+--
+-- Name: facts; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.facts (
+    project_id text NOT NULL,
+    fact_id uuid NOT NULL,
+    subject_id text NOT NULL,
+    content text NOT NULL,
+    key text,
+    status text DEFAULT 'active'::text NOT NULL,
+    valid_from timestamp with time zone,
+    valid_to timestamp with time zone,
+    recorded_from timestamp with time zone DEFAULT now() NOT NULL,
+    volatility text DEFAULT 'stable'::text NOT NULL,
+    stale_after interval,
+    supersedes uuid,
+    source_event_id uuid,
+    metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
+    embedding public.vector(384) NOT NULL,
+    search_vector tsvector GENERATED ALWAYS AS (to_tsvector('simple'::regconfig, content)) STORED,
+    search_vector_english tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, content)) STORED,
+    recorded_to timestamp with time zone,
+    believed_valid_to timestamp with time zone,
+    CONSTRAINT facts_check CHECK (((valid_to IS NULL) OR (valid_from IS NULL) OR (valid_to > valid_from))),
+    CONSTRAINT facts_check1 CHECK (((volatility = 'stable'::text) OR (stale_after IS NOT NULL))),
+    CONSTRAINT facts_recorded_to_iff_inactive CHECK (((status = 'active'::text) = (recorded_to IS NULL))),
+    CONSTRAINT facts_status_check CHECK ((status = ANY (ARRAY['active'::text, 'superseded'::text, 'retracted'::text]))),
+    CONSTRAINT facts_volatility_check CHECK ((volatility = ANY (ARRAY['stable'::text, 'volatile'::text])))
+);
+
+--
+-- Name: haki_fact_postings(text, text, regconfig, tsquery, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_fact_postings(p_project_id text, p_subject_id text, config regconfig, word tsquery, at timestamp with time zone) RETURNS SETOF public.facts
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+SELECT f.*
+FROM public.facts AS f
+WHERE (f.project_id OPERATOR(pg_catalog.=) p_project_id
+       AND f.subject_id OPERATOR(pg_catalog.=) p_subject_id) IS TRUE
+  AND public.haki_scoped_search_vector(
+          f.project_id, f.subject_id,
+          public.haki_text_vector(config, f.search_vector, f.search_vector_english))
+      OPERATOR(pg_catalog.@@) (word OPERATOR(pg_catalog.&&)
+                               public.haki_scope_lexeme(p_project_id, p_subject_id)::tsquery)
+  AND public.haki_text_vector(config, f.search_vector, f.search_vector_english)
+      OPERATOR(pg_catalog.@@) word
+  AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from, f.recorded_from,
+                                f.stale_after, f.recorded_to, f.believed_valid_to, at)
+$$;
+
+--
+-- Name: haki_fact_postings_for(boolean, text, text, regconfig, tsquery, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_fact_postings_for(enabled boolean, p_project_id text, p_subject_id text, config regconfig, word tsquery, at timestamp with time zone) RETURNS TABLE(fact_id uuid)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+SELECT p.fact_id
+FROM public.haki_fact_postings(p_project_id, p_subject_id, 'english'::regconfig, word, at) AS p
+WHERE config OPERATOR(pg_catalog.=) 'english'::regconfig
+  AND enabled
+UNION ALL
+SELECT p.fact_id
+FROM public.haki_fact_postings(p_project_id, p_subject_id, 'simple'::regconfig, word, at) AS p
+WHERE config OPERATOR(pg_catalog.<>) 'english'::regconfig
+  AND enabled
 $$;
 
 --
@@ -533,10 +645,6 @@ CREATE FUNCTION public.haki_valid_to_at(valid_to timestamp with time zone, recor
 SELECT CASE WHEN at IS NULL OR recorded_to IS NULL THEN valid_to ELSE believed_valid_to END
 $$;
 
-SET default_tablespace = '';
-
-SET default_table_access_method = heap;
-
 --
 -- Name: api_keys; Type: TABLE; Schema: public; Owner: -
 --
@@ -661,37 +769,6 @@ CREATE TABLE public.events (
     embedding public.vector(384) NOT NULL,
     search_vector tsvector GENERATED ALWAYS AS (to_tsvector('simple'::regconfig, content)) STORED,
     search_vector_english tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, content)) STORED
-);
-
---
--- Name: facts; Type: TABLE; Schema: public; Owner: -
---
-
-CREATE TABLE public.facts (
-    project_id text NOT NULL,
-    fact_id uuid NOT NULL,
-    subject_id text NOT NULL,
-    content text NOT NULL,
-    key text,
-    status text DEFAULT 'active'::text NOT NULL,
-    valid_from timestamp with time zone,
-    valid_to timestamp with time zone,
-    recorded_from timestamp with time zone DEFAULT now() NOT NULL,
-    volatility text DEFAULT 'stable'::text NOT NULL,
-    stale_after interval,
-    supersedes uuid,
-    source_event_id uuid,
-    metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
-    embedding public.vector(384) NOT NULL,
-    search_vector tsvector GENERATED ALWAYS AS (to_tsvector('simple'::regconfig, content)) STORED,
-    search_vector_english tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, content)) STORED,
-    recorded_to timestamp with time zone,
-    believed_valid_to timestamp with time zone,
-    CONSTRAINT facts_check CHECK (((valid_to IS NULL) OR (valid_from IS NULL) OR (valid_to > valid_from))),
-    CONSTRAINT facts_check1 CHECK (((volatility = 'stable'::text) OR (stale_after IS NOT NULL))),
-    CONSTRAINT facts_recorded_to_iff_inactive CHECK (((status = 'active'::text) = (recorded_to IS NULL))),
-    CONSTRAINT facts_status_check CHECK ((status = ANY (ARRAY['active'::text, 'superseded'::text, 'retracted'::text]))),
-    CONSTRAINT facts_volatility_check CHECK ((volatility = ANY (ARRAY['stable'::text, 'volatile'::text])))
 );
 
 --

@@ -139,19 +139,12 @@ vector_walked AS (
     SELECT w.fact_id FROM unnest(:walked_ids::uuid[]) AS w(fact_id)
 ),
 text_top AS (
+    -- The scope's postings only (haki_fact_postings, migration 0016: facts_scoped_search_gin).
     SELECT f.fact_id
-    FROM facts AS f, q
-    -- The scope's postings only (facts_scoped_search_gin, migration 0009). The scope test is
-    -- written so no B-tree matches it: the planner ANDed the GIN bitmap with one of every fact
-    -- of the scope from facts_scope_id, which the scope lexeme already does (0.7 ms at 10k).
-    WHERE (f.project_id = :project_id AND f.subject_id = :subject_id) IS TRUE
-      AND public.haki_scoped_search_vector(f.project_id, f.subject_id, f.search_vector)
-          @@ (q.tsq && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
-      AND f.search_vector @@ q.tsq
-      AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
-                                    f.recorded_from, f.stale_after, f.recorded_to,
-                                    f.believed_valid_to, :as_of::timestamptz)
-      AND NOT EXISTS (SELECT 1 FROM open_members AS om WHERE om.fact_id = f.fact_id)
+    FROM q
+    CROSS JOIN LATERAL public.haki_fact_postings(:project_id, :subject_id, 'simple'::regconfig, q.tsq,
+                                                 :as_of::timestamptz) AS f
+    WHERE NOT EXISTS (SELECT 1 FROM open_members AS om WHERE om.fact_id = f.fact_id)
     ORDER BY public.haki_text_rank(f.search_vector, q.tsq) DESC, f.fact_id
     LIMIT :top_k
 ),
@@ -225,17 +218,11 @@ picked AS MATERIALIZED (
     CROSS JOIN LATERAL (
         SELECT m.fact_id
         FROM (
+            -- As text_top of fact_candidates: the scope's postings (migration 0016).
             SELECT f.fact_id, f.search_vector
-            FROM facts AS f
-            -- As text_top of fact_candidates: the scope's postings, and no bitmap of the scope.
-            WHERE (f.project_id = :project_id AND f.subject_id = :subject_id) IS TRUE
-              AND public.haki_scoped_search_vector(f.project_id, f.subject_id, f.search_vector)
-                  @@ (e.etsq && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
-              AND f.search_vector @@ e.etsq
-              AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
-                                            f.recorded_from, f.stale_after, f.recorded_to,
-                                            f.believed_valid_to, :as_of::timestamptz)
-              AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+            FROM public.haki_fact_postings(:project_id, :subject_id, 'simple'::regconfig, e.etsq,
+                                           :as_of::timestamptz) AS f
+            WHERE NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
               AND NOT (f.fact_id = ANY(:exclude_ids::uuid[]))
             LIMIT :match_limit
         ) AS m
@@ -413,9 +400,9 @@ open_members AS MATERIALIZED (
     SELECT public.haki_open_conflict_facts(:project_id, :subject_id, :as_of::timestamptz) AS fact_ids
 ),
 fact_hits AS MATERIALIZED (
-    -- Per rare word, at most text_per_word servable facts from the scope's postings (migrations
-    -- 0009 and 0011): one branch a configuration, each with its own GIN index; or, for a word
-    -- the probe rule picks, from the scope's newest facts.
+    -- Per rare word, at most text_per_word servable facts from the scope's postings in
+    -- text_config (haki_fact_postings_for, migration 0016: one GIN index a configuration); or,
+    -- for a word the probe rule picks, from the scope's newest facts.
     SELECT coalesce(array_agg(DISTINCT h.fact_id), '{}'::uuid[]) AS ids
     FROM (SELECT w.word_query,
                  public.haki_text_probe(w.share, (SELECT sf.facts FROM scope_facts AS sf),
@@ -426,31 +413,10 @@ fact_hits AS MATERIALIZED (
           LIMIT :match_words) AS i
     CROSS JOIN LATERAL (
         (SELECT f.fact_id
-         FROM facts AS f
-         WHERE :text_config::regconfig = 'english'::regconfig
-           AND NOT i.probe
-           AND (f.project_id = :project_id AND f.subject_id = :subject_id) IS TRUE
-           AND public.haki_scoped_search_vector(f.project_id, f.subject_id, f.search_vector_english)
-               @@ (i.word_query && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
-           AND f.search_vector_english @@ i.word_query
-           AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
-                                         f.recorded_from, f.stale_after, f.recorded_to,
-                                         f.believed_valid_to, :as_of::timestamptz)
-           AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
-         LIMIT :text_per_word)
-        UNION ALL
-        (SELECT f.fact_id
-         FROM facts AS f
-         WHERE :text_config::regconfig <> 'english'::regconfig
-           AND NOT i.probe
-           AND (f.project_id = :project_id AND f.subject_id = :subject_id) IS TRUE
-           AND public.haki_scoped_search_vector(f.project_id, f.subject_id, f.search_vector)
-               @@ (i.word_query && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
-           AND f.search_vector @@ i.word_query
-           AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
-                                         f.recorded_from, f.stale_after, f.recorded_to,
-                                         f.believed_valid_to, :as_of::timestamptz)
-           AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+         FROM public.haki_fact_postings_for(NOT i.probe, :project_id, :subject_id,
+                                            :text_config::regconfig, i.word_query,
+                                            :as_of::timestamptz) AS f
+         WHERE NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
          LIMIT :text_per_word)
         UNION ALL
         (SELECT n.fact_id
@@ -464,29 +430,14 @@ fact_hits AS MATERIALIZED (
     ) AS h
 ),
 event_hits AS MATERIALIZED (
-    -- The same for events, from their scope's postings (migration 0011).
+    -- The same for events, from their scope's postings (haki_event_postings_for, migration 0016).
     SELECT coalesce(array_agg(DISTINCT h.event_id), '{}'::uuid[]) AS ids
     FROM (SELECT w.word_query FROM idf AS w ORDER BY w.idf DESC, w.word LIMIT :match_words) AS i
     CROSS JOIN LATERAL (
-        (SELECT e.event_id
-         FROM events AS e
-         WHERE :text_config::regconfig = 'english'::regconfig
-           AND (e.project_id = :project_id AND e.subject_id = :subject_id) IS TRUE
-           AND public.haki_event_held(e.occurred_at, e.recorded_at, :as_of::timestamptz)
-           AND public.haki_scoped_search_vector(e.project_id, e.subject_id, e.search_vector_english)
-               @@ (i.word_query && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
-           AND e.search_vector_english @@ i.word_query
-         LIMIT :event_text_per_word)
-        UNION ALL
-        (SELECT e.event_id
-         FROM events AS e
-         WHERE :text_config::regconfig <> 'english'::regconfig
-           AND (e.project_id = :project_id AND e.subject_id = :subject_id) IS TRUE
-           AND public.haki_event_held(e.occurred_at, e.recorded_at, :as_of::timestamptz)
-           AND public.haki_scoped_search_vector(e.project_id, e.subject_id, e.search_vector)
-               @@ (i.word_query && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
-           AND e.search_vector @@ i.word_query
-         LIMIT :event_text_per_word)
+        SELECT e.event_id
+        FROM public.haki_event_postings_for(:project_id, :subject_id, :text_config::regconfig,
+                                            i.word_query, :as_of::timestamptz) AS e
+        LIMIT :event_text_per_word
     ) AS h
 ),
 pool AS (
@@ -624,16 +575,10 @@ picked AS MATERIALIZED (
         SELECT m.fact_id
         FROM (
             (SELECT f.fact_id, f.embedding
-             FROM facts AS f
-             -- As text_top of fact_candidates: the scope's postings, and no bitmap of the scope.
+             -- As text_top of fact_candidates: the scope's postings (migration 0016).
+             FROM public.haki_fact_postings(:project_id, :subject_id, 'simple'::regconfig, i.etsq,
+                                            :as_of::timestamptz) AS f
              WHERE NOT i.probe
-               AND (f.project_id = :project_id AND f.subject_id = :subject_id) IS TRUE
-               AND public.haki_scoped_search_vector(f.project_id, f.subject_id, f.search_vector)
-                   @@ (i.etsq && public.haki_scope_lexeme(:project_id, :subject_id)::tsquery)
-               AND f.search_vector @@ i.etsq
-               AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
-                                             f.recorded_from, f.stale_after, f.recorded_to,
-                                             f.believed_valid_to, :as_of::timestamptz)
                AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
              LIMIT :match_limit)
             UNION ALL

@@ -46,6 +46,17 @@ INLINED: dict[str, str] = {
     "haki_fact_rows": "SELECT r.fact_id FROM public.haki_fact_rows('p') AS r WHERE r.subject_id = 's'",
     "haki_open_conflict_members": "SELECT f.fact_id FROM facts AS f WHERE NOT EXISTS "
     "(SELECT 1 FROM public.haki_open_conflict_members(f.project_id) AS o WHERE o.fact_id = f.fact_id)",
+    "haki_fact_postings": "SELECT p.fact_id FROM facts AS f CROSS JOIN LATERAL public.haki_fact_postings("
+    "f.project_id, f.subject_id, 'simple'::regconfig, plainto_tsquery('simple', f.key), f.valid_to) AS p",
+    "haki_fact_postings_for": "SELECT p.fact_id FROM facts AS f CROSS JOIN LATERAL "
+    "public.haki_fact_postings_for(f.status = 'active', f.project_id, f.subject_id, f.key::regconfig, "
+    "plainto_tsquery('simple', f.key), f.valid_to) AS p",
+    "haki_event_postings": "SELECT p.event_id FROM events AS e CROSS JOIN LATERAL public.haki_event_postings("
+    "e.project_id, e.subject_id, 'english'::regconfig, plainto_tsquery('english', e.content), "
+    "e.occurred_at) AS p",
+    "haki_event_postings_for": "SELECT p.event_id FROM events AS e CROSS JOIN LATERAL "
+    "public.haki_event_postings_for(e.project_id, e.subject_id, e.content::regconfig, "
+    "plainto_tsquery('simple', e.content), e.occurred_at) AS p",
 }
 
 
@@ -69,6 +80,59 @@ async def test_the_inlining_check_catches_a_function_call(conn: asyncpg.Connecti
     )
     plan = await plan_text(conn, "SELECT pg_temp.tokens_not_inlined(f.content) FROM facts AS f")
     assert "tokens_not_inlined" in plan
+
+
+# The postings functions (migration 0016) and the GIN indexes each call must reach: a constant
+# configuration folds haki_text_vector to the indexed column, and the `_for` functions, whose
+# configuration is a parameter in the generic plans of unified_candidates, keep one branch a
+# configuration on its own index behind a one-time filter. Each case: a statement, its
+# parameters' types and values (a generic plan does not read them), the indexes.
+POSTINGS: dict[str, tuple[str, str, str, set[str]]] = {
+    "fact simple": (
+        "SELECT p.fact_id FROM public.haki_fact_postings($1, $2, 'simple'::regconfig, "
+        "plainto_tsquery('simple', $3), NULL) AS p",
+        "text, text, text",
+        "'p', 's', 'word'",
+        {"facts_scoped_search_gin"},
+    ),
+    "fact english": (
+        "SELECT p.fact_id FROM public.haki_fact_postings($1, $2, 'english'::regconfig, "
+        "plainto_tsquery('english', $3), NULL) AS p",
+        "text, text, text",
+        "'p', 's', 'word'",
+        {"facts_scoped_english_gin"},
+    ),
+    "fact configured": (
+        "SELECT p.fact_id FROM public.haki_fact_postings_for($4, $1, $2, $5, "
+        "plainto_tsquery('simple', $3), NULL) AS p LIMIT 8",
+        "text, text, text, boolean, regconfig",
+        "'p', 's', 'word', true, 'english'",
+        {"facts_scoped_search_gin", "facts_scoped_english_gin"},
+    ),
+    "event configured": (
+        "SELECT p.event_id FROM public.haki_event_postings_for($1, $2, $4, "
+        "plainto_tsquery('simple', $3), NULL) AS p LIMIT 8",
+        "text, text, text, regconfig",
+        "'p', 's', 'word', 'english'",
+        {"events_scoped_search_gin", "events_scoped_english_gin"},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(POSTINGS))
+async def test_postings_read_the_index_of_their_configuration(conn: asyncpg.Connection, case: str) -> None:
+    sql, types, values, indexes = POSTINGS[case]
+    await conn.execute("SET LOCAL enable_seqscan = off")  # the question is whether an index matches
+    await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")  # as the context statements run
+    await conn.execute(f"PREPARE postings_plan ({types}) AS {sql}")
+    try:
+        rows = await conn.fetch(f"EXPLAIN (COSTS OFF) EXECUTE postings_plan ({values})")
+    finally:
+        await conn.execute("DEALLOCATE postings_plan")  # a prepared statement outlives the transaction
+    plan = "\n".join(r[0] for r in rows)
+    assert "$1" in plan, f"not a generic plan:\n{plan}"
+    assert set(re.findall(r"Bitmap Index Scan on (\w+)", plan)) == indexes, plan
+    assert plan.count("One-Time Filter") == (len(indexes) if len(indexes) > 1 else 0), plan
 
 
 # The rules as statements used to spell them out; each names the function that holds it now.
