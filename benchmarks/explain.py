@@ -35,7 +35,6 @@ from pgvector import Vector
 from benchmarks.seed import load, queries
 from benchmarks.sql import load_bench_queries
 from benchmarks.world import PROJECT, SMALL, TARGET, WORLD
-from service import embedded
 from service.constants import (
     CANDIDATE_LIMIT,
     ENTITY_SAMPLE_DOCS,
@@ -60,7 +59,7 @@ from service.constants import (
 from service.context import assembler
 from service.context.model import Probe
 from service.db import connect, init_connection
-from service.embedded import embedded_url
+from service.embedded import embedded_url, release_embedded_server
 from service.ids import uuid7
 from service.migrations import migrate
 from service.settings import Settings
@@ -347,9 +346,7 @@ async def run(data_dir: Path | None) -> list[tuple[str, str]]:
         return result
     finally:
         if own:
-            handle = embedded._SERVERS.pop((base / "pgdata").resolve(), None)
-            if handle is not None:
-                handle.cleanup()
+            release_embedded_server(base)
             shutil.rmtree(base, ignore_errors=True)
 
 

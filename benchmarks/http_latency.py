@@ -125,11 +125,9 @@ def server(
         srv.stop()
         # This process joined the embedded PostgreSQL too (ANALYZE, COPY seeding): let go of it,
         # so the server stops before its directory goes.
-        from service import embedded
+        from service.embedded import release_embedded_server
 
-        handle = embedded._SERVERS.pop((data_dir / "pgdata").resolve(), None)
-        if handle is not None:
-            handle.cleanup()
+        release_embedded_server(data_dir)
         if not keep:
             shutil.rmtree(data_dir, ignore_errors=True)
 

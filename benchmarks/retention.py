@@ -28,9 +28,8 @@ from typing import Any
 import msgspec
 
 from benchmarks.trace_usage import PROJECT, decisions, packet, request
-from service import embedded
 from service.db import connect, create_pool, init_connection
-from service.embedded import embedded_url
+from service.embedded import embedded_url, release_embedded_server
 from service.lifecycle import retention
 from service.migrations import migrate
 from service.repository import context as repo
@@ -115,9 +114,7 @@ async def run(calls: int, rounds: int, batch: int, pause_ratio: float, facts: in
             "purge_seconds": purge_seconds,
         }
     finally:
-        handle = embedded._SERVERS.pop((base / "pgdata").resolve(), None)
-        if handle is not None:
-            handle.cleanup()
+        release_embedded_server(base)
         shutil.rmtree(base, ignore_errors=True)
 
 

@@ -43,7 +43,6 @@ from benchmarks.machine import cores_and_ram
 from benchmarks.seed import Query, ScopeSpec, load, percentile, queries
 from benchmarks.sql import load_bench_queries
 from benchmarks.world import InstantEmbedder
-from service import embedded
 from service.auth import Principal
 from service.constants import (
     CANDIDATE_LIMIT,
@@ -56,7 +55,7 @@ from service.constants import (
 from service.context import assembler
 from service.context.model import Probe, Retrieved
 from service.db import connect, init_connection
-from service.embedded import embedded_url
+from service.embedded import embedded_url, release_embedded_server
 from service.migrations import migrate
 from service.settings import ContextProfile, Settings
 from service.structs import ContextRequest
@@ -222,7 +221,7 @@ async def run_config(cfg: Config, base: Path, rounds: int, tuned: bool) -> Resul
             conn = await connect(settings)
             await load_bench_queries().bench_tune_shared_buffers(conn)
             await conn.close()
-            embedded._SERVERS.pop((data_dir / "pgdata").resolve()).cleanup()
+            release_embedded_server(data_dir)
             settings = Settings(data_dir=data_dir, embed_provider="hash", database_url=embedded_url(data_dir))
         conn = await connect(settings)
         await migrate(conn)
@@ -247,9 +246,7 @@ async def run_config(cfg: Config, base: Path, rounds: int, tuned: bool) -> Resul
         await measure(conn, settings, cfg, rounds, result)
         await conn.close()
     finally:
-        handle = embedded._SERVERS.pop((data_dir / "pgdata").resolve(), None)
-        if handle is not None:
-            handle.cleanup()
+        release_embedded_server(data_dir)
         shutil.rmtree(data_dir, ignore_errors=True)
     say(f"[{cfg.name}] {asdict(result)}")
     return result

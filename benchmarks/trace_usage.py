@@ -35,10 +35,9 @@ from typing import Any
 import msgspec
 
 from benchmarks.sql import load_bench_queries
-from service import embedded
 from service.context import assembler
 from service.db import connect, init_connection
-from service.embedded import embedded_url
+from service.embedded import embedded_url, release_embedded_server
 from service.ids import uuid7
 from service.migrations import migrate
 from service.repository import context as repo
@@ -142,9 +141,7 @@ async def run(rounds: int, history: int) -> dict[str, float]:
         await conn.close()
         return {m: statistics.median(t) for m, t in times.items()}
     finally:
-        handle = embedded._SERVERS.pop((base / "pgdata").resolve(), None)
-        if handle is not None:
-            handle.cleanup()
+        release_embedded_server(base)
         shutil.rmtree(base, ignore_errors=True)
 
 

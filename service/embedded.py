@@ -69,6 +69,15 @@ def embedded_server(data_dir: Path) -> Any:
     return server
 
 
+def release_embedded_server(data_dir: Path) -> None:
+    """Lets go of the embedded PostgreSQL of `data_dir` if this process started or joined it
+    (pgserver stops it once no process holds it), so that its directory can go; nothing
+    otherwise. For the benchmarks' throw-away servers."""
+    server = _SERVERS.pop((data_dir / "pgdata").expanduser().resolve(), None)
+    if server is not None:
+        server.cleanup()
+
+
 def embedded_url(data_dir: Path, database: str = "postgres") -> str:
     uri: str = embedded_server(data_dir).get_uri()
     parts = urllib.parse.urlsplit(uri)
