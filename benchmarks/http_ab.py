@@ -27,7 +27,7 @@ import httpx
 
 from benchmarks.http_latency import PROJECT, SUBJECT, parse_server_timing, query_texts
 from benchmarks.seed import percentile
-from tests.helpers.server import free_port
+from tests.helpers.server import free_port, spawn_serve, stop_process
 
 
 class Side:
@@ -56,31 +56,20 @@ class Side:
             capture_output=True,
             text=True,
         ).stdout.strip()
-        log = open(self.data_dir / "ab-server.log", "wb")  # noqa: SIM115 - lives with the process
-        self.proc = subprocess.Popen(
-            [self.python, "-m", "service.cli", "serve", "--port", str(self.port), "--log-level", "warning"],
-            cwd=self.repo,
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
+        self.proc = spawn_serve(
+            self.env,
+            self.port,
+            self.data_dir / "ab-server.log",
+            "--log-level",
+            "warning",
+            timeout=180,
+            python=self.python,
+            checkout=self.repo,
         )
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/healthz", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        raise RuntimeError(f"{self.name} did not start; see {self.data_dir / 'ab-server.log'}")
 
     def stop(self) -> None:
         if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+            stop_process(self.proc)
 
     async def ask(self, client: httpx.AsyncClient, text: str, profile: str, record: bool) -> None:
         t0 = time.perf_counter()

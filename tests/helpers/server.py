@@ -125,16 +125,23 @@ def _log_tail(log: Path, lines: int = 40) -> str:
 
 
 def spawn_serve(
-    env: dict[str, str], port: int, log: Path, *serve_args: str, timeout: float = START_TIMEOUT_SECONDS
+    env: dict[str, str],
+    port: int,
+    log: Path,
+    *serve_args: str,
+    timeout: float = START_TIMEOUT_SECONDS,
+    python: str = sys.executable,
+    checkout: Path = REPO,
 ) -> subprocess.Popen[bytes]:
     """`haki serve` on 127.0.0.1:PORT with its output in LOG, returned once /healthz answers 200.
     Shared by the tests and the benchmarks that need a real server (benchmarks/http_latency.py,
-    benchmarks/load.py); a server that exits or stays unhealthy raises with its log's tail."""
+    benchmarks/load.py; benchmarks/http_ab.py serves another checkout with its own `python`); a
+    server that exits or stays unhealthy raises with its log's tail."""
     with log.open("wb") as out:
-        command = [sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
+        command = [python, "-m", "service.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
         proc = subprocess.Popen(
             [*command, *serve_args],
-            cwd=REPO,
+            cwd=checkout,
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
