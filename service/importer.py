@@ -59,6 +59,7 @@ from service.embedder import Embedder, build_embedder, check_embedder
 from service.errors import InvalidInput
 from service.lifecycle.statistics import StatisticsKeeper
 from service.migrations import migrate
+from service.repository.maintenance import MemoryTable
 from service.settings import Settings
 from service.structs import (
     EventIn,
@@ -69,7 +70,8 @@ from service.structs import (
     WriteFactsRequest,
 )
 
-Kind = Literal["facts", "events"]
+# What an import file holds: the rows of one memory table.
+Kind = MemoryTable
 
 PROGRESS_SUFFIX: Final = ".haki-progress"
 PROGRESS_VERSION: Final = 1

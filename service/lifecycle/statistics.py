@@ -50,13 +50,13 @@ class StatisticsKeeper:
         min_rows: int = STATS_REFRESH_MIN_ROWS,
         fraction: float = STATS_REFRESH_FRACTION,
         min_interval: float = STATS_REFRESH_MIN_INTERVAL_SECONDS,
-        on_refresh: Callable[[MemoryTable, float], None] | None = None,
+        on_refresh: Callable[[MemoryTable], None] | None = None,
     ) -> None:
         self.pool = pool
         self.min_rows, self.fraction, self.min_interval = min_rows, fraction, min_interval
         self.on_refresh = on_refresh
         self.pending: dict[MemoryTable, int] = dict.fromkeys(TABLES, 0)
-        self.estimates: dict[str, int] | None = None  # read at the first refresh
+        self.estimates: dict[str, int] | None = None  # read when the first write is noted
         self.last_refresh: dict[MemoryTable, float] = dict.fromkeys(TABLES, float("-inf"))
         self._wake = asyncio.Event()
 
@@ -77,9 +77,8 @@ class StatisticsKeeper:
         async with self.pool.acquire() as conn:
             self.estimates = await repo.row_estimates(conn)
 
-    async def refresh_due(self) -> list[MemoryTable]:
+    async def refresh_due(self) -> None:
         """ANALYZEs every table that is due now; the rows written meanwhile stay pending."""
-        done: list[MemoryTable] = []
         for table in self.due():
             counted = self.pending[table]
             started = time.perf_counter()
@@ -89,11 +88,9 @@ class StatisticsKeeper:
             took = time.perf_counter() - started
             self.pending[table] -= counted
             self.last_refresh[table] = time.monotonic()
-            done.append(table)
             log.debug("statistics of %s refreshed after %d new rows (%.3f s)", table, counted, took)
             if self.on_refresh is not None:
-                self.on_refresh(table, took)
-        return done
+                self.on_refresh(table)
 
     async def run(self) -> None:
         while True:

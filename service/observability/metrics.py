@@ -112,7 +112,7 @@ class Metrics:
         for table in ("facts", "events"):
             self.statistics_refreshes.labels(table=table)
 
-    def observe_statistics_refresh(self, table: str, seconds: float) -> None:
+    def observe_statistics_refresh(self, table: str) -> None:
         self.statistics_refreshes.labels(table=table).inc()
 
     def observe_purge(self, calls: int, decisions: int) -> None:
