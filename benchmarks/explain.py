@@ -6,10 +6,13 @@
 
 The statements are the named queries themselves (queries/context.sql), PREPAREd and EXPLAINed
 server-side by pg_temp.bench_explain (benchmarks/sql/bench.sql), inside a transaction configured by
-plan_vector_walks exactly as the assembler configures it: a fresh prepared statement gets a
-plan for its own parameters, as force_custom_plan gives every call, and the statements the
-assembler runs after use_generic_plans (GENERIC) get the generic plan they run under. Each
-statement runs twice and the second run is shown (warm buffers, as in a serving process).
+plan_context_call exactly as the assembler configures it: every statement gets the generic
+plan it runs under. Each statement runs twice and the second run is shown (warm buffers, as in a
+serving process).
+
+The walks (migration 0017) are SQL functions that vector_walk and episode_candidates call: EXPLAIN
+of those statements shows a Function Scan, so each walk is also shown as the statement its body
+is, under its own settings (explain_function).
 
 Both profiles (spec/context-profiles.md): `facts_first` runs vector_walk (facts only),
 episode_candidates and fact_candidates; `unified` runs vector_walk (facts and events) and
@@ -26,6 +29,7 @@ import shutil
 import sys
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,32 +83,42 @@ def as_text(value: Any) -> str | None:
     return str(value)
 
 
-# The statements the assembler runs after use_generic_plans, under one generic plan each.
-GENERIC = {
-    "fact_candidates",
-    "unified_candidates",
-    "multi_hop_facts",
-    "linked_facts",
-    "insert_context_trace",
-}
-
-
 async def explain(conn: Any, name: str, params: dict[str, Any]) -> str:
     b = load_bench_queries()
     # A production statement, or the benchmarks' own baseline (bench_score_all_facts).
     q = load_queries() if name in load_queries().available_queries else b
     order = q.driver_adapter.var_sorted[name]
+
+    def args() -> list[str | None]:
+        # EXPLAIN ANALYZE does insert: a new trace each run.
+        fresh = {**params, "trace_id": uuid7()} if "trace_id" in params else params
+        return [as_text(fresh[p]) for p in order]
+
+    return await _explained(conn, getattr(q, name).sql, args, [])
+
+
+async def explain_function(conn: Any, function: str, args: list[Any]) -> str:
+    """A SQL function of the migrations EXPLAINed as the statement its body is (EXPLAIN of a
+    call shows one Function Scan): its parameters become $1..$n cast to their types, and its SET
+    clauses are applied to the transaction, as they are while it runs."""
+    src = await load_bench_queries().bench_function_source(conn, function_name=function)
+    body = str(src["body"])
+    for i, (arg, type_name) in enumerate(zip(src["arg_names"], src["arg_types"], strict=True), start=1):
+        # The parameter, not a column or function of the same name (w.top_k, top_k(...)).
+        body = re.sub(rf"(?<![.\w]){arg}\b(?!\s*\()", f"(${i}::{type_name})", body)
+    return await _explained(conn, body, lambda: [as_text(a) for a in args], list(src["settings"]))
+
+
+async def _explained(
+    conn: Any, statement: str, args: Callable[[], list[str | None]], settings: list[str]
+) -> str:
+    b = load_bench_queries()
     for _ in range(2):  # the second run is reported: the pages it reads are warm, as in service
-        if "trace_id" in params:  # EXPLAIN ANALYZE does insert: a new trace each time
-            params = {**params, "trace_id": uuid7()}
-        args = [as_text(params[p]) for p in order]
         async with conn.transaction():
-            await assembler.plan_vector_walks(conn)
-            if name in GENERIC:
-                await assembler.use_generic_plans(conn)
-            lines = [
-                r["line"] async for r in b.bench_explain(conn, statement=getattr(q, name).sql, args=args)
-            ]
+            await assembler.plan_context_call(conn)
+            if settings:
+                await b.bench_apply_settings(conn, settings=settings)
+            lines = [r["line"] async for r in b.bench_explain(conn, statement=statement, args=args())]
     return VECTOR_LITERAL.sub("'[...384 floats...]'", "\n".join(lines))
 
 
@@ -150,7 +164,7 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
         """cand() plus what vector_walk hands the candidate statement, as the assembler runs it."""
         params = cand(subject, query, unified=unified)
         async with conn.transaction():
-            await assembler.plan_vector_walks(conn)
+            await assembler.plan_context_call(conn)
             row = await load_queries().vector_walk(
                 conn, **{p: params[p] for p in load_queries().driver_adapter.var_sorted["vector_walk"]}
             )
@@ -161,6 +175,16 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
             (
                 f"vector_walk (facts_first: facts only), {label}, query {question.text!r}",
                 await explain(conn, "vector_walk", cand(subject, question)),
+            )
+        )
+        out.append(
+            (
+                f"haki_fact_walk (inside vector_walk, migration 0017), {label}, query {question.text!r}",
+                await explain_function(
+                    conn,
+                    "haki_fact_walk",
+                    [PROJECT, subject, Vector(question.vector), RETRIEVAL_TOP_K, EXACT_SCAN_MIN_FACTS, None],
+                ),
             )
         )
         out.append(
@@ -195,7 +219,7 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
         )
     )
     async with conn.transaction():
-        await assembler.plan_vector_walks(conn)
+        await assembler.plan_context_call(conn)
         retrieved = await assembler.retrieve_facts_first(
             conn,
             Probe(
@@ -246,6 +270,17 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
     )
     out.append(
         (
+            "haki_event_walk (inside vector_walk and episode_candidates), 10k scope "
+            "(1,000 of its events among 5,600)",
+            await explain_function(
+                conn,
+                "haki_event_walk",
+                [PROJECT, TARGET, Vector(question.vector), EPISODE_TOP_K, EXACT_SCAN_MIN_FACTS, None],
+            ),
+        )
+    )
+    out.append(
+        (
             "episode_candidates (facts_first), 10k scope (1,000 of its events among 5,600)",
             await explain(
                 conn,
@@ -255,6 +290,7 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
                     "subject_id": TARGET,
                     "query_embedding": Vector(question.vector),
                     "top_k": EPISODE_TOP_K,
+                    "exact_scan_min": EXACT_SCAN_MIN_FACTS,
                     "as_of": None,
                 },
             ),
@@ -339,7 +375,7 @@ async def run(data_dir: Path | None) -> list[tuple[str, str]]:
                     weights=assembler.PROFILE_WEIGHTS[profile],
                 )
                 async with conn.transaction():
-                    await assembler.plan_vector_walks(conn)
+                    await assembler.plan_context_call(conn)
                     await retrieve(conn, probe)
         result = await plans(conn)
         await conn.close()

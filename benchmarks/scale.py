@@ -130,7 +130,7 @@ async def measure(conn: Any, settings: Settings, cfg: Config, rounds: int, resul
     async def candidates(query: Query, text: str, profile: ContextProfile = "facts_first") -> Retrieved:
         """A profile's candidate step alone (vector_walk, then its statement), with its weights."""
         async with conn.transaction():
-            await assembler.plan_vector_walks(conn)
+            await assembler.plan_context_call(conn)
             probe = Probe(
                 project_id=PROJECT,
                 subject_id=cfg.measured,

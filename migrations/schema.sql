@@ -140,6 +140,247 @@ WHERE config OPERATOR(pg_catalog.<>) 'english'::regconfig
 $$;
 
 --
+-- Name: haki_event_walk(text, text, public.vector, integer, integer, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_event_walk(p_project_id text, p_subject_id text, query public.vector, top_k integer, exact_scan_min integer, at timestamp with time zone) RETURNS TABLE(event_id uuid)
+    LANGUAGE sql STABLE ROWS 64 PARALLEL RESTRICTED
+    SET search_path TO 'pg_catalog', 'public'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    SET enable_sort TO 'off'
+    AS $$
+WITH exact_scan AS MATERIALIZED (
+    SELECT NOT EXISTS (
+        SELECT 1
+        FROM public.events AS e
+        WHERE e.project_id = p_project_id
+          AND e.subject_id = p_subject_id
+        ORDER BY e.occurred_at
+        OFFSET public.haki_exact_scan_limit('public.events'::regclass, top_k, exact_scan_min) - 1
+    ) AS small
+)
+(SELECT d.event_id
+ FROM (
+     SELECT e.event_id, e.embedding <=> query AS distance
+     FROM public.events AS e
+     WHERE (SELECT x.small FROM exact_scan AS x)
+       AND query IS NOT NULL
+       AND e.project_id = p_project_id
+       AND e.subject_id = p_subject_id
+       AND public.haki_event_held(e.occurred_at, e.recorded_at, at)
+     OFFSET 0
+ ) AS d
+ ORDER BY d.distance, d.event_id
+ LIMIT top_k)
+UNION ALL
+(SELECT w.event_id
+ FROM public.events AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 0
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 0
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+ ORDER BY w.embedding <=> query
+ LIMIT top_k)
+UNION ALL
+(SELECT w.event_id
+ FROM public.events AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 1
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 1
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+ ORDER BY w.embedding <=> query
+ LIMIT top_k)
+UNION ALL
+(SELECT w.event_id
+ FROM public.events AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 2
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 2
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+ ORDER BY w.embedding <=> query
+ LIMIT top_k)
+UNION ALL
+(SELECT w.event_id
+ FROM public.events AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 3
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 3
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+ ORDER BY w.embedding <=> query
+ LIMIT top_k)
+UNION ALL
+(SELECT w.event_id
+ FROM public.events AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 4
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 4
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+ ORDER BY w.embedding <=> query
+ LIMIT top_k)
+UNION ALL
+(SELECT w.event_id
+ FROM public.events AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 5
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 5
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+ ORDER BY w.embedding <=> query
+ LIMIT top_k)
+UNION ALL
+(SELECT w.event_id
+ FROM public.events AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 6
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 6
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+ ORDER BY w.embedding <=> query
+ LIMIT top_k)
+UNION ALL
+(SELECT w.event_id
+ FROM public.events AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 7
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 7
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+ ORDER BY w.embedding <=> query
+ LIMIT top_k)
+UNION ALL
+(SELECT w.event_id
+ FROM public.events AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 8
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 8
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+ ORDER BY w.embedding <=> query
+ LIMIT top_k)
+UNION ALL
+(SELECT w.event_id
+ FROM public.events AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 9
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 9
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+ ORDER BY w.embedding <=> query
+ LIMIT top_k)
+UNION ALL
+(SELECT w.event_id
+ FROM public.events AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 10
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 10
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+ ORDER BY w.embedding <=> query
+ LIMIT top_k)
+UNION ALL
+(SELECT w.event_id
+ FROM public.events AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 11
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 11
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+ ORDER BY w.embedding <=> query
+ LIMIT top_k)
+UNION ALL
+(SELECT w.event_id
+ FROM public.events AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 12
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 12
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+ ORDER BY w.embedding <=> query
+ LIMIT top_k)
+UNION ALL
+(SELECT w.event_id
+ FROM public.events AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 13
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 13
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+ ORDER BY w.embedding <=> query
+ LIMIT top_k)
+UNION ALL
+(SELECT w.event_id
+ FROM public.events AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 14
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 14
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+ ORDER BY w.embedding <=> query
+ LIMIT top_k)
+UNION ALL
+(SELECT w.event_id
+ FROM public.events AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 15
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 15
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+ ORDER BY w.embedding <=> query
+ LIMIT top_k)
+$$;
+
+--
+-- Name: haki_exact_scan_limit(regclass, integer, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_exact_scan_limit(tbl regclass, top_k integer, exact_scan_min integer) RETURNS bigint
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+SELECT greatest(exact_scan_min,
+                sqrt(5.0 * top_k * greatest(c.reltuples, 0) / public.haki_scope_buckets()))::bigint
+FROM pg_catalog.pg_class AS c
+WHERE c.oid = tbl
+$$;
+
+--
 -- Name: haki_fact_believed(text, timestamp with time zone, timestamp with time zone, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -331,6 +572,258 @@ SELECT public.haki_valid_to_at(valid_to, recorded_to, believed_valid_to, at) IS 
 $$;
 
 --
+-- Name: haki_fact_walk(text, text, public.vector, integer, integer, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_fact_walk(p_project_id text, p_subject_id text, query public.vector, top_k integer, exact_scan_min integer, at timestamp with time zone) RETURNS TABLE(fact_id uuid)
+    LANGUAGE sql STABLE ROWS 64 PARALLEL RESTRICTED
+    SET search_path TO 'pg_catalog', 'public'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    SET enable_sort TO 'off'
+    AS $$
+WITH open_members AS MATERIALIZED (
+    SELECT public.haki_open_conflict_facts(p_project_id, p_subject_id, at) AS fact_ids
+),
+exact_scan AS MATERIALIZED (
+    -- Reads the scope's ids up to the limit (index-only on facts_scope_id) and asks whether
+    -- one more exists.
+    SELECT NOT EXISTS (
+        SELECT 1
+        FROM public.facts AS f
+        WHERE f.project_id = p_project_id
+          AND f.subject_id = p_subject_id
+        ORDER BY f.fact_id
+        OFFSET public.haki_exact_scan_limit('public.facts'::regclass, top_k, exact_scan_min) - 1
+    ) AS small
+)
+(SELECT d.fact_id
+ FROM (
+     SELECT f.fact_id, f.embedding <=> query AS distance
+     FROM public.facts AS f
+     WHERE (SELECT x.small FROM exact_scan AS x)
+       AND query IS NOT NULL
+       AND f.project_id = p_project_id
+       AND f.subject_id = p_subject_id
+       AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
+                                     f.recorded_from, f.stale_after, f.recorded_to,
+                                     f.believed_valid_to, at)
+       AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+     OFFSET 0  -- computed distances, sorted below: never the HNSW ordering
+ ) AS d
+ ORDER BY d.distance, d.fact_id
+ LIMIT top_k)
+UNION ALL
+(SELECT w.fact_id
+ FROM public.facts AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 0
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 0
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+ ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+ LIMIT top_k)
+UNION ALL
+(SELECT w.fact_id
+ FROM public.facts AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 1
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 1
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+ ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+ LIMIT top_k)
+UNION ALL
+(SELECT w.fact_id
+ FROM public.facts AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 2
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 2
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+ ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+ LIMIT top_k)
+UNION ALL
+(SELECT w.fact_id
+ FROM public.facts AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 3
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 3
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+ ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+ LIMIT top_k)
+UNION ALL
+(SELECT w.fact_id
+ FROM public.facts AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 4
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 4
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+ ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+ LIMIT top_k)
+UNION ALL
+(SELECT w.fact_id
+ FROM public.facts AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 5
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 5
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+ ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+ LIMIT top_k)
+UNION ALL
+(SELECT w.fact_id
+ FROM public.facts AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 6
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 6
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+ ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+ LIMIT top_k)
+UNION ALL
+(SELECT w.fact_id
+ FROM public.facts AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 7
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 7
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+ ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+ LIMIT top_k)
+UNION ALL
+(SELECT w.fact_id
+ FROM public.facts AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 8
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 8
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+ ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+ LIMIT top_k)
+UNION ALL
+(SELECT w.fact_id
+ FROM public.facts AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 9
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 9
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+ ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+ LIMIT top_k)
+UNION ALL
+(SELECT w.fact_id
+ FROM public.facts AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 10
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 10
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+ ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+ LIMIT top_k)
+UNION ALL
+(SELECT w.fact_id
+ FROM public.facts AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 11
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 11
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+ ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+ LIMIT top_k)
+UNION ALL
+(SELECT w.fact_id
+ FROM public.facts AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 12
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 12
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+ ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+ LIMIT top_k)
+UNION ALL
+(SELECT w.fact_id
+ FROM public.facts AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 13
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 13
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+ ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+ LIMIT top_k)
+UNION ALL
+(SELECT w.fact_id
+ FROM public.facts AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 14
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 14
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+ ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+ LIMIT top_k)
+UNION ALL
+(SELECT w.fact_id
+ FROM public.facts AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 15
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 15
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+ ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+ LIMIT top_k)
+$$;
+
+--
 -- Name: haki_hybrid_score(double precision, double precision, double precision, double precision, double precision, double precision); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -425,6 +918,17 @@ SELECT CASE WHEN public.haki_text_probe(max_share, c.reltuples::double precision
             THEN public.haki_scope_facts_estimate(p_project_id, p_subject_id) END
 FROM pg_catalog.pg_class AS c
 WHERE c.oid = 'public.facts'::regclass
+$$;
+
+--
+-- Name: haki_query_any_lexeme(tsquery); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_query_any_lexeme(q tsquery) RETURNS tsquery
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+SELECT pg_catalog.string_agg(m.operand[1], ' | ')::pg_catalog.tsquery
+FROM pg_catalog.regexp_matches(q::text, '(''(?:[^'']|'''')*''(?::[*A-D]+)?)', 'g') AS m(operand)
 $$;
 
 --
@@ -613,6 +1117,16 @@ CREATE FUNCTION public.haki_text_rank(sv tsvector, q tsquery) RETURNS real
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
 SELECT pg_catalog.ts_rank_cd(sv, q, 32)
+$$;
+
+--
+-- Name: haki_text_rank_of(tsvector, tsquery, tsquery); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_text_rank_of(sv tsvector, q tsquery, any_lexeme tsquery) RETURNS real
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+SELECT CASE WHEN sv OPERATOR(pg_catalog.@@) any_lexeme THEN public.haki_text_rank(sv, q) ELSE 0::real END
 $$;
 
 --

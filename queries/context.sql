@@ -10,14 +10,17 @@
 -- then (recorded_from, recorded_to), validity, staleness and recency at that instant, the
 -- conflicts open then, the events held then.
 
--- name: plan_vector_walks(ef_search)$
+-- name: plan_context_call(ef_search)$
 -- For this transaction (one context call) only: let HNSW return K rows (ef_search defaults to
--- 40) and keep scanning past rows that the scope filter rejects (iterative scan). Plan the
--- vector walks for their own parameters: a generic plan can name no partial index (the bucket
--- is a parameter), does not know LIMIT K, and exact-scanned every scope.
+-- 40) and keep scanning past rows that the scope filter rejects (iterative scan), and run every
+-- statement of the call under its generic plan. Each has one right plan for every scope (the
+-- walks by construction, migration 0017), and planning them for each call's parameters cost
+-- more than running them (the walk: 0.9-1.5 ms of planning for 1.5 ms of walking;
+-- fact_candidates: 1.0 ms for 2.5 ms; the trace insert of 256 decisions: twice its cost;
+-- docs/performance.md).
 SELECT set_config('hnsw.ef_search', :ef_search::integer::text, true) AS ef_search,
        set_config('hnsw.iterative_scan', 'relaxed_order', true) AS iterative_scan,
-       set_config('plan_cache_mode', 'force_custom_plan', true) AS plan_cache_mode;
+       set_config('plan_cache_mode', 'force_generic_plan', true) AS plan_cache_mode;
 
 -- name: defer_commit_flush()!
 -- The durability choice of a context call: its commit does not wait for the WAL flush. The call
@@ -25,110 +28,36 @@ SELECT set_config('hnsw.ef_search', :ef_search::integer::text, true) AS ef_searc
 -- can lose the traces of the last few hundred ms, never corrupt them (docs/performance.md).
 SET LOCAL synchronous_commit TO off;
 
--- name: end_custom_plans()!
--- After the vector walks, generic plans for the rest of the call: fact_candidates, multi-hop
--- and the trace insert have one right plan for every scope, and planning them for each call's
--- parameters cost more than running them (fact_candidates: 1.0 ms of planning for 2.5 ms of
--- execution; the trace insert of 256 decisions: twice its cost; docs/performance.md).
-SET LOCAL plan_cache_mode TO force_generic_plan;
-
 -- name: vector_walk(project_id, subject_id, query_embedding, top_k, event_top_k, exact_scan_min, as_of)^
 -- Phase 1, vector side: the ids of the top-K servable facts of the scope by cosine distance,
--- from an exact scan of a small scope or a walk of its bucket's HNSW graph, and the ids of the
--- event_top_k closest events of the scope (the `unified` profile's episode candidates; 0 for
--- `facts_first`, whose episodes come from episode_candidates). Runs on its own, planned for its
--- parameters (plan_vector_walks): its right plan depends on the scope's size, and the
--- candidate statements, which have one right plan for every scope, keep a generic one.
--- A NULL query_embedding walks nothing.
-WITH open_members AS MATERIALIZED (
-    -- The facts of the scope's open ConflictSets (migration 0010), as one array: tested on each
-    -- walked row, it is cheaper than the anti-join the planner picks for the few rows it
-    -- expects from an index walk (a nested loop over the set, 0.24 ms at 10k).
-    SELECT public.haki_open_conflict_facts(:project_id, :subject_id, :as_of::timestamptz) AS fact_ids
-),
-exact_scan AS MATERIALIZED (
-    -- The vector side's strategy. A scope-filtered walk of the scope's bucket (migration 0008)
-    -- reads about top_k / selectivity index tuples (~6 us each), an exact scan every fact of
-    -- the scope (~1.2 us each), so the exact scan is cheaper below sqrt(5 * top_k * bucket
-    -- rows) facts: 1,460 in a 106k-fact table, 4,500 in a 1M-fact one (docs/performance.md).
-    -- The planner's HNSW cost ignores the iterative scan, so it cannot make this choice itself.
-    -- The test reads the scope's ids up to the threshold, in index order (index-only on
-    -- facts_scope_id), and asks whether one more exists.
-    SELECT NOT EXISTS (
-        SELECT 1
-        FROM facts AS f
-        WHERE f.project_id = :project_id
-          AND f.subject_id = :subject_id
-        ORDER BY f.fact_id
-        OFFSET (SELECT greatest(:exact_scan_min::integer,
-                                sqrt(5.0 * :top_k * greatest(c.reltuples, 0) / public.haki_scope_buckets()))::bigint
-                FROM pg_class AS c
-                WHERE c.oid = 'facts'::regclass) - 1
-    ) AS small
-),
-vector_exact AS (
-    SELECT d.fact_id
-    FROM (
-        SELECT f.fact_id, f.embedding <=> :query_embedding::vector AS distance
-        FROM facts AS f
-        WHERE (SELECT x.small FROM exact_scan AS x)
-          AND :query_embedding::vector IS NOT NULL
-          AND f.project_id = :project_id
-          AND f.subject_id = :subject_id
-          AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
-                                        f.recorded_from, f.stale_after, f.recorded_to,
-                                        f.believed_valid_to, :as_of::timestamptz)
-          AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
-        OFFSET 0  -- computed distances, sorted below: never the HNSW ordering
-    ) AS d
-    ORDER BY d.distance, d.fact_id
-    LIMIT :top_k
-),
-walk AS (
-    SELECT f.fact_id
-    FROM facts AS f
-    WHERE NOT (SELECT x.small FROM exact_scan AS x)
-      AND :query_embedding::vector IS NOT NULL
-      -- The scope's bucket: the planner walks that bucket's partial HNSW index (0008).
-      AND public.haki_scope_bucket(f.project_id, f.subject_id) = public.haki_scope_bucket(:project_id, :subject_id)
-      AND f.project_id = :project_id
-      AND f.subject_id = :subject_id
-      AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
-                                    f.recorded_from, f.stale_after, f.recorded_to,
-                                    f.believed_valid_to, :as_of::timestamptz)
-      AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
-    -- The expression of the bucket indexes (half precision): the walk's order, not the score.
-    ORDER BY f.embedding::halfvec(384) <=> :query_embedding::vector::halfvec(384)
-    LIMIT :top_k
-),
-event_walk AS (
-    -- The bucket's HNSW graph of events (migration 0008), as episode_candidates walks it.
-    SELECT e.event_id
-    FROM events AS e
-    WHERE :query_embedding::vector IS NOT NULL
-      AND public.haki_scope_bucket(e.project_id, e.subject_id) = public.haki_scope_bucket(:project_id, :subject_id)
-      AND e.project_id = :project_id
-      AND e.subject_id = :subject_id
-      AND public.haki_event_held(e.occurred_at, e.recorded_at, :as_of::timestamptz)
-    ORDER BY e.embedding <=> :query_embedding::vector
-    LIMIT :event_top_k
-)
-SELECT (SELECT coalesce(array_agg(v.fact_id), '{}'::uuid[])
-        FROM (
-            SELECT fact_id FROM vector_exact
-            UNION ALL
-            SELECT fact_id FROM walk
-        ) AS v) AS walked_ids,
-       (SELECT coalesce(array_agg(w.event_id), '{}'::uuid[]) FROM event_walk AS w) AS walked_event_ids;
+-- and the ids of the event_top_k closest events of the scope (the `unified` profile's episode
+-- candidates; 0 for `facts_first`, whose episodes come from episode_candidates). Each is an
+-- exact scan of a small scope or a walk of its bucket's HNSW graph, decided by the scope's size
+-- when the call runs (haki_fact_walk, haki_event_walk: migration 0017). A NULL query_embedding
+-- walks nothing.
+SELECT ARRAY(
+           SELECT w.fact_id
+           FROM public.haki_fact_walk(:project_id, :subject_id, :query_embedding::vector,
+                                      :top_k::integer, :exact_scan_min::integer,
+                                      :as_of::timestamptz) AS w
+       ) AS walked_ids,
+       ARRAY(
+           SELECT w.event_id
+           FROM public.haki_event_walk(:project_id, :subject_id, :query_embedding::vector,
+                                       :event_top_k::integer, :exact_scan_min::integer,
+                                       :as_of::timestamptz) AS w
+           WHERE :event_top_k::integer > 0
+       ) AS walked_event_ids;
 
 -- name: fact_candidates(project_id, subject_id, query_embedding, query_text, top_k, candidate_limit, walked_ids, w_similarity, w_text_rank, w_recency, tau_seconds, as_of)
 -- Phase 1 (the vector top-K of vector_walk UNION the top-K by full-text rank via GIN) and phase
 -- 2 (the hybrid score on that union only, capped at CANDIDATE_LIMIT), plus the blocked facts of
--- the scope, in one round trip. Runs under a generic plan (end_custom_plans): every scan in it
+-- the scope, in one round trip. Runs under a generic plan (plan_context_call): every scan in it
 -- has one right plan whatever the scope's size. Never returns embeddings. A NULL
 -- query_embedding (embedder down) leaves the full-text side alone.
 WITH q AS MATERIALIZED (
-    SELECT websearch_to_tsquery('simple', :query_text) AS tsq
+    SELECT w.tsq, public.haki_query_any_lexeme(w.tsq) AS any_lexeme
+    FROM (SELECT websearch_to_tsquery('simple', :query_text) AS tsq) AS w
 ),
 open_members AS MATERIALIZED (
     -- The facts of the scope's open ConflictSets (migration 0010): the servable sides below
@@ -164,7 +93,7 @@ parts AS (
            f.recorded_from, f.source_event_id,
            public.haki_tokens(f.content) AS tokens,
            (f.embedding <=> :query_embedding::vector) AS cosine_distance,
-           public.haki_text_rank(f.search_vector, q.tsq) AS text_rank,
+           public.haki_text_rank_of(f.search_vector, q.tsq, q.any_lexeme) AS text_rank,
            public.haki_fact_recency(f.valid_from, f.recorded_from, :tau_seconds, :as_of::timestamptz) AS recency
     FROM facts AS f
     CROSS JOIN q
@@ -202,7 +131,8 @@ FROM blocked AS b;
 -- (spec/context-profiles.md, "Multi-hop reads are bounded"); the per_entity best of those, by
 -- ts_rank_cd, are the expansion. Score parts are those of the original query, for the trace.
 WITH q AS MATERIALIZED (
-    SELECT websearch_to_tsquery('simple', :query_text) AS tsq
+    SELECT w.tsq, public.haki_query_any_lexeme(w.tsq) AS any_lexeme
+    FROM (SELECT websearch_to_tsquery('simple', :query_text) AS tsq) AS w
 ),
 e AS MATERIALIZED (
     SELECT u.entity, u.entity_rank, plainto_tsquery('simple', u.entity) AS etsq
@@ -237,7 +167,7 @@ hits AS (
            f.recorded_from, f.source_event_id,
            public.haki_tokens(f.content) AS tokens,
            (f.embedding <=> :query_embedding::vector) AS cosine_distance,
-           public.haki_text_rank(f.search_vector, q.tsq) AS text_rank,
+           public.haki_text_rank_of(f.search_vector, q.tsq, q.any_lexeme) AS text_rank,
            public.haki_fact_recency(f.valid_from, f.recorded_from, :tau_seconds, :as_of::timestamptz) AS recency
     FROM picked AS pk
     JOIN facts AS f ON f.fact_id = pk.fact_id
@@ -255,24 +185,18 @@ SELECT h.entity, h.entity_rank, h.fact_id, h.content, h.valid_from, h.valid_to, 
 FROM hits AS h
 ORDER BY h.entity_rank, h.text_rank DESC, h.fact_id;
 
--- name: episode_candidates(project_id, subject_id, query_embedding, top_k, as_of)
--- Episodic memory: the EPISODE_TOP_K events of the scope closest to the query (the HNSW index
--- of the scope's bucket, migration 0008), closest first: the iterative scan runs in relaxed
--- order, so the K rows are sorted again by their exact distance. Never returns embeddings.
-SELECT k.event_id, k.content, k.occurred_at, k.tokens, k.cosine_distance
-FROM (
-    SELECT e.event_id, e.content, e.occurred_at,
-           public.haki_tokens(e.content) AS tokens,
-           (e.embedding <=> :query_embedding::vector) AS cosine_distance
-    FROM events AS e
-    WHERE public.haki_scope_bucket(e.project_id, e.subject_id) = public.haki_scope_bucket(:project_id, :subject_id)
-      AND e.project_id = :project_id
-      AND e.subject_id = :subject_id
-      AND public.haki_event_held(e.occurred_at, e.recorded_at, :as_of::timestamptz)
-    ORDER BY e.embedding <=> :query_embedding::vector
-    LIMIT :top_k
-) AS k
-ORDER BY k.cosine_distance, k.event_id;
+-- name: episode_candidates(project_id, subject_id, query_embedding, top_k, exact_scan_min, as_of)
+-- Episodic memory: the EPISODE_TOP_K events of the scope closest to the query (haki_event_walk,
+-- migration 0017: an exact scan of a small scope, the HNSW graph of its bucket otherwise),
+-- closest first: the iterative scan runs in relaxed order, so the K rows are sorted again by
+-- their exact distance. Never returns embeddings.
+SELECT e.event_id, e.content, e.occurred_at,
+       public.haki_tokens(e.content) AS tokens,
+       (e.embedding <=> :query_embedding::vector) AS cosine_distance
+FROM public.haki_event_walk(:project_id, :subject_id, :query_embedding::vector, :top_k::integer,
+                            :exact_scan_min::integer, :as_of::timestamptz) AS w
+JOIN events AS e ON e.project_id = :project_id AND e.event_id = w.event_id
+ORDER BY cosine_distance, e.event_id;
 
 -- name: insert_context_trace(project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status, warnings, empty_reason, facts_served, episodes_served, include_episodes, recall_max_distance, as_of, replay_of, decisions)!
 -- Persists one context call and every decision of it in one round trip: one INSERT of the call,
@@ -371,7 +295,7 @@ CROSS JOIN (
 -- together, plus the blocked facts of the scope, in one round trip. The text side matches the
 -- OR of the query's words (haki_query_words, in text_config: `english` stems or `simple`
 -- lexemes, without stop words) and ranks a text by the share of the query's BM25 idf it
--- matches: sum(idf(matched)) / sum(idf(query)). Runs under a generic plan (end_custom_plans).
+-- matches: sum(idf(matched)) / sum(idf(query)). Runs under a generic plan (plan_context_call).
 -- Never returns embeddings. Reads are bounded whatever the scope's size: the document
 -- frequencies come from a sample of the scope's newest idf_sample_docs facts and as many events
 -- (exact up to that size), and the match_words rarest words (highest idf: a text that matches

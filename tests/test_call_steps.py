@@ -18,18 +18,15 @@ async def settings_now(conn: asyncpg.Connection) -> dict[str, str]:
 async def test_each_step_changes_what_it_names_for_the_transaction_only(conn: asyncpg.Connection) -> None:
     before = await settings_now(conn)
     async with conn.transaction():
-        await assembler.plan_vector_walks(conn)
+        await assembler.plan_context_call(conn)
         planned = await settings_now(conn)
         assert planned == {
             **before,
             "ef_search": str(assembler.EF_SEARCH),
             "iterative_scan": "relaxed_order",
-            "plan_cache_mode": "force_custom_plan",
+            "plan_cache_mode": "force_generic_plan",
         }
-        await assembler.use_generic_plans(conn)
-        generic = await settings_now(conn)
-        assert generic == {**planned, "plan_cache_mode": "force_generic_plan"}
-        # The durability choice is its own step: the walks' plans never changed it.
-        assert generic["synchronous_commit"] == before["synchronous_commit"] == "on"
+        # The durability choice is its own step: the plan mode never changed it.
+        assert planned["synchronous_commit"] == before["synchronous_commit"] == "on"
         await assembler.commit_without_flush(conn)
-        assert await settings_now(conn) == {**generic, "synchronous_commit": "off"}
+        assert await settings_now(conn) == {**planned, "synchronous_commit": "off"}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from service.constants import MULTI_HOP_MAX_PER_ENTITY, RETRIEVAL_TOP_K
+from service.constants import EPISODE_TOP_K, MULTI_HOP_MAX_PER_ENTITY, RETRIEVAL_TOP_K
 from service.context import assembler
 from service.context.model import Probe
 from service.repository import context as repo
@@ -35,7 +35,7 @@ async def test_candidate_phases_pick_the_hnsw_and_gin_indexes(conn: asyncpg.Conn
     # One partial HNSW index per scope bucket (migration 0008): the one of idx-b's bucket.
     hnsw_index = await t.test_fact_vector_index(conn, project_id=PROJECT, subject_id="idx-b")
     async with conn.transaction():
-        await assembler.plan_vector_walks(conn)
+        await assembler.plan_context_call(conn)
         hnsw_before = await t.test_index_scans(conn, index_name=hnsw_index)
         gin_before = await t.test_index_scans(conn, index_name=GIN_INDEX)
         # The seeded contents end with their row number: "4242" names a handful of facts.
@@ -59,7 +59,7 @@ async def test_candidate_phases_pick_the_hnsw_and_gin_indexes(conn: asyncpg.Conn
 
 
 async def test_generic_plans_never_scan_the_whole_table(conn: asyncpg.Connection) -> None:
-    """After the vector walk the call runs under generic plans (use_generic_plans), built once
+    """A context call runs under generic plans (plan_context_call), built once
     per connection without the scope's size. In a table one large scope dominates, a generic
     plan that guessed from the average scope once hashed a sequential scan of every fact: for a
     tiny scope, whose right plan is a few index probes, that is a whole-table read per call.
@@ -75,7 +75,7 @@ async def test_generic_plans_never_scan_the_whole_table(conn: asyncpg.Connection
     for call in range(16):  # past the five custom plans after which PostgreSQL may go generic
         subject_id = "tiny" if call % 2 else "big"
         async with conn.transaction():
-            await assembler.plan_vector_walks(conn)
+            await assembler.plan_context_call(conn)
             retrieve = assembler.RETRIEVERS["facts_first" if call % 4 < 2 else "unified"]
             probe = Probe(
                 project_id=PROJECT,
@@ -102,6 +102,52 @@ async def test_generic_plans_never_scan_the_whole_table(conn: asyncpg.Connection
         else:
             assert len(candidates) >= RETRIEVAL_TOP_K
     assert await t.test_index_scans(conn, index_name="facts") == before, "a sequential scan of facts"
+
+
+@pytest.mark.parametrize("statistics", ["every subject tiny", "one subject"])
+async def test_walks_keep_their_plan_whatever_the_statistics(
+    conn: asyncpg.Connection, statistics: str
+) -> None:
+    """Migration 0017: the vector walks run one generic plan for every scope, and choose between
+    an exact scan and their bucket's graph when they run. Under statistics that guess every
+    scope tiny (where a plan picked by estimates sorts all of a big scope's facts) or every scope
+    the whole table (where it reads the whole table for a small one), a big scope still walks its
+    bucket's graphs, a small one is still read through its own index, and neither starts a
+    sequential scan. Facts and events alike, through both statements that walk."""
+    t = load_test_queries()
+    await seed_scopes(conn, {"walk-big": (2_000, "big seeded fact"), "walk-small": (30, "small seeded fact")})
+    for subject_id, n in (("walk-big", 1_500), ("walk-small", 20)):
+        await t.test_seed_random_events(
+            conn, project_id=PROJECT, subject_id=subject_id, n=n, content_prefix="seeded event"
+        )
+    if statistics == "every subject tiny":
+        await t.test_pretend_every_subject_tiny(conn)
+    else:
+        await t.test_pretend_one_subject(conn)
+    fact_graph = await t.test_fact_vector_index(conn, project_id=PROJECT, subject_id="walk-big")
+    event_graph = await t.test_event_vector_index(conn, project_id=PROJECT, subject_id="walk-big")
+    watched = [fact_graph, event_graph, "facts", "events"]  # a table's scans are sequential ones
+    scopes = (("walk-big", 2_000, 1_500), ("walk-small", 30, 20))
+    for call, (subject_id, facts, events) in enumerate(scopes * 2):
+        probe = Probe(
+            project_id=PROJECT,
+            subject_id=subject_id,
+            embedding=random_unit_vector(call),
+            query="seeded",
+            weights=WEIGHTS,
+        )
+        async with conn.transaction():
+            await assembler.plan_context_call(conn)
+            before = {name: await t.test_index_scans(conn, index_name=name) for name in watched}
+            walked = await repo.vector_walk(conn, probe, event_top_k=RETRIEVAL_TOP_K)
+            episodes = await repo.episode_candidates(conn, probe, top_k=EPISODE_TOP_K)
+            scans = {name: await t.test_index_scans(conn, index_name=name) - before[name] for name in watched}
+        assert len(walked.fact_ids) == min(facts, RETRIEVAL_TOP_K)
+        assert len(walked.event_ids) == min(events, RETRIEVAL_TOP_K)
+        assert len(episodes) == min(events, EPISODE_TOP_K)
+        assert scans["facts"] == scans["events"] == 0, scans
+        walks = 1 if subject_id == "walk-big" else 0
+        assert (scans[fact_graph], scans[event_graph]) == (walks, 2 * walks), scans
 
 
 async def test_no_text_index_keeps_a_pending_list(conn: asyncpg.Connection) -> None:

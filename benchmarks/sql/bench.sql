@@ -158,6 +158,24 @@ $fn$;
 -- The plan lines of pg_temp.bench_explain (bench_define_explain first, same session).
 SELECT line FROM pg_temp.bench_explain(:statement, :args::text[]) AS line;
 
+-- name: bench_function_source(function_name)^
+-- A SQL function's body, its parameters (names and types, in order) and the settings of its SET
+-- clauses: benchmarks/explain.py EXPLAINs the walks of migration 0017 as the statement their
+-- body is, under their own settings (EXPLAIN of the calling statement shows one Function Scan).
+SELECT p.prosrc AS body,
+       p.proargnames[1 : p.pronargs] AS arg_names,
+       ARRAY(SELECT format_type(t.oid, NULL) FROM unnest(p.proargtypes) WITH ORDINALITY AS a(oid, i)
+             JOIN pg_type AS t ON t.oid = a.oid ORDER BY a.i) AS arg_types,
+       coalesce(p.proconfig, '{}'::text[]) AS settings
+FROM pg_proc AS p
+WHERE p.oid = :function_name::regproc;
+
+-- name: bench_apply_settings(settings)$
+-- For the current transaction: settings given as name=value (a function's proconfig).
+SELECT count(set_config(split_part(s.setting, '=', 1), substr(s.setting, strpos(s.setting, '=') + 1), true))
+       AS applied
+FROM unnest(:settings::text[]) AS s(setting);
+
 -- name: bench_shared_buffers()$
 -- The server's shared_buffers, for the report.
 SELECT current_setting('shared_buffers') AS shared_buffers;

@@ -1,15 +1,15 @@
 """The Context Assembler: two profiles (spec/context-profiles.md), each a sequence of named steps.
 
-    every call   plan_vector_walks (while embed_query runs) -> the profile -> build_packet ->
+    every call   plan_context_call (while embed_query runs) -> the profile -> build_packet ->
                  commit_without_flush -> write_trace
-    unified      retrieve_unified (vector_walk -> use_generic_plans -> unified_candidates) ->
-                 preview -> link_entities -> lift_linked -> pack (one ranking, one budget)
-    facts_first  fetch_episodes -> retrieve_facts_first (vector_walk -> use_generic_plans ->
-                 fact_candidates) -> pack (facts) -> multi_hop_facts -> pack (expansion) ->
-                 pack (episodes)   (spec/context-assembler.md exactly)
+    unified      retrieve_unified (vector_walk -> unified_candidates) -> preview ->
+                 link_entities -> lift_linked -> pack (one ranking, one budget)
+    facts_first  fetch_episodes -> retrieve_facts_first (vector_walk -> fact_candidates) ->
+                 pack (facts) -> multi_hop_facts -> pack (expansion) -> pack (episodes)
+                 (spec/context-assembler.md exactly)
 
 Each step takes values and returns values; the profiles differ in which steps they chain, never
-by a branch inside a step. The plan mode (custom plans for the walks, generic ones after) and
+by a branch inside a step. The plan mode (generic plans, HNSW settings) and
 the durability choice (no wait for the WAL flush) are steps of their own. Every statement is a
 named query of queries/context.sql, reached through service/repository/context.py, which turns
 rows into the Structs of service/context/model.py. The scoring runs in SQL: no embedding ever
@@ -82,19 +82,12 @@ def check_as_of(field: str, as_of: datetime | None) -> None:
 # --- the call's plan mode and durability ------------------------------------------------------
 
 
-async def plan_vector_walks(conn: Conn) -> None:
-    """Plan mode, first half: the vector walks run under plans made for their own parameters
-    (the scope's size picks an exact scan or its bucket's HNSW graph), with HNSW allowed
-    EF_SEARCH rows and an iterative scan past rows the scope filter rejects. For the call's
-    transaction only."""
-    await repo.plan_vector_walks(conn, EF_SEARCH)
-
-
-async def use_generic_plans(conn: Conn) -> None:
-    """Plan mode, second half, after the walks: the candidate, multi-hop and trace statements
-    have one right plan for every scope, and planning them per call cost more than running them
-    (docs/performance.md). From here on no statement may walk a partial HNSW index."""
-    await repo.end_custom_plans(conn)
+async def plan_context_call(conn: Conn) -> None:
+    """The plan mode: every statement of the call runs under its generic plan, built once per
+    connection (each has one right plan for every scope; the walks pick an exact scan or their
+    bucket's HNSW graph when they run, migration 0017), with HNSW allowed EF_SEARCH rows and an
+    iterative scan past rows the scope filter rejects. For the call's transaction only."""
+    await repo.plan_context_call(conn, EF_SEARCH)
 
 
 async def commit_without_flush(conn: Conn) -> None:
@@ -204,18 +197,14 @@ async def write_trace(
 
 async def retrieve_unified(conn: Conn, probe: Probe, with_episodes: bool = True) -> Retrieved:
     """Fact and episode candidates, each the vector top-K UNION the text top-K (the OR of the
-    query's words, ranked by idf share), in one ranking by the hybrid score; blocked facts.
-    The walk under its own plan, then generic plans for the rest of the call."""
+    query's words, ranked by idf share), in one ranking by the hybrid score; blocked facts."""
     walked = await repo.vector_walk(conn, probe, event_top_k=RETRIEVAL_TOP_K if with_episodes else 0)
-    await use_generic_plans(conn)
     return await repo.unified_candidates(conn, probe, walked, with_episodes=with_episodes)
 
 
 async def retrieve_facts_first(conn: Conn, probe: Probe) -> Retrieved:
-    """Fact candidates, the vector top-K UNION the text top-K (every word), and blocked facts.
-    The walk under its own plan, then generic plans for the rest of the call."""
+    """Fact candidates, the vector top-K UNION the text top-K (every word), and blocked facts."""
     walked = await repo.vector_walk(conn, probe)
-    await use_generic_plans(conn)
     return await repo.fact_candidates(conn, probe, walked)
 
 
@@ -293,8 +282,6 @@ async def fetch_episodes(conn: Conn, req: ContextRequest, probe: Probe) -> list[
 async def assemble_facts_first(
     conn: Conn, req: ContextRequest, probe: Probe, gate: float, timer: StageTimer
 ) -> tuple[Retrieved, Packed]:
-    # The episodes' walk before the facts': retrieve_facts_first turns the call to generic plans
-    # for the rest of it (use_generic_plans), and a generic plan cannot walk a partial HNSW index.
     with timer.stage("episodes"):
         episodes = await fetch_episodes(conn, req, probe)
     with timer.stage("candidates"):
@@ -358,7 +345,7 @@ async def assemble(
     )
     try:
         async with conn.transaction(readonly=trace_pool is not None):
-            await plan_vector_walks(conn)
+            await plan_context_call(conn)
             qvec = await embedding
             probe = probe_of(req, qvec, settings, weights or PROFILE_WEIGHTS[profile])
             retrieved, packed = await PROFILES[profile](conn, req, probe, settings.recall_max_distance, timer)
@@ -406,9 +393,8 @@ __all__ = [
     "check_as_of",
     "commit_without_flush",
     "inspect",
-    "plan_vector_walks",
+    "plan_context_call",
     "retrieve_facts_first",
     "retrieve_unified",
     "stats",
-    "use_generic_plans",
 ]

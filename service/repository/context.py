@@ -111,12 +111,8 @@ def _retrieved(rows: Sequence[Any], id_column: str) -> Retrieved:
     return Retrieved(candidates=candidates, blocked=blocked, idf=idf)
 
 
-async def plan_vector_walks(conn: Conn, ef_search: int) -> None:
-    await q().plan_vector_walks(conn, ef_search=ef_search)
-
-
-async def end_custom_plans(conn: Conn) -> None:
-    await q().end_custom_plans(conn)
+async def plan_context_call(conn: Conn, ef_search: int) -> None:
+    await q().plan_context_call(conn, ef_search=ef_search)
 
 
 async def defer_commit_flush(conn: Conn) -> None:
@@ -146,7 +142,8 @@ async def vector_walk(
     event_top_k: int = 0,
     exact_scan_min: int = EXACT_SCAN_MIN_FACTS,
 ) -> Walked:
-    """Phase 1's vector side, run under the plan for its own parameters (plan_vector_walks)."""
+    """Phase 1's vector side: an exact scan of a small scope or a walk of its bucket's graph, for
+    facts and (event_top_k > 0) events, under the call's generic plan (plan_context_call)."""
     args = _probe_args(probe, text=False, scoring=False)
     row = await q().vector_walk(
         conn, **args, top_k=top_k, event_top_k=event_top_k, exact_scan_min=exact_scan_min
@@ -253,10 +250,14 @@ async def linked_facts(
     return [(r["entity"], _candidate(r, "fact", r["fact_id"], expansion=True)) for r in rows]
 
 
-async def episode_candidates(conn: Conn, probe: Probe, *, top_k: int) -> list[Candidate]:
+async def episode_candidates(
+    conn: Conn, probe: Probe, *, top_k: int, exact_scan_min: int = EXACT_SCAN_MIN_FACTS
+) -> list[Candidate]:
     """`facts_first` episodes: the top_k closest events, scored by their cosine similarity."""
     rows = await collect(
-        q().episode_candidates(conn, **_probe_args(probe, text=False, scoring=False), top_k=top_k)
+        q().episode_candidates(
+            conn, **_probe_args(probe, text=False, scoring=False), top_k=top_k, exact_scan_min=exact_scan_min
+        )
     )
     return [
         Candidate(

@@ -49,6 +49,10 @@ $$;
 -- The partial HNSW index of a scope's bucket (migration 0008), by name.
 SELECT format('facts_embedding_hnsw_%s', lpad(public.haki_scope_bucket(:project_id, :subject_id)::text, 2, '0'));
 
+-- name: test_event_vector_index(project_id, subject_id)$
+-- The partial HNSW index of a scope's bucket over events (migration 0008), by name.
+SELECT format('events_embedding_hnsw_%s', lpad(public.haki_scope_bucket(:project_id, :subject_id)::text, 2, '0'));
+
 -- name: test_seed_random_facts(project_id, subject_id, n, content_prefix)!
 -- Bulk-seeds n active facts of one scope, server-side, with random unit embeddings (Gaussian
 -- coordinates, L2-normalised, so uniform on the sphere) and the content "<content_prefix> <i>".
@@ -64,6 +68,42 @@ CROSS JOIN LATERAL (
 -- name: test_analyze_facts()!
 -- Refreshes the planner statistics of facts after a bulk seed.
 ANALYZE facts;
+
+-- name: test_seed_random_events(project_id, subject_id, n, content_prefix)!
+-- Bulk-seeds n events of one scope, as test_seed_random_facts seeds facts, one minute apart.
+INSERT INTO events (project_id, event_id, subject_id, content, occurred_at, embedding)
+SELECT :project_id, uuidv7(), :subject_id, :content_prefix || ' ' || g.i,
+       now() - make_interval(mins => g.i), v.embedding
+FROM generate_series(1, :n::integer) AS g(i)
+CROSS JOIN LATERAL (
+    SELECT l2_normalize(array_agg(random_normal())::vector(384)) AS embedding
+    FROM generate_series(1, 384)
+    WHERE g.i IS NOT NULL  -- correlated, so every row draws its own vector
+) AS v;
+
+-- name: test_pretend_every_subject_tiny#
+-- Statistics that make a generic plan guess one row per subject (n_distinct -1: every row its own
+-- subject), so a plan picked by estimates sorts any scope instead of walking a graph.
+ALTER TABLE facts ALTER COLUMN subject_id SET (n_distinct = -1);
+ALTER TABLE events ALTER COLUMN subject_id SET (n_distinct = -1);
+ANALYZE facts, events;
+
+-- name: test_pretend_one_subject#
+-- Statistics that make a generic plan guess that a subject is the whole table (n_distinct 1), so
+-- a plan picked by estimates reads the whole table for any scope.
+ALTER TABLE facts ALTER COLUMN subject_id SET (n_distinct = 1);
+ALTER TABLE events ALTER COLUMN subject_id SET (n_distinct = 1);
+ANALYZE facts, events;
+
+-- name: test_text_ranks(texts, queries)
+-- haki_text_rank and haki_text_rank_of (migration 0017) of every text against every query
+-- (tsquery syntax).
+SELECT t.text, q.query,
+       public.haki_text_rank(to_tsvector('simple', t.text), q.query::tsquery) AS text_rank,
+       public.haki_text_rank_of(to_tsvector('simple', t.text), q.query::tsquery,
+                                public.haki_query_any_lexeme(q.query::tsquery)) AS text_rank_of
+FROM unnest(:texts::text[]) AS t(text)
+CROSS JOIN unnest(:queries::text[]) AS q(query);
 
 -- name: test_count_facts()$
 -- Number of rows in the facts table, all projects and statuses.

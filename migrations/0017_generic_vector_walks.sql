@@ -1,0 +1,188 @@
+-- The vector walks under one generic plan (issue 13, docs/performance.md "The walks under a
+-- generic plan"). Until now the walk of a context call was planned for its own parameters:
+-- a generic plan cannot name the scope's partial HNSW index (migration 0008: the bucket is a
+-- function of the parameters), and guessed from the average scope whether to walk a graph or
+-- sort the scope. That planning cost 0.9-1.5 ms a call, more than the walk of a 10k-fact scope
+-- itself, and two round trips to switch the plan mode around it.
+--
+-- These functions are the walks, written so that one plan, built once per connection, is right
+-- for every scope:
+-- * one branch per bucket, each naming its bucket as a constant (so each reaches its own
+--   partial index) behind a one-time filter on the scope's bucket: only one branch runs, and
+--   the 15 others cost ~5 us each;
+-- * the choice between an exact scan and the walk made when the call runs, from the scope's
+--   size (haki_exact_scan_limit), not by the planner from statistics;
+-- * plans pinned with the function's own settings: no sequential scan and no sort where an
+--   index gives the order, so no statistics (a new subject, a table one scope dominates, many
+--   small scopes) can turn the walk of a big scope into a sort of all its facts, or the exact
+--   scan of a small one into a read of the whole table (tests/test_index_use.py). The settings
+--   hold while the function runs, its planning included, and never leak into the call.
+--
+-- They cannot be inlined (the SET clauses), and need not be: PostgreSQL 18 keeps a SQL
+-- function's plan in the plan cache, so a call runs the cached generic plan. PARALLEL
+-- RESTRICTED: a parallel worker may not change settings.
+
+-- How many rows of a scope a walk of its bucket's graph is worth. A scope-filtered walk of the
+-- bucket reads about top_k / selectivity index tuples (~6 us each), an exact scan every row of
+-- the scope (~1.2 us each), so the exact scan is cheaper below sqrt(5 * top_k * bucket rows)
+-- rows: 1,460 facts in a 106k-fact table, 4,500 in a 1M-fact one (docs/performance.md), and
+-- never below exact_scan_min. The planner's HNSW cost ignores the iterative scan, so it cannot
+-- make this choice itself.
+CREATE FUNCTION public.haki_exact_scan_limit(tbl regclass, top_k integer, exact_scan_min integer)
+RETURNS bigint
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+SELECT greatest(exact_scan_min,
+                sqrt(5.0 * top_k * greatest(c.reltuples, 0) / public.haki_scope_buckets()))::bigint
+FROM pg_catalog.pg_class AS c
+WHERE c.oid = tbl
+$$;
+
+-- Any of a query's lexemes, as one tsquery (the OR of its operands, prefix and weight marks
+-- kept), or null for a query without any. Read from the query's text form, where every operand
+-- is quoted ('' for a quote inside it).
+CREATE FUNCTION public.haki_query_any_lexeme(q tsquery) RETURNS tsquery
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+SELECT pg_catalog.string_agg(m.operand[1], ' | ')::pg_catalog.tsquery
+FROM pg_catalog.regexp_matches(q::text, '(''(?:[^'']|'''')*''(?::[*A-D]+)?)', 'g') AS m(operand)
+$$;
+
+-- haki_text_rank (migration 0015), computed only for a text that holds one of the query's
+-- lexemes (any_lexeme: haki_query_any_lexeme of q, computed once a statement). ts_rank_cd reads
+-- only the text's positions of the query's lexemes, so it is 0 for any other text, whatever the
+-- query's operators (negations and phrases included; tests/test_sql_rules.py), but it took
+-- 7.5 us a row to say so, against 3 us for the test: most of the vector side's candidates share
+-- no word with the query.
+CREATE FUNCTION public.haki_text_rank_of(sv tsvector, q tsquery, any_lexeme tsquery) RETURNS real
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+SELECT CASE WHEN sv OPERATOR(pg_catalog.@@) any_lexeme THEN public.haki_text_rank(sv, q) ELSE 0::real END
+$$;
+
+DO $migration$
+DECLARE
+    -- One bucket's walk of its partial HNSW index, for the table %1$s, returning %2$s, with the
+    -- servability test %3$s, for bucket %4$s, in the order of that index's expression %5$s.
+    -- The iterative scan (hnsw.iterative_scan, set for the call) walks on past rows of other
+    -- scopes until top_k rows of the scope are found.
+    bucket_walk CONSTANT text := $branch$
+(SELECT w.%2$s
+ FROM public.%1$s AS w
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+   AND public.haki_scope_bucket(p_project_id, p_subject_id) = %4$s
+   AND public.haki_scope_bucket(w.project_id, w.subject_id) = %4$s
+   AND w.project_id = p_project_id
+   AND w.subject_id = p_subject_id
+   AND %3$s
+ ORDER BY %5$s
+ LIMIT top_k)$branch$;
+    fact_walks text;
+    event_walks text;
+BEGIN
+    SELECT string_agg(
+               format(bucket_walk, 'facts', 'fact_id',
+                      'public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, '
+                      'w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)'
+                      || E'\n   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))',
+                      b, 'w.embedding::halfvec(384) <=> query::halfvec(384)'),
+               E'\nUNION ALL' ORDER BY b),
+           string_agg(
+               format(bucket_walk, 'events', 'event_id',
+                      'public.haki_event_held(w.occurred_at, w.recorded_at, at)',
+                      b, 'w.embedding <=> query'),
+               E'\nUNION ALL' ORDER BY b)
+    INTO fact_walks, event_walks
+    FROM generate_series(0, public.haki_scope_buckets() - 1) AS b;
+
+    -- The top_k servable facts of a scope closest to `query`, at the instant `at` (null: now),
+    -- in no particular order; none for a null query. A scope of at most haki_exact_scan_limit
+    -- facts is scanned exactly (full-precision distances, read through facts_scope_id); a
+    -- bigger one walks its bucket's graph (half precision: the graphs' expression). The facts of
+    -- the scope's open ConflictSets are skipped as one array tested on each row (a nested loop
+    -- over the set cost 0.24 ms at 10k).
+    EXECUTE format($function$
+CREATE FUNCTION public.haki_fact_walk(
+    p_project_id text, p_subject_id text, query vector, top_k integer, exact_scan_min integer,
+    at timestamptz
+) RETURNS TABLE (fact_id uuid)
+LANGUAGE sql STABLE PARALLEL RESTRICTED ROWS 64
+SET search_path = pg_catalog, public
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_sort = off
+AS $body$
+WITH open_members AS MATERIALIZED (
+    SELECT public.haki_open_conflict_facts(p_project_id, p_subject_id, at) AS fact_ids
+),
+exact_scan AS MATERIALIZED (
+    -- Reads the scope's ids up to the limit (index-only on facts_scope_id) and asks whether
+    -- one more exists.
+    SELECT NOT EXISTS (
+        SELECT 1
+        FROM public.facts AS f
+        WHERE f.project_id = p_project_id
+          AND f.subject_id = p_subject_id
+        ORDER BY f.fact_id
+        OFFSET public.haki_exact_scan_limit('public.facts'::regclass, top_k, exact_scan_min) - 1
+    ) AS small
+)
+(SELECT d.fact_id
+ FROM (
+     SELECT f.fact_id, f.embedding <=> query AS distance
+     FROM public.facts AS f
+     WHERE (SELECT x.small FROM exact_scan AS x)
+       AND query IS NOT NULL
+       AND f.project_id = p_project_id
+       AND f.subject_id = p_subject_id
+       AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
+                                     f.recorded_from, f.stale_after, f.recorded_to,
+                                     f.believed_valid_to, at)
+       AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+     OFFSET 0  -- computed distances, sorted below: never the HNSW ordering
+ ) AS d
+ ORDER BY d.distance, d.fact_id
+ LIMIT top_k)
+UNION ALL%s
+$body$$function$, fact_walks);
+
+    -- The top_k events of a scope closest to `query` that were held at `at` (null: now), in no
+    -- particular order; none for a null query. The same choice as haki_fact_walk: a scope of at
+    -- most haki_exact_scan_limit events is scanned exactly (read through events_scope_occurred),
+    -- a bigger one walks its bucket's graph (full precision, migration 0008).
+    EXECUTE format($function$
+CREATE FUNCTION public.haki_event_walk(
+    p_project_id text, p_subject_id text, query vector, top_k integer, exact_scan_min integer,
+    at timestamptz
+) RETURNS TABLE (event_id uuid)
+LANGUAGE sql STABLE PARALLEL RESTRICTED ROWS 64
+SET search_path = pg_catalog, public
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_sort = off
+AS $body$
+WITH exact_scan AS MATERIALIZED (
+    SELECT NOT EXISTS (
+        SELECT 1
+        FROM public.events AS e
+        WHERE e.project_id = p_project_id
+          AND e.subject_id = p_subject_id
+        ORDER BY e.occurred_at
+        OFFSET public.haki_exact_scan_limit('public.events'::regclass, top_k, exact_scan_min) - 1
+    ) AS small
+)
+(SELECT d.event_id
+ FROM (
+     SELECT e.event_id, e.embedding <=> query AS distance
+     FROM public.events AS e
+     WHERE (SELECT x.small FROM exact_scan AS x)
+       AND query IS NOT NULL
+       AND e.project_id = p_project_id
+       AND e.subject_id = p_subject_id
+       AND public.haki_event_held(e.occurred_at, e.recorded_at, at)
+     OFFSET 0
+ ) AS d
+ ORDER BY d.distance, d.event_id
+ LIMIT top_k)
+UNION ALL%s
+$body$$function$, event_walks);
+END
+$migration$;
