@@ -10,13 +10,13 @@ plan_context_call exactly as the assembler configures it: every statement gets t
 plan it runs under. Each statement runs twice and the second run is shown (warm buffers, as in a
 serving process).
 
-The walks (migration 0017) are SQL functions that vector_walk and episode_candidates call: EXPLAIN
-of those statements shows a Function Scan, so each walk is also shown as the statement its body
-is, under its own settings (explain_function).
+The walks (migration 0017) are SQL functions that the candidate statements and
+episode_candidates call: EXPLAIN of those statements shows a Function Scan, so each walk is also
+shown as the statement its body is, under its own settings (explain_function).
 
-Both profiles (spec/context-profiles.md): `facts_first` runs vector_walk (facts only),
-episode_candidates and fact_candidates; `unified` runs vector_walk (facts and events) and
-unified_candidates, then linked_facts (its multi-hop inside the budget) where `facts_first` runs
+Both profiles (spec/context-profiles.md): `facts_first` runs episode_candidates and
+fact_candidates (the walk of its facts inside); `unified` runs unified_candidates (the walks of
+facts and events inside), then linked_facts (its multi-hop inside the budget) where `facts_first` runs
 multi_hop_facts; both write insert_context_trace.
 """
 
@@ -160,62 +160,51 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
             "event_top_k": RETRIEVAL_TOP_K if unified else 0,
         }
 
-    async def walked(subject: str, query: Any, *, unified: bool = False) -> dict[str, Any]:
-        """cand() plus what vector_walk hands the candidate statement, as the assembler runs it."""
-        params = cand(subject, query, unified=unified)
-        async with conn.transaction():
-            await assembler.plan_context_call(conn)
-            row = await load_queries().vector_walk(
-                conn, **{p: params[p] for p in load_queries().driver_adapter.var_sorted["vector_walk"]}
-            )
-        return {**params, "walked_ids": row["walked_ids"], "walked_event_ids": row["walked_event_ids"]}
-
     for subject, label in ((TARGET, "10k scope of 106k facts"), (SMALL, "1k scope (0.9 % of the table)")):
         out.append(
             (
-                f"vector_walk (facts_first: facts only), {label}, query {question.text!r}",
-                await explain(conn, "vector_walk", cand(subject, question)),
-            )
-        )
-        out.append(
-            (
-                f"haki_fact_walk (inside vector_walk, migration 0017), {label}, query {question.text!r}",
+                f"haki_fact_walk (inside fact_candidates and unified_candidates), {label}, "
+                f"query {question.text!r}",
                 await explain_function(
                     conn,
                     "haki_fact_walk",
-                    [PROJECT, subject, Vector(question.vector), RETRIEVAL_TOP_K, EXACT_SCAN_MIN_FACTS, None],
+                    [
+                        PROJECT,
+                        subject,
+                        Vector(question.vector),
+                        RETRIEVAL_TOP_K,
+                        EXACT_SCAN_MIN_FACTS,
+                        None,
+                        await load_bench_queries().bench_open_conflict_facts(
+                            conn, project_id=PROJECT, subject_id=subject
+                        ),
+                    ],
                 ),
             )
         )
         out.append(
             (
                 f"fact_candidates (facts_first), {label}, query {question.text!r}",
-                await explain(conn, "fact_candidates", await walked(subject, question)),
-            )
-        )
-        out.append(
-            (
-                f"vector_walk (unified: facts and events), {label}, query {question.text!r}",
-                await explain(conn, "vector_walk", cand(subject, question, unified=True)),
+                await explain(conn, "fact_candidates", cand(subject, question)),
             )
         )
         out.append(
             (
                 f"unified_candidates (unified), {label}, query {question.text!r}",
-                await explain(conn, "unified_candidates", await walked(subject, question, unified=True)),
+                await explain(conn, "unified_candidates", cand(subject, question, unified=True)),
             )
         )
     out.append(
         (
             f"fact_candidates (facts_first), 10k scope, one-word query {keyword.text!r} "
             "(the GIN side matches)",
-            await explain(conn, "fact_candidates", await walked(TARGET, keyword)),
+            await explain(conn, "fact_candidates", cand(TARGET, keyword)),
         )
     )
     out.append(
         (
             f"unified_candidates (unified), 10k scope, one-word query {keyword.text!r}",
-            await explain(conn, "unified_candidates", await walked(TARGET, keyword, unified=True)),
+            await explain(conn, "unified_candidates", cand(TARGET, keyword, unified=True)),
         )
     )
     async with conn.transaction():
@@ -230,19 +219,20 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
                 weights=assembler.PROFILE_WEIGHTS["facts_first"],
             ),
         )
-        # The query's words and their idf, which unified_candidates hands linked_facts.
-        idf = (
-            await assembler.retrieve_unified(
-                conn,
-                Probe(
-                    project_id=PROJECT,
-                    subject_id=TARGET,
-                    embedding=question.vector,
-                    query=question.text,
-                    weights=assembler.PROFILE_WEIGHTS["unified"],
-                ),
-            )
-        ).idf
+        # The query's words and their idf, and the open-conflict facts, which
+        # unified_candidates hands linked_facts.
+        unified = await assembler.retrieve_unified(
+            conn,
+            Probe(
+                project_id=PROJECT,
+                subject_id=TARGET,
+                embedding=question.vector,
+                query=question.text,
+                weights=assembler.PROFILE_WEIGHTS["unified"],
+            ),
+        )
+    idf = unified.idf
+    open_member_ids = [b.fact_id for b in unified.blocked if b.reason_code == "conflict_open"]
     exclude = [c.item_id for c in retrieved.facts]
     entities = {
         "entities": ["Alice", "Bruno"],
@@ -264,13 +254,19 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
             await explain(
                 conn,
                 "linked_facts",
-                {**cand(TARGET, question), **entities, "words": list(idf), "idfs": list(idf.values())},
+                {
+                    **cand(TARGET, question),
+                    **entities,
+                    "words": list(idf),
+                    "idfs": list(idf.values()),
+                    "open_member_ids": open_member_ids,
+                },
             ),
         )
     )
     out.append(
         (
-            "haki_event_walk (inside vector_walk and episode_candidates), 10k scope "
+            "haki_event_walk (inside unified_candidates and episode_candidates), 10k scope "
             "(1,000 of its events among 5,600)",
             await explain_function(
                 conn,

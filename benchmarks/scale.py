@@ -128,7 +128,7 @@ async def measure(conn: Any, settings: Settings, cfg: Config, rounds: int, resul
         await assembler.assemble(conn, emb, settings, principal, req, timer=timer)
 
     async def candidates(query: Query, text: str, profile: ContextProfile = "facts_first") -> Retrieved:
-        """A profile's candidate step alone (vector_walk, then its statement), with its weights."""
+        """A profile's candidate step alone (one statement, the walk inside), with its weights."""
         async with conn.transaction():
             await assembler.plan_context_call(conn)
             probe = Probe(

@@ -90,7 +90,7 @@ def test_assembler_sql_path_small_scope(benchmark: Any, world: World, profile: C
 
 
 def test_fact_candidates_only(benchmark: Any, world: World) -> None:
-    """`facts_first` phase 1 + phase 2 + the blocked facts (vector_walk, then one statement): the
+    """`facts_first` phase 1 + phase 2 + the blocked facts (one statement, the walk inside): the
     like-for-like rival of the baseline."""
     rot = Rotation(world)
     retrieved = benchmark.pedantic(
@@ -102,7 +102,7 @@ def test_fact_candidates_only(benchmark: Any, world: World) -> None:
 
 def test_unified_candidates_only(benchmark: Any, world: World) -> None:
     """`unified` phase 1 + phase 2 of facts and episodes in one ranking + the blocked facts
-    (vector_walk of facts and events, then one statement): fact_candidates' counterpart."""
+    (one statement, the walks of facts and events inside): fact_candidates' counterpart."""
     rot = Rotation(world)
     retrieved = benchmark.pedantic(
         lambda: world.unified(rot.next()), rounds=300, iterations=1, warmup_rounds=30

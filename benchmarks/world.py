@@ -119,13 +119,14 @@ class World:
         return result
 
     def candidates(self, query: Query, subject_id: str = TARGET, text: str | None = None) -> Retrieved:
-        """fact_candidates alone (`facts_first`: vector_walk, then phases 1 and 2 and the blocked
-        facts), configured as the assembler configures it."""
+        """fact_candidates alone (`facts_first`: the walk of its facts, phases 1 and 2 and the
+        blocked facts, one statement), configured as the assembler configures it."""
         return self._retrieve("facts_first", query, subject_id, text)
 
     def unified(self, query: Query, subject_id: str = TARGET, text: str | None = None) -> Retrieved:
-        """unified_candidates alone (`unified`: vector_walk of facts and events, then both
-        kinds' phases 1 and 2 in one ranking, and the blocked facts), configured likewise."""
+        """unified_candidates alone (`unified`: the walks of facts and events, both kinds'
+        phases 1 and 2 in one ranking, and the blocked facts, one statement), configured
+        likewise."""
         return self._retrieve("unified", query, subject_id, text)
 
     def _retrieve(

@@ -37,26 +37,6 @@ FROM pg_catalog.pg_class AS c
 WHERE c.oid = tbl
 $$;
 
--- Any of a query's lexemes, as one tsquery (the OR of its operands, prefix and weight marks
--- kept), or null for a query without any. Read from the query's text form, where every operand
--- is quoted ('' for a quote inside it).
-CREATE FUNCTION public.haki_query_any_lexeme(q tsquery) RETURNS tsquery
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-SELECT pg_catalog.string_agg(m.operand[1], ' | ')::pg_catalog.tsquery
-FROM pg_catalog.regexp_matches(q::text, '(''(?:[^'']|'''')*''(?::[*A-D]+)?)', 'g') AS m(operand)
-$$;
-
--- haki_text_rank (migration 0015), computed only for a text that holds one of the query's
--- lexemes (any_lexeme: haki_query_any_lexeme of q, computed once a statement). ts_rank_cd reads
--- only the text's positions of the query's lexemes, so it is 0 for any other text, whatever the
--- query's operators (negations and phrases included; tests/test_sql_rules.py), but it took
--- 7.5 us a row to say so, against 3 us for the test: most of the vector side's candidates share
--- no word with the query.
-CREATE FUNCTION public.haki_text_rank_of(sv tsvector, q tsquery, any_lexeme tsquery) RETURNS real
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-SELECT CASE WHEN sv OPERATOR(pg_catalog.@@) any_lexeme THEN public.haki_text_rank(sv, q) ELSE 0::real END
-$$;
-
 DO $migration$
 DECLARE
     -- One bucket's walk of its partial HNSW index, for the table %1$s, returning %2$s, with the
@@ -82,7 +62,7 @@ BEGIN
                format(bucket_walk, 'facts', 'fact_id',
                       'public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, '
                       'w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)'
-                      || E'\n   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))',
+                      || E'\n   AND NOT (w.fact_id = ANY (open_members))',
                       b, 'w.embedding::halfvec(384) <=> query::halfvec(384)'),
                E'\nUNION ALL' ORDER BY b),
            string_agg(
@@ -96,13 +76,15 @@ BEGIN
     -- The top_k servable facts of a scope closest to `query`, at the instant `at` (null: now),
     -- in no particular order; none for a null query. A scope of at most haki_exact_scan_limit
     -- facts is scanned exactly (full-precision distances, read through facts_scope_id); a
-    -- bigger one walks its bucket's graph (half precision: the graphs' expression). The facts of
-    -- the scope's open ConflictSets are skipped as one array tested on each row (a nested loop
-    -- over the set cost 0.24 ms at 10k).
+    -- bigger one walks its bucket's graph (half precision: the graphs' expression).
+    -- open_members: the facts of the scope's open ConflictSets at `at`
+    -- (haki_open_conflict_facts), which the caller reads once for the whole statement (the
+    -- candidate statements need them too: 0.1-0.3 ms each time); skipped as one array tested on
+    -- each row (a nested loop over the set cost 0.24 ms at 10k).
     EXECUTE format($function$
 CREATE FUNCTION public.haki_fact_walk(
     p_project_id text, p_subject_id text, query vector, top_k integer, exact_scan_min integer,
-    at timestamptz
+    at timestamptz, open_members uuid[]
 ) RETURNS TABLE (fact_id uuid)
 LANGUAGE sql STABLE PARALLEL RESTRICTED ROWS 64
 SET search_path = pg_catalog, public
@@ -110,10 +92,7 @@ SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 SET enable_sort = off
 AS $body$
-WITH open_members AS MATERIALIZED (
-    SELECT public.haki_open_conflict_facts(p_project_id, p_subject_id, at) AS fact_ids
-),
-exact_scan AS MATERIALIZED (
+WITH exact_scan AS MATERIALIZED (
     -- Reads the scope's ids up to the limit (index-only on facts_scope_id) and asks whether
     -- one more exists.
     SELECT NOT EXISTS (
@@ -136,7 +115,7 @@ exact_scan AS MATERIALIZED (
        AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
                                      f.recorded_from, f.stale_after, f.recorded_to,
                                      f.believed_valid_to, at)
-       AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+       AND NOT (f.fact_id = ANY (open_members))
      OFFSET 0  -- computed distances, sorted below: never the HNSW ordering
  ) AS d
  ORDER BY d.distance, d.fact_id

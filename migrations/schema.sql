@@ -572,20 +572,17 @@ SELECT public.haki_valid_to_at(valid_to, recorded_to, believed_valid_to, at) IS 
 $$;
 
 --
--- Name: haki_fact_walk(text, text, public.vector, integer, integer, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+-- Name: haki_fact_walk(text, text, public.vector, integer, integer, timestamp with time zone, uuid[]); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.haki_fact_walk(p_project_id text, p_subject_id text, query public.vector, top_k integer, exact_scan_min integer, at timestamp with time zone) RETURNS TABLE(fact_id uuid)
+CREATE FUNCTION public.haki_fact_walk(p_project_id text, p_subject_id text, query public.vector, top_k integer, exact_scan_min integer, at timestamp with time zone, open_members uuid[]) RETURNS TABLE(fact_id uuid)
     LANGUAGE sql STABLE ROWS 64 PARALLEL RESTRICTED
     SET search_path TO 'pg_catalog', 'public'
     SET plan_cache_mode TO 'force_generic_plan'
     SET enable_seqscan TO 'off'
     SET enable_sort TO 'off'
     AS $$
-WITH open_members AS MATERIALIZED (
-    SELECT public.haki_open_conflict_facts(p_project_id, p_subject_id, at) AS fact_ids
-),
-exact_scan AS MATERIALIZED (
+WITH exact_scan AS MATERIALIZED (
     -- Reads the scope's ids up to the limit (index-only on facts_scope_id) and asks whether
     -- one more exists.
     SELECT NOT EXISTS (
@@ -608,7 +605,7 @@ exact_scan AS MATERIALIZED (
        AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
                                      f.recorded_from, f.stale_after, f.recorded_to,
                                      f.believed_valid_to, at)
-       AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+       AND NOT (f.fact_id = ANY (open_members))
      OFFSET 0  -- computed distances, sorted below: never the HNSW ordering
  ) AS d
  ORDER BY d.distance, d.fact_id
@@ -623,7 +620,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+   AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -636,7 +633,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+   AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -649,7 +646,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+   AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -662,7 +659,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+   AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -675,7 +672,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+   AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -688,7 +685,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+   AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -701,7 +698,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+   AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -714,7 +711,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+   AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -727,7 +724,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+   AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -740,7 +737,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+   AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -753,7 +750,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+   AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -766,7 +763,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+   AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -779,7 +776,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+   AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -792,7 +789,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+   AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -805,7 +802,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+   AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -818,7 +815,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+   AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 $$;
@@ -918,17 +915,6 @@ SELECT CASE WHEN public.haki_text_probe(max_share, c.reltuples::double precision
             THEN public.haki_scope_facts_estimate(p_project_id, p_subject_id) END
 FROM pg_catalog.pg_class AS c
 WHERE c.oid = 'public.facts'::regclass
-$$;
-
---
--- Name: haki_query_any_lexeme(tsquery); Type: FUNCTION; Schema: public; Owner: -
---
-
-CREATE FUNCTION public.haki_query_any_lexeme(q tsquery) RETURNS tsquery
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS $$
-SELECT pg_catalog.string_agg(m.operand[1], ' | ')::pg_catalog.tsquery
-FROM pg_catalog.regexp_matches(q::text, '(''(?:[^'']|'''')*''(?::[*A-D]+)?)', 'g') AS m(operand)
 $$;
 
 --
@@ -1117,16 +1103,6 @@ CREATE FUNCTION public.haki_text_rank(sv tsvector, q tsquery) RETURNS real
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
 SELECT pg_catalog.ts_rank_cd(sv, q, 32)
-$$;
-
---
--- Name: haki_text_rank_of(tsvector, tsquery, tsquery); Type: FUNCTION; Schema: public; Owner: -
---
-
-CREATE FUNCTION public.haki_text_rank_of(sv tsvector, q tsquery, any_lexeme tsquery) RETURNS real
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS $$
-SELECT CASE WHEN sv OPERATOR(pg_catalog.@@) any_lexeme THEN public.haki_text_rank(sv, q) ELSE 0::real END
 $$;
 
 --

@@ -28,44 +28,27 @@ SELECT set_config('hnsw.ef_search', :ef_search::integer::text, true) AS ef_searc
 -- can lose the traces of the last few hundred ms, never corrupt them (docs/performance.md).
 SET LOCAL synchronous_commit TO off;
 
--- name: vector_walk(project_id, subject_id, query_embedding, top_k, event_top_k, exact_scan_min, as_of)^
--- Phase 1, vector side: the ids of the top-K servable facts of the scope by cosine distance,
--- and the ids of the event_top_k closest events of the scope (the `unified` profile's episode
--- candidates; 0 for `facts_first`, whose episodes come from episode_candidates). Each is an
--- exact scan of a small scope or a walk of its bucket's HNSW graph, decided by the scope's size
--- when the call runs (haki_fact_walk, haki_event_walk: migration 0017). A NULL query_embedding
--- walks nothing.
-SELECT ARRAY(
-           SELECT w.fact_id
-           FROM public.haki_fact_walk(:project_id, :subject_id, :query_embedding::vector,
-                                      :top_k::integer, :exact_scan_min::integer,
-                                      :as_of::timestamptz) AS w
-       ) AS walked_ids,
-       ARRAY(
-           SELECT w.event_id
-           FROM public.haki_event_walk(:project_id, :subject_id, :query_embedding::vector,
-                                       :event_top_k::integer, :exact_scan_min::integer,
-                                       :as_of::timestamptz) AS w
-           WHERE :event_top_k::integer > 0
-       ) AS walked_event_ids;
-
--- name: fact_candidates(project_id, subject_id, query_embedding, query_text, top_k, candidate_limit, walked_ids, w_similarity, w_text_rank, w_recency, tau_seconds, as_of)
--- Phase 1 (the vector top-K of vector_walk UNION the top-K by full-text rank via GIN) and phase
--- 2 (the hybrid score on that union only, capped at CANDIDATE_LIMIT), plus the blocked facts of
--- the scope, in one round trip. Runs under a generic plan (plan_context_call): every scan in it
--- has one right plan whatever the scope's size. Never returns embeddings. A NULL
--- query_embedding (embedder down) leaves the full-text side alone.
+-- name: fact_candidates(project_id, subject_id, query_embedding, query_text, top_k, candidate_limit, exact_scan_min, w_similarity, w_text_rank, w_recency, tau_seconds, as_of)
+-- Phase 1 (the vector top-K of haki_fact_walk UNION the top-K by full-text rank via GIN) and
+-- phase 2 (the hybrid score on that union only, capped at CANDIDATE_LIMIT), plus the blocked
+-- facts of the scope, in one round trip. Runs under a generic plan (plan_context_call): every
+-- scan in it has one right plan whatever the scope's size, the walk's included (an exact scan of
+-- a small scope or a walk of its bucket's HNSW graph, decided when the call runs: migration
+-- 0017). Never returns embeddings. A NULL query_embedding (embedder down) walks nothing and
+-- leaves the full-text side alone.
 WITH q AS MATERIALIZED (
-    SELECT w.tsq, public.haki_query_any_lexeme(w.tsq) AS any_lexeme
-    FROM (SELECT websearch_to_tsquery('simple', :query_text) AS tsq) AS w
+    SELECT websearch_to_tsquery('simple', :query_text) AS tsq
 ),
 open_members AS MATERIALIZED (
     -- The facts of the scope's open ConflictSets (migration 0010): the servable sides below
     -- exclude them, `blocked` reports them.
-    SELECT u.fact_id FROM unnest(public.haki_open_conflict_facts(:project_id, :subject_id, :as_of::timestamptz)) AS u(fact_id)
+    SELECT public.haki_open_conflict_facts(:project_id, :subject_id, :as_of::timestamptz) AS fact_ids
 ),
-vector_walked AS (
-    SELECT w.fact_id FROM unnest(:walked_ids::uuid[]) AS w(fact_id)
+vector_walked AS MATERIALIZED (
+    SELECT w.fact_id
+    FROM public.haki_fact_walk(:project_id, :subject_id, :query_embedding::vector, :top_k::integer,
+                               :exact_scan_min::integer, :as_of::timestamptz,
+                               (SELECT om.fact_ids FROM open_members AS om)) AS w
 ),
 text_top AS (
     -- The scope's postings only (haki_fact_postings, migration 0016: facts_scoped_search_gin).
@@ -73,7 +56,7 @@ text_top AS (
     FROM q
     CROSS JOIN LATERAL public.haki_fact_postings(:project_id, :subject_id, 'simple'::regconfig, q.tsq,
                                                  :as_of::timestamptz) AS f
-    WHERE NOT EXISTS (SELECT 1 FROM open_members AS om WHERE om.fact_id = f.fact_id)
+    WHERE NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
     ORDER BY public.haki_text_rank(f.search_vector, q.tsq) DESC, f.fact_id
     LIMIT :top_k
 ),
@@ -93,7 +76,7 @@ parts AS (
            f.recorded_from, f.source_event_id,
            public.haki_tokens(f.content) AS tokens,
            (f.embedding <=> :query_embedding::vector) AS cosine_distance,
-           public.haki_text_rank_of(f.search_vector, q.tsq, q.any_lexeme) AS text_rank,
+           public.haki_text_rank(f.search_vector, q.tsq) AS text_rank,
            public.haki_fact_recency(f.valid_from, f.recorded_from, :tau_seconds, :as_of::timestamptz) AS recency
     FROM facts AS f
     CROSS JOIN q
@@ -131,15 +114,14 @@ FROM blocked AS b;
 -- (spec/context-profiles.md, "Multi-hop reads are bounded"); the per_entity best of those, by
 -- ts_rank_cd, are the expansion. Score parts are those of the original query, for the trace.
 WITH q AS MATERIALIZED (
-    SELECT w.tsq, public.haki_query_any_lexeme(w.tsq) AS any_lexeme
-    FROM (SELECT websearch_to_tsquery('simple', :query_text) AS tsq) AS w
+    SELECT websearch_to_tsquery('simple', :query_text) AS tsq
 ),
 e AS MATERIALIZED (
     SELECT u.entity, u.entity_rank, plainto_tsquery('simple', u.entity) AS etsq
     FROM unnest(:entities::text[]) WITH ORDINALITY AS u(entity, entity_rank)
 ),
 open_members AS MATERIALIZED (
-    -- As in vector_walk: the scope's open-conflict facts as one array (migration 0010).
+    -- As in haki_fact_walk: the scope's open-conflict facts as one array (migration 0010).
     SELECT public.haki_open_conflict_facts(:project_id, :subject_id, :as_of::timestamptz) AS fact_ids
 ),
 picked AS MATERIALIZED (
@@ -167,7 +149,7 @@ hits AS (
            f.recorded_from, f.source_event_id,
            public.haki_tokens(f.content) AS tokens,
            (f.embedding <=> :query_embedding::vector) AS cosine_distance,
-           public.haki_text_rank_of(f.search_vector, q.tsq, q.any_lexeme) AS text_rank,
+           public.haki_text_rank(f.search_vector, q.tsq) AS text_rank,
            public.haki_fact_recency(f.valid_from, f.recorded_from, :tau_seconds, :as_of::timestamptz) AS recency
     FROM picked AS pk
     JOIN facts AS f ON f.fact_id = pk.fact_id
@@ -288,9 +270,10 @@ CROSS JOIN (
       AND cs.status = 'open'
 ) AS oc;
 
--- name: unified_candidates(project_id, subject_id, query_embedding, query_text, text_config, walked_ids, walked_event_ids, top_k, candidate_limit, max_words, match_words, text_per_word, event_text_per_word, idf_sample_docs, probe_rows, probe_min_cost, probe_min_postings, w_similarity, w_text_rank, w_recency, tau_seconds, as_of)
+-- name: unified_candidates(project_id, subject_id, query_embedding, query_text, text_config, event_top_k, exact_scan_min, top_k, candidate_limit, max_words, match_words, text_per_word, event_text_per_word, idf_sample_docs, probe_rows, probe_min_cost, probe_min_postings, w_similarity, w_text_rank, w_recency, tau_seconds, as_of)
 -- The `unified` profile's phases 1 and 2 (spec/context-profiles.md): fact and episode
--- candidates, each the vector top-K of vector_walk UNION the top-K by text rank, scored by one
+-- candidates, each the vector top-K (haki_fact_walk, and haki_event_walk for event_top_k > 0:
+-- migration 0017) UNION the top-K by text rank, scored by one
 -- hybrid formula (an episode's recency from occurred_at) and capped at CANDIDATE_LIMIT
 -- together, plus the blocked facts of the scope, in one round trip. The text side matches the
 -- OR of the query's words (haki_query_words, in text_config: `english` stems or `simple`
@@ -317,11 +300,33 @@ scope_facts AS MATERIALIZED (
                                          :probe_min_postings) AS facts
 ),
 idf_total AS MATERIALIZED (
-    SELECT nullif(sum(i.idf), 0) AS total FROM idf AS i
+    -- The idf of all the query's words, and any of them as one tsquery: a text that holds none
+    -- (most of the vector side's) has text rank 0 without a test per word.
+    SELECT nullif(sum(i.idf), 0) AS total,
+           string_agg('(' || i.word_query::text || ')', ' | ')::tsquery AS any_word
+    FROM idf AS i
 ),
 open_members AS MATERIALIZED (
-    -- As in vector_walk: the scope's open-conflict facts as one array (migration 0010).
+    -- As in haki_fact_walk: the scope's open-conflict facts as one array (migration 0010).
     SELECT public.haki_open_conflict_facts(:project_id, :subject_id, :as_of::timestamptz) AS fact_ids
+),
+walked AS MATERIALIZED (
+    -- Phase 1, vector side: the ids of the top_k closest servable facts and of the event_top_k
+    -- closest events of the scope (none for a NULL query_embedding).
+    SELECT ARRAY(
+               SELECT w.fact_id
+               FROM public.haki_fact_walk(:project_id, :subject_id, :query_embedding::vector,
+                                          :top_k::integer, :exact_scan_min::integer,
+                                          :as_of::timestamptz,
+                                          (SELECT om.fact_ids FROM open_members AS om)) AS w
+           ) AS fact_ids,
+           ARRAY(
+               SELECT w.event_id
+               FROM public.haki_event_walk(:project_id, :subject_id, :query_embedding::vector,
+                                           :event_top_k::integer, :exact_scan_min::integer,
+                                           :as_of::timestamptz) AS w
+               WHERE :event_top_k::integer > 0
+           ) AS event_ids
 ),
 fact_hits AS MATERIALIZED (
     -- Per rare word, at most text_per_word servable facts from the scope's postings in
@@ -372,8 +377,11 @@ pool AS (
     -- 1.7 ms of the statement's 6.2 on the benchmark world.
     SELECT p.item_type, p.item_id, p.content, p.valid_from, p.valid_to, p.recorded_from,
            p.source_event_id, p.occurred_at, p.tokens, p.cosine_distance, p.recency, p.walked, p.hit,
-           coalesce((SELECT sum(i.idf) FROM idf AS i WHERE p.sv @@ i.word_query)
-                    / (SELECT t.total FROM idf_total AS t), 0) AS text_rank
+           CASE WHEN p.sv @@ (SELECT t.any_word FROM idf_total AS t)
+                THEN coalesce((SELECT sum(i.idf) FROM idf AS i WHERE p.sv @@ i.word_query)
+                              / (SELECT t.total FROM idf_total AS t), 0)
+                ELSE 0
+           END AS text_rank
     FROM (
         SELECT 'fact' AS item_type, f.fact_id AS item_id, f.content, f.valid_from,
                public.haki_valid_to_at(f.valid_to, f.recorded_to, f.believed_valid_to, :as_of::timestamptz) AS valid_to,
@@ -382,22 +390,22 @@ pool AS (
                (f.embedding <=> :query_embedding::vector) AS cosine_distance,
                public.haki_fact_recency(f.valid_from, f.recorded_from, :tau_seconds, :as_of::timestamptz) AS recency,
                public.haki_text_vector(:text_config::regconfig, f.search_vector, f.search_vector_english) AS sv,
-               f.fact_id = ANY (:walked_ids::uuid[]) AS walked,
+               f.fact_id = ANY ((SELECT w.fact_ids FROM walked AS w)::uuid[]) AS walked,
                f.fact_id = ANY ((SELECT h.ids FROM fact_hits AS h)::uuid[]) AS hit
         FROM facts AS f
         WHERE f.project_id = :project_id
-          AND f.fact_id = ANY (:walked_ids::uuid[] || (SELECT h.ids FROM fact_hits AS h)::uuid[])
+          AND f.fact_id = ANY ((SELECT w.fact_ids FROM walked AS w)::uuid[] || (SELECT h.ids FROM fact_hits AS h)::uuid[])
         UNION ALL
         SELECT 'episode', e.event_id, e.content, NULL, NULL, NULL, NULL, e.occurred_at,
                public.haki_tokens(e.content),
                (e.embedding <=> :query_embedding::vector),
                public.haki_recency(e.occurred_at, :tau_seconds, :as_of::timestamptz),
                public.haki_text_vector(:text_config::regconfig, e.search_vector, e.search_vector_english),
-               e.event_id = ANY (:walked_event_ids::uuid[]),
+               e.event_id = ANY ((SELECT w.event_ids FROM walked AS w)::uuid[]),
                e.event_id = ANY ((SELECT h.ids FROM event_hits AS h)::uuid[])
         FROM events AS e
         WHERE e.project_id = :project_id
-          AND e.event_id = ANY (:walked_event_ids::uuid[] || (SELECT h.ids FROM event_hits AS h)::uuid[])
+          AND e.event_id = ANY ((SELECT w.event_ids FROM walked AS w)::uuid[] || (SELECT h.ids FROM event_hits AS h)::uuid[])
     ) AS p
 ),
 kept AS (
@@ -441,7 +449,7 @@ SELECT 'word', NULL, NULL, i.word, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NUL
        i.idf, NULL, NULL
 FROM idf AS i;
 
--- name: linked_facts(project_id, subject_id, entities, max_entities, per_entity, match_limit, entity_sample_docs, probe_rows, probe_min_cost, probe_min_postings, query_embedding, words, idfs, text_config, w_similarity, w_text_rank, w_recency, tau_seconds, as_of)
+-- name: linked_facts(project_id, subject_id, entities, max_entities, per_entity, match_limit, entity_sample_docs, probe_rows, probe_min_cost, probe_min_postings, query_embedding, words, idfs, open_member_ids, text_config, w_similarity, w_text_rank, w_recency, tau_seconds, as_of)
 -- The `unified` profile's multi-hop expansion (spec/context-profiles.md, rule 5): `entities`
 -- come ranked by frequency among the kept facts. An entity that more than half of the scope's
 -- sample texts name is dropped: its Robertson-Sparck Jones idf, log((N - df + 0.5) / (df + 0.5)),
@@ -449,7 +457,8 @@ FROM idf AS i;
 -- max_entities of the rest each bring, from at most match_limit servable facts naming them
 -- (the scope's postings), the per_entity closest to the query; one hop, no new embedding.
 -- Candidates are not excluded: the assembler lifts them. Score parts are those of the original
--- query, as unified_candidates computes them (words and idfs: its 'word' rows). An entity that
+-- query, as unified_candidates computes them (words and idfs: its 'word' rows), and its
+-- open-conflict facts are skipped (open_member_ids). An entity that
 -- many of a big scope's facts name reads its matches from the scope's newest facts, as a common
 -- word does in unified_candidates. Never returns embeddings.
 WITH e AS MATERIALIZED (
@@ -489,8 +498,11 @@ informative AS MATERIALIZED (
     LIMIT :max_entities
 ),
 open_members AS MATERIALIZED (
-    -- As in vector_walk: the scope's open-conflict facts as one array (migration 0010).
-    SELECT public.haki_open_conflict_facts(:project_id, :subject_id, :as_of::timestamptz) AS fact_ids
+    -- The scope's open-conflict facts as unified_candidates saw them (its blocked facts of
+    -- reason conflict_open: the servable ones, and only servable facts are matched below), as
+    -- one array: one snapshot's conflicts for the whole call, and no second reading of the sets
+    -- (0.1-0.3 ms).
+    SELECT :open_member_ids::uuid[] AS fact_ids
 ),
 picked AS MATERIALIZED (
     SELECT i.entity, i.entity_rank, p.fact_id

@@ -124,10 +124,7 @@ async def test_trace_never_exceeds_candidate_limit(
                 query="common words",
                 weights=assembler.PROFILE_WEIGHTS["unified"],
             )
-            walked = await repo.vector_walk(conn, probe)
-            got = await repo.unified_candidates(
-                conn, probe, walked, with_episodes=False, candidate_limit=limit
-            )
+            got = await repo.unified_candidates(conn, probe, with_episodes=False, candidate_limit=limit)
         return [str(c.item_id) for c in got.candidates]
 
     full, capped = await union(CANDIDATE_LIMIT), await union(cap)

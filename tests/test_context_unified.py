@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+import random
+import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -29,6 +31,7 @@ from service.constants import (
     UNIFIED_WEIGHT_SIMILARITY,
     UNIFIED_WEIGHT_TEXT_RANK,
 )
+from service.context.model import Candidate, outcomes, preview
 from service.embedder import Embedder, EmbedderError, Vector
 from service.settings import Settings, SettingsError
 from service.sql import load_queries
@@ -390,6 +393,37 @@ async def test_already_served_counts_the_same_text_once(client: httpx.AsyncClien
 # --- rule 5: multi-hop inside the one budget --------------------------------------------------
 
 
+def test_preview_stops_once_full_and_serves_what_the_pack_serves() -> None:
+    """preview (what a unified pack would serve, before multi-hop) stops once no item left can
+    fit the budget left; it still serves exactly the items a whole pack includes: random lists
+    with duplicated ids, shared events and texts, the recall gate and tight budgets."""
+    rng = random.Random(20261201)
+    stopped_early = 0
+    for _ in range(400):
+        items = [
+            Candidate(
+                item_type=rng.choice(["fact", "episode"]),
+                item_id=uuid.UUID(int=rng.randrange(10**6)),
+                content=rng.choice(["Alice  likes tea", "alice likes TEA", "Bruno"]) + str(rng.randrange(4)),
+                tokens=rng.randint(1, 40),
+                score=1.0,
+                similarity=None,
+                text_rank=None,
+                recency=None,
+                cosine_distance=rng.random(),
+                source_event_id=rng.choice([None, uuid.UUID(int=rng.randrange(5))]),
+                expansion=rng.random() < 0.1,
+            )
+            for _ in range(rng.randint(0, 50))
+        ]
+        items += items[: rng.randint(0, 3)]
+        budget, gate = rng.randint(0, 300), rng.choice([0.0, 0.6])
+        decided = outcomes(items, budget, gate, dedupe=True)
+        assert preview(items, budget, gate) == [o.item for o in decided if o.decision == "included"]
+        stopped_early += len(outcomes(items, budget, gate, dedupe=True, until_full=True)) < len(decided)
+    assert stopped_early > 100  # the stop is exercised, not only the whole walk
+
+
 async def test_multi_hop_under_a_full_budget_serves_linked_facts(client: httpx.AsyncClient, key: str) -> None:
     """The main pack fills the budget, and the entity-linked fact still gets in: it joins the
     ranking before packing (facts_first only expands with budget left, so it cannot)."""
@@ -473,8 +507,8 @@ def unified_text_side(
         query_embedding=None,
         query_text=query_text,
         text_config="english",
-        walked_ids=[],
-        walked_event_ids=[],
+        event_top_k=64,
+        exact_scan_min=1_000,
         top_k=64,
         candidate_limit=256,
         max_words=32,

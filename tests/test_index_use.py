@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from service.constants import EPISODE_TOP_K, MULTI_HOP_MAX_PER_ENTITY, RETRIEVAL_TOP_K
+from service.constants import EPISODE_TOP_K, EXACT_SCAN_MIN_FACTS, MULTI_HOP_MAX_PER_ENTITY, RETRIEVAL_TOP_K
 from service.context import assembler
 from service.context.model import Probe
 from service.repository import context as repo
@@ -92,7 +92,9 @@ async def test_generic_plans_never_scan_the_whole_table(conn: asyncpg.Connection
                 hops = await repo.multi_hop_facts(conn, probe, entities=["seeded"], exclude_ids=[])
             else:
                 # linked_facts reads no query text: the call's own probe.
-                linked = await repo.linked_facts(conn, probe, entities=["seeded", "7"], idf=retrieved.idf)
+                linked = await repo.linked_facts(
+                    conn, probe, entities=["seeded", "7"], idf=retrieved.idf, open_members=[]
+                )
                 assert {entity for entity, _ in linked} == {"7"}
                 hops = [fact for _, fact in linked] * MULTI_HOP_MAX_PER_ENTITY
         candidates = retrieved.candidates
@@ -113,7 +115,7 @@ async def test_walks_keep_their_plan_whatever_the_statistics(
     scope tiny (where a plan picked by estimates sorts all of a big scope's facts) or every scope
     the whole table (where it reads the whole table for a small one), a big scope still walks its
     bucket's graphs, a small one is still read through its own index, and neither starts a
-    sequential scan. Facts and events alike, through both statements that walk."""
+    sequential scan. Facts and events alike, through the walks and the statement of the episodes."""
     t = load_test_queries()
     await seed_scopes(conn, {"walk-big": (2_000, "big seeded fact"), "walk-small": (30, "small seeded fact")})
     for subject_id, n in (("walk-big", 1_500), ("walk-small", 20)):
@@ -139,11 +141,19 @@ async def test_walks_keep_their_plan_whatever_the_statistics(
         async with conn.transaction():
             await assembler.plan_context_call(conn)
             before = {name: await t.test_index_scans(conn, index_name=name) for name in watched}
-            walked = await repo.vector_walk(conn, probe, event_top_k=RETRIEVAL_TOP_K)
+            walked = await t.test_vector_walks(
+                conn,
+                project_id=PROJECT,
+                subject_id=subject_id,
+                query_embedding=probe.embedding,
+                top_k=RETRIEVAL_TOP_K,
+                exact_scan_min=EXACT_SCAN_MIN_FACTS,
+            )
             episodes = await repo.episode_candidates(conn, probe, top_k=EPISODE_TOP_K)
             scans = {name: await t.test_index_scans(conn, index_name=name) - before[name] for name in watched}
-        assert len(walked.fact_ids) == min(facts, RETRIEVAL_TOP_K)
-        assert len(walked.event_ids) == min(events, RETRIEVAL_TOP_K)
+        assert walked is not None
+        assert walked["facts"] == min(facts, RETRIEVAL_TOP_K)
+        assert walked["events"] == min(events, RETRIEVAL_TOP_K)
         assert len(episodes) == min(events, EPISODE_TOP_K)
         assert scans["facts"] == scans["events"] == 0, scans
         walks = 1 if subject_id == "walk-big" else 0

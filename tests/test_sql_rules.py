@@ -17,15 +17,13 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from tests.helpers.sql import SQL_FOLDERS, Statement, all_statements, load_test_queries
+from tests.helpers.sql import SQL_FOLDERS, Statement, all_statements
 
 # A rule function and a statement that calls it on columns (constant arguments would fold the
 # call whether or not it inlines). Set-returning functions are read in FROM.
 INLINED: dict[str, str] = {
     "haki_text_rank": "SELECT public.haki_text_rank(f.search_vector, websearch_to_tsquery('simple', f.key)) "
     "FROM facts AS f",
-    "haki_text_rank_of": "SELECT public.haki_text_rank_of(f.search_vector, "
-    "websearch_to_tsquery('simple', f.key), plainto_tsquery('simple', f.key)) FROM facts AS f",
     "haki_tokens": "SELECT public.haki_tokens(f.content) FROM facts AS f",
     "haki_recency": "SELECT public.haki_recency(f.recorded_from, 60.0, f.valid_to) FROM facts AS f",
     "haki_fact_recency": "SELECT public.haki_fact_recency(f.valid_from, f.recorded_from, 60.0, f.valid_to) "
@@ -244,31 +242,3 @@ async def test_the_bucket_indexes_of_migration_0008_follow_haki_scope_buckets(
         found.add((r["table_name"], int(m.group(1))))
     assert found == {(t, n) for t in ("facts", "events") for n in range(buckets)}
     assert len(rows) == 2 * buckets
-
-
-async def test_text_rank_of_is_the_text_rank(conn: asyncpg.Connection) -> None:
-    """haki_text_rank_of (migration 0017) skips ts_rank_cd for a text that holds none of the
-    query's lexemes: the same rank for every form of query, those whose rank a text without a
-    match can still have (a negation: `alice & !bob` ranks "alice met bob" above 0) included."""
-    texts = ["alice met bob", "alice and carol met bob later", "carol and dave", "it's alice", ""]
-    queries = [
-        "alice & bob",
-        "alice | dave",
-        "alice <-> bob",
-        "alice <2> bob",
-        "!alice",
-        "carol & !alice",
-        "alice & !bob",
-        "ali:*",
-        "alice:A",
-        "'it''s' | s",
-        "zed",
-    ]
-    rows = [r async for r in load_test_queries().test_text_ranks(conn, texts=texts, queries=queries)]
-    assert len(rows) == len(texts) * len(queries)
-    for r in rows:
-        assert r["text_rank_of"] == r["text_rank"], dict(r)
-    # A rank without a match exists here (the negation's), so a gate on the match itself would
-    # fail this test.
-    negated = [r for r in rows if r["query"] == "alice & !bob" and r["text"] == "alice met bob"]
-    assert negated and negated[0]["text_rank"] > 0

@@ -170,6 +170,11 @@ SELECT p.prosrc AS body,
 FROM pg_proc AS p
 WHERE p.oid = :function_name::regproc;
 
+-- name: bench_open_conflict_facts(project_id, subject_id)$
+-- The facts of a scope's open ConflictSets now, as the candidate statements hand them to
+-- haki_fact_walk (migration 0017).
+SELECT public.haki_open_conflict_facts(:project_id, :subject_id, NULL) AS fact_ids;
+
 -- name: bench_apply_settings(settings)$
 -- For the current transaction: settings given as name=value (a function's proconfig).
 SELECT count(set_config(split_part(s.setting, '=', 1), substr(s.setting, strpos(s.setting, '=') + 1), true))

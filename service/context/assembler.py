@@ -2,9 +2,9 @@
 
     every call   plan_context_call (while embed_query runs) -> the profile -> build_packet ->
                  commit_without_flush -> write_trace
-    unified      retrieve_unified (vector_walk -> unified_candidates) -> preview ->
-                 link_entities -> lift_linked -> pack (one ranking, one budget)
-    facts_first  fetch_episodes -> retrieve_facts_first (vector_walk -> fact_candidates) ->
+    unified      retrieve_unified (unified_candidates) -> preview -> link_entities ->
+                 lift_linked -> pack (one ranking, one budget)
+    facts_first  fetch_episodes -> retrieve_facts_first (fact_candidates) ->
                  pack (facts) -> multi_hop_facts -> pack (expansion) -> pack (episodes)
                  (spec/context-assembler.md exactly)
 
@@ -198,14 +198,12 @@ async def write_trace(
 async def retrieve_unified(conn: Conn, probe: Probe, with_episodes: bool = True) -> Retrieved:
     """Fact and episode candidates, each the vector top-K UNION the text top-K (the OR of the
     query's words, ranked by idf share), in one ranking by the hybrid score; blocked facts."""
-    walked = await repo.vector_walk(conn, probe, event_top_k=RETRIEVAL_TOP_K if with_episodes else 0)
-    return await repo.unified_candidates(conn, probe, walked, with_episodes=with_episodes)
+    return await repo.unified_candidates(conn, probe, with_episodes=with_episodes)
 
 
 async def retrieve_facts_first(conn: Conn, probe: Probe) -> Retrieved:
     """Fact candidates, the vector top-K UNION the text top-K (every word), and blocked facts."""
-    walked = await repo.vector_walk(conn, probe)
-    return await repo.fact_candidates(conn, probe, walked)
+    return await repo.fact_candidates(conn, probe)
 
 
 # Each profile's candidate step (the benchmarks time it alone, as the assembler runs it).
@@ -216,14 +214,18 @@ RETRIEVERS: dict[ContextProfile, Callable[[Conn, Probe], Awaitable[Retrieved]]] 
 
 
 async def link_entities(
-    conn: Conn, probe: Probe, provisional: Sequence[Candidate], idf: dict[str, float]
+    conn: Conn, probe: Probe, provisional: Sequence[Candidate], retrieved: Retrieved
 ) -> list[tuple[str, Candidate]]:
     """One hop from the facts the packet would hold without expansion: the facts of the scope
-    that name their most frequent informative entities, closest to the query first."""
+    that name their most frequent informative entities, closest to the query first. The words'
+    idf and the open-conflict facts are those the candidates were ranked and filtered with."""
     entities = entities_of(provisional, probe.query, MULTI_HOP_ENTITY_CANDIDATES)
     if not entities:
         return []
-    return await repo.linked_facts(conn, probe, entities=entities, idf=idf)
+    open_members = [b.fact_id for b in retrieved.blocked if b.reason_code == "conflict_open"]
+    return await repo.linked_facts(
+        conn, probe, entities=entities, idf=retrieved.idf, open_members=open_members
+    )
 
 
 def ranking_key(c: Candidate) -> tuple[float, bool, bool, UUID]:
@@ -262,7 +264,7 @@ async def assemble_unified(
         retrieved = await retrieve_unified(conn, probe, with_episodes=req.include_episodes)
     with timer.stage("multi_hop"):
         provisional = preview(retrieved.candidates, req.budget_tokens, gate)
-        linked = await link_entities(conn, probe, provisional, retrieved.idf)
+        linked = await link_entities(conn, probe, provisional, retrieved)
     with timer.stage("pack"):
         ranked = lift_linked(retrieved.candidates, linked, provisional)
         packed = pack(ranked, req.budget_tokens, gate, dedupe=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from itertools import accumulate
 from typing import Literal, NamedTuple
 from uuid import UUID
 
@@ -35,13 +36,6 @@ class Probe(msgspec.Struct, frozen=True, kw_only=True):
     text_config: TextSearchConfig = "english"
     tau_seconds: float = RECENCY_TAU_SECONDS
     as_of: datetime | None = None
-
-
-class Walked(msgspec.Struct, frozen=True, kw_only=True):
-    """Phase 1's vector side: the ids of the scope's closest servable facts and events."""
-
-    fact_ids: list[UUID]
-    event_ids: list[UUID]
 
 
 class Candidate(msgspec.Struct, frozen=True, kw_only=True):
@@ -183,34 +177,45 @@ class Outcome(NamedTuple):
 
 
 def outcomes(
-    items: Sequence[Candidate], budget_tokens: int, max_distance: float, *, dedupe: bool, first_rank: int = 1
+    items: Sequence[Candidate],
+    budget_tokens: int,
+    max_distance: float,
+    *,
+    dedupe: bool,
+    first_rank: int = 1,
+    until_full: bool = False,
 ) -> list[Outcome]:
     """Greedy in the given (score) order: each item that still fits is served, the rest is
     `over_budget`. Before the budget, the recall gate (`below_relevance_floor`: cosine distance
     above max_distance when it is > 0; never an expansion fact) and, with `dedupe` (unified rule
     4), `already_served`: an item whose event, or whose text, is already in the packet. An id
-    listed twice (an expansion fact found under two entities) is decided once."""
+    listed twice (an expansion fact found under two entities) is decided once. `until_full`
+    stops once no item left can fit what the budget has left, so the outcomes end with the last
+    item that could still be served (what `preview` needs; a trace needs them all)."""
     used = 0
     out: list[Outcome] = []
     served_events: set[UUID] = set()
     served_texts: set[str] = set()
     seen: set[UUID] = set()
     rank = first_rank - 1
-    for c in items:
+    # The fewest tokens of any item from position i on: past the point where the budget left is
+    # below it, nothing more can be served.
+    fewest = list(accumulate(reversed([c.tokens for c in items]), min))[::-1] if until_full else []
+    gated = max_distance > 0
+    for i, c in enumerate(items):
+        if until_full and budget_tokens - used < fewest[i]:
+            break
         if c.item_id in seen:
             continue
         seen.add(c.item_id)
         rank += 1
-        event = c.event_id
-        text = text_key(c.content) if dedupe else ""
-        if (
-            not c.expansion
-            and max_distance > 0
-            and c.cosine_distance is not None
-            and c.cosine_distance > max_distance
-        ):
+        distance = c.cosine_distance
+        if gated and not c.expansion and distance is not None and distance > max_distance:
             out.append(Outcome(c, "excluded", "below_relevance_floor", rank))
-        elif dedupe and ((event is not None and event in served_events) or text in served_texts):
+            continue
+        event = c.item_id if c.item_type == "episode" else c.source_event_id  # c.event_id, inlined
+        text = text_key(c.content) if dedupe else ""
+        if dedupe and ((event is not None and event in served_events) or text in served_texts):
             out.append(Outcome(c, "excluded", "already_served", rank))
         elif c.tokens <= budget_tokens - used:
             used += c.tokens
@@ -226,7 +231,9 @@ def outcomes(
 def preview(items: Sequence[Candidate], budget_tokens: int, max_distance: float) -> list[Candidate]:
     """What a unified pack of these items would serve, without building its trace."""
     return [
-        o.item for o in outcomes(items, budget_tokens, max_distance, dedupe=True) if o.decision == "included"
+        o.item
+        for o in outcomes(items, budget_tokens, max_distance, dedupe=True, until_full=True)
+        if o.decision == "included"
     ]
 
 

@@ -29,7 +29,7 @@ from service.constants import (
     TEXT_PROBE_MIN_POSTINGS,
     TEXT_QUERY_MAX_WORDS,
 )
-from service.context.model import Blocked, Candidate, Probe, Retrieved, Walked, Weights
+from service.context.model import Blocked, Candidate, Probe, Retrieved, Weights
 from service.repository.base import Conn, collect, one_row, q
 from service.structs import (
     ContextPacket,
@@ -134,33 +134,17 @@ def _probe_args(probe: Probe, *, text: bool = True, scoring: bool = True) -> dic
     return args
 
 
-async def vector_walk(
-    conn: Conn,
-    probe: Probe,
-    *,
-    top_k: int = RETRIEVAL_TOP_K,
-    event_top_k: int = 0,
-    exact_scan_min: int = EXACT_SCAN_MIN_FACTS,
-) -> Walked:
-    """Phase 1's vector side: an exact scan of a small scope or a walk of its bucket's graph, for
-    facts and (event_top_k > 0) events, under the call's generic plan (plan_context_call)."""
-    args = _probe_args(probe, text=False, scoring=False)
-    row = await q().vector_walk(
-        conn, **args, top_k=top_k, event_top_k=event_top_k, exact_scan_min=exact_scan_min
-    )
-    walked = one_row(row, "vector_walk")
-    return Walked(fact_ids=list(walked["walked_ids"]), event_ids=list(walked["walked_event_ids"]))
-
-
-async def fact_candidates(conn: Conn, probe: Probe, walked: Walked) -> Retrieved:
-    """`facts_first` phases 1 (text side) and 2, and the blocked facts."""
+async def fact_candidates(
+    conn: Conn, probe: Probe, *, exact_scan_min: int = EXACT_SCAN_MIN_FACTS
+) -> Retrieved:
+    """`facts_first` phases 1 (the fact walk and the text side) and 2, and the blocked facts."""
     rows = await collect(
         q().fact_candidates(
             conn,
             **_probe_args(probe),
             top_k=RETRIEVAL_TOP_K,
             candidate_limit=CANDIDATE_LIMIT,
-            walked_ids=walked.fact_ids,
+            exact_scan_min=exact_scan_min,
         )
     )
     return _retrieved(rows, "fact_id")
@@ -169,21 +153,21 @@ async def fact_candidates(conn: Conn, probe: Probe, walked: Walked) -> Retrieved
 async def unified_candidates(
     conn: Conn,
     probe: Probe,
-    walked: Walked,
     *,
     with_episodes: bool = True,
     top_k: int = RETRIEVAL_TOP_K,
     candidate_limit: int = CANDIDATE_LIMIT,
+    exact_scan_min: int = EXACT_SCAN_MIN_FACTS,
 ) -> Retrieved:
-    """`unified` phases 1 (text side) and 2, facts and episodes in one ranking, and the blocked
-    facts."""
+    """`unified` phases 1 (the walks of facts and events, and the text side) and 2, facts and
+    episodes in one ranking, and the blocked facts."""
     rows = await collect(
         q().unified_candidates(
             conn,
             **_probe_args(probe),
             text_config=probe.text_config,
-            walked_ids=walked.fact_ids,
-            walked_event_ids=walked.event_ids,
+            event_top_k=top_k if with_episodes else 0,
+            exact_scan_min=exact_scan_min,
             top_k=top_k,
             candidate_limit=candidate_limit,
             max_words=TEXT_QUERY_MAX_WORDS,
@@ -227,11 +211,13 @@ async def linked_facts(
     *,
     entities: Sequence[str],
     idf: dict[str, float],
+    open_members: Sequence[UUID],
     max_entities: int = MULTI_HOP_MAX_ENTITIES,
     per_entity: int = MULTI_HOP_MAX_PER_ENTITY,
     match_limit: int = MULTI_HOP_MAX_MATCHES_PER_ENTITY,
 ) -> list[tuple[str, Candidate]]:
-    """`unified` expansion facts with the entity that links each, informative entities only."""
+    """`unified` expansion facts with the entity that links each, informative entities only,
+    none of `open_members` (the call's open-conflict facts, as unified_candidates saw them)."""
     rows = await collect(
         q().linked_facts(
             conn,
@@ -243,6 +229,7 @@ async def linked_facts(
             entity_sample_docs=ENTITY_SAMPLE_DOCS,
             words=list(idf),
             idfs=list(idf.values()),
+            open_member_ids=list(open_members),
             text_config=probe.text_config,
             **TEXT_PROBE,
         )

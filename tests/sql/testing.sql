@@ -69,6 +69,17 @@ CROSS JOIN LATERAL (
 -- Refreshes the planner statistics of facts after a bulk seed.
 ANALYZE facts;
 
+-- name: test_vector_walks(project_id, subject_id, query_embedding, top_k, exact_scan_min)^
+-- What the candidate statements' walks (migration 0017) return for a scope, now: how many facts
+-- and how many events.
+SELECT (SELECT count(*)
+        FROM public.haki_fact_walk(:project_id, :subject_id, :query_embedding::vector,
+                                   :top_k::integer, :exact_scan_min::integer, NULL,
+                                   public.haki_open_conflict_facts(:project_id, :subject_id, NULL))) AS facts,
+       (SELECT count(*)
+        FROM public.haki_event_walk(:project_id, :subject_id, :query_embedding::vector,
+                                    :top_k::integer, :exact_scan_min::integer, NULL)) AS events;
+
 -- name: test_seed_random_events(project_id, subject_id, n, content_prefix)!
 -- Bulk-seeds n events of one scope, as test_seed_random_facts seeds facts, one minute apart.
 INSERT INTO events (project_id, event_id, subject_id, content, occurred_at, embedding)
@@ -94,16 +105,6 @@ ANALYZE facts, events;
 ALTER TABLE facts ALTER COLUMN subject_id SET (n_distinct = 1);
 ALTER TABLE events ALTER COLUMN subject_id SET (n_distinct = 1);
 ANALYZE facts, events;
-
--- name: test_text_ranks(texts, queries)
--- haki_text_rank and haki_text_rank_of (migration 0017) of every text against every query
--- (tsquery syntax).
-SELECT t.text, q.query,
-       public.haki_text_rank(to_tsvector('simple', t.text), q.query::tsquery) AS text_rank,
-       public.haki_text_rank_of(to_tsvector('simple', t.text), q.query::tsquery,
-                                public.haki_query_any_lexeme(q.query::tsquery)) AS text_rank_of
-FROM unnest(:texts::text[]) AS t(text)
-CROSS JOIN unnest(:queries::text[]) AS q(query);
 
 -- name: test_count_facts()$
 -- Number of rows in the facts table, all projects and statuses.
