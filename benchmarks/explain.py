@@ -207,30 +207,25 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
             await explain(conn, "unified_candidates", cand(TARGET, keyword, unified=True)),
         )
     )
+    # Each profile's candidates for the question: facts_first's facts are what multi_hop_facts
+    # excludes; unified_candidates hands linked_facts the query's words with their idf, and the
+    # open-conflict facts.
     async with conn.transaction():
         await assembler.plan_context_call(conn)
-        retrieved = await assembler.retrieve_facts_first(
-            conn,
-            Probe(
-                project_id=PROJECT,
-                subject_id=TARGET,
-                embedding=question.vector,
-                query=question.text,
-                weights=assembler.PROFILE_WEIGHTS["facts_first"],
-            ),
-        )
-        # The query's words and their idf, and the open-conflict facts, which
-        # unified_candidates hands linked_facts.
-        unified = await assembler.retrieve_unified(
-            conn,
-            Probe(
-                project_id=PROJECT,
-                subject_id=TARGET,
-                embedding=question.vector,
-                query=question.text,
-                weights=assembler.PROFILE_WEIGHTS["unified"],
-            ),
-        )
+        candidates = {
+            profile: await retrieve(
+                conn,
+                Probe(
+                    project_id=PROJECT,
+                    subject_id=TARGET,
+                    embedding=question.vector,
+                    query=question.text,
+                    weights=assembler.PROFILE_WEIGHTS[profile],
+                ),
+            )
+            for profile, retrieve in assembler.RETRIEVERS.items()
+        }
+    retrieved, unified = candidates["facts_first"], candidates["unified"]
     idf = unified.idf
     open_member_ids = [b.fact_id for b in unified.blocked if b.reason_code == "conflict_open"]
     exclude = [c.item_id for c in retrieved.facts]

@@ -39,11 +39,55 @@ $$;
 
 DO $migration$
 DECLARE
-    -- One bucket's walk of its partial HNSW index, for the table %1$s, returning %2$s, with the
-    -- servability test %3$s, for bucket %4$s, in the order of that index's expression %5$s.
-    -- The iterative scan (hnsw.iterative_scan, set for the call) walks on past rows of other
-    -- scopes until top_k rows of the scope are found.
+    -- A walk function, written once for both tables: %1$s its name, %2$s the table, %3$s the id
+    -- it returns, %4$s its parameters after `at`, %5$s the test that a row may be served (on
+    -- the alias w), %6$s the column the size test reads the scope's index in, %7$s its bucket
+    -- branches (bucket_walk). A scope of at most haki_exact_scan_limit rows is scanned exactly
+    -- (full-precision distances, through the scope's index); a bigger one walks its bucket's
+    -- graph. None for a null query; the ids come in no particular order.
+    walk_function CONSTANT text := $function$
+CREATE FUNCTION public.%1$s(
+    p_project_id text, p_subject_id text, query vector, top_k integer, exact_scan_min integer,
+    at timestamptz%4$s
+) RETURNS TABLE (%3$s uuid)
+LANGUAGE sql STABLE PARALLEL RESTRICTED ROWS 64
+SET search_path = pg_catalog, public
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_sort = off
+AS $body$
+WITH exact_scan AS MATERIALIZED (
+    -- Reads the scope's rows up to the limit (index-only, in the scope index's order) and asks
+    -- whether one more exists.
+    SELECT NOT EXISTS (
+        SELECT 1
+        FROM public.%2$s AS w
+        WHERE w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+        ORDER BY w.%6$s
+        OFFSET public.haki_exact_scan_limit('public.%2$s'::regclass, top_k, exact_scan_min) - 1
+    ) AS small
+)
+(SELECT d.%3$s
+ FROM (
+     SELECT w.%3$s, w.embedding <=> query AS distance
+     FROM public.%2$s AS w
+     WHERE (SELECT x.small FROM exact_scan AS x)
+       AND query IS NOT NULL
+       AND w.project_id = p_project_id
+       AND w.subject_id = p_subject_id
+       AND %5$s
+     OFFSET 0  -- computed distances, sorted below: never the HNSW ordering
+ ) AS d
+ ORDER BY d.distance, d.%3$s
+ LIMIT top_k)%7$s
+$body$$function$;
+    -- One bucket's walk of its partial HNSW index: %1$s the table, %2$s the id it returns, %3$s
+    -- the servability test, %4$s the bucket, %5$s the order of that index's expression. The
+    -- iterative scan (hnsw.iterative_scan, set for the call) walks on past rows of other scopes
+    -- until top_k rows of the scope are found.
     bucket_walk CONSTANT text := $branch$
+UNION ALL
 (SELECT w.%2$s
  FROM public.%1$s AS w
  WHERE NOT (SELECT x.small FROM exact_scan AS x)
@@ -55,113 +99,34 @@ DECLARE
    AND %3$s
  ORDER BY %5$s
  LIMIT top_k)$branch$;
+    -- A fact that may be served at `at`: servable, and in none of the scope's open ConflictSets
+    -- (open_members: haki_open_conflict_facts at `at`, which the caller reads once for the whole
+    -- statement, as the candidate statements need it too: 0.1-0.3 ms each time; tested on each
+    -- row as one array, where a nested loop over the set cost 0.24 ms at 10k).
+    fact_servable CONSTANT text :=
+        'public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, '
+        'w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)'
+        || E'\n       AND NOT (w.fact_id = ANY (open_members))';
+    -- An event that was held at `at`.
+    event_held CONSTANT text := 'public.haki_event_held(w.occurred_at, w.recorded_at, at)';
     fact_walks text;
     event_walks text;
 BEGIN
-    SELECT string_agg(
-               format(bucket_walk, 'facts', 'fact_id',
-                      'public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, '
-                      'w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)'
-                      || E'\n   AND NOT (w.fact_id = ANY (open_members))',
-                      b, 'w.embedding::halfvec(384) <=> query::halfvec(384)'),
-               E'\nUNION ALL' ORDER BY b),
-           string_agg(
-               format(bucket_walk, 'events', 'event_id',
-                      'public.haki_event_held(w.occurred_at, w.recorded_at, at)',
-                      b, 'w.embedding <=> query'),
-               E'\nUNION ALL' ORDER BY b)
+    SELECT string_agg(format(bucket_walk, 'facts', 'fact_id', fact_servable, b,
+                             -- the fact graphs' half-precision expression (migration 0008)
+                             'w.embedding::halfvec(384) <=> query::halfvec(384)'), '' ORDER BY b),
+           string_agg(format(bucket_walk, 'events', 'event_id', event_held, b,
+                             'w.embedding <=> query'), '' ORDER BY b)
     INTO fact_walks, event_walks
     FROM generate_series(0, public.haki_scope_buckets() - 1) AS b;
 
-    -- The top_k servable facts of a scope closest to `query`, at the instant `at` (null: now),
-    -- in no particular order; none for a null query. A scope of at most haki_exact_scan_limit
-    -- facts is scanned exactly (full-precision distances, read through facts_scope_id); a
-    -- bigger one walks its bucket's graph (half precision: the graphs' expression).
-    -- open_members: the facts of the scope's open ConflictSets at `at`
-    -- (haki_open_conflict_facts), which the caller reads once for the whole statement (the
-    -- candidate statements need them too: 0.1-0.3 ms each time); skipped as one array tested on
-    -- each row (a nested loop over the set cost 0.24 ms at 10k).
-    EXECUTE format($function$
-CREATE FUNCTION public.haki_fact_walk(
-    p_project_id text, p_subject_id text, query vector, top_k integer, exact_scan_min integer,
-    at timestamptz, open_members uuid[]
-) RETURNS TABLE (fact_id uuid)
-LANGUAGE sql STABLE PARALLEL RESTRICTED ROWS 64
-SET search_path = pg_catalog, public
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET enable_sort = off
-AS $body$
-WITH exact_scan AS MATERIALIZED (
-    -- Reads the scope's ids up to the limit (index-only on facts_scope_id) and asks whether
-    -- one more exists.
-    SELECT NOT EXISTS (
-        SELECT 1
-        FROM public.facts AS f
-        WHERE f.project_id = p_project_id
-          AND f.subject_id = p_subject_id
-        ORDER BY f.fact_id
-        OFFSET public.haki_exact_scan_limit('public.facts'::regclass, top_k, exact_scan_min) - 1
-    ) AS small
-)
-(SELECT d.fact_id
- FROM (
-     SELECT f.fact_id, f.embedding <=> query AS distance
-     FROM public.facts AS f
-     WHERE (SELECT x.small FROM exact_scan AS x)
-       AND query IS NOT NULL
-       AND f.project_id = p_project_id
-       AND f.subject_id = p_subject_id
-       AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
-                                     f.recorded_from, f.stale_after, f.recorded_to,
-                                     f.believed_valid_to, at)
-       AND NOT (f.fact_id = ANY (open_members))
-     OFFSET 0  -- computed distances, sorted below: never the HNSW ordering
- ) AS d
- ORDER BY d.distance, d.fact_id
- LIMIT top_k)
-UNION ALL%s
-$body$$function$, fact_walks);
-
-    -- The top_k events of a scope closest to `query` that were held at `at` (null: now), in no
-    -- particular order; none for a null query. The same choice as haki_fact_walk: a scope of at
-    -- most haki_exact_scan_limit events is scanned exactly (read through events_scope_occurred),
-    -- a bigger one walks its bucket's graph (full precision, migration 0008).
-    EXECUTE format($function$
-CREATE FUNCTION public.haki_event_walk(
-    p_project_id text, p_subject_id text, query vector, top_k integer, exact_scan_min integer,
-    at timestamptz
-) RETURNS TABLE (event_id uuid)
-LANGUAGE sql STABLE PARALLEL RESTRICTED ROWS 64
-SET search_path = pg_catalog, public
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET enable_sort = off
-AS $body$
-WITH exact_scan AS MATERIALIZED (
-    SELECT NOT EXISTS (
-        SELECT 1
-        FROM public.events AS e
-        WHERE e.project_id = p_project_id
-          AND e.subject_id = p_subject_id
-        ORDER BY e.occurred_at
-        OFFSET public.haki_exact_scan_limit('public.events'::regclass, top_k, exact_scan_min) - 1
-    ) AS small
-)
-(SELECT d.event_id
- FROM (
-     SELECT e.event_id, e.embedding <=> query AS distance
-     FROM public.events AS e
-     WHERE (SELECT x.small FROM exact_scan AS x)
-       AND query IS NOT NULL
-       AND e.project_id = p_project_id
-       AND e.subject_id = p_subject_id
-       AND public.haki_event_held(e.occurred_at, e.recorded_at, at)
-     OFFSET 0
- ) AS d
- ORDER BY d.distance, d.event_id
- LIMIT top_k)
-UNION ALL%s
-$body$$function$, event_walks);
+    -- The top_k servable facts of a scope closest to `query`, at the instant `at` (null: now);
+    -- the size test reads facts_scope_id.
+    EXECUTE format(walk_function, 'haki_fact_walk', 'facts', 'fact_id', ', open_members uuid[]',
+                   fact_servable, 'fact_id', fact_walks);
+    -- The top_k events of a scope closest to `query` that were held at `at` (null: now); the
+    -- size test reads events_scope_occurred; the graphs are of full precision (migration 0008).
+    EXECUTE format(walk_function, 'haki_event_walk', 'events', 'event_id', '', event_held,
+                   'occurred_at', event_walks);
 END
 $migration$;

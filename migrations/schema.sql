@@ -151,25 +151,27 @@ CREATE FUNCTION public.haki_event_walk(p_project_id text, p_subject_id text, que
     SET enable_sort TO 'off'
     AS $$
 WITH exact_scan AS MATERIALIZED (
+    -- Reads the scope's rows up to the limit (index-only, in the scope index's order) and asks
+    -- whether one more exists.
     SELECT NOT EXISTS (
         SELECT 1
-        FROM public.events AS e
-        WHERE e.project_id = p_project_id
-          AND e.subject_id = p_subject_id
-        ORDER BY e.occurred_at
+        FROM public.events AS w
+        WHERE w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+        ORDER BY w.occurred_at
         OFFSET public.haki_exact_scan_limit('public.events'::regclass, top_k, exact_scan_min) - 1
     ) AS small
 )
 (SELECT d.event_id
  FROM (
-     SELECT e.event_id, e.embedding <=> query AS distance
-     FROM public.events AS e
+     SELECT w.event_id, w.embedding <=> query AS distance
+     FROM public.events AS w
      WHERE (SELECT x.small FROM exact_scan AS x)
        AND query IS NOT NULL
-       AND e.project_id = p_project_id
-       AND e.subject_id = p_subject_id
-       AND public.haki_event_held(e.occurred_at, e.recorded_at, at)
-     OFFSET 0
+       AND w.project_id = p_project_id
+       AND w.subject_id = p_subject_id
+       AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+     OFFSET 0  -- computed distances, sorted below: never the HNSW ordering
  ) AS d
  ORDER BY d.distance, d.event_id
  LIMIT top_k)
@@ -583,29 +585,27 @@ CREATE FUNCTION public.haki_fact_walk(p_project_id text, p_subject_id text, quer
     SET enable_sort TO 'off'
     AS $$
 WITH exact_scan AS MATERIALIZED (
-    -- Reads the scope's ids up to the limit (index-only on facts_scope_id) and asks whether
-    -- one more exists.
+    -- Reads the scope's rows up to the limit (index-only, in the scope index's order) and asks
+    -- whether one more exists.
     SELECT NOT EXISTS (
         SELECT 1
-        FROM public.facts AS f
-        WHERE f.project_id = p_project_id
-          AND f.subject_id = p_subject_id
-        ORDER BY f.fact_id
+        FROM public.facts AS w
+        WHERE w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+        ORDER BY w.fact_id
         OFFSET public.haki_exact_scan_limit('public.facts'::regclass, top_k, exact_scan_min) - 1
     ) AS small
 )
 (SELECT d.fact_id
  FROM (
-     SELECT f.fact_id, f.embedding <=> query AS distance
-     FROM public.facts AS f
+     SELECT w.fact_id, w.embedding <=> query AS distance
+     FROM public.facts AS w
      WHERE (SELECT x.small FROM exact_scan AS x)
        AND query IS NOT NULL
-       AND f.project_id = p_project_id
-       AND f.subject_id = p_subject_id
-       AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
-                                     f.recorded_from, f.stale_after, f.recorded_to,
-                                     f.believed_valid_to, at)
-       AND NOT (f.fact_id = ANY (open_members))
+       AND w.project_id = p_project_id
+       AND w.subject_id = p_subject_id
+       AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+       AND NOT (w.fact_id = ANY (open_members))
      OFFSET 0  -- computed distances, sorted below: never the HNSW ordering
  ) AS d
  ORDER BY d.distance, d.fact_id
@@ -620,7 +620,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY (open_members))
+       AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -633,7 +633,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY (open_members))
+       AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -646,7 +646,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY (open_members))
+       AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -659,7 +659,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY (open_members))
+       AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -672,7 +672,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY (open_members))
+       AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -685,7 +685,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY (open_members))
+       AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -698,7 +698,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY (open_members))
+       AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -711,7 +711,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY (open_members))
+       AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -724,7 +724,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY (open_members))
+       AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -737,7 +737,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY (open_members))
+       AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -750,7 +750,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY (open_members))
+       AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -763,7 +763,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY (open_members))
+       AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -776,7 +776,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY (open_members))
+       AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -789,7 +789,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY (open_members))
+       AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -802,7 +802,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY (open_members))
+       AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 UNION ALL
@@ -815,7 +815,7 @@ UNION ALL
    AND w.project_id = p_project_id
    AND w.subject_id = p_subject_id
    AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-   AND NOT (w.fact_id = ANY (open_members))
+       AND NOT (w.fact_id = ANY (open_members))
  ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
  LIMIT top_k)
 $$;

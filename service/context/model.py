@@ -201,7 +201,6 @@ def outcomes(
     # The fewest tokens of any item from position i on: past the point where the budget left is
     # below it, nothing more can be served.
     fewest = list(accumulate(reversed([c.tokens for c in items]), min))[::-1] if until_full else []
-    gated = max_distance > 0
     for i, c in enumerate(items):
         if until_full and budget_tokens - used < fewest[i]:
             break
@@ -209,13 +208,16 @@ def outcomes(
             continue
         seen.add(c.item_id)
         rank += 1
-        distance = c.cosine_distance
-        if gated and not c.expansion and distance is not None and distance > max_distance:
-            out.append(Outcome(c, "excluded", "below_relevance_floor", rank))
-            continue
-        event = c.item_id if c.item_type == "episode" else c.source_event_id  # c.event_id, inlined
+        event = c.event_id
         text = text_key(c.content) if dedupe else ""
-        if dedupe and ((event is not None and event in served_events) or text in served_texts):
+        if (
+            not c.expansion
+            and max_distance > 0
+            and c.cosine_distance is not None
+            and c.cosine_distance > max_distance
+        ):
+            out.append(Outcome(c, "excluded", "below_relevance_floor", rank))
+        elif dedupe and ((event is not None and event in served_events) or text in served_texts):
             out.append(Outcome(c, "excluded", "already_served", rank))
         elif c.tokens <= budget_tokens - used:
             used += c.tokens

@@ -134,9 +134,7 @@ def _probe_args(probe: Probe, *, text: bool = True, scoring: bool = True) -> dic
     return args
 
 
-async def fact_candidates(
-    conn: Conn, probe: Probe, *, exact_scan_min: int = EXACT_SCAN_MIN_FACTS
-) -> Retrieved:
+async def fact_candidates(conn: Conn, probe: Probe) -> Retrieved:
     """`facts_first` phases 1 (the fact walk and the text side) and 2, and the blocked facts."""
     rows = await collect(
         q().fact_candidates(
@@ -144,7 +142,7 @@ async def fact_candidates(
             **_probe_args(probe),
             top_k=RETRIEVAL_TOP_K,
             candidate_limit=CANDIDATE_LIMIT,
-            exact_scan_min=exact_scan_min,
+            exact_scan_min=EXACT_SCAN_MIN_FACTS,
         )
     )
     return _retrieved(rows, "fact_id")
@@ -157,7 +155,6 @@ async def unified_candidates(
     with_episodes: bool = True,
     top_k: int = RETRIEVAL_TOP_K,
     candidate_limit: int = CANDIDATE_LIMIT,
-    exact_scan_min: int = EXACT_SCAN_MIN_FACTS,
 ) -> Retrieved:
     """`unified` phases 1 (the walks of facts and events, and the text side) and 2, facts and
     episodes in one ranking, and the blocked facts."""
@@ -167,7 +164,7 @@ async def unified_candidates(
             **_probe_args(probe),
             text_config=probe.text_config,
             event_top_k=top_k if with_episodes else 0,
-            exact_scan_min=exact_scan_min,
+            exact_scan_min=EXACT_SCAN_MIN_FACTS,
             top_k=top_k,
             candidate_limit=candidate_limit,
             max_words=TEXT_QUERY_MAX_WORDS,
@@ -237,13 +234,14 @@ async def linked_facts(
     return [(r["entity"], _candidate(r, "fact", r["fact_id"], expansion=True)) for r in rows]
 
 
-async def episode_candidates(
-    conn: Conn, probe: Probe, *, top_k: int, exact_scan_min: int = EXACT_SCAN_MIN_FACTS
-) -> list[Candidate]:
+async def episode_candidates(conn: Conn, probe: Probe, *, top_k: int) -> list[Candidate]:
     """`facts_first` episodes: the top_k closest events, scored by their cosine similarity."""
     rows = await collect(
         q().episode_candidates(
-            conn, **_probe_args(probe, text=False, scoring=False), top_k=top_k, exact_scan_min=exact_scan_min
+            conn,
+            **_probe_args(probe, text=False, scoring=False),
+            top_k=top_k,
+            exact_scan_min=EXACT_SCAN_MIN_FACTS,
         )
     )
     return [
