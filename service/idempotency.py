@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import msgspec
 
@@ -64,8 +64,16 @@ async def _replay(
     return Outcome(body=msgspec.convert(response, response_type), status_code=status_code, replayed=True)
 
 
+class Lent(Protocol):
+    """The connection a request is lent, read each time it is used: a `prepare` that waits on the
+    embedder gives it back to the pool meanwhile, and another is lent after (handlers/deps.py)."""
+
+    @property
+    def conn(self) -> Conn: ...
+
+
 async def run_once(
-    conn: Conn,
+    lent: Lent,
     settings: Settings,
     principal: Principal,
     *,
@@ -79,17 +87,18 @@ async def run_once(
     write: Callable[[P], Awaitable[T]],
 ) -> Outcome[T]:
     """`prepare` (checks, embedding) runs outside any transaction; `write(prepared)` inside the
-    one that claims the key."""
+    one that claims the key, on the connection `lent` holds then."""
     # Before any lookup: another project's key must not replay this project's responses.
     principal.require(project_id)
     if key is None:
         return Outcome(body=await write(await prepare()), status_code=status_code, replayed=False)
     digest = request_digest(route, request)
     # The common retry is answered from the record, before any embedding or lock.
-    replay = await _replay(conn, project_id, key, digest, response_type)
+    replay = await _replay(lent.conn, project_id, key, digest, response_type)
     if replay is not None:
         return replay
     prepared = await prepare()
+    conn = lent.conn
     async with conn.transaction():
         await idempotency_repo.purge_idempotency_keys(conn, project_id, PURGE_BATCH)
         claimed = await idempotency_repo.claim_idempotency_key(

@@ -157,3 +157,67 @@ async def test_no_transaction_is_open_while_the_embedder_runs(
         if route == "/v1/facts":
             listed = await client.get("/v1/facts", params={"project_id": project_id}, headers=bearer(key))
             assert len(listed.json()["facts"]) == len(items)
+
+
+@pytest.fixture
+def served_small_pool(settings: Settings, migrated: str, gate: GatedEmbeddingServer) -> Iterator[str]:
+    app_settings = msgspec.structs.replace(
+        settings,
+        embed_provider="openai",
+        embed_base_url=gate.url,
+        embed_timeout_seconds=30.0,
+        rate_limit_per_minute=0,
+        pool_min_size=0,
+        pool_max_size=2,
+        pool_acquire_timeout_seconds=3.0,
+    )
+    with serve(create_app(app_settings)) as url:
+        yield url
+
+
+async def test_a_write_waiting_on_the_embedder_holds_no_connection(
+    served_small_pool: str, gate: GatedEmbeddingServer, monitor: asyncpg.Connection
+) -> None:
+    """Two writes waiting for their embeddings, on a pool of two: the agents' reads and context
+    calls are still served. Until the write gave its connection back while it waited, they
+    waited for one too, and were refused (503) once the pool's acquire timeout passed."""
+    project_id = f"aside-{uuid.uuid4().hex[:12]}"
+    _, key = await auth.create_key(monitor, project_id)
+    scope = {"project_id": project_id}
+    async with httpx.AsyncClient(base_url=served_small_pool, timeout=60) as client:
+        known = await client.post(
+            "/v1/facts", json={**scope, "subject_id": "u", "facts": [{"content": "Ana likes tea"}]},
+            headers=bearer(key),
+        )  # fmt: skip
+        assert known.status_code == 201, known.text
+        writes = [
+            asyncio.create_task(
+                client.post(
+                    "/v1/facts",
+                    json={**scope, "subject_id": f"w{i}", "facts": [{"content": f"{SLOW} fact {i}"}]},
+                    headers=bearer(key),
+                )
+            )
+            for i in range(2)
+        ]
+        await gate.wait_arrivals(2)
+        listed = await client.get("/v1/facts", params={**scope, "subject_id": "u"}, headers=bearer(key))
+        assert listed.status_code == 200, listed.text
+        assert [f["content"] for f in listed.json()["facts"]] == ["Ana likes tea"]
+        packet = await client.post(
+            "/v1/context",
+            json={**scope, "subject_id": "u", "query": "what does Ana drink?"},
+            headers=bearer(key),
+        )
+        assert packet.status_code == 200, packet.text
+        assert [f["content"] for f in packet.json()["facts"]] == ["Ana likes tea"]
+        assert not any(w.done() for w in writes)
+        # Released, each write is lent a connection again and commits.
+        gate.release.set()
+        done = [await w for w in writes]
+        assert [r.status_code for r in done] == [201, 201], [r.text for r in done]
+        for i in range(2):
+            listed = await client.get(
+                "/v1/facts", params={**scope, "subject_id": f"w{i}"}, headers=bearer(key)
+            )
+            assert [f["content"] for f in listed.json()["facts"]] == [f"{SLOW} fact {i}"]

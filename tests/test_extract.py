@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, get_args
 
@@ -16,7 +19,7 @@ from service.embedder import Embedder
 from service.settings import Settings
 from service.structs import RefusalReason
 from tests.helpers import assert_error, bearer, stats
-from tests.helpers.app import SingleConnectionPool, make_client
+from tests.helpers.app import SingleConnectionPool, make_client, migrated_key, pooled_client
 from tests.helpers.fake_chat import FakeChat, Step, answer, fake_chat
 
 SUBJECT = "alice"
@@ -359,3 +362,47 @@ async def test_the_model_sees_only_the_keys_project(
     r = await extract(ext, other_key, write=False)
     assert r.status_code == 200, r.text
     assert [f["content"] for f in chat.user_payload()["known_facts"]] == ["Alice works at Initech."]
+
+
+async def test_the_model_is_asked_without_a_connection(
+    settings: Settings, migrated: str, hash_embedder: Embedder, chat: FakeChat
+) -> None:
+    """On a pool of one connection, while the model thinks, the scope is still read. Until the
+    extraction gave its connection back for the model's answer, a pool of 10 was 10 slow
+    extractions, and every other request of the deployment waited, then got a 503."""
+    app_settings = msgspec.structs.replace(
+        settings,
+        extract_base_url=chat.url,
+        extract_model="fake-model",
+        extract_api_key="sk-test",
+        extract_timeout_seconds=30.0,
+        rate_limit_per_minute=0,
+        pool_min_size=0,
+        pool_max_size=1,
+        pool_acquire_timeout_seconds=3.0,
+    )
+    project = f"ext-{uuid.uuid4().hex[:12]}"
+    key = await migrated_key(app_settings, project)
+    hold = threading.Event()
+    chat.then(
+        Step(
+            answer=answer({"content": "Alice is vegetarian.", "key": "diet", "source_message": 2}).answer,
+            hold=hold,
+        )
+    )
+    try:
+        async with pooled_client(app_settings, hash_embedder) as (client, _):
+            extraction = asyncio.create_task(extract(client, key, project_id=project))
+            assert await asyncio.to_thread(chat.arrived.acquire, True, 30), "the model was never asked"
+            listed = await client.get("/v1/facts", params={"project_id": project}, headers=bearer(key))
+            assert listed.status_code == 200, listed.text
+            assert listed.json()["facts"] == []
+            assert not extraction.done()
+            hold.set()
+            r = await extraction
+            assert r.status_code == 201, r.text
+            assert [f["content"] for f in r.json()["facts"]] == ["Alice is vegetarian."]
+            s = (await stats(client, key, project)).json()
+            assert (s["facts_total"], s["events_total"]) == (1, 3)
+    finally:
+        hold.set()

@@ -287,20 +287,37 @@ def message_times(messages: list[ExtractMessage], now: datetime) -> list[datetim
     return [m.occurred_at or now + timedelta(microseconds=i) for i, m in enumerate(messages)]
 
 
+@dataclass(frozen=True, slots=True)
+class Known:
+    """What an extraction reads from the database before it asks the model."""
+
+    model: str
+    times: list[datetime]
+    facts: list[KnownFact]
+
+
+async def known(conn: Conn, settings: Settings, principal: Principal, req: ExtractRequest) -> Known:
+    """The checks, then the scope's known facts: all an extraction needs the database for before
+    its write (the model and the embedder run without a connection: handlers/extract.py)."""
+    principal.require(req.project_id)
+    _, model = _configured(settings)
+    times = message_times(req.messages, datetime.now(UTC))
+    facts = await known_facts(conn, req.project_id, req.subject_id, EXTRACT_KNOWN_FACTS)
+    return Known(model, times, facts)
+
+
 async def prepare(
-    conn: Conn,
+    known: Known,
     embedder: Embedder,
     settings: Settings,
     principal: Principal,
     req: ExtractRequest,
 ) -> Plan:
-    """Outside any transaction: known facts, the model, the checks, and (when writing) the embedder."""
-    principal.require(req.project_id)
-    _, model = _configured(settings)
-    times = message_times(req.messages, datetime.now(UTC))
-    known = await known_facts(conn, req.project_id, req.subject_id, EXTRACT_KNOWN_FACTS)
-    answer = await ask_model(settings, system_prompt(), user_prompt(req.messages, times, known))
-    checked = check_proposals(answer, len(req.messages), known, model)
+    """Outside any transaction, and with no database: the model, the checks of its answer, and
+    (when writing) the embedder."""
+    model, times = known.model, known.times
+    answer = await ask_model(settings, system_prompt(), user_prompt(req.messages, times, known.facts))
+    checked = check_proposals(answer, len(req.messages), known.facts, model)
     if not req.write:
         return Plan(req=req, model=model, checked=checked, events=None, facts=None)
     events_req = WriteEventsRequest(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
-from contextlib import AsyncExitStack
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any, Protocol, TypeVar
 
@@ -36,18 +36,47 @@ LEASE = "haki.connection_lease"
 
 
 class Lease:
-    """A pooled connection lent to one request, given back exactly once, by whoever is first."""
+    """A pooled connection lent to one request, given back exactly once, by whoever is first.
+
+    A request that waits on something slow outside the database (the embedder behind the
+    queries, a chat model) sets its connection aside meanwhile (`set_aside`): the connection goes
+    back to the pool and another is lent afterwards. Held, a pool of 10 was 10 such waits: an
+    extraction whose model takes seconds, or a bulk write queued behind the queries' embeddings,
+    kept every other request waiting for a connection (tests/test_embed_outside_transaction.py).
+    """
 
     def __init__(self) -> None:
         self._stack = AsyncExitStack()
+        self._pool: Any = None
+        self._acquire_timeout_seconds = 0.0
+        self._conn: asyncpg.Connection | None = None
 
     async def open(self, pool: Any, acquire_timeout_seconds: float) -> asyncpg.Connection:
         acquiring = pool.acquire(timeout=acquire_timeout_seconds)
         conn: asyncpg.Connection = await self._stack.enter_async_context(acquiring)
+        self._pool, self._acquire_timeout_seconds, self._conn = pool, acquire_timeout_seconds, conn
         return conn
 
+    @property
+    def conn(self) -> asyncpg.Connection:
+        """The connection lent now (another one after `set_aside`: read it again after a wait)."""
+        if self._conn is None:
+            raise RuntimeError("the request's connection is set aside or given back")
+        return self._conn
+
+    @asynccontextmanager
+    async def set_aside(self) -> AsyncIterator[None]:
+        """No connection while the block runs; one from the same pool after it (none if it failed:
+        the request ends there)."""
+        pool, timeout = self._pool, self._acquire_timeout_seconds
+        await self.close()
+        yield
+        await self.open(pool, timeout)
+
     async def close(self) -> None:
-        await self._stack.aclose()  # a no-op the second time
+        self._conn = None
+        stack, self._stack = self._stack, AsyncExitStack()
+        await stack.aclose()  # a no-op the second time
 
 
 async def provide_conn(
@@ -137,6 +166,7 @@ class _OfSubject(Protocol):
 
 
 W = TypeVar("W", bound=_OfSubject)
+R = TypeVar("R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,13 +175,24 @@ class RouteDeps:
     parameters on every handler: the lent connection, the caller, the settings, the request's
     standby bookkeeping (service/replica.py) and the embedder charged to the caller's project."""
 
-    conn: asyncpg.Connection
+    lease: Lease
     principal: Principal
     settings: Settings
     reads: Reads
     embedder: Embedder
     # The planner statistics keeper of an app that owns its pool (service/lifecycle/statistics.py).
     statistics: StatisticsKeeper | None = None
+
+    @property
+    def conn(self) -> asyncpg.Connection:
+        """The request's connection, as lent now (see `without_connection`)."""
+        return self.lease.conn
+
+    async def without_connection(self, work: Awaitable[R]) -> R:
+        """`work`, which needs no database (the embedder, a chat model), awaited with the request's
+        connection back in the pool; `conn` is another connection afterwards."""
+        async with self.lease.set_aside():
+            return await work
 
     async def noted(self, written: W) -> W:
         """`written` (one object, or a batch's body, of the key's project), once noted for
@@ -161,6 +202,7 @@ class RouteDeps:
 
 
 def provide_deps(
+    request: Request[Any, Any, Any],
     conn: ConnDep,
     principal: Caller,
     settings: SettingsDep,
@@ -168,7 +210,9 @@ def provide_deps(
     embedder: EmbedderDep,
     state: State,
 ) -> RouteDeps:
-    return RouteDeps(conn, principal, settings, reads, embedder, state.get("statistics"))
+    lease: Lease = request.scope["state"][LEASE]  # provide_conn's, which lent `conn`
+    assert lease.conn is conn
+    return RouteDeps(lease, principal, settings, reads, embedder, state.get("statistics"))
 
 
 Deps = Annotated[RouteDeps, Dependency(skip_validation=True)]

@@ -132,7 +132,7 @@ async def write_batch(
     `Idempotent-Replayed: true`, and counted (`adds`: the table and its new rows) for the planner
     statistics keeper. `data` is in the key's project already (in_key_project)."""
     outcome = await idempotency.run_once(
-        deps.conn,
+        deps,
         deps.settings,
         deps.principal,
         project_id=data.project_id,
@@ -173,7 +173,9 @@ class FactsController(Controller):
             idempotency_key,
             route="POST /v1/facts",
             response_type=WriteFactsResponse,
-            prepare=lambda: memory.prepare_facts(deps.embedder, deps.settings, deps.principal, data),
+            prepare=lambda: deps.without_connection(
+                memory.prepare_facts(deps.embedder, deps.settings, deps.principal, data)
+            ),
             write=lambda prepared: memory.store_facts(deps.conn, prepared),
             adds=("facts", len(data.facts)),
         )
@@ -233,7 +235,9 @@ class EventsController(Controller):
             idempotency_key,
             route="POST /v1/events",
             response_type=WriteEventsResponse,
-            prepare=lambda: memory.prepare_events(deps.embedder, deps.principal, data),
+            prepare=lambda: deps.without_connection(
+                memory.prepare_events(deps.embedder, deps.principal, data)
+            ),
             write=lambda prepared: memory.store_events(deps.conn, prepared),
             adds=("events", len(data.events)),
         )

@@ -23,13 +23,15 @@ from tests.helpers.stub_http import reply_json, stub_server
 @dataclass(frozen=True)
 class Step:
     """One scripted reply: `answer` (a JSON value sent as the message content), else `content`
-    (a raw content string), else `status` + `body` (an HTTP error or a raw body); after `delay`."""
+    (a raw content string), else `status` + `body` (an HTTP error or a raw body); after `delay`,
+    and once `hold` is set (at most 30 s) when given."""
 
     answer: Any = None
     content: str | None = None
     status: int = 200
     body: bytes | None = None
     delay: float = 0.0
+    hold: threading.Event | None = None
 
 
 def answer(*facts: dict[str, Any]) -> Step:
@@ -45,6 +47,8 @@ class FakeChat:
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Released once per request, when it has arrived (before its step runs).
+    arrived: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
 
     def then(self, *steps: Step) -> FakeChat:
         with self.lock:
@@ -91,8 +95,11 @@ def fake_chat() -> Iterator[FakeChat]:
                 state.requests.append(json.loads(raw))
                 state.headers.append(dict(self.headers))
             step = state.next_step()
+            state.arrived.release()
             if step.delay:
                 time.sleep(step.delay)
+            if step.hold is not None:
+                step.hold.wait(timeout=30)
             if self.path != "/v1/chat/completions":
                 status, out = 404, b'{"error": "not found"}'
             elif step.body is not None or step.status != 200:
