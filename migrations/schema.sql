@@ -1084,6 +1084,30 @@ SELECT search_vector OPERATOR(pg_catalog.||)
 $$;
 
 --
+-- Name: haki_subject_summary(text, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_subject_summary(p_project_id text, p_subject_id text) RETURNS TABLE(facts bigint, events bigint, last_write_at timestamp with time zone)
+    LANGUAGE sql STABLE PARALLEL RESTRICTED
+    SET search_path TO 'pg_catalog', 'public'
+    SET enable_seqscan TO 'off'
+    AS $$
+SELECT fc.facts, ec.events, greatest(fc.last_write_at, ec.last_write_at)
+FROM (
+    SELECT count(*) AS facts, max(f.recorded_from) AS last_write_at
+    FROM public.facts AS f
+    WHERE f.project_id = p_project_id
+      AND f.subject_id = p_subject_id
+) AS fc
+CROSS JOIN (
+    SELECT count(*) AS events, max(e.recorded_at) AS last_write_at
+    FROM public.events AS e
+    WHERE e.project_id = p_project_id
+      AND e.subject_id = p_subject_id
+) AS ec
+$$;
+
+--
 -- Name: haki_text_probe(double precision, double precision, integer, integer, double precision, double precision); Type: FUNCTION; Schema: public; Owner: -
 --
 

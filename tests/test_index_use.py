@@ -6,12 +6,16 @@ Proved by the index scans the statement starts in the current transaction
 
 from __future__ import annotations
 
+import uuid
+
 import asyncpg
 import pytest
 
+from service.auth import Principal
 from service.constants import EPISODE_TOP_K, EXACT_SCAN_MIN_FACTS, MULTI_HOP_MAX_PER_ENTITY, RETRIEVAL_TOP_K
 from service.context import assembler
 from service.context.model import Probe
+from service.lifecycle import erasure
 from service.repository import context as repo
 from tests.helpers import PROJECT
 from tests.helpers.seeding import WEIGHTS, random_unit_vector, seed_scopes
@@ -182,3 +186,22 @@ async def test_no_text_index_keeps_a_pending_list(conn: asyncpg.Connection) -> N
     }
     for r in rows:
         assert "fastupdate=off" in (r["options"] or []), r["index_name"]
+
+
+async def test_a_page_of_subjects_reads_the_page_not_the_project(conn: asyncpg.Connection) -> None:
+    """GET /v1/subjects grouped every row of the project after its cursor for each page: 63 ms
+    for a page of 3 at 106k facts, and more with every fact. A page now reads its subjects' rows
+    and one index descent per subject."""
+    t = load_test_queries()
+    await seed_scopes(conn, {"zz-big": (5_000, "big seeded fact")})
+    for i in range(12):
+        await t.test_seed_random_facts(
+            conn, project_id=PROJECT, subject_id=f"s{i:02}", n=3, content_prefix="small"
+        )
+    principal = Principal(project_id=PROJECT, key_id=uuid.uuid4())
+    before = await t.test_rows_read(conn, table_name="facts")
+    page = await erasure.list_subjects(conn, principal, PROJECT, 5, None)
+    read = await t.test_rows_read(conn, table_name="facts") - before
+    assert [(s.subject_id, s.facts) for s in page.subjects] == [(f"s{i:02}", 3) for i in range(5)]
+    assert page.next_cursor is not None
+    assert read < 100, f"{read} rows of facts read for a page of 5 subjects of 3 facts"

@@ -369,21 +369,26 @@ async def test_events_and_subjects_page_by_cursor(client: httpx.AsyncClient, key
     event = (await client.get(f"/v1/events/{written[0]}", headers=h)).json()
     assert event["content"] == "event 0" and event["occurred_at"].startswith("2024-01-01"), event
 
-    subjects: list[dict[str, Any]] = []
-    cursor = None
-    while True:
-        params = {"limit": 1, **({"cursor": cursor} if cursor else {})}
-        page = (await client.get("/v1/subjects", params=params, headers=h)).json()
-        subjects += page["subjects"]
-        cursor = page["next_cursor"]
-        if cursor is None:
-            break
-    assert [(s["subject_id"], s["facts"], s["events"]) for s in subjects] == [
-        ("s2", 1, 0),
-        ("s3", 0, 1),
-        ("u1", 0, 5),
-    ]
-    assert all(s["last_write_at"] for s in subjects)
+    await write_facts(client, key, ["a fact of u1", "another fact of u1"], subject_id="u1")
+    # Pages of each size, so that subjects of the facts alone, of the events alone and of both
+    # meet inside a page and across the cursor (the statement walks each table's subjects apart).
+    for limit in (1, 2, 3, 4):
+        subjects: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            params = {"limit": limit, **({"cursor": cursor} if cursor else {})}
+            page = (await client.get("/v1/subjects", params=params, headers=h)).json()
+            assert len(page["subjects"]) <= limit
+            subjects += page["subjects"]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert [(s["subject_id"], s["facts"], s["events"]) for s in subjects] == [
+            ("s2", 1, 0),
+            ("s3", 0, 1),
+            ("u1", 2, 5),
+        ], limit
+        assert all(s["last_write_at"] for s in subjects)
 
 
 def _comparable(lines: list[bytes]) -> list[dict[str, Any]]:

@@ -120,6 +120,17 @@ SELECT current_setting('hnsw.ef_search', true)::integer AS ef_search,
 -- (pg_stat_get_xact_numscans): tells which plan ran without parsing EXPLAIN.
 SELECT pg_stat_get_xact_numscans(:index_name::regclass);
 
+-- name: test_rows_read(table_name)$
+-- Rows of one table the current transaction has read so far: those its sequential scans read
+-- (pg_stat_get_xact_tuples_returned of the table), its bitmap scans fetched (tuples_fetched of
+-- the table) and its index scans fetched (tuples_fetched of each of its indexes). What a
+-- statement costs, whatever plan it ran.
+SELECT pg_stat_get_xact_tuples_returned(:table_name::regclass)
+       + pg_stat_get_xact_tuples_fetched(:table_name::regclass)
+       + (SELECT coalesce(sum(pg_stat_get_xact_tuples_fetched(i.indexrelid)), 0)::bigint
+          FROM pg_index AS i
+          WHERE i.indrelid = :table_name::regclass);
+
 -- name: test_shift_project_times(project_id, seconds)!
 -- Moves every instant of one project's memory and call log `seconds` into the past, as if it had
 -- all happened then: a test runs in one transaction, whose now() never moves, and time travel
