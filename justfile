@@ -31,9 +31,9 @@ lint:
     .venv/bin/ruff check service tests benchmarks scripts sdk
     .venv/bin/ruff format --check service
 
-# Strict type check of the service package
+# Strict type check of the service, its tests, benchmarks and scripts (pyproject.toml's files)
 typecheck:
-    .venv/bin/mypy service
+    .venv/bin/mypy
 
 # Everything CI runs
 ci:

@@ -52,7 +52,7 @@ def main() -> int:
     for backend in args.backends.split(","):
         emb = LocalEmbedder(
             Settings(embed_provider="local", embed_backend=backend, torch_threads=args.threads)
-        )  # type: ignore[arg-type]
+        )
         try:
             emb.load_sync()
         except Exception as exc:  # a backend whose optional extra is missing is skipped

@@ -69,6 +69,7 @@ from service.migrations import migrate
 from service.settings import Settings
 from service.sql import load_queries
 from service.structs import Decision
+from tests.helpers.sql import parameter_order
 
 VECTOR_LITERAL = re.compile(r"'\[[-0-9.e,]+\]'(::vector)?")
 
@@ -87,7 +88,7 @@ async def explain(conn: Any, name: str, params: dict[str, Any]) -> str:
     b = load_bench_queries()
     # A production statement, or the benchmarks' own baseline (bench_score_all_facts).
     q = load_queries() if name in load_queries().available_queries else b
-    order = q.driver_adapter.var_sorted[name]
+    order = parameter_order(q, name)
 
     def args() -> list[str | None]:
         # EXPLAIN ANALYZE does insert: a new trace each run.

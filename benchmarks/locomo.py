@@ -58,8 +58,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
+
+if TYPE_CHECKING:
+    from service.settings import ContextProfile
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
@@ -170,9 +173,9 @@ def parse_conversation(sample: dict[str, Any]) -> Conversation:
     questions: list[Question] = []
     dropped = 0
     for qa in sample.get("qa", []):
-        ids = [i for raw in qa.get("evidence", []) for i in normalise_ids(str(raw))]
-        resolved = list(dict.fromkeys(i for i in ids if i in known))
-        dropped += len(set(ids) - known)
+        evidence = [i for raw in qa.get("evidence", []) for i in normalise_ids(str(raw))]
+        resolved = list(dict.fromkeys(i for i in evidence if i in known))
+        dropped += len(set(evidence) - known)
         if resolved:
             questions.append(Question(str(qa["question"]), int(qa["category"]), tuple(resolved)))
     return Conversation(sample["sample_id"], turns, observations, questions, dropped)
@@ -186,7 +189,10 @@ def load_dataset(path: Path) -> list[Conversation]:
 # --- modes ---------------------------------------------------------------------------------------
 
 
-PROFILES = ("unified", "facts_first")  # spec/context-profiles.md; `unified` is the default
+PROFILES: tuple[ContextProfile, ...] = (
+    "unified",
+    "facts_first",
+)  # spec/context-profiles.md; `unified` is the default
 VECTOR_ONLY = (1.0, 0.0, 0.0)
 TEXT_ONLY = (0.0, 1.0, 0.0)
 
@@ -194,7 +200,7 @@ TEXT_ONLY = (0.0, 1.0, 0.0)
 @dataclass(frozen=True)
 class Mode:
     name: str
-    profile: str  # the ContextRequest's `profile`, one of PROFILES
+    profile: ContextProfile  # the ContextRequest's `profile`, one of PROFILES
     budget: int
     weights: tuple[float, float, float] | None  # None: the shipped weights
     note: str = ""
@@ -207,7 +213,7 @@ class Mode:
         return self.profile
 
 
-def profile_modes(profile: str) -> list[Mode]:
+def profile_modes(profile: ContextProfile) -> list[Mode]:
     """One profile's hybrid (the shipped weights), its two single signals, and two budgets."""
     return [
         Mode(profile, profile, 900, None, note="shipped weights"),
@@ -360,6 +366,7 @@ async def evaluate(
     from service.observability.timing import StageTimer
     from service.settings import Settings
     from service.structs import ContextRequest
+    from tests.helpers.app import asgi_transport
 
     def say(msg: str) -> None:
         if progress:
@@ -399,7 +406,7 @@ async def evaluate(
         embed_ms: list[float] = []
         ingest_s = 0.0
         texts = 0
-        transport = httpx.ASGITransport(app=app)
+        transport = asgi_transport(app)
         async with httpx.AsyncClient(transport=transport, base_url="http://locomo", timeout=600) as client:
             for conv in conversations:
                 t0 = time.perf_counter()
@@ -457,7 +464,7 @@ async def evaluate(
                     "name": m.name,
                     "profile": m.profile,
                     "budget": m.budget,
-                    "weights": list(m.weights or PROFILE_WEIGHTS[m.profile]),  # type: ignore[index]
+                    "weights": list(m.weights or PROFILE_WEIGHTS[m.profile]),
                     "query_vector": m.query_vector,
                     "group": m.group,
                     "note": m.note,

@@ -57,6 +57,7 @@ from service.context.model import Probe, Retrieved
 from service.db import connect, init_connection
 from service.embedded import embedded_url, release_embedded_server
 from service.migrations import migrate
+from service.observability.timing import StageTimer
 from service.settings import ContextProfile, Settings
 from service.structs import ContextRequest
 
@@ -122,7 +123,7 @@ async def measure(conn: Any, settings: Settings, cfg: Config, rounds: int, resul
     emb = InstantEmbedder()
     principal = Principal(project_id=PROJECT, key_id=uuid.uuid4())
 
-    async def sql_path(query: Query, profile: ContextProfile, timer: assembler.StageTimer) -> None:
+    async def sql_path(query: Query, profile: ContextProfile, timer: StageTimer) -> None:
         emb.vector = query.vector
         req = ContextRequest(project_id=PROJECT, subject_id=cfg.measured, query=query.text, profile=profile)
         await assembler.assemble(conn, emb, settings, principal, req, timer=timer)
@@ -143,14 +144,14 @@ async def measure(conn: Any, settings: Settings, cfg: Config, rounds: int, resul
     # Warm-up: a production server's buffers hold its hot indexes.
     for i in range(30):
         for profile in PROFILES:
-            await sql_path(pool[i], profile, assembler.StageTimer())
+            await sql_path(pool[i], profile, StageTimer())
     # Both profiles in one loop, alternating call by call (and which goes first, round by
     # round), each on the same query, so machine load and cache state hit them alike.
     times: dict[str, list[float]] = {profile: [] for profile in PROFILES}
     stages: dict[str, dict[str, list[float]]] = {profile: {} for profile in PROFILES}
     for i in range(rounds):
         for profile in PROFILES if i % 2 == 0 else PROFILES[::-1]:
-            timer = assembler.StageTimer()
+            timer = StageTimer()
             t0 = time.perf_counter()
             await sql_path(pool[i % len(pool)], profile, timer)
             times[profile].append((time.perf_counter() - t0) * 1000)

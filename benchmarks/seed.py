@@ -238,7 +238,8 @@ EVENT_COLUMNS = ["project_id", "event_id", "subject_id", "content", "occurred_at
 
 
 def _unit_rows(a: np.ndarray) -> np.ndarray:
-    return (a / np.linalg.norm(a, axis=1, keepdims=True)).astype(np.float32)
+    unit: np.ndarray = (a / np.linalg.norm(a, axis=1, keepdims=True)).astype(np.float32)
+    return unit
 
 
 def _noise(rng: np.random.Generator, n: int) -> np.ndarray:

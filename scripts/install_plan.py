@@ -19,7 +19,10 @@ def main() -> int:
     install = json.loads(text).get("install", [])
     names = {i["metadata"]["name"].lower(): i for i in install}
     cuda = sorted(n for n in names if n.startswith(CUDA_PREFIXES))
-    say = lambda line: print(f"setup: {line}", file=sys.stderr)  # noqa: E731
+
+    def say(line: str) -> None:
+        print(f"setup: {line}", file=sys.stderr)
+
     say(f"{len(install)} package(s) to install or update")
     torch = names.get("torch")
     if torch is None:

@@ -5,5 +5,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check service tests benchmarks scripts sdk
 .venv/bin/ruff format --check service
-.venv/bin/mypy service
+.venv/bin/mypy
 .venv/bin/pytest "$@"

@@ -125,7 +125,7 @@ def forget_dead_handles(pgdata: Path) -> list[int]:
 def _running(pid: int) -> bool:
     """A zombie (exited, not yet reaped: what a killed postmaster stays under a container's PID 1
     that reaps nothing) is not running."""
-    import psutil  # type: ignore[import-untyped]  # pgserver depends on it
+    import psutil  # pgserver depends on it
 
     try:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = REPO_ROOT / "scripts" / "check_recall_floor.py"
 
-LABELLED = [
+LABELLED: list[dict[str, Any]] = [
     {
         "query": "green tea",
         "relevant": ["she drinks green tea", "green tea every morning"],

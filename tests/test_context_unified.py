@@ -49,6 +49,7 @@ from tests.helpers import (
     write_facts,
 )
 from tests.helpers.app import make_client
+from tests.helpers.sql import parameter_order
 
 OLD = "2024-01-01T00:00:00Z"
 
@@ -489,7 +490,7 @@ async def explain(conn: asyncpg.Connection, name: str, **params: Any) -> dict[st
     q = load_queries()
     sql = getattr(q, name).sql
     params = {"as_of": None, **params}  # a call at the current instant (migration 0012)
-    args = [params[p] for p in q.driver_adapter.var_sorted[name]]
+    args = [params[p] for p in parameter_order(q, name)]
     async with conn.transaction():
         raw = await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, *args)
     plan: dict[str, Any] = (raw if isinstance(raw, list) else json.loads(raw))[0]["Plan"]

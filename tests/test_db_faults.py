@@ -226,12 +226,12 @@ async def test_statement_timeout_on_the_read_path_is_a_503(
     try:
         async with locker.transaction():
             await load_test_queries().test_lock_facts_table(locker)
-            for method, url, kwargs in (
-                ("POST", "/v1/context", {"json": context}),
-                ("GET", "/v1/facts", {"params": {"project_id": PROJECT}}),
+            for method, url, body, params in (
+                ("POST", "/v1/context", context, None),
+                ("GET", "/v1/facts", None, {"project_id": PROJECT}),
             ):
                 started = time.monotonic()
-                r = await client.request(method, url, headers=bearer(key), **kwargs)
+                r = await client.request(method, url, headers=bearer(key), json=body, params=params)
                 elapsed = time.monotonic() - started
                 assert r.status_code == 503, r.text
                 assert r.json()["code"] == "unavailable"

@@ -70,7 +70,7 @@ def is_own(url: str) -> bool:
 def html_routes() -> set[tuple[str, str]]:
     """(method, path template) of every route answering HTML, from the app's own route table."""
     app = create_app(Settings(embed_provider="hash"), pool=object(), embedder=HashEmbedder())
-    found = set()
+    found: set[tuple[str, str]] = set()
     for route in app.routes:
         if not isinstance(route, HTTPRoute):
             continue

@@ -19,7 +19,7 @@ from service.embedder import Embedder
 from service.settings import Settings
 from service.structs import RefusalReason
 from tests.helpers import assert_error, bearer, stats
-from tests.helpers.app import SingleConnectionPool, make_client, migrated_key, pooled_client
+from tests.helpers.app import SingleConnectionPool, asgi_transport, make_client, migrated_key, pooled_client
 from tests.helpers.fake_chat import FakeChat, Step, answer, fake_chat
 
 SUBJECT = "alice"
@@ -344,7 +344,7 @@ async def test_async_sdk_extract(
     app_settings = msgspec.structs.replace(settings, extract_base_url=chat.url, extract_model="fake-model")
     app = create_app(app_settings, pool=SingleConnectionPool(conn), embedder=hash_embedder)
     chat.then(answer({"content": "Alice works at Globex.", "key": "employer", "source_message": 0}))
-    transport = httpx.ASGITransport(app=app)
+    transport = asgi_transport(app)
     async with AsyncHaki("http://testserver", key, project_id="proj-a", transport=transport) as haki:
         result = await haki.extract(SUBJECT, [ExtractMessage(role="user", content="I joined Globex.")])
     assert result.written is True

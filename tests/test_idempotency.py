@@ -149,7 +149,10 @@ async def test_keys_expire_after_the_ttl(
 @pytest.mark.parametrize("bad", ["", "x" * 256, "clé", "with space", "tab\tkey"])
 async def test_malformed_keys_are_a_400(client: httpx.AsyncClient, key: str, bad: str) -> None:
     r = await client.post(
-        "/v1/facts", json=facts_body("x"), headers={**bearer(key), "Idempotency-Key": bad.encode()}
+        "/v1/facts",
+        json=facts_body("x"),
+        headers=[(k.encode(), v.encode()) for k, v in bearer(key).items()]
+        + [(b"Idempotency-Key", bad.encode())],
     )
     assert r.status_code == 400, r.text
     assert r.json()["code"] == "validation_error"

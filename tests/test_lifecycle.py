@@ -18,7 +18,7 @@ from service.lifecycle import export, retention
 from service.observability.metrics import Metrics
 from service.settings import Settings
 from tests.helpers import PROJECT, assert_error, bearer, context, fact_ids, write_events, write_facts
-from tests.helpers.app import SingleConnectionPool
+from tests.helpers.app import SingleConnectionPool, asgi_transport
 from tests.helpers.sql import load_test_queries
 
 # The audit table names the subject erased, by design (and no content): it is the one table
@@ -358,7 +358,11 @@ async def test_events_and_subjects_page_by_cursor(client: httpx.AsyncClient, key
     seen: list[str] = []
     cursor = None
     while True:
-        params = {"subject_id": "u1", "limit": 2, **({"cursor": cursor} if cursor else {})}
+        params: dict[str, str | int] = {
+            "subject_id": "u1",
+            "limit": 2,
+            **({"cursor": cursor} if cursor else {}),
+        }
         page = (await client.get("/v1/events", params=params, headers=h)).json()
         seen += [e["event_id"] for e in page["events"]]
         assert all(e["subject_id"] == "u1" for e in page["events"])
@@ -583,7 +587,7 @@ async def test_retention_runs_beside_context_calls_and_never_waits_on_them(
         async with pool.acquire() as c:
             key_id, key = await auth.create_key(c, project)
         app = create_app(settings, pool=pool, embedder=hash_embedder)
-        transport = httpx.ASGITransport(app=app)
+        transport = asgi_transport(app)
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
             await write_facts(client, key, ["u likes tea", "u likes rain"], project_id=project)
 
@@ -650,7 +654,7 @@ async def test_the_background_task_purges_and_counts_on_metrics(
         async with pool.acquire() as c:
             key_id, key = await auth.create_key(c, project)
         app = create_app(settings, pool=pool, embedder=hash_embedder)
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        async with httpx.AsyncClient(transport=asgi_transport(app), base_url="http://t") as client:
             await write_facts(client, key, ["u likes tea"], project_id=project)
             traces = []
             for i in range(3):

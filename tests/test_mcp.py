@@ -117,8 +117,9 @@ async def test_every_tool(world: World, transport: str) -> None:
         listed = {t.name: t for t in (await session.list_tools()).tools}
         assert set(listed) == TOOLS
         # Descriptions are written for a model: facts versus events, and when to pass a key.
-        assert "record_event" in listed["remember"].description
-        assert "key" in listed["remember"].description and "conflict" in listed["remember"].description
+        described = listed["remember"].description or ""
+        assert "record_event" in described
+        assert "key" in described and "conflict" in described
         # Each fact's fields are typed and described in the input schema the model reads.
         schema = json.dumps(listed["remember"].input_schema)
         assert "Slot name" in schema and '"volatile"' in schema

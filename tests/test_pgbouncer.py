@@ -82,7 +82,7 @@ def bouncer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
         embedded_server(base / "db").cleanup()
 
 
-async def hammer(database_url: str, cache_size: int, key: str) -> dict[str, int]:
+async def hammer(database_url: str, cache_size: int, key: str) -> dict[int, int]:
     """Concurrent writes, context calls and reads through the app; status code -> count."""
     settings = Settings(
         database_url=database_url, embed_provider="hash", db_statement_cache_size=cache_size, pool_max_size=8

@@ -100,8 +100,8 @@ def scoping_problems(sql: str) -> list[str]:
         if m.group("fn") not in project_functions():
             continue
         arg = m.group("arg").strip()
-        alias = arg.split(".", 1)[0].lower() if arg.lower().endswith(".project_id") else None
-        if arg != PARAM and alias not in reached:
+        owner = arg.split(".", 1)[0].lower() if arg.lower().endswith(".project_id") else None
+        if arg != PARAM and owner not in reached:
             problems.append(f"{m.group('fn')}({arg}, ...) is not tied to :project_id")
     return problems
 

@@ -40,6 +40,7 @@ from service.migrations import migrate
 from service.settings import Settings
 from service.structs import ContextRequest
 from tests.helpers import metric
+from tests.helpers.app import asgi_transport
 from tests.helpers.sql import load_test_queries
 
 # Positions and counters of the two servers, read directly (tests/sql/testing_replica.sql).
@@ -103,7 +104,7 @@ async def haki(servers: Servers, **overrides: Any) -> AsyncIterator[tuple[Litest
     )
     app = create_app(settings)
     async with app.lifespan():
-        transport = httpx.ASGITransport(app=app)
+        transport = asgi_transport(app)
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
             yield app, client
 
@@ -251,7 +252,7 @@ async def test_a_conflict_opened_a_moment_ago_is_never_served_across_lag(servers
     the second write opened. The context call must hide both facts (spec: an open conflict is
     never served), and the inspection of its trace must not 404."""
     headers = await new_key(servers, "rep-b")
-    query = {"subject_id": "alice", "query": "Where does Alice work?"}
+    query: dict[str, Any] = {"subject_id": "alice", "query": "Where does Alice work?"}
     # The limit is far above the pause: only the per-scope write position can send the read to
     # the primary, not the lag bound.
     async with haki(servers, read_max_lag_ms=600_000) as (app, client):

@@ -50,7 +50,7 @@ async def test_keys_are_compared_in_constant_time(
         calls.append((a, b))
         return real(a, b)
 
-    monkeypatch.setattr(auth.hmac, "compare_digest", spy)
+    monkeypatch.setattr(hmac, "compare_digest", spy)
     principal = await auth.authenticate(conn, f"Bearer {key}")
     assert principal.project_id == PROJECT
     digest = hashlib.sha256(key.encode()).digest()

@@ -15,7 +15,7 @@ from service.db import connect
 from service.lifecycle.statistics import STATS_REFRESH_MIN_ROWS, StatisticsKeeper
 from service.settings import Settings
 from tests.helpers import bearer, metric
-from tests.helpers.app import migrated_key
+from tests.helpers.app import asgi_transport, migrated_key
 from tests.helpers.sql import load_test_queries
 
 PROJECT = "stats-keeper"
@@ -55,7 +55,7 @@ async def test_a_bulk_write_refreshes_the_planner_statistics_a_small_one_does_no
     by an ANALYZE of facts, counted in /metrics; a batch of 10 is left to autovacuum."""
     key = await migrated_key(settings, PROJECT)
     app = create_app(settings)
-    transport = httpx.ASGITransport(app=app)
+    transport = asgi_transport(app)
     async with app.lifespan(), httpx.AsyncClient(transport=transport, base_url="http://t") as client:
 
         async def write(n: int, subject: str) -> None:

@@ -109,7 +109,7 @@ def test_a_killed_postmaster_is_restarted_and_the_service_serves_again(data_dir:
         assert wait_gone(killed, 10)
 
         deadline = time.monotonic() + RECOVERY_SECONDS
-        statuses = []
+        statuses: list[int | str] = []
         while True:
             try:
                 r = httpx.get(f"{url}/v1/facts", params={"project_id": PROJECT}, headers=auth, timeout=5)

@@ -49,11 +49,9 @@ async def resolve(client: httpx.AsyncClient, key: str, set_id: str, keep: list[s
 async def replay(
     client: httpx.AsyncClient, key: str, trace_id: str, body: dict[str, Any] | None = None
 ) -> httpx.Response:
-    return await client.post(
-        f"/v1/inspect/{trace_id}/replay",
-        headers=bearer(key),
-        **({"json": body} if body is not None else {}),
-    )
+    if body is None:
+        return await client.post(f"/v1/inspect/{trace_id}/replay", headers=bearer(key))
+    return await client.post(f"/v1/inspect/{trace_id}/replay", headers=bearer(key), json=body)
 
 
 def decisions_of(trace: dict[str, Any]) -> list[tuple[Any, ...]]:

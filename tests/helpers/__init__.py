@@ -216,7 +216,9 @@ def candidate_decisions(trace: dict[str, Any]) -> list[dict[str, Any]]:
 
 def expected_score(d: dict[str, Any]) -> float:
     similarity = d["similarity"] if d["similarity"] is not None else 0.0
-    return WEIGHT_SIMILARITY * similarity + WEIGHT_TEXT_RANK * d["text_rank"] + WEIGHT_RECENCY * d["recency"]
+    return float(
+        WEIGHT_SIMILARITY * similarity + WEIGHT_TEXT_RANK * d["text_rank"] + WEIGHT_RECENCY * d["recency"]
+    )
 
 
 def assert_packet_matches_trace(packet: dict[str, Any], trace: dict[str, Any]) -> None:

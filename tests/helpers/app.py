@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 import httpx
 import msgspec
+from litestar import Litestar
 
 from service import auth
 from service.app import create_app
@@ -35,6 +36,12 @@ class SingleConnectionPool:
 
     async def close(self) -> None:
         return None
+
+
+def asgi_transport(app: Litestar) -> httpx.ASGITransport:
+    """httpx's transport on the app in this event loop. Litestar's ASGI callable is typed with
+    its own scope and event types, httpx's with plain mappings: the same protocol."""
+    return httpx.ASGITransport(app=cast(Any, app))
 
 
 @asynccontextmanager
@@ -66,7 +73,7 @@ class SharedApp:
         self.app.state.rate_limiter = RateLimiter(self.settings.rate_limit_per_minute)
         self.app.state.work_limiter = WorkRateLimiter(self.settings.embed_chars_per_minute)
         try:
-            transport = httpx.ASGITransport(app=self.app)
+            transport = asgi_transport(self.app)
             async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
                 yield client
         finally:
@@ -82,7 +89,7 @@ async def pooled_client(
     pool = await create_pool(settings)
     app = create_app(settings, pool=pool, embedder=embedder)
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        async with httpx.AsyncClient(transport=asgi_transport(app), base_url="http://t") as client:
             yield client, pool
     finally:
         await pool.close()

@@ -24,6 +24,13 @@ def load_test_queries() -> Any:
     return aiosql.from_path(SQL_DIR, "asyncpg")
 
 
+def parameter_order(q: Any, name: str) -> list[str]:
+    """The parameters of a named statement in the order of its $n placeholders (aiosql's asyncpg
+    adapter keeps it; its types do not show it), for running the statement's SQL text itself."""
+    order: list[str] = q.driver_adapter.var_sorted[name]
+    return order
+
+
 # --- the one parser of the SQL files ------------------------------------------------------------
 # tests/test_queries.py (house rules), tests/test_query_scoping.py (one project per statement)
 # and tests/test_sql_rules.py (rules written once) all read the statements through it.
