@@ -7,6 +7,13 @@ as *not* part of the public contract: they may change between versions without a
 from typing import Final
 
 EMBED_DIM: Final = 384
+# How long a context call waits for its query's vector on the connection it was lent, its
+# transaction open beside the embedding (docs/performance.md, "Outside the stages"). Past it the
+# call gives the connection back until the vector comes (docs/reliability.md, "Connections given
+# back while a request waits"): a query embeds in 5-7 ms alone and its p95 was 85-160 ms at 8
+# concurrent calls on 2 cores (benchmarks/http_latency.py), and a remote embedder that hangs
+# would otherwise hold a connection per call for HAKI_EMBED_TIMEOUT_SECONDS (10 s).
+CONTEXT_EMBED_PATIENCE_SECONDS: Final = 0.25
 
 # Context Assembler (spec/context-assembler.md).
 RETRIEVAL_TOP_K: Final = 64

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
 
 import asyncpg
 import msgspec
@@ -10,6 +11,17 @@ from pgvector.asyncpg import register_vector
 
 from service.embedded import embedded_url
 from service.settings import Settings
+
+
+class Lent(Protocol):
+    """A pooled connection lent to one request (handlers/deps.py `Lease`), which the request may
+    give back to the pool while it waits on something that needs no database: `conn` is another
+    connection after `set_aside`, so it is read again after a wait, never kept across one."""
+
+    @property
+    def conn(self) -> asyncpg.Connection: ...
+
+    def set_aside(self) -> AbstractAsyncContextManager[None]: ...
 
 
 def database_url(settings: Settings) -> str:

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
 import msgspec
 
 from service.auth import Principal
+from service.db import Lent
 from service.errors import Conflict
 from service.repository import Conn
 from service.repository import idempotency as idempotency_repo
@@ -62,14 +63,6 @@ async def _replay(
             idempotency_key=key,
         )
     return Outcome(body=msgspec.convert(response, response_type), status_code=status_code, replayed=True)
-
-
-class Lent(Protocol):
-    """The connection a request is lent, read each time it is used: a `prepare` that waits on the
-    embedder gives it back to the pool meanwhile, and another is lent after (handlers/deps.py)."""
-
-    @property
-    def conn(self) -> Conn: ...
 
 
 async def run_once(

@@ -221,3 +221,45 @@ async def test_a_write_waiting_on_the_embedder_holds_no_connection(
                 "/v1/facts", params={**scope, "subject_id": f"w{i}"}, headers=bearer(key)
             )
             assert [f["content"] for f in listed.json()["facts"]] == [f"{SLOW} fact {i}"]
+
+
+async def test_a_context_call_waiting_on_the_embedder_gives_its_connection_back(
+    served_small_pool: str, gate: GatedEmbeddingServer, monitor: asyncpg.Connection
+) -> None:
+    """Two context calls whose query embedding hangs, on a pool of two: past
+    CONTEXT_EMBED_PATIENCE_SECONDS they give their connections (and their transactions) back, so
+    the project's other requests are served; once the vectors come they run on connections lent
+    anew, and answer in full. Before, each held its connection, inside its transaction, until the
+    embedder answered or timed out (10 s): an embedder that hangs took the whole service down."""
+    project_id = f"patience-{uuid.uuid4().hex[:12]}"
+    _, key = await auth.create_key(monitor, project_id)
+    scope = {"project_id": project_id, "subject_id": "u"}
+    async with httpx.AsyncClient(base_url=served_small_pool, timeout=60) as client:
+        known = await client.post(
+            "/v1/facts", json={**scope, "facts": [{"content": "Ana likes tea"}]}, headers=bearer(key)
+        )
+        assert known.status_code == 201, known.text
+        calls = [
+            asyncio.create_task(
+                client.post(
+                    "/v1/context",
+                    json={**scope, "query": f"{SLOW} what does Ana drink {i}?"},
+                    headers=bearer(key),
+                )
+            )
+            for i in range(2)
+        ]
+        await gate.wait_arrivals(2)
+        listed = await client.get("/v1/facts", params=scope, headers=bearer(key))
+        assert listed.status_code == 200, listed.text
+        assert await open_transactions(monitor) == []
+        assert not any(c.done() for c in calls)
+        gate.release.set()
+        packets = [await c for c in calls]
+        assert [p.status_code for p in packets] == [200, 200], [p.text for p in packets]
+        for p in packets:
+            body = p.json()
+            assert body["status"] == "ok", body
+            assert [f["content"] for f in body["facts"]] == ["Ana likes tea"]
+            trace = await client.get(f"/v1/inspect/{body['trace_id']}", headers=bearer(key))
+            assert trace.status_code == 200, trace.text

@@ -30,6 +30,7 @@ import numpy as np
 
 from service.auth import Principal
 from service.constants import (
+    CONTEXT_EMBED_PATIENCE_SECONDS,
     EPISODE_TOP_K,
     MULTI_HOP_ENTITY_CANDIDATES,
     MULTI_HOP_MAX_ENTITIES,
@@ -43,6 +44,7 @@ from service.constants import (
 )
 from service.context.entities import ENTITY_PATTERN, extract_entities
 from service.context.model import Candidate, Packed, Probe, Retrieved, Weights, decision, pack, preview
+from service.db import Lent
 from service.embedder import Embedder
 from service.errors import InvalidInput, NotFound
 from service.ids import uuid7
@@ -324,6 +326,7 @@ async def assemble(
     timer: StageTimer | None = None,
     replay_of: UUID | None = None,
     trace_pool: Any | None = None,
+    lent: Lent | None = None,
 ) -> ContextPacket:
     """Builds, traces and returns the ContextPacket of one POST /v1/context call, with the
     request's profile or the deployment's, at the request's as_of or now.
@@ -334,6 +337,9 @@ async def assemble(
     `trace_pool` (the primary's pool) is given when `conn` is a streaming standby's
     (service/replica.py): the retrieval runs there read-only, and the trace is written on the
     primary afterwards in a transaction of its own. None: one transaction, as always.
+    `lent` (the request's lease, which `conn` comes from) lets a call whose query embeds slowly
+    give its connection back while it waits (CONTEXT_EMBED_PATIENCE_SECONDS); without it the call
+    keeps `conn` throughout.
     """
     principal.require(req.project_id)
     if replay_of is None:  # a replay's default instant is its origin's, stamped by the database
@@ -346,16 +352,30 @@ async def assemble(
         timed_embedding(embedder, settings, req.query, timer, principal.project_id)
     )
     try:
-        async with conn.transaction(readonly=trace_pool is not None):
-            await plan_context_call(conn)
-            qvec = await embedding
-            probe = probe_of(req, qvec, settings, weights or PROFILE_WEIGHTS[profile])
-            retrieved, packed = await PROFILES[profile](conn, req, probe, settings.recall_max_distance, timer)
-            packet = build_packet(req, profile, warnings_of(qvec, retrieved), packed)
-            if trace_pool is None:
-                with timer.stage("trace"):
-                    await commit_without_flush(conn)
-                    await write_trace(conn, req, packet, packed, retrieved, settings, replay_of)
+        while True:
+            try:
+                async with conn.transaction(readonly=trace_pool is not None):
+                    await plan_context_call(conn)
+                    if lent is not None and not await finished(embedding, CONTEXT_EMBED_PATIENCE_SECONDS):
+                        raise _EmbedderSlow  # rolls the transaction back: it has only read
+                    qvec = await embedding
+                    probe = probe_of(req, qvec, settings, weights or PROFILE_WEIGHTS[profile])
+                    retrieved, packed = await PROFILES[profile](
+                        conn, req, probe, settings.recall_max_distance, timer
+                    )
+                    packet = build_packet(req, profile, warnings_of(qvec, retrieved), packed)
+                    if trace_pool is None:
+                        with timer.stage("trace"):
+                            await commit_without_flush(conn)
+                            await write_trace(conn, req, packet, packed, retrieved, settings, replay_of)
+                break
+            except _EmbedderSlow:
+                assert lent is not None
+                # The pool gets the connection back until the vector comes (or the embedder's
+                # time-out: a degraded call), then the call starts over on a connection lent anew.
+                async with lent.set_aside():
+                    await asyncio.wait({embedding})
+                conn, lent = lent.conn, None
         if trace_pool is not None:
             with timer.stage("trace"):
                 async with trace_transaction(trace_pool, settings.pool_acquire_timeout_seconds) as primary:
@@ -364,6 +384,16 @@ async def assemble(
         if not embedding.done():  # the database failed first: the vector is not needed
             embedding.cancel()
     return packet
+
+
+class _EmbedderSlow(Exception):
+    """The query's vector did not come within CONTEXT_EMBED_PATIENCE_SECONDS."""
+
+
+async def finished(task: asyncio.Task[Any], seconds: float) -> bool:
+    """Whether `task` is done within `seconds` (it runs on either way)."""
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    return bool(done)
 
 
 async def timed_embedding(

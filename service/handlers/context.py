@@ -77,6 +77,7 @@ class ContextController(Controller):
             data,
             timer=timer,
             trace_pool=deps.reads.trace_pool,
+            lent=deps.lease,
         )
         observe_context(state, timer, packet)
         return Response(packet, status_code=200, headers={"Server-Timing": server_timing(timer)})

@@ -132,7 +132,7 @@ async def write_batch(
     `Idempotent-Replayed: true`, and counted (`adds`: the table and its new rows) for the planner
     statistics keeper. `data` is in the key's project already (in_key_project)."""
     outcome = await idempotency.run_once(
-        deps,
+        deps.lease,
         deps.settings,
         deps.principal,
         project_id=data.project_id,
