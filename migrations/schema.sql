@@ -849,6 +849,32 @@ LIMIT max_rows
 $$;
 
 --
+-- Name: haki_next_subject(text, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_next_subject(p_project_id text, after_subject text) RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+SELECT least(
+    CASE WHEN after_subject IS NULL
+         THEN (SELECT f.subject_id FROM public.facts AS f
+               WHERE f.project_id = p_project_id
+               ORDER BY f.subject_id LIMIT 1)
+         ELSE (SELECT f.subject_id FROM public.facts AS f
+               WHERE f.project_id = p_project_id AND f.subject_id > after_subject
+               ORDER BY f.subject_id LIMIT 1)
+    END,
+    CASE WHEN after_subject IS NULL
+         THEN (SELECT e.subject_id FROM public.events AS e
+               WHERE e.project_id = p_project_id
+               ORDER BY e.subject_id LIMIT 1)
+         ELSE (SELECT e.subject_id FROM public.events AS e
+               WHERE e.project_id = p_project_id AND e.subject_id > after_subject
+               ORDER BY e.subject_id LIMIT 1)
+    END)
+$$;
+
+--
 -- Name: haki_open_conflict_facts(text, text); Type: FUNCTION; Schema: public; Owner: -
 --
 

@@ -302,81 +302,22 @@ LIMIT :page_size;
 -- name: list_subjects(project_id, after_subject, page_size)
 -- One page of the subjects of a project in id order after the cursor, with their fact and event
 -- counts and the last time either was written (GET /v1/subjects). Reads the page's subjects
--- only: the next subject id of each table is one descent of its scope index (a loose index
--- scan, page_size steps), and each subject's rows are read through its scope indexes
+-- only: page_size steps from one subject id to the next (haki_next_subject, a loose index scan
+-- of facts and events), then each subject's rows through its scope indexes
 -- (haki_subject_summary, migration 0018). Grouping every row of the project after the cursor
--- took 63 ms for a page of 3 at 106k facts, and grew with the project (docs/reliability.md).
-WITH RECURSIVE fact_subjects (subject_id, n) AS (
-    -- Two arms rather than (cursor IS NULL OR subject_id > cursor), which a generic plan cannot
-    -- seek on: it read the project's index from its start to the cursor (8 ms at 10k subjects).
-    SELECT CASE WHEN :after_subject::text IS NULL
-                THEN (SELECT f.subject_id
-                      FROM facts AS f
-                      WHERE f.project_id = :project_id
-                      ORDER BY f.subject_id
-                      LIMIT 1)
-                ELSE (SELECT f.subject_id
-                      FROM facts AS f
-                      WHERE f.project_id = :project_id
-                        AND f.subject_id > :after_subject
-                      ORDER BY f.subject_id
-                      LIMIT 1)
-           END,
-           1
+-- took 63 ms for a page of 3 at 106k facts, and grew with the project (docs/scaling.md).
+WITH RECURSIVE page (subject_id, n) AS (
+    SELECT public.haki_next_subject(:project_id, :after_subject), 1
     UNION ALL
-    SELECT (SELECT f.subject_id
-            FROM facts AS f
-            WHERE f.project_id = :project_id
-              AND f.subject_id > s.subject_id
-            ORDER BY f.subject_id
-            LIMIT 1),
-           s.n + 1
-    FROM fact_subjects AS s
-    WHERE s.subject_id IS NOT NULL
-      AND s.n < :page_size
-),
-event_subjects (subject_id, n) AS (
-    -- Two arms rather than (cursor IS NULL OR subject_id > cursor), which a generic plan cannot
-    -- seek on: it read the project's index from its start to the cursor (8 ms at 10k subjects).
-    SELECT CASE WHEN :after_subject::text IS NULL
-                THEN (SELECT e.subject_id
-                      FROM events AS e
-                      WHERE e.project_id = :project_id
-                      ORDER BY e.subject_id
-                      LIMIT 1)
-                ELSE (SELECT e.subject_id
-                      FROM events AS e
-                      WHERE e.project_id = :project_id
-                        AND e.subject_id > :after_subject
-                      ORDER BY e.subject_id
-                      LIMIT 1)
-           END,
-           1
-    UNION ALL
-    SELECT (SELECT e.subject_id
-            FROM events AS e
-            WHERE e.project_id = :project_id
-              AND e.subject_id > s.subject_id
-            ORDER BY e.subject_id
-            LIMIT 1),
-           s.n + 1
-    FROM event_subjects AS s
-    WHERE s.subject_id IS NOT NULL
-      AND s.n < :page_size
-),
-page AS (
-    -- The first page_size of either table's first page_size subjects are the union's first.
-    SELECT u.subject_id
-    FROM (SELECT fs.subject_id FROM fact_subjects AS fs
-          UNION
-          SELECT es.subject_id FROM event_subjects AS es) AS u
-    WHERE u.subject_id IS NOT NULL
-    ORDER BY u.subject_id
-    LIMIT :page_size
+    SELECT public.haki_next_subject(:project_id, p.subject_id), p.n + 1
+    FROM page AS p
+    WHERE p.subject_id IS NOT NULL
+      AND p.n < :page_size
 )
 SELECT p.subject_id, s.facts, s.events, s.last_write_at
 FROM page AS p
 CROSS JOIN LATERAL public.haki_subject_summary(:project_id, p.subject_id) AS s
+WHERE p.subject_id IS NOT NULL
 ORDER BY p.subject_id;
 
 -- name: export_facts(project_id, subject_id, after_id, page_size)

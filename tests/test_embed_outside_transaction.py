@@ -175,42 +175,53 @@ def served_small_pool(settings: Settings, migrated: str, gate: GatedEmbeddingSer
         yield url
 
 
+KNOWN = "Ana likes tea"
+
+
+async def project_knowing_one_fact(
+    client: httpx.AsyncClient, monitor: asyncpg.Connection
+) -> tuple[str, dict[str, str]]:
+    """A new project whose subject `u` holds the fact KNOWN: its scope and its key's headers."""
+    project_id = f"aside-{uuid.uuid4().hex[:12]}"
+    _, key = await auth.create_key(monitor, project_id)
+    scope = {"project_id": project_id, "subject_id": "u"}
+    known = await client.post("/v1/facts", json={**scope, "facts": [{"content": KNOWN}]}, headers=bearer(key))
+    assert known.status_code == 201, known.text
+    return project_id, bearer(key)
+
+
 async def test_a_write_waiting_on_the_embedder_holds_no_connection(
     served_small_pool: str, gate: GatedEmbeddingServer, monitor: asyncpg.Connection
 ) -> None:
     """Two writes waiting for their embeddings, on a pool of two: the agents' reads and context
     calls are still served. Until the write gave its connection back while it waited, they
     waited for one too, and were refused (503) once the pool's acquire timeout passed."""
-    project_id = f"aside-{uuid.uuid4().hex[:12]}"
-    _, key = await auth.create_key(monitor, project_id)
-    scope = {"project_id": project_id}
     async with httpx.AsyncClient(base_url=served_small_pool, timeout=60) as client:
-        known = await client.post(
-            "/v1/facts", json={**scope, "subject_id": "u", "facts": [{"content": "Ana likes tea"}]},
-            headers=bearer(key),
-        )  # fmt: skip
-        assert known.status_code == 201, known.text
+        project_id, headers = await project_knowing_one_fact(client, monitor)
+        scope = {"project_id": project_id, "subject_id": "u"}
         writes = [
             asyncio.create_task(
                 client.post(
                     "/v1/facts",
-                    json={**scope, "subject_id": f"w{i}", "facts": [{"content": f"{SLOW} fact {i}"}]},
-                    headers=bearer(key),
+                    json={
+                        "project_id": project_id,
+                        "subject_id": f"w{i}",
+                        "facts": [{"content": f"{SLOW} fact {i}"}],
+                    },
+                    headers=headers,
                 )
             )
             for i in range(2)
         ]
         await gate.wait_arrivals(2)
-        listed = await client.get("/v1/facts", params={**scope, "subject_id": "u"}, headers=bearer(key))
+        listed = await client.get("/v1/facts", params=scope, headers=headers)
         assert listed.status_code == 200, listed.text
-        assert [f["content"] for f in listed.json()["facts"]] == ["Ana likes tea"]
+        assert [f["content"] for f in listed.json()["facts"]] == [KNOWN]
         packet = await client.post(
-            "/v1/context",
-            json={**scope, "subject_id": "u", "query": "what does Ana drink?"},
-            headers=bearer(key),
+            "/v1/context", json={**scope, "query": "what does Ana drink?"}, headers=headers
         )
         assert packet.status_code == 200, packet.text
-        assert [f["content"] for f in packet.json()["facts"]] == ["Ana likes tea"]
+        assert [f["content"] for f in packet.json()["facts"]] == [KNOWN]
         assert not any(w.done() for w in writes)
         # Released, each write is lent a connection again and commits.
         gate.release.set()
@@ -218,7 +229,7 @@ async def test_a_write_waiting_on_the_embedder_holds_no_connection(
         assert [r.status_code for r in done] == [201, 201], [r.text for r in done]
         for i in range(2):
             listed = await client.get(
-                "/v1/facts", params={**scope, "subject_id": f"w{i}"}, headers=bearer(key)
+                "/v1/facts", params={"project_id": project_id, "subject_id": f"w{i}"}, headers=headers
             )
             assert [f["content"] for f in listed.json()["facts"]] == [f"{SLOW} fact {i}"]
 
@@ -231,26 +242,21 @@ async def test_a_context_call_waiting_on_the_embedder_gives_its_connection_back(
     the project's other requests are served; once the vectors come they run on connections lent
     anew, and answer in full. Before, each held its connection, inside its transaction, until the
     embedder answered or timed out (10 s): an embedder that hangs took the whole service down."""
-    project_id = f"patience-{uuid.uuid4().hex[:12]}"
-    _, key = await auth.create_key(monitor, project_id)
-    scope = {"project_id": project_id, "subject_id": "u"}
     async with httpx.AsyncClient(base_url=served_small_pool, timeout=60) as client:
-        known = await client.post(
-            "/v1/facts", json={**scope, "facts": [{"content": "Ana likes tea"}]}, headers=bearer(key)
-        )
-        assert known.status_code == 201, known.text
+        project_id, headers = await project_knowing_one_fact(client, monitor)
+        scope = {"project_id": project_id, "subject_id": "u"}
         calls = [
             asyncio.create_task(
                 client.post(
                     "/v1/context",
                     json={**scope, "query": f"{SLOW} what does Ana drink {i}?"},
-                    headers=bearer(key),
+                    headers=headers,
                 )
             )
             for i in range(2)
         ]
         await gate.wait_arrivals(2)
-        listed = await client.get("/v1/facts", params=scope, headers=bearer(key))
+        listed = await client.get("/v1/facts", params=scope, headers=headers)
         assert listed.status_code == 200, listed.text
         assert await open_transactions(monitor) == []
         assert not any(c.done() for c in calls)
@@ -260,6 +266,6 @@ async def test_a_context_call_waiting_on_the_embedder_gives_its_connection_back(
         for p in packets:
             body = p.json()
             assert body["status"] == "ok", body
-            assert [f["content"] for f in body["facts"]] == ["Ana likes tea"]
-            trace = await client.get(f"/v1/inspect/{body['trace_id']}", headers=bearer(key))
+            assert [f["content"] for f in body["facts"]] == [KNOWN]
+            trace = await client.get(f"/v1/inspect/{body['trace_id']}", headers=headers)
             assert trace.status_code == 200, trace.text
