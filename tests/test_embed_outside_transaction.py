@@ -14,6 +14,7 @@ import json
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -95,17 +96,24 @@ def gate() -> Iterator[GatedEmbeddingServer]:
         thread.join(timeout=5)
 
 
-@pytest.fixture
-def served(settings: Settings, migrated: str, gate: GatedEmbeddingServer) -> Iterator[str]:
+@contextmanager
+def served_app(settings: Settings, gate: GatedEmbeddingServer, **overrides: Any) -> Iterator[str]:
+    """The app under uvicorn on a pool of its own, the gate its embedder, with `overrides`."""
     app_settings = msgspec.structs.replace(
         settings,
         embed_provider="openai",
         embed_base_url=gate.url,
         embed_timeout_seconds=30.0,
         rate_limit_per_minute=0,
-        pool_max_size=4,
+        **overrides,
     )
     with serve(create_app(app_settings)) as url:
+        yield url
+
+
+@pytest.fixture
+def served(settings: Settings, migrated: str, gate: GatedEmbeddingServer) -> Iterator[str]:
+    with served_app(settings, gate, pool_max_size=4) as url:
         yield url
 
 
@@ -161,17 +169,9 @@ async def test_no_transaction_is_open_while_the_embedder_runs(
 
 @pytest.fixture
 def served_small_pool(settings: Settings, migrated: str, gate: GatedEmbeddingServer) -> Iterator[str]:
-    app_settings = msgspec.structs.replace(
-        settings,
-        embed_provider="openai",
-        embed_base_url=gate.url,
-        embed_timeout_seconds=30.0,
-        rate_limit_per_minute=0,
-        pool_min_size=0,
-        pool_max_size=2,
-        pool_acquire_timeout_seconds=3.0,
-    )
-    with serve(create_app(app_settings)) as url:
+    with served_app(
+        settings, gate, pool_min_size=0, pool_max_size=2, pool_acquire_timeout_seconds=3.0
+    ) as url:
         yield url
 
 
