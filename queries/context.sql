@@ -328,40 +328,70 @@ walked AS MATERIALIZED (
                WHERE :event_top_k::integer > 0
            ) AS event_ids
 ),
-fact_hits AS MATERIALIZED (
+rare AS MATERIALIZED (
+    -- The match_words rarest words, each with the probe rule's choice (haki_text_probe).
+    SELECT w.word_query,
+           public.haki_text_probe(w.share, (SELECT sf.facts FROM scope_facts AS sf),
+                                  :text_per_word, :probe_rows, :probe_min_cost,
+                                  :probe_min_postings) AS probe
+    FROM idf AS w
+    ORDER BY w.idf DESC, w.word
+    LIMIT :match_words
+),
+posting_hits AS MATERIALIZED (
     -- Per rare word, at most text_per_word servable facts from the scope's postings in
-    -- text_config (haki_fact_postings_for, migration 0016: one GIN index a configuration); or,
-    -- for a word the probe rule picks, from the scope's newest facts.
-    SELECT coalesce(array_agg(DISTINCT h.fact_id), '{}'::uuid[]) AS ids
-    FROM (SELECT w.word_query,
-                 public.haki_text_probe(w.share, (SELECT sf.facts FROM scope_facts AS sf),
-                                        :text_per_word, :probe_rows, :probe_min_cost,
-                                        :probe_min_postings) AS probe
-          FROM idf AS w
-          ORDER BY w.idf DESC, w.word
-          LIMIT :match_words) AS i
+    -- text_config (haki_fact_postings, migration 0016: one GIN index a configuration, each arm
+    -- naming its own), as whole rows: the pool takes them as they are, where reading them again
+    -- by primary key cost 0.28 ms of the statement's 10 at 10k.
+    SELECT DISTINCT ON (f.fact_id) f.fact_id, f.content, f.valid_from, f.valid_to, f.recorded_to,
+           f.believed_valid_to, f.recorded_from, f.source_event_id, f.embedding, f.search_vector,
+           f.search_vector_english
+    FROM rare AS i
     CROSS JOIN LATERAL (
-        (SELECT f.fact_id
-         FROM public.haki_fact_postings_for(NOT i.probe, :project_id, :subject_id,
-                                            :text_config::regconfig, i.word_query,
-                                            :as_of::timestamptz) AS f
-         WHERE NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
-         LIMIT :text_per_word)
-        UNION ALL
-        (SELECT n.fact_id
-         -- The probe: the scope's newest servable facts (migration 0013), at most probe_rows.
-         FROM public.haki_newest_servable_facts(i.probe, :project_id, :subject_id,
-                                                :as_of::timestamptz, :probe_rows) AS n
-         WHERE public.haki_text_vector(:text_config::regconfig, n.search_vector,
-                                       n.search_vector_english) @@ i.word_query
-           AND NOT (n.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
-         LIMIT :text_per_word)
+        SELECT p.fact_id, p.content, p.valid_from, p.valid_to, p.recorded_to,
+               p.believed_valid_to, p.recorded_from, p.source_event_id, p.embedding,
+               p.search_vector, p.search_vector_english
+        FROM (SELECT e.fact_id, e.content, e.valid_from, e.valid_to, e.recorded_to,
+                     e.believed_valid_to, e.recorded_from, e.source_event_id, e.embedding,
+                     e.search_vector, e.search_vector_english
+              FROM public.haki_fact_postings(:project_id, :subject_id, 'english'::regconfig,
+                                             i.word_query, :as_of::timestamptz) AS e
+              WHERE :text_config::regconfig = 'english'::regconfig
+              UNION ALL
+              SELECT s.fact_id, s.content, s.valid_from, s.valid_to, s.recorded_to,
+                     s.believed_valid_to, s.recorded_from, s.source_event_id, s.embedding,
+                     s.search_vector, s.search_vector_english
+              FROM public.haki_fact_postings(:project_id, :subject_id, 'simple'::regconfig,
+                                             i.word_query, :as_of::timestamptz) AS s
+              WHERE :text_config::regconfig <> 'english'::regconfig) AS p
+        WHERE NOT i.probe
+          AND NOT (p.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+        LIMIT :text_per_word
+    ) AS f
+    ORDER BY f.fact_id
+),
+probe_hits AS MATERIALIZED (
+    -- For a word the probe rule picks, at most text_per_word matches among the scope's newest
+    -- servable facts (haki_newest_servable_facts, migration 0013), as ids.
+    SELECT coalesce(array_agg(DISTINCT h.fact_id), '{}'::uuid[]) AS ids
+    FROM rare AS i
+    CROSS JOIN LATERAL (
+        SELECT n.fact_id
+        FROM public.haki_newest_servable_facts(i.probe, :project_id, :subject_id,
+                                               :as_of::timestamptz, :probe_rows) AS n
+        WHERE public.haki_text_vector(:text_config::regconfig, n.search_vector,
+                                      n.search_vector_english) @@ i.word_query
+          AND NOT (n.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+        LIMIT :text_per_word
     ) AS h
+),
+posted AS MATERIALIZED (
+    SELECT ARRAY(SELECT h.fact_id FROM posting_hits AS h) AS ids
 ),
 event_hits AS MATERIALIZED (
     -- The same for events, from their scope's postings (haki_event_postings_for, migration 0016).
     SELECT coalesce(array_agg(DISTINCT h.event_id), '{}'::uuid[]) AS ids
-    FROM (SELECT w.word_query FROM idf AS w ORDER BY w.idf DESC, w.word LIMIT :match_words) AS i
+    FROM rare AS i
     CROSS JOIN LATERAL (
         SELECT e.event_id
         FROM public.haki_event_postings_for(:project_id, :subject_id, :text_config::regconfig,
@@ -370,11 +400,11 @@ event_hits AS MATERIALIZED (
     ) AS h
 ),
 pool AS (
-    -- Every walked or matched item, read once by primary key (ids as arrays: a generic plan
-    -- joining them as a set may hash a scan of the whole table, and before the first ANALYZE
-    -- ran a by-array scan again for each row of a set it expected to hold one: 94 ms), with
-    -- every part of its score. Reading the candidates a second time for their content cost
-    -- 1.7 ms of the statement's 6.2 on the benchmark world.
+    -- Every walked or matched item, read once: the postings' facts as they came, the rest by
+    -- primary key (ids as arrays: a generic plan joining them as a set may hash a scan of the
+    -- whole table, and before the first ANALYZE ran a by-array scan again for each row of a set
+    -- it expected to hold one: 94 ms), with every part of its score. Reading the candidates a
+    -- second time for their content cost 1.7 ms of the statement's 6.2 on the benchmark world.
     SELECT p.item_type, p.item_id, p.content, p.valid_from, p.valid_to, p.recorded_from,
            p.source_event_id, p.occurred_at, p.tokens, p.cosine_distance, p.recency, p.walked, p.hit,
            CASE WHEN p.sv @@ (SELECT t.any_word FROM idf_total AS t)
@@ -391,10 +421,22 @@ pool AS (
                public.haki_fact_recency(f.valid_from, f.recorded_from, :tau_seconds, :as_of::timestamptz) AS recency,
                public.haki_text_vector(:text_config::regconfig, f.search_vector, f.search_vector_english) AS sv,
                f.fact_id = ANY ((SELECT w.fact_ids FROM walked AS w)::uuid[]) AS walked,
-               f.fact_id = ANY ((SELECT h.ids FROM fact_hits AS h)::uuid[]) AS hit
-        FROM facts AS f
-        WHERE f.project_id = :project_id
-          AND f.fact_id = ANY ((SELECT w.fact_ids FROM walked AS w)::uuid[] || (SELECT h.ids FROM fact_hits AS h)::uuid[])
+               f.hit
+        FROM (
+            SELECT h.fact_id, h.content, h.valid_from, h.valid_to, h.recorded_to, h.believed_valid_to,
+                   h.recorded_from, h.source_event_id, h.embedding, h.search_vector,
+                   h.search_vector_english, true AS hit
+            FROM posting_hits AS h
+            UNION ALL
+            -- The walked and probed facts the postings did not bring, by primary key.
+            SELECT r.fact_id, r.content, r.valid_from, r.valid_to, r.recorded_to, r.believed_valid_to,
+                   r.recorded_from, r.source_event_id, r.embedding, r.search_vector,
+                   r.search_vector_english, r.fact_id = ANY ((SELECT ph.ids FROM probe_hits AS ph)::uuid[])
+            FROM facts AS r
+            WHERE r.project_id = :project_id
+              AND r.fact_id = ANY ((SELECT w.fact_ids FROM walked AS w)::uuid[] || (SELECT ph.ids FROM probe_hits AS ph)::uuid[])
+              AND NOT (r.fact_id = ANY ((SELECT pd.ids FROM posted AS pd)::uuid[]))
+        ) AS f
         UNION ALL
         SELECT 'episode', e.event_id, e.content, NULL, NULL, NULL, NULL, e.occurred_at,
                public.haki_tokens(e.content),
