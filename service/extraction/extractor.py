@@ -31,6 +31,7 @@ import msgspec
 from service import memory
 from service.auth import Principal
 from service.constants import EXTRACT_KNOWN_FACTS, EXTRACT_PROMPT_VERSION, MAX_CONTENT_CHARS, MAX_SCOPE_CHARS
+from service.db import Lent
 from service.embedder import Embedder
 from service.errors import ExtractorFailed, ExtractorTimeout, Unavailable
 from service.repository import Conn
@@ -287,56 +288,41 @@ def message_times(messages: list[ExtractMessage], now: datetime) -> list[datetim
     return [m.occurred_at or now + timedelta(microseconds=i) for i, m in enumerate(messages)]
 
 
-@dataclass(frozen=True, slots=True)
-class Known:
-    """What an extraction reads from the database before it asks the model."""
-
-    model: str
-    times: list[datetime]
-    facts: list[KnownFact]
-
-
-async def known(conn: Conn, settings: Settings, principal: Principal, req: ExtractRequest) -> Known:
-    """The checks, then the scope's known facts: all an extraction needs the database for before
-    its write (the model and the embedder run without a connection: handlers/extract.py)."""
-    principal.require(req.project_id)
-    _, model = _configured(settings)
-    times = message_times(req.messages, datetime.now(UTC))
-    facts = await known_facts(conn, req.project_id, req.subject_id, EXTRACT_KNOWN_FACTS)
-    return Known(model, times, facts)
-
-
 async def prepare(
-    known: Known,
+    lent: Lent,
     embedder: Embedder,
     settings: Settings,
     principal: Principal,
     req: ExtractRequest,
 ) -> Plan:
-    """Outside any transaction, and with no database: the model, the checks of its answer, and
-    (when writing) the embedder."""
-    model, times = known.model, known.times
-    answer = await ask_model(settings, system_prompt(), user_prompt(req.messages, times, known.facts))
-    checked = check_proposals(answer, len(req.messages), known.facts, model)
-    if not req.write:
-        return Plan(req=req, model=model, checked=checked, events=None, facts=None)
-    events_req = WriteEventsRequest(
-        project_id=req.project_id,
-        subject_id=req.subject_id,
-        events=[
-            EventIn(content=f"{m.role}: {m.content}", occurred_at=t, metadata={"role": m.role})
-            for m, t in zip(req.messages, times, strict=True)
-        ],
-    )
-    events = await memory.prepare_events(embedder, principal, events_req)
-    facts = None
-    if checked.accepted:
-        facts_req = WriteFactsRequest(
-            project_id=req.project_id,
-            subject_id=req.subject_id,
-            facts=[a.fact for a in checked.accepted],
-        )
-        facts = await memory.prepare_facts(embedder, settings, principal, facts_req)
+    """Outside any transaction: the scope's known facts, then the model, the checks of its answer
+    and (when writing) the embedder, with the request's connection back in the pool meanwhile:
+    they need no database, and a model may think for seconds (docs/reliability.md)."""
+    principal.require(req.project_id)
+    _, model = _configured(settings)
+    times = message_times(req.messages, datetime.now(UTC))
+    known = await known_facts(lent.conn, req.project_id, req.subject_id, EXTRACT_KNOWN_FACTS)
+    async with lent.set_aside():
+        answer = await ask_model(settings, system_prompt(), user_prompt(req.messages, times, known))
+        checked = check_proposals(answer, len(req.messages), known, model)
+        events = facts = None
+        if req.write:
+            events_req = WriteEventsRequest(
+                project_id=req.project_id,
+                subject_id=req.subject_id,
+                events=[
+                    EventIn(content=f"{m.role}: {m.content}", occurred_at=t, metadata={"role": m.role})
+                    for m, t in zip(req.messages, times, strict=True)
+                ],
+            )
+            events = await memory.prepare_events(embedder, principal, events_req)
+            if checked.accepted:
+                facts_req = WriteFactsRequest(
+                    project_id=req.project_id,
+                    subject_id=req.subject_id,
+                    facts=[a.fact for a in checked.accepted],
+                )
+                facts = await memory.prepare_facts(embedder, settings, principal, facts_req)
     return Plan(req=req, model=model, checked=checked, events=events, facts=facts)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from litestar import Controller, Response, post
 from litestar.openapi.datastructures import ResponseSpec
 
@@ -56,11 +58,8 @@ class ExtractController(Controller):
     ) -> Response[ExtractResponse]:
         data = in_key_project(data, deps.principal)
 
-        async def prepare() -> extractor.Plan:
-            known = await extractor.known(deps.conn, deps.settings, deps.principal, data)
-            return await deps.without_connection(
-                extractor.prepare(known, deps.embedder, deps.settings, deps.principal, data)
-            )
+        def prepare() -> Awaitable[extractor.Plan]:
+            return extractor.prepare(deps.lease, deps.embedder, deps.settings, deps.principal, data)
 
         if not data.write:
             return Response(extractor.dry_run(await prepare()), status_code=200)
