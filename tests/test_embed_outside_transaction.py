@@ -269,3 +269,40 @@ async def test_a_context_call_waiting_on_the_embedder_gives_its_connection_back(
             assert [f["content"] for f in body["facts"]] == [KNOWN]
             trace = await client.get(f"/v1/inspect/{body['trace_id']}", headers=headers)
             assert trace.status_code == 200, trace.text
+
+
+async def test_a_replay_waiting_on_the_embedder_gives_its_connection_back(
+    served_small_pool: str, gate: GatedEmbeddingServer, monitor: asyncpg.Connection
+) -> None:
+    """A replay embeds its stored query again (the OpenAI-compatible embedder keeps no cache):
+    two replays held by the embedder, on a pool of two, give their connections back as a context
+    call does, and once the vectors come they answer with the original's packet. Before, each
+    held its connection until the embedder answered, and the GET below got a 503."""
+    async with httpx.AsyncClient(base_url=served_small_pool, timeout=60) as client:
+        project_id, headers = await project_knowing_one_fact(client, monitor)
+        scope = {"project_id": project_id, "subject_id": "u"}
+        gate.release.set()
+        origin = await client.post(
+            "/v1/context", json={**scope, "query": f"{SLOW} what does Ana drink?"}, headers=headers
+        )
+        assert origin.status_code == 200, origin.text
+        await gate.wait_arrivals(1)  # the origin's own embedding, let through
+        gate.release.clear()
+        trace_id = origin.json()["trace_id"]
+        replays = [
+            asyncio.create_task(client.post(f"/v1/inspect/{trace_id}/replay", headers=headers))
+            for _ in range(2)
+        ]
+        await gate.wait_arrivals(2)
+        listed = await client.get("/v1/facts", params=scope, headers=headers)
+        assert listed.status_code == 200, listed.text
+        assert await open_transactions(monitor) == []
+        assert not any(r.done() for r in replays)
+        gate.release.set()
+        answers = [await r for r in replays]
+        assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
+        for a in answers:
+            body = a.json()
+            assert body["origin_trace_id"] == trace_id
+            assert [f["content"] for f in body["packet"]["facts"]] == [KNOWN]
+            assert body["diff"] == {"added": [], "removed": [], "moved": []}

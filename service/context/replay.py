@@ -15,6 +15,7 @@ import msgspec
 from service.auth import Principal
 from service.constants import DEFAULT_PAGE_LIMIT
 from service.context import assembler
+from service.db import Lent
 from service.embedder import Embedder
 from service.errors import NotFound
 from service.repository import Conn
@@ -72,7 +73,7 @@ def diff(original: Sequence[Decision], replayed: Sequence[Decision]) -> ReplayDi
 
 
 async def replay(
-    conn: Conn,
+    lent: Lent,
     embedder: Embedder,
     settings: Settings,
     principal: Principal,
@@ -82,8 +83,11 @@ async def replay(
     """POST /v1/inspect/{trace_id}/replay. By default: the original's budget, profile, recall
     floor and include_episodes, as of the original's own instant (its as_of, else its
     created_at). The same embedder and exact vector scans reproduce every decision; an
-    approximate HNSW walk or a changed embedder may not (docs/time-travel.md)."""
-    origin = await repo.get_inspection(conn, principal.project_id, trace_id)
+    approximate HNSW walk or a changed embedder may not (docs/time-travel.md).
+
+    `lent` is the request's connection: like a context call, the replay gives it back while its
+    query waits on a slow embedder (assembler.assemble), so it reads `lent.conn` again after."""
+    origin = await repo.get_inspection(lent.conn, principal.project_id, trace_id)
     if origin is None:
         raise NotFound("No context trace with this id in the key's project.", trace_id=str(trace_id))
     assembler.check_as_of("as_of", overrides.as_of)
@@ -103,8 +107,10 @@ async def replay(
         if f is not None
     )
     replay_settings = msgspec.structs.replace(settings, recall_max_distance=floor)
-    packet = await assembler.assemble(conn, embedder, replay_settings, principal, req, replay_of=trace_id)
-    replayed = await repo.get_inspection(conn, principal.project_id, packet.trace_id)
+    packet = await assembler.assemble(
+        lent.conn, embedder, replay_settings, principal, req, replay_of=trace_id, lent=lent
+    )
+    replayed = await repo.get_inspection(lent.conn, principal.project_id, packet.trace_id)
     assert replayed is not None  # written by the call above, in this project
     return ReplayResponse(
         origin_trace_id=trace_id,

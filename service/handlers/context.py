@@ -116,7 +116,7 @@ class ContextController(Controller):
     ) -> ReplayResponse:
         overrides = data or ReplayRequest()
         return await replay.replay(
-            deps.conn, deps.embedder, deps.settings, deps.principal, trace_id, overrides
+            deps.lease, deps.embedder, deps.settings, deps.principal, trace_id, overrides
         )
 
     @get(

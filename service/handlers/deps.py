@@ -210,9 +210,14 @@ def provide_deps(
     embedder: EmbedderDep,
     state: State,
 ) -> RouteDeps:
-    lease: Lease = request.scope["state"][LEASE]  # provide_conn's, which lent `conn`
+    return RouteDeps(lease_of(request, conn), principal, settings, reads, embedder, state.get("statistics"))
+
+
+def lease_of(request: Request[Any, Any, Any], conn: asyncpg.Connection) -> Lease:
+    """The lease behind a request's `conn` (provide_conn's), for a handler that may set it aside."""
+    lease: Lease = request.scope["state"][LEASE]
     assert lease.conn is conn
-    return RouteDeps(lease, principal, settings, reads, embedder, state.get("statistics"))
+    return lease
 
 
 Deps = Annotated[RouteDeps, Dependency(skip_validation=True)]

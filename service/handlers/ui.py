@@ -34,7 +34,7 @@ from service import auth
 from service.constants import MAX_SCOPE_CHARS
 from service.context import replay as time_travel
 from service.errors import NotFound, Unauthorized
-from service.handlers.deps import ConnDep, EmbedderDep, SettingsDep
+from service.handlers.deps import ConnDep, EmbedderDep, SettingsDep, lease_of
 from service.replica import READS, ReadsDep
 from service.repository import traces as repo
 from service.settings import ContextProfile
@@ -265,10 +265,12 @@ class TraceInspector(Controller):
                 title="Replay",
                 message=overrides,
             )
+        lease = lease_of(request, conn)
         try:
-            result = await time_travel.replay(conn, embedder, settings, principal, trace_id, overrides)
+            result = await time_travel.replay(lease, embedder, settings, principal, trace_id, overrides)
         except NotFound:
             return _trace_not_found(principal.project_id)
+        conn = lease.conn  # another connection if the replay's query waited on the embedder
         origin = await repo.get_context_call(conn, principal.project_id, trace_id)
         items = await repo.trace_items(conn, principal.project_id, result.packet.trace_id)
         items += await repo.trace_items(conn, principal.project_id, trace_id)
