@@ -15,6 +15,15 @@ WHERE cs.project_id = :project_id
 ORDER BY cs.created_at DESC, cs.conflict_set_id, f.fact_id
 LIMIT 10000;
 
+-- name: get_conflict_set_scope(project_id, conflict_set_id)^
+-- The subject and key of one conflict set (neither ever changes): a resolution takes that key's
+-- lock (lock_fact_keys) before it locks the set, so a write of the key waits for it.
+SELECT cs.subject_id AS subject_id,
+       cs.key AS key
+FROM conflict_sets AS cs
+WHERE cs.project_id = :project_id
+  AND cs.conflict_set_id = :conflict_set_id;
+
 -- name: lock_conflict_set(project_id, conflict_set_id)^
 -- Locks one conflict set for resolution; returns its status and member ids.
 SELECT cs.status,

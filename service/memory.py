@@ -287,6 +287,14 @@ async def resolve_conflict(
 ) -> ConflictSet:
     project_id = principal.project_id
     async with conn.transaction():
+        # The key's lock first, as a write of that key takes it (store_facts), then the set's
+        # row: a write racing the resolution sees its members either all before it or all after
+        # it. Without it, a write of the key that read the members before the resolution
+        # committed opened a new set listing the ones it had just superseded
+        # (tests/test_write_races.py).
+        scope = await conflicts_repo.conflict_set_scope(conn, project_id, conflict_set_id)
+        if scope is not None:
+            await facts_repo.lock_fact_keys(conn, project_id, scope[0], [scope[1]])
         locked = await conflicts_repo.lock_conflict_set(conn, project_id, conflict_set_id)
         if locked is None:
             raise NotFound(

@@ -17,11 +17,14 @@ import httpx
 import msgspec
 import pytest
 
-from service import auth
+from service import auth, memory
 from service.app import create_app
+from service.auth import Principal
 from service.db import connect, init_connection
+from service.embedder import HashEmbedder
 from service.repository import facts as facts_repo
 from service.settings import Settings
+from service.structs import FactIn, ResolveConflictRequest, WriteFactsRequest
 from tests.helpers import bearer
 from tests.helpers.serving import serve
 
@@ -177,3 +180,55 @@ async def test_the_key_lock_serialises_one_key_and_leaves_others_free(
     finally:
         await holder.close()
         await other.close()
+
+
+async def test_a_write_racing_a_resolution_opens_no_set_with_a_fact_it_superseded(
+    settings: Settings, migrated: str
+) -> None:
+    """A resolution of {Lyon, Oslo} keeping Lyon is in flight (its transaction open) when a write
+    of the same key comes. The write waits, then sees the resolution whole: one open set
+    {Lyon, Paris}. Before, the resolution took no key lock: the write read both members active,
+    waited on the set's row, found it resolved and opened a new set listing Oslo, which the
+    resolution had just superseded, so Paris was blocked by a fact nobody believes."""
+    project_id = f"race-{uuid.uuid4().hex[:12]}"
+    principal = Principal(project_id=project_id, key_id=uuid.uuid4())
+    embedder = HashEmbedder()
+    setup, resolver, writer = [await connect(settings) for _ in range(3)]
+
+    def city(content: str) -> WriteFactsRequest:
+        facts = [FactIn(content=content, key="city")]
+        return WriteFactsRequest(project_id=project_id, subject_id="s", facts=facts)
+
+    try:
+        for conn in (setup, resolver, writer):
+            await init_connection(conn)
+        lyon, oslo = [
+            (await memory.write_facts(setup, embedder, settings, principal, city(c))).facts[0].fact_id
+            for c in ("city Lyon", "city Oslo")
+        ]
+        (opened,) = (await memory.list_conflicts(setup, principal, project_id, "s", "open")).conflicts
+        outer = resolver.transaction()
+        await outer.start()
+        await memory.resolve_conflict(
+            resolver, principal, opened.conflict_set_id, ResolveConflictRequest(keep=[lyon])
+        )
+        racing = asyncio.create_task(
+            memory.write_facts(writer, embedder, settings, principal, city("city Paris"))
+        )
+        deadline = asyncio.get_running_loop().time() + 10
+        pid = writer.get_server_pid()
+        while (
+            await setup.fetchval("SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1", pid) != "Lock"
+        ):
+            assert not racing.done(), "the write did not wait for the resolution"
+            assert asyncio.get_running_loop().time() < deadline, "the write never reached a lock"
+            await asyncio.sleep(0.02)
+        await outer.commit()
+        paris = (await racing).facts[0].fact_id
+        sets = (await memory.list_conflicts(setup, principal, project_id, "s", "open")).conflicts
+        assert [{m.fact_id for m in s.members} for s in sets] == [{lyon, paris}]
+        superseded = await memory.get_fact(setup, principal, oslo)
+        assert superseded.status == "superseded"
+    finally:
+        for conn in (setup, resolver, writer):
+            await conn.close()

@@ -55,6 +55,14 @@ async def list_conflicts(
     return [ConflictSet(**head, members=members) for head, members in sets.values()]
 
 
+async def conflict_set_scope(conn: Conn, project_id: str, conflict_set_id: UUID) -> tuple[str, str] | None:
+    """The (subject_id, key) of a conflict set, None when the project has no such set."""
+    row = await q().get_conflict_set_scope(conn, project_id=project_id, conflict_set_id=conflict_set_id)
+    if row is None:
+        return None
+    return row["subject_id"], row["key"]
+
+
 async def lock_conflict_set(
     conn: Conn, project_id: str, conflict_set_id: UUID
 ) -> tuple[str, set[UUID]] | None:
