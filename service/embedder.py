@@ -64,6 +64,10 @@ def _resolve_backend(backend: LocalBackend) -> LocalBackend:
 # A write chunk's budget in (estimated) tokens: a query queued behind a chunk waits for at most
 # this much model work (docs/performance.md, "Fair embedding").
 WRITE_CHUNK_TOKENS: Final = 1024.0
+# The chunk that goes ahead of queued queries once writes have waited HAKI_EMBED_WRITE_MAX_WAIT_MS:
+# one long fact (the model reads 256 tokens at most), or the short facts of several small writes,
+# about the model work of a full pass of queries (docs/performance.md, "Writes are not starved").
+WRITE_AHEAD_TOKENS: Final = 256.0
 # torch's own thread count (one per core), read once before any embedder changes it.
 _TORCH_DEFAULT_THREADS: int | None = None
 OPENAI_DEFAULT_MODEL: Final = "text-embedding-3-small"
@@ -208,6 +212,8 @@ class LocalEmbedder:
             query_max_batch=settings.embed_query_max_batch,
             write_max_batch=self._batch_size,
             write_max_cost=WRITE_CHUNK_TOKENS,
+            write_max_wait=settings.embed_write_max_wait_ms / 1000 or float("inf"),
+            write_ahead_max_cost=WRITE_AHEAD_TOKENS,
             cost=_token_cost,
         )
 

@@ -56,6 +56,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # docs/performance.md ("Query embedding", "Fair embedding") and docs/reliability.md.
     embed_backend: LocalBackend = "auto"
     embed_query_max_batch: int = 8
+    embed_write_max_wait_ms: float = 100.0
     embed_write_timeout_seconds: float = 120.0
     embed_chars_per_minute: int = 2_000_000
     embed_concurrency: int = 4
@@ -137,6 +138,7 @@ SETTING_BOUNDS: dict[str, tuple[float, float | None, str]] = {
     "idempotency_ttl_seconds": (1, None, "positive"),
     "rate_limit_per_minute": (0, None, ">= 0 (0 turns the limit off)"),
     "embed_query_max_batch": (1, None, ">= 1"),
+    "embed_write_max_wait_ms": (0, None, ">= 0 (0: queries always go first)"),
     "embed_write_timeout_seconds": (1e-9, None, "positive"),
     "embed_chars_per_minute": (0, None, ">= 0 (0 turns the limit off)"),
     "embed_concurrency": (1, None, ">= 1"),

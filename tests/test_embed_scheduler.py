@@ -99,6 +99,46 @@ async def test_queries_go_before_queued_writes() -> None:
     await s.aclose(RuntimeError("closed"))
 
 
+async def test_a_write_that_waited_write_max_wait_goes_before_queries() -> None:
+    """Queries first, until writes have waited write_max_wait: then one chunk of at most
+    write_ahead_max_cost goes ahead of the queued queries, and the next chunk (of that write, or
+    of another queued as early) waits write_max_wait again, from the chunk's end. Without it, a
+    steady stream of context calls (a query always queued when the worker frees) kept writes
+    waiting: at 16 clients the writes were the mix's p95 (docs/performance.md, "Writes are not
+    starved")."""
+    now = [0.0]
+    model = GatedModel()
+    s = scheduler(
+        model, write_max_batch=2, write_max_wait=0.1, write_ahead_max_cost=1.0, clock=lambda: now[0]
+    )
+    first = submit(s, ["q0"], "query", "a")
+    await settle()
+    write = submit(s, ["w0", "w1", "w2", "w3"], "write", "b")
+    other = submit(s, ["v0"], "write", "d")
+    submit(s, ["q1"], "query", "a")
+    await settle()
+    now[0] = 0.05  # the write has waited less than write_max_wait: the query goes first
+    await model.release()
+    assert model.passes[1] == ("query", ["q1"])
+    submit(s, ["q2"], "query", "a")
+    await settle()
+    now[0] = 0.1  # now it has waited long enough: a chunk of write_ahead_max_cost, ahead of q2
+    await model.release()
+    assert model.passes[2] == ("write", ["w0"])
+    submit(s, ["q3"], "query", "c")
+    await settle()
+    now[0] = 0.15  # the chunk came back at 0.1: the queries go first again, though d's write
+    await model.release()  # was queued at 0
+    assert model.passes[3] == ("query", ["q2", "q3"])
+    await model.release(3)
+    # No query queued: whole chunks (write_max_batch), the projects in turn.
+    assert model.passes[4:] == [("write", ["v0", "w1"]), ("write", ["w2", "w3"])]
+    assert first.result() == ["v(q0)"]
+    assert write.result() == [f"v(w{i})" for i in range(4)]
+    assert other.result() == ["v(v0)"]
+    await s.aclose(RuntimeError("closed"))
+
+
 async def test_concurrent_queries_share_one_pass() -> None:
     model = GatedModel()
     s = scheduler(model, query_max_batch=3)

@@ -2,8 +2,11 @@
 
 The local model runs one forward pass at a time (one worker thread). In front of it:
 - two round-robin queues, one for query embeddings (a context call waits on them) and one for
-  write embeddings; the worker always drains queries first, so a query waits at most for the
-  write chunk already running (issue 12, defect 4);
+  write embeddings; the worker drains queries first, so a query waits at most for the write
+  chunk already running (issue 12, defect 4), and one more once writes have waited
+  `write_max_wait` seconds (queued, and no pass of writes since): then a chunk of writes goes
+  first, so that a steady stream of context calls (16 agents) cannot starve the writes
+  (docs/performance.md, "Writes are not starved");
 - each queue keeps a FIFO per project and serves the projects in turn, so one project's ten
   bulk writes do not stand in front of another project's single write;
 - micro-batching without a window: when the worker becomes free it takes every query queued
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, Literal, TypeVar
@@ -26,10 +30,13 @@ T = TypeVar("T")
 
 
 class _Job(Generic[T]):
-    __slots__ = ("future", "next", "project", "remaining", "results", "texts")
+    __slots__ = ("future", "next", "project", "queued_at", "remaining", "results", "texts")
 
-    def __init__(self, texts: Sequence[str], project: str | None, future: asyncio.Future[list[T]]) -> None:
+    def __init__(
+        self, texts: Sequence[str], project: str | None, future: asyncio.Future[list[T]], now: float
+    ) -> None:
         self.texts = texts
+        self.queued_at = now
         self.project = project
         self.future = future
         self.next = 0  # the first text not yet handed to the worker
@@ -56,6 +63,11 @@ class RoundRobin(Generic[T]):
 
     def __len__(self) -> int:
         return sum(len(q) for q in self._queues.values())
+
+    def queued_since(self) -> float | None:
+        """When the longest-queued job at the head of a project's queue was queued."""
+        heads = [q[0].queued_at for q in self._queues.values() if q and q[0].live]
+        return min(heads, default=None)
 
     def take(self, max_texts: int, max_cost: float, cost: Callable[[str], float]) -> list[Slice[T]]:
         """Up to `max_texts` texts and `max_cost` (one text at least), one project after another."""
@@ -108,13 +120,20 @@ class FairScheduler(Generic[T]):
         query_max_batch: int,
         write_max_batch: int,
         write_max_cost: float,
+        write_max_wait: float = float("inf"),
+        write_ahead_max_cost: float | None = None,
         cost: Callable[[str], float] = len,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._run = run
         self.query_max_batch = max(1, query_max_batch)
         self.write_max_batch = max(1, write_max_batch)
         self.write_max_cost = write_max_cost
+        self.write_max_wait = write_max_wait
+        self.write_ahead_max_cost = write_max_cost if write_ahead_max_cost is None else write_ahead_max_cost
         self._cost = cost
+        self._clock = clock
+        self._writes_served_at = float("-inf")  # when the last pass of writes came back
         self._loop: asyncio.AbstractEventLoop | None = None
         self._queries: RoundRobin[T] = RoundRobin()
         self._writes: RoundRobin[T] = RoundRobin()
@@ -128,7 +147,7 @@ class FairScheduler(Generic[T]):
             self._start(loop)
         assert self._wake is not None
         future: asyncio.Future[list[T]] = loop.create_future()
-        job = _Job(texts, project, future)
+        job = _Job(texts, project, future, self._clock())
         (self._queries if purpose == "query" else self._writes).push(job)
         self._wake.set()
         # A caller that gives up (wait_for, time-out) cancels `future`: the job is skipped.
@@ -143,7 +162,17 @@ class FairScheduler(Generic[T]):
         self._worker = loop.create_task(self._work(), name="haki-embed-scheduler")
 
     def next_batch(self) -> tuple[Purpose, list[Slice[T]]]:
-        """Every queued query (up to the batch cap), else one fair chunk of writes."""
+        """Every queued query (up to the batch cap), else one fair chunk of writes. When a write is
+        queued and writes have had no pass for `write_max_wait`, a chunk the size of a pass of
+        queries (at most `query_max_batch` texts and `write_ahead_max_cost`) goes first instead:
+        at most one such chunk ahead of the queries per `write_max_wait`, however the writes are
+        cut into jobs. (The local model runs that many texts on one thread, as it runs queries,
+        leaving the other core to PostgreSQL.)"""
+        since = self._writes.queued_since()
+        if since is not None and self._clock() - max(since, self._writes_served_at) >= self.write_max_wait:
+            ahead = self._writes.take(self.query_max_batch, self.write_ahead_max_cost, self._cost)
+            if ahead:
+                return "write", ahead
         picked = self._queries.take(self.query_max_batch, float("inf"), self._cost)
         if picked:
             return "query", picked
@@ -172,6 +201,8 @@ class FairScheduler(Generic[T]):
                     if job.live:
                         job.future.set_exception(exc)
                 continue
+            if purpose == "write":
+                self._writes_served_at = self._clock()
             pos = 0
             for job, start, end in batch:
                 job.results[start:end] = vectors[pos : pos + end - start]
