@@ -133,6 +133,20 @@ def _running(pid: int) -> bool:
         return False
 
 
+def _reap_if_adopted(pid: int) -> None:
+    """Reaps `pid` if it is a dead child of this process. pg_ctl leaves the postmaster to the
+    nearest reaper: in a container whose PID 1 is `haki serve` (the Containerfile's ENTRYPOINT),
+    or under any child subreaper, that is this process, and nothing else would ever reap it: the
+    supervisor waited for a reap that never came, and the server stayed down."""
+    import psutil
+
+    try:
+        if psutil.Process(pid).ppid() == os.getpid() and not _running(pid):
+            os.waitpid(pid, os.WNOHANG)
+    except (psutil.Error, ChildProcessError):
+        pass  # gone meanwhile, or reaped by someone else
+
+
 class PostmasterNotReaped(RuntimeError):
     """The dead postmaster is a zombie: PostgreSQL would take its pid in postmaster.pid for a live
     server and refuse to start, and removing that file could start a second server next to its
@@ -176,6 +190,8 @@ class Supervisor:
         while True:
             with PostgresServer._lock:
                 found = PostmasterInfo.read_from_pgdata(server.pgdata)
+                if found is not None:
+                    _reap_if_adopted(found.pid)
                 if found is None or _running(found.pid) or not psutil.pid_exists(found.pid):
                     server.ensure_postgres_running()
                     return

@@ -61,6 +61,19 @@ def wait_gone(pid: int, timeout: float) -> bool:
     return True
 
 
+def wait_dead(pid: int, timeout: float) -> bool:
+    """Whether `pid` has exited within `timeout`, reaped or not."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def serve(data_dir: Path, name: str) -> tuple[subprocess.Popen[bytes], str, Path]:
     port = free_port()
     log = data_dir / f"{name}.log"
@@ -102,44 +115,87 @@ def wait_counted(url: str, expected: float, timeout: float) -> float:
     return counted
 
 
+def kill_and_recover(data_dir: Path, url: str, log: Path) -> None:
+    """Writes a fact, kills the postmaster with SIGKILL, and asserts that the service serves the
+    fact again on a new postmaster, writes again, and counted one restart."""
+    key = create_key(data_dir)
+    auth = {"Authorization": f"Bearer {key}"}
+    body = {"project_id": PROJECT, "subject_id": "s", "facts": [{"content": "written before the crash"}]}
+    r = httpx.post(f"{url}/v1/facts", json=body, headers=auth, timeout=30)
+    assert r.status_code == 201, r.text
+
+    killed = postmaster_pid(data_dir)
+    assert killed is not None
+    os.kill(killed, signal.SIGKILL)
+    assert wait_dead(killed, 10)  # a zombie until its parent reaps it
+
+    deadline = time.monotonic() + RECOVERY_SECONDS
+    statuses: list[int | str] = []
+    while True:
+        try:
+            r = httpx.get(f"{url}/v1/facts", params={"project_id": PROJECT}, headers=auth, timeout=5)
+            statuses.append(r.status_code)
+            if r.status_code == 200:
+                break
+        except httpx.HTTPError as exc:
+            statuses.append(repr(exc))
+        assert time.monotonic() < deadline, (
+            f"no recovery within {RECOVERY_SECONDS}s: {statuses[-5:]}\n{supervisor_lines(log)}"
+        )
+        time.sleep(0.2)
+    assert wait_gone(killed, 10)
+    assert [f["content"] for f in r.json()["facts"]] == ["written before the crash"]
+    assert postmaster_pid(data_dir) not in (None, killed)
+    r = httpx.post(f"{url}/v1/facts", json=body, headers=auth, timeout=30)
+    assert r.status_code == 201, r.text
+    # The server accepts connections a little before `pg_ctl -w start` returns to the
+    # supervisor, which counts the restart then: requests can succeed first (CI on 3d43365
+    # read 0 right after them), so the count is awaited, and must not pass 1.
+    assert wait_counted(url, 1, RECOVERY_SECONDS) == 1, supervisor_lines(log)
+    assert "embedded PostgreSQL: running again" in log.read_text(errors="replace")
+
+
 def test_a_killed_postmaster_is_restarted_and_the_service_serves_again(data_dir: Path) -> None:
     proc, url, log = serve(data_dir, "serve")
     try:
-        key = create_key(data_dir)
-        auth = {"Authorization": f"Bearer {key}"}
-        body = {"project_id": PROJECT, "subject_id": "s", "facts": [{"content": "written before the crash"}]}
-        r = httpx.post(f"{url}/v1/facts", json=body, headers=auth, timeout=30)
-        assert r.status_code == 201, r.text
-
-        killed = postmaster_pid(data_dir)
-        assert killed is not None
-        os.kill(killed, signal.SIGKILL)
-        assert wait_gone(killed, 10)
-
-        deadline = time.monotonic() + RECOVERY_SECONDS
-        statuses: list[int | str] = []
-        while True:
-            try:
-                r = httpx.get(f"{url}/v1/facts", params={"project_id": PROJECT}, headers=auth, timeout=5)
-                statuses.append(r.status_code)
-                if r.status_code == 200:
-                    break
-            except httpx.HTTPError as exc:
-                statuses.append(repr(exc))
-            assert time.monotonic() < deadline, f"no recovery within {RECOVERY_SECONDS}s: {statuses[-5:]}"
-            time.sleep(0.2)
-        assert [f["content"] for f in r.json()["facts"]] == ["written before the crash"]
-        assert postmaster_pid(data_dir) not in (None, killed)
-        r = httpx.post(f"{url}/v1/facts", json=body, headers=auth, timeout=30)
-        assert r.status_code == 201, r.text
-        # The server accepts connections a little before `pg_ctl -w start` returns to the
-        # supervisor, which counts the restart then: requests can succeed first (CI on 3d43365
-        # read 0 right after them), so the count is awaited, and must not pass 1.
-        assert wait_counted(url, 1, RECOVERY_SECONDS) == 1, supervisor_lines(log)
-        assert "embedded PostgreSQL: running again" in log.read_text(errors="replace")
+        kill_and_recover(data_dir, url, log)
     finally:
         stop_process(proc)
     # A clean exit still stops the restarted server.
+    restarted = postmaster_pid(data_dir)
+    assert restarted is None or wait_gone(restarted, 30)
+
+
+# Starts what follows it as a child subreaper (prctl PR_SET_CHILD_SUBREAPER, kept across execve):
+# orphans below it are re-parented to it, as they are to PID 1 in a container.
+SUBREAPER = """#!{python}
+import ctypes, os, sys
+if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:
+    sys.exit("prctl(PR_SET_CHILD_SUBREAPER) failed: errno %d" % ctypes.get_errno())
+os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+"""
+
+
+def test_a_serve_that_adopts_its_postmaster_reaps_it_and_restarts_it(data_dir: Path, tmp_path: Path) -> None:
+    """`haki serve` as the Containerfile runs it, PID 1 of its container: pg_ctl leaves the
+    postmaster to it, so the killed postmaster is its zombie, which nothing else reaps. Here it is
+    a child subreaper, which adopts orphans as PID 1 does. Before, the supervisor waited for a reap
+    that never came ("not reaped yet", attempt after attempt) and the service answered 503."""
+    launcher = tmp_path / "subreaper"
+    launcher.write_text(SUBREAPER.format(python=sys.executable))
+    launcher.chmod(0o755)
+    port = free_port()
+    log = data_dir / "serve.log"
+    env = server_env(data_dir, HAKI_RATE_LIMIT_PER_MINUTE="0")
+    proc = spawn_serve(env, port, log, python=str(launcher))
+    try:
+        postmaster = postmaster_pid(data_dir)
+        assert postmaster is not None
+        assert psutil.Process(postmaster).ppid() == proc.pid, "the serve did not adopt its postmaster"
+        kill_and_recover(data_dir, f"http://127.0.0.1:{port}", log)
+        assert psutil.Process(postmaster_pid(data_dir) or 0).ppid() == proc.pid
+    finally:
+        stop_process(proc)
     restarted = postmaster_pid(data_dir)
     assert restarted is None or wait_gone(restarted, 30)
 
