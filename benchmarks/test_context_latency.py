@@ -168,7 +168,16 @@ def _write_trace(world: World, decisions: list[Decision]) -> None:
         facts=SERVED,
         episodes=[],
     )
-    world.run(repo.insert_context_trace(world.conn, TRACE_REQUEST, packet, decisions))
+    world.run(
+        repo.insert_context_trace(
+            world.conn,
+            TRACE_REQUEST,
+            packet,
+            decisions,
+            text_search_config="english",
+            weights=assembler.PROFILE_WEIGHTS["unified"],
+        )
+    )
 
 
 def test_trace_write_256_decisions(benchmark: Any, world: World) -> None:

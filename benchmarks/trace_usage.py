@@ -44,6 +44,13 @@ from service.repository import context as repo
 from service.settings import Settings
 from service.structs import ContextPacket, ContextRequest, Decision
 
+# What the assembler records with each call besides its decisions (a `unified` call's).
+TRACE_SETTINGS: dict[str, Any] = {
+    "recall_max_distance": 0.0,
+    "text_search_config": "english",
+    "weights": assembler.PROFILE_WEIGHTS["unified"],
+}
+
 PROJECT = "bench"
 
 
@@ -114,7 +121,7 @@ async def write(conn: Any, mode: str, ds: list[Decision], past: datetime) -> flo
             )
         else:
             as_of = past if mode == "no index" else None
-            await repo.insert_context_trace(conn, request(as_of), packet(), ds, recall_max_distance=0.0)
+            await repo.insert_context_trace(conn, request(as_of), packet(), ds, **TRACE_SETTINGS)
         elapsed = (time.perf_counter() - start) * 1000.0
     return elapsed
 

@@ -1245,6 +1245,8 @@ CREATE TABLE public.context_calls (
     recall_max_distance double precision,
     as_of timestamp with time zone,
     replay_of uuid,
+    text_search_config text,
+    weights double precision[],
     CONSTRAINT context_calls_profile_check CHECK ((profile = ANY (ARRAY['unified'::text, 'facts_first'::text]))),
     CONSTRAINT context_calls_status_check CHECK ((status = ANY (ARRAY['ok'::text, 'degraded'::text])))
 );
@@ -1362,6 +1364,20 @@ ALTER TABLE ONLY public.conflict_sets
 
 ALTER TABLE ONLY public.context_calls
     ADD CONSTRAINT context_calls_pkey PRIMARY KEY (project_id, trace_id);
+
+--
+-- Name: context_calls context_calls_text_search_config_check; Type: CHECK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE public.context_calls
+    ADD CONSTRAINT context_calls_text_search_config_check CHECK ((text_search_config = ANY (ARRAY['english'::text, 'simple'::text]))) NOT VALID;
+
+--
+-- Name: context_calls context_calls_weights_check; Type: CHECK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE public.context_calls
+    ADD CONSTRAINT context_calls_weights_check CHECK ((cardinality(weights) = 3)) NOT VALID;
 
 --
 -- Name: context_traces context_traces_pkey; Type: CONSTRAINT; Schema: public; Owner: -

@@ -180,22 +180,24 @@ FROM public.haki_event_walk(:project_id, :subject_id, :query_embedding::vector, 
 JOIN events AS e ON e.project_id = :project_id AND e.event_id = w.event_id
 ORDER BY cosine_distance, e.event_id;
 
--- name: insert_context_trace(project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status, warnings, empty_reason, facts_served, episodes_served, include_episodes, recall_max_distance, as_of, replay_of, decisions)!
+-- name: insert_context_trace(project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status, warnings, empty_reason, facts_served, episodes_served, include_episodes, recall_max_distance, text_search_config, weights, as_of, replay_of, decisions)!
 -- Persists one context call and every decision of it in one round trip: one INSERT of the call,
 -- one INSERT ... SELECT of the decisions, sent as one JSON array of Decision objects (encoding
 -- eleven parallel arrays cost the client twice the time; docs/performance.md). The decisions of
 -- a call at the current instant are `counted` in what each fact is worth (migration 0012);
--- those of an as-of call or a replay are not.
+-- those of an as-of call or a replay are not. The call keeps the text search configuration and
+-- the weights it ranked with, which a replay uses (migration 0019).
 WITH call AS (
     INSERT INTO context_calls (
         project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status,
         warnings, empty_reason, facts_served, episodes_served, include_episodes,
-        recall_max_distance, as_of, replay_of
+        recall_max_distance, text_search_config, weights, as_of, replay_of
     )
     VALUES (
         :project_id, :trace_id, :subject_id, :query, :profile, :budget_tokens, :used_tokens, :status,
         :warnings::text[], :empty_reason, :facts_served, :episodes_served, :include_episodes,
-        :recall_max_distance, :as_of::timestamptz, :replay_of::uuid
+        :recall_max_distance, :text_search_config, :weights::float8[], :as_of::timestamptz,
+        :replay_of::uuid
     )
     RETURNING project_id, trace_id, as_of IS NULL AND replay_of IS NULL AS counted
 )
@@ -219,7 +221,8 @@ CROSS JOIN ROWS FROM (
 -- name: get_context_call(project_id, trace_id)^
 -- One logged context call of a project (GET /v1/inspect/{trace_id}, and what a replay rebuilds).
 SELECT trace_id, project_id, subject_id, query, profile, created_at, budget_tokens, used_tokens,
-       status, warnings, empty_reason, include_episodes, recall_max_distance, as_of, replay_of
+       status, warnings, empty_reason, include_episodes, recall_max_distance, text_search_config,
+       weights, as_of, replay_of
 FROM context_calls
 WHERE project_id = :project_id
   AND trace_id = :trace_id;

@@ -21,7 +21,7 @@ from service.constants import (
     MAX_QUERY_CHARS,
     MAX_SCOPE_CHARS,
 )
-from service.settings import ContextProfile
+from service.settings import ContextProfile, TextSearchConfig
 
 # The call log stores budget_tokens as a bigint.
 MAX_BUDGET_TOKENS = 2**63 - 1
@@ -521,6 +521,20 @@ class Inspection(Response, frozen=True, kw_only=True):
     recall_max_distance: Annotated[
         float | None,
         Meta(description="The recall floor in force (0: none); null for calls logged before migration 0012."),
+    ] = None
+    text_search_config: Annotated[
+        TextSearchConfig | None,
+        Meta(
+            description="The text search configuration the call ranked with (HAKI_TEXT_SEARCH_CONFIG; "
+            "the `unified` text side); null for calls logged before migration 0019."
+        ),
+    ] = None
+    weights: Annotated[
+        list[float] | None,
+        Meta(
+            description="The hybrid score's weights the call ranked with: similarity, text rank, "
+            "recency; null for calls logged before migration 0019."
+        ),
     ] = None
     as_of: Annotated[
         datetime | None,

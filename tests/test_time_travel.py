@@ -17,6 +17,9 @@ import asyncpg
 import httpx
 import pytest
 
+from service.context.assembler import PROFILE_WEIGHTS
+from service.embedder import Embedder
+from service.settings import Settings
 from tests.helpers import (
     PROJECT,
     assert_error,
@@ -31,6 +34,7 @@ from tests.helpers import (
     write_events,
     write_facts,
 )
+from tests.helpers.app import make_client
 from tests.helpers.sql import load_test_queries
 
 HOUR = 3600.0
@@ -297,6 +301,40 @@ async def test_replay_without_overrides_reproduces_the_call(
     again = await replay(client, key, packet["trace_id"])
     assert again.status_code == 200, again.text
     assert again.json()["as_of"] == body["as_of"] and again.json()["diff"] == body["diff"]
+
+
+async def test_replay_ranks_with_the_calls_text_search_config_and_weights(
+    conn: asyncpg.Connection, client: httpx.AsyncClient, key: str, settings: Settings, hash_embedder: Embedder
+) -> None:
+    """A call made under HAKI_TEXT_SEARCH_CONFIG=simple records it, and its weights; replayed on a
+    deployment that now stems (`english`, the default), the replay still ranks with `simple`. In
+    `simple` "runs" does not match "running"; in `english` both are "run", so a replay with the
+    deployment's setting gave the fact a text rank the call never gave it (before migration 0019
+    a call recorded neither)."""
+    subject = "tt-config"
+    await write_facts(client, key, ["Ana is running a marathon in May", "Bo paints birds"], subject)
+    async with make_client(settings, conn, hash_embedder, text_search_config="simple") as simple:
+        origin, origin_trace = await context_and_trace(simple, key, "who runs?", subject)
+    assert origin_trace["text_search_config"] == "simple"
+    assert origin_trace["weights"] == pytest.approx(list(PROFILE_WEIGHTS["unified"]))
+    assert [d["text_rank"] for d in origin_trace["decisions"]] == [0.0, 0.0]
+    # The same question asked of the stemming deployment ranks the fact by text: what a replay
+    # under the deployment's setting would have done.
+    _, stemmed = await context_and_trace(client, key, "who runs?", subject)
+    assert stemmed["text_search_config"] == "english"
+    assert max(d["text_rank"] for d in stemmed["decisions"]) > 0
+
+    r = await replay(client, key, origin["trace_id"])
+    assert r.status_code == 200, r.text
+    replay_trace = await inspect(client, key, r.json()["packet"]["trace_id"])
+    assert replay_trace["text_search_config"] == "simple"
+    assert decisions_of(replay_trace) == decisions_of(origin_trace)
+    assert [d["text_rank"] for d in replay_trace["decisions"]] == [0.0, 0.0]
+    assert decision_scores(replay_trace) == pytest.approx(decision_scores(origin_trace))
+    # Under another profile the replay ranks with that profile's weights, not the call's.
+    r = await replay(client, key, origin["trace_id"], {"profile": "facts_first"})
+    other = await inspect(client, key, r.json()["packet"]["trace_id"])
+    assert other["weights"] == pytest.approx(list(PROFILE_WEIGHTS["facts_first"]))
 
 
 async def test_replay_with_half_the_budget_drops_exactly_the_lower_ranked_items(

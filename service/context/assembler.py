@@ -179,10 +179,12 @@ async def write_trace(
     packed: Packed,
     retrieved: Retrieved,
     settings: Settings,
+    probe: Probe,
     replay_of: UUID | None = None,
 ) -> None:
-    """One round trip: the call row (with what a replay needs to rebuild it) and every decision
-    (blocked facts last)."""
+    """One round trip: the call row (with what a replay needs to rebuild it: the recall floor,
+    and the text search configuration and weights of `probe`) and every decision (blocked facts
+    last)."""
     blocked = [decision(b, "blocked", b.reason_code, None) for b in retrieved.blocked]
     await repo.insert_context_trace(
         conn,
@@ -190,6 +192,8 @@ async def write_trace(
         packet,
         [*packed.decisions, *blocked],
         recall_max_distance=settings.recall_max_distance,
+        text_search_config=probe.text_config,
+        weights=probe.weights,
         replay_of=replay_of,
     )
 
@@ -367,7 +371,9 @@ async def assemble(
                     if trace_pool is None:
                         with timer.stage("trace"):
                             await commit_without_flush(conn)
-                            await write_trace(conn, req, packet, packed, retrieved, settings, replay_of)
+                            await write_trace(
+                                conn, req, packet, packed, retrieved, settings, probe, replay_of
+                            )
                 break
             except _EmbedderSlow:
                 assert lent is not None
@@ -379,7 +385,7 @@ async def assemble(
         if trace_pool is not None:
             with timer.stage("trace"):
                 async with trace_transaction(trace_pool, settings.pool_acquire_timeout_seconds) as primary:
-                    await write_trace(primary, req, packet, packed, retrieved, settings, replay_of)
+                    await write_trace(primary, req, packet, packed, retrieved, settings, probe, replay_of)
     finally:
         if not embedding.done():  # the database failed first: the vector is not needed
             embedding.cancel()

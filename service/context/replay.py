@@ -81,9 +81,10 @@ async def replay(
     overrides: ReplayRequest,
 ) -> ReplayResponse:
     """POST /v1/inspect/{trace_id}/replay. By default: the original's budget, profile, recall
-    floor and include_episodes, as of the original's own instant (its as_of, else its
-    created_at). The same embedder and exact vector scans reproduce every decision; an
-    approximate HNSW walk or a changed embedder may not (docs/time-travel.md).
+    floor and include_episodes, text search configuration and weights (those of its profile: a
+    replay under another profile ranks with that profile's), as of the original's own instant
+    (its as_of, else its created_at). The same embedder and exact vector scans reproduce every
+    decision; an approximate HNSW walk or a changed embedder may not (docs/time-travel.md).
 
     `lent` is the request's connection: like a context call, the replay gives it back while its
     query waits on a slow embedder (assembler.assemble), so it reads `lent.conn` again after."""
@@ -106,9 +107,23 @@ async def replay(
         for f in (overrides.recall_max_distance, origin.recall_max_distance, settings.recall_max_distance)
         if f is not None
     )
-    replay_settings = msgspec.structs.replace(settings, recall_max_distance=floor)
+    replay_settings = msgspec.structs.replace(
+        settings,
+        recall_max_distance=floor,
+        text_search_config=origin.text_search_config or settings.text_search_config,
+    )
+    same_profile = req.profile == origin.profile
+    stored = origin.weights if same_profile else None
+    weights = None if stored is None else (stored[0], stored[1], stored[2])  # checked: three
     packet = await assembler.assemble(
-        lent.conn, embedder, replay_settings, principal, req, replay_of=trace_id, lent=lent
+        lent.conn,
+        embedder,
+        replay_settings,
+        principal,
+        req,
+        weights=weights,
+        replay_of=trace_id,
+        lent=lent,
     )
     replayed = await repo.get_inspection(lent.conn, principal.project_id, packet.trace_id)
     assert replayed is not None  # written by the call above, in this project

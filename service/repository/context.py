@@ -268,6 +268,8 @@ async def insert_context_trace(
     decisions: Sequence[Decision],
     *,
     recall_max_distance: float | None = None,
+    text_search_config: str,
+    weights: Sequence[float],
     replay_of: UUID | None = None,
 ) -> None:
     await q().insert_context_trace(
@@ -286,6 +288,8 @@ async def insert_context_trace(
         episodes_served=len(packet.episodes),
         include_episodes=req.include_episodes,
         recall_max_distance=recall_max_distance,
+        text_search_config=text_search_config,
+        weights=list(weights),
         as_of=req.as_of,
         replay_of=replay_of,
         decisions=_DECISIONS.encode(list(decisions)).decode(),
@@ -298,7 +302,11 @@ async def get_inspection(conn: Conn, project_id: str, trace_id: UUID) -> Inspect
         return None
     rows = await collect(q().list_context_decisions(conn, project_id=project_id, trace_id=trace_id))
     return Inspection(
-        **{**dict(call), "warnings": list(call["warnings"])},
+        **{
+            **dict(call),
+            "warnings": list(call["warnings"]),
+            "weights": None if call["weights"] is None else list(call["weights"]),
+        },
         decisions=[Decision(**dict(r)) for r in rows],
     )
 

@@ -870,6 +870,13 @@ export interface components {
             include_episodes?: boolean | null;
             /** @description The recall floor in force (0: none); null for calls logged before migration 0012. */
             recall_max_distance?: number | null;
+            /**
+             * @description The text search configuration the call ranked with (HAKI_TEXT_SEARCH_CONFIG; the `unified` text side); null for calls logged before migration 0019.
+             * @enum {null|string}
+             */
+            text_search_config?: "english" | "simple" | null;
+            /** @description The hybrid score's weights the call ranked with: similarity, text rank, recency; null for calls logged before migration 0019. */
+            weights?: number[] | null;
             /** @description The instant the packet was built for; null: created_at (a call at now). */
             as_of?: string | null;
             /** @description The trace this call replayed (POST /v1/inspect/{id}/replay). */
