@@ -91,6 +91,10 @@ async def test_trace_page_escapes_untrusted_text_and_shows_every_decision(
     assert html.escape(XSS, quote=False) in page or "&lt;script&gt;" in page
     assert "Where does Zoe work?" in page
     assert f'<code id="profile">{inspection["profile"]}</code>' in page  # which rules built it
+    ranked = re.search(r'<dd id="ranked-with">(.*?)</dd>', page, re.S)  # and with which settings
+    assert ranked is not None
+    assert " / ".join(str(w) for w in inspection["weights"]) in ranked.group(1)
+    assert f"<code>{inspection['text_search_config']}</code>" in ranked.group(1)
 
     rows = re.findall(r'<tr class="decision (\w+)" data-item-id="([0-9a-f-]+)" data-reason="(\w+)"', page)
     assert len(rows) == len(inspection["decisions"])
