@@ -451,24 +451,6 @@ WHERE (f.project_id OPERATOR(pg_catalog.=) p_project_id
 $$;
 
 --
--- Name: haki_fact_postings_for(boolean, text, text, regconfig, tsquery, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
---
-
-CREATE FUNCTION public.haki_fact_postings_for(enabled boolean, p_project_id text, p_subject_id text, config regconfig, word tsquery, at timestamp with time zone) RETURNS TABLE(fact_id uuid)
-    LANGUAGE sql STABLE PARALLEL SAFE
-    AS $$
-SELECT p.fact_id
-FROM public.haki_fact_postings(p_project_id, p_subject_id, 'english'::regconfig, word, at) AS p
-WHERE config OPERATOR(pg_catalog.=) 'english'::regconfig
-  AND enabled
-UNION ALL
-SELECT p.fact_id
-FROM public.haki_fact_postings(p_project_id, p_subject_id, 'simple'::regconfig, word, at) AS p
-WHERE config OPERATOR(pg_catalog.<>) 'english'::regconfig
-  AND enabled
-$$;
-
---
 -- Name: haki_fact_recency(timestamp with time zone, timestamp with time zone, double precision, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
 --
 

@@ -48,9 +48,6 @@ INLINED: dict[str, str] = {
     "(SELECT 1 FROM public.haki_open_conflict_members(f.project_id) AS o WHERE o.fact_id = f.fact_id)",
     "haki_fact_postings": "SELECT p.fact_id FROM facts AS f CROSS JOIN LATERAL public.haki_fact_postings("
     "f.project_id, f.subject_id, 'simple'::regconfig, plainto_tsquery('simple', f.key), f.valid_to) AS p",
-    "haki_fact_postings_for": "SELECT p.fact_id FROM facts AS f CROSS JOIN LATERAL "
-    "public.haki_fact_postings_for(f.status = 'active', f.project_id, f.subject_id, f.key::regconfig, "
-    "plainto_tsquery('simple', f.key), f.valid_to) AS p",
     "haki_event_postings": "SELECT p.event_id FROM events AS e CROSS JOIN LATERAL public.haki_event_postings("
     "e.project_id, e.subject_id, 'english'::regconfig, plainto_tsquery('english', e.content), "
     "e.occurred_at) AS p",
@@ -83,7 +80,7 @@ async def test_the_inlining_check_catches_a_function_call(conn: asyncpg.Connecti
 
 
 # The postings functions (migration 0016) and the GIN indexes each call must reach: a constant
-# configuration folds haki_text_vector to the indexed column, and the `_for` functions, whose
+# configuration folds haki_text_vector to the indexed column, and haki_event_postings_for, whose
 # configuration is a parameter in the generic plans of unified_candidates, keep one branch a
 # configuration on its own index behind a one-time filter. Each case: a statement, its
 # parameters' types and values (a generic plan does not read them), the indexes.
@@ -101,13 +98,6 @@ POSTINGS: dict[str, tuple[str, str, str, set[str]]] = {
         "text, text, text",
         "'p', 's', 'word'",
         {"facts_scoped_english_gin"},
-    ),
-    "fact configured": (
-        "SELECT p.fact_id FROM public.haki_fact_postings_for($4, $1, $2, $5, "
-        "plainto_tsquery('simple', $3), NULL) AS p LIMIT 8",
-        "text, text, text, boolean, regconfig",
-        "'p', 's', 'word', true, 'english'",
-        {"facts_scoped_search_gin", "facts_scoped_english_gin"},
     ),
     "event configured": (
         "SELECT p.event_id FROM public.haki_event_postings_for($1, $2, $4, "
