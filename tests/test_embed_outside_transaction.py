@@ -245,6 +245,28 @@ async def test_a_write_waiting_on_the_embedder_holds_no_connection(
             assert [f["content"] for f in listed.json()["facts"]] == [f"{SLOW} fact {i}"]
 
 
+async def answered_after_the_gate(
+    client: httpx.AsyncClient,
+    gate: GatedEmbeddingServer,
+    monitor: asyncpg.Connection,
+    scope: dict[str, str],
+    headers: dict[str, str],
+    held: list[asyncio.Task[httpx.Response]],
+) -> list[httpx.Response]:
+    """With every request of `held` waiting on the gated embedder: the scope is still read, no
+    transaction is left open and none of them has answered; then the gate opens, and each
+    answers 200. Their answers."""
+    await gate.wait_arrivals(len(held))
+    listed = await client.get("/v1/facts", params=scope, headers=headers)
+    assert listed.status_code == 200, listed.text
+    assert await open_transactions_after(monitor, 3.0) == []
+    assert not any(h.done() for h in held)
+    gate.release.set()
+    answers = [await h for h in held]
+    assert [a.status_code for a in answers] == [200] * len(held), [a.text for a in answers]
+    return answers
+
+
 async def test_a_context_call_waiting_on_the_embedder_gives_its_connection_back(
     served_small_pool: str, gate: GatedEmbeddingServer, monitor: asyncpg.Connection
 ) -> None:
@@ -266,14 +288,7 @@ async def test_a_context_call_waiting_on_the_embedder_gives_its_connection_back(
             )
             for i in range(2)
         ]
-        await gate.wait_arrivals(2)
-        listed = await client.get("/v1/facts", params=scope, headers=headers)
-        assert listed.status_code == 200, listed.text
-        assert await open_transactions_after(monitor, 3.0) == []
-        assert not any(c.done() for c in calls)
-        gate.release.set()
-        packets = [await c for c in calls]
-        assert [p.status_code for p in packets] == [200, 200], [p.text for p in packets]
+        packets = await answered_after_the_gate(client, gate, monitor, scope, headers, calls)
         for p in packets:
             body = p.json()
             assert body["status"] == "ok", body
@@ -304,14 +319,7 @@ async def test_a_replay_waiting_on_the_embedder_gives_its_connection_back(
             asyncio.create_task(client.post(f"/v1/inspect/{trace_id}/replay", headers=headers))
             for _ in range(2)
         ]
-        await gate.wait_arrivals(2)
-        listed = await client.get("/v1/facts", params=scope, headers=headers)
-        assert listed.status_code == 200, listed.text
-        assert await open_transactions_after(monitor, 3.0) == []
-        assert not any(r.done() for r in replays)
-        gate.release.set()
-        answers = [await r for r in replays]
-        assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
+        answers = await answered_after_the_gate(client, gate, monitor, scope, headers, replays)
         for a in answers:
             body = a.json()
             assert body["origin_trace_id"] == trace_id
