@@ -302,11 +302,7 @@ async def get_inspection(conn: Conn, project_id: str, trace_id: UUID) -> Inspect
         return None
     rows = await collect(q().list_context_decisions(conn, project_id=project_id, trace_id=trace_id))
     return Inspection(
-        **{
-            **dict(call),
-            "warnings": list(call["warnings"]),
-            "weights": None if call["weights"] is None else list(call["weights"]),
-        },
+        **{**dict(call), "warnings": list(call["warnings"])},
         decisions=[Decision(**dict(r)) for r in rows],
     )
 
