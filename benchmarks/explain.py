@@ -325,6 +325,8 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
                     "episodes_served": 0,
                     "include_episodes": True,
                     "recall_max_distance": 0.0,
+                    "text_search_config": "english",
+                    "weights": list(assembler.PROFILE_WEIGHTS["unified"]),
                     "as_of": None,
                     "replay_of": None,
                     "decisions": msgspec.json.encode(decisions).decode(),

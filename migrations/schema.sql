@@ -912,13 +912,14 @@ WHERE cm.project_id = p_project_id
 $$;
 
 --
--- Name: haki_probe_scope_facts(text, text, double precision, integer, integer, double precision, double precision); Type: FUNCTION; Schema: public; Owner: -
+-- Name: haki_probe_scope_facts(text, text, double precision, bigint, integer, integer, integer, double precision, double precision); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.haki_probe_scope_facts(p_project_id text, p_subject_id text, max_share double precision, match_limit integer, probe_rows integer, min_cost double precision, min_postings double precision) RETURNS double precision
+CREATE FUNCTION public.haki_probe_scope_facts(p_project_id text, p_subject_id text, max_share double precision, sample_texts bigint, sample_limit integer, match_limit integer, probe_rows integer, min_cost double precision, min_postings double precision) RETURNS double precision
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
-SELECT CASE WHEN public.haki_text_probe(max_share, c.reltuples::double precision, match_limit,
+SELECT CASE WHEN sample_texts >= sample_limit
+             AND public.haki_text_probe(max_share, c.reltuples::double precision, match_limit,
                                         probe_rows, min_cost, min_postings)
             THEN public.haki_scope_facts_estimate(p_project_id, p_subject_id) END
 FROM pg_catalog.pg_class AS c

@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from service.constants import (
+    ENTITY_SAMPLE_DOCS,
     EPISODE_TOP_K,
     IDF_SAMPLE_DOCS,
     MULTI_HOP_MAX_MATCHES_PER_ENTITY,
@@ -248,17 +249,23 @@ async def test_common_word_of_a_big_scope_reads_the_newest_facts(
         )
     }
 
-    def coffee(min_postings: float) -> dict[str, Any]:
-        """The text side on "coffee", the probe's cost threshold at 0 (this scope is "big")."""
-        text_side = unified_text_side(subject, "coffee", match_words=8, text_per_word=10, idf_sample_docs=256)
+    def coffee(min_postings: float, sample_docs: int = 100) -> dict[str, Any]:
+        """The text side on "coffee", the probe's cost threshold at 0 (this scope is "big"), with
+        a sample of sample_docs facts (full at 100: the scope holds 120)."""
+        text_side = unified_text_side(
+            subject, "coffee", match_words=8, text_per_word=10, idf_sample_docs=sample_docs
+        )
         return {**text_side, "probe_min_cost": 0.0, "probe_min_postings": min_postings}
 
-    async def matched(min_postings: float) -> set[Any]:
-        rows = load_queries().unified_candidates(conn, **coffee(min_postings))
+    async def matched(min_postings: float, sample_docs: int = 100) -> set[Any]:
+        rows = load_queries().unified_candidates(conn, **coffee(min_postings, sample_docs))
         return {r["item_id"] async for r in rows if r["kind"] == "candidate"}
 
     assert await matched(0.0) == newest
     assert await matched(float("inf")) != newest  # the postings' order, without the probe
+    # A sample that is not full holds the whole scope (migration 0021): no probe, whatever the
+    # thresholds, and no read of the planner's statistics.
+    assert await matched(0.0, sample_docs=256) != newest
     # haki_newest_servable_facts is inlined (no function scan of its own), so that on a big scope
     # its ordered index scan stops at the caller's LIMIT instead of reading probe_rows rows.
     plan = await explain(conn, "unified_candidates", **coffee(0.0))
@@ -285,6 +292,33 @@ async def test_probe_rule_picks_the_newest_facts_only_where_gin_costs_more(
     assert await probe(0.5, 10_000) is True  # a speaker's name: 5,000 postings, 128 rows
     assert await probe(0.022, None) is False
     assert await probe(0.01, 10_000_000) is False  # 6,400 rows expected: more than half the cap
+
+
+async def test_a_scope_smaller_than_its_sample_never_reads_its_size(conn: asyncpg.Connection) -> None:
+    """haki_probe_scope_facts (migration 0021): a text sample that holds fewer texts than its
+    limit holds every fact of the scope, so no word of it reaches TEXT_PROBE_MIN_POSTINGS and the
+    planner's statistics are not read (0.2-0.3 ms of a small scope's call). A full sample still
+    reads them when the table is big enough for the word."""
+    # The rule is exact only while both samples' limits stay below the probe's postings floor.
+    assert max(IDF_SAMPLE_DOCS, ENTITY_SAMPLE_DOCS) < TEXT_PROBE_MIN_POSTINGS
+    await conn.execute(
+        "INSERT INTO facts (project_id, fact_id, subject_id, content, embedding) "
+        "SELECT $1, gen_random_uuid(), 'sized', 'note ' || i, array_fill(0.1::real, ARRAY[384])::vector "
+        "FROM generate_series(1, 300) AS i",
+        PROJECT,
+    )
+    await conn.execute("ANALYZE facts")
+
+    async def size(sample_texts: int, sample_limit: int) -> float | None:
+        facts: float | None = await conn.fetchval(
+            "SELECT public.haki_probe_scope_facts($1, 'sized', 1.0, $2, $3, 64, $4, 0.0, 0.0)",
+            PROJECT, sample_texts, sample_limit, TEXT_PROBE_MAX_ROWS,
+        )  # fmt: skip
+        return facts
+
+    assert await size(256, 256) is not None and await size(256, 256) >= 300  # type: ignore[operator]
+    assert await size(255, 256) is None
+    assert await size(0, 128) is None
 
 
 # --- rule 2: events' full-text side -----------------------------------------------------------
