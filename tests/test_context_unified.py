@@ -32,6 +32,7 @@ from service.constants import (
     UNIFIED_WEIGHT_SIMILARITY,
     UNIFIED_WEIGHT_TEXT_RANK,
 )
+from service.context import assembler
 from service.context.model import Candidate, outcomes, preview
 from service.embedder import Embedder, EmbedderError, Vector
 from service.settings import Settings, SettingsError
@@ -460,6 +461,28 @@ def test_preview_stops_once_full_and_serves_what_the_pack_serves() -> None:
         assert preview(items, budget, gate) == [o.item for o in decided if o.decision == "included"]
         stopped_early += len(outcomes(items, budget, gate, dedupe=True, until_full=True)) < len(decided)
     assert stopped_early > 100  # the stop is exercised, not only the whole walk
+
+
+def test_a_linked_fact_is_lifted_by_the_best_kept_item_naming_its_entity_as_a_word() -> None:
+    """Unified rule 5 (assembler.lift_linked): a linked fact joins the ranking at the score of the
+    best kept item whose words include its entity: "Annabel met Bruno's sister" (0.9) names
+    Bruno as a word and holds "Ann" only inside a longer word, so Bruno's fact is lifted to 0.9
+    and Ann's to the 0.4 of "Ann and Bruno" (a substring test would have given it 0.9)."""
+
+    def item(content: str, score: float, *, n: int) -> Candidate:
+        return Candidate(
+            item_type="fact", item_id=uuid.UUID(int=n), content=content, tokens=5, score=score,
+            similarity=None, text_rank=None, recency=None, cosine_distance=0.5,
+        )  # fmt: skip
+
+    kept = [item("Annabel met Bruno's sister", 0.9, n=1), item("Ann and Bruno", 0.4, n=2)]
+    ann, bruno = item("Ann lives in Lyon", 0.2, n=3), item("Bruno lives in Oslo", 0.1, n=4)
+    ranked = assembler.lift_linked(kept, [("Ann", ann), ("Bruno", bruno)], kept)
+    by_id = {c.item_id: c for c in ranked}
+    assert (by_id[bruno.item_id].score, by_id[bruno.item_id].expansion) == (0.9, True)
+    # Ann is a word only of the 0.4 item: lifted to that, not to Annabel's 0.9.
+    assert (by_id[ann.item_id].score, by_id[ann.item_id].expansion) == (0.4, True)
+    assert [c.item_id for c in ranked] == [kept[0].item_id, bruno.item_id, kept[1].item_id, ann.item_id]
 
 
 async def test_multi_hop_under_a_full_budget_serves_linked_facts(client: httpx.AsyncClient, key: str) -> None:

@@ -247,10 +247,18 @@ def lift_linked(
     and the score of the best kept item that names its entity, so it can be served inside the
     budget next to what led to it. A candidate lifted that way becomes an expansion too."""
     by_id = {c.item_id: c for c in candidates}
-    best: dict[str, float] = {}  # entity -> score of the best kept item naming it
+    # entity -> score of the best kept item naming it, for the linked entities only: a kept item
+    # is tokenised only when it holds one as a substring (a budget of 900 keeps about a hundred
+    # items; tokenising them all cost 0.15 ms a call).
+    wanted = {entity for entity, _ in linked}
+    best: dict[str, float] = {}
     for k in kept:
-        for token in set(ENTITY_PATTERN.findall(k.content)):
-            best[token] = max(best.get(token, k.score), k.score)
+        named = [entity for entity in wanted if entity in k.content]
+        if named:
+            tokens = set(ENTITY_PATTERN.findall(k.content))
+            for entity in named:
+                if entity in tokens:
+                    best[entity] = max(best.get(entity, k.score), k.score)
     lifted: dict[UUID, Candidate] = {}
     for entity, fact in linked:
         parent = best.get(entity, 0.0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import lru_cache
 from itertools import accumulate
 from typing import Literal, NamedTuple
 from uuid import UUID
@@ -20,6 +21,8 @@ from service.settings import TextSearchConfig
 from service.structs import Decision, PacketEpisode, PacketFact
 
 Weights = tuple[float, float, float]
+# Texts whose dedupe key (text_key) is kept: a few calls' candidates.
+TEXT_KEY_CACHE_SIZE = 4096
 ItemType = Literal["fact", "episode"]
 
 
@@ -116,8 +119,11 @@ class Packed(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
+@lru_cache(maxsize=TEXT_KEY_CACHE_SIZE)
 def text_key(content: str) -> str:
-    """Texts that differ only by surrounding space, case or inner whitespace are the same text."""
+    """Texts that differ only by surrounding space, case or inner whitespace are the same text.
+    Cached: a unified call keys each of its ~200 candidates twice (preview, then pack), and the
+    same facts come back call after call."""
     return " ".join(content.split()).casefold()
 
 
