@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from functools import lru_cache
 from itertools import accumulate
 from typing import Literal, NamedTuple
 from uuid import UUID
@@ -21,8 +20,6 @@ from service.settings import TextSearchConfig
 from service.structs import Decision, PacketEpisode, PacketFact
 
 Weights = tuple[float, float, float]
-# Texts whose dedupe key (text_key) is kept: a few calls' candidates.
-TEXT_KEY_CACHE_SIZE = 4096
 ItemType = Literal["fact", "episode"]
 
 
@@ -119,11 +116,8 @@ class Packed(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
-@lru_cache(maxsize=TEXT_KEY_CACHE_SIZE)
 def text_key(content: str) -> str:
-    """Texts that differ only by surrounding space, case or inner whitespace are the same text.
-    Cached: a unified call keys each of its ~200 candidates twice (preview, then pack), and the
-    same facts come back call after call."""
+    """Texts that differ only by surrounding space, case or inner whitespace are the same text."""
     return " ".join(content.split()).casefold()
 
 
