@@ -266,6 +266,15 @@ def report(args: argparse.Namespace, level: int, out: Results) -> dict[str, Any]
     return summary
 
 
+def add_mix_arguments(parser: argparse.ArgumentParser, *, duration: float) -> None:
+    """The mix's options, which `run` reads (benchmarks/load_ab.py shares them)."""
+    parser.add_argument("--duration", type=float, default=duration, help="measured seconds per level")
+    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--write-share", type=float, default=0.2)
+    parser.add_argument("--subjects", type=int, default=20)
+    parser.add_argument("--embed", choices=["local", "hash"], default="local")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -273,11 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--concurrency", type=int, nargs="+", default=[1, 4, 16], help="client counts, in turn"
     )
-    parser.add_argument("--duration", type=float, default=30.0, help="measured seconds per level")
-    parser.add_argument("--warmup", type=float, default=5.0)
-    parser.add_argument("--write-share", type=float, default=0.2)
-    parser.add_argument("--subjects", type=int, default=20)
-    parser.add_argument("--embed", choices=["local", "hash"], default="local")
+    add_mix_arguments(parser, duration=30.0)
     parser.add_argument("--json", type=Path, default=None, help="also write the summary here")
     parser.add_argument("--url", default=None, help="an already running server (with --key) instead")
     parser.add_argument("--key", default=None)

@@ -70,11 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--b", type=setting, action="append", default=[], help="side B: HAKI_NAME=value")
     parser.add_argument("--rounds", type=int, default=4, help="pairs of runs")
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--duration", type=float, default=20.0, help="measured seconds per run")
-    parser.add_argument("--warmup", type=float, default=5.0)
-    parser.add_argument("--write-share", type=float, default=0.2)
-    parser.add_argument("--subjects", type=int, default=20)
-    parser.add_argument("--embed", choices=["local", "hash"], default="local")
+    load.add_mix_arguments(parser, duration=20.0)
     parser.add_argument("--json", type=Path, default=None, help="also write every run's summary here")
     args = parser.parse_args(argv)
     if not args.a and not args.b:
