@@ -38,6 +38,7 @@ from pgvector import Vector
 
 from benchmarks.seed import load, queries
 from benchmarks.sql import load_bench_queries
+from benchmarks.trace_usage import TRACE_SETTINGS
 from benchmarks.world import PROJECT, SMALL, TARGET, WORLD
 from service.constants import (
     CANDIDATE_LIMIT,
@@ -324,9 +325,7 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
                     "facts_served": 64,
                     "episodes_served": 0,
                     "include_episodes": True,
-                    "recall_max_distance": 0.0,
-                    "text_search_config": "english",
-                    "weights": list(assembler.PROFILE_WEIGHTS["unified"]),
+                    **TRACE_SETTINGS,
                     "as_of": None,
                     "replay_of": None,
                     "decisions": msgspec.json.encode(decisions).decode(),

@@ -44,11 +44,12 @@ from service.repository import context as repo
 from service.settings import Settings
 from service.structs import ContextPacket, ContextRequest, Decision
 
-# What the assembler records with each call besides its decisions (a `unified` call's).
+# What the assembler records with each call besides its decisions (a `unified` call's, under the
+# default settings); benchmarks/explain.py and test_context_latency.py record the same.
 TRACE_SETTINGS: dict[str, Any] = {
     "recall_max_distance": 0.0,
     "text_search_config": "english",
-    "weights": assembler.PROFILE_WEIGHTS["unified"],
+    "weights": list(assembler.PROFILE_WEIGHTS["unified"]),
 }
 
 PROJECT = "bench"
