@@ -179,10 +179,10 @@ def _read_hidden_size(model_dir: Path) -> int:
 class LocalEmbedder:
     """all-MiniLM-L6-v2 (or a compatible BERT-style model) on the CPU, through torch or ONNX Runtime.
 
-    All model work runs on one dedicated thread: it keeps the event loop free, serialises the
-    model (the runtime already parallelises inside one call) and makes the first load race-free.
-    In front of that thread a FairScheduler (service/embedding/scheduler.py) puts queries before
-    writes, serves projects in turn, batches concurrent queries and cuts writes into short chunks.
+    Model work runs off the event loop on dedicated threads: one for queries, and with the write
+    lane (HAKI_EMBED_WRITE_LANE=own, ONNX backends) one for writes. In front of them a
+    FairScheduler (service/embedding/scheduler.py) keeps queries from waiting behind writes,
+    serves projects in turn, batches concurrent queries and cuts writes into short chunks.
     """
 
     def __init__(self, settings: Settings) -> None:
@@ -202,7 +202,16 @@ class LocalEmbedder:
         self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="haki-embed"
         )
+        # The write lane's thread. ONNX Runtime sessions run concurrently; torch's thread count is
+        # process-wide, so the torch backends keep one thread (`shared`) whatever the setting.
+        lane = settings.embed_write_lane == "own" and self.backend.startswith("onnx")
+        self._write_executor: ThreadPoolExecutor | None = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="haki-embed-write") if lane else None
+        )
         self._load_lock = threading.Lock()
+        # The fast tokenizer is one Rust object whose padding setting each call changes: two
+        # lanes tokenizing at once got unpadded (ragged) batches, 2 writes in ~2,000 at 16 clients.
+        self._tokenize_lock = threading.Lock()
         self._tokenizer: Any = None
         self._model: Any = None
         self._onnx: Any = None
@@ -215,6 +224,7 @@ class LocalEmbedder:
             write_max_wait=settings.embed_write_max_wait_ms / 1000 or float("inf"),
             write_ahead_max_cost=WRITE_AHEAD_TOKENS,
             cost=_token_cost,
+            write_lane=lane,
         )
 
     @property
@@ -256,27 +266,42 @@ class LocalEmbedder:
     async def aclose(self) -> None:
         await self.scheduler.aclose(EmbedderError(f"{self.name}: the embedder closed"))
         executor, self._executor = self._executor, None
+        writes, self._write_executor = self._write_executor, None
         if executor is not None:
             # Queued after any pending batch, so those still finish with the model in place.
-            executor.submit(self._release)
+            executor.submit(self._release, writes)
             # Waiting would block the loop behind a running batch; the thread finishes on its own.
             executor.shutdown(wait=False)
 
-    def _release(self) -> None:
+    def _release(self, writes: ThreadPoolExecutor | None = None) -> None:
+        if writes is not None:  # the write lane's chunk in progress still needs the model
+            writes.shutdown(wait=True)
         self._model = None
         self._tokenizer = None
         self._onnx = None
 
     async def _run_batch(self, texts: list[str], purpose: Purpose) -> list[Vector]:
         try:
-            computed: list[Vector] = await self._run(self._embed_sync, texts, purpose == "query")
+            if purpose == "write" and self._write_executor is not None and self._onnx is not None:
+                # While queries are in flight a write chunk takes one core, leaving the other to
+                # the queries' pass and PostgreSQL; otherwise all of them, as before. (Before the
+                # model is loaded, or when `auto` fell back to torch, writes take the queries'
+                # thread: the load happens once, and torch's thread count is process-wide.)
+                one_thread = self.scheduler.queries_in_flight
+                computed: list[Vector] = await self._run_on(
+                    self._write_executor, self._embed_sync, texts, False, one_thread
+                )
+            else:
+                computed = await self._run(self._embed_sync, texts, purpose == "query")
         except EmbedderConfigError as exc:
             # A lazy first load that fails is, for the caller, an unavailable embedder.
             raise EmbedderError(str(exc)) from exc
         return computed
 
     async def _run(self, fn: Any, *args: Any) -> Any:
-        executor = self._executor
+        return await self._run_on(self._executor, fn, *args)
+
+    async def _run_on(self, executor: ThreadPoolExecutor | None, fn: Any, *args: Any) -> Any:
         if executor is None:
             raise EmbedderError(f"{self.name}: the embedder is closed")
         loop = asyncio.get_running_loop()
@@ -370,21 +395,22 @@ class LocalEmbedder:
 
     def _tokenize(self, texts: list[str]) -> Any:
         # One text needs no padding; a batch is padded to its longest member (sorted by length).
-        return self._tokenizer(
-            texts,
-            padding=len(texts) > 1,
-            truncation=True,
-            max_length=LOCAL_MAX_LENGTH,
-            return_tensors="np" if self._onnx is not None else "pt",
-        )
+        with self._tokenize_lock:
+            return self._tokenizer(
+                texts,
+                padding=len(texts) > 1,
+                truncation=True,
+                max_length=LOCAL_MAX_LENGTH,
+                return_tensors="np" if self._onnx is not None else "pt",
+            )
 
-    def _embed_sync(self, texts: list[str], query: bool = False) -> list[Vector]:
+    def _embed_sync(self, texts: list[str], query: bool = False, one_thread: bool = False) -> list[Vector]:
         self._load_sync()
         import torch
 
         # A pass of batched queries stays on one thread too: the concurrent context calls it
         # serves need the other core for PostgreSQL (docs/performance.md, "Query embedding").
-        small = query or len(texts) <= SMALL_INPUT_TEXTS
+        small = query or one_thread or len(texts) <= SMALL_INPUT_TEXTS
         if self._onnx is None:
             # HAKI_TORCH_THREADS=0 (auto): one thread for a query-sized input, torch's default (one
             # per core) for batches. Splitting a one-sentence forward pass across threads costs more

@@ -17,6 +17,10 @@ TextSearchConfig = Literal["english", "simple"]
 # How the local model runs (docs/performance.md, "Query embedding"); `torch` is the reference,
 # `auto` is `onnx` when the optional extra is installed, else `torch`.
 LocalBackend = Literal["auto", "torch", "torch-int8", "onnx", "onnx-int8"]
+# Where the local model embeds writes: `own`, a model thread of their own beside the queries'
+# (ONNX backends), or `shared`, the queries' one thread, queries first (docs/performance.md,
+# "A lane for writes").
+WriteLane = Literal["own", "shared"]
 
 
 class SettingsError(ValueError):
@@ -57,6 +61,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     embed_backend: LocalBackend = "auto"
     embed_query_max_batch: int = 8
     embed_write_max_wait_ms: float = 100.0
+    embed_write_lane: WriteLane = "own"
     embed_write_timeout_seconds: float = 120.0
     embed_chars_per_minute: int = 2_000_000
     embed_concurrency: int = 4

@@ -139,6 +139,72 @@ async def test_a_write_that_waited_write_max_wait_goes_before_queries() -> None:
     await s.aclose(RuntimeError("closed"))
 
 
+async def test_with_a_write_lane_writes_and_queries_never_wait_for_each_other() -> None:
+    """HAKI_EMBED_WRITE_LANE=own: a worker per queue. A query starts while a write chunk runs, and
+    a write while a pass of queries runs; each lane still runs one pass at a time, and the write
+    lane still cuts writes into chunks and serves the projects in turn. In the shared lane the
+    writes waited for the queries, and made the mix's p95 at 16 clients (docs/performance.md,
+    "A lane for writes")."""
+    model = GatedModel()
+    s = scheduler(model, write_max_batch=2, write_lane=True)
+    write = submit(s, ["w0", "w1", "w2"], "write", "a")
+    await settle()
+    assert not s.queries_in_flight
+    query = submit(s, ["q0"], "query", "b")
+    await settle()
+    # Both lanes are in a pass at once; the query did not wait for the write chunk.
+    assert model.passes == [("write", ["w0", "w1"]), ("query", ["q0"])]
+    assert s.queries_in_flight
+    other = submit(s, ["v0"], "write", "c")
+    later = submit(s, ["q1"], "query", "b")
+    await settle()
+    assert len(model.passes) == 2  # one pass at a time in each lane
+    await model.release()  # the write chunk: the write lane goes on with the next chunk
+    assert model.passes[2] == ("write", ["w2", "v0"])
+    await model.release()  # q0's pass: the query lane takes q1
+    assert model.passes[3] == ("query", ["q1"])
+    assert query.result() == ["v(q0)"]
+    await model.release(2)
+    assert len(model.passes) == 4
+    assert not s.queries_in_flight
+    assert write.result() == ["v(w0)", "v(w1)", "v(w2)"]
+    assert other.result() == ["v(v0)"]
+    assert later.result() == ["v(q1)"]
+    await s.aclose(RuntimeError("closed"))
+
+
+async def test_a_write_lane_does_not_wait_for_a_stream_of_queries() -> None:
+    """In the shared lane a queued write waits for the queued queries (up to write_max_wait);
+    with a write lane it starts at once, whatever the queries."""
+    model = GatedModel()
+    s = scheduler(model, write_lane=True, write_max_wait=float("inf"))
+    queries = [submit(s, ["q0"], "query", "a")]
+    await settle()
+    queries += [submit(s, [f"q{i}"], "query", "a") for i in (1, 2)]  # queued behind q0's pass
+    await settle()
+    write = submit(s, ["w"], "write", "a")
+    await settle()
+    assert model.passes == [("query", ["q0"]), ("write", ["w"])]
+    await model.release(3)
+    assert write.result() == ["v(w)"]
+    assert [q.result() for q in queries] == [["v(q0)"], ["v(q1)"], ["v(q2)"]]
+    await s.aclose(RuntimeError("closed"))
+
+
+async def test_close_fails_the_jobs_of_both_lanes() -> None:
+    model = GatedModel()
+    s = scheduler(model, write_lane=True)
+    running = [submit(s, ["w"], "write", "a"), submit(s, ["q"], "query", "a")]
+    await settle()
+    queued = [submit(s, ["w2"], "write", "a"), submit(s, ["q2"], "query", "a")]
+    await settle()
+    await s.aclose(RuntimeError("closed"))
+    await settle()
+    for task in (*running, *queued):
+        with pytest.raises(RuntimeError):
+            task.result()
+
+
 async def test_concurrent_queries_share_one_pass() -> None:
     model = GatedModel()
     s = scheduler(model, query_max_batch=3)

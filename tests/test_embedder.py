@@ -216,6 +216,67 @@ def test_auto_backend_follows_the_installed_extra() -> None:
     assert LocalEmbedder(Settings(embed_provider="local", embed_backend="torch")).backend == "torch"
 
 
+def test_the_write_lane_runs_on_a_thread_of_its_own_with_onnx_only() -> None:
+    """HAKI_EMBED_WRITE_LANE=own (the default) gives writes a model thread of their own with the
+    ONNX backends; torch's thread count is process-wide, so torch keeps one thread for both."""
+    onnx = LocalEmbedder(Settings(embed_provider="local", embed_backend="onnx"))
+    shared = LocalEmbedder(Settings(embed_provider="local", embed_backend="onnx", embed_write_lane="shared"))
+    torch = LocalEmbedder(Settings(embed_provider="local", embed_backend="torch"))
+    assert Settings().embed_write_lane == "own"
+    assert onnx.scheduler.write_lane and onnx._write_executor is not None
+    assert not shared.scheduler.write_lane and shared._write_executor is None
+    assert not torch.scheduler.write_lane and torch._write_executor is None
+
+
+class _PausingEncoder:
+    """The fast tokenizer's Rust backend, pausing before each encoding so that two threads
+    tokenizing at once overlap every time (under load the race hit about 1 write in 1,000)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def encode_batch(self, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.002)
+        return self._inner.encode_batch(*args, **kwargs)
+
+
+@pytest.mark.model
+async def test_the_two_lanes_tokenize_one_at_a_time(local: LocalEmbedder) -> None:
+    """The two lanes share one tokenizer, whose padding setting each call changes (a lone query
+    is not padded, a batch is). Tokenizing at once, a batch came out unpadded: ragged rows that
+    failed the write with 503 "inference failed: ValueError('setting an array element with a
+    sequence')". The embedder tokenizes under a lock."""
+    single, batch = ["a lone question?"], ["a fact", "a longer fact with several more words in it"]
+    expected = local.embed_sync(single, True) + local.embed_sync(batch)
+    inner = local._tokenizer._tokenizer
+    local._tokenizer._tokenizer = _PausingEncoder(inner)
+    failures: list[BaseException] = []
+    got: list[list[np.ndarray]] = []
+
+    def lane(texts: list[str], query: bool) -> None:
+        for _ in range(25):
+            try:
+                got.append(local.embed_sync(texts, query))
+            except Exception as exc:
+                failures.append(exc)
+
+    try:
+        threads = [threading.Thread(target=lane, args=a) for a in ((single, True), (batch, False))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        local._tokenizer._tokenizer = inner
+    assert failures == []
+    for vectors in got:
+        ref = expected[:1] if len(vectors) == 1 else expected[1:]
+        assert all(cosine(a, b) > 0.9999 for a, b in zip(vectors, ref, strict=True))
+
+
 @pytest.mark.model
 async def test_local_write_timeout(local: LocalEmbedder) -> None:
     slow = LocalEmbedder(

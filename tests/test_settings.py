@@ -48,13 +48,15 @@ def test_strings_and_choices_are_read() -> None:
         "HAKI_CONTEXT_PROFILE": "facts_first",
         "HAKI_EMBED_BACKEND": "torch",
         "HAKI_METRICS_TOKEN": "t0k",
+        "HAKI_EMBED_WRITE_LANE": "shared",
     }
     s = Settings.from_env(env)
-    assert (s.database_url, s.context_profile, s.embed_backend, s.metrics_token) == (
+    assert (s.database_url, s.context_profile, s.embed_backend, s.metrics_token, s.embed_write_lane) == (
         "postgresql://x@h/db",
         "facts_first",
         "torch",
         "t0k",
+        "shared",
     )
 
 
@@ -67,6 +69,7 @@ def test_empty_or_unset_keeps_the_default() -> None:
     [
         ({"HAKI_POOL_MAX_SIZE": "many"}, "HAKI_POOL_MAX_SIZE='many'"),
         ({"HAKI_EMBED_BACKEND": "gpu"}, "HAKI_EMBED_BACKEND='gpu'"),
+        ({"HAKI_EMBED_WRITE_LANE": "two"}, "HAKI_EMBED_WRITE_LANE='two'"),
         ({"HAKI_EMBED_TIMEOUT_SECONDS": "soon"}, "HAKI_EMBED_TIMEOUT_SECONDS='soon'"),
     ],
 )

@@ -1,9 +1,15 @@
-"""One embedding worker shared fairly: queries first, projects in turn, concurrent queries batched.
+"""The embedding work shared fairly: queries first, projects in turn, concurrent queries batched.
 
-The local model runs one forward pass at a time (one worker thread). In front of it:
+The local model runs one forward pass at a time per worker. In front of it:
 - two round-robin queues, one for query embeddings (a context call waits on them) and one for
-  write embeddings; the worker drains queries first, so a query waits at most for the write
-  chunk already running (issue 12, defect 4), and one more once writes have waited
+  write embeddings;
+- with a write lane (`write_lane`, HAKI_EMBED_WRITE_LANE=own, the default), each queue has a
+  worker of its own: queries never wait for a write chunk and writes never wait for queries; the
+  embedder runs the two on threads of their own, a write chunk on one core while queries are in
+  flight (`queries_in_flight`), so that the two lanes and PostgreSQL share two cores
+  (docs/performance.md, "A lane for writes");
+- without it (`shared`), one worker drains queries first, so a query waits at most for the
+  write chunk already running (issue 12, defect 4), and one more once writes have waited
   `write_max_wait` seconds (queued, and no pass of writes since): then a chunk of writes goes
   first, so that a steady stream of context calls (16 agents) cannot starve the writes
   (docs/performance.md, "Writes are not starved");
@@ -13,7 +19,8 @@ The local model runs one forward pass at a time (one worker thread). In front of
   (up to `query_max_batch`) into one forward pass. An idle worker starts a lone query at once,
   so single-call latency pays no wait (docs/performance.md, "Query embedding").
 - writes are cut into chunks bounded by texts and by cost (characters the model will read), so
-  a queued query never waits behind more than one short chunk.
+  a queued query never waits behind more than one short chunk (shared lane), and a write lane
+  yields its core to the queries between chunks.
 """
 
 from __future__ import annotations
@@ -111,7 +118,8 @@ class RoundRobin(Generic[T]):
 
 
 class FairScheduler(Generic[T]):
-    """Feeds `run` (one call at a time) from the query and write queues; see the module doc."""
+    """Feeds `run` from the query and write queues: one call at a time, or with `write_lane` one
+    at a time per queue; see the module doc."""
 
     def __init__(
         self,
@@ -124,6 +132,7 @@ class FairScheduler(Generic[T]):
         write_ahead_max_cost: float | None = None,
         cost: Callable[[str], float] = len,
         clock: Callable[[], float] = time.monotonic,
+        write_lane: bool = False,
     ) -> None:
         self._run = run
         self.query_max_batch = max(1, query_max_batch)
@@ -137,8 +146,12 @@ class FairScheduler(Generic[T]):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._queries: RoundRobin[T] = RoundRobin()
         self._writes: RoundRobin[T] = RoundRobin()
+        self.write_lane = write_lane
         self._wake: asyncio.Event | None = None
+        self._write_wake: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
+        self._write_worker: asyncio.Task[None] | None = None
+        self._querying = False  # a pass of queries is running
         self.passes = 0  # forward passes run, for tests and benchmarks
 
     async def submit(self, texts: Sequence[str], purpose: Purpose, project: str | None) -> list[T]:
@@ -149,7 +162,10 @@ class FairScheduler(Generic[T]):
         future: asyncio.Future[list[T]] = loop.create_future()
         job = _Job(texts, project, future, self._clock())
         (self._queries if purpose == "query" else self._writes).push(job)
-        self._wake.set()
+        if purpose == "write" and self._write_wake is not None:
+            self._write_wake.set()
+        else:
+            self._wake.set()
         # A caller that gives up (wait_for, time-out) cancels `future`: the job is skipped.
         return await future
 
@@ -159,15 +175,25 @@ class FairScheduler(Generic[T]):
         self._queries = RoundRobin()
         self._writes = RoundRobin()
         self._wake = asyncio.Event()
-        self._worker = loop.create_task(self._work(), name="haki-embed-scheduler")
+        self._querying = False
+        self._worker = loop.create_task(self._work(self._wake, self.next_batch), name="haki-embed-scheduler")
+        self._write_wake = self._write_worker = None
+        if self.write_lane:
+            self._write_wake = asyncio.Event()
+            self._write_worker = loop.create_task(
+                self._work(self._write_wake, self.next_write_batch), name="haki-embed-writes"
+            )
 
     def next_batch(self) -> tuple[Purpose, list[Slice[T]]]:
-        """Every queued query (up to the batch cap), else one fair chunk of writes. When a write is
+        """Every queued query (up to the batch cap); with a write lane nothing else. Without one,
+        when no query is queued, one fair chunk of writes. When a write is
         queued and writes have had no pass for `write_max_wait`, a chunk the size of a pass of
         queries (at most `query_max_batch` texts and `write_ahead_max_cost`) goes first instead:
         at most one such chunk ahead of the queries per `write_max_wait`, however the writes are
         cut into jobs. (The local model runs that many texts on one thread, as it runs queries,
         leaving the other core to PostgreSQL.)"""
+        if self.write_lane:
+            return "query", self._queries.take(self.query_max_batch, float("inf"), self._cost)
         since = self._writes.queued_since()
         if since is not None and self._clock() - max(since, self._writes_served_at) >= self.write_max_wait:
             ahead = self._writes.take(self.query_max_batch, self.write_ahead_max_cost, self._cost)
@@ -178,17 +204,26 @@ class FairScheduler(Generic[T]):
             return "query", picked
         return "write", self._writes.take(self.write_max_batch, self.write_max_cost, self._cost)
 
-    async def _work(self) -> None:
-        wake = self._wake
-        assert wake is not None
+    @property
+    def queries_in_flight(self) -> bool:
+        """A pass of queries is running or queries are queued."""
+        return self._querying or len(self._queries) > 0
+
+    def next_write_batch(self) -> tuple[Purpose, list[Slice[T]]]:
+        """The write lane's next chunk: one fair chunk of writes."""
+        return "write", self._writes.take(self.write_max_batch, self.write_max_cost, self._cost)
+
+    async def _work(self, wake: asyncio.Event, source: Callable[[], tuple[Purpose, list[Slice[T]]]]) -> None:
         while True:
             await wake.wait()
-            purpose, batch = self.next_batch()
+            purpose, batch = source()
             if not batch:
                 wake.clear()
                 continue
             texts = [t for job, start, end in batch for t in job.texts[start:end]]
             self.passes += 1
+            if purpose == "query":
+                self._querying = True
             try:
                 vectors = await self._run(texts, purpose)
             except asyncio.CancelledError:
@@ -201,6 +236,9 @@ class FairScheduler(Generic[T]):
                     if job.live:
                         job.future.set_exception(exc)
                 continue
+            finally:
+                if purpose == "query":
+                    self._querying = False
             if purpose == "write":
                 self._writes_served_at = self._clock()
             pos = 0
@@ -212,10 +250,11 @@ class FairScheduler(Generic[T]):
                     job.future.set_result([r for r in job.results if r is not None])
 
     async def aclose(self, exc: BaseException) -> None:
-        worker, self._worker = self._worker, None
+        workers = [w for w in (self._worker, self._write_worker) if w is not None and not w.done()]
+        self._worker = self._write_worker = None
         self._queries.fail_all(exc)
         self._writes.fail_all(exc)
-        if worker is None or worker.done():
+        if not workers:
             return
         try:
             running = asyncio.get_running_loop()
@@ -224,8 +263,11 @@ class FairScheduler(Generic[T]):
         if running is not self._loop:
             # Started on another event loop (a test's), which may be closed: nothing to await.
             if self._loop is not None and not self._loop.is_closed():
-                self._loop.call_soon_threadsafe(worker.cancel)
+                for worker in workers:
+                    self._loop.call_soon_threadsafe(worker.cancel)
             return
-        worker.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await worker
+        for worker in workers:
+            worker.cancel()
+        for worker in workers:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await worker
