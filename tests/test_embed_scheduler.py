@@ -8,15 +8,18 @@ the gate, and it records which texts went into which pass, in order.
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
+from litestar.datastructures import State
 
 from service.embedder import HashEmbedder
 from service.embedding.scheduler import FairScheduler, Purpose
 from service.errors import TooManyRequests
+from service.observability.metrics import Metrics
 from service.ratelimit import WorkRateLimiter
 from service.settings import Settings
 from tests.helpers import bearer
@@ -203,6 +206,46 @@ async def test_close_fails_the_jobs_of_both_lanes() -> None:
     for task in (*running, *queued):
         with pytest.raises(RuntimeError):
             task.result()
+
+
+async def test_the_waits_and_passes_of_each_purpose_reach_the_metrics() -> None:
+    """Each job's wait for its first pass, each pass's time and the texts run, by purpose, as
+    GET /metrics reads them (haki_embed_wait_seconds, haki_embed_pass_seconds, haki_embed_texts):
+    what an operator needs to see whether context calls queue at the model."""
+    now = [0.0]
+    model = GatedModel()
+    s = scheduler(model, write_max_batch=2, write_lane=True, clock=lambda: now[0])
+    first = submit(s, ["q0"], "query", "a")
+    write = submit(s, ["w0", "w1", "w2"], "write", "a")
+    await settle()
+    second = submit(s, ["q1", "q2"], "query", "b")  # queued behind q0's pass
+    await settle()
+    now[0] = 0.03
+    await model.release(2)  # q0's pass and the write's first chunk end at 0.03
+    now[0] = 0.04
+    await model.release(2)  # q1 and q2 (waited 0.03) and the write's second chunk
+    assert (first.result(), second.result(), write.result()) == (
+        ["v(q0)"],
+        ["v(q1)", "v(q2)"],
+        ["v(w0)", "v(w1)", "v(w2)"],
+    )
+    queries, writes = s.stats["query"], s.stats["write"]
+    assert (queries.wait.count, queries.passes.count, queries.texts) == (2, 2, 3)
+    assert queries.wait.total == pytest.approx(0.03) and queries.passes.total == pytest.approx(0.04)
+    # A write of two chunks waited once, for its first.
+    assert (writes.wait.count, writes.passes.count, writes.texts) == (1, 2, 3)
+    assert writes.wait.total == 0.0
+
+    metrics = Metrics()
+    await metrics.refresh(State({"embedder": SimpleNamespace(scheduler=s), "pool": None}))
+    text = metrics.exposition().decode()
+    assert 'haki_embed_wait_seconds_bucket{le="0.025",purpose="query"} 1.0' in text
+    assert 'haki_embed_wait_seconds_bucket{le="0.05",purpose="query"} 2.0' in text
+    assert 'haki_embed_pass_seconds_count{purpose="write"} 2.0' in text
+    assert 'haki_embed_texts_total{purpose="query"} 3.0' in text
+    await metrics.refresh(State({"embedder": HashEmbedder(), "pool": None}))
+    assert "haki_embed_wait_seconds" not in metrics.exposition().decode()  # no scheduler, no figures
+    await s.aclose(RuntimeError("closed"))
 
 
 async def test_concurrent_queries_share_one_pass() -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from bisect import bisect_left
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, Literal, TypeVar
@@ -57,6 +58,50 @@ class _Job(Generic[T]):
 
 
 Slice = tuple[_Job[T], int, int]
+
+# Seconds a job waits for its first pass, and a pass runs: from a lone query (~5 ms) to a write
+# chunk of long texts on two busy cores (~0.4 s) and a write left waiting behind a stream of
+# queries (`shared`).
+TALLY_BOUNDS: tuple[float, ...] = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+
+
+class Tally:
+    """A histogram the scheduler keeps for the process; GET /metrics of each app reads it."""
+
+    __slots__ = ("count", "counts", "total")
+
+    def __init__(self) -> None:
+        self.counts = [0] * len(TALLY_BOUNDS)
+        self.count = 0
+        self.total = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.count += 1
+        self.total += seconds
+        i = bisect_left(TALLY_BOUNDS, seconds)  # the first bucket whose bound is >= seconds
+        if i < len(self.counts):
+            self.counts[i] += 1
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        """Prometheus buckets: (upper bound, observations at or below it), +Inf last."""
+        out: list[tuple[str, float]] = []
+        seen = 0
+        for bound, n in zip(TALLY_BOUNDS, self.counts, strict=True):
+            seen += n
+            out.append((repr(bound), seen))
+        out.append(("+Inf", self.count))
+        return out
+
+
+class LaneStats:
+    """Per purpose: how long jobs waited for their first pass, how long passes ran, texts run."""
+
+    __slots__ = ("passes", "texts", "wait")
+
+    def __init__(self) -> None:
+        self.wait = Tally()
+        self.passes = Tally()
+        self.texts = 0
 
 
 class RoundRobin(Generic[T]):
@@ -153,6 +198,7 @@ class FairScheduler(Generic[T]):
         self._write_worker: asyncio.Task[None] | None = None
         self._querying = False  # a pass of queries is running
         self.passes = 0  # forward passes run, for tests and benchmarks
+        self.stats: dict[Purpose, LaneStats] = {"query": LaneStats(), "write": LaneStats()}
 
     async def submit(self, texts: Sequence[str], purpose: Purpose, project: str | None) -> list[T]:
         loop = asyncio.get_running_loop()
@@ -224,6 +270,11 @@ class FairScheduler(Generic[T]):
             self.passes += 1
             if purpose == "query":
                 self._querying = True
+            stats = self.stats[purpose]
+            started = self._clock()
+            for job, start, _ in batch:
+                if start == 0:  # the job's first pass: its wait for the model
+                    stats.wait.add(started - job.queued_at)
             try:
                 vectors = await self._run(texts, purpose)
             except asyncio.CancelledError:
@@ -239,6 +290,8 @@ class FairScheduler(Generic[T]):
             finally:
                 if purpose == "query":
                     self._querying = False
+            stats.passes.add(self._clock() - started)
+            stats.texts += len(texts)
             if purpose == "write":
                 self._writes_served_at = self._clock()
             pos = 0

@@ -17,6 +17,7 @@ import asyncio
 import hmac
 import logging
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from litestar import Request, Response, get
@@ -31,6 +32,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
 from service.errors import Unauthorized
 from service.observability.timing import StageTimer
@@ -47,9 +49,45 @@ STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 SCRAPE_QUERY_TIMEOUT_SECONDS = 2.0
 
 
+class EmbedderCollector:
+    """The local model's scheduler, read at each scrape (service/embedding/scheduler.py keeps the
+    figures for the process, whichever app serves them): by purpose, how long embeddings waited for
+    their first forward pass, how long passes ran, and texts embedded. Nothing for an embedder
+    without a scheduler (hash, openai)."""
+
+    def __init__(self) -> None:
+        self.embedder: Any = None  # set by Metrics.refresh before each scrape
+
+    def collect(self) -> Iterator[Metric]:
+        stats = getattr(getattr(self.embedder, "scheduler", None), "stats", None)
+        if stats is None:
+            return
+        wait = HistogramMetricFamily(
+            "haki_embed_wait_seconds",
+            "Local model: how long an embedding (a context call's query, a write's texts) waited "
+            "for its first forward pass, by purpose (HAKI_EMBED_WRITE_LANE).",
+            labels=["purpose"],
+        )
+        passes = HistogramMetricFamily(
+            "haki_embed_pass_seconds",
+            "Local model: forward passes (a micro-batch of queries, a chunk of writes) by purpose.",
+            labels=["purpose"],
+        )
+        texts = CounterMetricFamily(
+            "haki_embed_texts", "Local model: texts embedded, by purpose.", labels=["purpose"]
+        )
+        for purpose, lane in stats.items():
+            wait.add_metric([purpose], lane.wait.cumulative(), lane.wait.total)
+            passes.add_metric([purpose], lane.passes.cumulative(), lane.passes.total)
+            texts.add_metric([purpose], lane.texts)
+        yield from (wait, passes, texts)
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self.embedder_stats = EmbedderCollector()
+        self.registry.register(self.embedder_stats)
         self.request_duration = Histogram(
             "haki_http_request_duration_seconds",
             "HTTP request latency by route template, method and status code.",
@@ -153,7 +191,9 @@ class Metrics:
         return timed
 
     async def refresh(self, state: State) -> None:
-        """Scrape-time gauges: one cheap cross-project count (an index-only scan)."""
+        """Scrape-time gauges: one cheap cross-project count (an index-only scan); the embedder's
+        figures are read as they are."""
+        self.embedder_stats.embedder = state.get("embedder")
         try:
             async with asyncio.timeout(SCRAPE_QUERY_TIMEOUT_SECONDS):
                 async with state.pool.acquire(timeout=SCRAPE_QUERY_TIMEOUT_SECONDS) as conn:
