@@ -2,12 +2,14 @@
 
     .venv/bin/python -m benchmarks.gin_pending                  # 5 x 10k + 100 facts, 60 write rounds
     .venv/bin/python -m benchmarks.gin_pending --big 2000 --rounds 10   # a quick smoke run
+    .venv/bin/python -m benchmarks.gin_pending --embed local --modes off --rounds 40   # real vectors
 
 Issue 13 measured a scope's text top-K at 9 ms right after 50k writes through the API, and at
 0.8 ms after `VACUUM facts` flushed the pending list. A memory service is write-heavy, so the list
 is never empty between two autovacuums. This benchmark writes the issue's world (five scopes of
---big facts and one of 100, through the service's own write path, with the hash embedder), then,
-for each index mode in turn, starts from a flushed index and runs --rounds rounds of:
+--big facts and one of 100, through the service's own write path, with the hash embedder or with
+--embed local the local model), then, for each index mode in turn, starts from a flushed index
+and runs --rounds rounds of:
 
 1. one write batch: 100 facts spread over the big scopes and 20 events, timed (a write's cost,
    including the pending-list clean of the `clean` mode);
@@ -50,7 +52,7 @@ from service.auth import Principal
 from service.context.assembler import assemble
 from service.db import connect, init_connection
 from service.embedded import embedded_server, embedded_url
-from service.embedder import HashEmbedder
+from service.embedder import Embedder, build_embedder
 from service.migrations import migrate
 from service.observability.timing import StageTimer
 from service.settings import ContextProfile, Settings
@@ -83,7 +85,7 @@ def query_text(rng: random.Random) -> str:
 
 async def write_batch(
     conn: Any,
-    embedder: HashEmbedder,
+    embedder: Embedder,
     settings: Settings,
     principal: Principal,
     rng: random.Random,
@@ -108,7 +110,7 @@ async def write_batch(
 
 
 async def seed(
-    conn: Any, embedder: HashEmbedder, settings: Settings, principal: Principal, big: int
+    conn: Any, embedder: Embedder, settings: Settings, principal: Principal, big: int
 ) -> list[str]:
     rng = random.Random(13)
     scopes = [f"s10k-{i}" for i in range(5)]
@@ -131,7 +133,7 @@ async def set_mode(conn: Any, mode: str) -> None:
 
 async def candidates_ms(
     conn: Any,
-    embedder: HashEmbedder,
+    embedder: Embedder,
     settings: Settings,
     principal: Principal,
     subject: str,
@@ -153,7 +155,7 @@ async def candidates_ms(
 
 async def run_mode(
     conn: Any,
-    embedder: HashEmbedder,
+    embedder: Embedder,
     settings: Settings,
     principal: Principal,
     scopes: list[str],
@@ -184,9 +186,9 @@ async def run_mode(
 async def main_async(args: argparse.Namespace) -> None:
     base = Path(os.environ.get("HAKI_BENCH_TMP", tempfile.gettempdir()))
     data_dir = Path(tempfile.mkdtemp(prefix="haki-gin-", dir=base))
-    settings = Settings(data_dir=data_dir, embed_provider="hash", database_url=embedded_url(data_dir))
+    settings = Settings(data_dir=data_dir, embed_provider=args.embed, database_url=embedded_url(data_dir))
     principal = Principal(project_id=PROJECT, key_id=uuid.uuid4())
-    embedder = HashEmbedder()
+    embedder = build_embedder(settings)
     try:
         conn = await connect(settings)
         await migrate(conn)
@@ -207,10 +209,14 @@ async def main_async(args: argparse.Namespace) -> None:
         results = {mode: {k: statistics.mean(p[k] for p in ps) for k in ps[0]} for mode, ps in passes.items()}
         await conn.close()
     finally:
+        await embedder.aclose()
         embedded_server(data_dir).cleanup()
         shutil.rmtree(data_dir, ignore_errors=True)
 
-    print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores; 2 x {args.rounds} rounds, p50 ms")
+    print(
+        f"\nmachine: {platform.machine()}, {os.cpu_count()} cores; {args.embed} embedder; "
+        f"2 x {args.rounds} rounds, p50 ms"
+    )
     header = [
         "mode",
         "write batch",
@@ -233,6 +239,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--big", type=int, default=10_000, help="facts in each of the five big scopes")
     parser.add_argument("--rounds", type=int, default=60, help="write-then-read rounds per mode")
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    parser.add_argument(
+        "--embed",
+        choices=["hash", "local"],
+        default="hash",
+        help="`local`: the facts and queries embedded by the local model, so the vector walk meets "
+        "the neighbourhoods real vectors have (the hash embedder's give HNSW none)",
+    )
     args = parser.parse_args(argv)
     asyncio.run(main_async(args))
     return 0
