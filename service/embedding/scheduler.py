@@ -239,16 +239,20 @@ class FairScheduler(Generic[T]):
         cut into jobs. (The local model runs that many texts on one thread, as it runs queries,
         leaving the other core to PostgreSQL.)"""
         if self.write_lane:
-            return "query", self._queries.take(self.query_max_batch, float("inf"), self._cost)
+            return "query", self._take_queries()
         since = self._writes.queued_since()
         if since is not None and self._clock() - max(since, self._writes_served_at) >= self.write_max_wait:
             ahead = self._writes.take(self.query_max_batch, self.write_ahead_max_cost, self._cost)
             if ahead:
                 return "write", ahead
-        picked = self._queries.take(self.query_max_batch, float("inf"), self._cost)
+        picked = self._take_queries()
         if picked:
             return "query", picked
-        return "write", self._writes.take(self.write_max_batch, self.write_max_cost, self._cost)
+        return self.next_write_batch()
+
+    def _take_queries(self) -> list[Slice[T]]:
+        """Every queued query, up to the batch cap: one pass."""
+        return self._queries.take(self.query_max_batch, float("inf"), self._cost)
 
     @property
     def queries_in_flight(self) -> bool:
@@ -256,7 +260,8 @@ class FairScheduler(Generic[T]):
         return self._querying or len(self._queries) > 0
 
     def next_write_batch(self) -> tuple[Purpose, list[Slice[T]]]:
-        """The write lane's next chunk: one fair chunk of writes."""
+        """One fair chunk of writes: the write lane's next, or the shared worker's when no query
+        is queued."""
         return "write", self._writes.take(self.write_max_batch, self.write_max_cost, self._cost)
 
     async def _work(self, wake: asyncio.Event, source: Callable[[], tuple[Purpose, list[Slice[T]]]]) -> None:
