@@ -3,11 +3,12 @@
     .venv/bin/python benchmarks/embed_variants.py                 # 200 LoCoMo questions
     .venv/bin/python benchmarks/embed_variants.py --texts 100 --threads 1
 
-For each backend of service/embedder.py (`torch`, `torch-int8`, `onnx`, `onnx-int8`, whichever can
-load here), embeds the same texts one at a time (a query) and in batches of 8 and 64 (concurrent
-queries, a write), and reports p50 per single text, texts/s per batch, the share of a single call
-spent in the tokenizer, and the cosine between each backend's vectors and torch fp32's on the same
-texts (what decides whether fp32 vectors already stored stay comparable). Backends run
+For each backend of service/embedder.py (`torch`, `torch-int8`, `onnx`, `onnx-int8`, and `onnx`
+with its int8 query graph, `onnx+int8-queries`; whichever can load here), embeds the same texts
+one at a time (a query) and in batches of 8 and 64 (concurrent queries, a write), and reports p50
+per single text, texts/s per batch, the share of a single call spent in the tokenizer, and the
+cosine between each backend's vectors and torch fp32's on the same texts (what decides whether
+fp32 vectors already stored stay comparable). Backends run
 interleaved, round after round, so machine noise hits them alike.
 """
 
@@ -31,6 +32,10 @@ from service.settings import Settings  # noqa: E402
 DATASET = REPO_ROOT.parent / "shared" / "datasets" / "locomo_dev.json"
 
 
+# `onnx` whose queries run through the int8 query graph (service/embedding/onnx.py query_graph).
+QUERY_INT8 = "onnx+int8-queries"
+
+
 def questions(limit: int) -> list[str]:
     if DATASET.is_file():
         data = json.loads(DATASET.read_text(encoding="utf-8"))
@@ -45,13 +50,22 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--texts", type=int, default=200)
     p.add_argument("--threads", type=int, default=1, help="HAKI_TORCH_THREADS for every backend")
-    p.add_argument("--backends", default=",".join(LOCAL_BACKENDS))
+    p.add_argument(
+        "--backends",
+        default=",".join([*LOCAL_BACKENDS, QUERY_INT8]),
+        help=f"{QUERY_INT8}: `onnx` with HAKI_EMBED_QUERY_PRECISION=int8, its texts embedded as queries",
+    )
     args = p.parse_args()
     texts = questions(args.texts)
     embedders: dict[str, LocalEmbedder] = {}
     for backend in args.backends.split(","):
         emb = LocalEmbedder(
-            Settings(embed_provider="local", embed_backend=backend, torch_threads=args.threads)
+            Settings(
+                embed_provider="local",
+                embed_backend="onnx" if backend == QUERY_INT8 else backend,
+                embed_query_precision="int8" if backend == QUERY_INT8 else "fp32",
+                torch_threads=args.threads,
+            )
         )
         try:
             emb.load_sync()
@@ -65,7 +79,7 @@ def main() -> int:
     for text in texts:
         for backend, emb in embedders.items():
             t0 = time.perf_counter()
-            (v,) = emb.embed_sync([text])
+            (v,) = emb.embed_sync([text], query=backend == QUERY_INT8)
             single[backend].append((time.perf_counter() - t0) * 1000)
             vecs[backend].append(v)
             t0 = time.perf_counter()
@@ -76,7 +90,7 @@ def main() -> int:
         for backend, emb in embedders.items():
             t0 = time.perf_counter()
             for start in range(0, len(texts), size):
-                emb.embed_sync(texts[start : start + size])
+                emb.embed_sync(texts[start : start + size], query=backend == QUERY_INT8)
             batch_rate[backend][size] = len(texts) / (time.perf_counter() - t0)
     ref = "torch" if "torch" in embedders else next(iter(embedders))
     ref_p50 = statistics.median(single[ref])

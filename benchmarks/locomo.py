@@ -351,6 +351,7 @@ async def evaluate(
     modes: list[Mode],
     embed_backend: Any = "torch",
     *,
+    query_precision: Any = "fp32",
     progress: bool = True,
 ) -> dict[str, Any]:
     """Runs the whole evaluation on a fresh embedded PostgreSQL; returns the metrics."""
@@ -385,7 +386,11 @@ async def evaluate(
     try:
         url = embedded_url(data_dir)
         settings = Settings(
-            data_dir=data_dir, database_url=url, embed_provider="local", embed_backend=embed_backend
+            data_dir=data_dir,
+            database_url=url,
+            embed_provider="local",
+            embed_backend=embed_backend,
+            embed_query_precision=query_precision,
         )
         conn = await connect(settings)  # no pgvector codec before the extension exists
         try:
@@ -422,7 +427,7 @@ async def evaluate(
                 for qa in conv.questions:
                     # One uncached embedding per question, timed; every mode then hits the cache.
                     e0 = time.perf_counter()
-                    await embedder.embed([qa.question])
+                    await embedder.embed([qa.question], purpose="query")
                     embed_ms.append((time.perf_counter() - e0) * 1000.0)
                     for mode in modes:
                         req = ContextRequest(
@@ -594,6 +599,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         choices=["torch", "torch-int8", "onnx", "onnx-int8"],
         help="HAKI_EMBED_BACKEND of the local model (default: %(default)s, the fp32 reference)",
     )
+    p.add_argument(
+        "--query-precision",
+        default="fp32",
+        choices=["fp32", "int8"],
+        help="HAKI_EMBED_QUERY_PRECISION (the `onnx` backend's queries; default: %(default)s)",
+    )
     return p.parse_args(argv)
 
 
@@ -612,7 +623,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"unknown modes: {sorted(unknown)}; known: {[m.name for m in modes]}", file=sys.stderr)
             return 2
         modes = select_modes(modes, wanted)
-    result = asyncio.run(evaluate(conversations, modes, args.embed_backend))
+    result = asyncio.run(
+        evaluate(conversations, modes, args.embed_backend, query_precision=args.query_precision)
+    )
     command = "benchmarks/locomo.py " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     print(markdown(result, command.strip()))
     if args.json:

@@ -47,6 +47,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from service.embedder import Embedder, build_embedder  # noqa: E402
+from service.embedding.scheduler import Purpose  # noqa: E402
 from service.settings import Settings  # noqa: E402
 
 DEFAULT_DATASET = REPO_ROOT.parent / "shared" / "datasets" / "locomo_dev.json"
@@ -161,17 +162,20 @@ def load_labelled(path: Path) -> LabelledSet:
 # --- measure ----------------------------------------------------------------------------------
 
 
-async def embed_all(embedder: Embedder, texts: Sequence[str], chunk: int = 512) -> np.ndarray:
+async def embed_all(
+    embedder: Embedder, texts: Sequence[str], chunk: int = 512, purpose: Purpose = "write"
+) -> np.ndarray:
     vectors: list[np.ndarray] = []
     for start in range(0, len(texts), chunk):
-        vectors.extend(await embedder.embed(list(texts[start : start + chunk])))
+        vectors.extend(await embedder.embed(list(texts[start : start + chunk]), purpose=purpose))
     return np.vstack(vectors).astype(np.float64) if vectors else np.zeros((0, 0))
 
 
 async def distances(embedder: Embedder, data: LabelledSet) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Per query: cosine distances to its relevant texts, and to its irrelevant texts."""
     text_vecs = await embed_all(embedder, data.texts)
-    query_vecs = await embed_all(embedder, [item.query for item in data.items])
+    # As a context call embeds them (HAKI_EMBED_QUERY_PRECISION): the gate compares those vectors.
+    query_vecs = await embed_all(embedder, [item.query for item in data.items], purpose="query")
     relevant: list[np.ndarray] = []
     irrelevant: list[np.ndarray] = []
     for item, q in zip(data.items, query_vecs, strict=True):

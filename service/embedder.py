@@ -194,11 +194,17 @@ class LocalEmbedder:
         # The name tells vector spaces apart: ONNX fp32 gives torch's vectors, int8 does not.
         suffix = f"@{self.backend}" if self.backend.endswith("int8") else ""
         self.name = f"local:{model_label}{suffix}"
+        # Queries through the int8 query graph: only beside fp32 vectors from the same ONNX graph
+        # (`onnx-int8` queries must stay in their own space, torch has no such graph).
+        self._query_int8 = settings.embed_query_precision == "int8" and self.backend == "onnx"
         self._batch_size = max(1, settings.embed_batch_size)
         self._torch_threads = settings.torch_threads
         self._cache_dir = Path(settings.data_dir) / "embed-cache"
         self._write_timeout = settings.embed_write_timeout_seconds
         self._cache = _LRUCache(LOCAL_CACHE_SIZE)
+        # The int8 query graph's vectors, apart: a fact whose text was once a query must still be
+        # stored with its fp32 vector. A query may use either.
+        self._query_cache = _LRUCache(LOCAL_CACHE_SIZE)
         self._executor: ThreadPoolExecutor | None = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="haki-embed"
         )
@@ -240,7 +246,8 @@ class LocalEmbedder:
     ) -> list[Vector]:
         if not texts:
             return []
-        results: list[Vector | None] = [self._cache.get(text) for text in texts]
+        query_cache = self._query_cache if purpose == "query" and self._query_int8 else None
+        results: list[Vector | None] = [self._cached(text, query_cache) for text in texts]
         missing = list(dict.fromkeys(t for t, r in zip(texts, results, strict=True) if r is None))
         if missing:
             if self._executor is None:
@@ -259,9 +266,13 @@ class LocalEmbedder:
                 ) from exc
             fresh = dict(zip(missing, computed, strict=True))
             for text, vec in fresh.items():
-                self._cache.put(text, vec)
+                (self._cache if query_cache is None else query_cache).put(text, vec)
             results = [r if r is not None else fresh[t] for t, r in zip(texts, results, strict=True)]
         return [r for r in results if r is not None]
+
+    def _cached(self, text: str, query_cache: _LRUCache | None) -> Vector | None:
+        found = None if query_cache is None else query_cache.get(text)
+        return self._cache.get(text) if found is None else found
 
     async def aclose(self) -> None:
         await self.scheduler.aclose(EmbedderError(f"{self.name}: the embedder closed"))
@@ -368,6 +379,7 @@ class LocalEmbedder:
                     # `auto` never refuses to start: torch gives the same vectors, only slower.
                     log.warning("ONNX Runtime unusable here, the local model runs on torch: %s", exc)
                     self.backend = "torch"
+                    self._query_int8 = False
             self._tokenizer = tokenizer
             self._model = model
 
@@ -379,8 +391,11 @@ class LocalEmbedder:
                 model, tokenizer, self._model_dir, self._cache_dir, int8=self.backend == "onnx-int8"
             )
             threads = self._torch_threads or self._batch_threads
+            query_path = (
+                onnx_backend.query_graph(path, self._model_dir, self._cache_dir) if self._query_int8 else None
+            )
             return onnx_backend.OnnxRunner(
-                path, query_threads=self._torch_threads or 1, batch_threads=threads
+                path, query_threads=self._torch_threads or 1, batch_threads=threads, query_path=query_path
             )
         except ImportError as exc:
             raise EmbedderConfigError(
@@ -427,7 +442,8 @@ class LocalEmbedder:
                 idx = order[start : start + self._batch_size]
                 batch = self._tokenize([texts[i] for i in idx])
                 if self._onnx is not None:
-                    rows = _mean_pool_np(self._onnx.last_hidden(batch, small=small), batch["attention_mask"])
+                    hidden = self._onnx.last_hidden(batch, small=small, query=query)
+                    rows = _mean_pool_np(hidden, batch["attention_mask"])
                 else:
                     token_embeddings = self._model(**batch).last_hidden_state
                     mask = batch["attention_mask"].unsqueeze(-1).to(token_embeddings.dtype)

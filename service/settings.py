@@ -21,6 +21,10 @@ LocalBackend = Literal["auto", "torch", "torch-int8", "onnx", "onnx-int8"]
 # (ONNX backends), or `shared`, the queries' one thread, queries first (docs/performance.md,
 # "A lane for writes").
 WriteLane = Literal["own", "shared"]
+# How the `onnx` backend embeds a context call's query: `fp32`, the stored vectors' graph, or
+# `int8`, that graph with int8 weights (a scale per channel), for queries only; the stored vectors
+# stay fp32 (docs/performance.md, "Queries in int8").
+QueryPrecision = Literal["fp32", "int8"]
 
 
 class SettingsError(ValueError):
@@ -62,6 +66,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     embed_query_max_batch: int = 8
     embed_write_max_wait_ms: float = 100.0
     embed_write_lane: WriteLane = "own"
+    embed_query_precision: QueryPrecision = "int8"
     embed_write_timeout_seconds: float = 120.0
     embed_chars_per_minute: int = 2_000_000
     embed_concurrency: int = 4

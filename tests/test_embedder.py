@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -29,6 +31,7 @@ from service.embedder import (
     OpenAIEmbedder,
     build_embedder,
     check_embedder,
+    resolve_local_model_dir,
 )
 from service.settings import Settings
 from tests.helpers.stub_http import reply_json, stub_server
@@ -162,7 +165,11 @@ async def test_onnx_backend_gives_the_torch_vectors(tmp_path: Path) -> None:
         "x " * 400,  # truncated at 256 tokens, like the torch path
     ]
     ref = LocalEmbedder(Settings(embed_provider="local", embed_backend="torch", data_dir=tmp_path))
-    onnx = LocalEmbedder(Settings(embed_provider="local", embed_backend="onnx", data_dir=tmp_path))
+    onnx = LocalEmbedder(
+        Settings(
+            embed_provider="local", embed_backend="onnx", embed_query_precision="fp32", data_dir=tmp_path
+        )
+    )
     try:
         expected = await ref.embed(texts)
         got = await onnx.embed(texts)
@@ -184,12 +191,93 @@ async def test_onnx_backend_gives_the_torch_vectors(tmp_path: Path) -> None:
     exported = list((tmp_path / "embed-cache").glob("*.onnx"))
     assert len(exported) == 1
     mtime = exported[0].stat().st_mtime_ns
-    again = LocalEmbedder(Settings(embed_provider="local", embed_backend="onnx", data_dir=tmp_path))
+    again = LocalEmbedder(
+        Settings(
+            embed_provider="local", embed_backend="onnx", embed_query_precision="fp32", data_dir=tmp_path
+        )
+    )
     try:
         await again.load()  # reuses the cached export
     finally:
         await again.aclose()
     assert exported[0].stat().st_mtime_ns == mtime
+
+
+@pytest.mark.model
+async def test_int8_queries_stay_beside_the_fp32_vectors_they_are_compared_with(tmp_path: Path) -> None:
+    """HAKI_EMBED_QUERY_PRECISION=int8 (the default): a context call's query runs through the int8
+    query graph, close to its fp32 vector; everything stored stays fp32, also a text that was
+    embedded as a query first, and a query whose text is stored takes the fp32 vector."""
+    pytest.importorskip("onnxruntime")
+    # Sentences: one- and two-word queries drift more (0.976 for "ok?", docs/performance.md).
+    queries = [
+        "Where did Alice move last spring?",
+        "What does Viktor think about Peugeot?",
+        "Where does Bo work?",
+    ]
+    stored = "Alice moved to Lisbon in April"
+    ref = LocalEmbedder(
+        Settings(
+            embed_provider="local", embed_backend="onnx", embed_query_precision="fp32", data_dir=tmp_path
+        )
+    )
+    emb = LocalEmbedder(Settings(embed_provider="local", embed_backend="onnx", data_dir=tmp_path))
+    try:
+        exact = await ref.embed([*queries, stored])
+        got = [(await emb.embed([q], purpose="query"))[0] for q in queries]
+        # The same texts written afterwards (the query cache must not hand them the int8 vectors).
+        written = await emb.embed(queries)
+        [stored_vec] = await emb.embed([stored])
+        [stored_as_query] = await emb.embed([stored], purpose="query")
+    finally:
+        await ref.aclose()
+        await emb.aclose()
+    assert emb.name == ref.name == "local:all-MiniLM-L6-v2"  # the stored vectors' space is unchanged
+    for q, e in zip(got, exact[: len(queries)], strict=True):
+        assert 0.99 < cosine(q, e) < 0.99999  # close, and not merely the fp32 graph again
+    for w, e in zip([*written, stored_vec], exact, strict=True):
+        assert cosine(w, e) > 0.9999
+    assert stored_as_query is stored_vec
+    assert len(list((tmp_path / "embed-cache").glob("*.onnx"))) == 2  # the fp32 graph and the query graph
+
+
+@pytest.mark.model
+async def test_int8_queries_only_beside_the_onnx_fp32_vectors(tmp_path: Path) -> None:
+    """`onnx-int8` keeps its queries in its own (per-tensor int8) space, and torch has no ONNX graph:
+    for both the setting changes nothing."""
+    pytest.importorskip("onnxruntime")
+    for backend in ("onnx-int8", "torch"):
+        same = LocalEmbedder(
+            Settings(
+                embed_provider="local", embed_backend=backend, embed_query_precision="fp32", data_dir=tmp_path
+            )
+        )
+        emb = LocalEmbedder(Settings(embed_provider="local", embed_backend=backend, data_dir=tmp_path))
+        try:
+            [want] = await same.embed(["Where did Alice move?"])
+            [got] = await emb.embed(["Where did Alice move?"], purpose="query")
+        finally:
+            await same.aclose()
+            await emb.aclose()
+        assert cosine(got, want) > 0.9999, backend
+
+
+def test_the_export_is_keyed_by_the_model_files_contents_not_their_times(tmp_path: Path) -> None:
+    """Every install of the model package gives its files new modification times; keyed by them,
+    each fresh virtualenv exported a 90 MB graph of its own into a shared data dir."""
+    pytest.importorskip("onnxruntime")
+    from service.embedding import onnx as onnx_backend
+
+    original = resolve_local_model_dir(None)
+    copy_dir = tmp_path / original.name
+    shutil.copytree(original, copy_dir)
+    for path in copy_dir.rglob("*"):
+        os.utime(path, (1_000_000_000, 1_000_000_000))
+    assert onnx_backend._cache_key(copy_dir, "fp32") == onnx_backend._cache_key(original, "fp32")
+    assert onnx_backend._cache_key(copy_dir, "fp32") != onnx_backend._cache_key(copy_dir, "int8")
+    config = copy_dir / "config.json"
+    config.write_text(config.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+    assert onnx_backend._cache_key(copy_dir, "fp32") != onnx_backend._cache_key(original, "fp32")
 
 
 @pytest.mark.model

@@ -49,14 +49,17 @@ def test_strings_and_choices_are_read() -> None:
         "HAKI_EMBED_BACKEND": "torch",
         "HAKI_METRICS_TOKEN": "t0k",
         "HAKI_EMBED_WRITE_LANE": "shared",
+        "HAKI_EMBED_QUERY_PRECISION": "fp32",
     }
     s = Settings.from_env(env)
-    assert (s.database_url, s.context_profile, s.embed_backend, s.metrics_token, s.embed_write_lane) == (
+    got = (s.database_url, s.context_profile, s.embed_backend, s.metrics_token, s.embed_write_lane)
+    assert (*got, s.embed_query_precision) == (
         "postgresql://x@h/db",
         "facts_first",
         "torch",
         "t0k",
         "shared",
+        "fp32",
     )
 
 
@@ -70,6 +73,7 @@ def test_empty_or_unset_keeps_the_default() -> None:
         ({"HAKI_POOL_MAX_SIZE": "many"}, "HAKI_POOL_MAX_SIZE='many'"),
         ({"HAKI_EMBED_BACKEND": "gpu"}, "HAKI_EMBED_BACKEND='gpu'"),
         ({"HAKI_EMBED_WRITE_LANE": "two"}, "HAKI_EMBED_WRITE_LANE='two'"),
+        ({"HAKI_EMBED_QUERY_PRECISION": "int4"}, "HAKI_EMBED_QUERY_PRECISION='int4'"),
         ({"HAKI_EMBED_TIMEOUT_SECONDS": "soon"}, "HAKI_EMBED_TIMEOUT_SECONDS='soon'"),
     ],
 )

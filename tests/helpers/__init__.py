@@ -243,10 +243,11 @@ def assert_packet_matches_trace(packet: dict[str, Any], trace: dict[str, Any]) -
 
 
 async def cosine_distances(embedder: Embedder, query: str, texts: Sequence[str]) -> list[float]:
-    """The model's own cosine distances, computed outside the database."""
-    vectors = await embedder.embed([query, *texts])
-    q = vectors[0].astype(np.float64)
-    return [1.0 - float(np.dot(q, v.astype(np.float64))) for v in vectors[1:]]
+    """The model's own cosine distances, computed outside the database: the query embedded as a
+    context call embeds it (HAKI_EMBED_QUERY_PRECISION), the texts as they were stored."""
+    (query_vector,) = await embedder.embed([query], purpose="query")
+    q = query_vector.astype(np.float64)
+    return [1.0 - float(np.dot(q, v.astype(np.float64))) for v in await embedder.embed(list(texts))]
 
 
 async def stats(client: httpx.AsyncClient, key: str, project_id: str = PROJECT) -> httpx.Response:
