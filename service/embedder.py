@@ -382,6 +382,12 @@ class LocalEmbedder:
                     self._query_int8 = False
             self._tokenizer = tokenizer
             self._model = model
+            log.info(
+                "local embedding model loaded from %s: backend %s, queries in %s",
+                self._model_dir,
+                self.backend,
+                "int8 (the query graph)" if self._query_int8 else "the stored vectors' graph",
+            )
 
     def _load_onnx(self, model: Any, tokenizer: Any) -> Any:
         try:
