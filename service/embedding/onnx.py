@@ -11,12 +11,15 @@ for queries only, so the stored vectors stay fp32 (docs/performance.md, "Queries
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import hashlib
+import logging
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +123,8 @@ def export(model: Any, tokenizer: Any, model_dir: Path, cache_dir: Path, *, int8
     if not q8.exists():
         from onnxruntime.quantization import QuantType, quantize_dynamic  # type: ignore[import-untyped]
 
-        _atomic(q8, lambda path: quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8))
+        with _quiet_quantizer():
+            _atomic(q8, lambda path: quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8))
     return q8
 
 
@@ -146,8 +150,29 @@ def query_graph(fp32: Path, model_dir: Path, cache_dir: Path) -> Path:
                 str(fp32), str(path), weight_type=QuantType.QInt8, per_channel=True, nodes_to_exclude=keep
             )
 
-        _atomic(q8, write)
+        with _quiet_quantizer():
+            _atomic(q8, write)
     return q8
+
+
+class _QuantizerRecords(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return f"onnxruntime{os.sep}quantization" not in record.pathname
+
+
+@contextlib.contextmanager
+def _quiet_quantizer() -> Iterator[None]:
+    """onnxruntime.quantization logs on the root logger, about 35 lines a graph (a MatMul it
+    skips, a tensor without parameters, advice to pre-process) into the service's log at start-up.
+    A filter on the root logger drops those and nothing else: records of named loggers reach the
+    root's handlers without passing its filters."""
+    quiet = _QuantizerRecords()
+    root = logging.getLogger()
+    root.addFilter(quiet)
+    try:
+        yield
+    finally:
+        root.removeFilter(quiet)
 
 
 class OnnxRunner:
