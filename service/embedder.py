@@ -397,9 +397,13 @@ class LocalEmbedder:
                 model, tokenizer, self._model_dir, self._cache_dir, int8=self.backend == "onnx-int8"
             )
             threads = self._torch_threads or self._batch_threads
-            query_path = (
-                onnx_backend.query_graph(path, self._model_dir, self._cache_dir) if self._query_int8 else None
-            )
+            query_path = None
+            if self._query_int8:
+                try:
+                    query_path = onnx_backend.query_graph(path, self._model_dir, self._cache_dir)
+                except Exception as exc:  # a model the quantizer cannot take still runs, in fp32
+                    log.warning("no int8 query graph for %s, queries run in fp32: %r", self._model_dir, exc)
+                    self._query_int8 = False
             return onnx_backend.OnnxRunner(
                 path, query_threads=self._torch_threads or 1, batch_threads=threads, query_path=query_path
             )

@@ -250,6 +250,29 @@ async def test_int8_queries_stay_beside_the_fp32_vectors_they_are_compared_with(
 
 
 @pytest.mark.model
+async def test_a_query_graph_that_cannot_be_built_leaves_queries_in_fp32(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The query graph is a speed-up: a model the quantizer cannot take keeps the ONNX backend,
+    with its queries in fp32, rather than falling back to torch or refusing to start."""
+    pytest.importorskip("onnxruntime")
+    from service.embedding import onnx as onnx_backend
+
+    def cannot(*_: Any) -> Path:
+        raise ValueError("no quantisation for this graph")
+
+    monkeypatch.setattr(onnx_backend, "query_graph", cannot)
+    emb = LocalEmbedder(Settings(embed_provider="local", embed_backend="onnx", data_dir=tmp_path))
+    try:
+        [query] = await emb.embed(["Where did Alice move?"], purpose="query")
+        [stored] = await emb.embed(["Where did Alice move?"])
+    finally:
+        await emb.aclose()
+    assert emb.backend == "onnx"
+    assert query is not stored and cosine(query, stored) > 0.9999
+
+
+@pytest.mark.model
 async def test_int8_queries_only_beside_the_onnx_fp32_vectors(tmp_path: Path) -> None:
     """`onnx-int8` keeps its queries in its own (per-tensor int8) space, and torch has no ONNX graph:
     for both the setting changes nothing."""
