@@ -447,9 +447,13 @@ class LocalEmbedder:
         # Sorting by length keeps each padded batch close to its longest member.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         out: list[Vector | None] = [None] * len(texts)
+        # The int8 query graph quantises its activations with one scale per run: in a batch, a
+        # query's vector would depend on its companions (cosine 0.991 to itself alone), so each
+        # query runs alone, and a query has one vector whatever else was asked at the time.
+        step = 1 if query and self._query_int8 else self._batch_size
         with torch.inference_mode():
-            for start in range(0, len(order), self._batch_size):
-                idx = order[start : start + self._batch_size]
+            for start in range(0, len(order), step):
+                idx = order[start : start + step]
                 batch = self._tokenize([texts[i] for i in idx])
                 if self._onnx is not None:
                     hidden = self._onnx.last_hidden(batch, small=small, query=query)

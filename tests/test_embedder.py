@@ -233,6 +233,10 @@ async def test_int8_queries_stay_beside_the_fp32_vectors_they_are_compared_with(
         written = await emb.embed(queries)
         [stored_vec] = await emb.embed([stored])
         [stored_as_query] = await emb.embed([stored], purpose="query")
+        # A pass of concurrent queries: each still gets its vector alone (the graph's int8
+        # activation scale would otherwise be shared with the companions of its pass).
+        companions = ["x " * 200, "Quarterly revenue grew 4% thanks to the new enterprise plan."]
+        in_a_pass = await asyncio.to_thread(emb.embed_sync, [*companions, queries[0]], True)
     finally:
         await ref.aclose()
         await emb.aclose()
@@ -242,6 +246,7 @@ async def test_int8_queries_stay_beside_the_fp32_vectors_they_are_compared_with(
     for w, e in zip([*written, stored_vec], exact, strict=True):
         assert cosine(w, e) > 0.9999
     assert stored_as_query is stored_vec
+    assert np.array_equal(in_a_pass[2], got[0])
     assert len(list((tmp_path / "embed-cache").glob("*.onnx"))) == 2  # the fp32 graph and the query graph
     # Building the query graph: onnxruntime's quantizer logs ~35 lines on the root logger; the
     # service's own records still pass.
