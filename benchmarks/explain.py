@@ -99,12 +99,18 @@ async def explain(conn: Any, name: str, params: dict[str, Any]) -> str:
     return await _explained(conn, getattr(q, name).sql, args, [])
 
 
-async def explain_function(conn: Any, function: str, args: list[Any]) -> str:
+async def explain_function(conn: Any, function: str, args: list[Any], branch: int | None = None) -> str:
     """A SQL function of the migrations EXPLAINed as the statement its body is (EXPLAIN of a
     call shows one Function Scan): its parameters become $1..$n cast to their types, and its SET
-    clauses are applied to the transaction, as they are while it runs."""
+    clauses are applied to the transaction, as they are while it runs. `branch`: the function is
+    a graph walk (PL/pgSQL, migration 0022), and the statement is its branch for that bucket."""
     src = await load_bench_queries().bench_function_source(conn, function_name=function)
     body = str(src["body"])
+    if branch is not None:
+        found = re.search(rf"WHEN {branch} THEN\s+RETURN QUERY\s+(.*?);", body, re.S)
+        if found is None:
+            raise LookupError(f"{function} has no branch for bucket {branch}")
+        body = found.group(1)
     for i, (arg, type_name) in enumerate(zip(src["arg_names"], src["arg_types"], strict=True), start=1):
         # The parameter, not a column or function of the same name (w.top_k, top_k(...)).
         body = re.sub(rf"(?<![.\w]){arg}\b(?!\s*\()", f"(${i}::{type_name})", body)
@@ -163,6 +169,9 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
         }
 
     for subject, label in ((TARGET, "10k scope of 106k facts"), (SMALL, "1k scope (0.9 % of the table)")):
+        open_members = await load_bench_queries().bench_open_conflict_facts(
+            conn, project_id=PROJECT, subject_id=subject
+        )
         out.append(
             (
                 f"haki_fact_walk (inside fact_candidates and unified_candidates), {label}, "
@@ -177,13 +186,25 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
                         RETRIEVAL_TOP_K,
                         EXACT_SCAN_MIN_FACTS,
                         None,
-                        await load_bench_queries().bench_open_conflict_facts(
-                            conn, project_id=PROJECT, subject_id=subject
-                        ),
+                        open_members,
                     ],
                 ),
             )
         )
+        if subject == TARGET:  # too big for an exact scan: the walk runs its bucket's graph walk
+            out.append(
+                (
+                    f"haki_fact_graph_walk (inside haki_fact_walk), its branch for the {label}",
+                    await explain_function(
+                        conn,
+                        "haki_fact_graph_walk",
+                        [PROJECT, subject, Vector(question.vector), RETRIEVAL_TOP_K, None, open_members],
+                        branch=await load_bench_queries().bench_scope_bucket(
+                            conn, project_id=PROJECT, subject_id=subject
+                        ),
+                    ),
+                )
+            )
         out.append(
             (
                 f"fact_candidates (facts_first), {label}, query {question.text!r}",
@@ -269,6 +290,19 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
                 conn,
                 "haki_event_walk",
                 [PROJECT, TARGET, Vector(question.vector), EPISODE_TOP_K, EXACT_SCAN_MIN_FACTS, None],
+            ),
+        )
+    )
+    out.append(
+        (
+            "haki_event_graph_walk (inside haki_event_walk), its branch for the 10k scope",
+            await explain_function(
+                conn,
+                "haki_event_graph_walk",
+                [PROJECT, TARGET, Vector(question.vector), EPISODE_TOP_K, None],
+                branch=await load_bench_queries().bench_scope_bucket(
+                    conn, project_id=PROJECT, subject_id=TARGET
+                ),
             ),
         )
     )

@@ -93,6 +93,184 @@ SELECT pg_catalog.ln(1.0 + (greatest(docs, df) - df + 0.5) / (df + 0.5))
 $$;
 
 --
+-- Name: haki_event_graph_walk(text, text, public.vector, integer, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_event_graph_walk(p_project_id text, p_subject_id text, query public.vector, top_k integer, at timestamp with time zone) RETURNS TABLE(event_id uuid)
+    LANGUAGE plpgsql STABLE ROWS 64 PARALLEL RESTRICTED
+    SET search_path TO 'pg_catalog', 'public'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    SET enable_sort TO 'off'
+    AS $$
+BEGIN
+    -- No ELSE: a bucket without a branch is a bug of the migrations, and says so.
+    CASE public.haki_scope_bucket(p_project_id, p_subject_id)
+    WHEN 0 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 0
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+        ORDER BY w.embedding <=> query
+        LIMIT top_k;
+    WHEN 1 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 1
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+        ORDER BY w.embedding <=> query
+        LIMIT top_k;
+    WHEN 2 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 2
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+        ORDER BY w.embedding <=> query
+        LIMIT top_k;
+    WHEN 3 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 3
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+        ORDER BY w.embedding <=> query
+        LIMIT top_k;
+    WHEN 4 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 4
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+        ORDER BY w.embedding <=> query
+        LIMIT top_k;
+    WHEN 5 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 5
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+        ORDER BY w.embedding <=> query
+        LIMIT top_k;
+    WHEN 6 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 6
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+        ORDER BY w.embedding <=> query
+        LIMIT top_k;
+    WHEN 7 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 7
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+        ORDER BY w.embedding <=> query
+        LIMIT top_k;
+    WHEN 8 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 8
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+        ORDER BY w.embedding <=> query
+        LIMIT top_k;
+    WHEN 9 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 9
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+        ORDER BY w.embedding <=> query
+        LIMIT top_k;
+    WHEN 10 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 10
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+        ORDER BY w.embedding <=> query
+        LIMIT top_k;
+    WHEN 11 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 11
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+        ORDER BY w.embedding <=> query
+        LIMIT top_k;
+    WHEN 12 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 12
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+        ORDER BY w.embedding <=> query
+        LIMIT top_k;
+    WHEN 13 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 13
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+        ORDER BY w.embedding <=> query
+        LIMIT top_k;
+    WHEN 14 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 14
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+        ORDER BY w.embedding <=> query
+        LIMIT top_k;
+    WHEN 15 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 15
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+        ORDER BY w.embedding <=> query
+        LIMIT top_k;
+    END CASE;
+END
+$$;
+
+--
 -- Name: haki_event_held(timestamp with time zone, timestamp with time zone, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -176,197 +354,10 @@ WITH exact_scan AS MATERIALIZED (
  ORDER BY d.distance, d.event_id
  LIMIT top_k)
 UNION ALL
-(SELECT w.event_id
- FROM public.events AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 0
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 0
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
- ORDER BY w.embedding <=> query
- LIMIT top_k)
-UNION ALL
-(SELECT w.event_id
- FROM public.events AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 1
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 1
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
- ORDER BY w.embedding <=> query
- LIMIT top_k)
-UNION ALL
-(SELECT w.event_id
- FROM public.events AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 2
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 2
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
- ORDER BY w.embedding <=> query
- LIMIT top_k)
-UNION ALL
-(SELECT w.event_id
- FROM public.events AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 3
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 3
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
- ORDER BY w.embedding <=> query
- LIMIT top_k)
-UNION ALL
-(SELECT w.event_id
- FROM public.events AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 4
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 4
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
- ORDER BY w.embedding <=> query
- LIMIT top_k)
-UNION ALL
-(SELECT w.event_id
- FROM public.events AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 5
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 5
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
- ORDER BY w.embedding <=> query
- LIMIT top_k)
-UNION ALL
-(SELECT w.event_id
- FROM public.events AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 6
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 6
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
- ORDER BY w.embedding <=> query
- LIMIT top_k)
-UNION ALL
-(SELECT w.event_id
- FROM public.events AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 7
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 7
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
- ORDER BY w.embedding <=> query
- LIMIT top_k)
-UNION ALL
-(SELECT w.event_id
- FROM public.events AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 8
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 8
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
- ORDER BY w.embedding <=> query
- LIMIT top_k)
-UNION ALL
-(SELECT w.event_id
- FROM public.events AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 9
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 9
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
- ORDER BY w.embedding <=> query
- LIMIT top_k)
-UNION ALL
-(SELECT w.event_id
- FROM public.events AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 10
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 10
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
- ORDER BY w.embedding <=> query
- LIMIT top_k)
-UNION ALL
-(SELECT w.event_id
- FROM public.events AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 11
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 11
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
- ORDER BY w.embedding <=> query
- LIMIT top_k)
-UNION ALL
-(SELECT w.event_id
- FROM public.events AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 12
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 12
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
- ORDER BY w.embedding <=> query
- LIMIT top_k)
-UNION ALL
-(SELECT w.event_id
- FROM public.events AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 13
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 13
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
- ORDER BY w.embedding <=> query
- LIMIT top_k)
-UNION ALL
-(SELECT w.event_id
- FROM public.events AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 14
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 14
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
- ORDER BY w.embedding <=> query
- LIMIT top_k)
-UNION ALL
-(SELECT w.event_id
- FROM public.events AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 15
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 15
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
- ORDER BY w.embedding <=> query
- LIMIT top_k)
+SELECT g.event_id
+FROM public.haki_event_graph_walk(p_project_id, p_subject_id, query, top_k, at) AS g
+WHERE NOT (SELECT x.small FROM exact_scan AS x)
+  AND query IS NOT NULL
 $$;
 
 --
@@ -391,6 +382,200 @@ CREATE FUNCTION public.haki_fact_believed(status text, recorded_from timestamp w
     AS $$
 SELECT CASE WHEN at IS NULL THEN status = 'active'
             ELSE recorded_from <= at AND (recorded_to IS NULL OR recorded_to > at) END
+$$;
+
+--
+-- Name: haki_fact_graph_walk(text, text, public.vector, integer, timestamp with time zone, uuid[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_fact_graph_walk(p_project_id text, p_subject_id text, query public.vector, top_k integer, at timestamp with time zone, open_members uuid[]) RETURNS TABLE(fact_id uuid)
+    LANGUAGE plpgsql STABLE ROWS 64 PARALLEL RESTRICTED
+    SET search_path TO 'pg_catalog', 'public'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    SET enable_sort TO 'off'
+    AS $$
+BEGIN
+    -- No ELSE: a bucket without a branch is a bug of the migrations, and says so.
+    CASE public.haki_scope_bucket(p_project_id, p_subject_id)
+    WHEN 0 THEN
+        RETURN QUERY
+        SELECT w.fact_id
+        FROM public.facts AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 0
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+          AND NOT (w.fact_id = ANY (open_members))
+        ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 1 THEN
+        RETURN QUERY
+        SELECT w.fact_id
+        FROM public.facts AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 1
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+          AND NOT (w.fact_id = ANY (open_members))
+        ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 2 THEN
+        RETURN QUERY
+        SELECT w.fact_id
+        FROM public.facts AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 2
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+          AND NOT (w.fact_id = ANY (open_members))
+        ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 3 THEN
+        RETURN QUERY
+        SELECT w.fact_id
+        FROM public.facts AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 3
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+          AND NOT (w.fact_id = ANY (open_members))
+        ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 4 THEN
+        RETURN QUERY
+        SELECT w.fact_id
+        FROM public.facts AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 4
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+          AND NOT (w.fact_id = ANY (open_members))
+        ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 5 THEN
+        RETURN QUERY
+        SELECT w.fact_id
+        FROM public.facts AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 5
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+          AND NOT (w.fact_id = ANY (open_members))
+        ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 6 THEN
+        RETURN QUERY
+        SELECT w.fact_id
+        FROM public.facts AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 6
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+          AND NOT (w.fact_id = ANY (open_members))
+        ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 7 THEN
+        RETURN QUERY
+        SELECT w.fact_id
+        FROM public.facts AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 7
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+          AND NOT (w.fact_id = ANY (open_members))
+        ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 8 THEN
+        RETURN QUERY
+        SELECT w.fact_id
+        FROM public.facts AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 8
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+          AND NOT (w.fact_id = ANY (open_members))
+        ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 9 THEN
+        RETURN QUERY
+        SELECT w.fact_id
+        FROM public.facts AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 9
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+          AND NOT (w.fact_id = ANY (open_members))
+        ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 10 THEN
+        RETURN QUERY
+        SELECT w.fact_id
+        FROM public.facts AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 10
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+          AND NOT (w.fact_id = ANY (open_members))
+        ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 11 THEN
+        RETURN QUERY
+        SELECT w.fact_id
+        FROM public.facts AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 11
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+          AND NOT (w.fact_id = ANY (open_members))
+        ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 12 THEN
+        RETURN QUERY
+        SELECT w.fact_id
+        FROM public.facts AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 12
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+          AND NOT (w.fact_id = ANY (open_members))
+        ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 13 THEN
+        RETURN QUERY
+        SELECT w.fact_id
+        FROM public.facts AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 13
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+          AND NOT (w.fact_id = ANY (open_members))
+        ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 14 THEN
+        RETURN QUERY
+        SELECT w.fact_id
+        FROM public.facts AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 14
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+          AND NOT (w.fact_id = ANY (open_members))
+        ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 15 THEN
+        RETURN QUERY
+        SELECT w.fact_id
+        FROM public.facts AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 15
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
+          AND NOT (w.fact_id = ANY (open_members))
+        ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    END CASE;
+END
 $$;
 
 SET default_tablespace = '';
@@ -587,219 +772,16 @@ WITH exact_scan AS MATERIALIZED (
        AND w.project_id = p_project_id
        AND w.subject_id = p_subject_id
        AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-       AND NOT (w.fact_id = ANY (open_members))
+          AND NOT (w.fact_id = ANY (open_members))
      OFFSET 0  -- computed distances, sorted below: never the HNSW ordering
  ) AS d
  ORDER BY d.distance, d.fact_id
  LIMIT top_k)
 UNION ALL
-(SELECT w.fact_id
- FROM public.facts AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 0
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 0
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-       AND NOT (w.fact_id = ANY (open_members))
- ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
- LIMIT top_k)
-UNION ALL
-(SELECT w.fact_id
- FROM public.facts AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 1
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 1
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-       AND NOT (w.fact_id = ANY (open_members))
- ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
- LIMIT top_k)
-UNION ALL
-(SELECT w.fact_id
- FROM public.facts AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 2
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 2
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-       AND NOT (w.fact_id = ANY (open_members))
- ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
- LIMIT top_k)
-UNION ALL
-(SELECT w.fact_id
- FROM public.facts AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 3
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 3
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-       AND NOT (w.fact_id = ANY (open_members))
- ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
- LIMIT top_k)
-UNION ALL
-(SELECT w.fact_id
- FROM public.facts AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 4
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 4
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-       AND NOT (w.fact_id = ANY (open_members))
- ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
- LIMIT top_k)
-UNION ALL
-(SELECT w.fact_id
- FROM public.facts AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 5
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 5
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-       AND NOT (w.fact_id = ANY (open_members))
- ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
- LIMIT top_k)
-UNION ALL
-(SELECT w.fact_id
- FROM public.facts AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 6
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 6
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-       AND NOT (w.fact_id = ANY (open_members))
- ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
- LIMIT top_k)
-UNION ALL
-(SELECT w.fact_id
- FROM public.facts AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 7
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 7
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-       AND NOT (w.fact_id = ANY (open_members))
- ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
- LIMIT top_k)
-UNION ALL
-(SELECT w.fact_id
- FROM public.facts AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 8
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 8
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-       AND NOT (w.fact_id = ANY (open_members))
- ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
- LIMIT top_k)
-UNION ALL
-(SELECT w.fact_id
- FROM public.facts AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 9
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 9
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-       AND NOT (w.fact_id = ANY (open_members))
- ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
- LIMIT top_k)
-UNION ALL
-(SELECT w.fact_id
- FROM public.facts AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 10
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 10
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-       AND NOT (w.fact_id = ANY (open_members))
- ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
- LIMIT top_k)
-UNION ALL
-(SELECT w.fact_id
- FROM public.facts AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 11
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 11
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-       AND NOT (w.fact_id = ANY (open_members))
- ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
- LIMIT top_k)
-UNION ALL
-(SELECT w.fact_id
- FROM public.facts AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 12
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 12
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-       AND NOT (w.fact_id = ANY (open_members))
- ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
- LIMIT top_k)
-UNION ALL
-(SELECT w.fact_id
- FROM public.facts AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 13
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 13
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-       AND NOT (w.fact_id = ANY (open_members))
- ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
- LIMIT top_k)
-UNION ALL
-(SELECT w.fact_id
- FROM public.facts AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 14
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 14
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-       AND NOT (w.fact_id = ANY (open_members))
- ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
- LIMIT top_k)
-UNION ALL
-(SELECT w.fact_id
- FROM public.facts AS w
- WHERE NOT (SELECT x.small FROM exact_scan AS x)
-   AND query IS NOT NULL
-   AND public.haki_scope_bucket(p_project_id, p_subject_id) = 15
-   AND public.haki_scope_bucket(w.project_id, w.subject_id) = 15
-   AND w.project_id = p_project_id
-   AND w.subject_id = p_subject_id
-   AND public.haki_fact_servable(w.status, w.valid_to, w.volatility, w.valid_from, w.recorded_from, w.stale_after, w.recorded_to, w.believed_valid_to, at)
-       AND NOT (w.fact_id = ANY (open_members))
- ORDER BY w.embedding::halfvec(384) <=> query::halfvec(384)
- LIMIT top_k)
+SELECT g.fact_id
+FROM public.haki_fact_graph_walk(p_project_id, p_subject_id, query, top_k, at, open_members) AS g
+WHERE NOT (SELECT x.small FROM exact_scan AS x)
+  AND query IS NOT NULL
 $$;
 
 --

@@ -144,7 +144,12 @@ async def test_walks_keep_their_plan_whatever_the_statistics(
         )
         async with conn.transaction():
             await assembler.plan_context_call(conn)
+            await t.test_track_pl_functions(conn)
             before = {name: await t.test_index_scans(conn, index_name=name) for name in watched}
+            graph_walks_before = [
+                await t.test_function_calls(conn, function_name=f"haki_{kind}_graph_walk")
+                for kind in ("fact", "event")
+            ]
             walked = await t.test_vector_walks(
                 conn,
                 project_id=PROJECT,
@@ -155,6 +160,10 @@ async def test_walks_keep_their_plan_whatever_the_statistics(
             )
             episodes = await repo.episode_candidates(conn, probe, top_k=EPISODE_TOP_K)
             scans = {name: await t.test_index_scans(conn, index_name=name) - before[name] for name in watched}
+            graph_walks = [
+                await t.test_function_calls(conn, function_name=f"haki_{kind}_graph_walk") - calls
+                for kind, calls in zip(("fact", "event"), graph_walks_before, strict=True)
+            ]
         assert walked is not None
         assert walked["facts"] == min(facts, RETRIEVAL_TOP_K)
         assert walked["events"] == min(events, RETRIEVAL_TOP_K)
@@ -162,6 +171,34 @@ async def test_walks_keep_their_plan_whatever_the_statistics(
         assert scans["facts"] == scans["events"] == 0, scans
         walks = 1 if subject_id == "walk-big" else 0
         assert (scans[fact_graph], scans[event_graph]) == (walks, 2 * walks), scans
+        # Migration 0022: a small scope never enters the graph walk (it stays behind the exact
+        # scan's one-time filter); a big one enters it once per walk.
+        assert graph_walks == [walks, 2 * walks], graph_walks
+
+
+async def test_every_bucket_has_a_graph_walk_branch(conn: asyncpg.Connection) -> None:
+    """Migration 0022: a graph walk runs the branch of its scope's bucket, and a bucket without one
+    raises (its CASE has no ELSE). Every bucket has its branch, for facts and for events: a scope
+    of each bucket walks its graph and finds its own rows, and no other scope's."""
+    t = load_test_queries()
+    rows = [r async for r in t.test_subject_per_bucket(conn, project_id=PROJECT)]
+    assert [r["bucket"] for r in rows] == list(range(rows[0]["buckets"]))
+    subjects = [r["subject_id"] for r in rows]
+    for subject_id in subjects:
+        await t.test_seed_random_facts(
+            conn, project_id=PROJECT, subject_id=subject_id, n=2, content_prefix="bucket fact"
+        )
+        await t.test_seed_random_events(
+            conn, project_id=PROJECT, subject_id=subject_id, n=3, content_prefix="bucket event"
+        )
+    for i, subject_id in enumerate(subjects):
+        async with conn.transaction():
+            await assembler.plan_context_call(conn)
+            walked = await t.test_graph_walks(
+                conn, project_id=PROJECT, subject_id=subject_id, query_embedding=random_unit_vector(i)
+            )
+        assert walked is not None
+        assert (walked["facts"], walked["events"]) == (2, 3), (subject_id, dict(walked))
 
 
 async def test_no_text_index_keeps_a_pending_list(conn: asyncpg.Connection) -> None:

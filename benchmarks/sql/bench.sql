@@ -159,9 +159,10 @@ $fn$;
 SELECT line FROM pg_temp.bench_explain(:statement, :args::text[]) AS line;
 
 -- name: bench_function_source(function_name)^
--- A SQL function's body, its parameters (names and types, in order) and the settings of its SET
--- clauses: benchmarks/explain.py EXPLAINs the walks of migration 0017 as the statement their
--- body is, under their own settings (EXPLAIN of the calling statement shows one Function Scan).
+-- A function's body, its parameters (names and types, in order) and the settings of its SET
+-- clauses: benchmarks/explain.py EXPLAINs the walks of migration 0017, and the branches of the
+-- graph walks of migration 0022, as the statements they are, under their own settings (EXPLAIN
+-- of the calling statement shows one Function Scan).
 SELECT p.prosrc AS body,
        p.proargnames[1 : p.pronargs] AS arg_names,
        ARRAY(SELECT format_type(t.oid, NULL) FROM unnest(p.proargtypes) WITH ORDINALITY AS a(oid, i)
@@ -169,6 +170,11 @@ SELECT p.prosrc AS body,
        coalesce(p.proconfig, '{}'::text[]) AS settings
 FROM pg_proc AS p
 WHERE p.oid = :function_name::regproc;
+
+-- name: bench_scope_bucket(project_id, subject_id)$
+-- The bucket of a scope (migration 0008): which branch of a graph walk runs for it (migration
+-- 0022).
+SELECT public.haki_scope_bucket(:project_id, :subject_id) AS bucket;
 
 -- name: bench_open_conflict_facts(project_id, subject_id)$
 -- The facts of a scope's open ConflictSets now, as the candidate statements hand them to

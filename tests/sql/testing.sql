@@ -120,6 +120,38 @@ SELECT current_setting('hnsw.ef_search', true)::integer AS ef_search,
 -- (pg_stat_get_xact_numscans): tells which plan ran without parsing EXPLAIN.
 SELECT pg_stat_get_xact_numscans(:index_name::regclass);
 
+-- name: test_track_pl_functions()!
+-- For the current transaction: count the calls of PL/pgSQL functions (track_functions = 'pl'),
+-- so that test_function_calls can tell which of them ran.
+SET LOCAL track_functions = 'pl';
+
+-- name: test_function_calls(function_name)$
+-- Calls of one PL/pgSQL function by the current transaction so far (test_track_pl_functions).
+SELECT coalesce((SELECT f.calls
+                 FROM pg_stat_xact_user_functions AS f
+                 WHERE f.funcid = :function_name::regproc), 0) AS calls;
+
+-- name: test_subject_per_bucket(project_id)
+-- One subject id of each scope bucket of a project (migration 0008), the first of
+-- 'bucket-probe-1', 'bucket-probe-2', ... that falls in it, and how many buckets there are.
+SELECT DISTINCT ON (b.bucket) b.bucket, b.subject_id, public.haki_scope_buckets() AS buckets
+FROM (
+    SELECT public.haki_scope_bucket(:project_id, 'bucket-probe-' || g.i) AS bucket,
+           'bucket-probe-' || g.i AS subject_id, g.i
+    FROM generate_series(1, 10000) AS g(i)
+) AS b
+ORDER BY b.bucket, b.i;
+
+-- name: test_graph_walks(project_id, subject_id, query_embedding)^
+-- What the graph walks of migration 0022 return for a scope, called directly: how many facts and
+-- how many events (a bucket without a branch raises).
+SELECT (SELECT count(*)
+        FROM public.haki_fact_graph_walk(:project_id, :subject_id, :query_embedding::vector, 8,
+                                         NULL, '{}'::uuid[])) AS facts,
+       (SELECT count(*)
+        FROM public.haki_event_graph_walk(:project_id, :subject_id, :query_embedding::vector, 8,
+                                          NULL)) AS events;
+
 -- name: test_rows_read(table_name)$
 -- Rows of one table the current transaction has read so far: those its sequential scans read
 -- (pg_stat_get_xact_tuples_returned of the table), its bitmap scans fetched (tuples_fetched of
