@@ -117,12 +117,13 @@ class Packed(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1024)
 def text_key(content: str) -> str:
     """Texts that differ only by surrounding space, case or inner whitespace are the same text.
 
     Cached: a unified call asks it of the same candidates' texts twice (`preview`, then `pack`),
-    and a text's hash is kept by the string itself, so the second time is a lookup."""
+    and a text's hash is kept by the string itself, so the second time is a lookup. 1,024
+    entries hold a few calls' candidates (at most 16 MB at MAX_CONTENT_CHARS)."""
     return " ".join(content.split()).casefold()
 
 
