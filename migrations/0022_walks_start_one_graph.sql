@@ -17,17 +17,21 @@
 
 DO $migration$
 DECLARE
+    -- What both kinds of function are, and the settings that pin their plans (migration 0017):
+    -- they hold while a statement of the function is planned and run, and never leak out.
+    pinned CONSTANT text := $pinned$STABLE PARALLEL RESTRICTED ROWS 64
+SET search_path = pg_catalog, public
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_sort = off$pinned$;
     -- The graph walk of a scope too big for an exact scan: %1$s its name, %2$s the table, %3$s
-    -- the id it returns, %4$s its parameters after `at`, %5$s the branches (graph_branch).
+    -- the id it returns, %4$s its parameters after `at`, %5$s the branches (graph_branch), %6$s
+    -- pinned.
     graph_function CONSTANT text := $function$
 CREATE FUNCTION public.%1$s(
     p_project_id text, p_subject_id text, query vector, top_k integer, at timestamptz%4$s
 ) RETURNS TABLE (%3$s uuid)
-LANGUAGE plpgsql STABLE PARALLEL RESTRICTED ROWS 64
-SET search_path = pg_catalog, public
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET enable_sort = off
+LANGUAGE plpgsql %6$s
 AS $body$
 BEGIN
     -- No ELSE: a bucket without a branch is a bug of the migrations, and says so.
@@ -53,7 +57,7 @@ $body$$function$;
     -- A walk: %1$s its name, %2$s the table, %3$s the id it returns, %4$s its parameters after
     -- `at`, %5$s the test that a row may be served (on the alias w), %6$s the column the size
     -- test reads the scope's index in, %7$s its graph walk, %8$s that walk's arguments after
-    -- `at`. A scope of at most haki_exact_scan_limit rows is scanned exactly (full-precision
+    -- `at`, %9$s pinned. A scope of at most haki_exact_scan_limit rows is scanned exactly (full-precision
     -- distances, through the scope's index); a bigger one walks its bucket's graph. None for a
     -- null query; the ids come in no particular order.
     walk_function CONSTANT text := $function$
@@ -61,11 +65,7 @@ CREATE OR REPLACE FUNCTION public.%1$s(
     p_project_id text, p_subject_id text, query vector, top_k integer, exact_scan_min integer,
     at timestamptz%4$s
 ) RETURNS TABLE (%3$s uuid)
-LANGUAGE sql STABLE PARALLEL RESTRICTED ROWS 64
-SET search_path = pg_catalog, public
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET enable_sort = off
+LANGUAGE sql %9$s
 AS $body$
 WITH exact_scan AS MATERIALIZED (
     -- Reads the scope's rows up to the limit (index-only, in the scope index's order) and asks
@@ -119,16 +119,16 @@ BEGIN
     FROM generate_series(0, public.haki_scope_buckets() - 1) AS b;
 
     EXECUTE format(graph_function, 'haki_fact_graph_walk', 'facts', 'fact_id',
-                   ', open_members uuid[]', fact_branches);
+                   ', open_members uuid[]', fact_branches, pinned);
     EXECUTE format(graph_function, 'haki_event_graph_walk', 'events', 'event_id', '',
-                   event_branches);
+                   event_branches, pinned);
     -- The top_k servable facts of a scope closest to `query`, at the instant `at` (null: now);
     -- the size test reads facts_scope_id.
     EXECUTE format(walk_function, 'haki_fact_walk', 'facts', 'fact_id', ', open_members uuid[]',
-                   fact_servable, 'fact_id', 'haki_fact_graph_walk', ', open_members');
+                   fact_servable, 'fact_id', 'haki_fact_graph_walk', ', open_members', pinned);
     -- The top_k events of a scope closest to `query` that were held at `at` (null: now); the
     -- size test reads events_scope_occurred; the graphs are of full precision (migration 0008).
     EXECUTE format(walk_function, 'haki_event_walk', 'events', 'event_id', '', event_held,
-                   'occurred_at', 'haki_event_graph_walk', '');
+                   'occurred_at', 'haki_event_graph_walk', '', pinned);
 END
 $migration$;
