@@ -215,7 +215,7 @@ def outcomes(
             continue
         seen.add(c.item_id)
         rank += 1
-        event = c.item_id if c.item_type == "episode" else c.source_event_id  # c.event_id, inlined
+        event = c.event_id
         text = text_key(c.content) if dedupe else ""
         if (
             not c.expansion
