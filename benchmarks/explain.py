@@ -168,6 +168,8 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
             "event_top_k": RETRIEVAL_TOP_K if unified else 0,
         }
 
+    # The 10k scope is too big for an exact scan: its walks run their bucket's graph walk.
+    target_bucket = await load_bench_queries().bench_scope_bucket(conn, project_id=PROJECT, subject_id=TARGET)
     for subject, label in ((TARGET, "10k scope of 106k facts"), (SMALL, "1k scope (0.9 % of the table)")):
         open_members = await load_bench_queries().bench_open_conflict_facts(
             conn, project_id=PROJECT, subject_id=subject
@@ -191,7 +193,7 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
                 ),
             )
         )
-        if subject == TARGET:  # too big for an exact scan: the walk runs its bucket's graph walk
+        if subject == TARGET:
             out.append(
                 (
                     f"haki_fact_graph_walk (inside haki_fact_walk), its branch for the {label}",
@@ -199,9 +201,7 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
                         conn,
                         "haki_fact_graph_walk",
                         [PROJECT, subject, Vector(question.vector), RETRIEVAL_TOP_K, None, open_members],
-                        branch=await load_bench_queries().bench_scope_bucket(
-                            conn, project_id=PROJECT, subject_id=subject
-                        ),
+                        branch=target_bucket,
                     ),
                 )
             )
@@ -300,9 +300,7 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
                 conn,
                 "haki_event_graph_walk",
                 [PROJECT, TARGET, Vector(question.vector), EPISODE_TOP_K, None],
-                branch=await load_bench_queries().bench_scope_bucket(
-                    conn, project_id=PROJECT, subject_id=TARGET
-                ),
+                branch=target_bucket,
             ),
         )
     )

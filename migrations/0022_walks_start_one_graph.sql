@@ -24,18 +24,18 @@ SET search_path = pg_catalog, public
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 SET enable_sort = off$pinned$;
-    -- The graph walk of a scope too big for an exact scan: %1$s its name, %2$s the table, %3$s
-    -- the id it returns, %4$s its parameters after `at`, %5$s the branches (graph_branch), %6$s
-    -- pinned.
+    -- The graph walk of a scope too big for an exact scan: %1$s its name, %2$s the id it
+    -- returns, %3$s its parameters after `at`, %4$s the branches (graph_branch, which name the
+    -- table), %5$s pinned.
     graph_function CONSTANT text := $function$
 CREATE FUNCTION public.%1$s(
-    p_project_id text, p_subject_id text, query vector, top_k integer, at timestamptz%4$s
-) RETURNS TABLE (%3$s uuid)
-LANGUAGE plpgsql %6$s
+    p_project_id text, p_subject_id text, query vector, top_k integer, at timestamptz%3$s
+) RETURNS TABLE (%2$s uuid)
+LANGUAGE plpgsql %5$s
 AS $body$
 BEGIN
     -- No ELSE: a bucket without a branch is a bug of the migrations, and says so.
-    CASE public.haki_scope_bucket(p_project_id, p_subject_id)%5$s
+    CASE public.haki_scope_bucket(p_project_id, p_subject_id)%4$s
     END CASE;
 END
 $body$$function$;
@@ -118,10 +118,10 @@ BEGIN
     INTO fact_branches, event_branches
     FROM generate_series(0, public.haki_scope_buckets() - 1) AS b;
 
-    EXECUTE format(graph_function, 'haki_fact_graph_walk', 'facts', 'fact_id',
-                   ', open_members uuid[]', fact_branches, pinned);
-    EXECUTE format(graph_function, 'haki_event_graph_walk', 'events', 'event_id', '',
-                   event_branches, pinned);
+    EXECUTE format(graph_function, 'haki_fact_graph_walk', 'fact_id', ', open_members uuid[]',
+                   fact_branches, pinned);
+    EXECUTE format(graph_function, 'haki_event_graph_walk', 'event_id', '', event_branches,
+                   pinned);
     -- The top_k servable facts of a scope closest to `query`, at the instant `at` (null: now);
     -- the size test reads facts_scope_id.
     EXECUTE format(walk_function, 'haki_fact_walk', 'facts', 'fact_id', ', open_members uuid[]',
