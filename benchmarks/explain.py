@@ -6,7 +6,7 @@
 
 The statements are the named queries themselves (queries/context.sql), PREPAREd and EXPLAINed
 server-side by pg_temp.bench_explain (benchmarks/sql/bench.sql), inside a transaction configured by
-plan_context_call exactly as the assembler configures it: every statement gets the generic
+open_context_call exactly as the assembler configures it: every statement gets the generic
 plan it runs under. Each statement runs twice and the second run is shown (warm buffers, as in a
 serving process).
 
@@ -123,7 +123,7 @@ async def _explained(
     b = load_bench_queries()
     for _ in range(2):  # the second run is reported: the pages it reads are warm, as in service
         async with conn.transaction():
-            await assembler.plan_context_call(conn)
+            await assembler.open_context_call(conn)
             if settings:
                 await b.bench_apply_settings(conn, settings=settings)
             lines = [r["line"] async for r in b.bench_explain(conn, statement=statement, args=args())]
@@ -234,7 +234,7 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
     # excludes; unified_candidates hands linked_facts the query's words with their idf, and the
     # open-conflict facts.
     async with conn.transaction():
-        await assembler.plan_context_call(conn)
+        await assembler.open_context_call(conn)
         candidates = {
             profile: await retrieve(
                 conn,
@@ -400,7 +400,7 @@ async def run(data_dir: Path | None) -> list[tuple[str, str]]:
                     weights=assembler.PROFILE_WEIGHTS[profile],
                 )
                 async with conn.transaction():
-                    await assembler.plan_context_call(conn)
+                    await assembler.open_context_call(conn)
                     await retrieve(conn, probe)
         result = await plans(conn)
         await conn.close()

@@ -131,7 +131,7 @@ async def measure(conn: Any, settings: Settings, cfg: Config, rounds: int, resul
     async def candidates(query: Query, text: str, profile: ContextProfile = "facts_first") -> Retrieved:
         """A profile's candidate step alone (one statement, the walk inside), with its weights."""
         async with conn.transaction():
-            await assembler.plan_context_call(conn)
+            await assembler.open_context_call(conn)
             probe = Probe(
                 project_id=PROJECT,
                 subject_id=cfg.measured,

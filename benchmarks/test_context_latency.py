@@ -174,7 +174,7 @@ def _write_trace(world: World, decisions: list[Decision]) -> None:
 
 def test_trace_write_256_decisions(benchmark: Any, world: World) -> None:
     """One call row and 256 decision rows, timed as the assembler runs it: one statement inside
-    the call's transaction (plan_context_call, commit_without_flush), the
+    the call's transaction (open_context_call), the
     commit outside the timing. Asserted only to be one statement."""
     decisions = _decisions(256)
     statements: list[str] = []
@@ -200,8 +200,7 @@ def test_trace_write_256_decisions(benchmark: Any, world: World) -> None:
             world.run(open_tx.pop().commit())
         tx = world.conn.transaction()
         world.run(tx.start())
-        world.run(assembler.plan_context_call(world.conn))
-        world.run(assembler.commit_without_flush(world.conn))
+        world.run(assembler.open_context_call(world.conn))
         open_tx.append(tx)
 
     try:

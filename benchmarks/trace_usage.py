@@ -5,7 +5,7 @@
 Times the trace write of one context call with 256 decisions (64 served, 192 left out over
 budget, facts drawn from a pool of 10,000 ids), three ways, interleaved round by round in one run
 on one embedded PostgreSQL, each round one transaction configured as the assembler's
-(plan_context_call, commit_without_flush), the commit outside the timing:
+(open_context_call), the commit outside the timing:
 
 - `no index`: insert_context_trace of an as-of call, whose decisions are not `counted` and so
   skip the partial index context_traces_fact_usage (migration 0012): the write before 0012;
@@ -95,8 +95,7 @@ def packet() -> ContextPacket:
 
 async def write(conn: Any, mode: str, ds: list[Decision], past: datetime) -> float:
     async with conn.transaction():
-        await assembler.plan_context_call(conn)
-        await assembler.commit_without_flush(conn)
+        await assembler.open_context_call(conn)
         start = time.perf_counter()
         if mode == "counters":
             p = packet()

@@ -143,7 +143,7 @@ class World:
 
         async def go() -> Retrieved:
             async with self.conn.transaction():
-                await assembler.plan_context_call(self.conn)
+                await assembler.open_context_call(self.conn)
                 return await assembler.RETRIEVERS[profile](self.conn, probe)
 
         result: Retrieved = self.run(go())

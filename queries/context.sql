@@ -10,28 +10,27 @@
 -- then (recorded_from, recorded_to), validity, staleness and recency at that instant, the
 -- conflicts open then, the events held then.
 
--- name: plan_context_call(ef_search)$
--- For this transaction (one context call) only: let HNSW return K rows (ef_search defaults to
--- 40) and keep scanning past rows that the scope filter rejects (iterative scan), and run every
--- statement of the call under its generic plan. Each has one right plan for every scope (the
--- walks by construction, migration 0017), and planning them for each call's parameters cost
--- more than running them (the walk: 0.9-1.5 ms of planning for 1.5 ms of walking;
--- fact_candidates: 1.0 ms for 2.5 ms; the trace insert of 256 decisions: twice its cost;
--- docs/performance.md).
+-- name: open_context_call(ef_search)$
+-- The terms of one context call, for its transaction only, in one round trip:
+-- - the plan mode: HNSW may return K rows (ef_search defaults to 40) and keeps scanning past rows
+--   that the scope filter rejects (iterative scan), and every statement of the call runs under
+--   its generic plan. Each has one right plan for every scope (the walks by construction,
+--   migration 0017), and planning them for each call's parameters cost more than running them
+--   (the walk: 0.9-1.5 ms of planning for 1.5 ms of walking; fact_candidates: 1.0 ms for 2.5 ms;
+--   the trace insert of 256 decisions: twice its cost; docs/performance.md);
+-- - the durability choice: the commit does not wait for the WAL flush. The call only writes its
+--   trace, and an fsync per read call cost more than the retrieval itself; a crash can lose the
+--   traces of the last few hundred ms, never corrupt them. Made here rather than in a statement
+--   of its own before the trace write, where its round trip cost 0.37-0.49 ms a call.
 SELECT set_config('hnsw.ef_search', :ef_search::integer::text, true) AS ef_search,
        set_config('hnsw.iterative_scan', 'relaxed_order', true) AS iterative_scan,
-       set_config('plan_cache_mode', 'force_generic_plan', true) AS plan_cache_mode;
-
--- name: defer_commit_flush()!
--- The durability choice of a context call: its commit does not wait for the WAL flush. The call
--- only writes its trace, and an fsync per read call cost more than the retrieval itself; a crash
--- can lose the traces of the last few hundred ms, never corrupt them (docs/performance.md).
-SET LOCAL synchronous_commit TO off;
+       set_config('plan_cache_mode', 'force_generic_plan', true) AS plan_cache_mode,
+       set_config('synchronous_commit', 'off', true) AS synchronous_commit;
 
 -- name: fact_candidates(project_id, subject_id, query_embedding, query_text, top_k, candidate_limit, exact_scan_min, w_similarity, w_text_rank, w_recency, tau_seconds, as_of)
 -- Phase 1 (the vector top-K of haki_fact_walk UNION the top-K by full-text rank via GIN) and
 -- phase 2 (the hybrid score on that union only, capped at CANDIDATE_LIMIT), plus the blocked
--- facts of the scope, in one round trip. Runs under a generic plan (plan_context_call): every
+-- facts of the scope, in one round trip. Runs under a generic plan (open_context_call): every
 -- scan in it has one right plan whatever the scope's size, the walk's included (an exact scan of
 -- a small scope or a walk of its bucket's HNSW graph, decided when the call runs: migration
 -- 0017). Never returns embeddings. A NULL query_embedding (embedder down) walks nothing and
@@ -281,7 +280,7 @@ CROSS JOIN (
 -- together, plus the blocked facts of the scope, in one round trip. The text side matches the
 -- OR of the query's words (haki_query_words, in text_config: `english` stems or `simple`
 -- lexemes, without stop words) and ranks a text by the share of the query's BM25 idf it
--- matches: sum(idf(matched)) / sum(idf(query)). Runs under a generic plan (plan_context_call).
+-- matches: sum(idf(matched)) / sum(idf(query)). Runs under a generic plan (open_context_call).
 -- Never returns embeddings. Reads are bounded whatever the scope's size: the document
 -- frequencies come from a sample of the scope's newest idf_sample_docs facts and as many events
 -- (exact up to that size), and the match_words rarest words (highest idf: a text that matches

@@ -16,6 +16,6 @@ SELECT pg_is_in_recovery() AS in_recovery,
 -- name: configure_trace_write()$
 -- The trace of a call whose retrieval ran on a standby is written on the primary in a
 -- transaction of its own, under the same terms as when it shares the call's transaction
--- (defer_commit_flush, plan_context_call): no wait for the WAL flush, a generic plan.
+-- (open_context_call): no wait for the WAL flush, a generic plan.
 SELECT set_config('synchronous_commit', 'off', true) AS synchronous_commit,
        set_config('plan_cache_mode', 'force_generic_plan', true) AS plan_cache_mode;

@@ -1,5 +1,7 @@
-"""The plan mode and the durability choice of a context call are steps of their own, each
-changing only what its name says, and only for the call's transaction."""
+"""The terms of a context call (its plan mode and its durability choice) are one step, in one round
+trip, which changes only what its name says. Every setting is set with `is_local` (queries/
+context.sql), so for the call's transaction only; a test's connection is inside a transaction of
+its own, which the step's savepoint cannot show the end of."""
 
 from __future__ import annotations
 
@@ -15,18 +17,27 @@ async def settings_now(conn: asyncpg.Connection) -> dict[str, str]:
     return dict(row)
 
 
-async def test_each_step_changes_what_it_names_for_the_transaction_only(conn: asyncpg.Connection) -> None:
+async def test_the_call_terms_are_one_statement_that_sets_what_they_name(conn: asyncpg.Connection) -> None:
     before = await settings_now(conn)
+    assert before["synchronous_commit"] == "on"
+    statements: list[str] = []
+
+    def log(record: asyncpg.connection.LoggedQuery) -> None:
+        statements.append(record.query)
+
     async with conn.transaction():
-        await assembler.plan_context_call(conn)
-        planned = await settings_now(conn)
-        assert planned == {
-            **before,
-            "ef_search": str(assembler.EF_SEARCH),
-            "iterative_scan": "relaxed_order",
-            "plan_cache_mode": "force_generic_plan",
-        }
-        # The durability choice is its own step: the plan mode never changed it.
-        assert planned["synchronous_commit"] == before["synchronous_commit"] == "on"
-        await assembler.commit_without_flush(conn)
-        assert await settings_now(conn) == {**planned, "synchronous_commit": "off"}
+        conn.add_query_logger(log)
+        try:
+            await assembler.open_context_call(conn)
+        finally:
+            conn.remove_query_logger(log)
+        opened = await settings_now(conn)
+    assert opened == {
+        **before,
+        "ef_search": str(assembler.EF_SEARCH),
+        "iterative_scan": "relaxed_order",
+        "plan_cache_mode": "force_generic_plan",
+        "synchronous_commit": "off",
+    }
+    # One round trip: the durability choice no longer costs one of its own on the critical path.
+    assert len(statements) == 1, statements

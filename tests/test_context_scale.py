@@ -58,7 +58,7 @@ async def test_two_phase_vector_candidates_exactly_64(
     assert await t.test_count_facts(conn) >= 30_000
     qvec = random_unit_vector(42)
 
-    # Without plan_context_call: pgvector's defaults (ef_search 40, no iterative scan). The
+    # Without open_context_call: pgvector's defaults (ef_search 40, no iterative scan). The
     # HNSW scan then yields at most ef_search rows over the whole table, and the scope filter
     # keeps about a third of them: fewer than RETRIEVAL_TOP_K. Deterministic part: if the plan
     # scans the HNSW index, it cannot return more than ef_search rows.
@@ -73,7 +73,7 @@ async def test_two_phase_vector_candidates_exactly_64(
 
     # With it, as the assembler runs it: exactly RETRIEVAL_TOP_K candidates, through the HNSW index.
     async with conn.transaction():
-        await assembler.plan_context_call(conn)
+        await assembler.open_context_call(conn)
         configured = await t.test_vector_scan_settings(conn)
         assert configured["ef_search"] >= RETRIEVAL_TOP_K
         assert configured["iterative_scan"] != "off"
@@ -116,7 +116,7 @@ async def test_trace_never_exceeds_candidate_limit(
 
     async def union(limit: int) -> list[str]:
         async with conn.transaction():
-            await assembler.plan_context_call(conn)
+            await assembler.open_context_call(conn)
             probe = Probe(
                 project_id=PROJECT,
                 subject_id="limit",

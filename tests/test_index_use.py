@@ -39,7 +39,7 @@ async def test_candidate_phases_pick_the_hnsw_and_gin_indexes(conn: asyncpg.Conn
     # One partial HNSW index per scope bucket (migration 0008): the one of idx-b's bucket.
     hnsw_index = await t.test_fact_vector_index(conn, project_id=PROJECT, subject_id="idx-b")
     async with conn.transaction():
-        await assembler.plan_context_call(conn)
+        await assembler.open_context_call(conn)
         hnsw_before = await t.test_index_scans(conn, index_name=hnsw_index)
         gin_before = await t.test_index_scans(conn, index_name=GIN_INDEX)
         # The seeded contents end with their row number: "4242" names a handful of facts.
@@ -63,7 +63,7 @@ async def test_candidate_phases_pick_the_hnsw_and_gin_indexes(conn: asyncpg.Conn
 
 
 async def test_generic_plans_never_scan_the_whole_table(conn: asyncpg.Connection) -> None:
-    """A context call runs under generic plans (plan_context_call), built once
+    """A context call runs under generic plans (open_context_call), built once
     per connection without the scope's size. In a table one large scope dominates, a generic
     plan that guessed from the average scope once hashed a sequential scan of every fact: for a
     tiny scope, whose right plan is a few index probes, that is a whole-table read per call.
@@ -79,7 +79,7 @@ async def test_generic_plans_never_scan_the_whole_table(conn: asyncpg.Connection
     for call in range(16):  # past the five custom plans after which PostgreSQL may go generic
         subject_id = "tiny" if call % 2 else "big"
         async with conn.transaction():
-            await assembler.plan_context_call(conn)
+            await assembler.open_context_call(conn)
             retrieve = assembler.RETRIEVERS["facts_first" if call % 4 < 2 else "unified"]
             probe = Probe(
                 project_id=PROJECT,
@@ -143,7 +143,7 @@ async def test_walks_keep_their_plan_whatever_the_statistics(
             weights=WEIGHTS,
         )
         async with conn.transaction():
-            await assembler.plan_context_call(conn)
+            await assembler.open_context_call(conn)
             await t.test_track_pl_functions(conn)
             before = {name: await t.test_index_scans(conn, index_name=name) for name in watched}
             graph_walks_before = [
@@ -193,7 +193,7 @@ async def test_every_bucket_has_a_graph_walk_branch(conn: asyncpg.Connection) ->
         )
     for i, subject_id in enumerate(subjects):
         async with conn.transaction():
-            await assembler.plan_context_call(conn)
+            await assembler.open_context_call(conn)
             walked = await t.test_graph_walks(
                 conn, project_id=PROJECT, subject_id=subject_id, query_embedding=random_unit_vector(i)
             )

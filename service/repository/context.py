@@ -111,12 +111,8 @@ def _retrieved(rows: Sequence[Any], id_column: str) -> Retrieved:
     return Retrieved(candidates=candidates, blocked=blocked, idf=idf)
 
 
-async def plan_context_call(conn: Conn, ef_search: int) -> None:
-    await q().plan_context_call(conn, ef_search=ef_search)
-
-
-async def defer_commit_flush(conn: Conn) -> None:
-    await q().defer_commit_flush(conn)
+async def open_context_call(conn: Conn, ef_search: int) -> None:
+    await q().open_context_call(conn, ef_search=ef_search)
 
 
 def _probe_args(probe: Probe, *, text: bool = True, scoring: bool = True) -> dict[str, Any]:
