@@ -292,11 +292,10 @@ FROM public.events AS e
 WHERE (e.project_id OPERATOR(pg_catalog.=) p_project_id
        AND e.subject_id OPERATOR(pg_catalog.=) p_subject_id) IS TRUE
   AND public.haki_event_held(e.occurred_at, e.recorded_at, at)
-  AND public.haki_scoped_search_vector(
+  AND public.haki_scope_keyed_vector(
           e.project_id, e.subject_id,
           public.haki_text_vector(config, e.search_vector, e.search_vector_english))
-      OPERATOR(pg_catalog.@@) (word OPERATOR(pg_catalog.&&)
-                               public.haki_scope_lexeme(p_project_id, p_subject_id)::tsquery)
+      OPERATOR(pg_catalog.@@) public.haki_scope_keyed_query(p_project_id, p_subject_id, word)
   AND public.haki_text_vector(config, e.search_vector, e.search_vector_english)
       OPERATOR(pg_catalog.@@) word
 $$;
@@ -624,11 +623,10 @@ SELECT f.*
 FROM public.facts AS f
 WHERE (f.project_id OPERATOR(pg_catalog.=) p_project_id
        AND f.subject_id OPERATOR(pg_catalog.=) p_subject_id) IS TRUE
-  AND public.haki_scoped_search_vector(
+  AND public.haki_scope_keyed_vector(
           f.project_id, f.subject_id,
           public.haki_text_vector(config, f.search_vector, f.search_vector_english))
-      OPERATOR(pg_catalog.@@) (word OPERATOR(pg_catalog.&&)
-                               public.haki_scope_lexeme(p_project_id, p_subject_id)::tsquery)
+      OPERATOR(pg_catalog.@@) public.haki_scope_keyed_query(p_project_id, p_subject_id, word)
   AND public.haki_text_vector(config, f.search_vector, f.search_vector_english)
       OPERATOR(pg_catalog.@@) word
   AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from, f.recorded_from,
@@ -1014,13 +1012,51 @@ WHERE c.oid = 'public.facts'::regclass
 $$;
 
 --
--- Name: haki_scope_lexeme(text, text); Type: FUNCTION; Schema: public; Owner: -
+-- Name: haki_scope_key(text, text); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.haki_scope_lexeme(project_id text, subject_id text) RETURNS text
+CREATE FUNCTION public.haki_scope_key(project_id text, subject_id text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
-SELECT 'scope' || pg_catalog.md5(project_id || chr(31) || subject_id)
+SELECT pg_catalog.substr(pg_catalog.md5(project_id OPERATOR(pg_catalog.||) chr(31)
+                                        OPERATOR(pg_catalog.||) subject_id), 1, 16)
+       OPERATOR(pg_catalog.||) '.'
+$$;
+
+--
+-- Name: haki_scope_keyed(text, text, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_scope_keyed(project_id text, subject_id text, quoted text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $_$
+SELECT pg_catalog.regexp_replace(quoted, $re$'((?:[^']|'')*)'$re$,
+                                 '''' OPERATOR(pg_catalog.||) public.haki_scope_key(project_id, subject_id)
+                                 OPERATOR(pg_catalog.||) '\1''', 'g')
+$_$;
+
+--
+-- Name: haki_scope_keyed_query(text, text, tsquery); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_scope_keyed_query(project_id text, subject_id text, query tsquery) RETURNS tsquery
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+SELECT public.haki_scope_keyed(project_id, subject_id, query::text)::tsquery
+       OPERATOR(pg_catalog.&&)
+       public.haki_tsvector_literal(public.haki_scope_key(project_id, subject_id))::tsquery
+$$;
+
+--
+-- Name: haki_scope_keyed_vector(text, text, tsvector); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_scope_keyed_vector(project_id text, subject_id text, vector tsvector) RETURNS tsvector
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+SELECT (public.haki_scope_keyed(project_id, subject_id, vector::text)
+        OPERATOR(pg_catalog.||) ' '
+        OPERATOR(pg_catalog.||) public.haki_tsvector_literal(public.haki_scope_key(project_id, subject_id)))::tsvector
 $$;
 
 --
@@ -1061,17 +1097,6 @@ FROM (
     ORDER BY e.occurred_at DESC
     LIMIT sample_docs
 ) AS es
-$$;
-
---
--- Name: haki_scoped_search_vector(text, text, tsvector); Type: FUNCTION; Schema: public; Owner: -
---
-
-CREATE FUNCTION public.haki_scoped_search_vector(project_id text, subject_id text, search_vector tsvector) RETURNS tsvector
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS $$
-SELECT search_vector OPERATOR(pg_catalog.||)
-       pg_catalog.array_to_tsvector(ARRAY[public.haki_scope_lexeme(project_id, subject_id)])
 $$;
 
 --
@@ -1138,6 +1163,18 @@ CREATE FUNCTION public.haki_tokens(content text) RETURNS integer
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
 SELECT greatest(1, pg_catalog.char_length(content) / 4)
+$$;
+
+--
+-- Name: haki_tsvector_literal(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_tsvector_literal(lexeme text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+SELECT '''' OPERATOR(pg_catalog.||)
+       pg_catalog.replace(pg_catalog.replace(lexeme, '\', '\\'), '''', '''''')
+       OPERATOR(pg_catalog.||) ''''
 $$;
 
 --
@@ -1534,13 +1571,13 @@ CREATE INDEX events_scope_occurred ON public.events USING btree (project_id, sub
 -- Name: events_scoped_english_gin; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX events_scoped_english_gin ON public.events USING gin (public.haki_scoped_search_vector(project_id, subject_id, search_vector_english)) WITH (fastupdate=off);
+CREATE INDEX events_scoped_english_gin ON public.events USING gin (public.haki_scope_keyed_vector(project_id, subject_id, search_vector_english)) WITH (fastupdate=off);
 
 --
 -- Name: events_scoped_search_gin; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX events_scoped_search_gin ON public.events USING gin (public.haki_scoped_search_vector(project_id, subject_id, search_vector)) WITH (fastupdate=off);
+CREATE INDEX events_scoped_search_gin ON public.events USING gin (public.haki_scope_keyed_vector(project_id, subject_id, search_vector)) WITH (fastupdate=off);
 
 --
 -- Name: facts_embedding_hnsw_00; Type: INDEX; Schema: public; Owner: -
@@ -1660,13 +1697,13 @@ CREATE INDEX facts_scope_volatile_active ON public.facts USING btree (project_id
 -- Name: facts_scoped_english_gin; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX facts_scoped_english_gin ON public.facts USING gin (public.haki_scoped_search_vector(project_id, subject_id, search_vector_english)) WITH (fastupdate=off);
+CREATE INDEX facts_scoped_english_gin ON public.facts USING gin (public.haki_scope_keyed_vector(project_id, subject_id, search_vector_english)) WITH (fastupdate=off);
 
 --
 -- Name: facts_scoped_search_gin; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX facts_scoped_search_gin ON public.facts USING gin (public.haki_scoped_search_vector(project_id, subject_id, search_vector)) WITH (fastupdate=off);
+CREATE INDEX facts_scoped_search_gin ON public.facts USING gin (public.haki_scope_keyed_vector(project_id, subject_id, search_vector)) WITH (fastupdate=off);
 
 --
 -- Name: idempotency_keys_expiry; Type: INDEX; Schema: public; Owner: -

@@ -257,3 +257,24 @@ SELECT current_setting('hnsw.ef_search', true) AS ef_search,
 SELECT s.analyze_count AS analyze_count
 FROM pg_catalog.pg_stat_user_tables AS s
 WHERE s.relname = :table_name;
+
+-- name: test_keyed_match(project_id, subject_id, other_subject_id, content, query)^
+-- A text's match of a query (tsquery input) three ways: plain, through its scope's keys
+-- (migration 0023), and through another scope's keys.
+SELECT to_tsvector('simple', :content) @@ :query::tsquery AS plain,
+       public.haki_scope_keyed_vector(:project_id, :subject_id, to_tsvector('simple', :content))
+           @@ public.haki_scope_keyed_query(:project_id, :subject_id, :query::tsquery) AS keyed,
+       public.haki_scope_keyed_vector(:project_id, :subject_id, to_tsvector('simple', :content))
+           @@ public.haki_scope_keyed_query(:project_id, :other_subject_id, :query::tsquery) AS other_scope;
+
+-- name: test_keyed_vector(project_id, subject_id, vector)^
+-- What a scoped GIN index holds of a text (migration 0023), with the scope's key.
+SELECT public.haki_scope_keyed_vector(:project_id, :subject_id, :vector::tsvector)::text AS keyed,
+       public.haki_scope_key(:project_id, :subject_id) AS scope_key;
+
+-- name: test_fact_postings(project_id, subject_id, word, max_rows)
+-- A word's servable facts in one scope, as the context statements read them (haki_fact_postings).
+SELECT f.subject_id AS subject_id, f.content AS content
+FROM public.haki_fact_postings(:project_id, :subject_id, 'simple'::regconfig,
+                               plainto_tsquery('simple', :word), NULL::timestamptz) AS f
+LIMIT :max_rows;
