@@ -1042,9 +1042,12 @@ $_$;
 CREATE FUNCTION public.haki_scope_keyed_query(project_id text, subject_id text, query tsquery) RETURNS tsquery
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
-SELECT public.haki_scope_keyed(project_id, subject_id, query::text)::tsquery
-       OPERATOR(pg_catalog.&&)
-       public.haki_tsvector_literal(public.haki_scope_key(project_id, subject_id))::tsquery
+SELECT CASE WHEN pg_catalog.querytree(query) OPERATOR(pg_catalog.=) 'T'
+            THEN public.haki_scope_keyed(project_id, subject_id, query::text)::tsquery
+                 OPERATOR(pg_catalog.&&)
+                 public.haki_tsvector_literal(public.haki_scope_key(project_id, subject_id))::tsquery
+            ELSE public.haki_scope_keyed(project_id, subject_id, query::text)::tsquery
+       END
 $$;
 
 --
