@@ -406,7 +406,8 @@ class ContextRequest(ScopedRequest, kw_only=True):
     as_of: AsOf = None
 
 
-class PacketFact(Response, frozen=True, kw_only=True):
+# One per item of a call, no container: untracked by the garbage collector (service/context/model.py).
+class PacketFact(Response, frozen=True, kw_only=True, gc=False):
     fact_id: FactId
     content: MemoryText
     score: Score
@@ -421,7 +422,8 @@ class PacketFact(Response, frozen=True, kw_only=True):
     source_event_id: SourceEventId
 
 
-class PacketEpisode(Response, frozen=True, kw_only=True):
+# One per item of a call, no container: untracked by the garbage collector (service/context/model.py).
+class PacketEpisode(Response, frozen=True, kw_only=True, gc=False):
     event_id: EventId
     content: MemoryText
     occurred_at: Annotated[datetime, Meta(description="When the event happened.")]
@@ -453,7 +455,8 @@ class ContextPacket(Response, frozen=True, kw_only=True):
     episodes: Annotated[list[PacketEpisode], Meta(description="Served dated events, in pack order.")]
 
 
-class Decision(Response, frozen=True, kw_only=True):
+# One per item of a call, no container: untracked by the garbage collector (service/context/model.py).
+class Decision(Response, frozen=True, kw_only=True, gc=False):
     item_type: Annotated[Literal["fact", "episode"], Meta(description="What the decision is about.")]
     item_id: Annotated[UUID, Meta(description="The fact_id or event_id.")]
     decision: Annotated[
