@@ -610,7 +610,9 @@ CREATE TABLE public.facts (
     CONSTRAINT facts_recorded_to_iff_inactive CHECK (((status = 'active'::text) = (recorded_to IS NULL))),
     CONSTRAINT facts_status_check CHECK ((status = ANY (ARRAY['active'::text, 'superseded'::text, 'retracted'::text]))),
     CONSTRAINT facts_volatility_check CHECK ((volatility = ANY (ARRAY['stable'::text, 'volatile'::text])))
-);
+)
+WITH (toast_tuple_target='8160');
+ALTER TABLE ONLY public.facts ALTER COLUMN embedding SET STORAGE MAIN;
 
 --
 -- Name: haki_fact_postings(text, text, regconfig, tsquery, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
@@ -1316,7 +1318,9 @@ CREATE TABLE public.events (
     embedding public.vector(384) NOT NULL,
     search_vector tsvector GENERATED ALWAYS AS (to_tsvector('simple'::regconfig, content)) STORED,
     search_vector_english tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, content)) STORED
-);
+)
+WITH (toast_tuple_target='8160');
+ALTER TABLE ONLY public.events ALTER COLUMN embedding SET STORAGE MAIN;
 
 --
 -- Name: idempotency_keys; Type: TABLE; Schema: public; Owner: -
