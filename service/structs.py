@@ -174,6 +174,12 @@ class Response(msgspec.Struct, frozen=True, kw_only=True):
     """Base of every response body."""
 
 
+class ItemResponse(Response, frozen=True, kw_only=True, gc=False):
+    """Base of a response Struct that a context call makes one of per item (a packet's fact or
+    episode, a trace decision): it holds no container, so the garbage collector need not track
+    it (service/context/model.py, Candidate)."""
+
+
 class ScopedRequest(Request, kw_only=True):
     """Base of a request body about one subject's memory: its scope's two fields come first."""
 
@@ -406,8 +412,7 @@ class ContextRequest(ScopedRequest, kw_only=True):
     as_of: AsOf = None
 
 
-# One per item of a call, no container: untracked by the garbage collector (service/context/model.py).
-class PacketFact(Response, frozen=True, kw_only=True, gc=False):
+class PacketFact(ItemResponse, frozen=True, kw_only=True):
     fact_id: FactId
     content: MemoryText
     score: Score
@@ -422,8 +427,7 @@ class PacketFact(Response, frozen=True, kw_only=True, gc=False):
     source_event_id: SourceEventId
 
 
-# One per item of a call, no container: untracked by the garbage collector (service/context/model.py).
-class PacketEpisode(Response, frozen=True, kw_only=True, gc=False):
+class PacketEpisode(ItemResponse, frozen=True, kw_only=True):
     event_id: EventId
     content: MemoryText
     occurred_at: Annotated[datetime, Meta(description="When the event happened.")]
@@ -455,8 +459,7 @@ class ContextPacket(Response, frozen=True, kw_only=True):
     episodes: Annotated[list[PacketEpisode], Meta(description="Served dated events, in pack order.")]
 
 
-# One per item of a call, no container: untracked by the garbage collector (service/context/model.py).
-class Decision(Response, frozen=True, kw_only=True, gc=False):
+class Decision(ItemResponse, frozen=True, kw_only=True):
     item_type: Annotated[Literal["fact", "episode"], Meta(description="What the decision is about.")]
     item_id: Annotated[UUID, Meta(description="The fact_id or event_id.")]
     decision: Annotated[

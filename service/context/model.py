@@ -40,7 +40,7 @@ class Probe(msgspec.Struct, frozen=True, kw_only=True):
 
 
 # gc=False: the Structs a call makes one of per item (Candidate, Blocked, Outcome here; Decision,
-# PacketFact and PacketEpisode in service/structs.py) hold no container and never form a
+# PacketFact and PacketEpisode, service/structs.py's ItemResponse) hold no container and never form a
 # reference cycle, so the garbage collector need not track them. A `unified` call at 10k makes
 # ~190 candidates, ~300 outcomes and ~270 decisions: tracked, they set off about one collection
 # of the youngest generation a call (0.92, against 0.02 for `facts_first`, which carries fewer
