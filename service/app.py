@@ -24,9 +24,7 @@ from service.handlers.deps import (
     after_strict_body,
     provide_conn,
     provide_deps,
-    provide_embedder,
     provide_key,
-    provide_settings,
     release_after_exception,
 )
 from service.handlers.extract import ExtractController
@@ -44,7 +42,7 @@ from service.lifecycle import retention
 from service.lifecycle.statistics import StatisticsKeeper
 from service.observability.metrics import Metrics, metrics_endpoint
 from service.ratelimit import RateLimiter, WorkRateLimiter
-from service.replica import ReadRouter, provide_reads, rerun_after_replica_error, rerun_on_primary
+from service.replica import ReadRouter, rerun_after_replica_error, rerun_on_primary
 from service.settings import Settings
 from service.strict_body import check_json_body
 
@@ -168,10 +166,7 @@ def create_app(
             # handler's `principal` is the key once both passed.
             "key": Provide(provide_key),
             "principal": Provide(after_strict_body),
-            "embedder": Provide(provide_embedder, sync_to_thread=False),
-            "settings": Provide(provide_settings, sync_to_thread=False),
             "project_id": Provide(provide_project_id),
-            "reads": Provide(provide_reads, sync_to_thread=False),
             "deps": Provide(provide_deps, sync_to_thread=False),
         },
         exception_handlers={Exception: handle_exception},

@@ -30,13 +30,12 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, Final, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import asyncpg
 from litestar import Request
 from litestar.datastructures import State
 from litestar.enums import ScopeType
-from litestar.params import Dependency
 from litestar.types import ASGIApp, Message, Receive, ReceiveMessage, Scope, Send
 from litestar.utils.scope.state import CONNECTION_STATE_KEY, ScopeState
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -333,10 +332,6 @@ class Reads:
     async def note_write(self, conn: Conn, project_id: str, subject_id: str | None = None) -> None:
         if self.router is not None:
             await self.router.note_write(conn, project_id, subject_id)
-
-
-# Injected, not client input (as service/handlers/deps.py's Conn).
-ReadsDep = Annotated[Reads, Dependency(skip_validation=True)]
 
 
 def provide_reads(request: Request[Any, Any, Any], state: State) -> Reads:

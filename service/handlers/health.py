@@ -5,7 +5,7 @@ from __future__ import annotations
 from litestar import Router, get, head
 from litestar.datastructures import State
 
-from service.handlers.deps import ERRORS, ConnDep, EmbedderDep
+from service.handlers.deps import ERRORS, ConnDep, provide_embedder
 from service.replica import router_of
 from service.repository import health as health_repo
 from service.structs import Health
@@ -15,11 +15,11 @@ NOT_READY = {503: ERRORS[503]}
 
 
 @get(responses=NOT_READY, summary="Readiness probe (no key needed)")
-async def healthz_get(conn: ConnDep, embedder: EmbedderDep, state: State) -> Health:
+async def healthz_get(conn: ConnDep, state: State) -> Health:
     await health_repo.ping(conn)
     router = router_of(state)  # the replica's state as its monitor last saw it: no query
     replica = None if router is None else router.health()
-    return Health(status="ok", database="ok", embedder=embedder.name, replica=replica)
+    return Health(status="ok", database="ok", embedder=provide_embedder(state).name, replica=replica)
 
 
 # Load balancers and `curl -I` probe with HEAD; Litestar serves HEAD only from a handler of its

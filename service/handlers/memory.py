@@ -12,7 +12,7 @@ from litestar.params import Dependency, Parameter
 
 from service import idempotency, memory
 from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, MAX_SCOPE_CHARS
-from service.handlers.deps import ERRORS, Caller, Deps, RouteDeps, in_key_project
+from service.handlers.deps import ERRORS, Deps, RouteDeps, in_key_project
 from service.lifecycle import erasure
 from service.replica import READS
 from service.repository.maintenance import MemoryTable
@@ -44,7 +44,7 @@ ProjectQuery = Annotated[str, Dependency(skip_validation=True)]
 
 
 async def provide_project_id(
-    principal: Caller,
+    deps: Deps,
     project_id_param: Annotated[
         str | None,
         Parameter(
@@ -57,6 +57,9 @@ async def provide_project_id(
         ),
     ] = None,
 ) -> str:
+    # On `deps` rather than the key alone: a dependency of its own batch, resolved after `deps`
+    # instead of beside it (tests/test_dependency_order.py).
+    principal = deps.principal
     if project_id_param is None:
         return principal.project_id
     if not (1 <= len(project_id_param) <= MAX_SCOPE_CHARS) or "\x00" in project_id_param:

@@ -26,7 +26,7 @@ from uuid import UUID
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from litestar import Controller, MediaType, Request, Response, get, post
-from litestar.datastructures import Cookie
+from litestar.datastructures import Cookie, State
 from litestar.params import Parameter
 from litestar.response import Redirect
 
@@ -34,8 +34,8 @@ from service import auth
 from service.constants import MAX_SCOPE_CHARS
 from service.context import replay as time_travel
 from service.errors import NotFound, Unauthorized
-from service.handlers.deps import ConnDep, EmbedderDep, SettingsDep, lease_of
-from service.replica import READS, ReadsDep
+from service.handlers.deps import ConnDep, lease_of, provide_embedder, provide_settings
+from service.replica import READS, provide_reads
 from service.repository import traces as repo
 from service.settings import ContextProfile
 from service.structs import ReplayRequest
@@ -193,7 +193,7 @@ class TraceInspector(Controller):
         self,
         request: Request[Any, Any, Any],
         conn: ConnDep,
-        reads: ReadsDep,
+        state: State,
         subject_id: Annotated[
             str | None,
             Parameter(query="subject_id", max_length=MAX_SCOPE_CHARS, pattern=r"^[^\x00]*$"),
@@ -202,7 +202,7 @@ class TraceInspector(Controller):
     ) -> Response[Any]:
         principal = await _principal(request, conn)
         if principal is None:
-            reads.missing("api key")
+            provide_reads(request, state).missing("api key")
             return _to_login()
         subject = subject_id or None
         calls = await repo.recent_context_calls(conn, principal.project_id, subject, limit)
@@ -210,8 +210,9 @@ class TraceInspector(Controller):
 
     @get("/traces/{trace_id:uuid}", media_type=MediaType.HTML, opt={READS: True})
     async def trace(
-        self, request: Request[Any, Any, Any], conn: ConnDep, reads: ReadsDep, trace_id: UUID
+        self, request: Request[Any, Any, Any], conn: ConnDep, state: State, trace_id: UUID
     ) -> Response[Any]:
+        reads = provide_reads(request, state)
         principal = await _principal(request, conn)
         if principal is None:
             reads.missing("api key")  # created a moment ago: the primary knows it
@@ -247,8 +248,7 @@ class TraceInspector(Controller):
         self,
         request: Request[Any, Any, Any],
         conn: ConnDep,
-        embedder: EmbedderDep,
-        settings: SettingsDep,
+        state: State,
         trace_id: UUID,
     ) -> Response[Any]:
         """The "replay with…" form of a trace page: POST /v1/inspect/{trace_id}/replay with the
@@ -267,7 +267,9 @@ class TraceInspector(Controller):
             )
         lease = lease_of(request, conn)
         try:
-            result = await time_travel.replay(lease, embedder, settings, principal, trace_id, overrides)
+            result = await time_travel.replay(
+                lease, provide_embedder(state), provide_settings(state), principal, trace_id, overrides
+            )
         except NotFound:
             return _trace_not_found(principal.project_id)
         conn = lease.conn  # another connection if the replay's query waited on the embedder
