@@ -198,7 +198,11 @@ async def check_json_body(request: Request[Any, Any, Any]) -> None:
             detail=f"the request body is empty; expected a JSON object ({name}) sent as application/json",
             extra={"reason": "empty"},
         )
-    depth = json_depth(body)
+    # A body with no more opening brackets than the limit cannot nest deeper than it (brackets
+    # inside strings only raise the count): a context call's body has one, and its depth cost
+    # 11 us a request through numpy, against 0.2 us for the count.
+    opening = body.count(b"[") + body.count(b"{")
+    depth = json_depth(body) if opening > MAX_JSON_DEPTH else 0
     if depth > MAX_JSON_DEPTH:
         # One bounded line: a hostile body must not cost a traceback per request.
         log.warning(
