@@ -3,7 +3,8 @@
 The graph is exported from the torch model already loaded (torch.onnx, TorchScript exporter) at
 first load and cached under `<HAKI_DATA_DIR>/embed-cache/`, keyed by the model files' contents
 and the library versions, so nothing is downloaded and a changed model is never served from a
-stale file. `onnx-int8` is that graph with its MatMul weights dynamically quantised to int8 by
+stale file. A graph no process has loaded for STALE_GRAPH_SECONDS goes when another is written
+(`prune`). `onnx-int8` is that graph with its MatMul weights dynamically quantised to int8 by
 onnxruntime.quantization, one scale per tensor. The query graph (HAKI_EMBED_QUERY_PRECISION=int8)
 is the same quantisation with one scale per output channel (and three layers kept fp32), used
 for queries only, so the stored vectors stay fp32 (docs/performance.md, "Queries in int8").
@@ -19,12 +20,15 @@ import logging
 import os
 import re
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+log = logging.getLogger("haki.embedder")
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 # Opset 17 has LayerNormalization as one node; ORT fuses the BERT attention from it.
@@ -59,6 +63,47 @@ def _model_digest(model_dir: str, stamp: tuple[tuple[str, int, int], ...]) -> st
     return h.hexdigest()
 
 
+# A cached graph that no process has loaded for this long is removed when a new graph is written
+# in its directory. Every change of the cache key (a torch or onnxruntime upgrade, a new model
+# file, EXPORT_VERSION) wrote three new graphs (fp32 90 MB, and the two int8 copies) beside the
+# old ones, which stayed for ever. A process keeps its sessions in memory: a graph removed under
+# a process that ran longer than this is exported again at its next start.
+STALE_GRAPH_SECONDS = 7 * 24 * 3600
+
+
+def _loaded(path: Path) -> Path:
+    """`path`, marked as loaded now (its modification time), so that `prune` keeps it."""
+    with contextlib.suppress(OSError):
+        os.utime(path)
+    return path
+
+
+def prune(cache_dir: Path, model_name: str, now: float | None = None) -> list[Path]:
+    """Removes the graphs of `model_name` in `cache_dir` not loaded for STALE_GRAPH_SECONDS, and
+    unfinished writes (`.onnx.tmp`) as old; returns what it removed. Other models' graphs and
+    any other file stay."""
+    graph = re.compile(re.escape(model_name) + r"-[0-9a-f]{16}\.onnx")
+    cutoff = (time.time() if now is None else now) - STALE_GRAPH_SECONDS
+    removed: list[Path] = []
+    for path in cache_dir.iterdir():
+        if not (graph.fullmatch(path.name) or path.name.endswith(".onnx.tmp")):
+            continue
+        with contextlib.suppress(OSError):  # gone already, or not ours to remove
+            if path.stat().st_mtime < cutoff:
+                path.unlink()
+                removed.append(path)
+    if removed:
+        log.info("removed %d cached graph(s) not loaded for %d days: %s", len(removed),
+                 STALE_GRAPH_SECONDS // 86400, ", ".join(p.name for p in removed))  # fmt: skip
+    return removed
+
+
+def _written(path: Path, model_dir: Path) -> Path:
+    """A graph just written, once the stale ones beside it are gone."""
+    prune(path.parent, model_dir.name)
+    return path
+
+
 def _atomic(target: Path, write: Any) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".onnx.tmp")
@@ -76,7 +121,9 @@ def export(model: Any, tokenizer: Any, model_dir: Path, cache_dir: Path, *, int8
     import torch
 
     fp32 = cache_dir / f"{model_dir.name}-{_cache_key(model_dir, 'fp32')}.onnx"
-    if not fp32.exists():
+    if fp32.exists():
+        _loaded(fp32)
+    else:
 
         class _LastHidden(torch.nn.Module):
             def __init__(self, inner: Any) -> None:
@@ -114,6 +161,7 @@ def export(model: Any, tokenizer: Any, model_dir: Path, cache_dir: Path, *, int8
                 )
 
         _atomic(fp32, write)
+        _written(fp32, model_dir)
     if not int8:
         return fp32
     return _quantized(fp32, model_dir, cache_dir, "int8")
@@ -145,7 +193,7 @@ def _quantized(
     quantisation), built now if missing; the MatMuls whose names `keep` matches stay fp32."""
     q8 = cache_dir / f"{model_dir.name}-{_cache_key(model_dir, variant)}.onnx"
     if q8.exists():
-        return q8
+        return _loaded(q8)
     from onnxruntime.quantization import QuantType, quantize_dynamic  # type: ignore[import-untyped]
 
     nodes: list[str] = []
@@ -161,7 +209,7 @@ def _quantized(
 
     with _quiet_quantizer():
         _atomic(q8, write)
-    return q8
+    return _written(q8, model_dir)
 
 
 class _QuantizerRecords(logging.Filter):
