@@ -302,7 +302,8 @@ def router_of(state: State) -> ReadRouter | None:
 
 
 class Reads:
-    """A request's view of the routing (the `reads` dependency); without a read pool, no-ops."""
+    """A request's view of the routing (`provide_reads`, which `provide_deps` and the trace pages
+    call); without a read pool, no-ops."""
 
     def __init__(self, router: ReadRouter | None, scope: Scope) -> None:
         self.router = router
@@ -310,7 +311,7 @@ class Reads:
 
     @property
     def on_replica(self) -> bool:
-        """Read when used, not when built: Litestar may resolve this dependency before `conn`."""
+        """Read when used, not when built: the connection's lease decides it (service/handlers/deps.py)."""
         return bool(self.scope.get("state", {}).get(ON_REPLICA))
 
     def fresh(self, project_id: str, subject_id: str | None = None) -> None:
