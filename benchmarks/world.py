@@ -34,6 +34,7 @@ from service.constants import (
 )
 from service.context import assembler
 from service.context.model import Probe, Retrieved
+from service.observability.timing import StageTimer
 from service.settings import ContextProfile, Settings
 from service.structs import ContextPacket, ContextRequest
 
@@ -84,14 +85,18 @@ class World:
         return self.runner.run(coro)
 
     def assemble(
-        self, query: Query, subject_id: str = TARGET, profile: ContextProfile = "unified"
+        self,
+        query: Query,
+        subject_id: str = TARGET,
+        profile: ContextProfile = "unified",
+        timer: StageTimer | None = None,
     ) -> ContextPacket:
         """The whole assembler but the embedding, under one profile: candidates, pack, multi-hop,
-        episodes, trace."""
+        episodes, trace. `timer` gets the call's stages (the assembler times them either way)."""
         self.embedder.vector = query.vector
         req = ContextRequest(project_id=PROJECT, subject_id=subject_id, query=query.text, profile=profile)
         packet: ContextPacket = self.run(
-            assembler.assemble(self.conn, self.embedder, self.settings, self.principal, req)
+            assembler.assemble(self.conn, self.embedder, self.settings, self.principal, req, timer=timer)
         )
         return packet
 
