@@ -12,10 +12,3 @@ SELECT pg_current_wal_insert_lsn() AS lsn;
 -- reads), and how far it has replayed the primary's WAL.
 SELECT pg_is_in_recovery() AS in_recovery,
        pg_last_wal_replay_lsn() AS replay_lsn;
-
--- name: configure_trace_write()$
--- The trace of a call whose retrieval ran on a standby is written on the primary in a
--- transaction of its own, under the same terms as when it shares the call's transaction
--- (open_context_call): no wait for the WAL flush, a generic plan.
-SELECT set_config('synchronous_commit', 'off', true) AS synchronous_commit,
-       set_config('plan_cache_mode', 'force_generic_plan', true) AS plan_cache_mode;

@@ -341,9 +341,9 @@ def provide_reads(request: Request[Any, Any, Any], state: State) -> Reads:
 
 @asynccontextmanager
 async def trace_transaction(pool: Any, acquire_timeout: float) -> AsyncIterator[Conn]:
-    """A primary transaction for a trace alone, configured as the call's own would have been."""
+    """A primary transaction for a trace alone; the caller opens it under the call's own terms
+    (assembler.open_context_call: no wait for the WAL flush, generic plans)."""
     async with pool.acquire(timeout=acquire_timeout) as conn, conn.transaction():
-        await rrepo.configure_trace_write(conn)
         yield conn
 
 

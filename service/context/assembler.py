@@ -390,6 +390,7 @@ async def assemble(
         if trace_pool is not None:
             with timer.stage("trace"):
                 async with trace_transaction(trace_pool, settings.pool_acquire_timeout_seconds) as primary:
+                    await open_context_call(primary)  # the terms of the call's own transaction
                     await write_trace(primary, req, packet, packed, retrieved, settings, probe, replay_of)
     finally:
         if not embedding.done():  # the database failed first: the vector is not needed

@@ -16,7 +16,3 @@ async def standby_position(conn: Conn) -> tuple[bool, int | None]:
     row: Any = await q().standby_position(conn)
     lsn = row["replay_lsn"]
     return bool(row["in_recovery"]), None if lsn is None else int(lsn)
-
-
-async def configure_trace_write(conn: Conn) -> None:
-    await q().configure_trace_write(conn)
