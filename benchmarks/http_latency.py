@@ -21,6 +21,9 @@ What it does:
    stage from the Server-Timing header (embed, candidates, pack, multi_hop, episodes, trace).
    Every pass runs once per profile of `--profiles` (default `unified,facts_first`, the request's
    `profile` field, spec/context-profiles.md), in the same run on the same server.
+4. within each pass, the clients of `--clients` take turns request by request, each timing its
+   own: `httpx` (what the Python SDK uses) and `raw` (benchmarks/rawhttp.py), whose difference
+   is httpx's own cost per call on these two cores (about 2 ms), not the server's.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +47,7 @@ import httpx
 import numpy as np
 
 from benchmarks.machine import cores_and_ram
+from benchmarks.rawhttp import RawClient
 from benchmarks.seed import (
     EVENT_TEMPLATES,
     ITEMS,
@@ -321,6 +325,7 @@ class Pass:
     name: str
     concurrency: int
     profile: str
+    client: str = "httpx"
     latencies_ms: list[float] = field(default_factory=list)
     stages: dict[str, list[float]] = field(default_factory=dict)
     wall_s: float = 0.0
@@ -331,6 +336,7 @@ class Pass:
         return {
             "profile": self.profile,
             "pass": self.name,
+            "client": self.client,
             "concurrency": self.concurrency,
             "requests": len(lat),
             "errors": self.errors,
@@ -351,40 +357,66 @@ def parse_server_timing(header: str) -> dict[str, float]:
     return out
 
 
+# One request of a pass, by one client: (status, Server-Timing header).
+Send = Callable[[dict[str, Any], dict[str, str]], Awaitable[tuple[int, str]]]
+
+
+def httpx_sender(client: httpx.AsyncClient) -> Send:
+    async def send(body: dict[str, Any], headers: dict[str, str]) -> tuple[int, str]:
+        r = await client.post("/v1/context", json=body, headers=headers, timeout=60)
+        return r.status_code, r.headers.get("server-timing", "")
+
+    return send
+
+
+def raw_sender(client: RawClient) -> Send:
+    async def send(body: dict[str, Any], headers: dict[str, str]) -> tuple[int, str]:
+        r = await client.post("/v1/context", json=body, headers=headers)
+        return r.status_code, r.headers.get("server-timing", "")
+
+    return send
+
+
 async def run_pass(
-    client: httpx.AsyncClient, key: str, name: str, texts: list[str], concurrency: int, profile: str
-) -> Pass:
-    result = Pass(name, concurrency, profile)
+    clients: dict[str, Send], key: str, name: str, texts: list[str], concurrency: int, profile: str
+) -> list[Pass]:
+    """The pass's requests, sent by the clients in turn (request i by client i mod n), each
+    timed by the client that sent it: side by side on the same server at the same moment. The
+    requests per second are the pass's, every client's requests together."""
+    results = {c: Pass(name, concurrency, profile, client=c) for c in clients}
+    senders = list(clients.items())
     headers = {"Authorization": f"Bearer {key}"}
-    queue: asyncio.Queue[str] = asyncio.Queue()
-    for t in texts:
-        queue.put_nowait(t)
+    queue: asyncio.Queue[tuple[int, str]] = asyncio.Queue()
+    for i, t in enumerate(texts):
+        queue.put_nowait((i, t))
 
     async def worker() -> None:
         while True:
             try:
-                text = queue.get_nowait()
+                i, text = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
+            client, send = senders[i % len(senders)]
+            result = results[client]
+            body = {"project_id": PROJECT, "subject_id": SUBJECT, "query": text, "profile": profile}
             t0 = time.perf_counter()
-            r = await client.post(
-                "/v1/context",
-                json={"project_id": PROJECT, "subject_id": SUBJECT, "query": text, "profile": profile},
-                headers=headers,
-                timeout=60,
-            )
+            status, timing = await send(body, headers)
             elapsed = (time.perf_counter() - t0) * 1000
-            if r.status_code != 200:
+            if status != 200:
                 result.errors += 1
                 continue
             result.latencies_ms.append(elapsed)
-            for stage, ms in parse_server_timing(r.headers.get("server-timing", "")).items():
+            for stage, ms in parse_server_timing(timing).items():
                 result.stages.setdefault(stage, []).append(ms)
 
     start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    result.wall_s = time.perf_counter() - start
-    return result
+    wall_s = time.perf_counter() - start
+    answered = sum(len(r.latencies_ms) for r in results.values())
+    for r in results.values():
+        # Each row's requests over its share of the pass: the pass's rate, in every row.
+        r.wall_s = wall_s * len(r.latencies_ms) / max(1, answered)
+    return list(results.values())
 
 
 def machine() -> str:
@@ -392,7 +424,18 @@ def machine() -> str:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    cols = ["profile", "pass", "concurrency", "requests", "errors", "p50_ms", "p95_ms", "p99_ms", "req_per_s"]
+    cols = [
+        "profile",
+        "pass",
+        "client",
+        "concurrency",
+        "requests",
+        "errors",
+        "p50_ms",
+        "p95_ms",
+        "p99_ms",
+        "req_per_s",
+    ]
     cols += [f"{s}_p50_ms" for s in STAGES]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
@@ -405,26 +448,31 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 
 async def measure(srv: Server, key: str, args: argparse.Namespace) -> dict[str, Any]:
-    report: dict[str, Any] = {"machine": machine(), "facts": args.facts}
-    async with httpx.AsyncClient(base_url=srv.url, timeout=60) as client:
+    report: dict[str, Any] = {"machine": machine(), "facts": args.facts, "clients": args.clients}
+    async with (
+        httpx.AsyncClient(base_url=srv.url, timeout=60) as client,
+        RawClient(srv.url) as raw,
+    ):
         if args.reuse is None and args.seed == "api":
             report["ingest_local"] = await seed_api(client, key, args.facts, args.events)
             print(f"ingest (local model): {report['ingest_local']}", file=sys.stderr)
         await analyze(srv.data_dir)
+        available = {"httpx": httpx_sender(client), "raw": raw_sender(raw)}
+        senders = {name: available[name] for name in args.clients}
         used: set[str] = set()
         warm = query_texts(args.warmup, seed=99, exclude=used)
         used |= set(warm)
         for profile in args.profiles:
-            await run_pass(client, key, "warm-up", warm, 1, profile)
+            await run_pass(senders, key, "warm-up", warm, 1, profile)
         rows = []
         for conc in (1, 8):
             for i, profile in enumerate(args.profiles):
                 # Fresh texts for each profile's uncached pass: none of them was embedded before.
                 fresh = query_texts(args.queries, seed=100 + conc + 1000 * i, exclude=used)
                 used |= set(fresh)
-                uncached = await run_pass(client, key, "uncached", fresh, conc, profile)
-                cached = await run_pass(client, key, "cached", fresh[: min(len(fresh), 1500)], conc, profile)
-                rows += [uncached.row(), cached.row()]
+                uncached = await run_pass(senders, key, "uncached", fresh, conc, profile)
+                cached = await run_pass(senders, key, "cached", fresh[: min(len(fresh), 1500)], conc, profile)
+                rows += [p.row() for p in (*uncached, *cached)]
                 print(f"  done {profile}, concurrency {conc}", file=sys.stderr)
         report["passes"] = rows
     return report
@@ -450,6 +498,14 @@ def main(argv: list[str] | None = None) -> int:
         default=["unified", "facts_first"],
         help="comma-separated profiles of the request, each measured in turn (default: unified,facts_first)",
     )
+    p.add_argument(
+        "--clients",
+        type=lambda v: [x.strip() for x in v.split(",") if x.strip()],
+        default=["httpx", "raw"],
+        help="comma-separated HTTP clients that take turns within each pass, each with its own rows: "
+        "httpx (what the Python SDK uses) and raw (benchmarks/rawhttp.py, the server's latency "
+        "without httpx's own ~2 ms); default: httpx,raw",
+    )
     p.add_argument("--json", type=Path, default=None, help="also write the report as JSON here")
     p.add_argument(
         "--warmup",
@@ -465,6 +521,8 @@ def main(argv: list[str] | None = None) -> int:
         help="measure a data directory kept by an earlier --keep run (no seeding; --facts only labels it)",
     )
     args = p.parse_args(argv)
+    if unknown := set(args.clients) - {"httpx", "raw"}:
+        p.error(f"--clients: unknown {sorted(unknown)}; choose among httpx, raw")
     report: dict[str, Any] = {}
     if args.stub_ingest:
         report["ingest_stub"] = asyncio.run(stub_ingest(args))

@@ -42,6 +42,7 @@ from typing import Any
 
 import httpx
 
+from benchmarks.rawhttp import RawClient, RawHTTPError
 from tests.helpers.server import free_port, spawn_serve
 
 REPO = Path(__file__).resolve().parent.parent
@@ -169,7 +170,12 @@ async def seed(client: httpx.AsyncClient, key: str, subjects: int) -> None:
 
 
 async def client_loop(
-    client: httpx.AsyncClient, key: str, worker: int, args: argparse.Namespace, deadline: float, out: Results
+    client: httpx.AsyncClient | RawClient,
+    key: str,
+    worker: int,
+    args: argparse.Namespace,
+    deadline: float,
+    out: Results,
 ) -> None:
     rng = random.Random(1000 + worker)
     headers = {"Authorization": f"Bearer {key}"}
@@ -196,7 +202,7 @@ async def client_loop(
         started = time.perf_counter()
         try:
             r = await client.post(url, json=body, headers=headers)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, RawHTTPError) as exc:
             out.errors[f"{kind}: {type(exc).__name__}"] += 1
             continue
         elapsed = time.perf_counter() - started
@@ -209,20 +215,25 @@ async def client_loop(
 async def run(args: argparse.Namespace, base_url: str, key: str) -> dict[int, Results]:
     most = max(args.concurrency)
     limits = httpx.Limits(max_connections=most, max_keepalive_connections=most)
-    async with httpx.AsyncClient(base_url=base_url, timeout=60, limits=limits) as client:
+    async with (
+        httpx.AsyncClient(base_url=base_url, timeout=60, limits=limits) as client,
+        RawClient(base_url) as raw,
+    ):
         print(f"seeding {args.subjects} subjects x (100 facts + 20 events)...", file=sys.stderr)
         await seed(client, key, args.subjects)
+        # The concurrency guard builds its arguments by hand, without --client: httpx.
+        sender = raw if getattr(args, "client", "httpx") == "raw" else client
         by_level: dict[int, Results] = {}
         for level in args.concurrency:
             # A short warm-up (model, pool, plans, the level's connections) outside the window.
             warm = Results()
             warm_end = time.monotonic() + args.warmup
-            await asyncio.gather(*(client_loop(client, key, w, args, warm_end, warm) for w in range(level)))
+            await asyncio.gather(*(client_loop(sender, key, w, args, warm_end, warm) for w in range(level)))
             print(f"running {level} clients for {args.duration:.0f} s...", file=sys.stderr)
             out = Results()
             out.started = time.monotonic()
             deadline = out.started + args.duration
-            await asyncio.gather(*(client_loop(client, key, w, args, deadline, out) for w in range(level)))
+            await asyncio.gather(*(client_loop(sender, key, w, args, deadline, out) for w in range(level)))
             out.ended = time.monotonic()
             by_level[level] = out
         return by_level
@@ -245,6 +256,7 @@ def report(args: argparse.Namespace, level: int, out: Results) -> dict[str, Any]
     summary = {
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU(s), Python {platform.python_version()}",
         "embedder": args.embed,
+        "client": getattr(args, "client", "httpx"),
         "concurrency": level,
         "duration_s": round(seconds, 1),
         "write_share": args.write_share,
@@ -253,7 +265,10 @@ def report(args: argparse.Namespace, level: int, out: Results) -> dict[str, Any]
         "errors": errors,
         "error_kinds": dict(out.errors),
     }
-    print(f"\n{summary['machine']}; embedder {args.embed}; {level} clients for {seconds:.1f} s")
+    print(
+        f"\n{summary['machine']}; embedder {args.embed}; {summary['client']} client; "
+        f"{level} clients for {seconds:.1f} s"
+    )
     print(f"{'':9} {'requests':>9} {'req/s':>7} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8}")
     for name in ("all", "context", "facts", "events"):
         r = summary[name]
@@ -273,6 +288,14 @@ def add_mix_arguments(parser: argparse.ArgumentParser, *, duration: float) -> No
     parser.add_argument("--write-share", type=float, default=0.2)
     parser.add_argument("--subjects", type=int, default=20)
     parser.add_argument("--embed", choices=["local", "hash"], default="local")
+    parser.add_argument(
+        "--client",
+        choices=["httpx", "raw"],
+        default="httpx",
+        help="the clients' HTTP library: httpx (default, as every earlier figure) or raw "
+        "(benchmarks/rawhttp.py: about 2 ms less of the load generator's CPU a call, on the "
+        "server's two cores)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
