@@ -19,6 +19,7 @@ class Peer:
 
     def __init__(self) -> None:
         self.connections = 0
+        self.hung_up = 0  # connections the client closed while the peer waited to answer
         self.server: asyncio.Server | None = None
 
     @property
@@ -37,7 +38,7 @@ class Peer:
                     name, _, value = line.decode().partition(":")
                     headers[name.strip().lower()] = value.strip()
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
-                if not await self.respond(writer, method, path, headers, body, conn):
+                if not await self.respond(reader, writer, method, path, headers, body, conn):
                     break
                 await writer.drain()
         finally:
@@ -45,6 +46,7 @@ class Peer:
 
     async def respond(
         self,
+        reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         method: str,
         path: str,
@@ -75,8 +77,9 @@ class Peer:
         if path == "/cut":
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten b")
             return False
-        if path == "/silent":
-            await asyncio.sleep(5)
+        if path == "/silent":  # answers nothing; reads until the client hangs up
+            if await asyncio.wait_for(reader.read(), 5) == b"":
+                self.hung_up += 1
             return False
         writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
         return True
@@ -140,6 +143,11 @@ async def test_failures_are_raw_http_errors_and_leave_no_broken_connection(peer:
             await client.request("GET", "/silent")
         after = await client.post("/echo", json=None)
     assert after.json()["conn"] == 3
+    for _ in range(100):  # the timed-out connection was closed by the client, not left open
+        if peer.hung_up:
+            break
+        await asyncio.sleep(0.01)
+    assert peer.hung_up == 1
     with pytest.raises(RawHTTPError, match="ConnectionRefusedError"):
         await RawClient("http://127.0.0.1:9").request("GET", "/")
     with pytest.raises(ValueError, match="plain http"):
