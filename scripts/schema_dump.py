@@ -39,9 +39,9 @@ _NOISE = re.compile(r"^(\\restrict |\\unrestrict |-- Dumped (from|by) )")
 
 
 def pg_dump_binary() -> Path:
-    import pgserver
+    from service.embedded import bin_dir
 
-    return Path(pgserver.__file__).parent / "pginstall" / "bin" / "pg_dump"
+    return bin_dir() / "pg_dump"
 
 
 def normalise(dump: str) -> str:

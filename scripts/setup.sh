@@ -32,4 +32,5 @@ fi
 .venv/bin/python -m pip install --quiet -e '.[dev]'
 # The local model's default backend (HAKI_EMBED_BACKEND=auto) runs on ONNX Runtime when this is there.
 .venv/bin/python -m pip install --quiet -e '.[onnx]'
+# The Python SDK, for its tests and the benchmarks; the service itself does not import it.
 .venv/bin/python -m pip install --quiet -e sdk/python

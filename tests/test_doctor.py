@@ -1,0 +1,103 @@
+"""`haki doctor` and the start-up vector probe (service/doctor.py): what each check finds, and the
+refusal's wording. The probe's failure on a real pgvector built for another CPU is in
+tests/test_portability.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from service import doctor
+from service.embedded import DataDirVersionError, check_data_dir_version
+from service.migrations import pending_migrations
+from service.repository import health
+from service.settings import Settings
+from tests.helpers.server import REPO, scratch_data_dir, server_env
+
+
+def test_missing_cpu_features_are_the_x86_64_v3_ones_a_cpu_lacks() -> None:
+    v2 = frozenset(["fpu", "sse", "sse2", "ssse3", "sse4_1", "sse4_2", "popcnt", "cx16", "lahf_lm"])
+    assert doctor.missing_cpu_features(v2, "x86_64") == list(doctor.EMBEDDED_X86_FEATURES)
+    assert doctor.missing_cpu_features(v2 | set(doctor.EMBEDDED_X86_FEATURES), "x86_64") == []
+    assert doctor.missing_cpu_features(v2, "aarch64") == []
+
+
+def test_cpu_flags_are_read_from_the_flags_line(tmp_path: Path) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx avx2 fma\nbugs\t\t: none\n")
+    assert doctor.cpu_flags(cpuinfo) == frozenset({"fpu", "avx", "avx2", "fma"})
+    assert doctor.cpu_flags(tmp_path / "absent") is None
+
+
+def test_the_refusal_names_the_cause_and_the_fix(tmp_path: Path) -> None:
+    external = doctor.crash_explanation(Settings(database_url="postgresql://u:secret@db/haki"))
+    assert "backend died" in external and "pgvector built for that CPU" in external
+    assert "secret" not in external
+    log = tmp_path / "pgdata" / "log"
+    log.parent.mkdir()
+    death = "LOG:  client backend (PID 42) was terminated by signal 4: Illegal instruction"
+    log.write_text(f"LOG:  database system is ready\n{death}\nLOG:  all server processes terminated\n")
+    embedded = doctor.crash_explanation(Settings(data_dir=tmp_path))
+    assert "backend died" in embedded and "HAKI_DATABASE_URL" in embedded and "docs/platforms.md" in embedded
+    assert death in embedded
+
+
+def test_database_urls_lose_their_password() -> None:
+    assert doctor.redacted("postgresql://haki:s3cret@db:5432/haki") == "postgresql://haki:***@db:5432/haki"
+    assert doctor.redacted("postgresql:///haki?host=/tmp") == "postgresql:///haki?host=/tmp"
+
+
+def test_a_data_directory_of_another_major_version_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    (tmp_path / "PG_VERSION").write_text("16\n")
+    with pytest.raises(DataDirVersionError, match="pg_dumpall"):
+        check_data_dir_version(tmp_path)
+    (tmp_path / "PG_VERSION").write_text("18\n")
+    check_data_dir_version(tmp_path)
+
+
+async def test_the_vector_probe_passes_here_and_leaves_nothing(settings: Settings, migrated: str) -> None:
+    check = await doctor.check_vectors(settings)
+    assert check.ok, check.detail
+    conn = await asyncpg.connect(migrated)
+    try:
+        ext = await health.vector_extension(conn)
+        assert ext.installed_version == ext.available_version
+        assert await pending_migrations(conn) == []
+    finally:
+        await conn.close()
+
+
+async def test_the_probe_finds_what_it_searched_and_leaves_nothing(conn: asyncpg.Connection) -> None:
+    first = await health.probe_vectors(conn)
+    assert first.nearest_id == doctor.PROBE_NEAREST_ID
+    assert 0 < first.max_distance <= 2 and 0 < first.max_half_distance <= 2
+    # Its temporary table went with its transaction: a second probe creates it again.
+    assert await health.probe_vectors(conn) == first
+
+
+@pytest.mark.integration
+def test_doctor_reports_each_check_and_fails_until_migrated() -> None:
+    with scratch_data_dir("haki-doc-") as data_dir:
+        env = server_env(data_dir)
+
+        def run(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "service.cli", *args],
+                cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False,
+            )  # fmt: skip
+
+        fresh = run("doctor")
+        assert fresh.returncode == 1, fresh.stdout + fresh.stderr
+        lines = dict(line.split(None, 2)[1::-1] for line in fresh.stdout.splitlines())
+        assert lines == {
+            "database": "ok", "pgvector": "ok", "migrations": "FAIL", "vector": "ok", "model": "ok"
+        }, fresh.stdout  # fmt: skip
+        assert "pending" in fresh.stdout
+        assert run("migrate").returncode == 0
+        ready = run("doctor")
+        assert ready.returncode == 0, ready.stdout + ready.stderr
+        assert all(line.startswith("ok ") for line in ready.stdout.splitlines()), ready.stdout
