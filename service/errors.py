@@ -1,6 +1,6 @@
 """Domain errors and the one table that maps them (and asyncpg's) to the contract's error body.
 
-Every error leaves the service as `{"code", "message", "details"}` (spec/API.md). The
+Every error leaves the service as `{"code", "message", "details"}` (docs/spec/api.md). The
 repository and service layers raise the domain errors below and never HTTP exceptions.
 """
 
@@ -150,6 +150,19 @@ class InvalidInput(HakiError, status=422, code="validation_error"):
         super().__init__(f"{field}: {message}", field=field, **details)
 
 
+class InvalidBody(HakiError, status=400, code="validation_error"):
+    """A request that does not decode into its Struct, for a caller that converts it itself (the
+    MCP tools); a route's body gets the same answer from Litestar's decoding (_validation_body)."""
+
+    @classmethod
+    def of(cls, exc: msgspec.ValidationError) -> InvalidBody:
+        message = str(exc)
+        field = _field_of(None, message)
+        if field is None:
+            return cls(message)
+        return cls(message if message.startswith(field) else f"{field}: {message}", field=field)
+
+
 class BudgetExceeded(HakiError, status=400, code="budget_exceeded"):
     pass
 
@@ -202,6 +215,13 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     TimeoutError,
     asyncio.TimeoutError,
 )
+
+
+def database_unavailable(exc: BaseException) -> bool:
+    """The database cannot answer now (connection lost, server busy, statement timeout): a 503
+    `unavailable`, not a bug."""
+    return isinstance(exc, _UNAVAILABLE)
+
 
 _FIELD_AT = re.compile(r"- at `\$(?P<path>[^`]*)`")
 _NAMED_FIELD = re.compile(
@@ -336,7 +356,7 @@ def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Respons
         return error_response(
             exc.status_code, ErrorBody(code=code, message=exc.detail, details=extra), exc.headers
         )
-    if isinstance(exc, _UNAVAILABLE):
+    if database_unavailable(exc):
         log.warning("database unavailable on %s %s: %r", request.method, request.url.path, exc)
         return error_response(
             503,

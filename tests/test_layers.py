@@ -39,12 +39,13 @@ LAYERS: dict[str, int] = {
     "service.db": 2,
     "service.replica": 2,
     "service.migrations": 2,
+    "service.doctor": 2,
     "service.importer": 2,
     "service.extraction": 2,
     "service.lifecycle": 2,
     "service.observability": 2,
     "service.handlers": 3,
-    "service.mcp_server": 3,  # the MCP tools: an adapter over the HTTP API, like the handlers
+    "service.mcp_server": 3,  # the MCP tools: an adapter over the handlers' functions, like a route
     "service.app": 4,
     "service.cli": 4,
 }
@@ -112,6 +113,25 @@ def test_no_import_cycle() -> None:
         if m not in state:
             visit(m)
     assert cycles == []
+
+
+def test_the_service_never_imports_its_own_client() -> None:
+    """A server must not depend on its HTTP client (sdk/python, not a dependency of the service):
+    the MCP tools call the service layer, and `haki mcp` forwards to a server's /mcp."""
+    found = [
+        f"{module_name(path)} imports {name}"
+        for path in SERVICE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        for name in (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom)
+            else []
+        )
+        if name.split(".")[0] == "haki_client"
+    ]
+    assert found == []
 
 
 def test_the_check_sees_an_upward_import() -> None:

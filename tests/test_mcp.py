@@ -1,7 +1,8 @@
 """The MCP server, driven by the official SDK's own client over both transports, against a real
-`haki serve` (tests/helpers/server.py): stdio (`haki mcp`, talking to the server over HTTP) and
+`haki serve` (tests/helpers/server.py): stdio (`haki mcp`, a bridge to the server's `/mcp`) and
 streamable HTTP (`/mcp` on the service). Every tool is called; a key never reaches another
-project."""
+project. The in-process tests at the end run the app's lifespan in the test's loop, on its
+connection, to see what a tool call does inside the service."""
 
 from __future__ import annotations
 
@@ -11,25 +12,43 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import asyncpg
 import httpx
 import httpx2
 import msgspec
 import pytest
 from haki_client import Haki
+from litestar import Litestar
+from mcp.client.client import Client
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from service.structs import ExtractResponse
-from tests.helpers import assert_error, bearer
+from service.app import create_app
+from service.auth import authenticate
+from service.context import assembler
+from service.embedder import Embedder
+from service.errors import NotFound
+from service.handlers.deps import in_process
+from service.handlers.memory import get_conflicts, post_facts
+from service.ids import uuid7
+from service.mcp_server import INSTRUCTIONS, ConfigError, ReachServer, bridge, check_endpoint
+from service.observability.metrics import Metrics
+from service.ratelimit import RateLimiter
+from service.replica import ReadRouter
+from service.settings import Settings
+from service.structs import ExtractResponse, FactIn, WriteFactsRequest, WriteFactsResponse
+from tests.helpers import PROJECT, assert_error, bearer
+from tests.helpers.app import SingleConnectionPool
 from tests.helpers.fake_chat import FakeChat, answer, fake_chat
-from tests.helpers.server import REPO, Server, running_server
+from tests.helpers.server import REPO, Server, free_port, running_server
 
 # Starts `haki serve` and `haki mcp` subprocesses.
 pytestmark = pytest.mark.integration
@@ -191,7 +210,7 @@ async def test_every_tool(world: World, transport: str) -> None:
         bad_id = await call_error(
             session, "remember", subject_id=subject, facts=[{"content": "x", "supersedes": "nope"}]
         )
-        assert "validation_error" in bad_id
+        assert "validation_error" in bad_id and "facts[0].supersedes" in bad_id
         missing = await call_error(session, "inspect", trace_id="0190f5b2-7c4e-7a39-9f1e-3c2b1a0d4e5f")
         assert "not_found" in missing
 
@@ -244,9 +263,8 @@ async def test_stdio_pins_the_project_it_is_given(world: World) -> None:
         assert "forbidden" in refused
 
 
-def test_stdio_without_a_key_exits_2(world: World) -> None:
-    env = {k: v for k, v in world.server.env.items() if k != "HAKI_API_KEY"}
-    done = subprocess.run(
+def haki_mcp(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "-m", "service.cli", "mcp"],
         cwd=Path(REPO),
         env=env,
@@ -256,8 +274,22 @@ def test_stdio_without_a_key_exits_2(world: World) -> None:
         stdin=subprocess.DEVNULL,
         check=False,
     )
+
+
+def test_stdio_without_a_key_exits_2(world: World) -> None:
+    done = haki_mcp({k: v for k, v in world.server.env.items() if k != "HAKI_API_KEY"})
     assert done.returncode == 2
     assert "HAKI_API_KEY" in done.stderr
+
+
+def test_stdio_checks_the_key_and_the_server_before_serving(world: World) -> None:
+    refused = haki_mcp({**world.server.env, "HAKI_URL": world.server.url, "HAKI_API_KEY": "hk_not-a-key"})
+    assert refused.returncode == 2
+    assert "refused the key" in refused.stderr and "401" in refused.stderr
+    nobody = f"http://127.0.0.1:{free_port()}"
+    absent = haki_mcp({**world.server.env, "HAKI_URL": nobody, "HAKI_API_KEY": world.key_a})
+    assert absent.returncode == 2
+    assert f"no Haki server answers at HAKI_URL={nobody}" in absent.stderr
 
 
 def test_sync_sdk_extract_dry_run(world: World) -> None:
@@ -317,3 +349,202 @@ async def test_mcp_before_the_lifespan_is_503(client: httpx.AsyncClient, key: st
         "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers=bearer(key)
     )
     assert_error(r, 503, "unavailable")
+
+
+# --- in process: what a tool call does inside the service -------------------------------------------
+
+
+@asynccontextmanager
+async def mcp_in_process(
+    settings: Settings, conn: asyncpg.Connection, embedder: Embedder, key: str, query: str = ""
+) -> AsyncIterator[tuple[Litestar, httpx2.AsyncClient, str]]:
+    """The app with its lifespan run (the /mcp server is built by it) on the test's connection,
+    and an HTTP client on it holding `key`; the /mcp URL, with `query`."""
+    app = create_app(settings, pool=SingleConnectionPool(conn), embedder=embedder)
+    transport = httpx2.ASGITransport(app=cast(Any, app))  # Litestar's ASGI types are its own
+    async with (
+        app.lifespan(),
+        httpx2.AsyncClient(transport=transport, base_url="http://haki.test", headers=bearer(key)) as http,
+    ):
+        yield app, http, f"http://haki.test/mcp{query}"
+
+
+@asynccontextmanager
+async def session_on(http: httpx2.AsyncClient, url: str) -> AsyncIterator[ClientSession]:
+    async with (
+        streamable_http_client(url, http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+def routes_requested(app: Litestar) -> set[str]:
+    metrics: Metrics = app.state.metrics
+    return {
+        sample.labels["route"]
+        for family in metrics.registry.collect()
+        if family.name == "haki_http_request_duration_seconds"
+        for sample in family.samples
+        if sample.name.endswith("_count")
+    }
+
+
+async def test_a_tool_calls_the_service_not_the_http_api(
+    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str
+) -> None:
+    async with (
+        mcp_in_process(settings, conn, hash_embedder, key) as (app, http, url),
+        session_on(http, url) as session,
+    ):
+        written = await call(
+            session,
+            "remember",
+            subject_id="maya",
+            facts=[{"content": "Maya works at Lyon Sud.", "key": "employer"}],
+        )
+        # The answer is the route's own response body.
+        assert msgspec.json.decode(written, type=WriteFactsResponse).facts[0].status == "active"
+        recalled = await call(session, "recall", subject_id="maya", query="Where does Maya work?")
+        assert "- Maya works at Lyon Sud." in recalled.splitlines()
+        metrics: Metrics = app.state.metrics
+        served = metrics.registry.get_sample_value(
+            "haki_context_calls_total", {"status": "ok", "profile": "unified"}
+        )
+        assert served is not None and served >= 1  # counted as the route counts it
+        # Nothing but /mcp itself went through the HTTP stack: no request to /v1/facts or /v1/context.
+        routes = routes_requested(app)
+        assert routes and not any(route.startswith("/v1/") for route in routes), routes
+
+        # The routes' Structs check the arguments and name the field, as the API does.
+        naive = await call_error(
+            session, "record_event", subject_id="maya", content="x", occurred_at="2026-11-20T10:00:00"
+        )
+        assert "validation_error: events[0].occurred_at" in naive
+        nul = await call_error(session, "forget", subject_id="ma\x00ya")
+        assert "validation_error: subject_id" in nul
+        garbage = await call_error(session, "inspect", trace_id="garbage")
+        assert "validation_error: trace_id" in garbage
+        kept = await call_error(
+            session, "resolve_conflict", conflict_set_id="00000000-0000-0000-0000-000000000000", keep=["nope"]
+        )
+        assert "validation_error: keep[0]" in kept
+
+
+async def test_tool_calls_spend_the_keys_rate_limit(
+    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str
+) -> None:
+    async with (
+        mcp_in_process(settings, conn, hash_embedder, key) as (app, http, url),
+        session_on(http, url) as session,
+    ):
+        app.state.rate_limiter = RateLimiter(2)
+        assert len((await session.list_tools()).tools) == len(TOOLS)  # not a call of the API
+        for _ in range(2):
+            await call(session, "list_conflicts", subject_id="maya")
+        limited = await call_error(session, "list_conflicts", subject_id="maya")
+        assert "rate_limited: Rate limit of 2 requests per minute" in limited
+
+
+async def test_the_pinned_project_is_checked_by_every_tool(
+    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str
+) -> None:
+    # `haki mcp` passes HAKI_PROJECT_ID as ?project_id=: another project than the key's is refused
+    # by each tool (the model reads why), not by the handshake.
+    async with (
+        mcp_in_process(settings, conn, hash_embedder, key, "?project_id=proj-b") as (
+            _,
+            http,
+            url,
+        ),
+        session_on(http, url) as session,
+    ):
+        refused = await call_error(session, "remember", subject_id="maya", facts=[{"content": "x"}])
+        assert "forbidden: This API key belongs to another project. (field project_id)" in refused
+        assert "forbidden" in await call_error(session, "forget", subject_id="maya")
+    async with mcp_in_process(settings, conn, hash_embedder, key, "?project_id=") as (_, http, url):
+        r = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        assert r.status_code == 400 and r.json()["code"] == "validation_error", r.text
+    async with (
+        mcp_in_process(settings, conn, hash_embedder, key, "?project_id=proj-a") as (
+            _,
+            http,
+            url,
+        ),
+        session_on(http, url) as session,
+    ):
+        await call(session, "remember", subject_id="maya", facts=[{"content": "Maya is a nurse."}])
+
+
+async def test_the_stdio_bridge_forwards_to_mcp_and_outlives_the_server(
+    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str
+) -> None:
+    """`haki mcp`'s server (`bridge`) in process, on a client of the app's /mcp: a request that
+    finds no server is a tool error, and the next one, the server back, works again."""
+
+    def refuse(request: httpx2.Request) -> httpx2.Response:
+        raise httpx2.ConnectError("All connection attempts failed", request=request)
+
+    async with mcp_in_process(settings, conn, hash_embedder, key) as (app, _, url):
+        asgi = httpx2.ASGITransport(app=cast(Any, app))
+        reach = ReachServer("http://haki.test", inner=asgi)
+        async with (
+            httpx2.AsyncClient(transport=reach, headers=bearer(key)) as http,
+            session_on(http, url) as remote,
+            Client(bridge(remote)) as client,
+        ):
+            await check_endpoint(http, "http://haki.test", url)
+            assert {t.name for t in (await client.list_tools()).tools} == TOOLS
+            assert client.session.instructions == INSTRUCTIONS
+            await client.call_tool(
+                "remember", {"subject_id": "maya", "facts": [{"content": "Maya is a nurse."}]}
+            )
+            reach.inner = httpx2.MockTransport(refuse)
+            gone = await client.call_tool("recall", {"subject_id": "maya", "query": "What does Maya do?"})
+            text = "".join(getattr(block, "text", "") for block in gone.content)
+            assert gone.is_error and text.startswith(
+                "unavailable: no Haki server answers at HAKI_URL=http://haki.test"
+            )
+            with pytest.raises(ConfigError, match="no Haki server answers"):
+                await check_endpoint(http, "http://haki.test", url)
+            reach.inner = asgi
+            back = await client.call_tool("recall", {"subject_id": "maya", "query": "What does Maya do?"})
+            assert not back.is_error and "- Maya is a nurse." in "".join(
+                getattr(b, "text", "") for b in back.content
+            )
+
+
+async def test_tool_calls_follow_the_read_routing_of_the_routes(
+    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str
+) -> None:
+    """`in_process`, what every tool runs through, with a read router whose standby is the test's
+    own database: reads lease the standby and are run again on the primary where a read route's
+    would be; writes run on the primary and are noted for read-your-writes."""
+    pool = SingleConnectionPool(conn)
+    routed = msgspec.structs.replace(settings, database_read_url=settings.database_url)
+    app = create_app(routed, pool=pool, embedder=hash_embedder)
+    router: ReadRouter = app.state.read_router
+    router.primary_pool = router.read_pool = pool
+    router.state, router.last_ok = "ok", time.monotonic()
+    metrics: Metrics = app.state.metrics
+
+    def sample(name: str, **labels: str) -> float:
+        return metrics.registry.get_sample_value(name, labels) or 0.0
+
+    principal = await authenticate(conn, f"Bearer {key}")
+    with pytest.raises(NotFound):  # found on neither: asked of the standby, then of the primary
+        await in_process(
+            app, principal, lambda deps: assembler.inspect(deps.conn, deps.principal, uuid7()), reads=True
+        )
+    assert sample("haki_read_replica_fallbacks_total", reason="not_found") == 1
+    assert sample("haki_read_requests_total", pool="replica") == 1
+    assert sample("haki_read_requests_total", pool="primary") == 1
+
+    data = WriteFactsRequest(subject_id="maya", facts=[FactIn(content="Maya is a nurse.")])
+    await in_process(app, principal, lambda deps: post_facts(deps, data))
+    assert router.stale(PROJECT, "maya")  # noted: the standby has not replayed it
+    listed = await in_process(
+        app, principal, lambda deps: get_conflicts(deps, PROJECT, "maya", "open"), reads=True
+    )
+    assert listed.conflicts == []
+    assert sample("haki_read_replica_fallbacks_total", reason="unreplayed_write") == 1

@@ -13,7 +13,7 @@ from litestar.params import Parameter
 
 from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
 from service.context import assembler, replay
-from service.handlers.deps import ERRORS, Deps, in_key_project
+from service.handlers.deps import ERRORS, Deps, RouteDeps, in_key_project
 from service.handlers.memory import ProjectQuery, SubjectQuery
 from service.lifecycle import retention
 from service.observability.metrics import observe_context
@@ -48,6 +48,28 @@ def server_timing(timer: StageTimer) -> str:
     return ", ".join(f"{name};dur={ms:.2f}" for name, ms in timer.ms.items())
 
 
+async def post_context(
+    deps: RouteDeps, data: ContextRequest, state: State, timer: StageTimer | None = None
+) -> ContextPacket:
+    """The route's work, for the route and the `recall` MCP tool: the packet, counted in the
+    app's metrics."""
+    data = in_key_project(data, deps.principal)
+    deps.reads.fresh(data.project_id, data.subject_id)
+    timer = StageTimer() if timer is None else timer
+    packet = await assembler.assemble(
+        deps.conn,
+        deps.embedder,
+        deps.settings,
+        deps.principal,
+        data,
+        timer=timer,
+        trace_pool=deps.reads.trace_pool,
+        lent=deps.lease,
+    )
+    observe_context(state, timer, packet)
+    return packet
+
+
 class ContextController(Controller):
     tags = ["context"]
 
@@ -66,20 +88,8 @@ class ContextController(Controller):
         opt={READS: True},
     )
     async def context(self, data: ContextRequest, deps: Deps, state: State) -> Response[ContextPacket]:
-        data = in_key_project(data, deps.principal)
-        deps.reads.fresh(data.project_id, data.subject_id)
         timer = StageTimer()
-        packet = await assembler.assemble(
-            deps.conn,
-            deps.embedder,
-            deps.settings,
-            deps.principal,
-            data,
-            timer=timer,
-            trace_pool=deps.reads.trace_pool,
-            lent=deps.lease,
-        )
-        observe_context(state, timer, packet)
+        packet = await post_context(deps, data, state, timer)
         return Response(packet, status_code=200, headers={"Server-Timing": server_timing(timer)})
 
     @get(

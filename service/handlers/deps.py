@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any, Protocol, TypeVar
 
 import asyncpg
-from litestar import Request
+from litestar import Litestar, Request
 from litestar.datastructures import State
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Dependency
@@ -19,7 +19,16 @@ from service.embedder import Embedder, WorkLimitedEmbedder
 from service.errors import CONNECTION_LOST, openapi_responses
 from service.lifecycle.statistics import StatisticsKeeper
 from service.ratelimit import RateLimiter, WorkRateLimiter
-from service.replica import ON_REPLICA, READS, Reads, provide_reads, router_of
+from service.replica import (
+    ON_REPLICA,
+    PRIMARY_ONLY,
+    READS,
+    RERUN,
+    Reads,
+    provide_reads,
+    rerun_after_replica_error,
+    router_of,
+)
 from service.settings import Settings
 from service.strict_body import check_body
 from service.structs import KEY_PROJECT
@@ -224,6 +233,47 @@ def lease_of(request: Request[Any, Any, Any], conn: asyncpg.Connection) -> Lease
 
 
 Deps = Annotated[RouteDeps, Dependency(skip_validation=True)]
+
+
+async def in_process(
+    app: Litestar, principal: Principal, work: Callable[[RouteDeps], Awaitable[R]], *, reads: bool = False
+) -> R:
+    """`work` given what a route's handler gets, for a caller outside Litestar's request cycle whose
+    key is checked already (the /mcp tools, service/mcp_server.py). As for a request: the key's
+    rate limit, one connection lent for the call (on the standby for `reads`, where a read route
+    would be), and a failure's clean-up by the app's own hooks, which also mark a read of the
+    standby to run again on the primary (service/replica.py)."""
+    state = app.state
+    limiter: RateLimiter = state.rate_limiter
+    limiter.take(principal.key_id)
+    router = router_of(state)
+    scope: Any = {"type": "http", "litestar_app": app}
+    while True:
+        lease = Lease()
+        scope["state"] = {LEASE: lease}
+        try:
+            if reads and router is not None:
+                await router.lease(lease, scope)
+            else:
+                await lease.open(state.pool, provide_settings(state).pool_acquire_timeout_seconds)
+            deps = RouteDeps(
+                lease,
+                principal,
+                provide_settings(state),
+                Reads(router, scope),
+                provide_embedder(state),
+                state.get("statistics"),
+            )
+            return await work(deps)
+        except Exception as exc:
+            await release_after_exception(exc, scope)
+            if router is not None:
+                await rerun_after_replica_error(exc, scope)
+            if RERUN not in scope["state"]:
+                raise
+            scope[PRIMARY_ONLY] = True
+        finally:
+            await lease.close()
 
 
 # Every route's documented error responses, from the one error table (service/errors.py).

@@ -9,8 +9,9 @@ from litestar.openapi.datastructures import ResponseSpec
 
 from service.errors import error_code, response_spec
 from service.extraction import extractor
-from service.handlers.deps import ERRORS, Deps, in_key_project
-from service.handlers.memory import IdempotencyKey, write_batch
+from service.handlers.deps import ERRORS, Deps, RouteDeps, in_key_project
+from service.handlers.memory import IdempotencyKey, batch_response, run_batch
+from service.idempotency import Outcome
 from service.structs import ExtractRequest, ExtractResponse
 
 
@@ -56,19 +57,27 @@ class ExtractController(Controller):
     async def extract(
         self, data: ExtractRequest, deps: Deps, idempotency_key: IdempotencyKey = None
     ) -> Response[ExtractResponse]:
-        data = in_key_project(data, deps.principal)
+        return batch_response(await post_extract(deps, data, idempotency_key))
 
-        def prepare() -> Awaitable[extractor.Plan]:
-            return extractor.prepare(deps.lease, deps.embedder, deps.settings, deps.principal, data)
 
-        if not data.write:
-            return Response(extractor.dry_run(await prepare()), status_code=200)
-        return await write_batch(
-            deps,
-            data,
-            idempotency_key,
-            route="POST /v1/extract",
-            response_type=ExtractResponse,
-            prepare=prepare,
-            write=lambda plan: extractor.store(deps.conn, plan),
-        )
+async def post_extract(
+    deps: RouteDeps, data: ExtractRequest, idempotency_key: str | None = None
+) -> Outcome[ExtractResponse]:
+    """The route's work, for the route and the `remember_messages` MCP tool: a dry run answers
+    200 and writes nothing; a write runs like POST /v1/facts."""
+    data = in_key_project(data, deps.principal)
+
+    def prepare() -> Awaitable[extractor.Plan]:
+        return extractor.prepare(deps.lease, deps.embedder, deps.settings, deps.principal, data)
+
+    if not data.write:
+        return Outcome(body=extractor.dry_run(await prepare()), status_code=200, replayed=False)
+    return await run_batch(
+        deps,
+        data,
+        idempotency_key,
+        route="POST /v1/extract",
+        response_type=ExtractResponse,
+        prepare=prepare,
+        write=lambda plan: extractor.store(deps.conn, plan),
+    )

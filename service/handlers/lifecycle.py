@@ -50,7 +50,7 @@ class LifecycleController(Controller):
     async def erase_subject(
         self, deps: Deps, project_id: ProjectQuery, subject_id: SubjectPath
     ) -> SubjectErasure:
-        return await _erase(deps, project_id, subject_id)
+        return await delete_subject(deps, project_id, subject_id)
 
     @delete(
         "/v1/subjects",
@@ -63,7 +63,7 @@ class LifecycleController(Controller):
     async def erase_subject_by_query(
         self, deps: Deps, project_id: ProjectQuery, subject_id: SubjectParam
     ) -> SubjectErasure:
-        return await _erase(deps, project_id, subject_id)
+        return await delete_subject(deps, project_id, subject_id)
 
     @get(
         "/v1/subjects/export",
@@ -110,10 +110,11 @@ class LifecycleController(Controller):
         return await _export(deps, state, project_id, subject_id)
 
 
-# Each of the two routes below serves a subject named in the path and one named in the query.
+# Each of the two routes below serves a subject named in the path and one named in the query;
+# `delete_subject` is the `forget` MCP tool's work too.
 
 
-async def _erase(deps: RouteDeps, project_id: str, subject_id: str) -> SubjectErasure:
+async def delete_subject(deps: RouteDeps, project_id: str, subject_id: str) -> SubjectErasure:
     return await deps.noted(
         await erasure.erase_subject(deps.conn, deps.principal, deps.settings, project_id, subject_id)
     )

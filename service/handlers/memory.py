@@ -119,7 +119,7 @@ ScopedWrite = WriteFactsRequest | WriteEventsRequest | ExtractRequest
 P = TypeVar("P")
 
 
-async def write_batch(
+async def run_batch(
     deps: RouteDeps,
     data: ScopedWrite,
     idempotency_key: str | None,
@@ -129,11 +129,11 @@ async def write_batch(
     prepare: Callable[[], Awaitable[P]],
     write: Callable[[P], Awaitable[idempotency.T]],
     adds: tuple[MemoryTable, int] | None = None,
-) -> Response[idempotency.T]:
+) -> idempotency.Outcome[idempotency.T]:
     """A batch write of one scope (POST /v1/facts, /v1/events, /v1/extract): run at most once per
-    Idempotency-Key, noted for read-your-writes on a standby, a replay answered with
-    `Idempotent-Replayed: true`, and counted (`adds`: the table and its new rows) for the planner
-    statistics keeper. `data` is in the key's project already (in_key_project)."""
+    Idempotency-Key, noted for read-your-writes on a standby, and counted (`adds`: the table and
+    its new rows) for the planner statistics keeper. `data` is in the key's project already
+    (in_key_project)."""
     outcome = await idempotency.run_once(
         deps.lease,
         deps.settings,
@@ -150,8 +150,62 @@ async def write_batch(
     await deps.noted(data)
     if adds is not None and deps.statistics is not None and not outcome.replayed:
         deps.statistics.note(*adds)
+    return outcome
+
+
+def batch_response(outcome: idempotency.Outcome[idempotency.T]) -> Response[idempotency.T]:
+    """A batch write's answer; a replay says so with `Idempotent-Replayed: true`."""
     headers = {"Idempotent-Replayed": "true"} if outcome.replayed else None
     return Response(outcome.body, status_code=outcome.status_code, headers=headers)
+
+
+# The work of the routes below, one function each, for the route and for the MCP tool that does
+# the same (service/mcp_server.py).
+
+
+async def post_facts(
+    deps: RouteDeps, data: WriteFactsRequest, idempotency_key: str | None = None
+) -> idempotency.Outcome[WriteFactsResponse]:
+    data = in_key_project(data, deps.principal)
+    return await run_batch(
+        deps,
+        data,
+        idempotency_key,
+        route="POST /v1/facts",
+        response_type=WriteFactsResponse,
+        prepare=lambda: deps.without_connection(
+            memory.prepare_facts(deps.embedder, deps.settings, deps.principal, data)
+        ),
+        write=lambda prepared: memory.store_facts(deps.conn, prepared),
+        adds=("facts", len(data.facts)),
+    )
+
+
+async def post_events(
+    deps: RouteDeps, data: WriteEventsRequest, idempotency_key: str | None = None
+) -> idempotency.Outcome[WriteEventsResponse]:
+    data = in_key_project(data, deps.principal)
+    return await run_batch(
+        deps,
+        data,
+        idempotency_key,
+        route="POST /v1/events",
+        response_type=WriteEventsResponse,
+        prepare=lambda: deps.without_connection(memory.prepare_events(deps.embedder, deps.principal, data)),
+        write=lambda prepared: memory.store_events(deps.conn, prepared),
+        adds=("events", len(data.events)),
+    )
+
+
+async def get_conflicts(
+    deps: RouteDeps, project_id: str, subject_id: str | None, status: Literal["open", "resolved"] | None
+) -> ConflictList:
+    deps.reads.fresh(project_id, subject_id)
+    return await memory.list_conflicts(deps.conn, deps.principal, project_id, subject_id, status)
+
+
+async def post_resolve(deps: RouteDeps, conflict_set_id: UUID, data: ResolveConflictRequest) -> ConflictSet:
+    return await deps.noted(await memory.resolve_conflict(deps.conn, deps.principal, conflict_set_id, data))
 
 
 class FactsController(Controller):
@@ -169,19 +223,7 @@ class FactsController(Controller):
     async def write_facts(
         self, data: WriteFactsRequest, deps: Deps, idempotency_key: IdempotencyKey = None
     ) -> Response[WriteFactsResponse]:
-        data = in_key_project(data, deps.principal)
-        return await write_batch(
-            deps,
-            data,
-            idempotency_key,
-            route="POST /v1/facts",
-            response_type=WriteFactsResponse,
-            prepare=lambda: deps.without_connection(
-                memory.prepare_facts(deps.embedder, deps.settings, deps.principal, data)
-            ),
-            write=lambda prepared: memory.store_facts(deps.conn, prepared),
-            adds=("facts", len(data.facts)),
-        )
+        return batch_response(await post_facts(deps, data, idempotency_key))
 
     @get("/", responses=ERRORS, summary="List facts (keyset pagination)", opt={READS: True})
     async def list_facts(
@@ -231,19 +273,7 @@ class EventsController(Controller):
     async def write_events(
         self, data: WriteEventsRequest, deps: Deps, idempotency_key: IdempotencyKey = None
     ) -> Response[WriteEventsResponse]:
-        data = in_key_project(data, deps.principal)
-        return await write_batch(
-            deps,
-            data,
-            idempotency_key,
-            route="POST /v1/events",
-            response_type=WriteEventsResponse,
-            prepare=lambda: deps.without_connection(
-                memory.prepare_events(deps.embedder, deps.principal, data)
-            ),
-            write=lambda prepared: memory.store_events(deps.conn, prepared),
-            adds=("events", len(data.events)),
-        )
+        return batch_response(await post_events(deps, data, idempotency_key))
 
     @get("/", responses=ERRORS, summary="List events (keyset pagination)", opt={READS: True})
     async def list_events(
@@ -288,8 +318,7 @@ class ConflictsController(Controller):
             Literal["open", "resolved"] | None, Parameter(query="status", description="Only this status.")
         ] = None,
     ) -> ConflictList:
-        deps.reads.fresh(project_id, subject_id)
-        return await memory.list_conflicts(deps.conn, deps.principal, project_id, subject_id, status)
+        return await get_conflicts(deps, project_id, subject_id, status)
 
     @post(
         "/{conflict_set_id:uuid}/resolve",
@@ -300,6 +329,4 @@ class ConflictsController(Controller):
     async def resolve_conflict(
         self, data: ResolveConflictRequest, deps: Deps, conflict_set_id: ConflictSetIdPath
     ) -> ConflictSet:
-        return await deps.noted(
-            await memory.resolve_conflict(deps.conn, deps.principal, conflict_set_id, data)
-        )
+        return await post_resolve(deps, conflict_set_id, data)
