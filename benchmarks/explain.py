@@ -14,7 +14,7 @@ The walks (migration 0017) are SQL functions that the candidate statements and
 episode_candidates call: EXPLAIN of those statements shows a Function Scan, so each walk is also
 shown as the statement its body is, under its own settings (explain_function).
 
-Both profiles (spec/context-profiles.md): `facts_first` runs episode_candidates and
+Both profiles (docs/spec/context-profiles.md): `facts_first` runs episode_candidates and
 fact_candidates (the walk of its facts inside); `unified` runs unified_candidates (the walks of
 facts and events inside), then linked_facts (its multi-hop inside the budget) where `facts_first` runs
 multi_hop_facts; both write insert_context_trace.

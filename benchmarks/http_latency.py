@@ -20,7 +20,7 @@ What it does:
    (the embedder's LRU cache answers). Reports p50/p95/p99 and requests/s, and the median time per
    stage from the Server-Timing header (embed, candidates, pack, multi_hop, episodes, trace).
    Every pass runs once per profile of `--profiles` (default `unified,facts_first`, the request's
-   `profile` field, spec/context-profiles.md), in the same run on the same server.
+   `profile` field, docs/spec/context-profiles.md), in the same run on the same server.
 4. within each pass, the clients of `--clients` take turns request by request, each timing its
    own: `httpx` (what the Python SDK uses) and `raw` (benchmarks/rawhttp.py), whose difference
    is httpx's own cost per call on these two cores (about 2 ms), not the server's.

@@ -25,7 +25,7 @@ covered when the packet holds its episode, or a served fact whose `source_event_
   expectation (covered turns / turns of the conversation), the floor any retrieval must beat.
 
 Modes (`--modes`, names or groups; default `all`): for each profile of
-spec/context-profiles.md, `unified` (the default) and `facts_first`, set as the ContextRequest's
+docs/spec/context-profiles.md, `unified` (the default) and `facts_first`, set as the ContextRequest's
 `profile`:
 - `<profile>`: the shipped weights at 900 tokens;
 - `<profile> vector-only`: weights (1, 0, 0);
@@ -192,7 +192,7 @@ def load_dataset(path: Path) -> list[Conversation]:
 PROFILES: tuple[ContextProfile, ...] = (
     "unified",
     "facts_first",
-)  # spec/context-profiles.md; `unified` is the default
+)  # docs/spec/context-profiles.md; `unified` is the default
 VECTOR_ONLY = (1.0, 0.0, 0.0)
 TEXT_ONLY = (0.0, 1.0, 0.0)
 

@@ -10,7 +10,7 @@ as Haki creates one (shared_buffers RAM/8 within [128MB, 2GB], service/embedded.
 forces 2GB), is COPY-loaded with the deterministic data of benchmarks/seed.py, indexed in one
 pass (maintenance_work_mem 4GB, one parallel worker), VACUUM ANALYZEd, then measured:
 
-- SQL path p50/p95 of both profiles (spec/context-profiles.md), `unified` (the default) and
+- SQL path p50/p95 of both profiles (docs/spec/context-profiles.md), `unified` (the default) and
   `facts_first`, interleaved call by call in one loop, and their ratio:
   service.context.assembler.assemble with a precomputed query vector (all but the embedding:
   candidates, pack, multi-hop, episodes, trace write, transaction);

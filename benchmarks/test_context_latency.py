@@ -1,5 +1,5 @@
 """Latency of the Context Assembler's SQL path on a 10k-fact scope of a 106k-fact table, under
-both profiles (spec/context-profiles.md): `unified` (the default) next to `facts_first`.
+both profiles (docs/spec/context-profiles.md): `unified` (the default) next to `facts_first`.
 
 Run: .venv/bin/pytest benchmarks/test_context_latency.py --benchmark-only
 CI guard (no pytest-benchmark timing, only the interleaved guard loop and the structural

@@ -1,4 +1,4 @@
--- Context Assembler statements (spec/context-assembler.md). Every fact statement applies the
+-- Context Assembler statements (docs/spec/context-assembler.md). Every fact statement applies the
 -- hard filters inside the query, before any scoring: status = 'active', the exact
 -- (project_id, subject_id) scope, valid_to IS NULL OR valid_to > now(); servable facts also
 -- sit in no open ConflictSet and are not stale volatile facts (those are reported as blocked).
@@ -110,7 +110,7 @@ FROM blocked AS b;
 -- matches among the servable facts of the scope not yet decided, one hop, no new embedding.
 -- The match step reads at most match_limit facts naming each entity from the scope's postings
 -- (facts_scoped_search_gin), so a name that a million facts carry costs as much as a rare one
--- (spec/context-profiles.md, "Multi-hop reads are bounded"); the per_entity best of those, by
+-- (docs/spec/context-profiles.md, "Multi-hop reads are bounded"); the per_entity best of those, by
 -- ts_rank_cd, are the expansion. Score parts are those of the original query, for the trace.
 WITH q AS MATERIALIZED (
     SELECT websearch_to_tsquery('simple', :query_text) AS tsq
@@ -273,7 +273,7 @@ CROSS JOIN (
 ) AS oc;
 
 -- name: unified_candidates(project_id, subject_id, query_embedding, query_text, text_config, event_top_k, exact_scan_min, top_k, candidate_limit, max_words, match_words, text_per_word, event_text_per_word, idf_sample_docs, probe_rows, probe_min_cost, probe_min_postings, w_similarity, w_text_rank, w_recency, tau_seconds, as_of)
--- The `unified` profile's phases 1 and 2 (spec/context-profiles.md): fact and episode
+-- The `unified` profile's phases 1 and 2 (docs/spec/context-profiles.md): fact and episode
 -- candidates, each the vector top-K (haki_fact_walk, and haki_event_walk for event_top_k > 0:
 -- migration 0017) UNION the top-K by text rank, scored by one
 -- hybrid formula (an episode's recency from occurred_at) and capped at CANDIDATE_LIMIT
@@ -496,7 +496,7 @@ SELECT 'word', NULL, NULL, i.word, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NUL
 FROM idf AS i;
 
 -- name: linked_facts(project_id, subject_id, entities, max_entities, per_entity, match_limit, entity_sample_docs, probe_rows, probe_min_cost, probe_min_postings, query_embedding, words, idfs, open_member_ids, text_config, w_similarity, w_text_rank, w_recency, tau_seconds, as_of)
--- The `unified` profile's multi-hop expansion (spec/context-profiles.md, rule 5): `entities`
+-- The `unified` profile's multi-hop expansion (docs/spec/context-profiles.md, rule 5): `entities`
 -- come ranked by frequency among the kept facts. An entity that more than half of the scope's
 -- sample texts name is dropped: its Robertson-Sparck Jones idf, log((N - df + 0.5) / (df + 0.5)),
 -- is negative, so it tells nothing about a text (a speaker's name, "Yeah"). The first

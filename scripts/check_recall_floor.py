@@ -1,6 +1,6 @@
 """Calibrate the recall gate (HAKI_RECALL_MAX_DISTANCE) for the configured embedder.
 
-spec/context-assembler.md, "Recall gate": the right floor depends on HAKI_EMBED_PROVIDER, so it
+docs/spec/context-assembler.md, "Recall gate": the right floor depends on HAKI_EMBED_PROVIDER, so it
 is measured, never copied from another embedder. This script embeds a labelled set with the
 embedder the service would build from the current environment
 (`build_embedder(Settings.from_env())`), measures the cosine distance of every (query, text)

@@ -1,6 +1,6 @@
 """The constants of the specs, each defined here and nowhere else.
 
-Names follow `spec/context-assembler.md` and `spec/API.md`. The scoring weights are documented
+Names follow `docs/spec/context-assembler.md` and `docs/spec/api.md`. The scoring weights are documented
 as *not* part of the public contract: they may change between versions without an API break.
 """
 
@@ -15,14 +15,14 @@ EMBED_DIM: Final = 384
 # would otherwise hold a connection per call for HAKI_EMBED_TIMEOUT_SECONDS (10 s).
 CONTEXT_EMBED_PATIENCE_SECONDS: Final = 0.25
 
-# Context Assembler (spec/context-assembler.md).
+# Context Assembler (docs/spec/context-assembler.md).
 RETRIEVAL_TOP_K: Final = 64
 CANDIDATE_LIMIT: Final = 256
 EPISODE_TOP_K: Final = 8
 MULTI_HOP_MAX_ENTITIES: Final = 2
 MULTI_HOP_MAX_PER_ENTITY: Final = 5
 DEFAULT_BUDGET_TOKENS: Final = 900
-# Both profiles (spec/context-profiles.md, "Multi-hop reads are bounded"): the match step reads
+# Both profiles (docs/spec/context-profiles.md, "Multi-hop reads are bounded"): the match step reads
 # at most this many facts naming each entity, whatever the scope's size, and keeps the
 # MULTI_HOP_MAX_PER_ENTITY best of them.
 MULTI_HOP_MAX_MATCHES_PER_ENTITY: Final = 64
@@ -38,7 +38,7 @@ MULTI_HOP_ENTITY_CANDIDATES: Final = 4 * MULTI_HOP_MAX_ENTITIES
 # identical with either (docs/quality.md).
 ENTITY_SAMPLE_DOCS: Final = 64
 
-# The `unified` profile's text side (spec/context-profiles.md, rule 1). Its costs grow with the
+# The `unified` profile's text side (docs/spec/context-profiles.md, rule 1). Its costs grow with the
 # words of a query and never with the scope. A query's words beyond the first
 # TEXT_QUERY_MAX_WORDS are not ranked (a 4,000-character query would otherwise probe the index
 # hundreds of times). Candidates are matched on its TEXT_MATCH_MAX_WORDS rarest words (a text
@@ -73,7 +73,7 @@ WEIGHT_SIMILARITY: Final = 0.6
 WEIGHT_TEXT_RANK: Final = 0.3
 WEIGHT_RECENCY: Final = 0.1
 
-# Hybrid score weights of the `unified` profile (spec/context-profiles.md: weights may be tuned
+# Hybrid score weights of the `unified` profile (docs/spec/context-profiles.md: weights may be tuned
 # per profile, on the dev half only). No prior preference between the meaning of a text and its
 # words, recency as in facts_first. Chosen on LoCoMo's dev half among 2-4 ratios, which is
 # tuning: +0.012 evidence recall over (0.6, 0.3, 0.1), on each of its five conversations
@@ -86,7 +86,7 @@ UNIFIED_WEIGHT_RECENCY: Final = 0.1
 # for, queries/context.sql) instead of walking the bucket's HNSW graph (docs/performance.md).
 EXACT_SCAN_MIN_FACTS: Final = 1000
 
-# Write side (spec/API.md).
+# Write side (docs/spec/api.md).
 MAX_BATCH: Final = 1000
 MAX_CONTENT_CHARS: Final = 8000
 MAX_QUERY_CHARS: Final = 4000

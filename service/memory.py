@@ -1,4 +1,4 @@
-"""The write side: facts, events and conflict sets (spec/API.md, "Write side")."""
+"""The write side: facts, events and conflict sets (docs/spec/api.md, "Write side")."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     embed_timeout_seconds: float = 10.0
     embed_batch_size: int = 64
     recall_max_distance: float = 0.0
-    # The default rules of POST /v1/context (spec/context-profiles.md); a call may name another.
+    # The default rules of POST /v1/context (docs/spec/context-profiles.md); a call may name another.
     context_profile: ContextProfile = "unified"
     # The text search configuration of the unified profile's text side: `english` matches stems
     # ("painted" finds "painting"), `simple` the words as written (docs/quality.md).

@@ -1,4 +1,4 @@
-"""Request and response shapes of the HTTP contract (spec/API.md).
+"""Request and response shapes of the HTTP contract (docs/spec/api.md).
 
 Request Structs forbid unknown fields and carry their bounds in `Meta`, so the OpenAPI schema
 tells agents the limits. Response Structs are frozen and keyword-only; their field names are the
@@ -77,7 +77,7 @@ Profile = Annotated[
     ContextProfile,
     Meta(
         description="`unified` (one ranking and one budget for facts and episodes) or `facts_first` "
-        "(spec/context-assembler.md exactly: facts first, episodes with what is left)."
+        "(docs/spec/context-assembler.md exactly: facts first, episodes with what is left)."
     ),
 ]
 Volatility = Literal["stable", "volatile"]

@@ -1,4 +1,4 @@
-"""Every route needs a live key of the right project (spec/API.md, "Conventions").
+"""Every route needs a live key of the right project (docs/spec/api.md, "Conventions").
 
 The route walk is derived from the app itself: a route that exists but is missing from ROUTES
 fails `test_route_table_covers_every_route`, so each new route must say here how it is called,

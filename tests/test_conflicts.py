@@ -1,4 +1,4 @@
-"""ConflictSets: opened by keyed facts that disagree, listed, and resolved (spec/API.md)."""
+"""ConflictSets: opened by keyed facts that disagree, listed, and resolved (docs/spec/api.md)."""
 
 from __future__ import annotations
 

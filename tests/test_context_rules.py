@@ -1,4 +1,4 @@
-"""The Context Assembler, rule by rule (spec/context-assembler.md, spec/API.md "Read side").
+"""The Context Assembler, rule by rule (docs/spec/context-assembler.md, docs/spec/api.md "Read side").
 
 Every test goes through HTTP on the real PostgreSQL. Retrieval behaviour runs on the real
 all-MiniLM-L6-v2 model (`model_client`); where only the SQL mechanics matter the hash embedder
@@ -56,8 +56,8 @@ from tests.helpers import (
 )
 from tests.helpers.app import make_client
 
-# This module is the reference of the `facts_first` profile (spec/context-profiles.md): every
-# rule of spec/context-assembler.md exactly. Its clients serve that profile by default; the
+# This module is the reference of the `facts_first` profile (docs/spec/context-profiles.md): every
+# rule of docs/spec/context-assembler.md exactly. Its clients serve that profile by default; the
 # `unified` profile's rules are tested in test_context_unified.py.
 FACTS_FIRST = "facts_first"
 

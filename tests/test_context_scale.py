@@ -1,4 +1,4 @@
-"""Two-phase retrieval at scale (spec/context-assembler.md, "Two-phase retrieval").
+"""Two-phase retrieval at scale (docs/spec/context-assembler.md, "Two-phase retrieval").
 
 The facts are seeded server-side (tests/sql/testing.sql) inside the test's rolled-back
 transaction: random unit embeddings, the HNSW index dropped for the seed and rebuilt in one

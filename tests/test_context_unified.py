@@ -1,4 +1,4 @@
-"""The `unified` profile, rule by rule (spec/context-profiles.md), and what both profiles share.
+"""The `unified` profile, rule by rule (docs/spec/context-profiles.md), and what both profiles share.
 
 Each test is named after the rule it checks and compares with `facts_first` where the rule is
 what tells them apart, so it fails without the rule. Through HTTP on the real PostgreSQL, with

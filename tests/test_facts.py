@@ -1,4 +1,4 @@
-"""POST/GET/PATCH /v1/facts: the write side's contract (spec/API.md, "Write side")."""
+"""POST/GET/PATCH /v1/facts: the write side's contract (docs/spec/api.md, "Write side")."""
 
 from __future__ import annotations
 

@@ -166,7 +166,7 @@ def steer(case: Any, seeded: dict[str, list[str]]) -> None:
 
 
 def contract_error_body(ctx: Any, response: Any, case: Any) -> bool | None:
-    """Every error is {code, message, details?} (spec/API.md, "Conventions")."""
+    """Every error is {code, message, details?} (docs/spec/api.md, "Conventions")."""
     if response.status_code < 400:
         return None
     body = response.json()
@@ -180,7 +180,7 @@ def contract_error_body(ctx: Any, response: Any, case: Any) -> bool | None:
 
 EXCLUDED_CHECKS = [
     # The contract has rules no schema can state (a `supersedes` of another scope, a cursor not
-    # issued by the server, a PATCH with neither field): those are 422s by design (spec/API.md).
+    # issued by the server, a PATCH with neither field): those are 422s by design (docs/spec/api.md).
     positive_data_acceptance,
     # Litestar 2.x builds the automatic OPTIONS answer from the first handler of a path only
     # (litestar-org/litestar#4169, fixed in v3), so `Allow` on /v1/facts misses POST.

@@ -1,4 +1,4 @@
-"""A key of project B never reaches project A's memories, on any route (spec/API.md, "Conventions").
+"""A key of project B never reaches project A's memories, on any route (docs/spec/api.md, "Conventions").
 
 The route list is the app's OpenAPI schema: a route the schema serves but PROBES lacks fails
 `test_every_served_route_has_probes`, so each new route must say here how B tries to reach A's

@@ -1,4 +1,4 @@
-"""The Context Assembler: two profiles (spec/context-profiles.md), each a sequence of named steps.
+"""The Context Assembler: two profiles (docs/spec/context-profiles.md), each a sequence of named steps.
 
     every call   open_context_call (while embed_query runs) -> the profile -> build_packet ->
                  write_trace
@@ -6,7 +6,7 @@
                  lift_linked -> pack (one ranking, one budget)
     facts_first  fetch_episodes -> retrieve_facts_first (fact_candidates) ->
                  pack (facts) -> multi_hop_facts -> pack (expansion) -> pack (episodes)
-                 (spec/context-assembler.md exactly)
+                 (docs/spec/context-assembler.md exactly)
 
 Each step takes values and returns values; the profiles differ in which steps they chain, never
 by a branch inside a step. The call's terms (the plan mode: generic plans, HNSW settings; the
@@ -196,7 +196,7 @@ async def write_trace(
     )
 
 
-# --- the unified profile (spec/context-profiles.md) ---------------------------------------------
+# --- the unified profile (docs/spec/context-profiles.md) ---------------------------------------------
 
 
 async def retrieve_unified(conn: Conn, probe: Probe, with_episodes: bool = True) -> Retrieved:
@@ -283,7 +283,7 @@ async def assemble_unified(
     return retrieved, packed
 
 
-# --- the facts_first profile (spec/context-assembler.md) ----------------------------------------
+# --- the facts_first profile (docs/spec/context-assembler.md) ----------------------------------------
 
 
 async def fetch_episodes(conn: Conn, req: ContextRequest, probe: Probe) -> list[Candidate]:

@@ -26,7 +26,7 @@ ReasonCode = str  # packed | multi_hop_expansion | over_budget | below_relevance
 # `profile` is read as `str`, like the other enumerated values.
 ContextProfile = Literal["unified", "facts_first"]
 # A warning that counts held-back facts: "open_conflict: 2 fact(s) hidden pending conflict
-# resolution", "volatility_expired: 1 fact(s) hidden because ..." (spec/API.md, inspect).
+# resolution", "volatility_expired: 1 fact(s) hidden because ..." (docs/spec/api.md, inspect).
 _HIDDEN = re.compile(r"^(?P<reason>\w+): (?P<n>\d+) fact\(s\) hidden\b")
 
 

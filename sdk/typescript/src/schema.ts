@@ -400,7 +400,7 @@ export interface components {
              */
             trace_id: string;
             /**
-             * @description `unified` (one ranking and one budget for facts and episodes) or `facts_first` (spec/context-assembler.md exactly: facts first, episodes with what is left).
+             * @description `unified` (one ranking and one budget for facts and episodes) or `facts_first` (docs/spec/context-assembler.md exactly: facts first, episodes with what is left).
              * @enum {string}
              */
             profile: "unified" | "facts_first";
@@ -836,7 +836,7 @@ export interface components {
              */
             trace_id: string;
             /**
-             * @description `unified` (one ranking and one budget for facts and episodes) or `facts_first` (spec/context-assembler.md exactly: facts first, episodes with what is left).
+             * @description `unified` (one ranking and one budget for facts and episodes) or `facts_first` (docs/spec/context-assembler.md exactly: facts first, episodes with what is left).
              * @enum {string}
              */
             profile: "unified" | "facts_first";
