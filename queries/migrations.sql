@@ -23,3 +23,12 @@ ORDER BY version;
 -- name: record_migration(version, sha256)!
 -- Marks one migration file as applied, inside that migration's transaction.
 INSERT INTO schema_migrations (version, sha256) VALUES (:version, :sha256);
+
+-- name: record_rules(version, sha256)!
+-- Records the sha256 of migrations/rules.sql as applied, replacing the one recorded before.
+INSERT INTO schema_migrations (version, sha256) VALUES (:version, :sha256)
+ON CONFLICT (version) DO UPDATE SET sha256 = EXCLUDED.sha256, applied_at = now();
+
+-- name: forget_rules(version)!
+-- Forgets the rules' record inside a numbered migration's transaction: the rules run again after it.
+DELETE FROM schema_migrations WHERE version = :version;

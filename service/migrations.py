@@ -1,8 +1,16 @@
-"""Forward-only migration runner.
+"""Forward-only migration runner, then the rule functions.
 
 Each `migrations/NNNN_name.sql` file is applied in its own transaction, under a session-level
 advisory lock, and recorded with its sha256. A file that was applied and has since changed
 is refused: the schema it describes is no longer the schema in the database.
+
+`migrations/rules.sql` holds the spec's rule functions, hand-written and repeatable (CREATE OR
+REPLACE). It is applied after the numbered files, in one transaction under the same lock, and
+recorded as version `rules` with its sha256: again only when the file changed, or when a
+numbered migration ran since (each one forgets the record, so the rules always have the last
+word over the functions). Applying it on every start would be cheap here, but each replaced
+function invalidates the cached plans that inlined it in every session of every running
+instance, and `haki keys`, `import` and the benchmarks migrate too.
 """
 
 from __future__ import annotations
@@ -17,6 +25,9 @@ from service.sql import load_queries, resource_dir
 
 # The schema as the migrations leave it, for reading (scripts/schema_dump.py); never applied.
 SCHEMA_SNAPSHOT = "schema.sql"
+# The rule functions, re-applied after the numbered migrations (see the module's docstring).
+RULES = "rules.sql"
+RULES_VERSION = "rules"
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 
@@ -37,7 +48,9 @@ class Migration:
 
 def discover(directory: Path | None = None) -> list[Migration]:
     directory = directory or resource_dir("migrations")
-    files = sorted(p for p in directory.iterdir() if p.suffix == ".sql" and p.name != SCHEMA_SNAPSHOT)
+    files = sorted(
+        p for p in directory.iterdir() if p.suffix == ".sql" and p.name not in (SCHEMA_SNAPSHOT, RULES)
+    )
     bad = [p.name for p in files if not _NAME.match(p.name)]
     if bad:
         raise MigrationError(f"migration files must be named NNNN_name.sql: {bad}")
@@ -47,9 +60,15 @@ def discover(directory: Path | None = None) -> list[Migration]:
     return [Migration(p) for p in files]
 
 
+def rules_file(directory: Path | None = None) -> Migration | None:
+    """migrations/rules.sql (version `rules`), or None for a folder without one."""
+    path = (directory or resource_dir("migrations")) / RULES
+    return Migration(path) if path.is_file() else None
+
+
 def _to_apply(migrations: list[Migration], applied: dict[str, str]) -> list[Migration]:
     """The migrations not applied yet; MigrationError where the database and the files disagree."""
-    unknown = sorted(set(applied) - {m.version for m in migrations})
+    unknown = sorted(set(applied) - {m.version for m in migrations} - {RULES_VERSION})
     if unknown:
         raise MigrationError(
             f"the database has migrations this build does not know: {unknown}; "
@@ -66,6 +85,11 @@ def _to_apply(migrations: list[Migration], applied: dict[str, str]) -> list[Migr
     return [m for m in migrations if m.version not in applied]
 
 
+def _rules_due(rules: Migration | None, applied: dict[str, str], numbered: list[Migration]) -> bool:
+    """Whether rules.sql is to be applied: changed since it was, or numbered migrations pending."""
+    return rules is not None and (bool(numbered) or applied.get(RULES_VERSION) != rules.sha256)
+
+
 async def pending_migrations(conn: asyncpg.Connection, directory: Path | None = None) -> list[str]:
     """The versions `migrate` would apply, read without applying anything (`haki doctor`)."""
     q = load_queries()
@@ -73,23 +97,36 @@ async def pending_migrations(conn: asyncpg.Connection, directory: Path | None = 
         applied = {r["version"]: r["sha256"] async for r in q.applied_migrations(conn)}
     except asyncpg.UndefinedTableError:  # a database Haki never migrated
         applied = {}
-    return [m.version for m in _to_apply(discover(directory), applied)]
+    numbered = _to_apply(discover(directory), applied)
+    due = _rules_due(rules_file(directory), applied, numbered)
+    return [m.version for m in numbered] + ([RULES_VERSION] if due else [])
 
 
 async def migrate(conn: asyncpg.Connection, directory: Path | None = None) -> list[str]:
-    """Applies the pending migrations; returns the versions applied by this call."""
+    """Applies the pending migrations, then rules.sql if due; returns the versions applied by this
+    call (`rules` last when the rules were)."""
     q = load_queries()
     migrations = discover(directory)
+    rules = rules_file(directory)
     await q.lock_migrations(conn)
     try:
         await q.create_schema_migrations(conn)
         applied = {r["version"]: r["sha256"] async for r in q.applied_migrations(conn)}
+        numbered = _to_apply(migrations, applied)
+        due = _rules_due(rules, applied, numbered)
         done: list[str] = []
-        for m in _to_apply(migrations, applied):
+        for m in numbered:
             async with conn.transaction():
                 await conn.execute(m.sql)
                 await q.record_migration(conn, version=m.version, sha256=m.sha256)
+                # Forgotten in the migration's transaction: the rules are applied again after it.
+                await q.forget_rules(conn, version=RULES_VERSION)
             done.append(m.version)
+        if due and rules is not None:
+            async with conn.transaction():
+                await conn.execute(rules.sql)
+                await q.record_rules(conn, version=RULES_VERSION, sha256=rules.sha256)
+            done.append(RULES_VERSION)
         return done
     finally:
         await q.unlock_migrations(conn)

@@ -13,7 +13,15 @@ import pytest
 
 from service.db import connect, init_connection
 from service.embedded import embedded_url
-from service.migrations import MigrationError, discover, migrate
+from service.migrations import (
+    RULES,
+    RULES_VERSION,
+    MigrationError,
+    discover,
+    migrate,
+    pending_migrations,
+    rules_file,
+)
 from service.repository import conflicts as conflicts_repo
 from service.repository import facts as facts_repo
 from service.repository import health as health_repo
@@ -61,13 +69,23 @@ async def applied(conn: asyncpg.Connection) -> dict[str, str]:
     return {r["version"]: r["sha256"] async for r in load_queries().applied_migrations(conn)}
 
 
+def everything(directory: Path | None = None) -> list[str]:
+    """What `migrate` applies to a fresh database: the numbered files, then rules.sql."""
+    return [m.version for m in discover(directory)] + [RULES_VERSION]
+
+
 async def test_fresh_database_gets_every_migration_once(fresh_conn: asyncpg.Connection) -> None:
-    expected = [m.version for m in discover()]
+    expected = everything()
     assert expected[:4] == FIRST_FOUR
+    assert await pending_migrations(fresh_conn) == expected
 
     done = await migrate(fresh_conn)
     assert done == expected
-    assert await applied(fresh_conn) == {m.version: m.sha256 for m in discover()}
+    rules = rules_file()
+    assert rules is not None
+    recorded = {m.version: m.sha256 for m in discover()} | {RULES_VERSION: rules.sha256}
+    assert await applied(fresh_conn) == recorded
+    assert await pending_migrations(fresh_conn) == []
 
     assert await migrate(fresh_conn) == []
     assert await migrate(fresh_conn) == []
@@ -83,7 +101,7 @@ async def test_fresh_database_gets_every_migration_once(fresh_conn: asyncpg.Conn
 async def test_changed_applied_file_is_refused(
     fresh_conn: asyncpg.Connection, fresh_settings: Settings, migrations_copy: Path
 ) -> None:
-    assert await migrate(fresh_conn, migrations_copy) == [m.version for m in discover(migrations_copy)]
+    assert await migrate(fresh_conn, migrations_copy) == everything(migrations_copy)
     target = migrations_copy / "0002_memory.sql"
     target.write_text(target.read_text() + "\n-- an innocent-looking edit\n")
     with pytest.raises(MigrationError) as err:
@@ -106,7 +124,8 @@ async def test_file_added_later_is_applied(fresh_conn: asyncpg.Connection, migra
     (migrations_copy / "0900_later.sql").write_text(
         "CREATE TABLE later_test (project_id text NOT NULL, n integer, PRIMARY KEY (project_id));\n"
     )
-    assert await migrate(fresh_conn, migrations_copy) == ["0900_later"]
+    # The rules have the last word over the functions, after every numbered migration.
+    assert await migrate(fresh_conn, migrations_copy) == ["0900_later", RULES_VERSION]
     assert await migrate(fresh_conn, migrations_copy) == []
     assert "0900_later" in await applied(fresh_conn)
 
@@ -121,7 +140,7 @@ async def test_failing_migration_is_rolled_back_and_not_recorded(
         await migrate(fresh_conn, migrations_copy)
     assert "0901_broken" not in await applied(fresh_conn)
     broken.write_text("CREATE TABLE half_done (x int);\n")
-    assert await migrate(fresh_conn, migrations_copy) == ["0901_broken"]
+    assert await migrate(fresh_conn, migrations_copy) == ["0901_broken", RULES_VERSION]
 
 
 async def test_database_ahead_of_the_files_is_refused(
@@ -153,13 +172,13 @@ def test_non_sql_files_are_ignored(migrations_copy: Path) -> None:
 
 
 async def test_concurrent_runners_apply_each_file_once(fresh_settings: Settings) -> None:
-    expected = [m.version for m in discover()]
+    expected = everything()
     conns = [await connect(fresh_settings) for _ in range(3)]
     try:
         results = await asyncio.gather(*(migrate(c) for c in conns))
         assert sorted(results, key=len) == [[], [], expected]
         rows = [r async for r in load_queries().applied_migrations(conns[0])]
-        assert [r["version"] for r in rows] == expected
+        assert [r["version"] for r in rows] == expected  # `rules` sorts after the numbers
         # Every runner released the advisory lock.
         for c in conns:
             assert await asyncio.wait_for(migrate(c), timeout=10) == []
@@ -169,9 +188,101 @@ async def test_concurrent_runners_apply_each_file_once(fresh_settings: Settings)
 
 
 def keep_only_before(directory: Path, version: str) -> None:
+    """The numbered files before `version` (and no rules.sql: today's rules need the later ones)."""
     for later in sorted(directory.glob("*.sql")):
         if later.name >= version:
             later.unlink()
+    assert not (directory / RULES).exists()
+
+
+# --- migrations/rules.sql -----------------------------------------------------------------------
+
+
+async def rule_functions(conn: asyncpg.Connection) -> list[tuple[str, ...]]:
+    """Every haki_ function as the catalog holds it: signature, body, volatility, parallel
+    safety, settings, comment."""
+    rows = await conn.fetch(
+        "SELECT p.oid::regprocedure::text, p.prosrc, p.provolatile::text, p.proparallel::text, "
+        "coalesce(p.proconfig::text, ''), coalesce(pg_catalog.obj_description(p.oid, 'pg_proc'), '') "
+        "FROM pg_catalog.pg_proc AS p "
+        "WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'haki\\_%' ORDER BY 1"
+    )
+    return [tuple(r) for r in rows]
+
+
+async def test_rules_are_applied_again_only_when_they_change(
+    fresh_conn: asyncpg.Connection, migrations_copy: Path
+) -> None:
+    """Recorded with their sha256 (version `rules`); `haki doctor` sees a change as pending; a
+    change that fails leaves the rules and the record as they were, and is tried again."""
+    await migrate(fresh_conn, migrations_copy)
+    assert await migrate(fresh_conn, migrations_copy) == []
+    rules = migrations_copy / RULES
+    original = rules.read_text()
+    rules.write_text(original + "\nCOMMENT ON FUNCTION public.haki_tokens(text) IS 'changed';\n")
+    assert await pending_migrations(fresh_conn, migrations_copy) == [RULES_VERSION]
+    assert await migrate(fresh_conn, migrations_copy) == [RULES_VERSION]
+    changed = rules_file(migrations_copy)
+    assert changed is not None and (await applied(fresh_conn))[RULES_VERSION] == changed.sha256
+    assert (
+        await fresh_conn.fetchval("SELECT obj_description('public.haki_tokens(text)'::regprocedure)")
+        == "changed"
+    )
+    assert await migrate(fresh_conn, migrations_copy) == []
+
+    before = await rule_functions(fresh_conn)
+    rules.write_text(
+        original.replace("SELECT greatest(1, pg_catalog.char_length(content) / 4)", "SELECT 7")
+        + "\nNOT SQL;\n"
+    )
+    with pytest.raises(asyncpg.PostgresSyntaxError):
+        await migrate(fresh_conn, migrations_copy)
+    assert await rule_functions(fresh_conn) == before  # one transaction: nothing of it stayed
+    assert (await applied(fresh_conn))[RULES_VERSION] == changed.sha256
+    rules.write_text(original)
+    assert await migrate(fresh_conn, migrations_copy) == [RULES_VERSION]
+    assert await fresh_conn.fetchval("SELECT public.haki_tokens('abcdefgh')") == 2
+
+
+async def test_a_numbered_migration_never_has_the_last_word_over_a_rule(
+    fresh_conn: asyncpg.Connection, migrations_copy: Path
+) -> None:
+    """A numbered migration that replaces a rule function is followed by rules.sql again, even
+    when rules.sql has not changed, and even when that second step failed once."""
+    await migrate(fresh_conn, migrations_copy)
+    (migrations_copy / "0900_tokens.sql").write_text(
+        "CREATE OR REPLACE FUNCTION public.haki_tokens(content text) RETURNS integer\n"
+        "LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 7 $$;\n"
+    )
+    rules = migrations_copy / RULES
+    original = rules.read_text()
+    rules.write_text(original + "\nNOT SQL;\n")
+    with pytest.raises(asyncpg.PostgresSyntaxError):
+        await migrate(fresh_conn, migrations_copy)
+    assert RULES_VERSION not in await applied(fresh_conn)  # the numbered migration forgot it
+    rules.write_text(original)
+    assert await pending_migrations(fresh_conn, migrations_copy) == [RULES_VERSION]
+    assert await migrate(fresh_conn, migrations_copy) == [RULES_VERSION]
+    assert await fresh_conn.fetchval("SELECT public.haki_tokens('abcdefgh')") == 2
+
+
+async def test_an_existing_database_ends_with_the_functions_of_a_fresh_one(
+    fresh_conn: asyncpg.Connection, fresh_dir: Path, migrations_copy: Path
+) -> None:
+    """A database migrated before rules.sql existed (migrations 0001-0024) takes 0025 and the
+    rules, and ends with exactly the functions a fresh database gets."""
+    keep_only_before(migrations_copy, "0025")
+    await migrate(fresh_conn, migrations_copy)
+    assert await migrate(fresh_conn) == [m.version for m in discover() if m.version >= "0025"] + [
+        RULES_VERSION
+    ]
+    await fresh_conn.execute("CREATE DATABASE haki_fresh TEMPLATE template0")
+    other = await asyncpg.connect(embedded_url(fresh_dir, "haki_fresh"))
+    try:
+        await migrate(other)
+        assert await rule_functions(fresh_conn) == await rule_functions(other)
+    finally:
+        await other.close()
 
 
 async def test_time_travel_backfills_recorded_to(

@@ -1,11 +1,15 @@
-"""The spec's rules are written once in SQL (issue 17), as inlinable functions of the migrations,
-and every statement calls them.
+"""The spec's rules are written once in SQL (issue 17), as the inlinable functions of
+migrations/rules.sql, and every statement and every other function calls them.
 
 1. Each rule function inlines: a statement that calls it plans as the copy it replaces (no
    function call left in the plan, so the planner sees the columns and indexes the copy showed it).
 2. No statement of queries/, tests/sql/ or benchmarks/sql/ spells a rule out again, unless it
    names the exception in a comment (`-- Keeps a copy of <rule>: <why>`).
-3. No `--` comment of those files holds a `:word`: aiosql reads it as a parameter (a name the
+3. No function body in the database (pg_proc.prosrc) spells a rule out again either, except the
+   function that is the rule's one definition, or a body that names the exception the same way.
+4. rules.sql is repeatable and explained: CREATE OR REPLACE and COMMENT ON only, each function
+   under a comment citing docs/spec/, and no index or constraint built on one of its functions.
+5. No `--` comment of those files holds a `:word`: aiosql reads it as a parameter (a name the
    statement does not declare fails the load; a declared one is silently counted).
 """
 
@@ -17,7 +21,16 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from tests.helpers.sql import SQL_FOLDERS, Statement, all_statements
+from tests.helpers.sql import REPO, SQL_FOLDERS, Statement, all_statements, strip_comments
+
+RULES_SQL = REPO / "migrations" / "rules.sql"
+RULE_FUNCTION = re.compile(r"^CREATE OR REPLACE FUNCTION public\.(?P<name>\w+)\(", re.M)
+
+
+def rule_functions() -> list[str]:
+    """The functions of migrations/rules.sql, in the file's order."""
+    return RULE_FUNCTION.findall(RULES_SQL.read_text(encoding="utf-8"))
+
 
 # A rule function and a statement that calls it on columns (constant arguments would fold the
 # call whether or not it inlines). Set-returning functions are read in FROM.
@@ -33,8 +46,10 @@ INLINED: dict[str, str] = {
     "haki_fact_servable": "SELECT f.fact_id FROM facts AS f WHERE public.haki_fact_servable(f.status, "
     "f.valid_to, f.volatility, f.valid_from, f.recorded_from, f.stale_after, f.recorded_to, "
     "f.believed_valid_to, f.valid_to)",
-    "haki_fact_servable ": "SELECT f.fact_id FROM facts AS f WHERE public.haki_fact_servable(f.status, "
-    "f.valid_to, f.volatility, f.valid_from, f.recorded_from, f.stale_after)",
+    "haki_fact_believed": "SELECT f.fact_id FROM facts AS f WHERE public.haki_fact_believed(f.status, "
+    "f.recorded_from, f.recorded_to, f.valid_to)",
+    "haki_fact_valid": "SELECT f.fact_id FROM facts AS f WHERE public.haki_fact_valid(f.valid_to, "
+    "f.recorded_to, f.believed_valid_to, f.valid_from)",
     "haki_fact_stale": "SELECT f.fact_id FROM facts AS f WHERE public.haki_fact_stale(f.volatility, "
     "f.valid_from, f.recorded_from, f.stale_after, f.valid_to)",
     "haki_valid_to_at": "SELECT public.haki_valid_to_at(f.valid_to, f.recorded_to, f.believed_valid_to, "
@@ -46,6 +61,19 @@ INLINED: dict[str, str] = {
     "haki_fact_rows": "SELECT r.fact_id FROM public.haki_fact_rows('p') AS r WHERE r.subject_id = 's'",
     "haki_open_conflict_members": "SELECT f.fact_id FROM facts AS f WHERE NOT EXISTS "
     "(SELECT 1 FROM public.haki_open_conflict_members(f.project_id) AS o WHERE o.fact_id = f.fact_id)",
+    "haki_open_conflict_members_at": "SELECT m.fact_id FROM facts AS f CROSS JOIN LATERAL "
+    "public.haki_open_conflict_members_at(f.project_id, f.valid_to) AS m WHERE m.subject_id = f.subject_id",
+    "haki_blocked_facts": "SELECT b.fact_id FROM facts AS f CROSS JOIN LATERAL "
+    "public.haki_blocked_facts(f.project_id, f.subject_id, f.valid_to) AS b",
+    "haki_scope_sample": "SELECT s.sv FROM facts AS f CROSS JOIN LATERAL public.haki_scope_sample("
+    "f.project_id, f.subject_id, f.key::regconfig, 8, f.valid_to) AS s",
+    "haki_query_df": "SELECT d.df FROM facts AS f CROSS JOIN LATERAL public.haki_query_df(f.project_id, "
+    "f.subject_id, f.content, f.key::regconfig, 8, 8, f.valid_to) AS d",
+    "haki_query_words": "SELECT w.word FROM facts AS f CROSS JOIN LATERAL public.haki_query_words("
+    "f.content, f.key::regconfig, 8) AS w",
+    "haki_bm25_idf": "SELECT public.haki_bm25_idf(c.n, c.n) FROM (SELECT count(*) AS n FROM facts) AS c",
+    "haki_text_probe": "SELECT public.haki_text_probe(s.x, s.x, 64, 8192, s.x, s.x) "
+    "FROM (SELECT extract(epoch FROM stale_after)::float8 AS x FROM facts) AS s",
     "haki_fact_postings": "SELECT p.fact_id FROM facts AS f CROSS JOIN LATERAL public.haki_fact_postings("
     "f.project_id, f.subject_id, 'simple'::regconfig, plainto_tsquery('simple', f.key), f.valid_to) AS p",
     "haki_event_postings": "SELECT p.event_id FROM events AS e CROSS JOIN LATERAL public.haki_event_postings("
@@ -65,7 +93,20 @@ async def plan_text(conn: asyncpg.Connection, sql: str) -> str:
 @pytest.mark.parametrize("function", list(INLINED), ids=str.strip)
 async def test_rule_function_inlines(conn: asyncpg.Connection, function: str) -> None:
     plan = await plan_text(conn, INLINED[function])
-    assert function.strip() not in plan, f"{function.strip()} is called, not inlined:\n{plan}"
+    assert re.search(rf"\b{function.strip()}\(", plan) is None, (
+        f"{function.strip()} is called, not inlined:\n{plan}"
+    )
+
+
+# The rule functions that cannot inline, and why.
+NOT_INLINED = {
+    "haki_open_conflict_facts": "an aggregate, which only a FROM item inlines: called once a statement",
+}
+
+
+def test_every_rule_function_is_held_to_inlining() -> None:
+    """A new function of rules.sql gets its case in INLINED, or its reason in NOT_INLINED."""
+    assert set(rule_functions()) <= {f.strip() for f in INLINED} | set(NOT_INLINED)
 
 
 async def test_the_inlining_check_catches_a_function_call(conn: asyncpg.Connection) -> None:
@@ -143,6 +184,14 @@ RULE_COPIES: dict[str, tuple[re.Pattern[str], str]] = {
         "haki_open_conflict_members / haki_open_conflict_facts",
     ),
     "hybrid score": (re.compile(r":w_similarity\b[^,]*\*", re.I), "haki_hybrid_score"),
+    "believed at an instant": (
+        re.compile(r"\brecorded_to\s+IS\s+NULL\s+OR\s+[\w.]*recorded_to\s*>", re.I),
+        "haki_fact_believed / haki_fact_servable",
+    ),
+    "open at an instant": (
+        re.compile(r"\bresolved_at\s+IS\s+NULL\s+OR\s+[\w.]*resolved_at\s*>", re.I),
+        "haki_open_conflict_members_at / haki_open_conflict_facts",
+    ),
 }
 KEEPS_A_COPY = re.compile(r"--\s*Keeps a copy of (?P<rule>[\w ]+?):\s*\S")
 
@@ -173,9 +222,90 @@ def test_the_rule_copy_check_catches_copies() -> None:
         stmt("SELECT 1 FROM conflict_members AS cm JOIN conflict_sets AS cs ON true WHERE cs.status = 'open'")
     )
     assert rule_copies(stmt("SELECT :w_similarity::float8 * coalesce(1 - d, 0) FROM t"))
+    assert rule_copies(stmt("SELECT 1 FROM facts AS f WHERE f.recorded_to IS NULL OR f.recorded_to > :at"))
+    assert rule_copies(
+        stmt("SELECT 1 FROM conflict_sets AS cs WHERE cs.resolved_at IS NULL OR cs.resolved_at > :at")
+    )
     named = "-- Keeps a copy of text rank: measured 2x faster spelled out\n"
     assert not rule_copies(stmt("SELECT ts_rank_cd(v, q, 32) FROM facts", named + "SELECT ..."))
     assert not rule_copies(stmt("SELECT public.haki_text_rank(f.search_vector, q.tsq) FROM facts AS f"))
+
+
+# The rules as a function body would spell them (its parameters by name, not `:name`), each with
+# the functions that are its one definition. Believed now (`status = 'active'`) and open now
+# (`status = 'open'`) are held in bodies only: the write side's and the listings' statements name
+# a fact's or a set's current status itself, as the partial indexes do.
+BODY_COPIES: dict[str, tuple[re.Pattern[str], frozenset[str]]] = {
+    "text rank": (RULE_COPIES["text rank"][0], frozenset({"haki_text_rank"})),
+    "token estimate": (RULE_COPIES["token estimate"][0], frozenset({"haki_tokens"})),
+    "recency": (RULE_COPIES["recency"][0], frozenset({"haki_recency"})),
+    "stale volatile": (RULE_COPIES["stale volatile"][0], frozenset({"haki_fact_stale"})),
+    "servable": (RULE_COPIES["servable"][0], frozenset({"haki_fact_servable"})),
+    "hybrid score": (re.compile(r"\bw_similarity\s*\*", re.I), frozenset({"haki_hybrid_score"})),
+    "believed": (
+        re.compile(r"\bstatus\s*=\s*'active'|" + RULE_COPIES["believed at an instant"][0].pattern, re.I),
+        frozenset({"haki_fact_believed"}),
+    ),
+    "business validity": (
+        re.compile(r"\bvalid_to\s+IS\s+NULL\s+OR\b|\bvalid_to\s*>", re.I),
+        frozenset({"haki_fact_valid"}),
+    ),
+    "event held": (re.compile(r"\b(?:occurred|recorded)_at\s*<=", re.I), frozenset({"haki_event_held"})),
+    # Membership: the join of the conflict tables, and what makes a set open now or at an instant.
+    "open conflict": (
+        re.compile(
+            r"\bconflict_(?:members|sets)\b|\bstatus\s*=\s*'open'|"
+            + RULE_COPIES["open at an instant"][0].pattern,
+            re.I,
+        ),
+        frozenset({"haki_open_conflict_members_at"}),
+    ),
+}
+
+
+def body_copies(function: str, body: str) -> list[str]:
+    named = {m.group("rule").strip() for m in KEEPS_A_COPY.finditer(body)}
+    return [
+        f"{rule} (call {' / '.join(sorted(defined_by))})"
+        for rule, (pattern, defined_by) in BODY_COPIES.items()
+        if function not in defined_by and rule not in named and pattern.search(strip_comments(body))
+    ]
+
+
+async def test_no_function_body_spells_a_rule_out(conn: asyncpg.Connection) -> None:
+    """Every function of the schema, rule functions, walks and postings alike, as the database
+    holds it (pg_proc.prosrc: SQL and PL/pgSQL bodies are kept as written)."""
+    rows = await conn.fetch(
+        "SELECT p.oid::regprocedure::text AS signature, p.proname AS name, p.prosrc AS body "
+        "FROM pg_catalog.pg_proc AS p "
+        "WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'haki\\_%' "
+        "ORDER BY 1"
+    )
+    assert len(rows) > len(rule_functions())
+    copies = [f"{r['signature']} writes out {c}" for r in rows for c in body_copies(r["name"], r["body"])]
+    assert not copies, "; ".join(copies)
+
+
+def test_each_rule_is_defined_by_a_function_of_rules_sql() -> None:
+    defined = set(rule_functions())
+    for rule, (_, defined_by) in BODY_COPIES.items():
+        assert defined_by <= defined, f"{rule}: {sorted(defined_by - defined)} is not in migrations/rules.sql"
+
+
+def test_the_body_check_catches_copies() -> None:
+    assert body_copies("haki_x", "SELECT f.fact_id FROM facts AS f WHERE f.status = 'active'")
+    assert body_copies("haki_x", "SELECT recorded_from <= at AND (recorded_to IS NULL OR recorded_to > at)")
+    assert body_copies("haki_x", "SELECT cm.fact_id FROM public.conflict_members AS cm")
+    assert body_copies("haki_x", "SELECT 1 WHERE cs.status = 'open'")
+    assert body_copies("haki_x", "SELECT f.valid_to IS NULL OR f.valid_to > now()")
+    assert body_copies("haki_x", "SELECT w_similarity * coalesce(1 - d, 0)")
+    assert body_copies("haki_x", "SELECT at IS NULL OR (occurred_at <= at AND recorded_at <= at)")
+    assert body_copies("haki_x", "SELECT pg_catalog.exp(-x)")
+    assert not body_copies("haki_fact_believed", "SELECT CASE WHEN at IS NULL THEN status = 'active' END")
+    assert not body_copies("haki_x", "SELECT public.haki_open_conflict_members(p_project_id)")
+    assert not body_copies("haki_x", "-- status = 'active' in a comment\nSELECT 1")
+    named = "-- Keeps a copy of believed: the partial index needs the literal\nSELECT f.status = 'active'"
+    assert not body_copies("haki_x", named)
 
 
 # aiosql's own pattern for a parameter (aiosql.utils.VAR_REF): a colon not after a colon, then
@@ -232,3 +362,81 @@ async def test_the_bucket_indexes_of_migration_0008_follow_haki_scope_buckets(
         found.add((r["table_name"], int(m.group(1))))
     assert found == {(t, n) for t in ("facts", "events") for n in range(buckets)}
     assert len(rows) == 2 * buckets
+
+
+# --- migrations/rules.sql -----------------------------------------------------------------------
+
+DOLLAR_BODY = re.compile(r"\$(\w*)\$.*?\$\1\$", re.S)
+SPEC_CITATION = re.compile(r"docs/spec/context-(?:assembler|profiles)\.md")
+
+
+def test_rules_sql_is_repeatable_and_each_rule_is_explained() -> None:
+    """Only CREATE OR REPLACE FUNCTION and COMMENT ON FUNCTION (the runner applies it again after
+    every numbered migration, and whenever it changes); each function under a comment that cites
+    the spec, and carrying a COMMENT ON that the live schema (and schema.sql) shows."""
+    text = RULES_SQL.read_text(encoding="utf-8")
+    statements = [s.strip() for s in strip_comments(DOLLAR_BODY.sub("$$", text)).split(";") if s.strip()]
+    assert statements
+    bad = [
+        s.splitlines()[0]
+        for s in statements
+        if not s.startswith(("CREATE OR REPLACE FUNCTION ", "COMMENT ON FUNCTION "))
+    ]
+    assert not bad, bad
+    lines = text.splitlines()
+    for n, line in enumerate(lines):
+        m = RULE_FUNCTION.match(line)
+        if m is None:
+            continue
+        block = []
+        for above in reversed(lines[:n]):
+            if not above.startswith("--"):
+                break
+            block.append(above)
+        name = m.group("name")
+        assert SPEC_CITATION.search(" ".join(block)), f"{name}: no comment citing docs/spec/ above it"
+        assert re.search(rf"^COMMENT ON FUNCTION public\.{name}\(", text, re.M), f"{name}: no COMMENT ON"
+
+
+async def test_the_database_holds_the_rules_of_rules_sql(conn: asyncpg.Connection) -> None:
+    """Applying the file again changes nothing: the rule functions are exactly the file's (in the
+    test's transaction, rolled back)."""
+
+    async def rule_catalog() -> list[asyncpg.Record]:
+        rows = await conn.fetch(
+            "SELECT p.oid::regprocedure::text AS signature, p.prosrc, p.provolatile, p.proparallel, "
+            "p.proisstrict, p.prosecdef, p.proconfig, l.lanname, "
+            "pg_catalog.obj_description(p.oid, 'pg_proc') AS comment "
+            "FROM pg_catalog.pg_proc AS p JOIN pg_catalog.pg_language AS l ON l.oid = p.prolang "
+            "WHERE p.pronamespace = 'public'::regnamespace AND p.proname = ANY ($1::text[]) ORDER BY 1",
+            rule_functions(),
+        )
+        return list(rows)
+
+    before = await rule_catalog()
+    assert {r["signature"].split("(")[0] for r in before} == set(rule_functions())
+    await conn.execute(RULES_SQL.read_text(encoding="utf-8"))
+    assert await rule_catalog() == before
+    inlinable = ("sql", False, False, None)  # LANGUAGE sql, not STRICT, not SECURITY DEFINER, no SET
+    for r in before:
+        assert (r["lanname"], r["proisstrict"], r["prosecdef"], r["proconfig"]) == inlinable, r
+
+
+async def test_no_index_or_constraint_is_built_on_a_rule_function(conn: asyncpg.Connection) -> None:
+    """A repeatable file cannot hold a function an index, a constraint, a generated column or a
+    trigger is built on: a new body would leave them built on the old one. The scope keys of
+    migration 0023, which the GIN indexes are built on, show the check finds such a function."""
+
+    async def built_on(names: list[str]) -> list[str]:
+        rows = await conn.fetch(
+            "SELECT d.refobjid::regprocedure::text AS function, d.classid::regclass::text AS catalog "
+            "FROM pg_catalog.pg_depend AS d JOIN pg_catalog.pg_proc AS p ON p.oid = d.refobjid "
+            "WHERE d.refclassid = 'pg_catalog.pg_proc'::regclass "
+            "AND d.classid::regclass::text NOT IN ('pg_proc', 'pg_rewrite') "
+            "AND p.pronamespace = 'public'::regnamespace AND p.proname = ANY ($1::text[])",
+            names,
+        )
+        return [f"{r['function']} ({r['catalog']})" for r in rows]
+
+    assert await built_on(["haki_scope_keyed_vector"])
+    assert await built_on(rule_functions()) == []

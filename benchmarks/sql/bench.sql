@@ -83,8 +83,8 @@ ORDER BY c.relname;
 -- name: bench_score_all_facts(project_id, subject_id, query_embedding, query_text, candidate_limit, w_similarity, w_text_rank, w_recency, tau_seconds)
 -- The baseline two-phase retrieval replaced: the same hybrid score as fact_candidates, computed
 -- over every servable fact of the scope (same hard filters), ORDER BY score, LIMIT 256. The
--- rules are the functions fact_candidates calls (migrations 0011, 0012, 0015), so the baseline
--- cannot drift from them (it had lost haki_recency's underflow guard).
+-- rules are the functions fact_candidates calls (migrations/rules.sql), at the current instant,
+-- so the baseline cannot drift from them (it had lost haki_recency's underflow guard).
 WITH q AS MATERIALIZED (
     SELECT websearch_to_tsquery('simple', :query_text) AS tsq
 ),
@@ -99,7 +99,8 @@ parts AS (
     WHERE f.project_id = :project_id
       AND f.subject_id = :subject_id
       AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
-                                    f.recorded_from, f.stale_after)
+                                    f.recorded_from, f.stale_after, f.recorded_to,
+                                    f.believed_valid_to, NULL::timestamptz)
       AND NOT EXISTS (SELECT 1 FROM public.haki_open_conflict_members(:project_id) AS o
                       WHERE o.fact_id = f.fact_id)
 )
@@ -119,7 +120,8 @@ FROM facts AS f
 WHERE f.project_id = :project_id
   AND f.subject_id = :subject_id
   AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
-                                f.recorded_from, f.stale_after)
+                                f.recorded_from, f.stale_after, f.recorded_to,
+                                f.believed_valid_to, NULL::timestamptz)
   AND NOT EXISTS (SELECT 1 FROM public.haki_open_conflict_members(:project_id) AS o
                       WHERE o.fact_id = f.fact_id)
 ORDER BY (f.embedding <=> :query_embedding::vector) + 0, f.fact_id
