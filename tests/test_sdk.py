@@ -3,6 +3,7 @@ real `haki serve` subprocess."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 import uuid
@@ -34,12 +35,14 @@ from haki_client import (
     render,
 )
 
+from tests.helpers import load_file_module
 from tests.helpers.server import Server
 
 pytestmark = pytest.mark.integration
 
 
 PROJECT = "sdk-proj"
+REPO = Path(__file__).resolve().parents[1]
 
 
 # --- render ----------------------------------------------------------------------------------
@@ -227,6 +230,70 @@ async def test_async_client_retries_with_one_idempotency_key() -> None:
         await haki.write_facts("s", ["x"])
     assert len({r.headers["idempotency-key"] for r in script.requests}) == 1
     assert len(script.requests) == 2
+
+
+def test_query_parameters_and_subject_routes_as_sent() -> None:
+    """The project leads the query, then the call's own parameters, None left out; a subject id
+    with a `/` goes in the query form of its route."""
+    script = Script(
+        *[httpx.Response(200, json={}) for _ in range(8)], *[httpx.Response(200) for _ in range(2)]
+    )
+    with _client(script) as haki:
+        for call in (
+            lambda: haki.list_facts("s", status="active", limit=2, cursor="c"),
+            lambda: haki.list_conflicts(status="open", project_id="q"),
+            lambda: haki.stats(),
+            lambda: haki.fact_stats("s", order="most_dropped"),
+            lambda: haki.list_events("s", limit=5),
+            lambda: haki.list_subjects(cursor="c"),
+            lambda: haki.erase_subject("a b"),
+            lambda: haki.erase_subject("a/b"),
+        ):
+            with pytest.raises(HakiError):  # `{}` decodes as none of them: only the request matters
+                call()
+        assert list(haki.export_subject("a?b")) == []
+        assert list(haki.export_subject("a/b")) == []
+    assert [(r.method, str(r.url)) for r in script.requests] == [
+        ("GET", "http://haki.test/v1/facts?project_id=p&subject_id=s&status=active&limit=2&cursor=c"),
+        ("GET", "http://haki.test/v1/conflicts?project_id=q&status=open"),
+        ("GET", "http://haki.test/v1/stats/overview?project_id=p"),
+        ("GET", "http://haki.test/v1/stats/facts?project_id=p&subject_id=s&order=most_dropped"),
+        ("GET", "http://haki.test/v1/events?project_id=p&subject_id=s&limit=5"),
+        ("GET", "http://haki.test/v1/subjects?project_id=p&cursor=c"),
+        ("DELETE", "http://haki.test/v1/subjects/a%20b?project_id=p"),
+        ("DELETE", "http://haki.test/v1/subjects?project_id=p&subject_id=a%2Fb"),
+        ("GET", "http://haki.test/v1/subjects/a%3Fb/export?project_id=p"),
+        ("GET", "http://haki.test/v1/subjects/export?project_id=p&subject_id=a%2Fb"),
+    ]
+
+
+# --- the blocking client is generated from the asyncio one ----------------------------------
+
+
+def test_sync_client_is_generated_from_the_async_one() -> None:
+    make_sync = load_file_module("make_sync", REPO / "sdk" / "python" / "make_sync.py")
+    expected = make_sync.render(make_sync.SOURCE.read_text(encoding="utf-8"))
+    actual = make_sync.TARGET.read_text(encoding="utf-8")
+    assert actual == expected, "sdk/python/haki_client/_sync.py is stale: run sdk/python/make_sync.py"
+
+
+def test_sync_and_async_clients_have_the_same_methods() -> None:
+    def methods(cls: type) -> dict[str, list[tuple[str, object, object]]]:
+        return {
+            name: [(p.name, p.kind, p.default) for p in inspect.signature(member).parameters.values()]
+            for name, member in vars(cls).items()
+            if callable(member) and not name.startswith("_")
+        }
+
+    blocking, asynchronous = methods(Haki), methods(AsyncHaki)
+    asynchronous["close"] = asynchronous.pop("aclose")
+    assert blocking == asynchronous
+    assert hasattr(Haki, "__enter__") and hasattr(Haki, "__exit__") and not hasattr(Haki, "__aenter__")
+    for name in blocking:
+        sync_member = getattr(Haki, name)
+        async_member = getattr(AsyncHaki, "aclose" if name == "close" else name)
+        assert not inspect.iscoroutinefunction(sync_member) and not inspect.isasyncgenfunction(sync_member)
+        assert inspect.iscoroutinefunction(async_member) or inspect.isasyncgenfunction(async_member), name
 
 
 # --- context profiles, client side (a scripted transport) -----------------------------------

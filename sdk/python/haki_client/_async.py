@@ -11,6 +11,7 @@ from uuid import UUID
 
 import httpx
 
+from haki_client import models
 from haki_client._core import (
     Call,
     Core,
@@ -25,31 +26,6 @@ from haki_client._core import (
     request_headers,
     request_options,
     should_retry,
-)
-from haki_client.models import (
-    ConflictList,
-    ConflictSet,
-    ContextPacket,
-    ContextProfile,
-    Event,
-    EventErasure,
-    EventIn,
-    EventPage,
-    ExtractMessage,
-    ExtractResult,
-    Fact,
-    FactErasure,
-    FactIn,
-    FactPage,
-    FactStats,
-    Health,
-    Inspection,
-    ReplayResult,
-    StatsOverview,
-    SubjectErasure,
-    SubjectPage,
-    WriteEventsResponse,
-    WriteFactsResponse,
 )
 
 T = TypeVar("T")
@@ -138,14 +114,14 @@ class AsyncHaki:
     async def write_facts(
         self,
         subject_id: str,
-        facts: Sequence[FactIn | str | Mapping[str, Any]],
+        facts: Sequence[models.FactIn | str | Mapping[str, Any]],
         *,
         project_id: str | None = None,
-    ) -> WriteFactsResponse:
+    ) -> models.WriteFactsResponse:
         """Writes 1..1000 facts atomically; a plain string is a fact with only `content`."""
         return await self._run(self._core.write_facts(subject_id, facts, project_id))
 
-    async def get_fact(self, fact_id: UUID | str) -> Fact:
+    async def get_fact(self, fact_id: UUID | str) -> models.Fact:
         return await self._run(self._core.get_fact(fact_id))
 
     async def list_facts(
@@ -156,7 +132,7 @@ class AsyncHaki:
         limit: int | None = None,
         cursor: str | None = None,
         project_id: str | None = None,
-    ) -> FactPage:
+    ) -> models.FactPage:
         return await self._run(self._core.list_facts(subject_id, status, limit, cursor, project_id))
 
     async def iter_facts(
@@ -166,7 +142,7 @@ class AsyncHaki:
         status: str | None = None,
         page_size: int | None = None,
         project_id: str | None = None,
-    ) -> AsyncIterator[Fact]:
+    ) -> AsyncIterator[models.Fact]:
         """Every matching fact, page after page (keyset pagination)."""
         cursor: str | None = None
         while True:
@@ -181,19 +157,19 @@ class AsyncHaki:
 
     async def patch_fact(
         self, fact_id: UUID | str, *, status: str | None = None, valid_to: datetime | None = None
-    ) -> Fact:
+    ) -> models.Fact:
         return await self._run(self._core.patch_fact(fact_id, status, valid_to))
 
-    async def retract_fact(self, fact_id: UUID | str) -> Fact:
+    async def retract_fact(self, fact_id: UUID | str) -> models.Fact:
         return await self.patch_fact(fact_id, status="retracted")
 
     async def write_events(
         self,
         subject_id: str,
-        events: Sequence[EventIn | Mapping[str, Any]],
+        events: Sequence[models.EventIn | Mapping[str, Any]],
         *,
         project_id: str | None = None,
-    ) -> WriteEventsResponse:
+    ) -> models.WriteEventsResponse:
         return await self._run(self._core.write_events(subject_id, events, project_id))
 
     async def list_conflicts(
@@ -202,10 +178,12 @@ class AsyncHaki:
         *,
         status: str | None = None,
         project_id: str | None = None,
-    ) -> ConflictList:
+    ) -> models.ConflictList:
         return await self._run(self._core.list_conflicts(subject_id, status, project_id))
 
-    async def resolve_conflict(self, conflict_set_id: UUID | str, keep: Sequence[UUID | str]) -> ConflictSet:
+    async def resolve_conflict(
+        self, conflict_set_id: UUID | str, keep: Sequence[UUID | str]
+    ) -> models.ConflictSet:
         return await self._run(self._core.resolve_conflict(conflict_set_id, keep))
 
     # --- read side -----------------------------------------------------------------------------
@@ -217,10 +195,10 @@ class AsyncHaki:
         *,
         budget_tokens: int | None = None,
         include_episodes: bool | None = None,
-        profile: ContextProfile | None = None,
+        profile: models.ContextProfile | None = None,
         project_id: str | None = None,
         as_of: datetime | None = None,
-    ) -> ContextPacket:
+    ) -> models.ContextPacket:
         """The memory packet for `query`, within `budget_tokens`.
 
         `profile` ("unified" or "facts_first") picks the assembler's rules for this call; None
@@ -232,13 +210,13 @@ class AsyncHaki:
             self._core.context(subject_id, query, budget_tokens, include_episodes, profile, project_id, as_of)
         )
 
-    async def inspect(self, trace_id: UUID | str) -> Inspection:
+    async def inspect(self, trace_id: UUID | str) -> models.Inspection:
         return await self._run(self._core.inspect(trace_id))
 
-    async def stats(self, *, project_id: str | None = None) -> StatsOverview:
+    async def stats(self, *, project_id: str | None = None) -> models.StatsOverview:
         return await self._run(self._core.stats(project_id))
 
-    async def healthz(self) -> Health:
+    async def healthz(self) -> models.Health:
         return await self._run(self._core.healthz())
 
     async def replay(
@@ -246,10 +224,10 @@ class AsyncHaki:
         trace_id: UUID | str,
         *,
         budget_tokens: int | None = None,
-        profile: ContextProfile | None = None,
+        profile: models.ContextProfile | None = None,
         recall_max_distance: float | None = None,
         as_of: datetime | None = None,
-    ) -> ReplayResult:
+    ) -> models.ReplayResult:
         """Rebuilds the packet of a traced call (by default as of the call's own instant, with its
         budget, profile and floor; each argument overrides one) and diffs it against the
         original: `result.diff.added`, `.removed`, `.moved`. The replay is traced too."""
@@ -264,7 +242,7 @@ class AsyncHaki:
         order: str | None = None,
         limit: int | None = None,
         project_id: str | None = None,
-    ) -> FactStats:
+    ) -> models.FactStats:
         """What each active fact is worth: `order` "never_served", "most_served" (the server's
         default) or "most_dropped" (most often left out for the budget)."""
         return await self._run(self._core.fact_stats(subject_id, order, limit, project_id))
@@ -274,12 +252,12 @@ class AsyncHaki:
     async def extract(
         self,
         subject_id: str,
-        messages: Sequence[ExtractMessage | Mapping[str, Any]],
+        messages: Sequence[models.ExtractMessage | Mapping[str, Any]],
         *,
         write: bool = True,
         project_id: str | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 (httpx's per-request timeout, as documented)
-    ) -> ExtractResult:
+    ) -> models.ExtractResult:
         """Stores each chat message as an event and the durable facts the server's chat model
         (HAKI_EXTRACT_*) finds in them, linked to their events; `write=False` is a dry run.
         `result.refused` lists what the model proposed and Haki refused, and why. `timeout`
@@ -288,16 +266,16 @@ class AsyncHaki:
 
     # --- memory lifecycle: erasure, listing, export --------------------------------------------
 
-    async def erase_subject(self, subject_id: str, project_id: str | None = None) -> SubjectErasure:
+    async def erase_subject(self, subject_id: str, project_id: str | None = None) -> models.SubjectErasure:
         """Erases every fact, event, conflict set and trace of the subject, in one transaction;
         answers the count of each kind. Irreversible."""
         return await self._run(self._core.erase_subject(subject_id, project_id))
 
-    async def delete_fact(self, fact_id: UUID | str) -> FactErasure:
+    async def delete_fact(self, fact_id: UUID | str) -> models.FactErasure:
         """Erases one fact (to stop serving it but keep it, use `retract_fact`)."""
         return await self._run(self._core.delete_fact(fact_id))
 
-    async def delete_event(self, event_id: UUID | str) -> EventErasure:
+    async def delete_event(self, event_id: UUID | str) -> models.EventErasure:
         return await self._run(self._core.delete_event(event_id))
 
     async def list_events(
@@ -307,12 +285,12 @@ class AsyncHaki:
         limit: int | None = None,
         cursor: str | None = None,
         project_id: str | None = None,
-    ) -> EventPage:
+    ) -> models.EventPage:
         return await self._run(self._core.list_events(subject_id, limit, cursor, project_id))
 
     async def iter_events(
         self, subject_id: str | None = None, *, page_size: int | None = None, project_id: str | None = None
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncIterator[models.Event]:
         """Every matching event, page after page (keyset pagination)."""
         cursor: str | None = None
         while True:
@@ -323,19 +301,20 @@ class AsyncHaki:
                 return
             cursor = page.next_cursor
 
-    async def get_event(self, event_id: UUID | str) -> Event:
+    async def get_event(self, event_id: UUID | str) -> models.Event:
         return await self._run(self._core.get_event(event_id))
 
     async def list_subjects(
         self, *, limit: int | None = None, cursor: str | None = None, project_id: str | None = None
-    ) -> SubjectPage:
+    ) -> models.SubjectPage:
         return await self._run(self._core.list_subjects(limit, cursor, project_id))
 
     async def export_subject(
         self, subject_id: str, project_id: str | None = None
     ) -> AsyncIterator[dict[str, Any]]:
         """The subject's export document, line by line as it streams: the header, then every event
-        and every fact (`item["kind"]`). `haki import FILE` reads the lines back."""
+        and every fact (`item["kind"]`). `haki import FILE` reads the lines back (one JSON object
+        per line)."""
         call = self._core.export_subject(subject_id, project_id)
         async with self._http.stream(call.method, call.path, params=call.params) as response:
             if response.status_code != 200:

@@ -183,6 +183,22 @@ class Core:
             raise ValueError("project_id is required (pass it, or give the client a default project_id)")
         return project
 
+    def _scoped(
+        self, method: str, path: str, out: type[T], project_id: str | None, **params: object
+    ) -> Call[T]:
+        """A call of one project, named in the query (`project_id` first, then `params` that are
+        not None)."""
+        return Call(method, path, out, params=_params(project_id=self._project(project_id), **params))
+
+    def _subject(
+        self, method: str, subject_id: str, suffix: str, out: type[T], project_id: str | None
+    ) -> Call[T]:
+        """A call of /v1/subjects/{subject_id}{suffix}; a subject id with a `/` (which a path
+        segment cannot carry) goes in the query form of the route, /v1/subjects{suffix}."""
+        if "/" in subject_id:
+            return self._scoped(method, f"/v1/subjects{suffix}", out, project_id, subject_id=subject_id)
+        return self._scoped(method, f"/v1/subjects/{_segment(subject_id)}{suffix}", out, project_id)
+
     # --- calls: one per route of the contract ----------------------------------------------
 
     def write_facts(
@@ -209,14 +225,16 @@ class Core:
         cursor: str | None,
         project_id: str | None,
     ) -> Call[FactPage]:
-        params = _params(
-            project_id=self._project(project_id),
+        return self._scoped(
+            "GET",
+            "/v1/facts",
+            FactPage,
+            project_id,
             subject_id=subject_id,
             status=status,
             limit=limit,
             cursor=cursor,
         )
-        return Call("GET", "/v1/facts", FactPage, params=params)
 
     def patch_fact(self, fact_id: UUID | str, status: str | None, valid_to: datetime | None) -> Call[Fact]:
         body: dict[str, Any] = {}
@@ -235,8 +253,9 @@ class Core:
     def list_conflicts(
         self, subject_id: str | None, status: str | None, project_id: str | None
     ) -> Call[ConflictList]:
-        params = _params(project_id=self._project(project_id), subject_id=subject_id, status=status)
-        return Call("GET", "/v1/conflicts", ConflictList, params=params)
+        return self._scoped(
+            "GET", "/v1/conflicts", ConflictList, project_id, subject_id=subject_id, status=status
+        )
 
     def resolve_conflict(self, conflict_set_id: UUID | str, keep: Sequence[UUID | str]) -> Call[ConflictSet]:
         body = {"keep": [str(UUID(str(k))) for k in keep]}
@@ -272,8 +291,7 @@ class Core:
         return Call("GET", f"/v1/inspect/{UUID(str(trace_id))}", Inspection)
 
     def stats(self, project_id: str | None) -> Call[StatsOverview]:
-        params = _params(project_id=self._project(project_id))
-        return Call("GET", "/v1/stats/overview", StatsOverview, params=params)
+        return self._scoped("GET", "/v1/stats/overview", StatsOverview, project_id)
 
     def healthz(self) -> Call[Health]:
         return Call("GET", "/healthz", Health)
@@ -299,19 +317,14 @@ class Core:
     def fact_stats(
         self, subject_id: str | None, order: str | None, limit: int | None, project_id: str | None
     ) -> Call[FactStats]:
-        params = _params(
-            project_id=self._project(project_id), subject_id=subject_id, order=order, limit=limit
+        return self._scoped(
+            "GET", "/v1/stats/facts", FactStats, project_id, subject_id=subject_id, order=order, limit=limit
         )
-        return Call("GET", "/v1/stats/facts", FactStats, params=params)
 
     # --- memory lifecycle: erasure, listing, export ----------------------------------------
 
     def erase_subject(self, subject_id: str, project_id: str | None) -> Call[SubjectErasure]:
-        if "/" in subject_id:  # a path segment cannot carry it: the query form of the route
-            params = _params(project_id=self._project(project_id), subject_id=subject_id)
-            return Call("DELETE", "/v1/subjects", SubjectErasure, params=params)
-        params = _params(project_id=self._project(project_id))
-        return Call("DELETE", f"/v1/subjects/{_segment(subject_id)}", SubjectErasure, params=params)
+        return self._subject("DELETE", subject_id, "", SubjectErasure, project_id)
 
     def delete_fact(self, fact_id: UUID | str) -> Call[FactErasure]:
         return Call("DELETE", f"/v1/facts/{UUID(str(fact_id))}", FactErasure)
@@ -322,10 +335,9 @@ class Core:
     def list_events(
         self, subject_id: str | None, limit: int | None, cursor: str | None, project_id: str | None
     ) -> Call[EventPage]:
-        params = _params(
-            project_id=self._project(project_id), subject_id=subject_id, limit=limit, cursor=cursor
+        return self._scoped(
+            "GET", "/v1/events", EventPage, project_id, subject_id=subject_id, limit=limit, cursor=cursor
         )
-        return Call("GET", "/v1/events", EventPage, params=params)
 
     def get_event(self, event_id: UUID | str) -> Call[Event]:
         return Call("GET", f"/v1/events/{UUID(str(event_id))}", Event)
@@ -333,16 +345,11 @@ class Core:
     def list_subjects(
         self, limit: int | None, cursor: str | None, project_id: str | None
     ) -> Call[SubjectPage]:
-        params = _params(project_id=self._project(project_id), limit=limit, cursor=cursor)
-        return Call("GET", "/v1/subjects", SubjectPage, params=params)
+        return self._scoped("GET", "/v1/subjects", SubjectPage, project_id, limit=limit, cursor=cursor)
 
     def export_subject(self, subject_id: str, project_id: str | None) -> Call[bytes]:
         """A streamed call: the client reads its JSON Lines itself (decode_export_line)."""
-        if "/" in subject_id:
-            params = _params(project_id=self._project(project_id), subject_id=subject_id)
-            return Call("GET", "/v1/subjects/export", bytes, params=params)
-        params = _params(project_id=self._project(project_id))
-        return Call("GET", f"/v1/subjects/{_segment(subject_id)}/export", bytes, params=params)
+        return self._subject("GET", subject_id, "/export", bytes, project_id)
 
 
 def _segment(value: str) -> str:

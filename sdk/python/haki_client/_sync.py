@@ -1,4 +1,8 @@
-"""`Haki`: the blocking client."""
+# Generated from _async.py by sdk/python/make_sync.py: edit _async.py, then run it.
+# An async generator cannot `yield from`: its `for ...: yield` loops stay as they are.
+# ruff: noqa: UP028
+# fmt: off
+"""`Haki`: the blocking client, method for method the same as `AsyncHaki`."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from uuid import UUID
 
 import httpx
 
+from haki_client import models
 from haki_client._core import (
     Call,
     Core,
@@ -25,31 +30,6 @@ from haki_client._core import (
     request_headers,
     request_options,
     should_retry,
-)
-from haki_client.models import (
-    ConflictList,
-    ConflictSet,
-    ContextPacket,
-    ContextProfile,
-    Event,
-    EventErasure,
-    EventIn,
-    EventPage,
-    ExtractMessage,
-    ExtractResult,
-    Fact,
-    FactErasure,
-    FactIn,
-    FactPage,
-    FactStats,
-    Health,
-    Inspection,
-    ReplayResult,
-    StatsOverview,
-    SubjectErasure,
-    SubjectPage,
-    WriteEventsResponse,
-    WriteFactsResponse,
 )
 
 T = TypeVar("T")
@@ -126,7 +106,9 @@ class Haki:
                 attempt += 1
                 continue
             if should_retry(response.status_code) and attempt < retry.max_retries:
-                time.sleep(retry.delay(attempt, parse_retry_after(response.headers.get("retry-after"))))
+                time.sleep(
+                    retry.delay(attempt, parse_retry_after(response.headers.get("retry-after")))
+                )
                 attempt += 1
                 continue
             return decode_response(call, response)
@@ -136,14 +118,14 @@ class Haki:
     def write_facts(
         self,
         subject_id: str,
-        facts: Sequence[FactIn | str | Mapping[str, Any]],
+        facts: Sequence[models.FactIn | str | Mapping[str, Any]],
         *,
         project_id: str | None = None,
-    ) -> WriteFactsResponse:
+    ) -> models.WriteFactsResponse:
         """Writes 1..1000 facts atomically; a plain string is a fact with only `content`."""
         return self._run(self._core.write_facts(subject_id, facts, project_id))
 
-    def get_fact(self, fact_id: UUID | str) -> Fact:
+    def get_fact(self, fact_id: UUID | str) -> models.Fact:
         return self._run(self._core.get_fact(fact_id))
 
     def list_facts(
@@ -154,7 +136,7 @@ class Haki:
         limit: int | None = None,
         cursor: str | None = None,
         project_id: str | None = None,
-    ) -> FactPage:
+    ) -> models.FactPage:
         return self._run(self._core.list_facts(subject_id, status, limit, cursor, project_id))
 
     def iter_facts(
@@ -164,33 +146,34 @@ class Haki:
         status: str | None = None,
         page_size: int | None = None,
         project_id: str | None = None,
-    ) -> Iterator[Fact]:
+    ) -> Iterator[models.Fact]:
         """Every matching fact, page after page (keyset pagination)."""
         cursor: str | None = None
         while True:
             page = self.list_facts(
                 subject_id, status=status, limit=page_size, cursor=cursor, project_id=project_id
             )
-            yield from page.facts
+            for fact in page.facts:
+                yield fact
             if page.next_cursor is None:
                 return
             cursor = page.next_cursor
 
     def patch_fact(
         self, fact_id: UUID | str, *, status: str | None = None, valid_to: datetime | None = None
-    ) -> Fact:
+    ) -> models.Fact:
         return self._run(self._core.patch_fact(fact_id, status, valid_to))
 
-    def retract_fact(self, fact_id: UUID | str) -> Fact:
+    def retract_fact(self, fact_id: UUID | str) -> models.Fact:
         return self.patch_fact(fact_id, status="retracted")
 
     def write_events(
         self,
         subject_id: str,
-        events: Sequence[EventIn | Mapping[str, Any]],
+        events: Sequence[models.EventIn | Mapping[str, Any]],
         *,
         project_id: str | None = None,
-    ) -> WriteEventsResponse:
+    ) -> models.WriteEventsResponse:
         return self._run(self._core.write_events(subject_id, events, project_id))
 
     def list_conflicts(
@@ -199,10 +182,12 @@ class Haki:
         *,
         status: str | None = None,
         project_id: str | None = None,
-    ) -> ConflictList:
+    ) -> models.ConflictList:
         return self._run(self._core.list_conflicts(subject_id, status, project_id))
 
-    def resolve_conflict(self, conflict_set_id: UUID | str, keep: Sequence[UUID | str]) -> ConflictSet:
+    def resolve_conflict(
+        self, conflict_set_id: UUID | str, keep: Sequence[UUID | str]
+    ) -> models.ConflictSet:
         return self._run(self._core.resolve_conflict(conflict_set_id, keep))
 
     # --- read side -----------------------------------------------------------------------------
@@ -214,10 +199,10 @@ class Haki:
         *,
         budget_tokens: int | None = None,
         include_episodes: bool | None = None,
-        profile: ContextProfile | None = None,
+        profile: models.ContextProfile | None = None,
         project_id: str | None = None,
         as_of: datetime | None = None,
-    ) -> ContextPacket:
+    ) -> models.ContextPacket:
         """The memory packet for `query`, within `budget_tokens`.
 
         `profile` ("unified" or "facts_first") picks the assembler's rules for this call; None
@@ -229,13 +214,13 @@ class Haki:
             self._core.context(subject_id, query, budget_tokens, include_episodes, profile, project_id, as_of)
         )
 
-    def inspect(self, trace_id: UUID | str) -> Inspection:
+    def inspect(self, trace_id: UUID | str) -> models.Inspection:
         return self._run(self._core.inspect(trace_id))
 
-    def stats(self, *, project_id: str | None = None) -> StatsOverview:
+    def stats(self, *, project_id: str | None = None) -> models.StatsOverview:
         return self._run(self._core.stats(project_id))
 
-    def healthz(self) -> Health:
+    def healthz(self) -> models.Health:
         return self._run(self._core.healthz())
 
     def replay(
@@ -243,14 +228,16 @@ class Haki:
         trace_id: UUID | str,
         *,
         budget_tokens: int | None = None,
-        profile: ContextProfile | None = None,
+        profile: models.ContextProfile | None = None,
         recall_max_distance: float | None = None,
         as_of: datetime | None = None,
-    ) -> ReplayResult:
+    ) -> models.ReplayResult:
         """Rebuilds the packet of a traced call (by default as of the call's own instant, with its
         budget, profile and floor; each argument overrides one) and diffs it against the
         original: `result.diff.added`, `.removed`, `.moved`. The replay is traced too."""
-        return self._run(self._core.replay(trace_id, budget_tokens, profile, recall_max_distance, as_of))
+        return self._run(
+            self._core.replay(trace_id, budget_tokens, profile, recall_max_distance, as_of)
+        )
 
     def fact_stats(
         self,
@@ -259,7 +246,7 @@ class Haki:
         order: str | None = None,
         limit: int | None = None,
         project_id: str | None = None,
-    ) -> FactStats:
+    ) -> models.FactStats:
         """What each active fact is worth: `order` "never_served", "most_served" (the server's
         default) or "most_dropped" (most often left out for the budget)."""
         return self._run(self._core.fact_stats(subject_id, order, limit, project_id))
@@ -269,12 +256,12 @@ class Haki:
     def extract(
         self,
         subject_id: str,
-        messages: Sequence[ExtractMessage | Mapping[str, Any]],
+        messages: Sequence[models.ExtractMessage | Mapping[str, Any]],
         *,
         write: bool = True,
         project_id: str | None = None,
         timeout: float | None = None,
-    ) -> ExtractResult:
+    ) -> models.ExtractResult:
         """Stores each chat message as an event and the durable facts the server's chat model
         (HAKI_EXTRACT_*) finds in them, linked to their events; `write=False` is a dry run.
         `result.refused` lists what the model proposed and Haki refused, and why. `timeout`
@@ -283,16 +270,16 @@ class Haki:
 
     # --- memory lifecycle: erasure, listing, export --------------------------------------------
 
-    def erase_subject(self, subject_id: str, project_id: str | None = None) -> SubjectErasure:
+    def erase_subject(self, subject_id: str, project_id: str | None = None) -> models.SubjectErasure:
         """Erases every fact, event, conflict set and trace of the subject, in one transaction;
         answers the count of each kind. Irreversible."""
         return self._run(self._core.erase_subject(subject_id, project_id))
 
-    def delete_fact(self, fact_id: UUID | str) -> FactErasure:
+    def delete_fact(self, fact_id: UUID | str) -> models.FactErasure:
         """Erases one fact (to stop serving it but keep it, use `retract_fact`)."""
         return self._run(self._core.delete_fact(fact_id))
 
-    def delete_event(self, event_id: UUID | str) -> EventErasure:
+    def delete_event(self, event_id: UUID | str) -> models.EventErasure:
         return self._run(self._core.delete_event(event_id))
 
     def list_events(
@@ -302,30 +289,33 @@ class Haki:
         limit: int | None = None,
         cursor: str | None = None,
         project_id: str | None = None,
-    ) -> EventPage:
+    ) -> models.EventPage:
         return self._run(self._core.list_events(subject_id, limit, cursor, project_id))
 
     def iter_events(
         self, subject_id: str | None = None, *, page_size: int | None = None, project_id: str | None = None
-    ) -> Iterator[Event]:
+    ) -> Iterator[models.Event]:
         """Every matching event, page after page (keyset pagination)."""
         cursor: str | None = None
         while True:
             page = self.list_events(subject_id, limit=page_size, cursor=cursor, project_id=project_id)
-            yield from page.events
+            for event in page.events:
+                yield event
             if page.next_cursor is None:
                 return
             cursor = page.next_cursor
 
-    def get_event(self, event_id: UUID | str) -> Event:
+    def get_event(self, event_id: UUID | str) -> models.Event:
         return self._run(self._core.get_event(event_id))
 
     def list_subjects(
         self, *, limit: int | None = None, cursor: str | None = None, project_id: str | None = None
-    ) -> SubjectPage:
+    ) -> models.SubjectPage:
         return self._run(self._core.list_subjects(limit, cursor, project_id))
 
-    def export_subject(self, subject_id: str, project_id: str | None = None) -> Iterator[dict[str, Any]]:
+    def export_subject(
+        self, subject_id: str, project_id: str | None = None
+    ) -> Iterator[dict[str, Any]]:
         """The subject's export document, line by line as it streams: the header, then every event
         and every fact (`item["kind"]`). `haki import FILE` reads the lines back (one JSON object
         per line)."""

@@ -220,6 +220,21 @@ export class Haki {
     return project;
   }
 
+  /** A call of one project: `project_id` (the client's default when not given) leads the query. */
+  #scoped(method: string, path: string, projectId: string | undefined, params: Params = {}): Call {
+    return { method, path, params: { project_id: this.#project(projectId), ...params } };
+  }
+
+  /**
+   * A call of /v1/subjects/{subjectId}{suffix}; a subject id with a `/` (which a path segment
+   * cannot carry) goes in the query form of the route, /v1/subjects{suffix}.
+   */
+  #subject(method: string, subjectId: string, suffix: string, projectId: string | undefined): Call {
+    return subjectId.includes("/")
+      ? this.#scoped(method, `/v1/subjects${suffix}`, projectId, { subject_id: subjectId })
+      : this.#scoped(method, `/v1/subjects/${segment(subjectId)}${suffix}`, projectId);
+  }
+
   #url(call: Call): string {
     const query = new URLSearchParams();
     for (const [name, value] of Object.entries(call.params ?? {})) {
@@ -261,9 +276,7 @@ export class Haki {
       } catch (error) {
         if (!isTransportError(error)) throw error;
         if (attempt >= this.retry.maxRetries) {
-          throw new HakiConnectionError(`${call.method} ${call.path}: no answer from Haki: ${String(error)}`, {
-            cause: error,
-          });
+          throw connectionError(call, error);
         }
         await sleep(this.retry.delay(attempt, null));
         continue;
@@ -297,14 +310,8 @@ export class Haki {
   }
 
   async listFacts(subjectId?: string, options: ListFactsOptions = {}): Promise<FactPage> {
-    const params = {
-      project_id: this.#project(options.projectId),
-      subject_id: subjectId,
-      status: options.status,
-      limit: options.limit,
-      cursor: options.cursor,
-    };
-    return this.#run({ method: "GET", path: "/v1/facts", params });
+    const params = { subject_id: subjectId, status: options.status, limit: options.limit, cursor: options.cursor };
+    return this.#run(this.#scoped("GET", "/v1/facts", options.projectId, params));
   }
 
   /** Every matching fact, page after page (keyset pagination). */
@@ -350,8 +357,8 @@ export class Haki {
     subjectId?: string,
     options: { status?: "open" | "resolved"; projectId?: string } = {},
   ): Promise<ConflictList> {
-    const params = { project_id: this.#project(options.projectId), subject_id: subjectId, status: options.status };
-    return this.#run({ method: "GET", path: "/v1/conflicts", params });
+    const params = { subject_id: subjectId, status: options.status };
+    return this.#run(this.#scoped("GET", "/v1/conflicts", options.projectId, params));
   }
 
   async resolveConflict(conflictSetId: string, keep: ReadonlyArray<string>): Promise<ConflictSet> {
@@ -384,7 +391,7 @@ export class Haki {
   }
 
   async stats(options: { projectId?: string } = {}): Promise<StatsOverview> {
-    return this.#run({ method: "GET", path: "/v1/stats/overview", params: { project_id: this.#project(options.projectId) } });
+    return this.#run(this.#scoped("GET", "/v1/stats/overview", options.projectId));
   }
 
   async healthz(): Promise<Health> {
@@ -407,13 +414,8 @@ export class Haki {
 
   /** What each active fact is worth: `order` "never_served", "most_served" (the server's default) or "most_dropped". */
   async factStats(subjectId?: string, options: FactStatsOptions = {}): Promise<FactStats> {
-    const params = {
-      project_id: this.#project(options.projectId),
-      subject_id: subjectId,
-      order: options.order,
-      limit: options.limit,
-    };
-    return this.#run({ method: "GET", path: "/v1/stats/facts", params });
+    const params = { subject_id: subjectId, order: options.order, limit: options.limit };
+    return this.#run(this.#scoped("GET", "/v1/stats/facts", options.projectId, params));
   }
 
   // --- extraction ---------------------------------------------------------------------------
@@ -447,12 +449,7 @@ export class Haki {
    * the count of each kind. Irreversible.
    */
   async eraseSubject(subjectId: string, options: { projectId?: string } = {}): Promise<SubjectErasure> {
-    const project = this.#project(options.projectId);
-    if (subjectId.includes("/")) {
-      // A path segment cannot carry it: the query form of the route.
-      return this.#run({ method: "DELETE", path: "/v1/subjects", params: { project_id: project, subject_id: subjectId } });
-    }
-    return this.#run({ method: "DELETE", path: `/v1/subjects/${segment(subjectId)}`, params: { project_id: project } });
+    return this.#run(this.#subject("DELETE", subjectId, "", options.projectId));
   }
 
   /** Erases one fact (to stop serving it but keep it, use `retractFact`). */
@@ -465,13 +462,8 @@ export class Haki {
   }
 
   async listEvents(subjectId?: string, options: ListEventsOptions = {}): Promise<EventPage> {
-    const params = {
-      project_id: this.#project(options.projectId),
-      subject_id: subjectId,
-      limit: options.limit,
-      cursor: options.cursor,
-    };
-    return this.#run({ method: "GET", path: "/v1/events", params });
+    const params = { subject_id: subjectId, limit: options.limit, cursor: options.cursor };
+    return this.#run(this.#scoped("GET", "/v1/events", options.projectId, params));
   }
 
   /** Every matching event, page after page (keyset pagination). */
@@ -493,8 +485,8 @@ export class Haki {
   }
 
   async listSubjects(options: ListSubjectsOptions = {}): Promise<SubjectPage> {
-    const params = { project_id: this.#project(options.projectId), limit: options.limit, cursor: options.cursor };
-    return this.#run({ method: "GET", path: "/v1/subjects", params });
+    const params = { limit: options.limit, cursor: options.cursor };
+    return this.#run(this.#scoped("GET", "/v1/subjects", options.projectId, params));
   }
 
   /**
@@ -506,10 +498,7 @@ export class Haki {
     subjectId: string,
     options: { projectId?: string } = {},
   ): AsyncGenerator<ExportLine, void, undefined> {
-    const project = this.#project(options.projectId);
-    const call: Call = subjectId.includes("/")
-      ? { method: "GET", path: "/v1/subjects/export", params: { project_id: project, subject_id: subjectId } }
-      : { method: "GET", path: `/v1/subjects/${segment(subjectId)}/export`, params: { project_id: project } };
+    const call = this.#subject("GET", subjectId, "/export", options.projectId);
     const controller = new AbortController();
     let timer: ReturnType<typeof setTimeout> | undefined;
     const arm = (): void => {
@@ -519,10 +508,7 @@ export class Haki {
         this.#timeoutMs,
       );
     };
-    const lost = (error: unknown): unknown =>
-      isTransportError(error)
-        ? new HakiConnectionError(`${call.method} ${call.path}: no answer from Haki: ${String(error)}`, { cause: error })
-        : error;
+    const lost = (error: unknown): unknown => (isTransportError(error) ? connectionError(call, error) : error);
     let reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
     let done = false;
     arm();
@@ -581,6 +567,10 @@ export class Haki {
       if (!done) await reader?.cancel().catch(() => undefined);
     }
   }
+}
+
+function connectionError(call: Call, error: unknown): HakiConnectionError {
+  return new HakiConnectionError(`${call.method} ${call.path}: no answer from Haki: ${String(error)}`, { cause: error });
 }
 
 /** One line of an export document, parsed; null for a blank line. */
