@@ -3,10 +3,10 @@
 -- (project_id, subject_id) scope, valid_to IS NULL OR valid_to > now(); servable facts also
 -- sit in no open ConflictSet and are not stale volatile facts (those are reported as blocked).
 -- The token estimate, recency (with its underflow guard), the hybrid score and the blocked facts
--- are SQL functions of migration 0011 (haki_tokens, haki_recency, haki_hybrid_score,
--- haki_blocked_facts), inlined by the planner: each rule is written once. Migration 0012 gives
--- each rule an instant: `as_of` null is the current one (POST /v1/context without as_of, the
--- plans of before), otherwise the memory as it was then (docs/time-travel.md): facts believed
+-- are SQL functions of migrations/rules.sql (haki_tokens, haki_recency, haki_hybrid_score,
+-- haki_blocked_facts), inlined by the planner: each rule is written once. Each rule takes an
+-- instant: `as_of` null is the current one (POST /v1/context without as_of, the plans of
+-- before), otherwise the memory as it was then (docs/time-travel.md): facts believed
 -- then (recorded_from, recorded_to), validity, staleness and recency at that instant, the
 -- conflicts open then, the events held then.
 
