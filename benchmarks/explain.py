@@ -38,7 +38,7 @@ from pgvector import Vector
 
 from benchmarks.seed import load, queries
 from benchmarks.sql import load_bench_queries
-from benchmarks.trace_usage import TRACE_SETTINGS
+from benchmarks.trace_usage import call
 from benchmarks.world import PROJECT, SMALL, TARGET, WORLD
 from service.constants import (
     CANDIDATE_LIMIT,
@@ -62,6 +62,7 @@ from service.constants import (
     WEIGHT_TEXT_RANK,
 )
 from service.context import assembler
+from service.context.call import PROFILE_WEIGHTS
 from service.context.model import Probe
 from service.db import connect, init_connection
 from service.embedded import embedded_url, release_embedded_server
@@ -243,7 +244,7 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
                     subject_id=TARGET,
                     embedding=question.vector,
                     query=question.text,
-                    weights=assembler.PROFILE_WEIGHTS[profile],
+                    weights=PROFILE_WEIGHTS[profile],
                 ),
             )
             for profile, retrieve in assembler.RETRIEVERS.items()
@@ -337,6 +338,7 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
         )
         for i in range(256)
     ]
+    traced = call(None)  # what a `unified` call's trace records besides its decisions
     out.append(
         (
             "insert_context_trace, 256 decisions",
@@ -357,7 +359,9 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
                     "facts_served": 64,
                     "episodes_served": 0,
                     "include_episodes": True,
-                    **TRACE_SETTINGS,
+                    "recall_max_distance": traced.recall_max_distance,
+                    "text_search_config": traced.text_search_config,
+                    "weights": list(traced.weights),
                     "as_of": None,
                     "replay_of": None,
                     "decisions": msgspec.json.encode(decisions).decode(),
@@ -397,7 +401,7 @@ async def run(data_dir: Path | None) -> list[tuple[str, str]]:
                     subject_id=TARGET,
                     query=query.text,
                     embedding=query.vector,
-                    weights=assembler.PROFILE_WEIGHTS[profile],
+                    weights=PROFILE_WEIGHTS[profile],
                 )
                 async with conn.transaction():
                     await assembler.open_context_call(conn)

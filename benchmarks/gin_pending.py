@@ -49,8 +49,9 @@ from typing import Any
 from benchmarks.sql import load_bench_queries
 from service import memory
 from service.auth import Principal
-from service.context.assembler import assemble
+from service.context.call import ContextCall
 from service.db import connect, init_connection
+from service.db.call_runner import run_context_call
 from service.embedded import embedded_server, embedded_url
 from service.embedder import Embedder, build_embedder
 from service.migrations import migrate
@@ -135,7 +136,6 @@ async def candidates_ms(
     conn: Any,
     embedder: Embedder,
     settings: Settings,
-    principal: Principal,
     subject: str,
     query: str,
     profile: ContextProfile,
@@ -147,7 +147,7 @@ async def candidates_ms(
     tx = conn.transaction()
     await tx.start()
     try:
-        await assemble(conn, embedder, settings, principal, req, timer=timer)
+        await run_context_call(conn, embedder, ContextCall.of(req, settings), timer=timer)
     finally:
         await tx.rollback()
     return timer.ms["candidates"]
@@ -175,7 +175,7 @@ async def run_mode(
         query = query_text(rng)
         for profile in PROFILES:
             for label, subject in (("small", SMALL), ("big", scopes[(r + 1) % len(scopes)])):
-                ms = await candidates_ms(conn, embedder, settings, principal, subject, query, profile)
+                ms = await candidates_ms(conn, embedder, settings, subject, query, profile)
                 reads.setdefault(f"{profile}:{label}", []).append(ms)
     out = {"write_ms": statistics.median(writes)}
     for name, values in reads.items():

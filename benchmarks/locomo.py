@@ -15,11 +15,11 @@ Ingest (one subject per conversation, project `locomo-eval`):
   event of the turn it links to (normalised as ../shared/datasets/SOURCE.md says; a fact whose
   link resolves to no turn gets no source_event_id).
 
-Measure: each QA with evidence -> `assemble()` (the code behind POST /v1/context). A turn is
+Measure: each QA with evidence -> `run_context_call()` (the code behind POST /v1/context). A turn is
 covered when the packet holds its episode, or a served fact whose `source_event_id` is its event.
 - evidence recall: share of the QA's evidence turns covered (mean over QAs);
 - full-evidence hit rate: share of QAs whose evidence turns are all covered;
-- mean used tokens, p50 latency of `assemble()` (the query embedding is computed once per
+- mean used tokens, p50 latency of `run_context_call()` (the query embedding is computed once per
   question before the modes run, timed separately as `embed p50`, so every mode is timed alike);
 - random: the recall a packet covering as many distinct turns, drawn uniformly, would get in
   expectation (covered turns / turns of the conversation), the floor any retrieval must beat.
@@ -29,12 +29,12 @@ docs/spec/context-profiles.md, `unified` (the default) and `facts_first`, set as
 `profile`:
 - `<profile>`: the shipped weights at 900 tokens;
 - `<profile> vector-only`: weights (1, 0, 0);
-- `<profile> text-only`: weights (0, 1, 0) and the query never embedded, so `assemble()` takes
+- `<profile> text-only`: weights (0, 1, 0) and the query never embedded, so the call takes
   its embedder-down path (full-text candidates only);
 - `<profile>@450`, `<profile>@1800`: the shipped weights at 450 and 1800 tokens.
 A group (`unified`, `facts_first`, `all`) selects all of its modes; `<profile> hybrid` selects
 the hybrid mode alone (its name is the group's).
-The single-signal modes are built here, with `assemble()`'s evaluation-only `weights=` and an
+The single-signal modes are built here, with `ContextCall.of`'s evaluation-only `weights=` and an
 embedder that is down; the service carries no such mode, and none is reachable through the
 HTTP API.
 """
@@ -204,7 +204,7 @@ class Mode:
     budget: int
     weights: tuple[float, float, float] | None  # None: the shipped weights
     note: str = ""
-    # False: the query is never embedded, so assemble() takes its embedder-down path (full-text
+    # False: the query is never embedded, so the call takes its embedder-down path (full-text
     # candidates only, the packet `degraded`).
     query_vector: bool = True
 
@@ -250,7 +250,7 @@ def select_modes(modes: Sequence[Mode], wanted: Sequence[str]) -> list[Mode]:
 
 
 class _NoVector:
-    """An embedder that is down: assemble() degrades to full-text retrieval (spec rule 10)."""
+    """An embedder that is down: the call degrades to full-text retrieval (spec rule 10)."""
 
     name = "none"
     dim = 384
@@ -359,8 +359,9 @@ async def evaluate(
 
     from service import auth
     from service.app import create_app
-    from service.context.assembler import PROFILE_WEIGHTS, assemble
+    from service.context.call import PROFILE_WEIGHTS, ContextCall
     from service.db import connect, create_pool
+    from service.db.call_runner import run_context_call
     from service.embedded import embedded_server, embedded_url
     from service.embedder import LocalEmbedder
     from service.migrations import migrate
@@ -395,11 +396,10 @@ async def evaluate(
         conn = await connect(settings)  # no pgvector codec before the extension exists
         try:
             await migrate(conn)
-            key_id, key = await auth.create_key(conn, PROJECT_ID, "locomo harness")
+            _, key = await auth.create_key(conn, PROJECT_ID, "locomo harness")
         finally:
             await conn.close()
         pool = await create_pool(settings)
-        principal = auth.Principal(project_id=PROJECT_ID, key_id=key_id)
         headers = {"Authorization": f"Bearer {key}"}
         embedder = LocalEmbedder(settings)
         await embedder.load()
@@ -437,16 +437,11 @@ async def evaluate(
                             budget_tokens=mode.budget,
                             profile=mode.profile,
                         )
+                        call = ContextCall.of(req, settings, weights=mode.weights)  # None: the profile's own
                         async with pool.acquire() as conn:
                             a0 = time.perf_counter()
-                            packet = await assemble(
-                                conn,
-                                embedder if mode.query_vector else no_vector,
-                                settings,
-                                principal,
-                                req,
-                                weights=mode.weights,  # None: the profile's own
-                                timer=StageTimer(),
+                            packet = await run_context_call(
+                                conn, embedder if mode.query_vector else no_vector, call, timer=StageTimer()
                             )
                             latency = (time.perf_counter() - a0) * 1000.0
                         assert packet.profile == mode.profile, (packet.profile, mode.name)

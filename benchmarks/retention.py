@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from benchmarks.trace_usage import PROJECT, TRACE_SETTINGS, decisions, packet, request
+from benchmarks.trace_usage import PROJECT, call, decisions, packet
 from service.db import connect, create_pool, init_connection
 from service.embedded import embedded_url, release_embedded_server
 from service.lifecycle import retention
@@ -44,7 +44,7 @@ async def write(conn: Any, rng: random.Random, pool: list[uuid.UUID]) -> tuple[u
     p = packet()
     ds = decisions(rng, pool)[:128]
     start = time.perf_counter()
-    await repo.insert_context_trace(conn, request(None), p, ds, **TRACE_SETTINGS)
+    await repo.insert_context_trace(conn, call(None), p, ds)
     return p.trace_id, (time.perf_counter() - start) * 1000.0
 
 

@@ -12,7 +12,7 @@ pass (maintenance_work_mem 4GB, one parallel worker), VACUUM ANALYZEd, then meas
 
 - SQL path p50/p95 of both profiles (docs/spec/context-profiles.md), `unified` (the default) and
   `facts_first`, interleaved call by call in one loop, and their ratio:
-  service.context.assembler.assemble with a precomputed query vector (all but the embedding:
+  service.db.call_runner.run_context_call with a precomputed query vector (all but the embedding:
   candidates, pack, multi-hop, episodes, trace write, transaction);
 - fact_candidates alone p50 and unified_candidates alone p50 (interleaved likewise), and the
   score-every-fact baseline p50 (skipped above 100k facts in the measured scope: seconds per
@@ -32,7 +32,6 @@ import shutil
 import sys
 import tempfile
 import time
-import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,6 @@ from benchmarks.machine import cores_and_ram
 from benchmarks.seed import Query, ScopeSpec, load, percentile, queries
 from benchmarks.sql import load_bench_queries
 from benchmarks.world import InstantEmbedder
-from service.auth import Principal
 from service.constants import (
     CANDIDATE_LIMIT,
     RECENCY_TAU_SECONDS,
@@ -53,8 +51,10 @@ from service.constants import (
     WEIGHT_TEXT_RANK,
 )
 from service.context import assembler
+from service.context.call import PROFILE_WEIGHTS, ContextCall
 from service.context.model import Probe, Retrieved
 from service.db import connect, init_connection
+from service.db.call_runner import run_context_call
 from service.embedded import embedded_url, release_embedded_server
 from service.migrations import migrate
 from service.observability.timing import StageTimer
@@ -121,12 +121,11 @@ async def measure(conn: Any, settings: Settings, cfg: Config, rounds: int, resul
     b = load_bench_queries()
     pool = queries(300)
     emb = InstantEmbedder()
-    principal = Principal(project_id=PROJECT, key_id=uuid.uuid4())
 
     async def sql_path(query: Query, profile: ContextProfile, timer: StageTimer) -> None:
         emb.vector = query.vector
         req = ContextRequest(project_id=PROJECT, subject_id=cfg.measured, query=query.text, profile=profile)
-        await assembler.assemble(conn, emb, settings, principal, req, timer=timer)
+        await run_context_call(conn, emb, ContextCall.of(req, settings), timer=timer)
 
     async def candidates(query: Query, text: str, profile: ContextProfile = "facts_first") -> Retrieved:
         """A profile's candidate step alone (one statement, the walk inside), with its weights."""
@@ -137,7 +136,7 @@ async def measure(conn: Any, settings: Settings, cfg: Config, rounds: int, resul
                 subject_id=cfg.measured,
                 query=text,
                 embedding=query.vector,
-                weights=assembler.PROFILE_WEIGHTS[profile],
+                weights=PROFILE_WEIGHTS[profile],
             )
             return await assembler.RETRIEVERS[profile](conn, probe)
 

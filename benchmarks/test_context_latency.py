@@ -22,14 +22,14 @@ import pytest
 
 from benchmarks.seed import percentile
 from benchmarks.sql import load_bench_queries
-from benchmarks.trace_usage import TRACE_SETTINGS
 from benchmarks.world import PROJECT, SMALL, TARGET, World
 from service.constants import CANDIDATE_LIMIT, RETRIEVAL_TOP_K
 from service.context import assembler
+from service.context.call import ContextCall
 from service.ids import uuid7
 from service.observability.timing import StageTimer
 from service.repository import context as repo
-from service.settings import ContextProfile
+from service.settings import ContextProfile, Settings
 from service.structs import ContextPacket, ContextRequest, Decision, PacketFact
 
 GUARD_ROUNDS = 60
@@ -71,7 +71,8 @@ class Rotation:
 @pytest.mark.parametrize("profile", PROFILES)
 def test_assembler_sql_path(benchmark: Any, world: World, profile: ContextProfile) -> None:
     """POST /v1/context minus HTTP and the query embedding, under each profile: candidates,
-    pack, multi-hop, episodes, the trace write, and the transaction around them."""
+    pack, multi-hop, episodes, the trace write, and the transaction around them (the call
+    runner's whole call)."""
     rot = Rotation(world)
     packet = benchmark.pedantic(
         lambda: world.assemble(rot.next(), profile=profile), rounds=300, iterations=1, warmup_rounds=30
@@ -141,7 +142,10 @@ def _decisions(n: int) -> list[Decision]:
     ]
 
 
-TRACE_REQUEST = ContextRequest(project_id=PROJECT, subject_id=TARGET, query="trace write benchmark")
+# A `unified` call under the default settings, as its trace records it.
+TRACE_CALL = ContextCall.of(
+    ContextRequest(project_id=PROJECT, subject_id=TARGET, query="trace write benchmark"), Settings()
+)
 SERVED = [
     PacketFact(
         fact_id=uuid.uuid4(),
@@ -170,11 +174,11 @@ def _write_trace(world: World, decisions: list[Decision]) -> None:
         facts=SERVED,
         episodes=[],
     )
-    world.run(repo.insert_context_trace(world.conn, TRACE_REQUEST, packet, decisions, **TRACE_SETTINGS))
+    world.run(repo.insert_context_trace(world.conn, TRACE_CALL, packet, decisions))
 
 
 def test_trace_write_256_decisions(benchmark: Any, world: World) -> None:
-    """One call row and 256 decision rows, timed as the assembler runs it: one statement inside
+    """One call row and 256 decision rows, timed as the call runner runs it: one statement inside
     the call's transaction (open_context_call), the
     commit outside the timing. Asserted only to be one statement."""
     decisions = _decisions(256)
@@ -262,7 +266,7 @@ def test_two_phase_guard(benchmark: Any, world: World) -> None:
     cache misses (4.8 ms against 3.8 ms alone) that a serving process does not pay."""
     retrieval: list[float] = []
     paths: dict[ContextProfile, list[float]] = {profile: [] for profile in PROFILES}
-    # Each path's stages (the assembler's own timer, which it keeps whether or not it is given
+    # Each path's stages (the call's own timer, which the call runner keeps whether or not it is given
     # one): reported beside the medians, so that a failing ratio says which stage moved.
     stages: dict[ContextProfile, dict[str, list[float]]] = {profile: {} for profile in PROFILES}
     baseline: list[float] = []

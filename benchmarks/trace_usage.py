@@ -36,6 +36,7 @@ import msgspec
 
 from benchmarks.sql import load_bench_queries
 from service.context import assembler
+from service.context.call import ContextCall
 from service.db import connect, init_connection
 from service.embedded import embedded_url, release_embedded_server
 from service.ids import uuid7
@@ -43,14 +44,6 @@ from service.migrations import migrate
 from service.repository import context as repo
 from service.settings import Settings
 from service.structs import ContextPacket, ContextRequest, Decision
-
-# What the assembler records with each call besides its decisions (a `unified` call's, under the
-# default settings); benchmarks/explain.py and test_context_latency.py record the same.
-TRACE_SETTINGS: dict[str, Any] = {
-    "recall_max_distance": 0.0,
-    "text_search_config": "english",
-    "weights": list(assembler.PROFILE_WEIGHTS["unified"]),
-}
 
 PROJECT = "bench"
 
@@ -75,8 +68,11 @@ def decisions(rng: random.Random, pool: list[uuid.UUID]) -> list[Decision]:
     ]
 
 
-def request(as_of: datetime | None) -> ContextRequest:
-    return ContextRequest(project_id=PROJECT, subject_id="s", query="what does the user like", as_of=as_of)
+def call(as_of: datetime | None) -> ContextCall:
+    """A `unified` call under the default settings, as its trace records it (benchmarks/explain.py
+    and retention.py record the same)."""
+    req = ContextRequest(project_id=PROJECT, subject_id="s", query="what does the user like", as_of=as_of)
+    return ContextCall.of(req, Settings())
 
 
 def packet() -> ContextPacket:
@@ -121,7 +117,7 @@ async def write(conn: Any, mode: str, ds: list[Decision], past: datetime) -> flo
             )
         else:
             as_of = past if mode == "no index" else None
-            await repo.insert_context_trace(conn, request(as_of), packet(), ds, **TRACE_SETTINGS)
+            await repo.insert_context_trace(conn, call(as_of), packet(), ds)
         elapsed = (time.perf_counter() - start) * 1000.0
     return elapsed
 

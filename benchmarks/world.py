@@ -14,7 +14,6 @@ queries of queries/*.sql.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +23,6 @@ from pgvector import Vector
 
 from benchmarks.seed import Query, ScopeRows, ScopeSpec
 from benchmarks.sql import load_bench_queries
-from service.auth import Principal
 from service.constants import (
     CANDIDATE_LIMIT,
     RECENCY_TAU_SECONDS,
@@ -33,7 +31,9 @@ from service.constants import (
     WEIGHT_TEXT_RANK,
 )
 from service.context import assembler
+from service.context.call import PROFILE_WEIGHTS, ContextCall
 from service.context.model import Probe, Retrieved
+from service.db.call_runner import run_context_call
 from service.observability.timing import StageTimer
 from service.settings import ContextProfile, Settings
 from service.structs import ContextPacket, ContextRequest
@@ -79,7 +79,6 @@ class World:
     index_seconds: dict[str, float]
     queries: list[Query]
     embedder: InstantEmbedder = field(default_factory=InstantEmbedder)
-    principal: Principal = field(default_factory=lambda: Principal(project_id=PROJECT, key_id=uuid.uuid4()))
 
     def run(self, coro: Any) -> Any:
         return self.runner.run(coro)
@@ -91,13 +90,13 @@ class World:
         profile: ContextProfile = "unified",
         timer: StageTimer | None = None,
     ) -> ContextPacket:
-        """The whole assembler but the embedding, under one profile: candidates, pack, multi-hop,
-        episodes, trace. `timer` gets the call's stages (the assembler times them either way)."""
+        """The whole call but the embedding, under one profile, as the call runner runs it:
+        candidates, pack, multi-hop, episodes, trace, and the transaction around them. `timer`
+        gets the call's stages (they are timed either way)."""
         self.embedder.vector = query.vector
         req = ContextRequest(project_id=PROJECT, subject_id=subject_id, query=query.text, profile=profile)
-        packet: ContextPacket = self.run(
-            assembler.assemble(self.conn, self.embedder, self.settings, self.principal, req, timer=timer)
-        )
+        call = ContextCall.of(req, self.settings)
+        packet: ContextPacket = self.run(run_context_call(self.conn, self.embedder, call, timer=timer))
         return packet
 
     def baseline(self, query: Query, subject_id: str = TARGET) -> list[Any]:
@@ -143,7 +142,7 @@ class World:
             subject_id=subject_id,
             query=query.text if text is None else text,
             embedding=query.vector,
-            weights=assembler.PROFILE_WEIGHTS[profile],
+            weights=PROFILE_WEIGHTS[profile],
         )
 
         async def go() -> Retrieved:

@@ -94,12 +94,12 @@ MAX_SCOPE_CHARS: Final = 200
 MAX_PAGE_LIMIT: Final = 500
 DEFAULT_PAGE_LIMIT: Final = 50
 
-# Request bodies (issue 12). The deepest body the contract needs is 4 levels plus a fact's
+# Request bodies. The deepest body the contract needs is 4 levels plus a fact's
 # `metadata`; 64 leaves metadata 60 levels. Deeper JSON is refused before it is decoded: msgspec
 # ran out of Python recursion near 1,000 levels (a 2 KB body) and the request was a 500.
 MAX_JSON_DEPTH: Final = 64
 
-# POST /v1/extract (issue 16). A conversation of up to EXTRACT_MAX_MESSAGES messages is one
+# POST /v1/extract. A conversation of up to EXTRACT_MAX_MESSAGES messages is one
 # chat call; the model sees at most EXTRACT_KNOWN_FACTS active facts of the scope (keyed ones
 # first, then the newest), which bounds the prompt whatever the scope's size.
 EXTRACT_MAX_MESSAGES: Final = 100

@@ -1,7 +1,7 @@
 """The API docs pages, /docs and /docs/swagger, served with nothing from another host.
 
 Litestar's render plugins load their UI from CDNs (jsdelivr, unpkg, Google Fonts), so the pages
-rendered blank offline (issue 16). Here Swagger UI's assets come from the PyPI package
+rendered blank offline. Here Swagger UI's assets come from the PyPI package
 `swagger-ui-py` (pinned in pyproject.toml; Swagger UI 5.24.2, which reads OpenAPI 3.1) and the
 service serves them itself under /docs/assets/. The page's own script is one of those assets too,
 so the page's Content-Security-Policy allows scripts, styles, images and fetches from the service

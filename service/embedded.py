@@ -119,7 +119,7 @@ def embedded_url(data_dir: Path, database: str = "postgres") -> str:
     return urllib.parse.urlunsplit(parts._replace(path="/" + database))
 
 
-# --- supervision (issue 12, #5) ---------------------------------------------------------------
+# --- supervision ---------------------------------------------------------------
 
 HANDLE_LIST: Final = ".handle_pids.json"
 # How often the postmaster is looked at: the outage after a crash is this plus the restart
@@ -275,7 +275,7 @@ class Supervisor:
             down_since = None
 
 
-# --- a streaming standby of the embedded server (issue 19, docs/scaling.md "Read replicas") ----
+# --- a streaming standby of the embedded server ----
 
 # Files of the primary's data directory that pg_basebackup copies but that belong to the running
 # primary: pgserver's handle list, the socket's lock (pgserver puts the socket in the data

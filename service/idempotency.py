@@ -11,7 +11,7 @@ recorded: a failed request wrote nothing, so its retry runs again.
 
 The embedder runs before that transaction begins (`prepare`), never inside it: a batch whose
 embedding outlasted idle_in_transaction_session_timeout (60 s) was killed with its claim, and every
-retry failed the same way (issue 12). Two concurrent retries may both embed; only one writes.
+retry failed the same way. Two concurrent retries may both embed; only one writes.
 """
 
 from __future__ import annotations

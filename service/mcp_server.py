@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from service import __version__
 from service.auth import Principal, authenticate
 from service.constants import MAX_SCOPE_CHARS
-from service.context import assembler
+from service.context import inspection
 from service.context.render import render
 from service.errors import HakiError, InvalidBody, database_unavailable, send_error
 from service.handlers.context import post_context
@@ -312,7 +312,8 @@ async def inspect(
 ) -> str:
     call = caller(ctx)
     trace = _uuid(trace_id, "trace_id")
-    return _json(await call.run(lambda deps: assembler.inspect(deps.conn, deps.principal, trace), reads=True))
+    found = await call.run(lambda deps: inspection.inspect(deps.conn, deps.principal, trace), reads=True)
+    return _json(found)
 
 
 @tool(

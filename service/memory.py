@@ -149,8 +149,8 @@ async def store_facts(conn: Conn, prepared: PreparedFacts) -> WriteFactsResponse
     facts = req.facts
     async with conn.transaction():
         # First, before any row lock: a concurrent write of one of these keys commits before this
-        # one goes on, so detect_conflicts below sees its facts (issue 12: 18 of 24 racing pairs
-        # escaped detection without it, tests/test_write_races.py).
+        # one goes on, so detect_conflicts below sees its facts (without it, racing
+        # writes escaped detection: tests/test_write_races.py).
         keys = [f.key for f in facts if f.key is not None]
         if keys:
             await facts_repo.lock_fact_keys(conn, req.project_id, req.subject_id, keys)

@@ -28,8 +28,8 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Final, Literal, TypeVar
 
 import asyncpg
@@ -40,7 +40,7 @@ from litestar.types import ASGIApp, Message, Receive, ReceiveMessage, Scope, Sen
 from litestar.utils.scope.state import CONNECTION_STATE_KEY, ScopeState
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from service.db import connect, database_url
+from service.db import Acquire, connect, database_url
 from service.errors import CONNECTION_LOST, NotFound, Unauthorized, Unavailable
 from service.repository import replica as rrepo
 from service.repository.base import Conn
@@ -326,9 +326,12 @@ class Reads:
             raise NotFound(f"No {what} found on the read replica.")
 
     @property
-    def trace_pool(self) -> Any:
-        """Where the trace of a context call whose retrieval ran on the standby is written."""
-        return self.router.primary_pool if self.on_replica and self.router is not None else None
+    def trace_on(self) -> Acquire | None:
+        """Where the trace of a context call whose retrieval ran on the standby is written: a
+        connection of the primary (service/db/call_runner.py). None: on the call's own."""
+        if not self.on_replica or self.router is None:
+            return None
+        return partial(self.router.primary_pool.acquire, timeout=self.router.acquire_timeout)
 
     async def note_write(self, conn: Conn, project_id: str, subject_id: str | None = None) -> None:
         if self.router is not None:
@@ -337,14 +340,6 @@ class Reads:
 
 def provide_reads(request: Request[Any, Any, Any], state: State) -> Reads:
     return Reads(router_of(state), request.scope)
-
-
-@asynccontextmanager
-async def trace_transaction(pool: Any, acquire_timeout: float) -> AsyncIterator[Conn]:
-    """A primary transaction for a trace alone; the caller opens it under the call's own terms
-    (assembler.open_context_call: no wait for the WAL flush, generic plans)."""
-    async with pool.acquire(timeout=acquire_timeout) as conn, conn.transaction():
-        yield conn
 
 
 # --- running a read again on the primary -----------------------------------------------------------

@@ -60,7 +60,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     db_statement_cache_size: int = 100
     idempotency_ttl_seconds: int = 24 * 3600
     rate_limit_per_minute: int = 600
-    # The embedding layer (issue 13: speed; issue 12 defect 4: fairness). Defaults measured in
+    # The embedding layer (speed and fairness). Defaults measured in
     # docs/performance.md ("Query embedding", "Fair embedding") and docs/reliability.md.
     embed_backend: LocalBackend = "auto"
     embed_query_max_batch: int = 8
@@ -70,19 +70,19 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     embed_write_timeout_seconds: float = 120.0
     embed_chars_per_minute: int = 2_000_000
     embed_concurrency: int = 4
-    # POST /v1/extract (issue 16): an OpenAI-compatible chat endpoint; unset, the route is a 503.
+    # POST /v1/extract: an OpenAI-compatible chat endpoint; unset, the route is a 503.
     extract_base_url: str | None = None
     extract_model: str | None = None
     extract_api_key: str | None = None
     extract_timeout_seconds: float = 60.0
-    # Trace retention (issue 14): context calls older than this many days are purged with their
+    # Trace retention: context calls older than this many days are purged with their
     # decisions by a background task, a bounded batch at a time; 0 keeps them for ever.
     trace_retention_days: int = 30
     trace_purge_interval_seconds: float = 300.0
     trace_purge_batch: int = 200
     # The statement timeout of one subject erasure (DELETE /v1/subjects/{id}), its transaction only.
     erasure_timeout_ms: int = 120_000
-    # Read replicas (issue 19, docs/scaling.md "Read replicas"): unset, one pool as before.
+    # Read replicas: unset, one pool as before.
     database_read_url: str | None = None
     read_max_lag_ms: int = 1000
     read_check_interval_ms: int = 200

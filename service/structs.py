@@ -155,7 +155,7 @@ Warnings = Annotated[
 ErasedAt = Annotated[datetime, Meta(description="When the erasure committed.")]
 
 
-# The window of the figures counted from traces (issue 14, trace retention).
+# The window of the figures counted from traces.
 TraceRetentionDays = Annotated[
     int,
     Meta(
@@ -700,7 +700,7 @@ class FactStats(Response, frozen=True, kw_only=True):
     trace_retention_days: TraceRetentionDays = 0
 
 
-# --- extraction (POST /v1/extract, issue 16) ---------------------------------------------------
+# --- extraction (POST /v1/extract) ---------------------------------------------------
 
 MessageRole = Literal["user", "assistant", "system", "tool", "developer"]
 # A message is stored as the event `role: content`; the longest prefix ("assistant: ", 11
@@ -805,7 +805,7 @@ class ExtractResponse(Response, frozen=True, kw_only=True):
     ]
 
 
-# --- memory lifecycle (issue 14: erasure, listing, export) -------------------------------------
+# --- memory lifecycle (erasure, listing, export) -------------------------------------
 
 
 class Event(Response, frozen=True, kw_only=True):

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from service import auth
 from service.constants import EPISODE_TOP_K
-from service.context.assembler import PROFILE_WEIGHTS
+from service.context.call import PROFILE_WEIGHTS
 from tests.helpers import (
     OTHER_PROJECT,
     PROJECT,

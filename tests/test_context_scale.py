@@ -19,6 +19,7 @@ from service.constants import (
     WEIGHT_SIMILARITY,
 )
 from service.context import assembler
+from service.context.call import PROFILE_WEIGHTS
 from service.context.model import Candidate, Probe
 from service.embedder import HashEmbedder
 from service.repository import context as repo
@@ -122,7 +123,7 @@ async def test_trace_never_exceeds_candidate_limit(
                 subject_id="limit",
                 embedding=qvec,
                 query="common words",
-                weights=assembler.PROFILE_WEIGHTS["unified"],
+                weights=PROFILE_WEIGHTS["unified"],
             )
             got = await repo.unified_candidates(conn, probe, with_episodes=False, candidate_limit=limit)
         return [str(c.item_id) for c in got.candidates]

@@ -27,6 +27,7 @@ LAYERS: dict[str, int] = {
     "service.ratelimit": 0,
     "service.embedded": 0,
     "service.context.model": 0,
+    "service.context.call": 0,  # a call's terms as one value, which the repository writes in its trace
     "service.context.entities": 0,
     "service.observability.timing": 0,
     "service.repository": 1,
@@ -130,6 +131,24 @@ def test_the_service_never_imports_its_own_client() -> None:
             else []
         )
         if name.split(".")[0] == "haki_client"
+    ]
+    assert found == []
+
+
+def test_the_read_path_imports_neither_the_write_side_nor_the_replica_plumbing(tmp_path: Path) -> None:
+    """service/context/ retrieves, packs and explains: which connection a call runs on and where
+    its trace goes are the database layer's (service/db/call_runner.py), and it never needs the
+    write side."""
+    forbidden = ("service.replica", "service.memory")
+    seen = tmp_path / "seen.py"  # the reading sees both forms of import
+    seen.write_text("from service.replica import READS\nimport service.memory\n", encoding="utf-8")
+    assert imports(seen, set(graph())) == set(forbidden)
+    found = [
+        f"{m} imports {d}"
+        for m, deps in graph().items()
+        if m == "service.context" or m.startswith("service.context.")
+        for d in deps
+        if any(d == f or d.startswith(f + ".") for f in forbidden)
     ]
     assert found == []
 

@@ -33,7 +33,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from service.app import create_app
 from service.auth import authenticate
-from service.context import assembler
+from service.context import inspection
 from service.embedder import Embedder
 from service.errors import NotFound
 from service.handlers.deps import in_process
@@ -534,7 +534,7 @@ async def test_tool_calls_follow_the_read_routing_of_the_routes(
     principal = await authenticate(conn, f"Bearer {key}")
     with pytest.raises(NotFound):  # found on neither: asked of the standby, then of the primary
         await in_process(
-            app, principal, lambda deps: assembler.inspect(deps.conn, deps.principal, uuid7()), reads=True
+            app, principal, lambda deps: inspection.inspect(deps.conn, deps.principal, uuid7()), reads=True
         )
     assert sample("haki_read_replica_fallbacks_total", reason="not_found") == 1
     assert sample("haki_read_requests_total", pool="replica") == 1

@@ -101,7 +101,7 @@ def test_every_query_is_called(query: Statement) -> None:
 
 
 # Session state that outlives a transaction. The pool does not reset connections on release
-# (service/db.py keep_session), so no statement that runs on a pooled connection may leave any.
+# (service/db/pools.py keep_session), so no statement that runs on a pooled connection may leave any.
 SESSION_STATE = re.compile(
     r"\bSET\s+(?!LOCAL\b)(?:SESSION\s+)?[\w.]+\s*(?:=|TO\b)"
     r"|\bset_config\s*\([^;]*?,\s*false\s*\)"

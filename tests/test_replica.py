@@ -29,9 +29,9 @@ from prometheus_client import CollectorRegistry
 
 from service import auth, replica
 from service.app import create_app
-from service.auth import Principal
-from service.context import assembler
+from service.context.call import ContextCall
 from service.db import connect, create_pool, init_connection
+from service.db.call_runner import run_context_call
 from service.embedded import bin_dir, embedded_server, embedded_standby, embedded_url
 from service.embedder import HashEmbedder
 from service.ids import uuid7
@@ -278,15 +278,8 @@ async def test_a_conflict_opened_a_moment_ago_is_never_served_across_lag(servers
             # What the lagging standby alone would serve: the first fact, no conflict.
             primary_pool = await create_pool(Settings(database_url=servers.primary_url))
             try:
-                principal = Principal(project_id="rep-b", key_id=uuid7())
-                stale = await assembler.assemble(
-                    standby,
-                    HashEmbedder(),
-                    app.state.settings,
-                    principal,
-                    ContextRequest(project_id="rep-b", **query),
-                    trace_pool=primary_pool,
-                )
+                call = ContextCall.of(ContextRequest(project_id="rep-b", **query), app.state.settings)
+                stale = await run_context_call(standby, HashEmbedder(), call, primary=primary_pool.acquire)
             finally:
                 await primary_pool.close()
             assert [f.content for f in stale.facts] == ["Alice works at Acme"]

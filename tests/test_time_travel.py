@@ -17,7 +17,7 @@ import asyncpg
 import httpx
 import pytest
 
-from service.context.assembler import PROFILE_WEIGHTS
+from service.context.call import PROFILE_WEIGHTS
 from service.embedder import Embedder
 from service.settings import Settings
 from tests.helpers import (

@@ -1,7 +1,7 @@
 """The values the assembler's steps pass to each other, and the packing rule they share.
 
 Rows of queries/context.sql become these small frozen Structs at the repository boundary
-(service/context/repository.py); `pack` is the one packing loop of both profiles.
+(service/repository/context.py); `pack` is the one packing loop of both profiles.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 
 from service.constants import RECENCY_TAU_SECONDS
 from service.settings import TextSearchConfig
-from service.structs import Decision, PacketEpisode, PacketFact
+from service.structs import ContextPacket, Decision, PacketEpisode, PacketFact
 
 Weights = tuple[float, float, float]
 ItemType = Literal["fact", "episode"]
@@ -121,6 +121,14 @@ class Packed(msgspec.Struct, frozen=True, kw_only=True):
             gated=self.gated + later.gated,
             considered=self.considered + later.considered,
         )
+
+
+class Assembled(msgspec.Struct, frozen=True, kw_only=True):
+    """What the assembler built for one call: the packet, and the trace of every decision in the
+    order it made them (blocked facts last), which the call runner writes where it belongs."""
+
+    packet: ContextPacket
+    decisions: list[Decision]
 
 
 @lru_cache(maxsize=1024)

@@ -1,4 +1,4 @@
-"""Time travel (docs/time-travel.md): replay a traced context call, and what each fact is worth.
+"""Time travel (docs/time-travel.md): replay a traced context call.
 
 A replay rebuilds the packet of a stored call from its query, by default as of the call's own
 instant, with optional overrides, and traces it (replay_of: the origin). The diff says what the
@@ -10,22 +10,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from uuid import UUID
 
-import msgspec
-
 from service.auth import Principal
-from service.constants import DEFAULT_PAGE_LIMIT
-from service.context import assembler
+from service.context.call import PROFILE_WEIGHTS, ContextCall, check_as_of
+from service.context.inspection import inspect
 from service.db import Lent
+from service.db.call_runner import run_context_call
 from service.embedder import Embedder
-from service.errors import NotFound
-from service.repository import Conn
 from service.repository import context as repo
-from service.settings import Settings
+from service.settings import ContextProfile, Settings
 from service.structs import (
-    ContextRequest,
     Decision,
-    FactStats,
-    FactStatsOrder,
+    Inspection,
     ReplayChange,
     ReplayDiff,
     ReplayRequest,
@@ -72,6 +67,37 @@ def diff(original: Sequence[Decision], replayed: Sequence[Decision]) -> ReplayDi
     return ReplayDiff(added=added, removed=removed, moved=moved)
 
 
+def replay_call(origin: Inspection, overrides: ReplayRequest, settings: Settings) -> ContextCall:
+    """The call that rebuilds `origin`. By default: the original's budget, profile, recall floor
+    and include_episodes, text search configuration and weights (those of its profile: a replay
+    under another profile ranks with that profile's), as of the original's own instant (its
+    as_of, else its created_at, stamped by the database and so never checked against this
+    clock). A call traced without a floor or a text search configuration (before migrations 0012
+    and 0019) is replayed with the deployment's."""
+    check_as_of("as_of", overrides.as_of)
+    profile: ContextProfile = overrides.profile or origin.profile
+    stored = origin.weights if profile == origin.profile else None
+    floor = next(
+        f
+        for f in (overrides.recall_max_distance, origin.recall_max_distance, settings.recall_max_distance)
+        if f is not None
+    )
+    return ContextCall(
+        project_id=origin.project_id,
+        subject_id=origin.subject_id,
+        query=origin.query,
+        budget_tokens=overrides.budget_tokens or origin.budget_tokens,
+        include_episodes=True if origin.include_episodes is None else origin.include_episodes,
+        profile=profile,
+        as_of=overrides.as_of or origin.as_of or origin.created_at,
+        recall_max_distance=floor,
+        text_search_config=origin.text_search_config or settings.text_search_config,
+        weights=PROFILE_WEIGHTS[profile] if stored is None else (stored[0], stored[1], stored[2]),
+        embed_timeout_seconds=settings.embed_timeout_seconds,
+        replay_of=origin.trace_id,
+    )
+
+
 async def replay(
     lent: Lent,
     embedder: Embedder,
@@ -80,69 +106,23 @@ async def replay(
     trace_id: UUID,
     overrides: ReplayRequest,
 ) -> ReplayResponse:
-    """POST /v1/inspect/{trace_id}/replay. By default: the original's budget, profile, recall
-    floor and include_episodes, text search configuration and weights (those of its profile: a
-    replay under another profile ranks with that profile's), as of the original's own instant
-    (its as_of, else its created_at). The same embedder and exact vector scans reproduce every
-    decision; an approximate HNSW walk or a changed embedder may not (docs/time-travel.md).
+    """POST /v1/inspect/{trace_id}/replay: the packet of replay_call, traced (its `replay_of` is
+    the origin), and its diff against the origin's decisions. The same embedder and exact vector
+    scans reproduce every decision; an approximate HNSW walk or a changed embedder may not
+    (docs/time-travel.md).
 
     `lent` is the request's connection: like a context call, the replay gives it back while its
-    query waits on a slow embedder (assembler.assemble), so it reads `lent.conn` again after."""
-    origin = await repo.get_inspection(lent.conn, principal.project_id, trace_id)
-    if origin is None:
-        raise NotFound("No context trace with this id in the key's project.", trace_id=str(trace_id))
-    assembler.check_as_of("as_of", overrides.as_of)
-    as_of = overrides.as_of or origin.as_of or origin.created_at
-    req = ContextRequest(
-        project_id=origin.project_id,
-        subject_id=origin.subject_id,
-        query=origin.query,
-        budget_tokens=overrides.budget_tokens or origin.budget_tokens,
-        include_episodes=True if origin.include_episodes is None else origin.include_episodes,
-        profile=overrides.profile or origin.profile,
-        as_of=as_of,
-    )
-    floor = next(
-        f
-        for f in (overrides.recall_max_distance, origin.recall_max_distance, settings.recall_max_distance)
-        if f is not None
-    )
-    replay_settings = msgspec.structs.replace(
-        settings,
-        recall_max_distance=floor,
-        text_search_config=origin.text_search_config or settings.text_search_config,
-    )
-    same_profile = req.profile == origin.profile
-    stored = origin.weights if same_profile else None
-    weights = None if stored is None else (stored[0], stored[1], stored[2])  # checked: three
-    packet = await assembler.assemble(
-        lent.conn,
-        embedder,
-        replay_settings,
-        principal,
-        req,
-        weights=weights,
-        replay_of=trace_id,
-        lent=lent,
-    )
+    query waits on a slow embedder (service/db/call_runner.py), so it reads `lent.conn` again
+    after."""
+    origin = await inspect(lent.conn, principal, trace_id)
+    call = replay_call(origin, overrides, settings)
+    assert call.as_of is not None  # a replay's instant is always set (replay_call)
+    packet = await run_context_call(lent, embedder, call)
     replayed = await repo.get_inspection(lent.conn, principal.project_id, packet.trace_id)
     assert replayed is not None  # written by the call above, in this project
     return ReplayResponse(
         origin_trace_id=trace_id,
-        as_of=as_of,
+        as_of=call.as_of,
         packet=packet,
         diff=diff(origin.decisions, replayed.decisions),
     )
-
-
-async def fact_stats(
-    conn: Conn,
-    principal: Principal,
-    project_id: str,
-    subject_id: str | None,
-    order: FactStatsOrder,
-    limit: int = DEFAULT_PAGE_LIMIT,
-) -> FactStats:
-    """GET /v1/stats/facts: the active facts of a project or subject by what they are worth."""
-    principal.require(project_id)
-    return await repo.stats_facts(conn, project_id, subject_id, order, limit)

@@ -9,7 +9,7 @@ The local model runs one forward pass at a time per worker. In front of it:
   flight (`queries_in_flight`), so that the two lanes and PostgreSQL share two cores
   (docs/performance.md, "A lane for writes");
 - without it (`shared`), one worker drains queries first, so a query waits at most for the
-  write chunk already running (issue 12, defect 4), and one more once writes have waited
+  write chunk already running, and one more once writes have waited
   `write_max_wait` seconds (queued, and no pass of writes since): then a chunk of writes goes
   first, so that a steady stream of context calls (16 agents) cannot starve the writes
   (docs/performance.md, "Writes are not starved");

@@ -12,7 +12,10 @@ from litestar.openapi.spec import Operation, RequestBody
 from litestar.params import Parameter
 
 from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
-from service.context import assembler, replay
+from service.context import inspection, replay
+from service.context import stats as usage
+from service.context.call import ContextCall
+from service.db.call_runner import run_context_call
 from service.handlers.deps import ERRORS, Deps, RouteDeps, in_key_project
 from service.handlers.memory import ProjectQuery, SubjectQuery
 from service.lifecycle import retention
@@ -55,17 +58,10 @@ async def post_context(
     app's metrics."""
     data = in_key_project(data, deps.principal)
     deps.reads.fresh(data.project_id, data.subject_id)
+    deps.principal.require(data.project_id)
+    call = ContextCall.of(data, deps.settings)
     timer = StageTimer() if timer is None else timer
-    packet = await assembler.assemble(
-        deps.conn,
-        deps.embedder,
-        deps.settings,
-        deps.principal,
-        data,
-        timer=timer,
-        trace_pool=deps.reads.trace_pool,
-        lent=deps.lease,
-    )
+    packet = await run_context_call(deps.lease, deps.embedder, call, timer=timer, primary=deps.reads.trace_on)
     observe_context(state, timer, packet)
     return packet
 
@@ -99,12 +95,12 @@ class ContextController(Controller):
         opt={READS: True},
     )
     async def inspect(self, deps: Deps, trace_id: TraceIdPath) -> Inspection:
-        return await assembler.inspect(deps.conn, deps.principal, trace_id)
+        return await inspection.inspect(deps.conn, deps.principal, trace_id)
 
     @get("/v1/stats/overview", responses=ERRORS, summary="Usage overview of a project", opt={READS: True})
     async def stats(self, deps: Deps, project_id: ProjectQuery) -> StatsOverview:
         deps.reads.fresh(project_id)
-        return retention.windowed(await assembler.stats(deps.conn, deps.principal, project_id), deps.settings)
+        return retention.windowed(await usage.overview(deps.conn, deps.principal, project_id), deps.settings)
 
     @post(
         "/v1/inspect/{trace_id:uuid}/replay",
@@ -156,5 +152,5 @@ class ContextController(Controller):
         ] = DEFAULT_PAGE_LIMIT,
     ) -> FactStats:
         deps.reads.fresh(project_id, subject_id)
-        stats = await replay.fact_stats(deps.conn, deps.principal, project_id, subject_id, order, limit)
-        return retention.windowed(stats, deps.settings)
+        worth = await usage.facts(deps.conn, deps.principal, project_id, subject_id, order, limit)
+        return retention.windowed(worth, deps.settings)

@@ -1,4 +1,4 @@
-"""Memory lifecycle routes (issue 14): erasure, listing and export."""
+"""Memory lifecycle routes: erasure, listing and export."""
 
 from __future__ import annotations
 

@@ -1,1 +1,1 @@
-"""Memory lifecycle (issue 14): erasure, trace retention, listing and export."""
+"""Memory lifecycle: erasure, trace retention, listing and export."""

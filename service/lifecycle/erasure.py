@@ -1,4 +1,4 @@
-"""Erasure and listing (issue 14): DELETE /v1/subjects/{id}, /v1/facts/{id}, /v1/events/{id};
+"""Erasure and listing: DELETE /v1/subjects/{id}, /v1/facts/{id}, /v1/events/{id};
 GET /v1/events, /v1/events/{id}, /v1/subjects.
 
 An erasure is one statement, so one transaction: every row of its kind goes at commit, or none.

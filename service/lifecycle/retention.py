@@ -1,4 +1,4 @@
-"""Trace retention (issue 14): context calls older than HAKI_TRACE_RETENTION_DAYS go, with
+"""Trace retention: context calls older than HAKI_TRACE_RETENTION_DAYS go, with
 their decisions, in bounded batches.
 
 `purge_once` visits every project that holds context calls and deletes its expired calls one

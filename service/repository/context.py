@@ -29,11 +29,11 @@ from service.constants import (
     TEXT_PROBE_MIN_POSTINGS,
     TEXT_QUERY_MAX_WORDS,
 )
+from service.context.call import ContextCall
 from service.context.model import Blocked, Candidate, Probe, Retrieved, Weights
 from service.repository.base import Conn, collect, one_row, q
 from service.structs import (
     ContextPacket,
-    ContextRequest,
     Decision,
     FactStats,
     FactStatsOrder,
@@ -258,22 +258,14 @@ async def episode_candidates(conn: Conn, probe: Probe, *, top_k: int) -> list[Ca
 
 
 async def insert_context_trace(
-    conn: Conn,
-    req: ContextRequest,
-    packet: ContextPacket,
-    decisions: Sequence[Decision],
-    *,
-    recall_max_distance: float | None = None,
-    text_search_config: str,
-    weights: Sequence[float],
-    replay_of: UUID | None = None,
+    conn: Conn, call: ContextCall, packet: ContextPacket, decisions: Sequence[Decision]
 ) -> None:
     await q().insert_context_trace(
         conn,
-        project_id=req.project_id,
+        project_id=call.project_id,
         trace_id=packet.trace_id,
-        subject_id=req.subject_id,
-        query=req.query,
+        subject_id=call.subject_id,
+        query=call.query,
         profile=packet.profile,
         budget_tokens=packet.budget_tokens,
         used_tokens=packet.used_tokens,
@@ -282,12 +274,12 @@ async def insert_context_trace(
         empty_reason=packet.empty_reason,
         facts_served=len(packet.facts),
         episodes_served=len(packet.episodes),
-        include_episodes=req.include_episodes,
-        recall_max_distance=recall_max_distance,
-        text_search_config=text_search_config,
-        weights=list(weights),
-        as_of=req.as_of,
-        replay_of=replay_of,
+        include_episodes=call.include_episodes,
+        recall_max_distance=call.recall_max_distance,
+        text_search_config=call.text_search_config,
+        weights=list(call.weights),
+        as_of=call.as_of,
+        replay_of=call.replay_of,
         decisions=_DECISIONS.encode(list(decisions)).decode(),
     )
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 import asyncpg
 import msgspec
@@ -22,6 +23,11 @@ class Lent(Protocol):
     def conn(self) -> asyncpg.Connection: ...
 
     def set_aside(self) -> AbstractAsyncContextManager[None]: ...
+
+
+# One connection of a pool, borrowed for a block (`pool.acquire` with its time-out bound): where
+# a context call whose retrieval ran on the standby writes its trace (service/replica.py).
+Acquire: TypeAlias = Callable[[], AbstractAsyncContextManager[asyncpg.Connection]]
 
 
 def database_url(settings: Settings) -> str:

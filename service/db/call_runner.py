@@ -1,0 +1,103 @@
+"""One context call against the database: its connections, its transaction, its trace.
+
+The assembler (service/context/assembler.py) retrieves and packs on the connection it is given;
+this runner decides which connection and transaction that is, waits for the query's vector, and
+writes the trace where it belongs:
+
+- the query embeds on the embedder's thread while the transaction opens and is configured
+  (open_context_call), so that their round trips leave the critical path;
+- a call given the request's lease (`Lent`) whose vector has not come within
+  CONTEXT_EMBED_PATIENCE_SECONDS rolls back (it has only read), gives its connection back to the
+  pool until the vector comes or the embedder times out (a degraded packet), then starts over on
+  a connection lent anew;
+- on a streaming standby (`primary` given: service/replica.py) the retrieval runs in a read-only
+  transaction, and the trace is written afterwards on the primary in a transaction of its own;
+  otherwise the trace commits with the retrieval, in one transaction. Either way the trace is
+  committed before the packet is returned (docs/spec/context-profiles.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import asyncpg
+
+from service.constants import CONTEXT_EMBED_PATIENCE_SECONDS
+from service.context import assembler
+from service.context.call import ContextCall
+from service.context.model import Assembled
+from service.db.pools import Acquire, Lent
+from service.embedder import Embedder
+from service.observability.timing import StageTimer
+from service.repository import Conn
+from service.repository import context as repo
+from service.structs import ContextPacket
+
+
+async def run_context_call(
+    held: Lent | Conn,
+    embedder: Embedder,
+    call: ContextCall,
+    *,
+    timer: StageTimer | None = None,
+    primary: Acquire | None = None,
+) -> ContextPacket:
+    """Builds, traces and returns the packet of `call`.
+
+    `held` is the request's lease, which the call may set aside while its query embeds slowly
+    (so its `conn` may be another one afterwards), or a connection kept for the whole call.
+    `primary` lends a connection of the primary when `held` is a standby's; None: one
+    transaction, as always. `timer` gets the call's stages (the embedding, the assembler's, the
+    trace)."""
+    timer = timer or StageTimer()
+    lent: Lent | None = None if isinstance(held, asyncpg.Connection) else held
+    conn: Conn = held if lent is None else lent.conn
+    embedding = asyncio.create_task(assembler.timed_embedding(embedder, call, timer))
+    try:
+        while True:
+            try:
+                async with conn.transaction(readonly=primary is not None):
+                    await assembler.open_context_call(conn)
+                    if lent is not None and not await finished(embedding, CONTEXT_EMBED_PATIENCE_SECONDS):
+                        raise _EmbedderSlow  # rolls the transaction back: it has only read
+                    assembled = await assembler.assemble(conn, call, await embedding, timer)
+                    if primary is None:
+                        with timer.stage("trace"):
+                            await write_trace(conn, call, assembled)
+                break
+            except _EmbedderSlow:
+                assert lent is not None
+                # Back in the pool until the vector comes (or the embedder's time-out: a degraded
+                # call), then the call starts over on a connection lent anew.
+                async with lent.set_aside():
+                    await asyncio.wait({embedding})
+                conn, lent = lent.conn, None
+        if primary is not None:
+            with timer.stage("trace"):
+                async with primary() as on_primary, on_primary.transaction():
+                    await assembler.open_context_call(on_primary)  # the terms of the trace's own transaction
+                    await write_trace(on_primary, call, assembled)
+    finally:
+        if not embedding.done():  # the database failed first: the vector is not needed
+            embedding.cancel()
+    return assembled.packet
+
+
+async def write_trace(conn: Conn, call: ContextCall, assembled: Assembled) -> None:
+    """One round trip: the call row (with what a replay needs to rebuild it: the recall floor,
+    the text search configuration and the weights) and every decision."""
+    await repo.insert_context_trace(conn, call, assembled.packet, assembled.decisions)
+
+
+class _EmbedderSlow(Exception):
+    """The query's vector did not come within CONTEXT_EMBED_PATIENCE_SECONDS."""
+
+
+async def finished(task: asyncio.Task[Any], seconds: float) -> bool:
+    """Whether `task` is done within `seconds` (it runs on either way)."""
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    return bool(done)
+
+
+__all__ = ["run_context_call", "write_trace"]
