@@ -1,4 +1,4 @@
--- Memory lifecycle (issue 14, migration 0014): erasure, trace retention, listing and export.
+-- Memory lifecycle (migration 0014): erasure, trace retention, listing and export.
 
 -- name: erase_subject(project_id, subject_id, erasure_id, key_id)^
 -- Erases every row of one scope in one statement and audits it: conflict members and sets,

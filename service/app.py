@@ -70,7 +70,7 @@ def create_app(
             supervising = asyncio.create_task(supervisor(app).run(), name="embedded-postgres-supervisor")
         purging = None
         if own_pool and settings.trace_retention_days > 0:
-            # Trace retention (issue 14): only on the pool this app owns (a lent pool is the
+            # Trace retention: only on the pool this app owns (a lent pool is the
             # caller's, and a test's single connection cannot serve two tasks at once).
             purging = asyncio.create_task(
                 retention.run_forever(app.state.pool, settings, metrics.observe_purge),
@@ -79,7 +79,7 @@ def create_app(
         keeping = None
         app.state.statistics = None
         if own_pool:
-            # Planner statistics after bulk writes (issue 13): only on a pool this app owns, as above.
+            # Planner statistics after bulk writes: only on a pool this app owns, as above.
             app.state.statistics = StatisticsKeeper(
                 app.state.pool, on_refresh=metrics.observe_statistics_refresh
             )

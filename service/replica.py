@@ -1,4 +1,4 @@
-"""Reads on a PostgreSQL streaming standby (issue 19; docs/scaling.md, "Read replicas").
+"""Reads on a PostgreSQL streaming standby (docs/scaling.md, "Read replicas").
 
 With HAKI_DATABASE_READ_URL set, the routes marked `opt={READS: True}` (the context retrieval,
 GET /v1/inspect, the lists, the stats and /ui) lease their connection from a second pool on the

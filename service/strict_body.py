@@ -199,8 +199,7 @@ async def check_json_body(request: Request[Any, Any, Any]) -> None:
             extra={"reason": "empty"},
         )
     # A body with no more opening brackets than the limit cannot nest deeper than it (brackets
-    # inside strings only raise the count): a context call's body has one, and its depth cost
-    # 11 us a request through numpy, against 0.2 us for the count.
+    # inside strings only raise the count): counting is far cheaper than the depth scan.
     opening = body.count(b"[") + body.count(b"{")
     depth = json_depth(body) if opening > MAX_JSON_DEPTH else 0
     if depth > MAX_JSON_DEPTH:

@@ -206,8 +206,7 @@ def lift_linked(
     budget next to what led to it. A candidate lifted that way becomes an expansion too."""
     by_id = {c.item_id: c for c in candidates}
     # entity -> score of the best kept item naming it, for the linked entities only: a kept item
-    # is tokenised only when it holds one as a substring (a budget of 900 keeps about a hundred
-    # items; tokenising them all cost 0.15 ms a call).
+    # is tokenised only when it holds one as a substring, since a packet keeps about a hundred.
     wanted = {entity for entity, _ in linked}
     best: dict[str, float] = {}
     for k in kept:

@@ -40,11 +40,8 @@ class Probe(msgspec.Struct, frozen=True, kw_only=True):
 
 
 # gc=False: the Structs a call makes one of per item (Candidate, Blocked, Outcome here; Decision,
-# PacketFact and PacketEpisode, service/structs.py's ItemResponse) hold no container and never form a
-# reference cycle, so the garbage collector need not track them. A `unified` call at 10k makes
-# ~190 candidates, ~300 outcomes and ~270 decisions: tracked, they set off about one collection
-# of the youngest generation a call (0.92, against 0.02 for `facts_first`, which carries fewer
-# items); untracked, none (docs/performance.md, tenth session).
+# PacketFact and PacketEpisode, service/structs.py's ItemResponse) hold no container and never form
+# a reference cycle; tracked, they set off garbage collections on every call (docs/performance.md).
 class Candidate(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A fact or an episode that may be served, with the parts of its score."""
 

@@ -1,4 +1,4 @@
-"""Planner statistics kept fresh after bulk writes (issue 13).
+"""Planner statistics kept fresh after bulk writes.
 
 Right after a bulk write the planner still sees facts as they were at the table's last ANALYZE:
 the cached generic plans of the candidate statements and the scope-size estimates they read
