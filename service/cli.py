@@ -26,6 +26,7 @@ from service.embedded import DataDirVersionError
 from service.migrations import MigrationError, migrate
 from service.repository import health as health_repo
 from service.repository import keys as keys_repo
+from service.scope_id import scope_id_problem
 from service.settings import Settings, SettingsError
 
 T = TypeVar("T")
@@ -137,8 +138,8 @@ def _migrate(settings: Settings, args: argparse.Namespace) -> int:
 
 def _keys_create(settings: Settings, args: argparse.Namespace) -> int:
     project_id: str = args.project_id
-    if not (1 <= len(project_id) <= 200) or "\x00" in project_id:
-        print("PROJECT_ID must be 1..200 characters", file=sys.stderr)
+    if (problem := scope_id_problem(project_id)) is not None:
+        print(f"PROJECT_ID {problem}", file=sys.stderr)
         return 2
     key_id, key = asyncio.run(
         _with_migrated_conn(settings, lambda conn: auth.create_key(conn, project_id, args.label))

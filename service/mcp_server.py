@@ -39,7 +39,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service import __version__
 from service.auth import Principal, authenticate
-from service.constants import MAX_SCOPE_CHARS
 from service.context import inspection
 from service.context.render import render
 from service.errors import HakiError, InvalidBody, database_unavailable, send_error
@@ -48,6 +47,7 @@ from service.handlers.deps import RouteDeps, in_process
 from service.handlers.extract import post_extract
 from service.handlers.lifecycle import delete_subject
 from service.handlers.memory import get_conflicts, post_events, post_facts, post_resolve
+from service.scope_id import scope_id_problem
 from service.structs import (
     ContextRequest,
     ExtractRequest,
@@ -361,10 +361,8 @@ def pinned_project(query_string: bytes) -> str | None:
     if not values:
         return None
     project = values[-1]
-    if not (1 <= len(project) <= MAX_SCOPE_CHARS) or "\x00" in project:
-        raise InvalidBody(
-            f"project_id: must be 1..{MAX_SCOPE_CHARS} characters without NUL", field="project_id"
-        )
+    if (problem := scope_id_problem(project)) is not None:
+        raise InvalidBody(f"project_id: {problem}", field="project_id")
     return project
 
 

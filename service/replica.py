@@ -115,7 +115,7 @@ class ReplicaMetrics:
         )
 
 
-class Probe:
+class MonitorConnection:
     """One connection of the monitor to one server, opened again after any failure."""
 
     def __init__(self, settings: Settings, url: str) -> None:
@@ -161,8 +161,8 @@ class ReadRouter:
         # The monitor's own connections: from the pools, a check waited behind the requests of
         # a saturated pool (16 clients, 10 connections) past its timeout, and a busy standby
         # was taken for a dead one.
-        self._primary_probe = Probe(settings, database_url(settings))
-        self._standby_probe = Probe(settings, settings.database_read_url or "")
+        self._monitor_primary = MonitorConnection(settings, database_url(settings))
+        self._monitor_standby = MonitorConnection(settings, settings.database_read_url or "")
         self.state: ReplicaState = "starting"
         self.lag_ms: float | None = None
         self.replayed = -1
@@ -237,13 +237,13 @@ class ReadRouter:
         standby's replay position, from which the lag and the replayed writes follow."""
         now = time.monotonic()
         try:
-            primary = await self._primary_probe.run(rrepo.wal_insert_lsn)
+            primary = await self._monitor_primary.run(rrepo.wal_insert_lsn)
             if not self._samples or self._samples[-1][1] != primary:
                 self._samples.append((now, primary))
         except Exception as exc:  # the primary down: the lag is measured on the samples taken
             log.debug("read replica monitor: primary position not read: %r", exc)
         try:
-            in_recovery, replayed = await self._standby_probe.run(rrepo.standby_position)
+            in_recovery, replayed = await self._monitor_standby.run(rrepo.standby_position)
         except Exception as exc:
             if self.state != "down":
                 log.warning("read replica: down (%r); reads go to the primary", exc)
@@ -281,8 +281,8 @@ class ReadRouter:
                 except Exception as exc:  # the monitor must outlive any one failure
                     log.error("read replica monitor: check failed: %r", exc)
         finally:
-            await self._primary_probe.close()
-            await self._standby_probe.close()
+            await self._monitor_primary.close()
+            await self._monitor_standby.close()
 
     def health(self) -> ReplicaHealth:
         return ReplicaHealth(

@@ -19,24 +19,16 @@ from service.constants import (
     MAX_BATCH,
     MAX_CONTENT_CHARS,
     MAX_QUERY_CHARS,
-    MAX_SCOPE_CHARS,
 )
+from service.scope_id import NO_NUL, ScopeId
 from service.settings import ContextProfile, TextSearchConfig
 
 # The call log stores budget_tokens as a bigint.
 MAX_BUDGET_TOKENS = 2**63 - 1
 
-# PostgreSQL text cannot hold NUL; refusing it here names the field instead of failing in SQL.
-_NO_NUL = r"^[^\x00]*$"
-
+# A scope id's bounds are ScopeId's (service/scope_id.py); each field gives its own description.
 ProjectId = Annotated[
-    str,
-    Meta(
-        min_length=1,
-        max_length=MAX_SCOPE_CHARS,
-        pattern=_NO_NUL,
-        description="Project (tenant) id; the API key must belong to this project.",
-    ),
+    ScopeId, Meta(description="Project (tenant) id; the API key must belong to this project.")
 ]
 # The body's `project_id` may be omitted: the key already names its project. Omitted, it decodes
 # as KEY_PROJECT ("", by `default_factory=str`: a factory, so that the OpenAPI shows no default
@@ -44,30 +36,21 @@ ProjectId = Annotated[
 # (service/handlers/deps.py in_key_project); an explicit "" is still refused by min_length.
 KEY_PROJECT = ""
 ProjectIdOrKey = Annotated[
-    str,
+    ScopeId,
     Meta(
-        min_length=1,
-        max_length=MAX_SCOPE_CHARS,
-        pattern=_NO_NUL,
         description="Project (tenant) id. Optional: omitted, it is the API key's project; another "
         "project than the key's is a 403 `forbidden`.",
     ),
 ]
 SubjectId = Annotated[
-    str,
-    Meta(
-        min_length=1,
-        max_length=MAX_SCOPE_CHARS,
-        pattern=_NO_NUL,
-        description="Subject the memory is about (a user, a customer, a repository).",
-    ),
+    ScopeId, Meta(description="Subject the memory is about (a user, a customer, a repository).")
 ]
 Content = Annotated[
     str,
     Meta(
         min_length=1,
         max_length=MAX_CONTENT_CHARS,
-        pattern=_NO_NUL,
+        pattern=NO_NUL,
         description="The memory text, 1..8000 characters.",
     ),
 ]
@@ -194,11 +177,8 @@ class FactIn(Request):
     content: Content
     key: (
         Annotated[
-            str,
+            ScopeId,
             Meta(
-                min_length=1,
-                max_length=MAX_SCOPE_CHARS,
-                pattern=_NO_NUL,
                 description="Optional slot name (employer, city...). Two active facts of one scope with "
                 "the same key and different content open a ConflictSet.",
             ),
@@ -381,7 +361,7 @@ class ContextRequest(ScopedRequest, kw_only=True):
         Meta(
             min_length=1,
             max_length=MAX_QUERY_CHARS,
-            pattern=_NO_NUL,
+            pattern=NO_NUL,
             description="What the agent is about to answer, 1..4000 characters.",
         ),
     ]
@@ -715,7 +695,7 @@ class ExtractMessage(Request):
         Meta(
             min_length=1,
             max_length=MAX_MESSAGE_CHARS,
-            pattern=_NO_NUL,
+            pattern=NO_NUL,
             description=f"The message text, 1..{MAX_MESSAGE_CHARS} characters; stored as the event "
             "`role: content`.",
         ),

