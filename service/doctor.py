@@ -122,7 +122,7 @@ async def check_vectors(settings: Settings) -> Check:
     except (asyncpg.PostgresConnectionError, ConnectionError):
         return Check(name=name, ok=False, detail=crash_explanation(settings))
     except asyncpg.PostgresError as exc:
-        detail = f"pgvector failed on 384 dimensions: {type(exc).__name__}: {exc}"
+        detail = f"pgvector cannot run here: {type(exc).__name__}: {exc}"
         return Check(name=name, ok=False, detail=detail)
     finally:
         if not conn.is_closed():
