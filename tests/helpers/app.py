@@ -4,6 +4,7 @@ for one (migrated_key)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -24,15 +25,31 @@ from service.settings import Settings
 
 class SingleConnectionPool:
     """Lends the test's own connection, so app writes stay inside the test transaction. A shared
-    app's pool lends each test's connection in turn (`conn` is set by the client fixture)."""
+    app's pool lends each test's connection in turn (`conn` is set by the client fixture).
+
+    Like a pool of one, it lends the connection to one task at a time: two requests in flight
+    at once (an MCP client's background stream beside its next call) would otherwise run on it
+    together, and asyncpg refuses the second ("another operation is in progress"). A task that
+    holds it gets it again at once, as a nested acquire of the same request."""
 
     def __init__(self, conn: asyncpg.Connection | None) -> None:
         self.conn = conn
+        self._lent = asyncio.Lock()
+        self._holder: asyncio.Task[Any] | None = None
 
     @asynccontextmanager
     async def acquire(self, timeout: float | None = None) -> AsyncIterator[asyncpg.Connection]:  # noqa: ASYNC109
         assert self.conn is not None, "no test connection lent to the app"
-        yield self.conn
+        task = asyncio.current_task()
+        if task is not None and task is self._holder:
+            yield self.conn
+            return
+        async with self._lent:
+            self._holder = task
+            try:
+                yield self.conn
+            finally:
+                self._holder = None
 
     async def close(self) -> None:
         return None
