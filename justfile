@@ -67,7 +67,7 @@ scale *ARGS:
 http-bench *ARGS:
     .venv/bin/python -m benchmarks.http_latency {{ARGS}}
 
-# Mixed load (80% context, 20% writes) at concurrency 16 for 60 s against a real server
+# Mixed load (80% context, 20% writes) at 1, 4 and 16 clients, 30 s each, against a real server
 load *ARGS:
     .venv/bin/python -m benchmarks.load {{ARGS}}
 
