@@ -26,7 +26,6 @@ import asyncpg
 from service.constants import CONTEXT_EMBED_PATIENCE_SECONDS
 from service.context import assembler
 from service.context.call import ContextCall
-from service.context.model import Assembled
 from service.db.pools import Acquire, Lent
 from service.embedder import Embedder
 from service.observability.timing import StageTimer
@@ -64,7 +63,7 @@ async def run_context_call(
                     assembled = await assembler.assemble(conn, call, await embedding, timer)
                     if primary is None:
                         with timer.stage("trace"):
-                            await write_trace(conn, call, assembled)
+                            await repo.insert_context_trace(conn, call, assembled.packet, assembled.decisions)
                 break
             except _EmbedderSlow:
                 assert lent is not None
@@ -77,17 +76,11 @@ async def run_context_call(
             with timer.stage("trace"):
                 async with primary() as on_primary, on_primary.transaction():
                     await assembler.open_context_call(on_primary)  # the terms of the trace's own transaction
-                    await write_trace(on_primary, call, assembled)
+                    await repo.insert_context_trace(on_primary, call, assembled.packet, assembled.decisions)
     finally:
         if not embedding.done():  # the database failed first: the vector is not needed
             embedding.cancel()
     return assembled.packet
-
-
-async def write_trace(conn: Conn, call: ContextCall, assembled: Assembled) -> None:
-    """One round trip: the call row (with what a replay needs to rebuild it: the recall floor,
-    the text search configuration and the weights) and every decision."""
-    await repo.insert_context_trace(conn, call, assembled.packet, assembled.decisions)
 
 
 class _EmbedderSlow(Exception):
@@ -100,4 +93,4 @@ async def finished(task: asyncio.Task[Any], seconds: float) -> bool:
     return bool(done)
 
 
-__all__ = ["run_context_call", "write_trace"]
+__all__ = ["run_context_call"]
