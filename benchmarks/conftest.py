@@ -20,8 +20,8 @@ import pytest
 from benchmarks.seed import load, queries
 from benchmarks.world import PROJECT, QUERY_POOL, WORLD, World
 from service.db import connect, init_connection
-from service.embedded import embedded_server, embedded_url
-from service.migrations import migrate
+from service.db.embedded import embedded_server, embedded_url
+from service.db.migrations import migrate
 from service.settings import Settings
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")

@@ -22,7 +22,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from service.embedder import LocalEmbedder  # noqa: E402
+from service.embedding.embedder import LocalEmbedder  # noqa: E402
 from service.settings import Settings  # noqa: E402
 
 

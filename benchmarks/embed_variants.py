@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/embed_variants.py                 # 200 LoCoMo questions
     .venv/bin/python benchmarks/embed_variants.py --texts 100 --threads 1
 
-For each backend of service/embedder.py (`torch`, `torch-int8`, `onnx`, `onnx-int8`, and `onnx`
+For each backend of service/embedding/embedder.py (`torch`, `torch-int8`, `onnx`, `onnx-int8`, and `onnx`
 with its int8 query graph, `onnx+int8-queries`; whichever can load here), embeds the same texts
 one at a time (a query) and in batches of 8 and 64 (concurrent queries, a write), and reports p50
 per single text, texts/s per batch, the share of a single call spent in the tokenizer, and the
@@ -26,7 +26,7 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from service.embedder import LOCAL_BACKENDS, LocalEmbedder  # noqa: E402
+from service.embedding.embedder import LOCAL_BACKENDS, LocalEmbedder  # noqa: E402
 from service.settings import Settings  # noqa: E402
 
 DATASET = REPO_ROOT.parent / "shared" / "datasets" / "locomo_dev.json"

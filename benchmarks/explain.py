@@ -65,11 +65,11 @@ from service.context import assembler
 from service.context.call import PROFILE_WEIGHTS
 from service.context.model import Probe
 from service.db import connect, init_connection
-from service.embedded import embedded_url, release_embedded_server
+from service.db.embedded import embedded_url, release_embedded_server
+from service.db.migrations import migrate
+from service.db.sql import load_queries
 from service.ids import uuid7
-from service.migrations import migrate
 from service.settings import Settings
-from service.sql import load_queries
 from service.structs import Decision
 from tests.helpers.sql import parameter_order
 

@@ -19,10 +19,10 @@ from typing import Any
 import aiosql
 
 from service.db import connect
-from service.embedded import embedded_server, embedded_url
-from service.migrations import migrate
+from service.db.embedded import embedded_server, embedded_url
+from service.db.migrations import migrate
+from service.db.sql import load_queries
 from service.settings import Settings
-from service.sql import load_queries
 
 SQL = aiosql.from_path(Path(__file__).resolve().parent / "sql" / "extract_known_facts.sql", "asyncpg")
 ROUNDS = 20

@@ -29,7 +29,7 @@ import numpy as np
 
 def hash_vector_json(text: str) -> bytes:
     """Haki's own hash embedder's vector: the same vectors as HAKI_EMBED_PROVIDER=hash."""
-    from service.embedder import HashEmbedder
+    from service.embedding.embedder import HashEmbedder
 
     return json.dumps([round(float(x), 7) for x in HashEmbedder().embed_one(text)]).encode()
 

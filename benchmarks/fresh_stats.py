@@ -7,7 +7,7 @@ One `haki serve` (hash embedder) gets --facts facts for one subject through bulk
 subject in four phases: right after the writes, again, after `ANALYZE facts`, after
 `VACUUM facts`. Each phase prints the p50 at 100 facts, at --facts facts and their ratio (issue
 13's target for the OpenAI-compatible path: <= 1.5), and the table's `n_mod_since_analyze` says
-whether the service's statistics keeper (service/lifecycle/statistics.py) refreshed the planner
+whether the service's statistics keeper (service/memory/statistics.py) refreshed the planner
 statistics before the first phase.
 """
 
@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks.ingest_openai import NAMES, PROJECT, TOPICS, context_ms, fact_text, post_facts  # noqa: E402
 from benchmarks.load import Server  # noqa: E402
 from benchmarks.sql import load_bench_queries  # noqa: E402
-from service.embedded import embedded_url  # noqa: E402
+from service.db.embedded import embedded_url  # noqa: E402
 
 
 async def phase(

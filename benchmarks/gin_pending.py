@@ -47,14 +47,14 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.sql import load_bench_queries
-from service import memory
-from service.auth import Principal
+from service.api.auth import Principal
 from service.context.call import ContextCall
 from service.db import connect, init_connection
 from service.db.call_runner import run_context_call
-from service.embedded import embedded_server, embedded_url
-from service.embedder import Embedder, build_embedder
-from service.migrations import migrate
+from service.db.embedded import embedded_server, embedded_url
+from service.db.migrations import migrate
+from service.embedding.embedder import Embedder, build_embedder
+from service.memory import writes as memory
 from service.observability.timing import StageTimer
 from service.settings import ContextProfile, Settings
 from service.structs import ContextRequest, EventIn, FactIn, WriteEventsRequest, WriteFactsRequest

@@ -129,7 +129,7 @@ def server(
         srv.stop()
         # This process joined the embedded PostgreSQL too (ANALYZE, COPY seeding): let go of it,
         # so the server stops before its directory goes.
-        from service.embedded import release_embedded_server
+        from service.db.embedded import release_embedded_server
 
         release_embedded_server(data_dir)
         if not keep:
@@ -232,10 +232,10 @@ async def seed_copy(
     from benchmarks.seed import FACT_COLUMNS, NOW
     from benchmarks.sql import load_bench_queries
     from service.db import connect, init_connection
-    from service.embedded import embedded_url
-    from service.embedder import LocalEmbedder
+    from service.db.embedded import embedded_url
+    from service.db.migrations import migrate
+    from service.embedding.embedder import LocalEmbedder
     from service.ids import uuid7
-    from service.migrations import migrate
     from service.settings import Settings
 
     settings = Settings(
@@ -304,7 +304,7 @@ async def seed_copy(
 async def analyze(data_dir: Path) -> None:
     from benchmarks.sql import load_bench_queries
     from service.db import connect
-    from service.embedded import embedded_url
+    from service.db.embedded import embedded_url
     from service.settings import Settings
 
     settings = Settings(data_dir=data_dir, database_url=embedded_url(data_dir))

@@ -357,14 +357,14 @@ async def evaluate(
     """Runs the whole evaluation on a fresh embedded PostgreSQL; returns the metrics."""
     import httpx
 
-    from service import auth
+    from service.api import auth
     from service.app import create_app
     from service.context.call import PROFILE_WEIGHTS, ContextCall
     from service.db import connect, create_pool
     from service.db.call_runner import run_context_call
-    from service.embedded import embedded_server, embedded_url
-    from service.embedder import LocalEmbedder
-    from service.migrations import migrate
+    from service.db.embedded import embedded_server, embedded_url
+    from service.db.migrations import migrate
+    from service.embedding.embedder import LocalEmbedder
     from service.observability.timing import StageTimer
     from service.settings import Settings
     from service.structs import ContextRequest

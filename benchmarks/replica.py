@@ -5,7 +5,7 @@
 
 What it does, on one machine (so a ratio, never a promise of capacity):
 1. starts an embedded PostgreSQL (the primary), migrates it, and makes a second one its streaming
-   standby with `pg_basebackup -R` (service.embedded.embedded_standby);
+   standby with `pg_basebackup -R` (service.db.embedded.embedded_standby);
 2. starts two `haki serve` on the primary: A with HAKI_DATABASE_URL alone, B with
    HAKI_DATABASE_READ_URL on the standby as well; seeds --subjects subjects through A
    (benchmarks/load.py's seed) and waits until the standby replayed them;
@@ -13,7 +13,7 @@ What it does, on one machine (so a ratio, never a promise of capacity):
    (A, B, A, B: drift of the machine shows as a difference between the two runs of one side):
    - `reads`: POST /v1/context only: the throughput of the read path, split or not;
    - `mixed`: 20 % writes (load.py's mix), where each written scope reads from the primary until
-     the standby replayed the write (per-scope WAL position, service/replica.py); the share of
+     the standby replayed the write (per-scope WAL position, service/db/replica.py); the share of
      reads sent to the primary for it is read from B's /metrics;
 4. measures each read-your-writes mechanism's cost: the per-scope position is one
    `SELECT pg_current_wal_insert_lsn()` after each write (timed alone, and as B's write latency
@@ -43,8 +43,8 @@ import httpx
 
 from benchmarks.load import PROJECT, Results, Server, client_loop, percentile, seed
 from benchmarks.sql import load_bench_queries
-from service.embedded import embedded_server, embedded_standby, embedded_url
-from service.migrations import migrate
+from service.db.embedded import embedded_server, embedded_standby, embedded_url
+from service.db.migrations import migrate
 from service.repository import replica as replica_repo
 
 

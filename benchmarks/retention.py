@@ -5,7 +5,7 @@
 On one embedded PostgreSQL, writes `--calls` context calls of 128 decisions each
 (insert_context_trace, the last write of every POST /v1/context), then backdates every second
 one by 40 days. It times `--rounds` trace writes alone before and after, and the trace writes
-made one after another while the retention purge (service/lifecycle/retention.py purge_once,
+made one after another while the retention purge (service/memory/retention.py purge_once,
 batches of `--batch` calls) runs on a second connection; and the purge's own rate. Then it
 seeds `--facts` facts into the scope and times the erasure of one fact and of the whole subject
 (docs/reliability.md, "Trace retention" and "Erasure").
@@ -29,9 +29,9 @@ import msgspec
 
 from benchmarks.trace_usage import PROJECT, call, decisions, packet
 from service.db import connect, create_pool, init_connection
-from service.embedded import embedded_url, release_embedded_server
-from service.lifecycle import retention
-from service.migrations import migrate
+from service.db.embedded import embedded_url, release_embedded_server
+from service.db.migrations import migrate
+from service.memory import retention
 from service.repository import context as repo
 from service.repository import facts as memory_repo
 from service.repository import lifecycle as lifecycle_repo

@@ -6,7 +6,7 @@
 
 Not in CI: the 1M configurations load 1M x 384-dim vectors and build their HNSW graph (tens of
 minutes on 2 cores). Each configuration gets its own throw-away embedded PostgreSQL, configured
-as Haki creates one (shared_buffers RAM/8 within [128MB, 2GB], service/embedded.py; `--tuned`
+as Haki creates one (shared_buffers RAM/8 within [128MB, 2GB], service/db/embedded.py; `--tuned`
 forces 2GB), is COPY-loaded with the deterministic data of benchmarks/seed.py, indexed in one
 pass (maintenance_work_mem 4GB, one parallel worker), VACUUM ANALYZEd, then measured:
 
@@ -55,8 +55,8 @@ from service.context.call import PROFILE_WEIGHTS, ContextCall
 from service.context.model import Probe, Retrieved
 from service.db import connect, init_connection
 from service.db.call_runner import run_context_call
-from service.embedded import embedded_url, release_embedded_server
-from service.migrations import migrate
+from service.db.embedded import embedded_url, release_embedded_server
+from service.db.migrations import migrate
 from service.observability.timing import StageTimer
 from service.settings import ContextProfile, Settings
 from service.structs import ContextRequest

@@ -1,6 +1,6 @@
 """Loads the benchmark-only statements of benchmarks/sql/*.sql (aiosql, asyncpg adapter).
 
-They never ship and never load into the production `Queries` object (service/sql.py): bulk-load
+They never ship and never load into the production `Queries` object (service/db/sql.py): bulk-load
 helpers, the score-every-fact baseline, EXPLAIN helpers and the GIN index modes, run on a
 throw-away benchmark database only.
 """

@@ -38,9 +38,9 @@ from benchmarks.sql import load_bench_queries
 from service.context import assembler
 from service.context.call import ContextCall
 from service.db import connect, init_connection
-from service.embedded import embedded_url, release_embedded_server
+from service.db.embedded import embedded_url, release_embedded_server
+from service.db.migrations import migrate
 from service.ids import uuid7
-from service.migrations import migrate
 from service.repository import context as repo
 from service.settings import Settings
 from service.structs import ContextPacket, ContextRequest, Decision

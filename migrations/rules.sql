@@ -1,7 +1,7 @@
 -- The spec's rules over rows, one SQL function each (docs/spec/context-assembler.md,
 -- docs/spec/context-profiles.md): hand-written and reviewed like code. Change a rule here.
 --
--- Applied by service/migrations.py after the numbered migrations, in one transaction under their
+-- Applied by service/db/migrations.py after the numbered migrations, in one transaction under their
 -- lock, when its sha256 differs from the one recorded (version `rules`) or a numbered migration
 -- has just run: so only CREATE OR REPLACE and COMMENT ON, safe to run any number of times.
 -- - Only what the spec states the result of; access paths (walks, postings, scope keys and

@@ -1,5 +1,5 @@
 -- Planner statistics of the memory tables, kept fresh after bulk writes by the service's
--- statistics keeper (service/lifecycle/statistics.py, docs/performance.md).
+-- statistics keeper (service/memory/statistics.py, docs/performance.md).
 
 -- name: memory_table_row_estimates()
 -- The planner's row estimates of facts and events (pg_class.reltuples; -1 before a table's first

@@ -1,4 +1,4 @@
--- Read replicas (service/replica.py, docs/scaling.md "Read replicas").
+-- Read replicas (service/db/replica.py, docs/scaling.md "Read replicas").
 -- None of these reads a table: they are server-level positions in the write-ahead log.
 
 -- name: wal_insert_lsn()$

@@ -46,7 +46,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from service.embedder import Embedder, build_embedder  # noqa: E402
+from service.embedding.embedder import Embedder, build_embedder  # noqa: E402
 from service.embedding.scheduler import Purpose  # noqa: E402
 from service.settings import Settings  # noqa: E402
 

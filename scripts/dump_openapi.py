@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from service.app import create_app
-from service.embedder import HashEmbedder
+from service.embedding.embedder import HashEmbedder
 from service.settings import Settings
 
 

@@ -25,8 +25,8 @@ import asyncpg
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from service.embedded import embedded_server, embedded_url  # noqa: E402
-from service.migrations import migrate  # noqa: E402
+from service.db.embedded import embedded_server, embedded_url  # noqa: E402
+from service.db.migrations import migrate  # noqa: E402
 
 SNAPSHOT = REPO / "migrations" / "schema.sql"
 HEADER = (
@@ -40,7 +40,7 @@ _NOISE = re.compile(r"^(\\restrict |\\unrestrict |-- Dumped (from|by) )")
 
 
 def pg_dump_binary() -> Path:
-    from service.embedded import bin_dir
+    from service.db.embedded import bin_dir
 
     return bin_dir() / "pg_dump"
 

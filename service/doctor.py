@@ -18,8 +18,8 @@ import asyncpg
 import msgspec
 
 from service.db import connect
-from service.embedder import build_embedder, check_embedder
-from service.migrations import MigrationError, pending_migrations
+from service.db.migrations import MigrationError, pending_migrations
+from service.embedding.embedder import build_embedder, check_embedder
 from service.repository import health
 from service.settings import Settings
 

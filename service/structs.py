@@ -33,7 +33,7 @@ ProjectId = Annotated[
 # The body's `project_id` may be omitted: the key already names its project. Omitted, it decodes
 # as KEY_PROJECT ("", by `default_factory=str`: a factory, so that the OpenAPI shows no default
 # "" that the server would refuse) and the handler puts the key's project there
-# (service/handlers/deps.py in_key_project); an explicit "" is still refused by min_length.
+# (service/api/deps.py in_key_project); an explicit "" is still refused by min_length.
 KEY_PROJECT = ""
 ProjectIdOrKey = Annotated[
     ScopeId,
@@ -558,7 +558,7 @@ class Health(Response, frozen=True, kw_only=True, omit_defaults=True):
 
 
 class ReplicaHealth(Response, frozen=True, kw_only=True):
-    """The read replica as the last check found it (service/replica.py). Its state never fails
+    """The read replica as the last check found it (service/db/replica.py). Its state never fails
     the probe: the primary serves every read the replica cannot."""
 
     status: Annotated[

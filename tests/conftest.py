@@ -20,11 +20,11 @@ from unittest import mock
 import asyncpg
 import pytest
 
-from service import auth
+from service.api import auth
 from service.db import connect, init_connection
-from service.embedded import bin_dir, embedded_url
-from service.embedder import Embedder, HashEmbedder, LocalEmbedder
-from service.migrations import migrate
+from service.db.embedded import bin_dir, embedded_url
+from service.db.migrations import migrate
+from service.embedding.embedder import Embedder, HashEmbedder, LocalEmbedder
 from service.settings import Settings
 from tests.helpers.app import SharedApp
 from tests.helpers.server import Server, running_server, scratch_data_dir

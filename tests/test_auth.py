@@ -26,9 +26,9 @@ import asyncpg
 import httpx
 import pytest
 
-from service import auth
+from service.api import auth
 from service.app import create_app
-from service.embedder import HashEmbedder
+from service.embedding.embedder import HashEmbedder
 from service.errors import Unauthorized
 from service.repository import keys as keys_repo
 from service.settings import Settings

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.embedder import HashEmbedder
+from service.embedding.embedder import HashEmbedder
 from tests.helpers import load_file_module
 
 pytestmark = pytest.mark.integration

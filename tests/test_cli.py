@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
-from service import auth
+from service.api import auth
 from service.db import connect
-from service.embedded import embedded_server
+from service.db.embedded import embedded_server
 from service.errors import Unauthorized
 from service.settings import Settings
 from tests.helpers.server import free_port, postmaster_pid, scratch_data_dir, short_tmp_dir, stop_process

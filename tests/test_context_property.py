@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from service import auth
+from service.api import auth
 from service.constants import EPISODE_TOP_K
 from service.context.call import PROFILE_WEIGHTS
 from tests.helpers import (

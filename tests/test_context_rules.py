@@ -30,7 +30,7 @@ from service.constants import (
     WEIGHT_TEXT_RANK,
 )
 from service.context.entities import extract_entities
-from service.embedder import Embedder, EmbedderError, Vector
+from service.embedding.embedder import Embedder, EmbedderError, Vector
 from service.settings import Settings
 from tests.helpers import (
     ONE_HIT_TEXT_RANK,

@@ -21,7 +21,7 @@ from service.constants import (
 from service.context import assembler
 from service.context.call import PROFILE_WEIGHTS
 from service.context.model import Candidate, Probe
-from service.embedder import HashEmbedder
+from service.embedding.embedder import HashEmbedder
 from service.repository import context as repo
 from tests.helpers import PROJECT, candidate_decisions, context_and_trace
 from tests.helpers.seeding import WEIGHTS, random_unit_vector, seed_scopes

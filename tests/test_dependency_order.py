@@ -4,7 +4,7 @@ Litestar groups a route's dependencies by depth and resolves a group of two or m
 task group: a task each, about 50 us a request for the four trivial ones every JSON route used
 to start with (the connection, the settings, the standby bookkeeping, the embedder). A group of
 one is awaited in place. So the settings, the bookkeeping and the embedder are read from the
-app's state by the dependency that needs them (service/handlers/deps.py `provide_deps`), and a
+app's state by the dependency that needs them (service/api/deps.py `provide_deps`), and a
 route's dependencies form a chain. A dependency added beside another fails here, naming both.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from litestar.routes import HTTPRoute
 
 from service.app import create_app
-from service.embedder import HashEmbedder
+from service.embedding.embedder import HashEmbedder
 from service.settings import Settings
 
 

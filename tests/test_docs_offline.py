@@ -19,9 +19,9 @@ from urllib.parse import urljoin, urlsplit
 from litestar.enums import MediaType
 from litestar.routes import HTTPRoute
 
+from service.api.docs_ui import DOCS_CSP
 from service.app import create_app
-from service.docs_ui import DOCS_CSP
-from service.embedder import HashEmbedder
+from service.embedding.embedder import HashEmbedder
 from service.settings import Settings
 from tests.helpers import bearer
 

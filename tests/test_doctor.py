@@ -12,8 +12,8 @@ import asyncpg
 import pytest
 
 from service import doctor
-from service.embedded import DataDirVersionError, check_data_dir_version
-from service.migrations import pending_migrations
+from service.db.embedded import DataDirVersionError, check_data_dir_version
+from service.db.migrations import pending_migrations
 from service.repository import health
 from service.settings import Settings
 from tests.helpers.server import REPO, scratch_data_dir, server_env

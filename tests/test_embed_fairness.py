@@ -11,7 +11,7 @@ queued FIFO behind A's 300 texts on the one embedding thread.
 The bound: with the write lane (HAKI_EMBED_WRITE_LANE=own, the default) B's query waits for no
 write chunk; it shares the two cores with the one A's chunk runs on (15-97 ms measured, against
 88-297 ms with `shared`). With `shared` (queries first), B's query waits for at most the one
-write chunk already on the model (service/embedder.py WRITE_CHUNK_TOKENS = 1024 tokens, about 4
+write chunk already on the model (service/embedding/embedder.py WRITE_CHUNK_TOKENS = 1024 tokens, about 4
 texts of 256 tokens: 0.35 s measured on 2 cores, docs/performance.md "Fair embedding"), then its
 own pass (about 6 ms) and the database work (about 10 ms), all on 2 cores that A's writes keep
 busy. 3 s is eight such chunks: far under the 10 s HAKI_EMBED_TIMEOUT_SECONDS that turns a call

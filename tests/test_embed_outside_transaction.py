@@ -23,10 +23,10 @@ import httpx
 import msgspec
 import pytest
 
-from service import auth
+from service.api import auth
 from service.app import create_app
 from service.db import connect
-from service.embedder import HashEmbedder
+from service.embedding.embedder import HashEmbedder
 from service.settings import Settings
 from tests.helpers import bearer
 from tests.helpers.serving import serve

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 from litestar.datastructures import State
 
-from service.embedder import HashEmbedder
+from service.api.ratelimit import WorkRateLimiter
+from service.embedding.embedder import HashEmbedder
 from service.embedding.scheduler import FairScheduler, Purpose
 from service.errors import TooManyRequests
 from service.observability.metrics import Metrics
-from service.ratelimit import WorkRateLimiter
 from service.settings import Settings
 from tests.helpers import bearer
 from tests.helpers.app import make_client

@@ -24,7 +24,7 @@ import pytest
 import pytest_asyncio
 
 from service.constants import EMBED_DIM
-from service.embedder import (
+from service.embedding.embedder import (
     EmbedderConfigError,
     EmbedderError,
     HashEmbedder,
@@ -690,7 +690,7 @@ async def test_hash_is_deterministic_and_unit_norm() -> None:
 @pytest.mark.integration
 def test_hash_is_stable_across_processes() -> None:
     code = (
-        "from service.embedder import HashEmbedder;"
+        "from service.embedding.embedder import HashEmbedder;"
         "print(repr(HashEmbedder().embed_one('stable across processes').tolist()))"
     )
     runs = [

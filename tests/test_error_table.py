@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from litestar.exceptions import HTTPException
 
+from service.api.deps import ERRORS
 from service.errors import ERROR_TABLE, HakiError, error_code, handle_exception, openapi_responses
-from service.handlers.deps import ERRORS
 
 
 def all_subclasses(cls: type[HakiError]) -> set[type[HakiError]]:

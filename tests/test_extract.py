@@ -15,7 +15,7 @@ import pytest
 from haki_client import AsyncHaki, ExtractMessage
 
 from service.app import create_app
-from service.embedder import Embedder
+from service.embedding.embedder import Embedder
 from service.settings import Settings
 from service.structs import RefusalReason
 from tests.helpers import assert_error, bearer, stats

@@ -25,8 +25,8 @@ from schemathesis.specs.openapi.checks import allow_header_conformance, positive
 
 from service.app import create_app
 from service.db import connect
-from service.embedded import embedded_url
-from service.embedder import HashEmbedder
+from service.db.embedded import embedded_url
+from service.embedding.embedder import HashEmbedder
 from service.settings import Settings
 from tests.helpers import bearer
 from tests.helpers.app import migrated_key

@@ -14,8 +14,8 @@ import httpx
 import msgspec
 import pytest
 
+from service.api.strict_body import json_depth
 from service.constants import MAX_JSON_DEPTH
-from service.strict_body import json_depth
 from tests.helpers import PROJECT, assert_error, bearer
 
 JSON = {"Content-Type": "application/json"}

@@ -11,8 +11,8 @@ import asyncpg
 import httpx
 import pytest
 
-from service import auth
-from service.embedder import Embedder
+from service.api import auth
+from service.embedding.embedder import Embedder
 from service.settings import Settings, SettingsError
 from tests.helpers import PROJECT, assert_error, bearer, list_all_facts
 from tests.helpers.app import make_client, pooled_client

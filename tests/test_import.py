@@ -21,7 +21,7 @@ import msgspec
 import pytest
 
 from service.db import connect
-from service.embedded import embedded_server, embedded_url
+from service.db.embedded import embedded_server, embedded_url
 from service.settings import Settings
 from tests.helpers.server import REPO, server_env
 from tests.helpers.sql import load_test_queries

@@ -11,11 +11,11 @@ import uuid
 import asyncpg
 import pytest
 
-from service.auth import Principal
+from service.api.auth import Principal
 from service.constants import EPISODE_TOP_K, EXACT_SCAN_MIN_FACTS, MULTI_HOP_MAX_PER_ENTITY, RETRIEVAL_TOP_K
 from service.context import assembler
 from service.context.model import Probe
-from service.lifecycle import erasure
+from service.memory import erasure
 from service.repository import context as repo
 from tests.helpers import PROJECT
 from tests.helpers.seeding import WEIGHTS, random_unit_vector, seed_scopes

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from service.app import create_app
-from service.embedder import HashEmbedder
+from service.embedding.embedder import HashEmbedder
 from service.settings import Settings
 from tests.helpers import bearer, post_context, post_events, post_facts
 
@@ -30,7 +30,7 @@ A = "proj-a"  # the `key` fixture's project
 B = "proj-b"  # the `other_key` fixture's project
 SUBJECT = "alice"  # both projects hold memories about a subject with the same id
 HTTP_METHODS = {"get", "post", "put", "patch", "delete"}
-UI_COOKIE = "haki_ui_key"  # service/handlers/ui.py
+UI_COOKIE = "haki_ui_key"  # service/api/ui.py
 
 
 @dataclass(frozen=True)
@@ -253,7 +253,7 @@ OFF_SCHEMA: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
     ("GET", "/docs/openapi.json"): lambda w: [probe("/docs/openapi.json", expected=200)],
     ("GET", "/docs/swagger"): lambda w: [probe("/docs/swagger", expected=200)],
     ("GET", "/docs/{path}"): lambda w: [probe("/docs/openapi.yaml", expected={200, 404})],
-    # The docs UI's assets (issue 16, service/docs_ui.py): public files, no tenant data.
+    # The docs UI's assets (issue 16, service/api/docs_ui.py): public files, no tenant data.
     ("GET", "/docs/assets/{name}"): lambda w: [probe("/docs/assets/swagger-ui.css", expected=200)],
 }
 SKIPPED_METHODS = {"OPTIONS", "HEAD"}  # Litestar's automatic answers, no data

@@ -22,32 +22,32 @@ LAYERS: dict[str, int] = {
     "service.errors": 0,
     "service.structs": 0,
     "service.scope_id": 0,  # the rule of a project id, subject id or fact key, once
-    "service.sql": 0,
+    "service.db.sql": 0,
     "service.queries_protocol": 0,
-    "service.strict_body": 0,
-    "service.ratelimit": 0,
-    "service.embedded": 0,
+    "service.api.strict_body": 0,
+    "service.api.ratelimit": 0,
+    "service.db.embedded": 0,
     "service.context.model": 0,
     "service.context.call": 0,  # a call's terms as one value, which the repository writes in its trace
     "service.context.entities": 0,
     "service.observability.timing": 0,
     "service.repository": 1,
-    "service.auth": 2,
-    "service.memory": 2,
-    "service.idempotency": 2,
+    "service.api.auth": 2,
+    "service.memory.writes": 2,
+    "service.memory.idempotency": 2,
     "service.context": 2,
-    "service.embedder": 2,
+    "service.embedding.embedder": 2,
     "service.embedding": 2,
     "service.db": 2,
-    "service.replica": 2,
-    "service.migrations": 2,
+    "service.db.replica": 2,
+    "service.db.migrations": 2,
     "service.doctor": 2,
-    "service.importer": 2,
+    "service.memory.importer": 2,
     "service.extraction": 2,
-    "service.lifecycle": 2,
+    "service.memory": 2,
     "service.observability": 2,
-    "service.handlers": 3,
-    "service.mcp_server": 3,  # the MCP tools: an adapter over the handlers' functions, like a route
+    "service.api": 3,
+    "service.api.mcp_server": 3,  # the MCP tools: an adapter over the handlers' functions, like a route
     "service.app": 4,
     "service.cli": 4,
 }
@@ -140,9 +140,9 @@ def test_the_read_path_imports_neither_the_write_side_nor_the_replica_plumbing(t
     """service/context/ retrieves, packs and explains: which connection a call runs on and where
     its trace goes are the database layer's (service/db/call_runner.py), and it never needs the
     write side."""
-    forbidden = ("service.replica", "service.memory")
+    forbidden = ("service.db.replica", "service.memory")
     seen = tmp_path / "seen.py"  # the reading sees both forms of import
-    seen.write_text("from service.replica import READS\nimport service.memory\n", encoding="utf-8")
+    seen.write_text("from service.db.replica import READS\nimport service.memory\n", encoding="utf-8")
     assert imports(seen, set(graph())) == set(forbidden)
     found = [
         f"{m} imports {d}"
@@ -156,5 +156,5 @@ def test_the_read_path_imports_neither_the_write_side_nor_the_replica_plumbing(t
 
 def test_the_check_sees_an_upward_import() -> None:
     """The check can fail: the repository importing a handler would be reported."""
-    assert layer("service.repository.facts") < layer("service.handlers.memory")
-    assert "service.handlers.deps" in imports(SERVICE / "handlers" / "memory.py", set(graph()))
+    assert layer("service.repository.facts") < layer("service.api.memory")
+    assert "service.api.deps" in imports(SERVICE / "api" / "memory.py", set(graph()))

@@ -11,10 +11,10 @@ import httpx
 import msgspec
 import pytest
 
-from service.auth import Principal
-from service.embedder import Embedder
-from service.importer import detect_kind
-from service.lifecycle import export, retention
+from service.api.auth import Principal
+from service.embedding.embedder import Embedder
+from service.memory import export, retention
+from service.memory.importer import detect_kind
 from service.observability.metrics import Metrics
 from service.settings import Settings
 from tests.helpers import PROJECT, assert_error, bearer, context, fact_ids, write_events, write_facts
@@ -576,7 +576,7 @@ async def test_retention_runs_beside_context_calls_and_never_waits_on_them(
     while context calls go on; a call another transaction holds is skipped, not waited for."""
     import asyncio
 
-    from service import auth
+    from service.api import auth
     from service.app import create_app
     from service.db import create_pool
     from service.repository import lifecycle as lifecycle_repo
@@ -642,7 +642,7 @@ async def test_the_background_task_purges_and_counts_on_metrics(
     and stops when cancelled."""
     import asyncio
 
-    from service import auth
+    from service.api import auth
     from service.app import create_app
     from service.db import create_pool
     from service.repository import lifecycle as lifecycle_repo

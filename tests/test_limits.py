@@ -10,9 +10,9 @@ import asyncpg
 import httpx
 import pytest
 
-from service.embedder import Embedder
+from service.api.ratelimit import RateLimiter
+from service.embedding.embedder import Embedder
 from service.errors import TooManyRequests
-from service.ratelimit import RateLimiter
 from service.settings import Settings, SettingsError
 from tests.helpers import PROJECT, assert_error, bearer
 from tests.helpers.app import make_client

@@ -31,18 +31,18 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from service.api.auth import authenticate
+from service.api.deps import in_process
+from service.api.mcp_server import INSTRUCTIONS, ConfigError, ReachServer, bridge, check_endpoint
+from service.api.memory import get_conflicts, post_facts
+from service.api.ratelimit import RateLimiter
 from service.app import create_app
-from service.auth import authenticate
 from service.context import inspection
-from service.embedder import Embedder
+from service.db.replica import ReadRouter
+from service.embedding.embedder import Embedder
 from service.errors import NotFound
-from service.handlers.deps import in_process
-from service.handlers.memory import get_conflicts, post_facts
 from service.ids import uuid7
-from service.mcp_server import INSTRUCTIONS, ConfigError, ReachServer, bridge, check_endpoint
 from service.observability.metrics import Metrics
-from service.ratelimit import RateLimiter
-from service.replica import ReadRouter
 from service.settings import Settings
 from service.structs import ExtractResponse, FactIn, WriteFactsRequest, WriteFactsResponse
 from tests.helpers import PROJECT, assert_error, bearer

@@ -12,8 +12,8 @@ import asyncpg
 import pytest
 
 from service.db import connect, init_connection
-from service.embedded import embedded_url
-from service.migrations import (
+from service.db.embedded import embedded_url
+from service.db.migrations import (
     RULES,
     RULES_VERSION,
     MigrationError,
@@ -22,11 +22,11 @@ from service.migrations import (
     pending_migrations,
     rules_file,
 )
+from service.db.sql import load_queries, resource_dir
 from service.repository import conflicts as conflicts_repo
 from service.repository import facts as facts_repo
 from service.repository import health as health_repo
 from service.settings import Settings
-from service.sql import load_queries, resource_dir
 from tests.helpers.server import scratch_data_dir
 from tests.helpers.sql import load_test_queries
 

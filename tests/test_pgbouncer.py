@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from service.embedded import embedded_server, embedded_url
-from service.embedder import HashEmbedder
+from service.db.embedded import embedded_server, embedded_url
+from service.embedding.embedder import HashEmbedder
 from service.settings import Settings
 from tests.helpers import bearer, needs_program, post_context, post_facts
 from tests.helpers.app import migrated_key, pooled_client

@@ -23,8 +23,8 @@ import asyncpg
 import pytest
 
 from service import doctor
-from service.embedded import bin_dir
-from service.embedder import HashEmbedder
+from service.db.embedded import bin_dir
+from service.embedding.embedder import HashEmbedder
 from service.repository import health
 from service.settings import Settings
 from tests.helpers.app import migrated_key, pooled_client

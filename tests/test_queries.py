@@ -1,6 +1,6 @@
 """House rules of the SQL files, checked on the files (and every statement prepared once).
 
-Production statements live in queries/ (loaded by service/sql.py, shipped in the wheel), test
+Production statements live in queries/ (loaded by service/db/sql.py, shipped in the wheel), test
 statements in tests/sql/ and benchmark statements in benchmarks/sql/ (their own loaders; never
 shipped). One parser reads all three (tests/helpers/sql.py); the same rules hold in each:
 
@@ -23,7 +23,7 @@ from functools import cache
 import asyncpg
 import pytest
 
-from service.sql import load_queries, resource_dir
+from service.db.sql import load_queries, resource_dir
 from tests.helpers.sql import REPO, SQL_FOLDERS, Statement, all_statements, load_test_queries, statements
 
 QUERIES_DIR = resource_dir("queries")
@@ -118,7 +118,7 @@ def session_state(sql: str) -> re.Match[str] | None:
 
 
 def runs_on_own_connection(query: Statement) -> bool:
-    """The migration runner's session lock (service/migrations.py), and every test and benchmark
+    """The migration runner's session lock (service/db/migrations.py), and every test and benchmark
     statement (throw-away connections and databases), never run on a pooled connection."""
     return query.folder != "queries" or query.file == "migrations.sql"
 

@@ -6,8 +6,8 @@ import inspect
 from pathlib import Path
 from types import ModuleType
 
+from service.db.sql import load_queries
 from service.queries_protocol import Queries
-from service.sql import load_queries
 from tests.helpers import load_file_module
 
 REPO = Path(__file__).resolve().parents[1]

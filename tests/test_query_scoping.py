@@ -21,7 +21,7 @@ from functools import cache
 
 import pytest
 
-from service.sql import resource_dir
+from service.db.sql import resource_dir
 from tests.helpers.sql import Statement, create_tables, statements, strip_comments, table_refs, tenant_tables
 
 MIGRATIONS_DIR = resource_dir("migrations")

@@ -1,7 +1,7 @@
-"""Reads on a real PostgreSQL streaming standby (issue 19; service/replica.py, docs/scaling.md).
+"""Reads on a real PostgreSQL streaming standby (issue 19; service/db/replica.py, docs/scaling.md).
 
 A throw-away embedded primary, migrated, and a second embedded PostgreSQL made its streaming
-standby with `pg_basebackup -R` from the same embedded binaries (service.embedded.
+standby with `pg_basebackup -R` from the same embedded binaries (service.db.embedded.
 embedded_standby), each on its own unix socket. Haki runs with HAKI_DATABASE_URL on the primary
 and HAKI_DATABASE_READ_URL on the standby, its lifespan in the test's event loop (its own pools
 and replica monitor). Everything is written and read through Haki's HTTP API; the servers are
@@ -27,15 +27,15 @@ import pytest
 from litestar import Litestar
 from prometheus_client import CollectorRegistry
 
-from service import auth, replica
+from service.api import auth
 from service.app import create_app
 from service.context.call import ContextCall
-from service.db import connect, create_pool, init_connection
+from service.db import connect, create_pool, init_connection, replica
 from service.db.call_runner import run_context_call
-from service.embedded import bin_dir, embedded_server, embedded_standby, embedded_url
-from service.embedder import HashEmbedder
+from service.db.embedded import bin_dir, embedded_server, embedded_standby, embedded_url
+from service.db.migrations import migrate
+from service.embedding.embedder import HashEmbedder
 from service.ids import uuid7
-from service.migrations import migrate
 from service.settings import Settings
 from service.structs import ContextRequest
 from tests.helpers import metric

@@ -7,7 +7,7 @@ from types import ModuleType
 
 import pytest
 
-from service.migrations import SCHEMA_SNAPSHOT, discover
+from service.db.migrations import SCHEMA_SNAPSHOT, discover
 from service.settings import Settings
 from tests.helpers import load_file_module
 

@@ -18,8 +18,9 @@ import asyncpg
 import httpx
 import pytest
 
-from service import auth, memory
-from service.embedder import Embedder
+from service.api import auth
+from service.embedding.embedder import Embedder
+from service.memory import writes as memory
 from service.repository import keys as keys_repo
 from service.settings import Settings
 from tests.helpers import PROJECT, bearer

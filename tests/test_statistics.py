@@ -1,4 +1,4 @@
-"""Planner statistics kept fresh after bulk writes (service/lifecycle/statistics.py)."""
+"""Planner statistics kept fresh after bulk writes (service/memory/statistics.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from service.app import create_app
 from service.db import connect
-from service.lifecycle.statistics import STATS_REFRESH_MIN_ROWS, StatisticsKeeper
+from service.memory.statistics import STATS_REFRESH_MIN_ROWS, StatisticsKeeper
 from service.settings import Settings
 from tests.helpers import bearer, metric
 from tests.helpers.app import asgi_transport, migrated_key

@@ -21,7 +21,7 @@ import httpx
 import psutil
 import pytest
 
-from service.embedded import restart_backoff_seconds
+from service.db.embedded import restart_backoff_seconds
 from tests.helpers.server import (
     free_port,
     postmaster_pid,

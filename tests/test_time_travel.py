@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from service.context.call import PROFILE_WEIGHTS
-from service.embedder import Embedder
+from service.embedding.embedder import Embedder
 from service.settings import Settings
 from tests.helpers import (
     PROJECT,

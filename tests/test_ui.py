@@ -11,7 +11,7 @@ from typing import Any
 
 import asyncpg
 
-from service import auth
+from service.api import auth
 from tests.helpers import bearer, context, write_events, write_facts
 
 XSS = '<script>alert("pwned")</script><img src=x onerror=alert(1)>'

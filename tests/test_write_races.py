@@ -17,11 +17,12 @@ import httpx
 import msgspec
 import pytest
 
-from service import auth, memory
+from service.api import auth
+from service.api.auth import Principal
 from service.app import create_app
-from service.auth import Principal
 from service.db import connect, init_connection
-from service.embedder import HashEmbedder
+from service.embedding.embedder import HashEmbedder
+from service.memory import writes as memory
 from service.repository import facts as facts_repo
 from service.settings import Settings
 from service.structs import FactIn, ResolveConflictRequest, WriteFactsRequest

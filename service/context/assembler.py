@@ -37,7 +37,7 @@ from service.constants import (
 from service.context.call import ContextCall
 from service.context.entities import ENTITY_PATTERN, extract_entities
 from service.context.model import Assembled, Candidate, Packed, Probe, Retrieved, decision, pack, preview
-from service.embedder import Embedder
+from service.embedding.embedder import Embedder
 from service.ids import uuid7
 from service.observability.timing import StageTimer
 from service.repository import Conn

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from service.auth import Principal
+from service.api.auth import Principal
 from service.errors import NotFound
 from service.repository import Conn
 from service.repository import context as repo

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from uuid import UUID
 
-from service.auth import Principal
+from service.api.auth import Principal
 from service.context.call import PROFILE_WEIGHTS, ContextCall, check_as_of
 from service.context.inspection import inspect
 from service.db import Lent
 from service.db.call_runner import run_context_call
-from service.embedder import Embedder
+from service.embedding.embedder import Embedder
 from service.repository import context as repo
 from service.settings import ContextProfile, Settings
 from service.structs import (

@@ -3,7 +3,7 @@ what each fact is worth (GET /v1/stats/facts)."""
 
 from __future__ import annotations
 
-from service.auth import Principal
+from service.api.auth import Principal
 from service.constants import DEFAULT_PAGE_LIMIT
 from service.repository import Conn
 from service.repository import context as repo

@@ -10,7 +10,7 @@ writes the trace where it belongs:
   CONTEXT_EMBED_PATIENCE_SECONDS rolls back (it has only read), gives its connection back to the
   pool until the vector comes or the embedder times out (a degraded packet), then starts over on
   a connection lent anew;
-- on a streaming standby (`primary` given: service/replica.py) the retrieval runs in a read-only
+- on a streaming standby (`primary` given: service/db/replica.py) the retrieval runs in a read-only
   transaction, and the trace is written afterwards on the primary in a transaction of its own;
   otherwise the trace commits with the retrieval, in one transaction. Either way the trace is
   committed before the packet is returned (docs/spec/context-profiles.md).
@@ -27,7 +27,7 @@ from service.constants import CONTEXT_EMBED_PATIENCE_SECONDS
 from service.context import assembler
 from service.context.call import ContextCall
 from service.db.pools import Acquire, Lent
-from service.embedder import Embedder
+from service.embedding.embedder import Embedder
 from service.observability.timing import StageTimer
 from service.repository import Conn
 from service.repository import context as repo

@@ -10,12 +10,12 @@ import asyncpg
 import msgspec
 from pgvector.asyncpg import register_vector
 
-from service.embedded import embedded_url
+from service.db.embedded import embedded_url
 from service.settings import Settings
 
 
 class Lent(Protocol):
-    """A pooled connection lent to one request (handlers/deps.py `Lease`), which the request may
+    """A pooled connection lent to one request (api/deps.py `Lease`), which the request may
     give back to the pool while it waits on something that needs no database: `conn` is another
     connection after `set_aside`, so it is read again after a wait, never kept across one."""
 
@@ -26,7 +26,7 @@ class Lent(Protocol):
 
 
 # One connection of a pool, borrowed for a block (`pool.acquire` with its time-out bound): where
-# a context call whose retrieval ran on the standby writes its trace (service/replica.py).
+# a context call whose retrieval ran on the standby writes its trace (service/db/replica.py).
 Acquire: TypeAlias = Callable[[], AbstractAsyncContextManager[asyncpg.Connection]]
 
 
@@ -101,7 +101,7 @@ async def connect(settings: Settings, url: str | None = None) -> asyncpg.Connect
 
 
 async def create_read_pool(settings: Settings, url: str) -> asyncpg.Pool:
-    """The standby's pool (HAKI_DATABASE_READ_URL, service/replica.py): the same sizes and
+    """The standby's pool (HAKI_DATABASE_READ_URL, service/db/replica.py): the same sizes and
     settings, and no connection at start (min_size 0): a standby that is down when Haki starts
     must not keep it from starting, the primary serves until the monitor finds the standby."""
     pool: asyncpg.Pool = await asyncpg.create_pool(url, min_size=0, **_pool_options(settings))

@@ -1,1 +1,1 @@
-"""Parts of the embedding layer behind service/embedder.py: the fair scheduler, the ONNX backend."""
+"""Parts of the embedding layer behind service/embedding/embedder.py: the fair scheduler, the ONNX backend."""

@@ -11,7 +11,7 @@
 4. one transaction writes the events (one per message) and then the facts through
    `memory.store_facts`, so supersedes, conflicts and source checks are those of POST /v1/facts.
 
-The model runs before any transaction, like the embedder (service/idempotency.py).
+The model runs before any transaction, like the embedder (service/memory/idempotency.py).
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from uuid import UUID
 import httpx
 import msgspec
 
-from service import memory
-from service.auth import Principal
+from service.api.auth import Principal
 from service.constants import EXTRACT_KNOWN_FACTS, EXTRACT_PROMPT_VERSION, MAX_CONTENT_CHARS
 from service.db import Lent
-from service.embedder import Embedder
+from service.embedding.embedder import Embedder
 from service.errors import ExtractorFailed, ExtractorTimeout, Unavailable
+from service.memory import writes as memory
 from service.repository import Conn
 from service.repository.extraction import KnownFact, known_facts
 from service.scope_id import scope_id_problem

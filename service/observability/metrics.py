@@ -127,7 +127,7 @@ class Metrics:
         self.embedded_restarts = Counter(
             "haki_embedded_postgres_restarts",
             "Times this process found the embedded PostgreSQL's postmaster dead and had it "
-            "running again (embedded mode only; service/embedded.py Supervisor).",
+            "running again (embedded mode only; service/db/embedded.py Supervisor).",
             registry=self.registry,
         )
 
@@ -143,7 +143,7 @@ class Metrics:
         self.statistics_refreshes = Counter(
             "haki_planner_statistics_refreshes",
             "ANALYZEs of a memory table run by this process after its bulk writes, by table "
-            "(service/lifecycle/statistics.py).",
+            "(service/memory/statistics.py).",
             ["table"],
             registry=self.registry,
         )

@@ -8,12 +8,12 @@ from typing import Any, TypeAlias, TypeVar
 import asyncpg
 import msgspec
 
+from service.db.sql import load_queries
 from service.queries_protocol import Queries
-from service.sql import load_queries
 
 S = TypeVar("S", bound=msgspec.Struct)
 
-# A connection of the pool (or the test's own); the handlers' injected one is handlers.deps.ConnDep.
+# A connection of the pool (or the test's own); the handlers' injected one is api.deps.ConnDep.
 Conn: TypeAlias = asyncpg.Connection
 
 

@@ -1,4 +1,4 @@
-"""WAL positions of the primary and the read replica (service/replica.py, queries/replica.sql)."""
+"""WAL positions of the primary and the read replica (service/db/replica.py, queries/replica.sql)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from service.constants import WEIGHT_RECENCY, WEIGHT_SIMILARITY, WEIGHT_TEXT_RANK
-from service.embedder import Embedder
+from service.embedding.embedder import Embedder
 
 PROJECT = "proj-a"
 

@@ -14,12 +14,12 @@ import httpx
 import msgspec
 from litestar import Litestar
 
-from service import auth
+from service.api import auth
+from service.api.ratelimit import RateLimiter, WorkRateLimiter
 from service.app import create_app
 from service.db import connect, create_pool, init_connection
-from service.embedder import Embedder
-from service.migrations import migrate
-from service.ratelimit import RateLimiter, WorkRateLimiter
+from service.db.migrations import migrate
+from service.embedding.embedder import Embedder
 from service.settings import Settings
 
 

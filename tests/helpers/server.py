@@ -66,7 +66,7 @@ def short_tmp_dir(prefix: str) -> Path:
 
 def stop_embedded_server(data_dir: Path) -> None:
     """Stops the embedded PostgreSQL of `data_dir` through pgserver, the way Haki started it."""
-    from service.embedded import embedded_server  # pgserver: only where a test stops a server
+    from service.db.embedded import embedded_server  # pgserver: only where a test stops a server
 
     embedded_server(data_dir).cleanup()
 

@@ -1,6 +1,6 @@
 """Loads the test-only statements of tests/sql/*.sql (aiosql, asyncpg adapter).
 
-They never ship: the production `Queries` object (service/sql.py) loads `queries/` only, and the
+They never ship: the production `Queries` object (service/db/sql.py) loads `queries/` only, and the
 wheel carries `queries/` and `migrations/` only (tests/test_queries.py checks both). Every name
 starts with `test_`, and each statement runs inside a test's rolled-back transaction or on a
 throw-away database.

@@ -1,7 +1,7 @@
 """`haki import FILE.jsonl`: bulk-load facts or events through the service's own write path.
 
 Each line is one FactIn (or EventIn) object. Lines are validated one by one with the request
-Structs, then written in batches of up to 1,000 by service.memory.write_facts / write_events,
+Structs, then written in batches of up to 1,000 by service.memory.writes.write_facts / write_events,
 in-process, so an import obeys exactly the rules of POST /v1/facts (conflict detection,
 supersedes, embeddings) without HTTP in between. With `--url` or HAKI_URL (and the key in
 HAKI_API_KEY) the batches go through a running Haki's HTTP API instead, for an operator without
@@ -51,14 +51,14 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from service import memory
-from service.auth import Principal
+from service.api.auth import Principal
 from service.constants import MAX_BATCH
 from service.db import connect, create_pool
-from service.embedder import Embedder, build_embedder, check_embedder
+from service.db.migrations import migrate
+from service.embedding.embedder import Embedder, build_embedder, check_embedder
 from service.errors import InvalidInput
-from service.lifecycle.statistics import StatisticsKeeper
-from service.migrations import migrate
+from service.memory import writes as memory
+from service.memory.statistics import StatisticsKeeper
 from service.repository.maintenance import MemoryTable
 from service.settings import Settings
 from service.structs import (
@@ -263,7 +263,7 @@ async def _write_batch(
 
 def detect_kind(path: Path) -> Kind | Literal["export"]:
     """`export` when the file's first non-empty line is the header of an export document
-    (service/lifecycle/export.py), `events` when it is an object with `occurred_at` (every event
+    (service/memory/export.py), `events` when it is an object with `occurred_at` (every event
     has it, no fact does), else `facts`; an unreadable first line is left to the import to report."""
     try:
         with path.open("rb") as f:

@@ -311,7 +311,7 @@ class Reads:
 
     @property
     def on_replica(self) -> bool:
-        """Read when used, not when built: the connection's lease decides it (service/handlers/deps.py)."""
+        """Read when used, not when built: the connection's lease decides it (service/api/deps.py)."""
         return bool(self.scope.get("state", {}).get(ON_REPLICA))
 
     def fresh(self, project_id: str, subject_id: str | None = None) -> None:

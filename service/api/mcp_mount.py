@@ -1,4 +1,4 @@
-"""`/mcp`: the MCP server (service/mcp_server.py) mounted on the service, built by the lifespan.
+"""`/mcp`: the MCP server (service/api/mcp_server.py) mounted on the service, built by the lifespan.
 
 The MCP SDK costs 2.1 s to import and 37 ms per server built (measured here, 2 cores): an app
 that never starts its lifespan (the in-process test clients, hundreds per test run) pays neither.
@@ -15,7 +15,7 @@ from litestar.handlers import ASGIRouteHandler, asgi
 from service.errors import send_error
 
 if TYPE_CHECKING:
-    from service.mcp_server import McpEndpoint
+    from service.api.mcp_server import McpEndpoint
 
 MCP_PATH = "/mcp"
 
@@ -26,7 +26,7 @@ class McpMount:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        from service.mcp_server import McpEndpoint
+        from service.api.mcp_server import McpEndpoint
 
         self.endpoint = McpEndpoint()
         try:

@@ -9,11 +9,11 @@ from litestar.datastructures import State
 from litestar.params import Parameter
 from litestar.response import Stream
 
+from service.api.deps import ERRORS, Deps, RouteDeps
+from service.api.memory import PageLimit, ProjectQuery, subject_id_parameter
 from service.constants import DEFAULT_PAGE_LIMIT
-from service.handlers.deps import ERRORS, Deps, RouteDeps
-from service.handlers.memory import PageLimit, ProjectQuery, subject_id_parameter
-from service.lifecycle import erasure, export
-from service.replica import READS
+from service.db.replica import READS
+from service.memory import erasure, export
 from service.structs import SubjectErasure, SubjectPage
 
 SubjectPath = Annotated[

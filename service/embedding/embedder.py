@@ -31,9 +31,9 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from service.api.ratelimit import WorkRateLimiter
 from service.constants import EMBED_DIM
 from service.embedding.scheduler import FairScheduler, Purpose
-from service.ratelimit import WorkRateLimiter
 from service.settings import LocalBackend, Settings
 
 Vector = npt.NDArray[np.float32]
@@ -710,7 +710,7 @@ class HashEmbedder:
 class WorkLimitedEmbedder:
     """The request's view of the shared embedder: a write is charged to its project's budget of
     characters (HAKI_EMBED_CHARS_PER_MINUTE) before any of it is queued; queries are not charged
-    (the request rate limit covers them). Built per request by service/handlers/deps.py."""
+    (the request rate limit covers them). Built per request by service/api/deps.py."""
 
     def __init__(self, inner: Embedder, limiter: WorkRateLimiter) -> None:
         self.inner = inner

@@ -1,10 +1,10 @@
 """Haki as an MCP server (official `mcp` SDK, v2: `MCPServer`), over two transports.
 
 - `/mcp` on the service: streamable HTTP (stateless), with the same `Authorization: Bearer`
-  keys. `McpEndpoint` checks the key the way every route does (service/auth.py) before the MCP
+  keys. `McpEndpoint` checks the key the way every route does (service/api/auth.py) before the MCP
   app sees the request; each tool then does in-process what its HTTP route does, through the
-  same functions (service/handlers/), with the caller's key and its project
-  (`handlers.deps.in_process`): the routes' request Structs validate the arguments, and project
+  same functions (service/api/), with the caller's key and its project
+  (`api.deps.in_process`): the routes' request Structs validate the arguments, and project
   isolation, domain errors, the key's rate limit and the read routing are those of the API.
 - `haki mcp`: stdio, for desktop and coding assistants that start a process. A bridge that
   forwards every MCP request to a running Haki's `/mcp` (HAKI_URL, HAKI_API_KEY; HAKI_PROJECT_ID
@@ -38,15 +38,15 @@ from mcp_types import INTERNAL_ERROR
 from pydantic import BaseModel, ConfigDict, Field
 
 from service import __version__
-from service.auth import Principal, authenticate
+from service.api.auth import Principal, authenticate
+from service.api.context import post_context
+from service.api.deps import RouteDeps, in_process
+from service.api.extract import post_extract
+from service.api.lifecycle import delete_subject
+from service.api.memory import get_conflicts, post_events, post_facts, post_resolve
 from service.context import inspection
 from service.context.render import render
 from service.errors import HakiError, InvalidBody, database_unavailable, send_error
-from service.handlers.context import post_context
-from service.handlers.deps import RouteDeps, in_process
-from service.handlers.extract import post_extract
-from service.handlers.lifecycle import delete_subject
-from service.handlers.memory import get_conflicts, post_events, post_facts, post_resolve
 from service.scope_id import scope_id_problem
 from service.structs import (
     ContextRequest,
@@ -110,7 +110,7 @@ class Call:
             raise tool_error(InvalidBody.of(exc)) from exc
 
     async def run(self, work: Callable[[RouteDeps], Awaitable[R]], *, reads: bool = False) -> R:
-        """`work` as a route would run it (handlers.deps.in_process); its errors as tool errors with
+        """`work` as a route would run it (api.deps.in_process); its errors as tool errors with
         the code and message of the API's error body."""
         try:
             return await in_process(self.app, self.principal, work, reads=reads)

@@ -11,8 +11,8 @@ from uuid import UUID
 
 import msgspec
 
-from service.auth import Principal
-from service.embedder import Embedder, EmbedderError
+from service.api.auth import Principal
+from service.embedding.embedder import Embedder, EmbedderError
 from service.errors import Conflict, InvalidInput, NotFound, Unavailable
 from service.ids import uuid7_batch
 from service.repository import Conn

@@ -5,8 +5,8 @@ from __future__ import annotations
 from litestar import Router, get, head
 from litestar.datastructures import State
 
-from service.handlers.deps import ERRORS, ConnDep, provide_embedder
-from service.replica import router_of
+from service.api.deps import ERRORS, ConnDep, provide_embedder
+from service.db.replica import router_of
 from service.repository import health as health_repo
 from service.structs import Health
 

@@ -11,17 +11,17 @@ from litestar.datastructures import State
 from litestar.openapi.spec import Operation, RequestBody
 from litestar.params import Parameter
 
+from service.api.deps import ERRORS, Deps, RouteDeps, in_key_project
+from service.api.memory import ProjectQuery, SubjectQuery
 from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
 from service.context import inspection, replay
 from service.context import stats as usage
 from service.context.call import ContextCall
 from service.db.call_runner import run_context_call
-from service.handlers.deps import ERRORS, Deps, RouteDeps, in_key_project
-from service.handlers.memory import ProjectQuery, SubjectQuery
-from service.lifecycle import retention
+from service.db.replica import READS
+from service.memory import retention
 from service.observability.metrics import observe_context
 from service.observability.timing import StageTimer
-from service.replica import READS
 from service.structs import (
     ContextPacket,
     ContextRequest,

@@ -30,12 +30,12 @@ from litestar.datastructures import Cookie, State
 from litestar.params import Parameter
 from litestar.response import Redirect
 
-from service import auth
+from service.api import auth
+from service.api.deps import ConnDep, lease_of, provide_embedder, provide_settings
+from service.api.memory import query_scope_id
 from service.context import replay as time_travel
+from service.db.replica import READS, provide_reads
 from service.errors import NotFound, Unauthorized
-from service.handlers.deps import ConnDep, lease_of, provide_embedder, provide_settings
-from service.handlers.memory import query_scope_id
-from service.replica import READS, provide_reads
 from service.repository import traces as repo
 from service.settings import ContextProfile
 from service.structs import ReplayRequest
@@ -91,7 +91,7 @@ def _num(value: float | None) -> str:
 
 def _environment() -> Environment:
     env = Environment(
-        loader=PackageLoader("service.handlers", "templates"),
+        loader=PackageLoader("service.api", "templates"),
         autoescape=True,
         undefined=StrictUndefined,
         trim_blocks=True,
@@ -104,7 +104,7 @@ def _environment() -> Environment:
 
 
 _ENV: Final = _environment()
-_CSS: Final = (resources.files("service.handlers") / "templates" / "haki.css").read_bytes()
+_CSS: Final = (resources.files("service.api") / "templates" / "haki.css").read_bytes()
 
 
 def _trace_not_found(project_id: str) -> Response[str]:

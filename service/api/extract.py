@@ -7,11 +7,11 @@ from collections.abc import Awaitable
 from litestar import Controller, Response, post
 from litestar.openapi.datastructures import ResponseSpec
 
+from service.api.deps import ERRORS, Deps, RouteDeps, in_key_project
+from service.api.memory import IdempotencyKey, batch_response, run_batch
 from service.errors import error_code, response_spec
 from service.extraction import extractor
-from service.handlers.deps import ERRORS, Deps, RouteDeps, in_key_project
-from service.handlers.memory import IdempotencyKey, batch_response, run_batch
-from service.idempotency import Outcome
+from service.memory.idempotency import Outcome
 from service.structs import ExtractRequest, ExtractResponse
 
 

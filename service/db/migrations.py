@@ -21,7 +21,7 @@ from pathlib import Path
 
 import asyncpg
 
-from service.sql import load_queries, resource_dir
+from service.db.sql import load_queries, resource_dir
 
 # The schema as the migrations leave it, for reading (scripts/schema_dump.py); never applied.
 SCHEMA_SNAPSHOT = "schema.sql"

@@ -10,11 +10,11 @@ from litestar import Controller, Response, delete, get, patch, post
 from litestar.exceptions import ValidationException
 from litestar.params import Dependency, Parameter
 
-from service import idempotency, memory
+from service.api.deps import ERRORS, Deps, RouteDeps, in_key_project
 from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
-from service.handlers.deps import ERRORS, Deps, RouteDeps, in_key_project
-from service.lifecycle import erasure
-from service.replica import READS
+from service.db.replica import READS
+from service.memory import erasure, idempotency
+from service.memory import writes as memory
 from service.repository.maintenance import MemoryTable
 from service.scope_id import SCOPE_ID_BOUNDS, SCOPE_ID_JSON_SCHEMA, scope_id_problem
 from service.structs import (
@@ -162,7 +162,7 @@ def batch_response(outcome: idempotency.Outcome[idempotency.T]) -> Response[idem
 
 
 # The work of the routes below, one function each, for the route and for the MCP tool that does
-# the same (service/mcp_server.py).
+# the same (service/api/mcp_server.py).
 
 
 async def post_facts(

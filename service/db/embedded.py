@@ -77,7 +77,7 @@ def _tuned_server_class() -> Any:
             fresh = not (self.pgdata / "PG_VERSION").exists()
             super().ensure_pgdata_inited()
             if fresh:
-                tuning = f"\n# Haki (service/embedded.py)\nshared_buffers = '{shared_buffers_mb()}MB'\n"
+                tuning = f"\n# Haki (service/db/embedded.py)\nshared_buffers = '{shared_buffers_mb()}MB'\n"
                 with (self.pgdata / "postgresql.conf").open("a", encoding="utf-8") as conf:
                     conf.write(tuning)
 

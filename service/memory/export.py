@@ -6,7 +6,7 @@ The document is JSON Lines: a header line `{"haki_export": 1, "project_id", "sub
 
 Import embeds every text first, then, in one transaction (all of it or nothing), writes the
 events, then the facts in their order through the service's own write path
-(service/memory.py: the rules of POST /v1/events and /v1/facts), with `supersedes` and
+(service/memory/writes.py: the rules of POST /v1/events and /v1/facts), with `supersedes` and
 `source_event_id` mapped to the new ids; then it gives the facts their exported statuses: an open
 conflict set the import opened is resolved keeping the facts exported `active` (unless all its
 members were active: the set was open), and the facts exported `retracted` are retracted. New
@@ -22,11 +22,11 @@ from uuid import UUID
 
 import msgspec
 
-from service import memory
-from service.auth import Principal
+from service.api.auth import Principal
 from service.constants import MAX_BATCH
-from service.embedder import Embedder
+from service.embedding.embedder import Embedder
 from service.errors import NotFound
+from service.memory import writes as memory
 from service.repository import Conn
 from service.repository import conflicts as memory_repo
 from service.repository import lifecycle as repo
@@ -302,8 +302,8 @@ async def import_file(
     """`haki import` of an export document, straight into the database (the operator's tool, like
     `haki keys create`: it acts for the project it is told)."""
     from service.db import connect, init_connection
-    from service.embedder import build_embedder, check_embedder
-    from service.migrations import migrate
+    from service.db.migrations import migrate
+    from service.embedding.embedder import build_embedder, check_embedder
 
     principal = Principal(project_id=project_id, key_id=UUID(int=0))
     conn = await connect(settings)

@@ -14,7 +14,7 @@ import aiosql
 
 from service.queries_protocol import Queries
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 
 def resource_dir(name: str) -> Path:

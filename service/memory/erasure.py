@@ -12,10 +12,10 @@ import base64
 import binascii
 from uuid import UUID
 
-from service.auth import Principal
+from service.api.auth import Principal
 from service.errors import InvalidInput, NotFound
 from service.ids import uuid7
-from service.memory import decode_cursor, encode_cursor
+from service.memory.writes import decode_cursor, encode_cursor
 from service.repository import Conn
 from service.repository import lifecycle as repo
 from service.settings import Settings

@@ -22,7 +22,7 @@ from typing import Generic, TypeVar
 
 import msgspec
 
-from service.auth import Principal
+from service.api.auth import Principal
 from service.db import Lent
 from service.errors import Conflict
 from service.repository import Conn

@@ -14,12 +14,10 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Dependency
 from litestar.types import Scope
 
-from service.auth import Principal, authenticate
-from service.embedder import Embedder, WorkLimitedEmbedder
-from service.errors import CONNECTION_LOST, openapi_responses
-from service.lifecycle.statistics import StatisticsKeeper
-from service.ratelimit import RateLimiter, WorkRateLimiter
-from service.replica import (
+from service.api.auth import Principal, authenticate
+from service.api.ratelimit import RateLimiter, WorkRateLimiter
+from service.api.strict_body import check_body
+from service.db.replica import (
     ON_REPLICA,
     PRIMARY_ONLY,
     READS,
@@ -29,8 +27,10 @@ from service.replica import (
     rerun_after_replica_error,
     router_of,
 )
+from service.embedding.embedder import Embedder, WorkLimitedEmbedder
+from service.errors import CONNECTION_LOST, openapi_responses
+from service.memory.statistics import StatisticsKeeper
 from service.settings import Settings
-from service.strict_body import check_body
 from service.structs import KEY_PROJECT
 
 # Injected objects are ours, not client input: Litestar must not try to validate them.
@@ -114,7 +114,7 @@ async def release_after_exception(exc: Exception, scope: Scope) -> None:
     if isinstance(lease, Lease):
         await lease.close()
     if not isinstance(exc, CONNECTION_LOST) or scope.get("state", {}).get(ON_REPLICA):
-        return  # a standby's lost connection says nothing of the primary's (service/replica.py)
+        return  # a standby's lost connection says nothing of the primary's (service/db/replica.py)
     expire = getattr(scope["litestar_app"].state.get("pool"), "expire_connections", None)
     if expire is not None:
         await expire()
@@ -134,7 +134,7 @@ KeyDep = Annotated[Principal, Dependency(skip_validation=True)]
 
 async def after_strict_body(request: Request[Any, Any, Any], key: KeyDep) -> Principal:
     """`principal`, what every authenticated route takes: the key, once the request's body passed
-    the strict decoding (service/strict_body.py). A step of its own, after the key's: 401 and 429
+    the strict decoding (service/api/strict_body.py). A step of its own, after the key's: 401 and 429
     come before a 400 about the body, and the handler never sees a body only lax mode let in."""
     await check_body(request)
     return key
@@ -180,14 +180,14 @@ R = TypeVar("R")
 class RouteDeps:
     """What a JSON route's handler works with, as one dependency rather than the same five
     parameters on every handler: the lent connection, the caller, the settings, the request's
-    standby bookkeeping (service/replica.py) and the embedder charged to the caller's project."""
+    standby bookkeeping (service/db/replica.py) and the embedder charged to the caller's project."""
 
     lease: Lease
     principal: Principal
     settings: Settings
     reads: Reads
     embedder: Embedder
-    # The planner statistics keeper of an app that owns its pool (service/lifecycle/statistics.py).
+    # The planner statistics keeper of an app that owns its pool (service/memory/statistics.py).
     statistics: StatisticsKeeper | None = None
 
     @property
@@ -239,10 +239,10 @@ async def in_process(
     app: Litestar, principal: Principal, work: Callable[[RouteDeps], Awaitable[R]], *, reads: bool = False
 ) -> R:
     """`work` given what a route's handler gets, for a caller outside Litestar's request cycle whose
-    key is checked already (the /mcp tools, service/mcp_server.py). As for a request: the key's
+    key is checked already (the /mcp tools, service/api/mcp_server.py). As for a request: the key's
     rate limit, one connection lent for the call (on the standby for `reads`, where a read route
     would be), and a failure's clean-up by the app's own hooks, which also mark a read of the
-    standby to run again on the primary (service/replica.py)."""
+    standby to run again on the primary (service/db/replica.py)."""
     state = app.state
     limiter: RateLimiter = state.rate_limiter
     limiter.take(principal.key_id)

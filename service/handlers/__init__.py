@@ -1,1 +1,0 @@
-"""HTTP handlers: validated Struct in, one service call, Struct out."""

@@ -1,1 +1,0 @@
-"""Memory lifecycle: erasure, trace retention, listing and export."""

@@ -1,0 +1,1 @@
+"""Memory: writes, idempotency, import, export, erasure, retention and statistics."""
