@@ -34,12 +34,14 @@ gone_events AS (
     RETURNING e.event_id
 ),
 gone_calls AS (
+    -- A call's decisions go with its row (migration 0026), counted from its arrays.
     DELETE FROM context_calls AS c
     WHERE c.project_id = :project_id
       AND c.subject_id = :subject_id
-    RETURNING c.trace_id
+    RETURNING c.trace_id, coalesce(cardinality(c.decision_ids), 0) AS decisions
 ),
 gone_decisions AS (
+    -- Calls traced before migration 0026 keep their decisions in context_traces.
     DELETE FROM context_traces AS t
     USING gone_calls AS g
     WHERE t.project_id = :project_id
@@ -70,8 +72,30 @@ counts AS (
            (SELECT count(*) FROM gone_sets) AS conflict_sets,
            (SELECT count(*) FROM gone_members) AS conflict_members,
            (SELECT count(*) FROM gone_calls) AS context_calls,
-           (SELECT count(*) FROM gone_decisions) AS decisions,
+           (SELECT count(*) FROM gone_decisions)
+               + (SELECT coalesce(sum(g.decisions), 0) FROM gone_calls AS g)::bigint AS decisions,
            (SELECT count(*) FROM gone_keys) AS idempotency_keys
+),
+-- Pending webhook events that carry the subject's content go with it (migration 0027); the
+-- subject.erased event carries the counts only.
+gone_notices AS (
+    DELETE FROM webhook_outbox AS o
+    WHERE o.project_id = :project_id
+      AND o.subject_id = :subject_id
+      AND o.content IS NOT NULL
+    RETURNING o.event_id
+),
+notice AS (
+    INSERT INTO webhook_outbox (project_id, subject_id, kind, data)
+    SELECT :project_id, :subject_id, 'subject.erased',
+           jsonb_build_object('subject_id', :subject_id::text, 'erasure_id', :erasure_id::uuid,
+                              'facts', n.facts, 'events', n.events, 'conflict_sets', n.conflict_sets,
+                              'conflict_members', n.conflict_members, 'context_calls', n.context_calls,
+                              'decisions', n.decisions, 'idempotency_keys', n.idempotency_keys,
+                              'webhook_events', (SELECT count(*) FROM gone_notices))
+    FROM counts AS n
+    WHERE public.haki_webhook_wants(:project_id, 'subject.erased') IS NOT NULL
+    RETURNING event_id
 ),
 audit AS (
     INSERT INTO erasures (
@@ -177,7 +201,8 @@ unlinked_sources AS (
       AND s.source_event_id = x.item_id
     RETURNING s.fact_id
 ),
-gone_decisions AS (
+gone_old_decisions AS (
+    -- Calls traced before migration 0026 keep their decisions in context_traces.
     DELETE FROM context_traces AS t
     USING context_calls AS c, target AS x
     WHERE c.project_id = :project_id
@@ -187,6 +212,56 @@ gone_decisions AS (
       AND t.item_type = x.trace_item_type
       AND t.item_id = x.item_id
     RETURNING t.ord
+),
+pruned AS (
+    -- The compact form (migration 0026): each call of the scope naming the item keeps the other
+    -- elements of its arrays, in their order, and its groups' counts (haki_trace_codes.part).
+    SELECT c.trace_id, k.removed, k.ids, k.positions, k.codes, k.ranks, k.tokens, k.distances,
+           k.text_ranks, k.recencies,
+           CASE WHEN c.decision_scores IS NOT NULL THEN k.scores END AS scores,
+           CASE WHEN c.decision_similarities IS NOT NULL THEN k.similarities END AS similarities,
+           k.served, k.over_budget, k.below_floor
+    FROM context_calls AS c
+    CROSS JOIN target AS x
+    CROSS JOIN LATERAL (
+        SELECT cardinality(c.decision_ids) - count(*) AS removed,
+               coalesce(array_agg(u.item_id ORDER BY u.n), '{}'::uuid[]) AS ids,
+               coalesce(array_agg(u.position ORDER BY u.n), '{}'::smallint[]) AS positions,
+               coalesce(array_agg(u.code ORDER BY u.n), '{}'::smallint[]) AS codes,
+               coalesce(array_agg(u.rank ORDER BY u.n), '{}'::smallint[]) AS ranks,
+               coalesce(array_agg(u.tokens ORDER BY u.n), '{}'::smallint[]) AS tokens,
+               coalesce(array_agg(u.distance ORDER BY u.n), '{}'::float8[]) AS distances,
+               coalesce(array_agg(u.text_rank ORDER BY u.n), '{}'::float8[]) AS text_ranks,
+               coalesce(array_agg(u.recency ORDER BY u.n), '{}'::float8[]) AS recencies,
+               coalesce(array_agg(u.score ORDER BY u.n), '{}'::float8[]) AS scores,
+               coalesce(array_agg(u.similarity ORDER BY u.n), '{}'::float8[]) AS similarities,
+               count(*) FILTER (WHERE tc.part = 1) AS served,
+               count(*) FILTER (WHERE tc.part = 2) AS over_budget,
+               count(*) FILTER (WHERE tc.part = 3) AS below_floor
+        FROM unnest(c.decision_ids, c.decision_positions, c.decision_codes, c.decision_ranks,
+                    c.decision_tokens, c.decision_distances, c.decision_text_ranks,
+                    c.decision_recencies, c.decision_scores, c.decision_similarities)
+            WITH ORDINALITY AS u(item_id, position, code, rank, tokens, distance, text_rank,
+                                 recency, score, similarity, n)
+        JOIN public.haki_trace_codes() AS tc ON tc.code = u.code
+        WHERE NOT (u.item_id = x.item_id AND tc.item_type = x.trace_item_type)
+    ) AS k
+    WHERE c.project_id = :project_id
+      AND c.subject_id = x.subject_id
+      AND c.decision_ids @> ARRAY[x.item_id]
+),
+pruned_calls AS (
+    UPDATE context_calls AS c
+    SET decision_ids = p.ids, decision_positions = p.positions, decision_codes = p.codes,
+        decision_ranks = p.ranks, decision_tokens = p.tokens, decision_distances = p.distances,
+        decision_text_ranks = p.text_ranks, decision_recencies = p.recencies,
+        decision_scores = p.scores, decision_similarities = p.similarities,
+        decision_served = p.served, decision_over_budget = p.over_budget,
+        decision_below_floor = p.below_floor
+    FROM pruned AS p
+    WHERE c.project_id = :project_id
+      AND c.trace_id = p.trace_id
+    RETURNING p.removed
 ),
 gone_facts AS (
     DELETE FROM facts AS f
@@ -204,6 +279,17 @@ gone_events AS (
       AND e.event_id = x.item_id
     RETURNING e.subject_id
 ),
+-- Pending webhook events that carry the fact's content go with it (migration 0027).
+gone_notices AS (
+    DELETE FROM webhook_outbox AS o
+    USING target AS x
+    WHERE o.project_id = :project_id
+      AND x.kind = 'fact'
+      AND o.subject_id = x.subject_id
+      AND o.content IS NOT NULL
+      AND x.item_id = ANY (o.fact_ids)
+    RETURNING o.event_id
+),
 gone AS (
     SELECT g.subject_id FROM gone_facts AS g
     UNION ALL
@@ -216,7 +302,9 @@ audit AS (
     )
     SELECT :project_id, :erasure_id, g.subject_id, :kind, (SELECT count(*) FROM gone_facts),
            (SELECT count(*) FROM gone_events), (SELECT count(*) FROM gone_sets),
-           (SELECT count(*) FROM gone_members), (SELECT count(*) FROM gone_decisions), :key_id
+           (SELECT count(*) FROM gone_members),
+           (SELECT count(*) FROM gone_old_decisions)
+               + (SELECT coalesce(sum(p.removed), 0) FROM pruned_calls AS p)::bigint, :key_id
     FROM gone AS g
     RETURNING erased_at, subject_id
 )
@@ -225,7 +313,8 @@ SELECT (SELECT count(*) FROM gone_members) AS conflict_members,
        (SELECT count(*) FROM gone_sets) AS conflict_sets,
        (SELECT count(*) FROM unlinked_supersedes) AS supersedes_unlinked,
        (SELECT count(*) FROM unlinked_sources) AS facts_unlinked,
-       (SELECT count(*) FROM gone_decisions) AS decisions,
+       (SELECT count(*) FROM gone_old_decisions)
+           + (SELECT coalesce(sum(p.removed), 0) FROM pruned_calls AS p)::bigint AS decisions,
        a.erased_at, a.subject_id
 FROM audit AS a;
 
@@ -251,8 +340,9 @@ WHERE p.project_id IS NOT NULL;
 
 -- name: purge_expired_context_calls(project_id, retention_days, max_calls)^
 -- One bounded batch of trace retention: deletes up to max_calls context calls of a project made
--- more than retention_days ago, oldest first, with their decisions. Calls another transaction
--- holds are skipped, so the purge never waits on a request. Returns the rows deleted.
+-- more than retention_days ago, oldest first, with their decisions (the call's arrays, and the
+-- context_traces rows of calls traced before migration 0026). Calls another transaction holds
+-- are skipped, so the purge never waits on a request. Returns the calls and decisions deleted.
 WITH doomed AS (
     SELECT c.project_id, c.trace_id
     FROM context_calls AS c
@@ -276,10 +366,11 @@ gone_calls AS (
     WHERE c.project_id = :project_id
       AND c.project_id = d.project_id
       AND c.trace_id = d.trace_id
-    RETURNING c.trace_id
+    RETURNING c.trace_id, coalesce(cardinality(c.decision_ids), 0) AS decisions
 )
 SELECT (SELECT count(*) FROM gone_calls) AS context_calls,
-       (SELECT count(*) FROM gone_decisions) AS decisions;
+       (SELECT count(*) FROM gone_decisions)
+           + (SELECT coalesce(sum(g.decisions), 0) FROM gone_calls AS g)::bigint AS decisions;
 
 -- name: get_event(project_id, event_id)^
 -- One event of a project (GET /v1/events/{event_id}).

@@ -1,4 +1,4 @@
-"""The terms of a context call (its plan mode and its durability choice) are one step, in one round
+"""The terms of a context call (its plan mode; the commit stays durable) are one step, in one round
 trip, which changes only what its name says. Every setting is set with `is_local` (queries/
 context.sql), so for the call's transaction only; a test's connection is inside a transaction of
 its own, which the step's savepoint cannot show the end of."""
@@ -37,7 +37,6 @@ async def test_the_call_terms_are_one_statement_that_sets_what_they_name(conn: a
         "ef_search": str(assembler.EF_SEARCH),
         "iterative_scan": "relaxed_order",
         "plan_cache_mode": "force_generic_plan",
-        "synchronous_commit": "off",
     }
-    # One round trip: the durability choice no longer costs one of its own on the critical path.
+    # One round trip, and synchronous_commit stays on: the trace is durable before the answer.
     assert len(statements) == 1, statements

@@ -13,7 +13,8 @@ writes the trace where it belongs:
 - on a streaming standby (`primary` given: service/db/replica.py) the retrieval runs in a read-only
   transaction, and the trace is written afterwards on the primary in a transaction of its own;
   otherwise the trace commits with the retrieval, in one transaction. Either way the trace is
-  committed before the packet is returned (docs/spec/context-profiles.md).
+  committed before the packet is returned, and durably: the call's terms leave synchronous_commit
+  on, so the commit waits for the WAL flush (docs/spec/context-profiles.md).
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ async def run_context_call(
         while True:
             try:
                 async with conn.transaction(readonly=primary is not None):
-                    await assembler.open_context_call(conn)
+                    # Refuses a call whose embedder did not make the project's vectors.
+                    await assembler.open_context_call(conn, call.project_id, embedder.name)
                     if lent is not None and not await finished(embedding, CONTEXT_EMBED_PATIENCE_SECONDS):
                         raise _EmbedderSlow  # rolls the transaction back: it has only read
                     assembled = await assembler.assemble(conn, call, await embedding, timer)

@@ -28,9 +28,13 @@ WHERE project_id = :project_id
   AND trace_id = ANY(:trace_ids::uuid[]);
 
 -- name: test_context_call_counts(project_id)^
--- The context calls of a project and their decisions.
+-- The context calls of a project and their decisions: a call's arrays (migration 0026), and the
+-- context_traces rows of calls traced before.
 SELECT (SELECT count(*) FROM context_calls AS c WHERE c.project_id = :project_id) AS calls,
-       (SELECT count(*) FROM context_traces AS t WHERE t.project_id = :project_id) AS decisions;
+       (SELECT count(*) FROM context_traces AS t WHERE t.project_id = :project_id)
+       + (SELECT coalesce(sum(cardinality(c.decision_ids)), 0)
+          FROM context_calls AS c
+          WHERE c.project_id = :project_id)::bigint AS decisions;
 
 -- name: test_erasures(project_id, subject_id)
 -- The audit rows of one scope's erasures, every column.

@@ -1,0 +1,71 @@
+-- Benchmark-only statements of benchmarks/trace_storage.py: the trace as it was stored before
+-- migration 0026 (one context_traces row per decision), to measure both forms side by side.
+
+-- name: bench_insert_row_trace(project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status, warnings, include_episodes, recall_max_distance, text_search_config, weights, decisions)!
+-- The trace write before migration 0026: the call's row (no arrays) and one row per decision.
+WITH call AS (
+    INSERT INTO context_calls (
+        project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status,
+        warnings, include_episodes, recall_max_distance, text_search_config, weights
+    )
+    VALUES (
+        :project_id, :trace_id, :subject_id, :query, :profile, :budget_tokens, :used_tokens, :status,
+        :warnings::text[], :include_episodes, :recall_max_distance, :text_search_config,
+        :weights::float8[]
+    )
+    RETURNING project_id, trace_id, as_of IS NULL AND replay_of IS NULL AS counted
+)
+INSERT INTO context_traces (
+    project_id, trace_id, ord, item_type, item_id, decision, reason_code, rank, score,
+    similarity, text_rank, recency, cosine_distance, tokens, counted
+)
+SELECT call.project_id, call.trace_id, t.ord, t.item_type, t.item_id, t.decision, t.reason_code,
+       t.rank, t.score, t.similarity, t.text_rank, t.recency, t.cosine_distance, t.tokens,
+       call.counted
+FROM call
+CROSS JOIN ROWS FROM (
+    json_to_recordset(:decisions::json) AS (
+        item_type text, item_id uuid, decision text, reason_code text, rank integer,
+        score float8, similarity float8, text_rank float8, recency float8,
+        cosine_distance float8, tokens integer
+    )
+) WITH ORDINALITY AS t(item_type, item_id, decision, reason_code, rank, score, similarity,
+                       text_rank, recency, cosine_distance, tokens, ord);
+
+-- name: bench_trace_bytes()^
+-- What the traces take on disk: both tables with their TOAST and indexes, and the WAL position.
+SELECT pg_total_relation_size('context_calls') + pg_total_relation_size('context_traces') AS bytes,
+       pg_current_wal_lsn() - '0/0'::pg_lsn AS wal_bytes;
+
+-- name: bench_array_bytes(project_id)^
+-- The compact form's arrays of a project's calls, a call on average: as stored (compressed) and
+-- the score parts as real[] instead (the encoding not taken: it changes the values inspect shows).
+SELECT avg(pg_column_size(c.decision_ids))::float8 AS ids,
+       avg(pg_column_size(c.decision_codes) + pg_column_size(c.decision_ranks)
+           + pg_column_size(c.decision_tokens))::float8 AS small,
+       avg(pg_column_size(c.decision_distances) + pg_column_size(c.decision_text_ranks)
+           + pg_column_size(c.decision_recencies))::float8 AS parts,
+       avg(coalesce(pg_column_size(c.decision_scores), 0)
+           + coalesce(pg_column_size(c.decision_similarities), 0))::float8 AS exceptions,
+       avg(pg_column_size(c.decision_distances::real[]) + pg_column_size(c.decision_text_ranks::real[])
+           + pg_column_size(c.decision_recencies::real[]))::float8 AS parts_as_real
+FROM context_calls AS c
+WHERE c.project_id = :project_id;
+
+-- name: bench_fact_usage(project_id, fact_ids)$
+-- What a list of facts is worth (haki_fact_usage, as GET /v1/facts reads it), summed.
+SELECT sum(u.served_count + u.excluded_count)::bigint AS counted
+FROM unnest(:fact_ids::uuid[]) AS i(fact_id)
+CROSS JOIN LATERAL public.haki_fact_usage(:project_id, i.fact_id) AS u;
+
+-- name: bench_backdate_calls(project_id, days)!
+-- Moves every context call of a project the given number of days into the past.
+UPDATE context_calls
+SET created_at = created_at - make_interval(days => :days)
+WHERE project_id = :project_id;
+
+-- name: bench_dead_rows()^
+-- Dead row versions the purge left in the calls' heap (before a vacuum takes them).
+SELECT coalesce(n_dead_tup, 0) AS dead_rows, coalesce(n_live_tup, 0) AS live_rows
+FROM pg_stat_user_tables
+WHERE relname = 'context_calls';

@@ -1,0 +1,276 @@
+"""Trace storage: one row per decision (before migration 0026) against one compact row per call.
+
+    .venv/bin/python -m benchmarks.trace_storage [--facts 2000] [--samples 30] [--calls 150] \
+        [--purge-calls 20000]
+
+On one embedded PostgreSQL with the hash embedder's vectors: seeds one scope (`--facts` facts,
+events, open conflicts, stale facts), runs `--samples` real context calls of each profile
+(run_context_call) and keeps their decisions. Then, for each profile, writes `--calls` traces of
+those decisions in each form, alternating, each in a transaction configured as a context call's
+(open_context_call, durable commit), and reports:
+
+- bytes per call: context_calls and context_traces with TOAST and indexes, before and after;
+- WAL bytes per call (pg_current_wal_lsn before and after, commits included);
+- the trace write's median (the insert statement alone, client round trip);
+- GET /v1/inspect's read (get_inspection) p50 of each form;
+- what the facts are worth (haki_fact_usage over the scope's facts) read from each form;
+- the array sizes of the compact form, and its score parts as real[] (the encoding not taken).
+
+Last, `--purge-calls` compact `unified` traces backdated 40 days, purged by the retention job
+(purge_once, HAKI_TRACE_PURGE_BATCH calls a statement): its time, the dead rows it leaves, and
+the table's size before and after VACUUM (docs/performance.md, "Trace storage").
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from benchmarks.seed import ScopeSpec, load, queries
+from benchmarks.sql import load_bench_queries
+from benchmarks.world import InstantEmbedder
+from service.context import assembler
+from service.context.call import ContextCall
+from service.db import connect, create_pool, init_connection
+from service.db.call_runner import run_context_call
+from service.db.embedded import embedded_url, release_embedded_server
+from service.db.migrations import migrate
+from service.ids import uuid7
+from service.memory import retention
+from service.repository import context as repo
+from service.settings import ContextProfile, Settings
+from service.structs import ContextPacket, ContextRequest, Decision
+
+PROJECT = "bench"
+SUBJECT = "s"
+PROFILES: tuple[ContextProfile, ...] = ("facts_first", "unified")
+_JSON = msgspec.json.Encoder()
+
+
+def packet(profile: ContextProfile) -> ContextPacket:
+    return ContextPacket(
+        trace_id=uuid7(),
+        profile=profile,
+        status="ok",
+        warnings=[],
+        empty_reason=None,
+        budget_tokens=900,
+        used_tokens=768,
+        facts=[],
+        episodes=[],
+    )
+
+
+def call_of(project_id: str, profile: ContextProfile, settings: Settings) -> ContextCall:
+    req = ContextRequest(
+        project_id=project_id, subject_id=SUBJECT, query="what does the user like", profile=profile
+    )
+    return ContextCall.of(req, settings)
+
+
+async def write_compact(conn: Any, call: ContextCall, ds: list[Decision]) -> tuple[float, Any]:
+    p = packet(call.profile)
+    async with conn.transaction():
+        await assembler.open_context_call(conn)
+        start = time.perf_counter()
+        await repo.insert_context_trace(conn, call, p, ds)
+        took = time.perf_counter() - start
+    return took * 1000.0, p.trace_id
+
+
+async def write_rows(conn: Any, call: ContextCall, ds: list[Decision]) -> tuple[float, Any]:
+    p = packet(call.profile)
+    async with conn.transaction():
+        await assembler.open_context_call(conn)
+        start = time.perf_counter()
+        await load_bench_queries().bench_insert_row_trace(
+            conn,
+            project_id=call.project_id,
+            trace_id=p.trace_id,
+            subject_id=call.subject_id,
+            query=call.query,
+            profile=call.profile,
+            budget_tokens=p.budget_tokens,
+            used_tokens=p.used_tokens,
+            status=p.status,
+            warnings=[],
+            include_episodes=call.include_episodes,
+            recall_max_distance=call.recall_max_distance,
+            text_search_config=call.text_search_config,
+            weights=list(call.weights),
+            decisions=_JSON.encode(ds).decode(),
+        )
+        took = time.perf_counter() - start
+    return took * 1000.0, p.trace_id
+
+
+async def footprint(conn: Any) -> tuple[int, int]:
+    row = await load_bench_queries().bench_trace_bytes(conn)
+    return int(row["bytes"]), int(row["wal_bytes"])
+
+
+async def sample_decisions(
+    conn: Any, settings: Settings, profile: ContextProfile, n: int
+) -> list[list[Decision]]:
+    """The decisions of `n` real calls of `profile` (traced, then read back)."""
+    embedder = InstantEmbedder()
+    out = []
+    for query in queries(n):
+        embedder.vector = query.vector
+        req = ContextRequest(project_id=PROJECT, subject_id=SUBJECT, query=query.text, profile=profile)
+        p = await run_context_call(conn, embedder, ContextCall.of(req, settings))
+        found = await repo.get_inspection(conn, PROJECT, p.trace_id)
+        assert found is not None
+        out.append(found.decisions)
+    return out
+
+
+async def measure_profile(
+    conn: Any, settings: Settings, profile: ContextProfile, samples: list[list[Decision]], calls: int
+) -> dict[str, Any]:
+    rng = random.Random(26)
+    forms = {"rows": (write_rows, f"old-{profile}"), "compact": (write_compact, f"new-{profile}")}
+    out: dict[str, Any] = {"decisions": statistics.mean(len(s) for s in samples)}
+    ids: dict[str, list[Any]] = {f: [] for f in forms}
+    for form, (write, project) in forms.items():
+        call = call_of(project, profile, settings)
+        # A few writes first, so the first pages and the catalog are warm.
+        for _ in range(5):
+            await write(conn, call, rng.choice(samples))
+        before, wal_before = await footprint(conn)
+        times = []
+        for _ in range(calls):
+            took, trace_id = await write(conn, call, rng.choice(samples))
+            times.append(took)
+            ids[form].append(trace_id)
+        after, wal_after = await footprint(conn)
+        out[form] = {
+            "bytes_per_call": (after - before) / calls,
+            "wal_per_call": (wal_after - wal_before) / calls,
+            "write_ms_p50": statistics.median(times),
+        }
+    # Inspect and the facts' worth, the two forms alternating.
+    reads: dict[str, list[float]] = {f: [] for f in forms}
+    usage: dict[str, list[float]] = {f: [] for f in forms}
+    fact_ids = list({d.item_id for s in samples for d in s if d.item_type == "fact"})[:200]
+    for i in range(calls):
+        for form, (_, project) in forms.items():
+            start = time.perf_counter()
+            await repo.get_inspection(conn, project, ids[form][i])
+            reads[form].append((time.perf_counter() - start) * 1000.0)
+            if i % 10 == 0:
+                start = time.perf_counter()
+                await load_bench_queries().bench_fact_usage(conn, project_id=project, fact_ids=fact_ids)
+                usage[form].append((time.perf_counter() - start) * 1000.0)
+    for form in forms:
+        out[form]["inspect_ms_p50"] = statistics.median(reads[form])
+        out[form]["usage_200_facts_ms_p50"] = statistics.median(usage[form])
+    arrays = await load_bench_queries().bench_array_bytes(conn, project_id=f"new-{profile}")
+    out["compact_arrays"] = {k: round(v) for k, v in dict(arrays).items()}
+    return out
+
+
+async def measure_uncounted(
+    conn: Any, settings: Settings, profile: ContextProfile, samples: list[list[Decision]], calls: int
+) -> float:
+    """The compact write of an as-of call, whose decisions skip the usage indexes (the GIN
+    indexes' share of the write)."""
+    rng = random.Random(27)
+    call = msgspec.structs.replace(
+        call_of(f"asof-{profile}", profile, settings), as_of=datetime.now(UTC) - timedelta(days=1)
+    )
+    times = [(await write_compact(conn, call, rng.choice(samples)))[0] for _ in range(calls)]
+    return statistics.median(times)
+
+
+async def measure_purge(
+    conn: Any, settings: Settings, samples: list[list[Decision]], n: int
+) -> dict[str, float]:
+    project = "purge"
+    call = call_of(project, "unified", settings)
+    rng = random.Random(28)
+    for _ in range(n):
+        await repo.insert_context_trace(conn, call, packet("unified"), rng.choice(samples))
+    await load_bench_queries().bench_backdate_calls(conn, project_id=project, days=40)
+    await conn.execute("VACUUM ANALYZE context_calls")
+    size_before, _ = await footprint(conn)
+    settings = msgspec.structs.replace(settings, trace_retention_days=30)
+    pool = await create_pool(settings)
+    try:
+        start = time.perf_counter()
+        purged = await retention.purge_once(pool, settings)
+        seconds = time.perf_counter() - start
+    finally:
+        await pool.close()
+    await conn.execute("ANALYZE context_calls")
+    dead = await load_bench_queries().bench_dead_rows(conn)
+    size_after, _ = await footprint(conn)
+    await conn.execute("VACUUM context_calls")
+    size_vacuumed, _ = await footprint(conn)
+    return {
+        "calls": purged.context_calls,
+        "decisions": purged.decisions,
+        "seconds": seconds,
+        "calls_per_second": purged.context_calls / seconds,
+        "seconds_at_1M_calls": seconds * 1_000_000 / max(purged.context_calls, 1),
+        "dead_rows_left": dead["dead_rows"],
+        "mb_before": size_before / 1e6,
+        "mb_after_purge": size_after / 1e6,
+        "mb_after_vacuum": size_vacuumed / 1e6,
+    }
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    base = Path(tempfile.mkdtemp(prefix="haki-trace-storage-"))
+    try:
+        settings = Settings(data_dir=base, embed_provider="hash", database_url=embedded_url(base))
+        settings = msgspec.structs.replace(settings, statement_timeout_ms=600_000, pool_max_size=2)
+        conn = await connect(settings)
+        await migrate(conn)
+        await init_connection(conn)
+        spec = ScopeSpec(SUBJECT, args.facts, inactive=args.facts // 20, events=args.facts // 5,
+                         open_conflicts=5, stale_volatile=10)  # fmt: skip
+        await load(conn, PROJECT, [spec], maintenance_work_mem="256MB")
+        await conn.close()
+        conn = await connect(settings)
+        await init_connection(conn)
+        report: dict[str, Any] = {}
+        samples = {p: await sample_decisions(conn, settings, p, args.samples) for p in PROFILES}
+        for profile in PROFILES:
+            measured = await measure_profile(conn, settings, profile, samples[profile], args.calls)
+            measured["compact_uncounted_write_ms_p50"] = await measure_uncounted(
+                conn, settings, profile, samples[profile], args.calls
+            )
+            report[profile] = measured
+        if args.purge_calls:
+            report["purge"] = await measure_purge(conn, settings, samples["unified"], args.purge_calls)
+        await conn.close()
+        return report
+    finally:
+        release_embedded_server(base)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--facts", type=int, default=2000)
+    parser.add_argument("--samples", type=int, default=30)
+    parser.add_argument("--calls", type=int, default=150)
+    parser.add_argument("--purge-calls", type=int, default=20_000)
+    report = asyncio.run(run(parser.parse_args()))
+    sys.stdout.write(msgspec.json.format(msgspec.json.encode(report)).decode() + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+-- The trace of context calls (docs/spec/context-profiles.md, "The trace is durable before the
+-- packet is returned"): its write, and what reads it (GET /v1/inspect, replay, /ui, the
+-- statistics). One row of context_calls per call holds its decisions as parallel arrays
+-- (migration 0026: codes from haki_trace_codes, scores and similarities stored only where they
+-- differ from the derived ones); calls traced before keep theirs in context_traces, which
+-- haki_trace_decisions and haki_fact_usage read beside the new form until they age out.
+
+-- name: insert_context_trace(project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status, warnings, empty_reason, facts_served, episodes_served, include_episodes, recall_max_distance, text_search_config, weights, as_of, replay_of, decisions)!
+-- Persists one context call with every decision of it, one row in one round trip. The decisions
+-- come as one JSON array of Decision objects (encoding parallel arrays on the client cost it
+-- twice the time; docs/performance.md) and are folded here into the row's arrays. The
+-- call keeps the text search configuration and the weights it ranked with, which a replay uses
+-- (migration 0019); its decisions count in what each fact is worth when it was made at the
+-- current instant and is no replay (the partial indexes of migration 0026).
+WITH d AS (
+    SELECT t.ord, t.item_id, k.code, k.part, t.rank, t.tokens, t.cosine_distance, t.text_rank,
+           t.recency,
+           public.haki_trace_exception(
+               t.score,
+               public.haki_trace_score(t.cosine_distance, t.text_rank, t.recency, :weights::float8[])
+           ) AS score,
+           public.haki_trace_exception(t.similarity, 1 - t.cosine_distance) AS similarity
+    FROM ROWS FROM (
+        json_to_recordset(:decisions::json) AS (
+            item_type text, item_id uuid, decision text, reason_code text, rank integer,
+            score float8, similarity float8, text_rank float8, recency float8,
+            cosine_distance float8, tokens integer
+        )
+    ) WITH ORDINALITY AS t(item_type, item_id, decision, reason_code, rank, score, similarity,
+                           text_rank, recency, cosine_distance, tokens, ord)
+    -- An unknown decision gets no code, and context_calls_decision_codes_known refuses the row.
+    LEFT JOIN public.haki_trace_codes() AS k
+      ON k.item_type = t.item_type AND k.decision = t.decision AND k.reason_code = t.reason_code
+)
+INSERT INTO context_calls (
+    project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status,
+    warnings, empty_reason, facts_served, episodes_served, include_episodes,
+    recall_max_distance, text_search_config, weights, as_of, replay_of,
+    decision_ids, decision_positions, decision_codes, decision_ranks, decision_tokens,
+    decision_distances, decision_text_ranks, decision_recencies, decision_scores,
+    decision_similarities, decision_served, decision_over_budget, decision_below_floor
+)
+SELECT :project_id, :trace_id, :subject_id, :query, :profile, :budget_tokens, :used_tokens, :status,
+       :warnings::text[], :empty_reason, :facts_served, :episodes_served, :include_episodes,
+       :recall_max_distance, :text_search_config, :weights::float8[], :as_of::timestamptz,
+       :replay_of::uuid,
+       -- Grouped by part (haki_trace_codes), in the assembler's order within each.
+       coalesce(array_agg(d.item_id ORDER BY d.part, d.ord), '{}'::uuid[]),
+       coalesce(array_agg(d.ord::smallint ORDER BY d.part, d.ord), '{}'::smallint[]),
+       coalesce(array_agg(d.code ORDER BY d.part, d.ord), '{}'::smallint[]),
+       coalesce(array_agg(d.rank::smallint ORDER BY d.part, d.ord), '{}'::smallint[]),
+       coalesce(array_agg(d.tokens::smallint ORDER BY d.part, d.ord), '{}'::smallint[]),
+       coalesce(array_agg(d.cosine_distance ORDER BY d.part, d.ord), '{}'::float8[]),
+       coalesce(array_agg(d.text_rank ORDER BY d.part, d.ord), '{}'::float8[]),
+       coalesce(array_agg(d.recency ORDER BY d.part, d.ord), '{}'::float8[]),
+       -- No exception (the common case): no array at all.
+       CASE WHEN bool_or(d.score IS NOT NULL) THEN array_agg(d.score ORDER BY d.part, d.ord) END,
+       CASE WHEN bool_or(d.similarity IS NOT NULL)
+            THEN array_agg(d.similarity ORDER BY d.part, d.ord)
+       END,
+       count(*) FILTER (WHERE d.part = 1),
+       count(*) FILTER (WHERE d.part = 2),
+       count(*) FILTER (WHERE d.part = 3)
+FROM d;
+
+-- name: get_context_call(project_id, trace_id)^
+-- One logged context call of a project (GET /v1/inspect/{trace_id}, and what a replay rebuilds).
+SELECT trace_id, project_id, subject_id, query, profile, created_at, budget_tokens, used_tokens,
+       status, warnings, empty_reason, include_episodes, recall_max_distance, text_search_config,
+       weights, as_of, replay_of
+FROM context_calls
+WHERE project_id = :project_id
+  AND trace_id = :trace_id;
+
+-- name: list_context_decisions(project_id, trace_id)
+-- Every decision of one context call, in the order the assembler made them, from either form
+-- (haki_trace_decisions, migration 0026).
+SELECT d.item_type, d.item_id, d.decision, d.reason_code, d.rank, d.score, d.similarity,
+       d.text_rank, d.recency, d.cosine_distance, d.tokens
+FROM public.haki_trace_decisions(:project_id, :trace_id) AS d
+ORDER BY d.ord;
+
+-- name: list_trace_items(project_id, trace_id)
+-- Every decision of one context call in assembler order, with the text of the fact or event it
+-- is about (NULL if that item is gone), for the trace inspector pages (/ui/traces).
+SELECT d.ord, d.item_type, d.item_id, d.decision, d.reason_code, d.rank, d.score, d.similarity,
+       d.text_rank, d.recency, d.cosine_distance, d.tokens,
+       coalesce(f.content, e.content) AS content,
+       f.status AS fact_status,
+       e.occurred_at
+FROM public.haki_trace_decisions(:project_id, :trace_id) AS d
+LEFT JOIN facts AS f
+  ON d.item_type = 'fact' AND f.project_id = :project_id AND f.fact_id = d.item_id
+LEFT JOIN events AS e
+  ON d.item_type = 'episode' AND e.project_id = :project_id AND e.event_id = d.item_id
+ORDER BY d.ord;
+
+-- name: stats_overview(project_id)^
+-- Usage overview of a project, computed over the call log and the memory tables.
+SELECT :project_id::text AS project_id,
+       calls.context_calls,
+       calls.injection_rate,
+       calls.injection_rate AS hit_rate,
+       calls.avg_used_tokens,
+       calls.degraded_rate,
+       fs.facts_active,
+       fs.facts_total,
+       ev.events_total,
+       oc.open_conflicts
+FROM (
+    SELECT count(*) AS context_calls,
+           coalesce(avg((c.facts_served > 0)::int), 0)::float8 AS injection_rate,
+           coalesce(avg(c.used_tokens), 0)::float8 AS avg_used_tokens,
+           coalesce(avg((c.status = 'degraded')::int), 0)::float8 AS degraded_rate
+    FROM context_calls AS c
+    WHERE c.project_id = :project_id
+) AS calls
+CROSS JOIN (
+    SELECT count(*) FILTER (WHERE f.status = 'active') AS facts_active, count(*) AS facts_total
+    FROM facts AS f
+    WHERE f.project_id = :project_id
+) AS fs
+CROSS JOIN (
+    SELECT count(*) AS events_total
+    FROM events AS e
+    WHERE e.project_id = :project_id
+) AS ev
+CROSS JOIN (
+    SELECT count(*) AS open_conflicts
+    FROM conflict_sets AS cs
+    WHERE cs.project_id = :project_id
+      AND cs.status = 'open'
+) AS oc;
+
+-- name: stats_facts(project_id, subject_id, order_by, page_size)
+-- What the active facts of a project (or one subject) are worth (GET /v1/stats/facts), from the
+-- counted decisions of the traces (haki_fact_usage, migrations 0012 and 0026): `never_served`
+-- lists the facts never served, the most often left out first; `most_served` the most served
+-- first; `most_dropped` the most often left out for the budget first. Each fact is three probes of
+-- the GIN indexes on the calls' counted fact ids, plus one of context_traces_fact_usage for calls
+-- traced before migration 0026.
+SELECT f.fact_id, f.subject_id, f.content, f.key, u.served_count, u.last_served_at,
+       u.excluded_count, u.over_budget_count
+FROM facts AS f
+CROSS JOIN LATERAL public.haki_fact_usage(f.project_id, f.fact_id) AS u
+WHERE f.project_id = :project_id
+  AND (:subject_id::text IS NULL OR f.subject_id = :subject_id)
+  AND f.status = 'active'
+  AND (:order_by::text <> 'never_served' OR u.served_count = 0)
+ORDER BY CASE :order_by::text
+             WHEN 'most_served' THEN u.served_count
+             WHEN 'most_dropped' THEN u.over_budget_count
+             ELSE u.excluded_count
+         END DESC,
+         f.fact_id
+LIMIT :page_size;
