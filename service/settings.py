@@ -86,6 +86,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     database_read_url: str | None = None
     read_max_lag_ms: int = 1000
     read_check_interval_ms: int = 200
+    # Webhooks (docs/webhooks.md): hosts (names or IP literals, comma-separated) a subscription
+    # may reach although they resolve to a private, loopback or link-local address.
+    webhook_allowed_hosts: str | None = None
+    webhook_timeout_seconds: float = 5.0
+    webhook_max_attempts: int = 12
+    webhook_retry_base_seconds: float = 2.0
+    webhook_poll_interval_seconds: float = 1.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -159,4 +166,9 @@ SETTING_BOUNDS: dict[str, tuple[float, float | None, str]] = {
     "erasure_timeout_ms": (1, None, ">= 1"),
     "read_max_lag_ms": (0, None, ">= 0"),
     "read_check_interval_ms": (1, None, ">= 1"),
+    # Bounded below the idle-in-transaction timeout: a delivery holds its row lock while it waits.
+    "webhook_timeout_seconds": (1e-9, 30, "within (0, 30]"),
+    "webhook_max_attempts": (1, None, ">= 1"),
+    "webhook_retry_base_seconds": (1e-9, None, "positive"),
+    "webhook_poll_interval_seconds": (1e-9, None, "positive"),
 }

@@ -35,6 +35,7 @@ from service.embedding.embedder import Embedder
 from service.errors import ExtractorFailed, ExtractorTimeout, Unavailable
 from service.memory import writes as memory
 from service.repository import Conn
+from service.repository import webhooks as webhooks_repo
 from service.repository.extraction import KnownFact, known_facts
 from service.scope_id import scope_id_problem
 from service.settings import Settings
@@ -341,7 +342,27 @@ async def store(conn: Conn, plan: Plan) -> ExtractResponse:
         if plan.facts is not None:
             sources = [event_ids[a.source_message] for a in plan.checked.accepted]
             written = await memory.store_facts(conn, memory.with_source_events(plan.facts, sources))
+        # The extraction.completed webhook event commits with the extraction or not at all.
+        await webhooks_repo.note_extraction_completed(
+            conn, plan.req.project_id, plan.req.subject_id, _completed(plan, event_ids, written)
+        )
     return _response(plan, event_ids, written)
+
+
+def _completed(plan: Plan, event_ids: list[UUID], written: WriteFactsResponse | None) -> dict[str, Any]:
+    """The extraction.completed payload: ids and counts, no content."""
+    facts = written.facts if written is not None else []
+    return {
+        "subject_id": plan.req.subject_id,
+        "model": plan.model,
+        "event_ids": [str(e) for e in event_ids],
+        "fact_ids": [str(f.fact_id) for f in facts],
+        "events": len(event_ids),
+        "facts": len(facts),
+        "refused": len(plan.checked.refused),
+        "in_conflict": sum(1 for f in facts if f.conflict_set_id is not None),
+        "superseding": sum(1 for a in plan.checked.accepted if a.supersedes is not None),
+    }
 
 
 def _response(

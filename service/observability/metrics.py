@@ -37,6 +37,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from service.errors import Unauthorized
 from service.observability.timing import StageTimer
 from service.repository import traces as repo
+from service.repository import webhooks as webhooks_repo
 from service.structs import ContextPacket
 
 log = logging.getLogger("haki.metrics")
@@ -149,6 +150,26 @@ class Metrics:
         )
         for table in ("facts", "events"):
             self.statistics_refreshes.labels(table=table)
+        self.webhook_attempts = Counter(
+            "haki_webhook_attempts",
+            "Webhook delivery attempts made by this process, by outcome: delivered (a 2xx), failed "
+            "(to be retried) or dead (the last attempt failed: a dead letter).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        for outcome in ("delivered", "failed", "dead"):
+            self.webhook_attempts.labels(outcome=outcome)
+        self.webhook_dead_letters = Gauge(
+            "haki_webhook_dead_letters",
+            "Webhook deliveries in the dead-letter state, all projects together (refreshed at each "
+            "scrape; GET /v1/webhooks/{id}/deliveries?status=dead lists a webhook's).",
+            registry=self.registry,
+        )
+
+    def observe_webhooks(self, done: Any) -> None:
+        """A delivery round of service/webhooks/worker.py (its `Round`)."""
+        for outcome in ("delivered", "failed", "dead"):
+            self.webhook_attempts.labels(outcome=outcome).inc(getattr(done, outcome))
 
     def observe_statistics_refresh(self, table: str) -> None:
         self.statistics_refreshes.labels(table=table).inc()
@@ -198,6 +219,7 @@ class Metrics:
             async with asyncio.timeout(SCRAPE_QUERY_TIMEOUT_SECONDS):
                 async with state.pool.acquire(timeout=SCRAPE_QUERY_TIMEOUT_SECONDS) as conn:
                     self.open_conflicts.set(await repo.count_open_conflicts_all_projects(conn))
+                    self.webhook_dead_letters.set(await webhooks_repo.count_dead_letters_all_projects(conn))
         except Exception as exc:  # a scrape must not fail because the database does
             log.warning("metrics: open conflicts not refreshed: %r", exc)
             self.database_up.set(0)
