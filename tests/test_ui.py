@@ -13,15 +13,13 @@ import asyncpg
 
 from service.api import auth
 from tests.helpers import bearer, context, write_events, write_facts
+from tests.helpers.chromium import UI_COOKIE, ui_login
 
 XSS = '<script>alert("pwned")</script><img src=x onerror=alert(1)>'
 
 
 async def login(client: Any, key: str) -> dict[str, str]:
-    r = await client.post("/ui/login", data={"key": key})
-    assert r.status_code == 303, r.text
-    assert r.headers["location"] == "/ui/traces"
-    return {"Cookie": f"haki_ui_key={key}"}
+    return (await ui_login(client, key)).headers
 
 
 async def seed_trace(client: Any, key: str, subject: str = "ui-1") -> str:
@@ -49,7 +47,7 @@ async def test_pages_need_the_login_cookie(client: Any, key: str) -> None:
     # A bearer header is no way in: the pages read the cookie only.
     assert (await client.get("/ui/traces", headers=bearer(key))).status_code == 303
     # A cookie holding a bad key is dropped on the way to the login form.
-    r = await client.get("/ui/traces", headers={"Cookie": "haki_ui_key=hk_wrong"})
+    r = await client.get("/ui/traces", headers={"Cookie": f"{UI_COOKIE}=hk_wrong"})
     assert r.status_code == 303 and "max-age=0" in r.headers["set-cookie"].lower()
 
 
@@ -65,13 +63,16 @@ async def test_login_sets_an_httponly_strict_cookie_and_never_a_url(client: Any,
     r = await client.post("/ui/login", data={"key": key})
     assert r.status_code == 303 and key not in r.headers["location"]
     cookie = r.headers["set-cookie"]
+    client.cookies.clear()
     attributes = {a.strip().split("=")[0].lower() for a in cookie.split(";")}
-    assert cookie.startswith(f"haki_ui_key={key}")
+    assert cookie.startswith(f"{UI_COOKIE}=") and key not in cookie
     assert {"httponly", "samesite", "path"} <= attributes
     assert re.search(r"samesite=strict", cookie, re.I) and re.search(r"path=/ui(;|$)", cookie, re.I)
 
-    out = await client.post("/ui/logout", headers={"Cookie": f"haki_ui_key={key}"})
+    session = await ui_login(client, key)
+    out = await client.post("/ui/logout", data=session.form(), headers=session.headers)
     assert out.status_code == 303 and "max-age=0" in out.headers["set-cookie"].lower()
+    client.cookies.clear()
 
 
 async def test_trace_page_escapes_untrusted_text_and_shows_every_decision(

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers.chromium import BROWSER_TEST, chromium
+from tests.helpers.chromium import BROWSER_TEST, UI_COOKIE, chromium
 from tests.helpers.server import Server
 
 pytestmark = BROWSER_TEST
@@ -96,16 +96,17 @@ async def test_trace_inspector_in_chromium(server: Server, seeded: dict[str, Any
         await page.eval("document.querySelector('#key').focus()")
         await page.send("Input.insertText", {"text": key})
         await page.eval("document.querySelector('form[action=\"/ui/login\"] button[type=submit]').click()")
-        await page.wait_for("/ui/traces")
+        await page.wait_for("/ui/subjects")
         assert key not in await page.eval("location.href")
-        assert await page.eval("document.cookie") == "", "the key cookie must be HttpOnly"
+        assert await page.eval("document.cookie") == "", "the session cookie must be HttpOnly"
         cookies = (await page.send("Network.getCookies", {"urls": [f"{server.url}/ui/traces"]}))["cookies"]
-        (cookie,) = [c for c in cookies if c["name"] == "haki_ui_key"]
+        (cookie,) = [c for c in cookies if c["name"] == UI_COOKIE]
         assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict" and cookie["path"] == "/ui"
         api_cookies = (await page.send("Network.getCookies", {"urls": [f"{server.url}/v1/facts"]}))["cookies"]
-        assert not [c for c in api_cookies if c["name"] == "haki_ui_key"], "the API never gets the key cookie"
+        assert not [c for c in api_cookies if c["name"] == UI_COOKIE], "the API never gets the session cookie"
 
         # The list of recent calls links to the trace.
+        await page.goto(f"{server.url}/ui/traces", "/ui/traces")
         assert await page.eval(f"!!document.querySelector('a[href=\"/ui/traces/{trace_id}\"]')")
         listing = await page.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})
 

@@ -1,29 +1,49 @@
-"""The trace inspector: server-rendered HTML pages under /ui, for people rather than agents.
+"""The trace inspector and memory browser: server-rendered HTML pages under /ui, for the people
+behind an agent rather than for the agent.
 
-    GET  /ui/login              form asking for a project API key
-    POST /ui/login              checks the key, keeps it in an HttpOnly SameSite=Strict cookie
-    POST /ui/logout             forgets it
-    GET  /ui/traces?subject_id= the latest context calls of the key's project
-    GET  /ui/traces/{trace_id}  one call: query, budget bar, every decision, warnings, and a
-                                "replay with…" form (budget, profile, floor)
+    GET  /ui/login                  form asking for a project API key
+    POST /ui/login                  checks the key, opens a server-side session (ui_sessions)
+    POST /ui/logout                 ends the session
+    GET  /ui/subjects?q=&cursor=    the project's subjects: counts, last activity; searchable, paged
+    GET  /ui/subject?subject_id=    one subject: facts, events, open conflicts, recent calls
+    GET  /ui/facts/{fact_id}        one fact, with the retract and supersede forms
+    GET  /ui/conflicts/{id}         one conflict set, its members side by side, the resolve form
+    POST /ui/facts/{fact_id}/retract, /ui/facts/{fact_id}/supersede,
+         /ui/conflicts/{id}/resolve, /ui/subject/erase
+                                    the actions: without `confirm=yes` a confirm page; with it
+                                    the JSON route's own service call, logged (logger haki.ui)
+    GET  /ui/traces?subject_id=     the latest context calls of the key's project
+    GET  /ui/traces/{trace_id}      one call: query, budget bar, every decision (a fact blocked by
+                                    a conflict links to its set), warnings, a "replay with…" form
     POST /ui/traces/{trace_id}/replay  replays the call with those overrides (as of its own
-                                instant, docs/time-travel.md) and shows the diff
+                                    instant, docs/time-travel.md) and shows the diff
 
 Memory content, queries and subject ids are untrusted text: every value goes through Jinja2's
 autoescaping and the pages run no script at all (the Content-Security-Policy forbids it), so a
-fact written as `<script>` renders as text. The key travels only in the POST body and in the
-cookie, never in a URL, and the cookie is scoped to /ui so the JSON API never receives it.
+fact written as `<script>` renders as text. The key travels only in the login form's POST body:
+the cookie holds the project and a random session secret, of which the server keeps only the
+SHA-256, and it is scoped to /ui so the JSON API never receives it. Every POST but the login's
+carries the session's CSRF token, and a POST whose Origin (or Referer) names another site is
+refused before anything else.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
+import hmac
+import logging
 import math
-from datetime import UTC, datetime
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Annotated, Any, Final
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 from uuid import UUID
 
+import msgspec
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from litestar import Controller, MediaType, Request, Response, get, post
 from litestar.datastructures import Cookie, State
@@ -31,30 +51,58 @@ from litestar.params import Parameter
 from litestar.response import Redirect
 
 from service.api import auth
-from service.api.deps import ConnDep, lease_of, provide_embedder, provide_settings
-from service.api.memory import query_scope_id
+from service.api.deps import ConnDep, lease_of, provide_deps, provide_embedder, provide_settings
+from service.api.lifecycle import delete_subject
+from service.api.memory import post_facts, post_resolve, query_scope_id
 from service.context import replay as time_travel
 from service.db.replica import READS, provide_reads
-from service.errors import NotFound, Unauthorized
+from service.errors import HakiError, NotFound, Unauthorized
+from service.memory import erasure
+from service.memory import writes as memory
+from service.repository import conflicts as conflicts_repo
 from service.repository import traces as repo
+from service.repository import ui as ui_repo
+from service.scope_id import scope_id_problem
 from service.settings import ContextProfile
-from service.structs import ReplayRequest
+from service.structs import (
+    ConflictSet,
+    Fact,
+    FactIn,
+    PatchFactRequest,
+    ReplayRequest,
+    ResolveConflictRequest,
+    UiSession,
+    UiSubjectPage,
+    WriteFactsRequest,
+)
 
-COOKIE_NAME: Final = "haki_ui_key"
+log = logging.getLogger("haki.ui")
+
+COOKIE_NAME: Final = "haki_ui_session"
 COOKIE_PATH: Final = "/ui"
-# A working day: long enough not to nag, short enough that a forgotten browser forgets the key.
-COOKIE_MAX_AGE_SECONDS: Final = 8 * 3600
+CSRF_FIELD: Final = "csrf_token"
+# A working day: long enough not to nag, short enough that a forgotten browser is logged out.
+SESSION_SECONDS: Final = 8 * 3600
 RECENT_CALLS_DEFAULT: Final = 50
 RECENT_CALLS_MAX: Final = 500
+SUBJECTS_PAGE: Final = 50
+SUBJECT_FACTS_PAGE: Final = 100
+SUBJECT_EVENTS_PAGE: Final = 50
+SUBJECT_CALLS: Final = 20
 # An API key is `hk_` and 43 characters: a much longer entry is refused before it is hashed.
 MAX_KEY_ENTRY_CHARS: Final = 200
+# The cookie: base64url of a project id (at most 200 characters, 4 bytes each) and a secret.
+MAX_COOKIE_CHARS: Final = 1200
+MAX_SEARCH_CHARS: Final = 200
 
 SECURITY_HEADERS: Final = {
     "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; "
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
+    # Same-origin, not no-referrer: under no-referrer a browser sends `Origin: null` with the
+    # pages' own form posts, and the cross-site check below could not tell them apart.
+    "Referrer-Policy": "same-origin",
     # Pages show tenant memory: no shared or browser cache may keep them.
     "Cache-Control": "no-store",
 }
@@ -71,8 +119,8 @@ SECTIONS: Final = (
     (
         "blocked",
         "Blocked",
-        "Hidden by a hard rule before any scoring: conflict_open (in an open conflict set) or "
-        "volatility_expired (a stale volatile fact).",
+        "Hidden by a hard rule before any scoring: conflict_open (in an open conflict set: follow "
+        "the link to resolve it) or volatility_expired (a stale volatile fact).",
     ),
 )
 
@@ -107,40 +155,179 @@ _ENV: Final = _environment()
 _CSS: Final = (resources.files("service.api") / "templates" / "haki.css").read_bytes()
 
 
-def _trace_not_found(project_id: str) -> Response[str]:
-    return _page(
-        "error.html",
-        status_code=404,
-        project_id=project_id,
-        title="Trace not found",
-        message="No context call with this id in the key's project.",
-    )
+# --- sessions ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Visitor:
+    """Whoever holds a live session: the key's principal and the session's CSRF token."""
+
+    principal: auth.Principal
+    session: UiSession
+    session_hash: bytes
+
+    @property
+    def csrf(self) -> str:
+        return self.session.csrf_token
+
+
+def _cookie_value(project_id: str, secret: str) -> str:
+    encoded = base64.urlsafe_b64encode(project_id.encode()).rstrip(b"=").decode()
+    return f"{encoded}.{secret}"
+
+
+def _parse_cookie(value: str | None) -> tuple[str, bytes] | None:
+    """(project id, SHA-256 of the secret) of a session cookie, None for anything else."""
+    if not value or len(value) > MAX_COOKIE_CHARS or value.count(".") != 1:
+        return None
+    encoded, secret = value.split(".")
+    try:
+        project_id = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+    except (binascii.Error, ValueError):
+        return None
+    if not secret or scope_id_problem(project_id) is not None:
+        return None
+    return project_id, hashlib.sha256(secret.encode()).digest()
+
+
+async def _visitor(request: Request[Any, Any, Any], conn: ConnDep) -> Visitor | None:
+    parsed = _parse_cookie(request.cookies.get(COOKIE_NAME))
+    if parsed is None:
+        return None
+    project_id, session_hash = parsed
+    session = await ui_repo.get_session(conn, project_id, session_hash)
+    if session is None:
+        return None
+    principal = auth.Principal(project_id=project_id, key_id=session.key_id)
+    return Visitor(principal=principal, session=session, session_hash=session_hash)
+
+
+def _scheme(request: Request[Any, Any, Any]) -> str:
+    forwarded = request.headers.get("x-forwarded-proto")
+    return forwarded.split(",")[0].strip().lower() if forwarded else request.url.scheme
+
+
+def _foreign_origin(request: Request[Any, Any, Any]) -> str | None:
+    """The other site a POST comes from (its Origin, else its Referer), None when it is this one.
+    Compared by host, as the browser sent it, with the Host (or X-Forwarded-Host) it reached."""
+    source = request.headers.get("origin") or request.headers.get("referer")
+    if source is None:
+        return None  # not a browser's cross-site form: the CSRF token still has to match
+    hosts = {request.headers.get("host"), request.headers.get("x-forwarded-host")} - {None}
+    netloc = urlsplit(source).netloc if source != "null" else ""
+    return None if netloc and netloc in hosts else source[:200]
+
+
+def _expired_cookie() -> Cookie:
+    return Cookie(key=COOKIE_NAME, value="", path=COOKIE_PATH, max_age=0, expires=0, httponly=True)
+
+
+def _to_login() -> Redirect:
+    # The cookie is dropped too: one that no longer opens a session (expired, key revoked) is useless.
+    return Redirect("/ui/login", status_code=303, headers=SECURITY_HEADERS, cookies=[_expired_cookie()])
 
 
 def _page(template: str, status_code: int = 200, **context: Any) -> Response[str]:
     context.setdefault("project_id", None)
+    context.setdefault("csrf", None)
     html = _ENV.get_template(template).render(**context)
     return Response(html, status_code=status_code, media_type=MediaType.HTML, headers=SECURITY_HEADERS)
 
 
-def _to_login() -> Redirect:
-    # The cookie is dropped too: one that no longer authenticates (revoked key) is useless.
-    return Redirect(
-        "/ui/login",
-        status_code=303,
-        headers=SECURITY_HEADERS,
-        cookies=[Cookie(key=COOKIE_NAME, value="", path=COOKIE_PATH, max_age=0, expires=0)],
+def _view(visitor: Visitor, template: str, status_code: int = 200, **context: Any) -> Response[str]:
+    """A page of a logged-in visitor: the header names the project and logs out with the token."""
+    return _page(template, status_code, project_id=visitor.principal.project_id, csrf=visitor.csrf, **context)
+
+
+def _error(visitor: Visitor | None, status_code: int, title: str, message: str) -> Response[str]:
+    if visitor is None:
+        return _page("error.html", status_code=status_code, title=title, message=message)
+    return _view(visitor, "error.html", status_code=status_code, title=title, message=message)
+
+
+def _not_found(visitor: Visitor, what: str) -> Response[str]:
+    return _error(
+        visitor, 404, f"{what.capitalize()} not found", f"No {what} with this id in the key's project."
     )
 
 
-async def _principal(request: Request[Any, Any, Any], conn: ConnDep) -> auth.Principal | None:
-    token = request.cookies.get(COOKIE_NAME)
-    if not token:
-        return None
+def _trace_not_found(visitor: Visitor) -> Response[str]:
+    return _error(visitor, 404, "Trace not found", "No context call with this id in the key's project.")
+
+
+async def _form(request: Request[Any, Any, Any]) -> Any:
+    return await request.form()
+
+
+def _text(form: Any, name: str) -> str:
+    raw = form.get(name)
+    return raw.strip() if isinstance(raw, str) else ""
+
+
+async def _posted(request: Request[Any, Any, Any], conn: ConnDep) -> tuple[Visitor, Any] | Response[Any]:
+    """A state-changing POST of a session: its origin, its session, then its CSRF token; each
+    failure answers before the handler does anything."""
+    foreign = _foreign_origin(request)
+    if foreign is not None:
+        log.warning("ui refused a cross-site POST to %s from %r", request.url.path, foreign)
+        return _error(None, 403, "Refused", "This form was sent from another site.")
+    visitor = await _visitor(request, conn)
+    if visitor is None:
+        return _to_login()
+    form = await _form(request)
+    if not hmac.compare_digest(_text(form, CSRF_FIELD).encode(), visitor.csrf.encode()):
+        log.warning("ui refused a POST to %s: its form lacks this session's CSRF value", request.url.path)
+        return _error(
+            visitor, 403, "Refused", "This form is stale or was not sent by this site: reload the page."
+        )
+    return visitor, form
+
+
+async def _posted_fact(
+    request: Request[Any, Any, Any], conn: ConnDep, fact_id: UUID
+) -> tuple[Visitor, Any, Fact] | Response[Any]:
+    """A state-changing POST on one fact (_posted), and the fact, 404 when the session's project
+    has no such fact."""
+    posted = await _posted(request, conn)
+    if isinstance(posted, Response):
+        return posted
+    visitor, form = posted
     try:
-        return await auth.authenticate(conn, f"Bearer {token}")
-    except Unauthorized:
+        return visitor, form, await memory.get_fact(conn, visitor.principal, fact_id)
+    except NotFound:
+        return _not_found(visitor, "fact")
+
+
+def _audit(visitor: Visitor, action: str, **fields: Any) -> None:
+    """One structured line per action: who (project, key id), what, on which object, the outcome."""
+    record = {
+        "event": "ui_action",
+        "action": action,
+        "project_id": visitor.principal.project_id,
+        "key_id": str(visitor.principal.key_id),
+        **{k: str(v) if isinstance(v, UUID) else v for k, v in fields.items()},
+    }
+    log.info("ui action %s", msgspec.json.encode(record).decode(), extra={"haki_ui": record})
+
+
+def _confirmed(form: Any) -> bool:
+    return _text(form, "confirm") == "yes"
+
+
+def _uuid(value: str) -> UUID | None:
+    try:
+        return UUID(value)
+    except ValueError:
         return None
+
+
+# What an action's redirect says on the page it lands on (`?done=`).
+DONE: Final = {
+    "resolved": "Resolved: the kept facts stay active, the others are superseded.",
+    "retracted": "Retracted: this fact is no longer served.",
+    "superseded": "Saved: this new fact replaces the one it supersedes.",
+}
+DoneQuery = Annotated[str | None, Parameter(query="done", max_length=20)]
 
 
 class TraceInspector(Controller):
@@ -149,7 +336,7 @@ class TraceInspector(Controller):
 
     @get("/", media_type=MediaType.HTML)
     async def index(self) -> Redirect:
-        return Redirect("/ui/traces", status_code=303)
+        return Redirect("/ui/subjects", status_code=303)
 
     @get("/assets/haki.css", media_type="text/css")
     async def stylesheet(self) -> Response[bytes]:
@@ -159,36 +346,345 @@ class TraceInspector(Controller):
             headers={"Cache-Control": "public, max-age=3600", "X-Content-Type-Options": "nosniff"},
         )
 
+    # --- login and logout ------------------------------------------------------------------
+
     @get("/login", media_type=MediaType.HTML)
     async def login_form(self) -> Response[str]:
         return _page("login.html", error=None)
 
     @post("/login", media_type=MediaType.HTML, status_code=303)
     async def login(self, request: Request[Any, Any, Any], conn: ConnDep) -> Response[Any]:
-        form = await request.form()
-        raw = form.get("key")
-        key = raw.strip() if isinstance(raw, str) else ""
+        if (foreign := _foreign_origin(request)) is not None:
+            log.warning("ui refused a cross-site login from %r", foreign)
+            return _error(None, 403, "Refused", "This form was sent from another site.")
+        form = await _form(request)
+        key = _text(form, "key")
         if not key or len(key) > MAX_KEY_ENTRY_CHARS or "\x00" in key:
             return _page("login.html", status_code=400, error="Enter an API key (hk_...).")
         try:
-            await auth.authenticate(conn, f"Bearer {key}")
+            principal = await auth.authenticate(conn, f"Bearer {key}")
         except Unauthorized:
             return _page("login.html", status_code=401, error="Unknown or revoked API key.")
+        secret = secrets.token_urlsafe(32)
+        expires_at = datetime.now(UTC) + timedelta(seconds=SESSION_SECONDS)
+        await ui_repo.create_session(
+            conn,
+            principal.project_id,
+            hashlib.sha256(secret.encode()).digest(),
+            principal.key_id,
+            secrets.token_urlsafe(32),
+            expires_at,
+        )
         cookie = Cookie(
             key=COOKIE_NAME,
-            value=key,
+            value=_cookie_value(principal.project_id, secret),
             path=COOKIE_PATH,
-            max_age=COOKIE_MAX_AGE_SECONDS,
+            max_age=SESSION_SECONDS,
             httponly=True,
             samesite="strict",
             # Behind TLS the cookie never travels in clear; plain http stays usable on localhost.
-            secure=request.url.scheme == "https",
+            secure=_scheme(request) == "https",
         )
-        return Redirect("/ui/traces", status_code=303, headers=SECURITY_HEADERS, cookies=[cookie])
+        return Redirect("/ui/subjects", status_code=303, headers=SECURITY_HEADERS, cookies=[cookie])
 
     @post("/logout", status_code=303)
-    async def logout(self) -> Redirect:
+    async def logout(self, request: Request[Any, Any, Any], conn: ConnDep) -> Response[Any]:
+        if _parse_cookie(request.cookies.get(COOKIE_NAME)) is None:
+            return _to_login()
+        posted = await _posted(request, conn)
+        if isinstance(posted, Response):
+            return posted
+        visitor, _ = posted
+        await ui_repo.delete_session(conn, visitor.principal.project_id, visitor.session_hash)
         return _to_login()
+
+    # --- the memory browser ----------------------------------------------------------------
+
+    @get("/subjects", media_type=MediaType.HTML)
+    async def subjects(
+        self,
+        request: Request[Any, Any, Any],
+        conn: ConnDep,
+        q: Annotated[str | None, Parameter(query="q", max_length=MAX_SEARCH_CHARS)] = None,
+        cursor: Annotated[str | None, Parameter(query="cursor", max_length=400)] = None,
+        limit: Annotated[int, Parameter(query="limit", ge=1, le=RECENT_CALLS_MAX)] = SUBJECTS_PAGE,
+    ) -> Response[Any]:
+        visitor = await _visitor(request, conn)
+        if visitor is None:
+            return _to_login()
+        project_id = visitor.principal.project_id
+        search = q.strip() if q and q.strip() and "\x00" not in q else None
+        after = erasure.decode_subject_cursor(cursor) if cursor else None
+        rows = await ui_repo.list_subjects(conn, project_id, search, after, limit + 1)
+        page = UiSubjectPage(
+            subjects=rows[:limit],
+            next_cursor=erasure.encode_subject_cursor(rows[limit - 1].subject_id)
+            if len(rows) > limit
+            else None,
+        )
+        return _view(visitor, "subjects.html", page=page, search=search, cursor=cursor, limit=limit)
+
+    @get("/subject", media_type=MediaType.HTML)
+    async def subject(
+        self,
+        request: Request[Any, Any, Any],
+        conn: ConnDep,
+        subject_id: Annotated[str, Parameter(query="subject_id")],
+        facts_cursor: Annotated[str | None, Parameter(query="facts_cursor", max_length=64)] = None,
+        events_cursor: Annotated[str | None, Parameter(query="events_cursor", max_length=64)] = None,
+    ) -> Response[Any]:
+        visitor = await _visitor(request, conn)
+        if visitor is None:
+            return _to_login()
+        subject = query_scope_id("subject_id", subject_id)
+        principal, project_id = visitor.principal, visitor.principal.project_id
+        summary = await ui_repo.get_subject(conn, project_id, subject)
+        if summary is None:
+            return _error(
+                visitor, 404, "Subject not found", "No memory of this subject in the key's project."
+            )
+        facts = await memory.list_facts(
+            conn, principal, project_id, subject, None, SUBJECT_FACTS_PAGE, facts_cursor
+        )
+        events = await erasure.list_events(
+            conn, principal, project_id, subject, SUBJECT_EVENTS_PAGE, events_cursor
+        )
+        conflicts = await memory.list_conflicts(conn, principal, project_id, subject, "open")
+        calls = await repo.recent_context_calls(conn, project_id, subject, SUBJECT_CALLS)
+        return _view(
+            visitor,
+            "subject.html",
+            subject_id=subject,
+            facts=facts,
+            events=events,
+            conflicts=conflicts.conflicts,
+            calls=calls,
+            summary=summary,
+        )
+
+    @get("/facts/{fact_id:uuid}", media_type=MediaType.HTML)
+    async def fact(
+        self, request: Request[Any, Any, Any], conn: ConnDep, fact_id: UUID, done: DoneQuery = None
+    ) -> Response[Any]:
+        visitor = await _visitor(request, conn)
+        if visitor is None:
+            return _to_login()
+        try:
+            fact = await memory.get_fact(conn, visitor.principal, fact_id)
+        except NotFound:
+            return _not_found(visitor, "fact")
+        source = None
+        if fact.source_event_id is not None:
+            try:
+                source = await erasure.get_event(conn, visitor.principal, fact.source_event_id)
+            except NotFound:
+                source = None
+        replaced_by = await _replaced_by(conn, visitor, fact)
+        return _view(
+            visitor, "fact.html", fact=fact, source=source, replaced_by=replaced_by, done=DONE.get(done or "")
+        )
+
+    @get("/conflicts/{conflict_set_id:uuid}", media_type=MediaType.HTML)
+    async def conflict(
+        self, request: Request[Any, Any, Any], conn: ConnDep, conflict_set_id: UUID, done: DoneQuery = None
+    ) -> Response[Any]:
+        visitor = await _visitor(request, conn)
+        if visitor is None:
+            return _to_login()
+        found = await _conflict_with_facts(conn, visitor, conflict_set_id)
+        if found is None:
+            return _not_found(visitor, "conflict set")
+        conflict, members = found
+        return _view(visitor, "conflict.html", conflict=conflict, members=members, done=DONE.get(done or ""))
+
+    # --- the actions: a confirm page, then the JSON route's own service call ----------------
+
+    @post("/conflicts/{conflict_set_id:uuid}/resolve", media_type=MediaType.HTML, status_code=200)
+    async def resolve(
+        self, request: Request[Any, Any, Any], conn: ConnDep, state: State, conflict_set_id: UUID
+    ) -> Response[Any]:
+        posted = await _posted(request, conn)
+        if isinstance(posted, Response):
+            return posted
+        visitor, form = posted
+        found = await _conflict_with_facts(conn, visitor, conflict_set_id)
+        if found is None:
+            return _not_found(visitor, "conflict set")
+        conflict, members = found
+        raw_keep = [v for v in form.getall("keep", []) if isinstance(v, str)]
+        keep = [_uuid(v) for v in raw_keep]
+        if not keep or None in keep:
+            return _error(visitor, 400, "Resolve", "keep: choose at least one member to keep.")
+        kept = [k for k in keep if k is not None]
+        if not _confirmed(form):
+            return _view(
+                visitor,
+                "confirm.html",
+                action=f"/ui/conflicts/{conflict_set_id}/resolve",
+                title="Resolve this conflict?",
+                fields=[("keep", str(k)) for k in kept],
+                conflict=conflict,
+                members=members,
+                kept=set(kept),
+                kind="resolve",
+                back=f"/ui/conflicts/{conflict_set_id}",
+            )
+        deps = provide_deps(request, conn, visitor.principal, state)
+        try:
+            resolved = await post_resolve(deps, conflict_set_id, ResolveConflictRequest(keep=kept))
+        except HakiError as exc:
+            _audit(visitor, "resolve_conflict", conflict_set_id=conflict_set_id, outcome=exc.code)
+            return _error(visitor, exc.status_code, "Resolve", exc.message)
+        _audit(
+            visitor,
+            "resolve_conflict",
+            subject_id=resolved.subject_id,
+            conflict_set_id=conflict_set_id,
+            kept=[str(k) for k in kept],
+            superseded=[str(m.fact_id) for m in resolved.members if m.fact_id not in kept],
+            outcome="resolved",
+        )
+        return Redirect(
+            f"/ui/conflicts/{conflict_set_id}?done=resolved", status_code=303, headers=SECURITY_HEADERS
+        )
+
+    @post("/facts/{fact_id:uuid}/retract", media_type=MediaType.HTML, status_code=200)
+    async def retract(
+        self, request: Request[Any, Any, Any], conn: ConnDep, state: State, fact_id: UUID
+    ) -> Response[Any]:
+        posted = await _posted_fact(request, conn, fact_id)
+        if isinstance(posted, Response):
+            return posted
+        visitor, form, fact = posted
+        if not _confirmed(form):
+            return _view(
+                visitor,
+                "confirm.html",
+                action=f"/ui/facts/{fact_id}/retract",
+                title="Retract this fact?",
+                fields=[],
+                fact=fact,
+                kind="retract",
+                back=f"/ui/facts/{fact_id}",
+            )
+        deps = provide_deps(request, conn, visitor.principal, state)
+        try:
+            # What PATCH /v1/facts/{fact_id} runs (service/api/memory.py, FactsController).
+            patched = await deps.noted(
+                await memory.patch_fact(
+                    deps.conn, deps.principal, fact_id, PatchFactRequest(status="retracted")
+                )
+            )
+        except HakiError as exc:
+            _audit(visitor, "retract_fact", fact_id=fact_id, outcome=exc.code)
+            return _error(visitor, exc.status_code, "Retract", exc.message)
+        _audit(
+            visitor, "retract_fact", subject_id=patched.subject_id, fact_id=fact_id, outcome=patched.status
+        )
+        return Redirect(f"/ui/facts/{fact_id}?done=retracted", status_code=303, headers=SECURITY_HEADERS)
+
+    @post("/facts/{fact_id:uuid}/supersede", media_type=MediaType.HTML, status_code=200)
+    async def supersede(
+        self, request: Request[Any, Any, Any], conn: ConnDep, state: State, fact_id: UUID
+    ) -> Response[Any]:
+        posted = await _posted_fact(request, conn, fact_id)
+        if isinstance(posted, Response):
+            return posted
+        visitor, form, fact = posted
+        content = _text(form, "content")
+        try:
+            new_fact = msgspec.convert(
+                {
+                    "content": content,
+                    "key": fact.key,
+                    "volatility": fact.volatility,
+                    "stale_after_seconds": fact.stale_after_seconds,
+                    "supersedes": str(fact_id),
+                },
+                FactIn,
+            )
+        except msgspec.ValidationError as exc:
+            return _error(visitor, 400, "Supersede", f"content: {_field_problem(exc)}")
+        if not _confirmed(form):
+            return _view(
+                visitor,
+                "confirm.html",
+                action=f"/ui/facts/{fact_id}/supersede",
+                title="Supersede this fact?",
+                fields=[("content", content)],
+                fact=fact,
+                content=content,
+                kind="supersede",
+                back=f"/ui/facts/{fact_id}",
+            )
+        deps = provide_deps(request, conn, visitor.principal, state)
+        request_body = WriteFactsRequest(
+            project_id=visitor.principal.project_id, subject_id=fact.subject_id, facts=[new_fact]
+        )
+        try:
+            # What POST /v1/facts runs, with `supersedes` naming this fact.
+            outcome = await post_facts(deps, request_body)
+        except HakiError as exc:
+            _audit(visitor, "supersede_fact", subject_id=fact.subject_id, fact_id=fact_id, outcome=exc.code)
+            return _error(visitor, exc.status_code, "Supersede", exc.message)
+        (written,) = outcome.body.facts
+        _audit(
+            visitor,
+            "supersede_fact",
+            subject_id=fact.subject_id,
+            fact_id=fact_id,
+            new_fact_id=written.fact_id,
+            outcome="superseded",
+        )
+        return Redirect(
+            f"/ui/facts/{written.fact_id}?done=superseded", status_code=303, headers=SECURITY_HEADERS
+        )
+
+    @post("/subject/erase", media_type=MediaType.HTML, status_code=200)
+    async def erase(self, request: Request[Any, Any, Any], conn: ConnDep, state: State) -> Response[Any]:
+        posted = await _posted(request, conn)
+        if isinstance(posted, Response):
+            return posted
+        visitor, form = posted
+        subject_id = _text(form, "subject_id")
+        if (problem := scope_id_problem(subject_id)) is not None:
+            return _error(visitor, 400, "Erase", f"subject_id: {problem}")
+        project_id = visitor.principal.project_id
+        if not _confirmed(form):
+            held = await ui_repo.get_subject(conn, project_id, subject_id)
+            if held is None:
+                return _error(
+                    visitor, 404, "Subject not found", "No memory of this subject in the key's project."
+                )
+            return _view(
+                visitor,
+                "confirm.html",
+                action="/ui/subject/erase",
+                title="Erase this subject?",
+                fields=[("subject_id", subject_id)],
+                held=held,
+                kind="erase",
+                back=f"/ui/subject?subject_id={quote(subject_id, safe='')}",
+            )
+        deps = provide_deps(request, conn, visitor.principal, state)
+        try:
+            # What DELETE /v1/subjects/{subject_id} runs.
+            erased = await delete_subject(deps, project_id, subject_id)
+        except HakiError as exc:
+            _audit(visitor, "erase_subject", subject_id=subject_id, outcome=exc.code)
+            return _error(visitor, exc.status_code, "Erase", exc.message)
+        _audit(
+            visitor,
+            "erase_subject",
+            subject_id=subject_id,
+            outcome="erased",
+            counts={
+                f: getattr(erased, f) for f in erased.__struct_fields__ if isinstance(getattr(erased, f), int)
+            },
+        )
+        return _view(visitor, "erased.html", erased=erased)
+
+    # --- the trace inspector ---------------------------------------------------------------
 
     @get("/traces", media_type=MediaType.HTML, opt={READS: True})
     async def recent_calls(
@@ -199,35 +695,39 @@ class TraceInspector(Controller):
         subject_id: Annotated[str | None, Parameter(query="subject_id")] = None,
         limit: Annotated[int, Parameter(query="limit", ge=1, le=RECENT_CALLS_MAX)] = RECENT_CALLS_DEFAULT,
     ) -> Response[Any]:
-        principal = await _principal(request, conn)
-        if principal is None:
-            provide_reads(request, state).missing("api key")
+        visitor = await _visitor(request, conn)
+        if visitor is None:
+            provide_reads(request, state).missing("session")  # opened a moment ago: the primary has it
             return _to_login()
         # The form sends `subject_id=` for all subjects: only a non-empty one must be a scope id.
         subject = query_scope_id("subject_id", subject_id) if subject_id else None
-        calls = await repo.recent_context_calls(conn, principal.project_id, subject, limit)
-        return _page("traces.html", project_id=principal.project_id, subject_id=subject, calls=calls)
+        calls = await repo.recent_context_calls(conn, visitor.principal.project_id, subject, limit)
+        return _view(visitor, "traces.html", subject_id=subject, calls=calls)
 
     @get("/traces/{trace_id:uuid}", media_type=MediaType.HTML, opt={READS: True})
     async def trace(
         self, request: Request[Any, Any, Any], conn: ConnDep, state: State, trace_id: UUID
     ) -> Response[Any]:
         reads = provide_reads(request, state)
-        principal = await _principal(request, conn)
-        if principal is None:
-            reads.missing("api key")  # created a moment ago: the primary knows it
+        visitor = await _visitor(request, conn)
+        if visitor is None:
+            reads.missing("session")
             return _to_login()
-        call = await repo.get_context_call(conn, principal.project_id, trace_id)
+        project_id = visitor.principal.project_id
+        call = await repo.get_context_call(conn, project_id, trace_id)
         if call is None:
             reads.missing("trace")  # written a moment ago: the primary has it
-            return _trace_not_found(principal.project_id)
-        items = await repo.trace_items(conn, principal.project_id, trace_id)
+            return _trace_not_found(visitor)
+        items = await repo.trace_items(conn, project_id, trace_id)
         included = [d for d in items if d["decision"] == "included"]
+        blocked_facts = [
+            d["item_id"] for d in items if d["item_type"] == "fact" and d["reason_code"] == "conflict_open"
+        ]
         budget = int(call["budget_tokens"])
         used = int(call["used_tokens"])
-        return _page(
+        return _view(
+            visitor,
             "trace.html",
-            project_id=principal.project_id,
             call=call,
             sections=[
                 {
@@ -238,6 +738,7 @@ class TraceInspector(Controller):
                 }
                 for decision, title, hint in SECTIONS
             ],
+            conflict_of=await ui_repo.conflict_sets_of_facts(conn, project_id, blocked_facts),
             percent=round(100 * used / budget) if budget > 0 else 0,
             fact_tokens=sum(d["tokens"] for d in included if d["item_type"] == "fact"),
             episode_tokens=sum(d["tokens"] for d in included if d["item_type"] == "episode"),
@@ -253,33 +754,29 @@ class TraceInspector(Controller):
     ) -> Response[Any]:
         """The "replay with…" form of a trace page: POST /v1/inspect/{trace_id}/replay with the
         budget, profile and floor typed in (blank: the original's), and the diff as a page."""
-        principal = await _principal(request, conn)
-        if principal is None:
-            return _to_login()
-        overrides = _replay_overrides(await request.form())
+        posted = await _posted(request, conn)
+        if isinstance(posted, Response):
+            return posted
+        visitor, form = posted
+        principal = visitor.principal
+        overrides = _replay_overrides(form)
         if isinstance(overrides, str):
-            return _page(
-                "error.html",
-                status_code=400,
-                project_id=principal.project_id,
-                title="Replay",
-                message=overrides,
-            )
+            return _error(visitor, 400, "Replay", overrides)
         lease = lease_of(request, conn)
         try:
             result = await time_travel.replay(
                 lease, provide_embedder(state), provide_settings(state), principal, trace_id, overrides
             )
         except NotFound:
-            return _trace_not_found(principal.project_id)
+            return _trace_not_found(visitor)
         conn = lease.conn  # another connection if the replay's query waited on the embedder
         origin = await repo.get_context_call(conn, principal.project_id, trace_id)
         items = await repo.trace_items(conn, principal.project_id, result.packet.trace_id)
         items += await repo.trace_items(conn, principal.project_id, trace_id)
         contents = {str(d["item_id"]): d["content"] for d in items}
-        return _page(
+        return _view(
+            visitor,
             "replay.html",
-            project_id=principal.project_id,
             origin=origin,
             result=result,
             contents=contents,
@@ -301,17 +798,44 @@ class TraceInspector(Controller):
         )
 
 
+async def _conflict_with_facts(
+    conn: ConnDep, visitor: Visitor, conflict_set_id: UUID
+) -> tuple[ConflictSet, list[Fact]] | None:
+    """A conflict set of the visitor's project and each member as a whole fact, side by side."""
+    principal = visitor.principal
+    found = await conflicts_repo.list_conflicts(conn, principal.project_id, None, None, conflict_set_id)
+    if not found:
+        return None
+    conflict = found[0]
+    members = [await memory.get_fact(conn, principal, m.fact_id) for m in conflict.members]
+    return conflict, members
+
+
+async def _replaced_by(conn: ConnDep, visitor: Visitor, fact: Fact) -> list[Fact]:
+    """The facts of the subject that name this one in `supersedes` (at most a page's worth)."""
+    if fact.status != "superseded":
+        return []
+    page = await memory.list_facts(
+        conn, visitor.principal, visitor.principal.project_id, fact.subject_id, None, RECENT_CALLS_MAX, None
+    )
+    return [f for f in page.facts if f.supersedes == fact.fact_id]
+
+
+def _field_problem(exc: msgspec.ValidationError) -> str:
+    message = str(exc)
+    return message.split(" - at ", 1)[0]
+
+
 PROFILES: Final[tuple[ContextProfile, ...]] = ("unified", "facts_first")
 
 
 def _replay_overrides(form: Any) -> ReplayRequest | str:
     """The form's fields as a ReplayRequest (a blank field: the original's value), or why not."""
-
-    def text(name: str) -> str:
-        raw = form.get(name)
-        return raw.strip() if isinstance(raw, str) else ""
-
-    budget, profile, floor = text("budget_tokens"), text("profile"), text("recall_max_distance")
+    budget, profile, floor = (
+        _text(form, "budget_tokens"),
+        _text(form, "profile"),
+        _text(form, "recall_max_distance"),
+    )
     try:
         budget_tokens = int(budget) if budget else None
         recall_max_distance = float(floor) if floor else None

@@ -4,6 +4,9 @@
 `chromium(profile)` starts a headless browser with its own profile and yields a `Page`; events of
 the protocol (a paused request, a console message) reach the handlers registered with `Page.on`.
 A browser test module sets `pytestmark = BROWSER_TEST` (skipped when `CHROMIUM` is None).
+
+`ui_login(client, key)` opens a /ui session for an HTTP test client (no browser): its cookie and
+the CSRF token its forms carry.
 """
 
 from __future__ import annotations
@@ -12,10 +15,12 @@ import asyncio
 import contextlib
 import itertools
 import json
+import re
 import shutil
 import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +183,36 @@ async def chromium(profile: Path, extra_args: Sequence[str] = ()) -> AsyncIterat
         except TimeoutError:
             proc.kill()
             await proc.wait()
+
+
+# --- a /ui session for an HTTP test client ----------------------------------------------------
+
+UI_COOKIE = "haki_ui_session"  # service/api/ui.py
+_CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+@dataclass(frozen=True)
+class UiSession:
+    """What a logged-in browser holds: the session cookie (as a header) and the CSRF token the
+    session's forms carry."""
+
+    headers: dict[str, str]
+    csrf: str
+    cookie: str
+
+    def form(self, **fields: str) -> dict[str, str]:
+        return {"csrf_token": self.csrf, **fields}
+
+
+async def ui_login(client: Any, key: str) -> UiSession:
+    """Logs in at /ui/login with `key` and reads the CSRF token off a page; the client's own
+    cookie jar is cleared, so each request names its session explicitly."""
+    r = await client.post("/ui/login", data={"key": key})
+    assert r.status_code == 303, r.text
+    cookie = r.cookies[UI_COOKIE]
+    client.cookies.clear()
+    headers = {"Cookie": f"{UI_COOKIE}={cookie}"}
+    page = await client.get("/ui/subjects", headers=headers)
+    found = _CSRF.search(page.text)
+    assert page.status_code == 200 and found is not None, page.text
+    return UiSession(headers=headers, csrf=found.group(1), cookie=cookie)
