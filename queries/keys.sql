@@ -21,8 +21,8 @@ WHERE project_id = :project_id
 RETURNING key_id;
 
 -- name: list_api_keys(project_id)
--- The keys of one project, newest first, without their hashes.
-SELECT key_id, label, created_at, revoked_at
+-- The keys of one project (a NULL project, every project's), newest first, without their hashes.
+SELECT project_id, key_id, label, created_at, revoked_at
 FROM api_keys
-WHERE project_id = :project_id
+WHERE (:project_id::text IS NULL OR project_id = :project_id)
 ORDER BY created_at DESC, key_id;

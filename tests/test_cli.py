@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from service.api import auth
 from service.db import connect
 from service.db.embedded import embedded_server
 from service.errors import Unauthorized
+from service.repository import keys as keys_repo
 from service.settings import Settings
 from tests.helpers.server import free_port, postmaster_pid, scratch_data_dir, short_tmp_dir, stop_process
 
@@ -153,12 +155,48 @@ async def test_keys_revoke_and_list(data_dir: Path) -> None:
 
 async def test_keys_revoke_by_id(data_dir: Path) -> None:
     key, key_id = await asyncio.to_thread(create_key, data_dir, "proj-x")
-    no_project = await asyncio.to_thread(run_cli, data_dir, "keys", "revoke", key_id)
-    assert no_project.returncode == 2
+    elsewhere = await asyncio.to_thread(run_cli, data_dir, "keys", "revoke", key_id, "--project", "proj-y")
+    assert elsewhere.returncode == 1 and "no such live key" in elsewhere.stderr
     assert await authenticates(data_dir, key)
     res = await asyncio.to_thread(run_cli, data_dir, "keys", "revoke", key_id, "--project", "proj-x")
     assert res.returncode == 0, res.stderr
     assert not await authenticates(data_dir, key)
+
+
+async def test_keys_revoke_by_id_needs_no_project_when_the_id_is_unique(data_dir: Path) -> None:
+    key, key_id = await asyncio.to_thread(create_key, data_dir, "proj-x")
+    res = await asyncio.to_thread(run_cli, data_dir, "keys", "revoke", key_id)
+    assert res.returncode == 0, res.stderr
+    assert not await authenticates(data_dir, key)
+    again = await asyncio.to_thread(run_cli, data_dir, "keys", "revoke", key_id)
+    assert again.returncode == 1 and "no such live key" in again.stderr
+    unknown = await asyncio.to_thread(run_cli, data_dir, "keys", "revoke", str(uuid.uuid4()))
+    assert unknown.returncode == 1
+
+
+async def test_a_key_id_held_by_two_projects_needs_the_project(data_dir: Path) -> None:
+    key, key_id = await asyncio.to_thread(create_key, data_dir, "proj-x")
+    conn = await connect(Settings(data_dir=data_dir, embed_provider="hash"))
+    try:  # the same id in another project: possible in the schema, never made by `keys create`
+        await keys_repo.insert_api_key(conn, "proj-twin", uuid.UUID(key_id), os.urandom(32), None)
+    finally:
+        await conn.close()
+    res = await asyncio.to_thread(run_cli, data_dir, "keys", "revoke", key_id)
+    assert res.returncode == 2
+    assert "in 2 projects (proj-twin, proj-x): pass --project" in res.stderr
+    assert await authenticates(data_dir, key)
+
+
+async def test_keys_list_without_a_project_lists_every_project(data_dir: Path) -> None:
+    _, x_id = await asyncio.to_thread(create_key, data_dir, "proj-x")
+    _, z_id = await asyncio.to_thread(create_key, data_dir, "proj-z")
+    listed = await asyncio.to_thread(run_cli, data_dir, "keys", "list")
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0] == "project_id\tkey_id\tcreated_at\tstate\tlabel"
+    rows = {line.split("\t")[1]: line.split("\t") for line in lines[1:]}
+    assert rows[x_id][0] == "proj-x" and rows[z_id][0] == "proj-z"
+    assert rows[x_id][3] == "live"
 
 
 # --- haki serve --------------------------------------------------------------------------------

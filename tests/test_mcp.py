@@ -13,8 +13,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -28,8 +27,6 @@ from haki_client import Haki
 from litestar import Litestar
 from mcp.client.client import Client
 from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
 
 from service.api.auth import authenticate
 from service.api.deps import in_process
@@ -48,6 +45,7 @@ from service.structs import ExtractResponse, FactIn, WriteFactsRequest, WriteFac
 from tests.helpers import PROJECT, assert_error, bearer
 from tests.helpers.app import SingleConnectionPool
 from tests.helpers.fake_chat import FakeChat, answer, fake_chat
+from tests.helpers.mcp_sessions import TRANSPORTS, mcp_in_process, over_stdio, session_on, tool_session
 from tests.helpers.server import REPO, Server, free_port, running_server
 
 # Starts `haki serve` and `haki mcp` subprocesses.
@@ -62,6 +60,7 @@ TOOLS = {
     "inspect",
     "remember_messages",
     "forget",
+    "list_facts",
 }
 
 
@@ -81,36 +80,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             yield World(server, chat, server.create_key("mcp-a"), server.create_key("mcp-b"))
 
 
-@asynccontextmanager
-async def over_http(server: Server, key: str) -> AsyncIterator[ClientSession]:
-    async with (
-        httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=60.0) as http,
-        streamable_http_client(f"{server.url}/mcp", http_client=http) as (read, write),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
-        yield session
-
-
-@asynccontextmanager
-async def over_stdio(server: Server, key: str, **env: str) -> AsyncIterator[ClientSession]:
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "service.cli", "mcp"],
-        cwd=str(REPO),
-        env={"HAKI_URL": server.url, "HAKI_API_KEY": key, **env},
-    )
-    async with (
-        stdio_client(params, errlog=sys.stderr) as (read, write),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
-        yield session
-
-
-TRANSPORTS = {"http": over_http, "stdio": over_stdio}
-
-
 async def call(session: ClientSession, tool: str, **arguments: Any) -> str:
     result = await session.call_tool(tool, arguments)
     text = "".join(getattr(block, "text", "") for block in result.content)
@@ -119,8 +88,13 @@ async def call(session: ClientSession, tool: str, **arguments: Any) -> str:
 
 
 async def call_json(session: ClientSession, tool: str, **arguments: Any) -> Any:
-    """A tool's answer that is a JSON document, decoded."""
-    return json.loads(await call(session, tool, **arguments))
+    """A tool's structured answer (an object of its output schema), the same as its text in JSON."""
+    result = await session.call_tool(tool, arguments)
+    text = "".join(getattr(block, "text", "") for block in result.content)
+    assert not result.is_error, text
+    assert isinstance(result.structured_content, dict)
+    assert json.loads(text) == result.structured_content
+    return result.structured_content
 
 
 async def call_error(session: ClientSession, tool: str, **arguments: Any) -> str:
@@ -163,12 +137,12 @@ async def test_every_tool(world: World, transport: str) -> None:
         recalled = await call(session, "recall", subject_id=subject, query="Where does Alice work?")
         lines = recalled.splitlines()
         assert lines[0] == "<haki_memory>"
-        assert "- Alice works at Acme as a data engineer." in lines
+        assert f"- Alice works at Acme as a data engineer. [fact_id: {acme}]" in lines
         assert any("quarterly data pipeline review" in line for line in lines)
         trace_id = lines[-1].removeprefix("trace_id: ")
         trace = await call_json(session, "inspect", trace_id=trace_id)
         assert trace["trace_id"] == trace_id
-        assert {d["item_id"] for d in trace["decisions"] if d["decision"] == "included"} >= {acme}
+        assert {d["item_id"] for d in trace["items"] if d["decision"] == "served"} >= {acme}
 
         # A second employer with the same key opens a conflict; recall says facts are held back.
         second = await call_json(
@@ -354,31 +328,6 @@ async def test_mcp_before_the_lifespan_is_503(client: httpx.AsyncClient, key: st
 # --- in process: what a tool call does inside the service -------------------------------------------
 
 
-@asynccontextmanager
-async def mcp_in_process(
-    settings: Settings, conn: asyncpg.Connection, embedder: Embedder, key: str, query: str = ""
-) -> AsyncIterator[tuple[Litestar, httpx2.AsyncClient, str]]:
-    """The app with its lifespan run (the /mcp server is built by it) on the test's connection,
-    and an HTTP client on it holding `key`; the /mcp URL, with `query`."""
-    app = create_app(settings, pool=SingleConnectionPool(conn), embedder=embedder)
-    transport = httpx2.ASGITransport(app=cast(Any, app))  # Litestar's ASGI types are its own
-    async with (
-        app.lifespan(),
-        httpx2.AsyncClient(transport=transport, base_url="http://haki.test", headers=bearer(key)) as http,
-    ):
-        yield app, http, f"http://haki.test/mcp{query}"
-
-
-@asynccontextmanager
-async def session_on(http: httpx2.AsyncClient, url: str) -> AsyncIterator[ClientSession]:
-    async with (
-        streamable_http_client(url, http_client=http) as (read, write),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
-        yield session
-
-
 def routes_requested(app: Litestar) -> set[str]:
     metrics: Metrics = app.state.metrics
     return {
@@ -393,10 +342,7 @@ def routes_requested(app: Litestar) -> set[str]:
 async def test_a_tool_calls_the_service_not_the_http_api(
     settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str
 ) -> None:
-    async with (
-        mcp_in_process(settings, conn, hash_embedder, key) as (app, http, url),
-        session_on(http, url) as session,
-    ):
+    async with tool_session(settings, conn, hash_embedder, key) as (app, session):
         written = await call(
             session,
             "remember",
@@ -404,9 +350,10 @@ async def test_a_tool_calls_the_service_not_the_http_api(
             facts=[{"content": "Maya works at Lyon Sud.", "key": "employer"}],
         )
         # The answer is the route's own response body.
-        assert msgspec.json.decode(written, type=WriteFactsResponse).facts[0].status == "active"
+        fact = msgspec.json.decode(written, type=WriteFactsResponse).facts[0]
+        assert fact.status == "active"
         recalled = await call(session, "recall", subject_id="maya", query="Where does Maya work?")
-        assert "- Maya works at Lyon Sud." in recalled.splitlines()
+        assert f"- Maya works at Lyon Sud. [fact_id: {fact.fact_id}]" in recalled.splitlines()
         metrics: Metrics = app.state.metrics
         served = metrics.registry.get_sample_value(
             "haki_context_calls_total", {"status": "ok", "profile": "unified"}
@@ -420,7 +367,7 @@ async def test_a_tool_calls_the_service_not_the_http_api(
         naive = await call_error(
             session, "record_event", subject_id="maya", content="x", occurred_at="2026-11-20T10:00:00"
         )
-        assert "validation_error: events[0].occurred_at" in naive
+        assert "validation_error: occurred_at" in naive
         nul = await call_error(session, "forget", subject_id="ma\x00ya")
         assert "validation_error: subject_id" in nul
         garbage = await call_error(session, "inspect", trace_id="garbage")
@@ -434,10 +381,7 @@ async def test_a_tool_calls_the_service_not_the_http_api(
 async def test_tool_calls_spend_the_keys_rate_limit(
     settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str
 ) -> None:
-    async with (
-        mcp_in_process(settings, conn, hash_embedder, key) as (app, http, url),
-        session_on(http, url) as session,
-    ):
+    async with tool_session(settings, conn, hash_embedder, key) as (app, session):
         app.state.rate_limiter = RateLimiter(2)
         assert len((await session.list_tools()).tools) == len(TOOLS)  # not a call of the API
         for _ in range(2):
@@ -451,28 +395,14 @@ async def test_the_pinned_project_is_checked_by_every_tool(
 ) -> None:
     # `haki mcp` passes HAKI_PROJECT_ID as ?project_id=: another project than the key's is refused
     # by each tool (the model reads why), not by the handshake.
-    async with (
-        mcp_in_process(settings, conn, hash_embedder, key, "?project_id=proj-b") as (
-            _,
-            http,
-            url,
-        ),
-        session_on(http, url) as session,
-    ):
+    async with tool_session(settings, conn, hash_embedder, key, "?project_id=proj-b") as (_, session):
         refused = await call_error(session, "remember", subject_id="maya", facts=[{"content": "x"}])
         assert "forbidden: This API key belongs to another project. (field project_id)" in refused
         assert "forbidden" in await call_error(session, "forget", subject_id="maya")
     async with mcp_in_process(settings, conn, hash_embedder, key, "?project_id=") as (_, http, url):
         r = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
         assert r.status_code == 400 and r.json()["code"] == "validation_error", r.text
-    async with (
-        mcp_in_process(settings, conn, hash_embedder, key, "?project_id=proj-a") as (
-            _,
-            http,
-            url,
-        ),
-        session_on(http, url) as session,
-    ):
+    async with tool_session(settings, conn, hash_embedder, key, "?project_id=proj-a") as (_, session):
         await call(session, "remember", subject_id="maya", facts=[{"content": "Maya is a nurse."}])
 
 
@@ -509,7 +439,7 @@ async def test_the_stdio_bridge_forwards_to_mcp_and_outlives_the_server(
                 await check_endpoint(http, "http://haki.test", url)
             reach.inner = asgi
             back = await client.call_tool("recall", {"subject_id": "maya", "query": "What does Maya do?"})
-            assert not back.is_error and "- Maya is a nurse." in "".join(
+            assert not back.is_error and "- Maya is a nurse. [fact_id: " in "".join(
                 getattr(b, "text", "") for b in back.content
             )
 

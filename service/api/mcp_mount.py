@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from litestar.handlers import ASGIRouteHandler, asgi
 
-from service.errors import send_error
+from service.errors import UNAVAILABLE_RETRY_AFTER_SECONDS, send_error
 
 if TYPE_CHECKING:
     from service.api.mcp_server import McpEndpoint
@@ -40,7 +40,10 @@ class McpMount:
         @asgi(MCP_PATH, is_mount=True, copy_scope=True)
         async def mcp(scope: Any, receive: Any, send: Any) -> None:
             if self.endpoint is None:
-                await send_error(send, 503, "unavailable", "The MCP server starts with the app; retry.")
+                retry = [(b"retry-after", str(UNAVAILABLE_RETRY_AFTER_SECONDS).encode())]
+                await send_error(
+                    send, 503, "unavailable", "The MCP server starts with the app; retry.", retry
+                )
                 return
             await self.endpoint(scope, receive, send)
 

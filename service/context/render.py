@@ -50,7 +50,7 @@ def _when(value: datetime) -> str:
     return utc.strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _fact_line(fact: PacketFact) -> str:
+def _fact_line(fact: PacketFact, fact_ids: bool) -> str:
     line = f"- {_clean(fact.content)}"
     if fact.valid_from is not None and fact.valid_to is not None:
         line += f" (valid {_when(fact.valid_from)} to {_when(fact.valid_to)})"
@@ -58,6 +58,8 @@ def _fact_line(fact: PacketFact) -> str:
         line += f" (since {_when(fact.valid_from)})"
     elif fact.valid_to is not None:
         line += f" (until {_when(fact.valid_to)})"
+    if fact_ids:
+        line += f" [fact_id: {fact.fact_id}]"
     return line
 
 
@@ -65,13 +67,15 @@ def _episode_line(episode: PacketEpisode) -> str:
     return f"- [{_when(episode.occurred_at)}] {_clean(episode.content)}"
 
 
-def render(packet: ContextPacket, *, state_warnings: bool = False) -> str:
+def render(packet: ContextPacket, *, state_warnings: bool = False, fact_ids: bool = False) -> str:
     """The packet as a block to put in a prompt; the empty string when it serves nothing.
 
     Facts first, then the dated episodes, each in pack order, then the warnings. An empty packet
     renders as nothing: a "no memory" block would itself distract the model. `state_warnings`
     keeps the block of a packet that serves nothing but has warnings (every fact hidden by an
     open conflict), so that the model does not take held-back memory for "nothing known".
+    `fact_ids` ends each fact's line with `[fact_id: <id>]`, the id an agent passes as
+    `supersedes` to replace that fact.
     """
     if not packet.facts and not packet.episodes:
         if not (state_warnings and packet.warnings):
@@ -84,7 +88,7 @@ def render(packet: ContextPacket, *, state_warnings: bool = False) -> str:
     lines = [OPEN_TAG]
     if packet.facts:
         lines.append("Facts:")
-        lines.extend(_fact_line(f) for f in packet.facts)
+        lines.extend(_fact_line(f, fact_ids) for f in packet.facts)
     if packet.episodes:
         lines.append("Episodes:")
         lines.extend(_episode_line(e) for e in packet.episodes)

@@ -25,5 +25,6 @@ async def revoke_api_key(conn: Conn, project_id: str, key_id: UUID) -> bool:
     return await q().revoke_api_key(conn, project_id=project_id, key_id=key_id) is not None
 
 
-async def list_api_keys(conn: Conn, project_id: str) -> list[dict[str, Any]]:
+async def list_api_keys(conn: Conn, project_id: str | None) -> list[dict[str, Any]]:
+    """The keys of `project_id`, or of every project when it is None (`haki keys` needs no project)."""
     return [dict(r) for r in await collect(q().list_api_keys(conn, project_id=project_id))]

@@ -2,7 +2,7 @@
 
 from haki_client import Haki, render
 
-with Haki("http://127.0.0.1:8000", "hk_...", project_id="demo") as haki:
+with Haki("http://127.0.0.1:8000", "hk_...") as haki:  # the key names its project
     haki.write_facts("alice", ["Alice works at Acme as a data engineer."])
     print(render(haki.context("alice", "Where does Alice work?")))
 """
@@ -16,6 +16,7 @@ from haki_client.errors import (
     Forbidden,
     HakiConnectionError,
     HakiError,
+    InvalidArgument,
     NotFound,
     RateLimited,
     Unauthorized,
@@ -89,6 +90,7 @@ __all__ = [
     "HakiError",
     "Health",
     "Inspection",
+    "InvalidArgument",
     "NotFound",
     "PacketEpisode",
     "PacketFact",

@@ -39,8 +39,9 @@ class AsyncHaki:
     """asyncio client of one Haki server.
 
     `api_key` defaults to $HAKI_API_KEY and `base_url` to $HAKI_BASE_URL (else
-    http://127.0.0.1:8000). `project_id` is the default project of every call (a key reaches one
-    project only); each method also takes it explicitly.
+    http://127.0.0.1:8000). `project_id` is optional: without it, calls name no project and the
+    server uses the key's (a key reaches one project only); given, it is the default of every
+    call, and each method also takes it.
     """
 
     def __init__(
@@ -101,7 +102,7 @@ class AsyncHaki:
                 await asyncio.sleep(retry.delay(attempt, None))
                 attempt += 1
                 continue
-            if should_retry(response.status_code) and attempt < retry.max_retries:
+            if should_retry(response) and attempt < retry.max_retries:
                 await asyncio.sleep(
                     retry.delay(attempt, parse_retry_after(response.headers.get("retry-after")))
                 )

@@ -21,7 +21,7 @@ from uuid import UUID
 import httpx
 import msgspec
 
-from haki_client.errors import HakiConnectionError, HakiError, error_for
+from haki_client.errors import HakiConnectionError, HakiError, InvalidArgument, error_for
 from haki_client.models import (
     ConflictList,
     ConflictSet,
@@ -54,14 +54,15 @@ __version__ = "0.1.0"
 T = TypeVar("T")
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
-RETRY_STATUSES = frozenset({429, 503})
 _ERROR_DECODER = msgspec.json.Decoder(ErrorBody)
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Bounded retries of 429, 503 and lost connections.
+    """Bounded retries of 429, of a 503 the server asks to retry, and of lost connections.
 
+    A 503 is retried only with a `Retry-After` header and without `details.permanent` in its
+    body: a 503 that says extraction is not configured fails the same way every time.
     The wait before retry n (0-based) is the server's `Retry-After` when it sends one, else
     `backoff * 2**n` with jitter; either way at most `max_wait` seconds, so a misbehaving server
     cannot park a caller for an hour. Writes are safe to retry: each call carries one
@@ -177,11 +178,14 @@ class Core:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
 
-    def _project(self, project_id: str | None) -> str:
-        project = project_id or self.project_id
-        if not project:
-            raise ValueError("project_id is required (pass it, or give the client a default project_id)")
-        return project
+    def _project(self, project_id: str | None) -> str | None:
+        """The project a call names; None leaves it out, and the server reads it from the key."""
+        return project_id or self.project_id or None
+
+    def _body(self, project_id: str | None, **fields: Any) -> bytes:
+        """A scoped request body: `project_id` first when there is one, then `fields`."""
+        project = self._project(project_id)
+        return msgspec.json.encode({"project_id": project, **fields} if project else fields)
 
     def _scoped(
         self, method: str, path: str, out: type[T], project_id: str | None, **params: object
@@ -207,15 +211,11 @@ class Core:
         facts: Sequence[FactIn | str | Mapping[str, Any]],
         project_id: str | None,
     ) -> Call[WriteFactsResponse]:
-        body = {
-            "project_id": self._project(project_id),
-            "subject_id": subject_id,
-            "facts": [_fact_item(f) for f in facts],
-        }
-        return Call("POST", "/v1/facts", WriteFactsResponse, body=msgspec.json.encode(body))
+        body = self._body(project_id, subject_id=subject_id, facts=[_fact_item(f) for f in facts])
+        return Call("POST", "/v1/facts", WriteFactsResponse, body=body)
 
     def get_fact(self, fact_id: UUID | str) -> Call[Fact]:
-        return Call("GET", f"/v1/facts/{UUID(str(fact_id))}", Fact)
+        return Call("GET", f"/v1/facts/{_uuid(fact_id, 'fact_id')}", Fact)
 
     def list_facts(
         self,
@@ -242,13 +242,13 @@ class Core:
             body["status"] = status
         if valid_to is not None:
             body["valid_to"] = valid_to
-        return Call("PATCH", f"/v1/facts/{UUID(str(fact_id))}", Fact, body=msgspec.json.encode(body))
+        return Call("PATCH", f"/v1/facts/{_uuid(fact_id, 'fact_id')}", Fact, body=msgspec.json.encode(body))
 
     def write_events(
         self, subject_id: str, events: Sequence[EventIn | Mapping[str, Any]], project_id: str | None
     ) -> Call[WriteEventsResponse]:
-        body = {"project_id": self._project(project_id), "subject_id": subject_id, "events": list(events)}
-        return Call("POST", "/v1/events", WriteEventsResponse, body=msgspec.json.encode(body))
+        body = self._body(project_id, subject_id=subject_id, events=list(events))
+        return Call("POST", "/v1/events", WriteEventsResponse, body=body)
 
     def list_conflicts(
         self, subject_id: str | None, status: str | None, project_id: str | None
@@ -258,8 +258,8 @@ class Core:
         )
 
     def resolve_conflict(self, conflict_set_id: UUID | str, keep: Sequence[UUID | str]) -> Call[ConflictSet]:
-        body = {"keep": [str(UUID(str(k))) for k in keep]}
-        path = f"/v1/conflicts/{UUID(str(conflict_set_id))}/resolve"
+        body = {"keep": [str(_uuid(k, f"keep[{i}]")) for i, k in enumerate(keep)]}
+        path = f"/v1/conflicts/{_uuid(conflict_set_id, 'conflict_set_id')}/resolve"
         return Call("POST", path, ConflictSet, body=msgspec.json.encode(body))
 
     def context(
@@ -272,11 +272,7 @@ class Core:
         project_id: str | None,
         as_of: datetime | None = None,
     ) -> Call[ContextPacket]:
-        body: dict[str, Any] = {
-            "project_id": self._project(project_id),
-            "subject_id": subject_id,
-            "query": query,
-        }
+        body: dict[str, Any] = {"subject_id": subject_id, "query": query}
         if budget_tokens is not None:
             body["budget_tokens"] = budget_tokens
         if include_episodes is not None:
@@ -285,10 +281,10 @@ class Core:
             body["profile"] = profile
         if as_of is not None:
             body["as_of"] = as_of
-        return Call("POST", "/v1/context", ContextPacket, body=msgspec.json.encode(body))
+        return Call("POST", "/v1/context", ContextPacket, body=self._body(project_id, **body))
 
     def inspect(self, trace_id: UUID | str) -> Call[Inspection]:
-        return Call("GET", f"/v1/inspect/{UUID(str(trace_id))}", Inspection)
+        return Call("GET", f"/v1/inspect/{_uuid(trace_id, 'trace_id')}", Inspection)
 
     def stats(self, project_id: str | None) -> Call[StatsOverview]:
         return self._scoped("GET", "/v1/stats/overview", StatsOverview, project_id)
@@ -311,7 +307,7 @@ class Core:
             "as_of": as_of,
         }
         body = {name: value for name, value in overrides.items() if value is not None}
-        path = f"/v1/inspect/{UUID(str(trace_id))}/replay"
+        path = f"/v1/inspect/{_uuid(trace_id, 'trace_id')}/replay"
         return Call("POST", path, ReplayResult, body=msgspec.json.encode(body))
 
     def fact_stats(
@@ -327,10 +323,10 @@ class Core:
         return self._subject("DELETE", subject_id, "", SubjectErasure, project_id)
 
     def delete_fact(self, fact_id: UUID | str) -> Call[FactErasure]:
-        return Call("DELETE", f"/v1/facts/{UUID(str(fact_id))}", FactErasure)
+        return Call("DELETE", f"/v1/facts/{_uuid(fact_id, 'fact_id')}", FactErasure)
 
     def delete_event(self, event_id: UUID | str) -> Call[EventErasure]:
-        return Call("DELETE", f"/v1/events/{UUID(str(event_id))}", EventErasure)
+        return Call("DELETE", f"/v1/events/{_uuid(event_id, 'event_id')}", EventErasure)
 
     def list_events(
         self, subject_id: str | None, limit: int | None, cursor: str | None, project_id: str | None
@@ -340,7 +336,7 @@ class Core:
         )
 
     def get_event(self, event_id: UUID | str) -> Call[Event]:
-        return Call("GET", f"/v1/events/{UUID(str(event_id))}", Event)
+        return Call("GET", f"/v1/events/{_uuid(event_id, 'event_id')}", Event)
 
     def list_subjects(
         self, limit: int | None, cursor: str | None, project_id: str | None
@@ -350,6 +346,18 @@ class Core:
     def export_subject(self, subject_id: str, project_id: str | None) -> Call[bytes]:
         """A streamed call: the client reads its JSON Lines itself (decode_export_line)."""
         return self._subject("GET", subject_id, "/export", bytes, project_id)
+
+
+def _uuid(value: UUID | str, field: str) -> UUID:
+    """An id argument, checked before anything is sent: a malformed one is the SDK's
+    `InvalidArgument` (a `ValidationError` naming the argument), not a bare `ValueError`."""
+    if isinstance(value, UUID):
+        return value
+    try:
+        return UUID(str(value).strip())
+    except ValueError:
+        shown = repr(value) if len(repr(value)) <= 66 else repr(value)[:66] + "..."
+        raise InvalidArgument(f"{field}: a UUID is expected, got {shown}", field=field) from None
 
 
 def _segment(value: str) -> str:
@@ -378,17 +386,12 @@ def extract_call(
     project_id: str | None,
     timeout: float | None,
 ) -> Call[ExtractResult]:
-    body = {
-        "project_id": core._project(project_id),
-        "subject_id": subject_id,
-        "messages": list(messages),
-        "write": write,
-    }
+    body = core._body(project_id, subject_id=subject_id, messages=list(messages), write=write)
     return Call(
         "POST",
         "/v1/extract",
         ExtractResult,
-        body=msgspec.json.encode(body),
+        body=body,
         timeout=timeout or EXTRACT_TIMEOUT_SECONDS,
     )
 
@@ -407,5 +410,14 @@ def request_headers(call: Call[Any], idempotency_key: str | None) -> dict[str, s
     return headers
 
 
-def should_retry(status_code: int) -> bool:
-    return status_code in RETRY_STATUSES
+def should_retry(response: httpx.Response) -> bool:
+    """429 always; a 503 only when the server sent `Retry-After` and did not mark it permanent."""
+    if response.status_code == 429:
+        return True
+    if response.status_code != 503 or parse_retry_after(response.headers.get("retry-after")) is None:
+        return False
+    try:
+        details = _ERROR_DECODER.decode(response.content).details or {}
+    except msgspec.DecodeError:
+        return True
+    return details.get("permanent") is not True

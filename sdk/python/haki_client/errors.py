@@ -58,6 +58,14 @@ class ValidationError(HakiError):
     code = "validation_error"
 
 
+class InvalidArgument(ValidationError, ValueError):
+    """An argument the client refuses before sending anything (a malformed id): `field` names it.
+    No request was made, so `status_code` is None. Also a `ValueError`, as it was before."""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message, details={"field": field})
+
+
 class BudgetExceeded(ValidationError):
     """`budget_tokens` is not a positive integer (a validation error of its own code)."""
 
@@ -78,7 +86,9 @@ class RateLimited(HakiError):
 
 
 class Unavailable(HakiError):
-    """503 after the retries ran out: database or embedder down."""
+    """503: database or embedder down (after the retries the server's `Retry-After` allowed ran
+    out), or a failure the server marks permanent, such as extraction not configured
+    (`details["permanent"]`, never retried)."""
 
     code = "unavailable"
 

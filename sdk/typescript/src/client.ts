@@ -1,10 +1,11 @@
 /**
  * `Haki`: a fetch-based client of one Haki server, with the Python SDK's behaviour
- * (sdk/python/haki_client/_core.py, _async.py): bounded retries of 429, 503 and lost connections
- * honouring `Retry-After`, one `Idempotency-Key` per write call reused across its retries, and a
- * typed `HakiError` for every error answer.
+ * (sdk/python/haki_client/_core.py, _async.py): bounded retries of 429, of a 503 the server asks
+ * to retry (`Retry-After`, not `details.permanent`) and of lost connections, one
+ * `Idempotency-Key` per write call reused across its retries, and a typed `HakiError` for every
+ * error answer and every argument refused before sending.
  */
-import { HakiConnectionError, HakiError, errorFor } from "./errors.js";
+import { HakiConnectionError, HakiError, InvalidArgument, errorFor } from "./errors.js";
 import type {
   ConflictList,
   ConflictSet,
@@ -34,7 +35,6 @@ import type {
 
 export const VERSION = "0.1.0";
 export const DEFAULT_BASE_URL = "http://127.0.0.1:8000";
-const RETRY_STATUSES = new Set([429, 503]);
 // POST /v1/extract waits for the server's chat model (HAKI_EXTRACT_TIMEOUT_SECONDS, 60 s by
 // default) and then the embedder: the client's own 10 s would give up first (as in Python).
 export const EXTRACT_TIMEOUT_MS = 120_000;
@@ -46,7 +46,10 @@ export interface HakiOptions {
   baseUrl?: string;
   /** Default: $HAKI_API_KEY. */
   apiKey?: string;
-  /** The default project of every call (a key reaches one project only); each method also takes it. */
+  /**
+   * Optional: without it, calls name no project and the server uses the key's (a key reaches one
+   * project only). Given, it is the default of every call; each method also takes it.
+   */
   projectId?: string;
   /** Per attempt, in milliseconds (default 10 000). */
   timeoutMs?: number;
@@ -61,7 +64,9 @@ export interface HakiOptions {
 }
 
 /**
- * Bounded retries of 429, 503 and lost connections.
+ * Bounded retries of 429, of a 503 the server asks to retry, and of lost connections. A 503 is
+ * retried only with a `Retry-After` header and without `details.permanent` in its body: a 503
+ * that says extraction is not configured fails the same way every time.
  *
  * The wait before retry n (0-based) is the server's `Retry-After` when it sends one, else
  * `backoff * 2**n` with jitter; either way at most `maxWait`, so a misbehaving server cannot
@@ -103,13 +108,31 @@ function env(name: string): string | undefined {
 
 const UUID_HEX = /^[0-9a-f]{32}$/i;
 
-/** Python's `str(UUID(value))`: braces, `urn:uuid:` and hyphens accepted; lower-case, hyphenated. */
-export function normaliseUuid(value: string): string {
-  let hex = value.trim().replace(/^urn:/i, "").replace(/^uuid:/i, "").replace(/^\{|\}$/g, "");
+/**
+ * Python's `str(UUID(value))`: braces, `urn:uuid:`, hyphens and spaces around accepted; lower-case,
+ * hyphenated. A malformed id is an `InvalidArgument` naming `field`, before anything is sent.
+ */
+export function normaliseUuid(value: string, field = "id"): string {
+  const text = typeof value === "string" ? value : String(value);
+  let hex = text.trim().replace(/^urn:/i, "").replace(/^uuid:/i, "").replace(/^\{|\}$/g, "");
   hex = hex.replace(/-/g, "");
-  if (!UUID_HEX.test(hex)) throw new TypeError(`badly formed UUID string: ${JSON.stringify(value)}`);
+  if (!UUID_HEX.test(hex)) {
+    throw new InvalidArgument(`${field}: a UUID is expected, got ${JSON.stringify(text).slice(0, 66)}`, field);
+  }
   hex = hex.toLowerCase();
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
+/** 429 always; a 503 only when the server sent `Retry-After` and did not mark it permanent. */
+function shouldRetry(response: Response, text: string): boolean {
+  if (response.status === 429) return true;
+  if (response.status !== 503 || parseRetryAfter(response.headers.get("retry-after")) === null) return false;
+  try {
+    const body = JSON.parse(text) as { details?: { permanent?: unknown } | null };
+    return body?.details?.permanent !== true;
+  } catch {
+    return true;
+  }
 }
 
 function iso(value: Date | string): string {
@@ -212,12 +235,15 @@ export class Haki {
     this.#fetch = f;
   }
 
-  #project(projectId: string | undefined): string {
-    const project = projectId || this.projectId;
-    if (!project) {
-      throw new TypeError("projectId is required (pass it, or give the client a default projectId)");
-    }
-    return project;
+  /** The project a call names; undefined leaves it out, and the server reads it from the key. */
+  #project(projectId: string | undefined): string | undefined {
+    return projectId || this.projectId || undefined;
+  }
+
+  /** A scoped request body: `project_id` first when there is one, then `fields`. */
+  #body(projectId: string | undefined, fields: Record<string, unknown>): Record<string, unknown> {
+    const project = this.#project(projectId);
+    return project ? { project_id: project, ...fields } : fields;
   }
 
   /** A call of one project: `project_id` (the client's default when not given) leads the query. */
@@ -281,7 +307,7 @@ export class Haki {
         await sleep(this.retry.delay(attempt, null));
         continue;
       }
-      if (RETRY_STATUSES.has(response.status) && attempt < this.retry.maxRetries) {
+      if (shouldRetry(response, text) && attempt < this.retry.maxRetries) {
         await sleep(this.retry.delay(attempt, parseRetryAfter(response.headers.get("retry-after"))));
         continue;
       }
@@ -297,16 +323,15 @@ export class Haki {
     facts: ReadonlyArray<FactIn | string>,
     options: { projectId?: string } = {},
   ): Promise<WriteFactsResponse> {
-    const body = {
-      project_id: this.#project(options.projectId),
+    const body = this.#body(options.projectId, {
       subject_id: subjectId,
       facts: facts.map((f) => (typeof f === "string" ? { content: f } : f)),
-    };
+    });
     return this.#run({ method: "POST", path: "/v1/facts", body });
   }
 
   async getFact(factId: string): Promise<Fact> {
-    return this.#run({ method: "GET", path: `/v1/facts/${normaliseUuid(factId)}` });
+    return this.#run({ method: "GET", path: `/v1/facts/${normaliseUuid(factId, "fact_id")}` });
   }
 
   async listFacts(subjectId?: string, options: ListFactsOptions = {}): Promise<FactPage> {
@@ -337,7 +362,7 @@ export class Haki {
     const body: Record<string, unknown> = {};
     if (changes.status !== undefined) body["status"] = changes.status;
     if (changes.validTo !== undefined) body["valid_to"] = iso(changes.validTo);
-    return this.#run({ method: "PATCH", path: `/v1/facts/${normaliseUuid(factId)}`, body });
+    return this.#run({ method: "PATCH", path: `/v1/facts/${normaliseUuid(factId, "fact_id")}`, body });
   }
 
   async retractFact(factId: string): Promise<Fact> {
@@ -349,7 +374,7 @@ export class Haki {
     events: ReadonlyArray<EventIn>,
     options: { projectId?: string } = {},
   ): Promise<WriteEventsResponse> {
-    const body = { project_id: this.#project(options.projectId), subject_id: subjectId, events };
+    const body = this.#body(options.projectId, { subject_id: subjectId, events });
     return this.#run({ method: "POST", path: "/v1/events", body });
   }
 
@@ -362,8 +387,8 @@ export class Haki {
   }
 
   async resolveConflict(conflictSetId: string, keep: ReadonlyArray<string>): Promise<ConflictSet> {
-    const path = `/v1/conflicts/${normaliseUuid(conflictSetId)}/resolve`;
-    return this.#run({ method: "POST", path, body: { keep: keep.map(normaliseUuid) } });
+    const path = `/v1/conflicts/${normaliseUuid(conflictSetId, "conflict_set_id")}/resolve`;
+    return this.#run({ method: "POST", path, body: { keep: keep.map((id, i) => normaliseUuid(id, `keep[${i}]`)) } });
   }
 
   // --- read side ----------------------------------------------------------------------------
@@ -374,20 +399,16 @@ export class Haki {
    * would have given at that instant (docs/time-travel.md).
    */
   async context(subjectId: string, query: string, options: ContextOptions = {}): Promise<ContextPacket> {
-    const body: Record<string, unknown> = {
-      project_id: this.#project(options.projectId),
-      subject_id: subjectId,
-      query,
-    };
-    if (options.budgetTokens !== undefined) body["budget_tokens"] = options.budgetTokens;
-    if (options.includeEpisodes !== undefined) body["include_episodes"] = options.includeEpisodes;
-    if (options.profile !== undefined) body["profile"] = options.profile;
-    if (options.asOf !== undefined) body["as_of"] = iso(options.asOf);
-    return this.#run({ method: "POST", path: "/v1/context", body });
+    const fields: Record<string, unknown> = { subject_id: subjectId, query };
+    if (options.budgetTokens !== undefined) fields["budget_tokens"] = options.budgetTokens;
+    if (options.includeEpisodes !== undefined) fields["include_episodes"] = options.includeEpisodes;
+    if (options.profile !== undefined) fields["profile"] = options.profile;
+    if (options.asOf !== undefined) fields["as_of"] = iso(options.asOf);
+    return this.#run({ method: "POST", path: "/v1/context", body: this.#body(options.projectId, fields) });
   }
 
   async inspect(traceId: string): Promise<Inspection> {
-    return this.#run({ method: "GET", path: `/v1/inspect/${normaliseUuid(traceId)}` });
+    return this.#run({ method: "GET", path: `/v1/inspect/${normaliseUuid(traceId, "trace_id")}` });
   }
 
   async stats(options: { projectId?: string } = {}): Promise<StatsOverview> {
@@ -409,7 +430,7 @@ export class Haki {
     if (options.profile !== undefined) body["profile"] = options.profile;
     if (options.recallMaxDistance !== undefined) body["recall_max_distance"] = options.recallMaxDistance;
     if (options.asOf !== undefined) body["as_of"] = iso(options.asOf);
-    return this.#run({ method: "POST", path: `/v1/inspect/${normaliseUuid(traceId)}/replay`, body });
+    return this.#run({ method: "POST", path: `/v1/inspect/${normaliseUuid(traceId, "trace_id")}/replay`, body });
   }
 
   /** What each active fact is worth: `order` "never_served", "most_served" (the server's default) or "most_dropped". */
@@ -424,20 +445,15 @@ export class Haki {
    * Stores each chat message as an event and the durable facts the server's chat model
    * (HAKI_EXTRACT_*) finds in them, linked to their events; `write: false` is a dry run.
    * `result.refused` lists what the model proposed and Haki refused, and why. Without a
-   * configured model the server answers 503 `unavailable` naming the setting (`details.setting`);
-   * like every 503 it is retried first (pass `maxRetries: 0` to the client to fail at once).
+   * configured model the server answers 503 `unavailable` naming the setting (`details.setting`),
+   * marked permanent: it is not retried.
    */
   async extract(
     subjectId: string,
     messages: ReadonlyArray<ExtractMessage>,
     options: ExtractOptions = {},
   ): Promise<ExtractResult> {
-    const body = {
-      project_id: this.#project(options.projectId),
-      subject_id: subjectId,
-      messages,
-      write: options.write ?? true,
-    };
+    const body = this.#body(options.projectId, { subject_id: subjectId, messages, write: options.write ?? true });
     const timeoutMs = options.timeoutMs || EXTRACT_TIMEOUT_MS;
     return this.#run({ method: "POST", path: "/v1/extract", body, timeoutMs });
   }
@@ -454,11 +470,11 @@ export class Haki {
 
   /** Erases one fact (to stop serving it but keep it, use `retractFact`). */
   async deleteFact(factId: string): Promise<FactErasure> {
-    return this.#run({ method: "DELETE", path: `/v1/facts/${normaliseUuid(factId)}` });
+    return this.#run({ method: "DELETE", path: `/v1/facts/${normaliseUuid(factId, "fact_id")}` });
   }
 
   async deleteEvent(eventId: string): Promise<EventErasure> {
-    return this.#run({ method: "DELETE", path: `/v1/events/${normaliseUuid(eventId)}` });
+    return this.#run({ method: "DELETE", path: `/v1/events/${normaliseUuid(eventId, "event_id")}` });
   }
 
   async listEvents(subjectId?: string, options: ListEventsOptions = {}): Promise<EventPage> {
@@ -481,7 +497,7 @@ export class Haki {
   }
 
   async getEvent(eventId: string): Promise<Event> {
-    return this.#run({ method: "GET", path: `/v1/events/${normaliseUuid(eventId)}` });
+    return this.#run({ method: "GET", path: `/v1/events/${normaliseUuid(eventId, "event_id")}` });
   }
 
   async listSubjects(options: ListSubjectsOptions = {}): Promise<SubjectPage> {

@@ -63,6 +63,16 @@ export class ValidationError extends HakiError {
   static defaultCode = "validation_error";
 }
 
+/**
+ * An argument the client refuses before sending anything (a malformed id): `field` names it,
+ * `status` is null (no request was made).
+ */
+export class InvalidArgument extends ValidationError {
+  constructor(message: string, field: string) {
+    super(message, { code: "validation_error", details: { field } });
+  }
+}
+
 /** `budget_tokens` is not a positive integer (a validation error of its own code). */
 export class BudgetExceeded extends ValidationError {
   static override defaultCode = "budget_exceeded";
@@ -78,7 +88,11 @@ export class RateLimited extends HakiError {
   static defaultCode = "rate_limited";
 }
 
-/** 503 after the retries ran out: database or embedder down. */
+/**
+ * 503: database or embedder down (after the retries the server's `Retry-After` allowed ran out),
+ * or a failure the server marks permanent, such as extraction not configured
+ * (`details.permanent`, never retried).
+ */
 export class Unavailable extends HakiError {
   static defaultCode = "unavailable";
 }

@@ -2,7 +2,7 @@
  * TypeScript client for Haki, the memory service for AI agents.
  *
  *   import { Haki, render } from "haki-client";
- *   const haki = new Haki({ baseUrl: "http://127.0.0.1:8000", apiKey: "hk_...", projectId: "demo" });
+ *   const haki = new Haki({ baseUrl: "http://127.0.0.1:8000", apiKey: "hk_..." }); // the key names its project
  *   await haki.writeFacts("alice", ["Alice works at Acme as a data engineer."]);
  *   console.log(render(await haki.context("alice", "Where does Alice work?")));
  */
@@ -32,6 +32,7 @@ export {
   Forbidden,
   HakiConnectionError,
   HakiError,
+  InvalidArgument,
   NotFound,
   RateLimited,
   Unauthorized,
@@ -42,3 +43,10 @@ export {
 export { CLOSE_TAG, OPEN_TAG, hidden, isEmpty, render } from "./render.js";
 export type { RenderOptions, RenderablePacket } from "./render.js";
 export type * from "./types.js";
+export {
+  DEFAULT_TOLERANCE_SECONDS,
+  EVENT_ID_HEADER,
+  SIGNATURE_HEADER,
+  verifyWebhookSignature,
+} from "./webhooks.js";
+export type { VerifyOptions } from "./webhooks.js";

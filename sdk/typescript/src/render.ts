@@ -37,6 +37,7 @@ const MAX_INT_DIGITS = 4300;
 /** The fields of a packet that `render` reads: any ContextPacket (from this client or as JSON). */
 export interface RenderablePacket {
   readonly facts: ReadonlyArray<{
+    readonly fact_id?: string;
     readonly content: string;
     readonly valid_from?: string | null;
     readonly valid_to?: string | null;
@@ -51,6 +52,11 @@ export interface RenderOptions {
    * open conflict, say): it then says that memory was held back and why. Off by default.
    */
   stateWarnings?: boolean;
+  /**
+   * End each fact's line with `[fact_id: <id>]`: the id to pass as `supersedes` when a new fact
+   * replaces that one. Off by default.
+   */
+  factIds?: boolean;
 }
 
 /** One line per item: a newline inside content would read as the start of another item. */
@@ -161,13 +167,14 @@ export function hidden(packet: RenderablePacket): Record<string, number> {
   return out;
 }
 
-function factLine(fact: RenderablePacket["facts"][number]): string {
+function factLine(fact: RenderablePacket["facts"][number], factIds: boolean): string {
   let line = `- ${clean(fact.content)}`;
   const from = fact.valid_from ?? null;
   const to = fact.valid_to ?? null;
   if (from !== null && to !== null) line += ` (valid ${when(from)} to ${when(to)})`;
   else if (from !== null) line += ` (since ${when(from)})`;
   else if (to !== null) line += ` (until ${when(to)})`;
+  if (factIds) line += ` [fact_id: ${(fact.fact_id ?? "").toLowerCase()}]`;
   return line;
 }
 
@@ -191,7 +198,7 @@ export function render(packet: RenderablePacket, options: RenderOptions = {}): s
   const lines = [OPEN_TAG];
   if (packet.facts.length > 0) {
     lines.push("Facts:");
-    for (const fact of packet.facts) lines.push(factLine(fact));
+    for (const fact of packet.facts) lines.push(factLine(fact, options.factIds === true));
   }
   if (packet.episodes.length > 0) {
     lines.push("Episodes:");

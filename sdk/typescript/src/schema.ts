@@ -333,6 +333,64 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the project's webhooks with their deliveries by status
+         * @description Never shows a secret. `dead` counts the dead letters.
+         */
+        get: operations["V1WebhooksListWebhooks"];
+        put?: never;
+        /**
+         * Subscribe a URL to events of the key's project
+         * @description The URL must be http(s), and every address its host resolves to public, unless the host is listed in HAKI_WEBHOOK_ALLOWED_HOSTS: otherwise a 422 `url_refused`, and nothing is sent to it. The answer carries the signing `secret`, shown this once. Each committed change of a subscribed kind is then posted to the URL, signed (`Haki-Signature`), with a stable `Haki-Event-Id`, in order per subject, retried with exponential back-off until HAKI_WEBHOOK_MAX_ATTEMPTS, then kept as a dead letter.
+         */
+        post: operations["V1WebhooksCreateWebhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{webhook_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Delete a webhook and its deliveries */
+        delete: operations["V1WebhooksWebhookIdDeleteWebhook"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{webhook_id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List a webhook's deliveries, newest first (`status=dead`: its dead letters) */
+        get: operations["V1WebhooksWebhookIdDeliveriesListDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -347,9 +405,13 @@ export interface components {
             /**
              * Format: uuid
              * @description Fact id (UUIDv7: ids sort by creation time).
+             * @example 0190f5b2-7c4e-7a39-9f1e-3c2b1a0d4e5f
              */
             fact_id: string;
-            /** @description The memory text, as written. */
+            /**
+             * @description The memory text, as written.
+             * @example Alice works at Acme as a data engineer.
+             */
             content: string;
             /**
              * @description The member fact's current status.
@@ -369,11 +431,18 @@ export interface components {
             /**
              * Format: uuid
              * @description Conflict set id.
+             * @example 0190f5b2-7c4e-7a39-9f1e-3c2b1a0d4e5f
              */
             conflict_set_id: string;
-            /** @description Project (tenant) id. */
+            /**
+             * @description Project (tenant) id.
+             * @example demo
+             */
             project_id: string;
-            /** @description Subject id the memory is about. */
+            /**
+             * @description Subject id the memory is about.
+             * @example alice
+             */
             subject_id: string;
             /** @description The slot name the member facts disagree on. */
             key: string;
@@ -397,6 +466,7 @@ export interface components {
             /**
              * Format: uuid
              * @description Id of the context call; GET /v1/inspect/{trace_id} explains it.
+             * @example 0190f5b2-7c4e-7a39-9f1e-3c2b1a0d4e5f
              */
             trace_id: string;
             /**
@@ -427,11 +497,20 @@ export interface components {
         };
         /** ContextRequest */
         ContextRequest: {
-            /** @description Project (tenant) id. Optional: omitted, it is the API key's project; another project than the key's is a 403 `forbidden`. */
+            /**
+             * @description Project (tenant) id. Optional: omitted, it is the API key's project; another project than the key's is a 403 `forbidden`.
+             * @example demo
+             */
             project_id?: string;
-            /** @description Subject the memory is about (a user, a customer, a repository). */
+            /**
+             * @description Subject the memory is about (a user, a customer, a repository).
+             * @example alice
+             */
             subject_id: string;
-            /** @description What the agent is about to answer, 1..4000 characters. */
+            /**
+             * @description What the agent is about to answer, 1..4000 characters.
+             * @example Where does Alice work?
+             */
             query: string;
             /**
              * @description Token ceiling of the packet (estimated as len(text)//4, at least 1 per item). Anything but a positive integer (up to 2^63-1) is a 400 budget_exceeded.
@@ -448,8 +527,31 @@ export interface components {
              * @enum {null|string}
              */
             profile?: "unified" | "facts_first" | null;
-            /** @description RFC 3339 instant, not in the future: build the packet the memory would have given then (facts believed then, validity, staleness and recency at that instant, the conflicts open then, the events held then). Data erased since cannot come back. Absent or null: now. */
+            /**
+             * @description RFC 3339 instant, not in the future: build the packet the memory would have given then (facts believed then, validity, staleness and recency at that instant, the conflicts open then, the events held then). Data erased since cannot come back. Absent or null: now.
+             * @example null
+             */
             as_of?: string | null;
+        };
+        /** CreateWebhookRequest */
+        CreateWebhookRequest: {
+            /**
+             * @description Project (tenant) id. Optional: omitted, it is the API key's project; another project than the key's is a 403 `forbidden`.
+             * @example demo
+             */
+            project_id?: string;
+            /**
+             * @description The receiver: an http(s) URL whose host resolves to public addresses only, or a host listed in HAKI_WEBHOOK_ALLOWED_HOSTS.
+             * @example https://hooks.example.com/haki
+             */
+            url: string;
+            /** @description The event kinds to deliver (1..6, each once). */
+            events: ("conflict.opened" | "conflict.resolved" | "fact.superseded" | "fact.retracted" | "subject.erased" | "extraction.completed")[];
+            /**
+             * @description Whether payloads carry memory content (the facts' texts); false: ids, keys and counts only.
+             * @default false
+             */
+            include_content?: boolean;
         };
         /** Decision */
         Decision: {
@@ -487,7 +589,7 @@ export interface components {
         };
         /** ErrorBody */
         ErrorBody: {
-            /** @description snake_case error code, one of: validation_error, budget_exceeded, unauthorized, forbidden, not_found, method_not_allowed, conflict, payload_too_large, unsupported_media_type, rate_limited, internal, extractor_error, extractor_timeout, unavailable */
+            /** @description snake_case error code, one of: validation_error, budget_exceeded, unauthorized, forbidden, not_found, method_not_allowed, conflict, embedding_model_mismatch, payload_too_large, unsupported_media_type, url_refused, rate_limited, internal, extractor_error, extractor_timeout, unavailable */
             code: string;
             /** @description What went wrong, for humans. */
             message: string;
@@ -501,13 +603,23 @@ export interface components {
             /**
              * Format: uuid
              * @description Event id (UUIDv7: ids sort by creation time).
+             * @example 0190f5b2-7c4e-7a39-9f1e-3c2b1a0d4e5f
              */
             event_id: string;
-            /** @description Project (tenant) id. */
+            /**
+             * @description Project (tenant) id.
+             * @example demo
+             */
             project_id: string;
-            /** @description Subject id the memory is about. */
+            /**
+             * @description Subject id the memory is about.
+             * @example alice
+             */
             subject_id: string;
-            /** @description The memory text, as written. */
+            /**
+             * @description The memory text, as written.
+             * @example Alice works at Acme as a data engineer.
+             */
             content: string;
             /**
              * Format: date-time
@@ -519,7 +631,12 @@ export interface components {
              * @description When the service recorded it (set by the server).
              */
             recorded_at: string;
-            /** @description Free-form JSON object, returned as written. */
+            /**
+             * @description Free-form JSON object, returned as written.
+             * @example {
+             *       "source": "crm"
+             *     }
+             */
             metadata: {
                 [key: string]: unknown;
             };
@@ -529,9 +646,13 @@ export interface components {
             /**
              * Format: uuid
              * @description Event id (UUIDv7: ids sort by creation time).
+             * @example 0190f5b2-7c4e-7a39-9f1e-3c2b1a0d4e5f
              */
             event_id: string;
-            /** @description Subject id the memory is about. */
+            /**
+             * @description Subject id the memory is about.
+             * @example alice
+             */
             subject_id: string;
             /**
              * Format: date-time
@@ -545,14 +666,23 @@ export interface components {
         };
         /** EventIn */
         EventIn: {
-            /** @description The memory text, 1..8000 characters. */
+            /**
+             * @description The memory text, 1..8000 characters.
+             * @example Alice works at Acme as a data engineer.
+             */
             content: string;
             /**
              * Format: date-time
              * @description When it happened (RFC 3339 with an offset).
+             * @example 2026-11-20T10:00:00Z
              */
             occurred_at: string;
-            /** @description Free-form JSON object, returned as written. */
+            /**
+             * @description Free-form JSON object, returned as written.
+             * @example {
+             *       "source": "crm"
+             *     }
+             */
             metadata?: {
                 [key: string]: unknown;
             } | null;
@@ -569,6 +699,7 @@ export interface components {
             /**
              * Format: uuid
              * @description Event id (UUIDv7: ids sort by creation time).
+             * @example 0190f5b2-7c4e-7a39-9f1e-3c2b1a0d4e5f
              */
             event_id: string;
         };
@@ -579,16 +710,28 @@ export interface components {
              * @enum {string}
              */
             role: "user" | "assistant" | "system" | "tool" | "developer";
-            /** @description The message text, 1..7984 characters; stored as the event `role: content`. */
+            /**
+             * @description The message text, 1..7984 characters; stored as the event `role: content`.
+             * @example I left Acme, I'm a data engineer at Globex now.
+             */
             content: string;
-            /** @description When it was said (RFC 3339 with an offset). Omitted: the time of the request (plus i microseconds for the i-th message, so the conversation keeps its order). */
+            /**
+             * @description When it was said (RFC 3339 with an offset). Omitted: the time of the request (plus i microseconds for the i-th message, so the conversation keeps its order).
+             * @example null
+             */
             occurred_at?: string | null;
         };
         /** ExtractRequest */
         ExtractRequest: {
-            /** @description Project (tenant) id. Optional: omitted, it is the API key's project; another project than the key's is a 403 `forbidden`. */
+            /**
+             * @description Project (tenant) id. Optional: omitted, it is the API key's project; another project than the key's is a 403 `forbidden`.
+             * @example demo
+             */
             project_id?: string;
-            /** @description Subject the memory is about (a user, a customer, a repository). */
+            /**
+             * @description Subject the memory is about (a user, a customer, a repository).
+             * @example alice
+             */
             subject_id: string;
             /** @description 1..100 chat messages, oldest first. */
             messages: components["schemas"]["ExtractMessage"][];
@@ -617,7 +760,10 @@ export interface components {
         ExtractedFact: {
             /** @description The written fact; null on a dry run. */
             fact_id: string | null;
-            /** @description The memory text, as written. */
+            /**
+             * @description The memory text, as written.
+             * @example Alice works at Acme as a data engineer.
+             */
             content: string;
             /** @description Slot name the model gave, if any. */
             key: string | null;
@@ -640,13 +786,23 @@ export interface components {
             /**
              * Format: uuid
              * @description Fact id (UUIDv7: ids sort by creation time).
+             * @example 0190f5b2-7c4e-7a39-9f1e-3c2b1a0d4e5f
              */
             fact_id: string;
-            /** @description Project (tenant) id. */
+            /**
+             * @description Project (tenant) id.
+             * @example demo
+             */
             project_id: string;
-            /** @description Subject id the memory is about. */
+            /**
+             * @description Subject id the memory is about.
+             * @example alice
+             */
             subject_id: string;
-            /** @description The memory text, as written. */
+            /**
+             * @description The memory text, as written.
+             * @example Alice works at Acme as a data engineer.
+             */
             content: string;
             /** @description Slot name used for conflict detection, if any. */
             key: string | null;
@@ -675,7 +831,12 @@ export interface components {
             supersedes: string | null;
             /** @description The event this fact was extracted from, if any. */
             source_event_id: string | null;
-            /** @description Free-form JSON object, returned as written. */
+            /**
+             * @description Free-form JSON object, returned as written.
+             * @example {
+             *       "source": "crm"
+             *     }
+             */
             metadata: {
                 [key: string]: unknown;
             };
@@ -701,9 +862,13 @@ export interface components {
             /**
              * Format: uuid
              * @description Fact id (UUIDv7: ids sort by creation time).
+             * @example 0190f5b2-7c4e-7a39-9f1e-3c2b1a0d4e5f
              */
             fact_id: string;
-            /** @description Subject id the memory is about. */
+            /**
+             * @description Subject id the memory is about.
+             * @example alice
+             */
             subject_id: string;
             /**
              * Format: date-time
@@ -723,13 +888,25 @@ export interface components {
         };
         /** FactIn */
         FactIn: {
-            /** @description The memory text, 1..8000 characters. */
+            /**
+             * @description The memory text, 1..8000 characters.
+             * @example Alice works at Acme as a data engineer.
+             */
             content: string;
-            /** @description Optional slot name (employer, city...). Two active facts of one scope with the same key and different content open a ConflictSet. */
+            /**
+             * @description Optional slot name (employer, city...). Two active facts of one scope with the same key and different content open a ConflictSet.
+             * @example employer
+             */
             key?: string | null;
-            /** @description Start of business validity (when the fact became true); omit if unknown. */
+            /**
+             * @description Start of business validity (when the fact became true); omit if unknown.
+             * @example 2026-03-01T00:00:00Z
+             */
             valid_from?: string | null;
-            /** @description End of business validity; must be after valid_from. Omit: open-ended. */
+            /**
+             * @description End of business validity; must be after valid_from. Omit: open-ended.
+             * @example null
+             */
             valid_to?: string | null;
             /**
              * @description A volatile fact goes stale after stale_after_seconds.
@@ -737,13 +914,27 @@ export interface components {
              * @enum {string}
              */
             volatility?: "stable" | "volatile";
-            /** @description Volatile facts only: seconds after coalesce(valid_from, recorded_from) at which the fact is stale. Default from HAKI_VOLATILE_STALE_AFTER_SECONDS. */
+            /**
+             * @description Volatile facts only: seconds after coalesce(valid_from, recorded_from) at which the fact is stale. Default from HAKI_VOLATILE_STALE_AFTER_SECONDS.
+             * @example null
+             */
             stale_after_seconds?: number | null;
-            /** @description An active fact of the same scope that this fact replaces. */
+            /**
+             * @description An active fact of the same scope that this fact replaces.
+             * @example null
+             */
             supersedes?: string | null;
-            /** @description The event of the same scope this fact was extracted from. */
+            /**
+             * @description The event of the same scope this fact was extracted from.
+             * @example null
+             */
             source_event_id?: string | null;
-            /** @description Free-form JSON object, returned as written. */
+            /**
+             * @description Free-form JSON object, returned as written.
+             * @example {
+             *       "source": "crm"
+             *     }
+             */
             metadata?: {
                 [key: string]: unknown;
             } | null;
@@ -757,7 +948,10 @@ export interface components {
         };
         /** FactStats */
         FactStats: {
-            /** @description Project (tenant) id. */
+            /**
+             * @description Project (tenant) id.
+             * @example demo
+             */
             project_id: string;
             /** @description The subject asked for; null: the whole project. */
             subject_id: string | null;
@@ -779,11 +973,18 @@ export interface components {
             /**
              * Format: uuid
              * @description Fact id (UUIDv7: ids sort by creation time).
+             * @example 0190f5b2-7c4e-7a39-9f1e-3c2b1a0d4e5f
              */
             fact_id: string;
-            /** @description Subject id the memory is about. */
+            /**
+             * @description Subject id the memory is about.
+             * @example alice
+             */
             subject_id: string;
-            /** @description The memory text, as written. */
+            /**
+             * @description The memory text, as written.
+             * @example Alice works at Acme as a data engineer.
+             */
             content: string;
             /** @description Slot name, if any. */
             key: string | null;
@@ -801,6 +1002,7 @@ export interface components {
             /**
              * Format: uuid
              * @description Fact id (UUIDv7: ids sort by creation time).
+             * @example 0190f5b2-7c4e-7a39-9f1e-3c2b1a0d4e5f
              */
             fact_id: string;
             /**
@@ -833,6 +1035,7 @@ export interface components {
             /**
              * Format: uuid
              * @description Id of the context call; GET /v1/inspect/{trace_id} explains it.
+             * @example 0190f5b2-7c4e-7a39-9f1e-3c2b1a0d4e5f
              */
             trace_id: string;
             /**
@@ -840,9 +1043,15 @@ export interface components {
              * @enum {string}
              */
             profile: "unified" | "facts_first";
-            /** @description Project (tenant) id. */
+            /**
+             * @description Project (tenant) id.
+             * @example demo
+             */
             project_id: string;
-            /** @description Subject id the memory is about. */
+            /**
+             * @description Subject id the memory is about.
+             * @example alice
+             */
             subject_id: string;
             /** @description The query of the call. */
             query: string;
@@ -887,9 +1096,13 @@ export interface components {
             /**
              * Format: uuid
              * @description Event id (UUIDv7: ids sort by creation time).
+             * @example 0190f5b2-7c4e-7a39-9f1e-3c2b1a0d4e5f
              */
             event_id: string;
-            /** @description The memory text, as written. */
+            /**
+             * @description The memory text, as written.
+             * @example Alice works at Acme as a data engineer.
+             */
             content: string;
             /**
              * Format: date-time
@@ -906,9 +1119,13 @@ export interface components {
             /**
              * Format: uuid
              * @description Fact id (UUIDv7: ids sort by creation time).
+             * @example 0190f5b2-7c4e-7a39-9f1e-3c2b1a0d4e5f
              */
             fact_id: string;
-            /** @description The memory text, as written. */
+            /**
+             * @description The memory text, as written.
+             * @example Alice works at Acme as a data engineer.
+             */
             content: string;
             /** @description Hybrid score (similarity, full-text rank and recency; the weights may change). */
             score: number;
@@ -935,10 +1152,14 @@ export interface components {
         PatchFactRequest: {
             /**
              * @description Only `retracted`: facts are never deleted.
+             * @example retracted
              * @enum {null|string}
              */
             status?: "retracted" | null;
-            /** @description End of business validity; must be after valid_from. */
+            /**
+             * @description End of business validity; must be after valid_from.
+             * @example null
+             */
             valid_to?: string | null;
         };
         /** RefusedFact */
@@ -1031,12 +1252,20 @@ export interface components {
         };
         /** ResolveConflictRequest */
         ResolveConflictRequest: {
-            /** @description Members that stay active; every other member becomes superseded. */
+            /**
+             * @description Members that stay active; every other member becomes superseded.
+             * @example [
+             *       "0190f5b2-7c4e-7a39-9f1e-3c2b1a0d4e5f"
+             *     ]
+             */
             keep: string[];
         };
         /** StatsOverview */
         StatsOverview: {
-            /** @description Project (tenant) id. */
+            /**
+             * @description Project (tenant) id.
+             * @example demo
+             */
             project_id: string;
             /** @description Context calls logged for the project. */
             context_calls: number;
@@ -1064,9 +1293,15 @@ export interface components {
         };
         /** SubjectErasure */
         SubjectErasure: {
-            /** @description Project (tenant) id. */
+            /**
+             * @description Project (tenant) id.
+             * @example demo
+             */
             project_id: string;
-            /** @description Subject id the memory is about. */
+            /**
+             * @description Subject id the memory is about.
+             * @example alice
+             */
             subject_id: string;
             /**
              * Format: date-time
@@ -1097,7 +1332,10 @@ export interface components {
         };
         /** SubjectSummary */
         SubjectSummary: {
-            /** @description Subject id the memory is about. */
+            /**
+             * @description Subject id the memory is about.
+             * @example alice
+             */
             subject_id: string;
             /** @description Facts of the subject, any status. */
             facts: number;
@@ -1109,11 +1347,137 @@ export interface components {
              */
             last_write_at: string;
         };
+        /** WebhookCreated */
+        WebhookCreated: {
+            /**
+             * Format: uuid
+             * @description Webhook subscription id.
+             */
+            webhook_id: string;
+            /**
+             * @description Project (tenant) id.
+             * @example demo
+             */
+            project_id: string;
+            /** @description The receiver's URL. */
+            url: string;
+            /** @description The event kinds delivered. */
+            events: string[];
+            /** @description Whether payloads carry memory content. */
+            include_content: boolean;
+            /**
+             * Format: date-time
+             * @description When the subscription was made.
+             */
+            created_at: string;
+            /** @description The signing secret (`whsec_...`), shown this once: verify each delivery's `Haki-Signature` with it (the SDKs' verify function). */
+            secret: string;
+        };
+        /** WebhookDeleted */
+        WebhookDeleted: {
+            /**
+             * Format: uuid
+             * @description Webhook subscription id.
+             */
+            webhook_id: string;
+            /** @description Always true: the webhook and its deliveries are gone. */
+            deleted: boolean;
+        };
+        /** WebhookDelivery */
+        WebhookDelivery: {
+            /**
+             * Format: uuid
+             * @description The event's id, the same at every attempt.
+             */
+            event_id: string;
+            /** @description The event kind. */
+            type: string;
+            /**
+             * @description Subject id the memory is about.
+             * @example alice
+             */
+            subject_id: string;
+            /**
+             * @description `pending` (waiting), `delivered` (a 2xx answer) or `dead` (a dead letter).
+             * @enum {string}
+             */
+            status: "pending" | "delivered" | "dead";
+            /** @description Attempts made. */
+            attempts: number;
+            /**
+             * Format: date-time
+             * @description When the change committed.
+             */
+            created_at: string;
+            /**
+             * Format: date-time
+             * @description When a pending delivery is tried next.
+             */
+            next_attempt_at: string;
+            /** @description The last attempt; null: none yet. */
+            last_attempt_at: string | null;
+            /** @description The receiver's HTTP status at the last attempt; null: no answer. */
+            last_status: number | null;
+            /** @description Why the last attempt failed (never the receiver's body). */
+            last_error: string | null;
+            /** @description When the receiver accepted it. */
+            delivered_at: string | null;
+        };
+        /** WebhookDeliveryList */
+        WebhookDeliveryList: {
+            /** @description The webhook's deliveries, newest event first. */
+            deliveries: components["schemas"]["WebhookDelivery"][];
+        };
+        /** WebhookList */
+        WebhookList: {
+            /** @description The project's webhooks, oldest first. */
+            webhooks: components["schemas"]["WebhookSummary"][];
+        };
+        /** WebhookSummary */
+        WebhookSummary: {
+            /**
+             * Format: uuid
+             * @description Webhook subscription id.
+             */
+            webhook_id: string;
+            /**
+             * @description Project (tenant) id.
+             * @example demo
+             */
+            project_id: string;
+            /** @description The receiver's URL. */
+            url: string;
+            /** @description The event kinds delivered. */
+            events: string[];
+            /** @description Whether payloads carry memory content. */
+            include_content: boolean;
+            /**
+             * Format: date-time
+             * @description When the subscription was made.
+             */
+            created_at: string;
+            /** @description Deliveries waiting for their first or next attempt. */
+            pending: number;
+            /** @description Deliveries the receiver accepted (2xx), still on record. */
+            delivered: number;
+            /** @description Dead letters: deliveries that failed HAKI_WEBHOOK_MAX_ATTEMPTS times. */
+            dead: number;
+            /** @description The last attempt; null: none yet. */
+            last_attempt_at: string | null;
+            /** @description The receiver's HTTP status at the last attempt; null: no answer. */
+            last_status: number | null;
+        };
         /** WriteEventsRequest */
         WriteEventsRequest: {
-            /** @description Project (tenant) id. Optional: omitted, it is the API key's project; another project than the key's is a 403 `forbidden`. */
+            /**
+             * @description Project (tenant) id. Optional: omitted, it is the API key's project; another project than the key's is a 403 `forbidden`.
+             * @example demo
+             */
             project_id?: string;
-            /** @description Subject the memory is about (a user, a customer, a repository). */
+            /**
+             * @description Subject the memory is about (a user, a customer, a repository).
+             * @example alice
+             */
             subject_id: string;
             /** @description 1..1000 events, written atomically. */
             events: components["schemas"]["EventIn"][];
@@ -1125,9 +1489,15 @@ export interface components {
         };
         /** WriteFactsRequest */
         WriteFactsRequest: {
-            /** @description Project (tenant) id. Optional: omitted, it is the API key's project; another project than the key's is a 403 `forbidden`. */
+            /**
+             * @description Project (tenant) id. Optional: omitted, it is the API key's project; another project than the key's is a 403 `forbidden`.
+             * @example demo
+             */
             project_id?: string;
-            /** @description Subject the memory is about (a user, a customer, a repository). */
+            /**
+             * @description Subject the memory is about (a user, a customer, a repository).
+             * @example alice
+             */
             subject_id: string;
             /** @description 1..1000 facts, written atomically. */
             facts: components["schemas"]["FactIn"][];
@@ -1164,7 +1534,7 @@ export interface operations {
                     "application/json": components["schemas"]["Health"];
                 };
             };
-            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1191,7 +1561,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1268,7 +1638,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            /** @description conflict: e.g. an Idempotency-Key reused with another body; embedding_model_mismatch: the project's vectors were made by another embedding model than the server's (`details.project_model`, `details.server_model`); nothing was served or written: run `haki reembed --project P` with the server's model, or serve with the project's */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -1295,7 +1665,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            /** @description validation_error: a rule only the service can check; `details.field` names the field; url_refused: POST /v1/webhooks: the URL is not http(s), does not resolve, or resolves to a private, loopback or link-local address whose host HAKI_WEBHOOK_ALLOWED_HOSTS does not list; nothing was sent to it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -1313,7 +1683,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1390,7 +1760,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            /** @description conflict: e.g. an Idempotency-Key reused with another body; embedding_model_mismatch: the project's vectors were made by another embedding model than the server's (`details.project_model`, `details.server_model`); nothing was served or written: run `haki reembed --project P` with the server's model, or serve with the project's */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -1417,7 +1787,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            /** @description validation_error: a rule only the service can check; `details.field` names the field; url_refused: POST /v1/webhooks: the URL is not http(s), does not resolve, or resolves to a private, loopback or link-local address whose host HAKI_WEBHOOK_ALLOWED_HOSTS does not list; nothing was sent to it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -1435,7 +1805,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1516,7 +1886,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            /** @description conflict: e.g. an Idempotency-Key reused with another body; embedding_model_mismatch: the project's vectors were made by another embedding model than the server's (`details.project_model`, `details.server_model`); nothing was served or written: run `haki reembed --project P` with the server's model, or serve with the project's */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -1543,7 +1913,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            /** @description validation_error: a rule only the service can check; `details.field` names the field; url_refused: POST /v1/webhooks: the URL is not http(s), does not resolve, or resolves to a private, loopback or link-local address whose host HAKI_WEBHOOK_ALLOWED_HOSTS does not list; nothing was sent to it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -1561,7 +1931,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1646,7 +2016,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            /** @description conflict: e.g. an Idempotency-Key reused with another body; embedding_model_mismatch: the project's vectors were made by another embedding model than the server's (`details.project_model`, `details.server_model`); nothing was served or written: run `haki reembed --project P` with the server's model, or serve with the project's */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -1673,7 +2043,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            /** @description validation_error: a rule only the service can check; `details.field` names the field; url_refused: POST /v1/webhooks: the URL is not http(s), does not resolve, or resolves to a private, loopback or link-local address whose host HAKI_WEBHOOK_ALLOWED_HOSTS does not list; nothing was sent to it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -1691,7 +2061,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1772,7 +2142,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            /** @description conflict: e.g. an Idempotency-Key reused with another body; embedding_model_mismatch: the project's vectors were made by another embedding model than the server's (`details.project_model`, `details.server_model`); nothing was served or written: run `haki reembed --project P` with the server's model, or serve with the project's */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -1799,7 +2169,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            /** @description validation_error: a rule only the service can check; `details.field` names the field; url_refused: POST /v1/webhooks: the URL is not http(s), does not resolve, or resolves to a private, loopback or link-local address whose host HAKI_WEBHOOK_ALLOWED_HOSTS does not list; nothing was sent to it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -1817,7 +2187,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1894,7 +2264,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            /** @description conflict: e.g. an Idempotency-Key reused with another body; embedding_model_mismatch: the project's vectors were made by another embedding model than the server's (`details.project_model`, `details.server_model`); nothing was served or written: run `haki reembed --project P` with the server's model, or serve with the project's */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -1921,7 +2291,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            /** @description validation_error: a rule only the service can check; `details.field` names the field; url_refused: POST /v1/webhooks: the URL is not http(s), does not resolve, or resolves to a private, loopback or link-local address whose host HAKI_WEBHOOK_ALLOWED_HOSTS does not list; nothing was sent to it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -1939,7 +2309,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2016,7 +2386,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            /** @description conflict: e.g. an Idempotency-Key reused with another body; embedding_model_mismatch: the project's vectors were made by another embedding model than the server's (`details.project_model`, `details.server_model`); nothing was served or written: run `haki reembed --project P` with the server's model, or serve with the project's */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -2043,7 +2413,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            /** @description validation_error: a rule only the service can check; `details.field` names the field; url_refused: POST /v1/webhooks: the URL is not http(s), does not resolve, or resolves to a private, loopback or link-local address whose host HAKI_WEBHOOK_ALLOWED_HOSTS does not list; nothing was sent to it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -2061,7 +2431,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2144,7 +2514,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            /** @description conflict: e.g. an Idempotency-Key reused with another body; embedding_model_mismatch: the project's vectors were made by another embedding model than the server's (`details.project_model`, `details.server_model`); nothing was served or written: run `haki reembed --project P` with the server's model, or serve with the project's */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -2171,7 +2541,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            /** @description validation_error: a rule only the service can check; `details.field` names the field; url_refused: POST /v1/webhooks: the URL is not http(s), does not resolve, or resolves to a private, loopback or link-local address whose host HAKI_WEBHOOK_ALLOWED_HOSTS does not list; nothing was sent to it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -2189,7 +2559,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2270,7 +2640,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            /** @description conflict: e.g. an Idempotency-Key reused with another body; embedding_model_mismatch: the project's vectors were made by another embedding model than the server's (`details.project_model`, `details.server_model`); nothing was served or written: run `haki reembed --project P` with the server's model, or serve with the project's */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -2297,7 +2667,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            /** @description validation_error: a rule only the service can check; `details.field` names the field; url_refused: POST /v1/webhooks: the URL is not http(s), does not resolve, or resolves to a private, loopback or link-local address whose host HAKI_WEBHOOK_ALLOWED_HOSTS does not list; nothing was sent to it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -2315,7 +2685,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2396,7 +2766,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            /** @description conflict: e.g. an Idempotency-Key reused with another body; embedding_model_mismatch: the project's vectors were made by another embedding model than the server's (`details.project_model`, `details.server_model`); nothing was served or written: run `haki reembed --project P` with the server's model, or serve with the project's */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -2423,7 +2793,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            /** @description validation_error: a rule only the service can check; `details.field` names the field; url_refused: POST /v1/webhooks: the URL is not http(s), does not resolve, or resolves to a private, loopback or link-local address whose host HAKI_WEBHOOK_ALLOWED_HOSTS does not list; nothing was sent to it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -2441,7 +2811,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2522,7 +2892,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            /** @description conflict: e.g. an Idempotency-Key reused with another body; embedding_model_mismatch: the project's vectors were made by another embedding model than the server's (`details.project_model`, `details.server_model`); nothing was served or written: run `haki reembed --project P` with the server's model, or serve with the project's */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -2549,7 +2919,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            /** @description validation_error: a rule only the service can check; `details.field` names the field; url_refused: POST /v1/webhooks: the URL is not http(s), does not resolve, or resolves to a private, loopback or link-local address whose host HAKI_WEBHOOK_ALLOWED_HOSTS does not list; nothing was sent to it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -2567,7 +2937,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2645,7 +3015,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            /** @description conflict: e.g. an Idempotency-Key reused with another body; embedding_model_mismatch: the project's vectors were made by another embedding model than the server's (`details.project_model`, `details.server_model`); nothing was served or written: run `haki reembed --project P` with the server's model, or serve with the project's */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -2672,7 +3042,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            /** @description validation_error: a rule only the service can check; `details.field` names the field; url_refused: POST /v1/webhooks: the URL is not http(s), does not resolve, or resolves to a private, loopback or link-local address whose host HAKI_WEBHOOK_ALLOWED_HOSTS does not list; nothing was sent to it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -2690,7 +3060,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2773,7 +3143,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            /** @description conflict: e.g. an Idempotency-Key reused with another body; embedding_model_mismatch: the project's vectors were made by another embedding model than the server's (`details.project_model`, `details.server_model`); nothing was served or written: run `haki reembed --project P` with the server's model, or serve with the project's */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -2800,7 +3170,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            /** @description validation_error: a rule only the service can check; `details.field` names the field; url_refused: POST /v1/webhooks: the URL is not http(s), does not resolve, or resolves to a private, loopback or link-local address whose host HAKI_WEBHOOK_ALLOWED_HOSTS does not list; nothing was sent to it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -2818,7 +3188,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2895,7 +3265,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            /** @description conflict: e.g. an Idempotency-Key reused with another body; embedding_model_mismatch: the project's vectors were made by another embedding model than the server's (`details.project_model`, `details.server_model`); nothing was served or written: run `haki reembed --project P` with the server's model, or serve with the project's */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -2922,7 +3292,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            /** @description validation_error: a rule only the service can check; `details.field` names the field; url_refused: POST /v1/webhooks: the URL is not http(s), does not resolve, or resolves to a private, loopback or link-local address whose host HAKI_WEBHOOK_ALLOWED_HOSTS does not list; nothing was sent to it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -2940,7 +3310,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3021,7 +3391,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            /** @description conflict: e.g. an Idempotency-Key reused with another body; embedding_model_mismatch: the project's vectors were made by another embedding model than the server's (`details.project_model`, `details.server_model`); nothing was served or written: run `haki reembed --project P` with the server's model, or serve with the project's */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -3048,7 +3418,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            /** @description validation_error: a rule only the service can check; `details.field` names the field; url_refused: POST /v1/webhooks: the URL is not http(s), does not resolve, or resolves to a private, loopback or link-local address whose host HAKI_WEBHOOK_ALLOWED_HOSTS does not list; nothing was sent to it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -3066,7 +3436,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3143,7 +3513,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            /** @description conflict: e.g. an Idempotency-Key reused with another body; embedding_model_mismatch: the project's vectors were made by another embedding model than the server's (`details.project_model`, `details.server_model`); nothing was served or written: run `haki reembed --project P` with the server's model, or serve with the project's */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -3170,7 +3540,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            /** @description validation_error: a rule only the service can check; `details.field` names the field; url_refused: POST /v1/webhooks: the URL is not http(s), does not resolve, or resolves to a private, loopback or link-local address whose host HAKI_WEBHOOK_ALLOWED_HOSTS does not list; nothing was sent to it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -3188,7 +3558,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3268,7 +3638,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            /** @description conflict: e.g. an Idempotency-Key reused with another body; embedding_model_mismatch: the project's vectors were made by another embedding model than the server's (`details.project_model`, `details.server_model`); nothing was served or written: run `haki reembed --project P` with the server's model, or serve with the project's */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -3295,7 +3665,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            /** @description validation_error: a rule only the service can check; `details.field` names the field; url_refused: POST /v1/webhooks: the URL is not http(s), does not resolve, or resolves to a private, loopback or link-local address whose host HAKI_WEBHOOK_ALLOWED_HOSTS does not list; nothing was sent to it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -3313,7 +3683,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3394,7 +3764,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            /** @description conflict: e.g. an Idempotency-Key reused with another body; embedding_model_mismatch: the project's vectors were made by another embedding model than the server's (`details.project_model`, `details.server_model`); nothing was served or written: run `haki reembed --project P` with the server's model, or serve with the project's */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -3421,7 +3791,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            /** @description validation_error: a rule only the service can check; `details.field` names the field; url_refused: POST /v1/webhooks: the URL is not http(s), does not resolve, or resolves to a private, loopback or link-local address whose host HAKI_WEBHOOK_ALLOWED_HOSTS does not list; nothing was sent to it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -3439,7 +3809,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3518,7 +3888,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            /** @description conflict: e.g. an Idempotency-Key reused with another body; embedding_model_mismatch: the project's vectors were made by another embedding model than the server's (`details.project_model`, `details.server_model`); nothing was served or written: run `haki reembed --project P` with the server's model, or serve with the project's */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -3545,7 +3915,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            /** @description validation_error: a rule only the service can check; `details.field` names the field; url_refused: POST /v1/webhooks: the URL is not http(s), does not resolve, or resolves to a private, loopback or link-local address whose host HAKI_WEBHOOK_ALLOWED_HOSTS does not list; nothing was sent to it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -3563,7 +3933,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3643,7 +4013,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            /** @description conflict: e.g. an Idempotency-Key reused with another body; embedding_model_mismatch: the project's vectors were made by another embedding model than the server's (`details.project_model`, `details.server_model`); nothing was served or written: run `haki reembed --project P` with the server's model, or serve with the project's */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -3670,7 +4040,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            /** @description validation_error: a rule only the service can check; `details.field` names the field; url_refused: POST /v1/webhooks: the URL is not http(s), does not resolve, or resolves to a private, loopback or link-local address whose host HAKI_WEBHOOK_ALLOWED_HOSTS does not list; nothing was sent to it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -3688,7 +4058,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3767,7 +4137,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            /** @description conflict: e.g. an Idempotency-Key reused with another body; embedding_model_mismatch: the project's vectors were made by another embedding model than the server's (`details.project_model`, `details.server_model`); nothing was served or written: run `haki reembed --project P` with the server's model, or serve with the project's */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -3794,7 +4164,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            /** @description validation_error: a rule only the service can check; `details.field` names the field; url_refused: POST /v1/webhooks: the URL is not http(s), does not resolve, or resolves to a private, loopback or link-local address whose host HAKI_WEBHOOK_ALLOWED_HOSTS does not list; nothing was sent to it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -3812,7 +4182,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description unavailable: database or embedder down, or a statement timeout; retry */
+            /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3902,7 +4272,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description conflict: e.g. an Idempotency-Key reused with another body */
+            /** @description conflict: e.g. an Idempotency-Key reused with another body; embedding_model_mismatch: the project's vectors were made by another embedding model than the server's (`details.project_model`, `details.server_model`); nothing was served or written: run `haki reembed --project P` with the server's model, or serve with the project's */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -3929,7 +4299,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description validation_error: a rule only the service can check; `details.field` names the field */
+            /** @description validation_error: a rule only the service can check; `details.field` names the field; url_refused: POST /v1/webhooks: the URL is not http(s), does not resolve, or resolves to a private, loopback or link-local address whose host HAKI_WEBHOOK_ALLOWED_HOSTS does not list; nothing was sent to it */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -3956,7 +4326,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description unavailable: extraction not configured (`details.setting` names the missing HAKI_EXTRACT_* setting); unavailable: database or embedder down, or a statement timeout; retry */
+            /** @description unavailable: extraction not configured (`details.setting` names the missing HAKI_EXTRACT_* setting); unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3967,6 +4337,500 @@ export interface operations {
             };
             /** @description extractor_timeout: POST /v1/extract: no answer from the chat model within HAKI_EXTRACT_TIMEOUT_SECONDS; nothing was written */
             504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1WebhooksListWebhooks: {
+        parameters: {
+            query?: {
+                /** @description Project id. Optional: omitted, it is the key's project; another project is a 403 `forbidden`. */
+                project_id?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookList"];
+                };
+            };
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: missing, unknown or revoked API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden: the key belongs to another project */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such resource in the key's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description method_not_allowed: the route does not take this method */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict: e.g. an Idempotency-Key reused with another body; embedding_model_mismatch: the project's vectors were made by another embedding model than the server's (`details.project_model`, `details.server_model`); nothing was served or written: run `haki reembed --project P` with the server's model, or serve with the project's */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large: the body exceeds HAKI_MAX_BODY_BYTES */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unsupported_media_type: a body sent under a Content-Type that is not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description validation_error: a rule only the service can check; `details.field` names the field; url_refused: POST /v1/webhooks: the URL is not http(s), does not resolve, or resolves to a private, loopback or link-local address whose host HAKI_WEBHOOK_ALLOWED_HOSTS does not list; nothing was sent to it */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description rate_limited: too many requests for this API key, or too many characters to embed for this project (HAKI_EMBED_CHARS_PER_MINUTE); wait `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1WebhooksCreateWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateWebhookRequest"];
+            };
+        };
+        responses: {
+            /** @description Document created, URL follows */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookCreated"];
+                };
+            };
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: missing, unknown or revoked API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden: the key belongs to another project */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such resource in the key's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description method_not_allowed: the route does not take this method */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict: e.g. an Idempotency-Key reused with another body; embedding_model_mismatch: the project's vectors were made by another embedding model than the server's (`details.project_model`, `details.server_model`); nothing was served or written: run `haki reembed --project P` with the server's model, or serve with the project's */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large: the body exceeds HAKI_MAX_BODY_BYTES */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unsupported_media_type: a body sent under a Content-Type that is not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description validation_error: a rule only the service can check; `details.field` names the field; url_refused: POST /v1/webhooks: the URL is not http(s), does not resolve, or resolves to a private, loopback or link-local address whose host HAKI_WEBHOOK_ALLOWED_HOSTS does not list; nothing was sent to it */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description rate_limited: too many requests for this API key, or too many characters to embed for this project (HAKI_EMBED_CHARS_PER_MINUTE); wait `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1WebhooksWebhookIdDeleteWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A webhook_id of the key's project. */
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookDeleted"];
+                };
+            };
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: missing, unknown or revoked API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden: the key belongs to another project */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such resource in the key's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description method_not_allowed: the route does not take this method */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict: e.g. an Idempotency-Key reused with another body; embedding_model_mismatch: the project's vectors were made by another embedding model than the server's (`details.project_model`, `details.server_model`); nothing was served or written: run `haki reembed --project P` with the server's model, or serve with the project's */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large: the body exceeds HAKI_MAX_BODY_BYTES */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unsupported_media_type: a body sent under a Content-Type that is not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description validation_error: a rule only the service can check; `details.field` names the field; url_refused: POST /v1/webhooks: the URL is not http(s), does not resolve, or resolves to a private, loopback or link-local address whose host HAKI_WEBHOOK_ALLOWED_HOSTS does not list; nothing was sent to it */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description rate_limited: too many requests for this API key, or too many characters to embed for this project (HAKI_EMBED_CHARS_PER_MINUTE); wait `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    V1WebhooksWebhookIdDeliveriesListDeliveries: {
+        parameters: {
+            query?: {
+                /** @description Only deliveries with this status. */
+                status?: "pending" | "delivered" | "dead" | null;
+                /** @description At most this many, 1..500. */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /** @description A webhook_id of the key's project. */
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookDeliveryList"];
+                };
+            };
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unauthorized: missing, unknown or revoked API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description forbidden: the key belongs to another project */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not_found: no such resource in the key's project */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description method_not_allowed: the route does not take this method */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict: e.g. an Idempotency-Key reused with another body; embedding_model_mismatch: the project's vectors were made by another embedding model than the server's (`details.project_model`, `details.server_model`); nothing was served or written: run `haki reembed --project P` with the server's model, or serve with the project's */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description payload_too_large: the body exceeds HAKI_MAX_BODY_BYTES */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unsupported_media_type: a body sent under a Content-Type that is not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description validation_error: a rule only the service can check; `details.field` names the field; url_refused: POST /v1/webhooks: the URL is not http(s), does not resolve, or resolves to a private, loopback or link-local address whose host HAKI_WEBHOOK_ALLOWED_HOSTS does not list; nothing was sent to it */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description rate_limited: too many requests for this API key, or too many characters to embed for this project (HAKI_EMBED_CHARS_PER_MINUTE); wait `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };

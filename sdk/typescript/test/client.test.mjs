@@ -16,6 +16,7 @@ import {
   Haki,
   HakiConnectionError,
   HakiError,
+  InvalidArgument,
   NotFound,
   RateLimited,
   RetryPolicy,
@@ -120,12 +121,19 @@ describe("client pieces", () => {
     assert.equal(normaliseUuid(id), id.toLowerCase());
     assert.equal(normaliseUuid(`{${id}}`), id.toLowerCase());
     assert.equal(normaliseUuid(`urn:uuid:${id.replace(/-/g, "")}`), id.toLowerCase());
-    assert.throws(() => normaliseUuid("../v1/facts"), TypeError);
-  });
-
-  test("projectId is required, from the call or the client", async () => {
-    const haki = new Haki({ baseUrl: "http://127.0.0.1:9", apiKey: "hk_x" });
-    await assert.rejects(() => haki.context("s", "q"), /projectId is required/);
+    assert.equal(normaliseUuid(`  ${id} `), id.toLowerCase());
+    const err = (() => {
+      try {
+        normaliseUuid("../v1/facts", "trace_id");
+      } catch (e) {
+        return e;
+      }
+    })();
+    assert.ok(err instanceof InvalidArgument && err instanceof ValidationError && err instanceof HakiError);
+    assert.equal(err.field, "trace_id");
+    assert.equal(err.code, "validation_error");
+    assert.equal(err.status, null);
+    assert.ok(err.message.startsWith("trace_id: a UUID is expected"), err.message);
   });
 });
 
@@ -288,17 +296,17 @@ describe("lifecycle and extraction calls on the wire", () => {
           ["GET", "/v1/subjects?project_id=q&limit=2&cursor=c2", false],
         ],
       );
-      assert.throws(() => normaliseUuid("../v1/facts"), TypeError);
-      await assert.rejects(() => haki.deleteFact("../subjects/x"), TypeError);
+      assert.throws(() => normaliseUuid("../v1/facts"), ValidationError);
+      await assert.rejects(() => haki.deleteFact("../subjects/x"), (e) => e instanceof InvalidArgument && e.field === "fact_id");
     } finally {
       await server.close();
     }
   });
 
-  test("extract: the body, write true by default, a 503 retried with one key like every write", async () => {
+  test("extract: the body, write true by default, a 503 with Retry-After retried with one key like every write", async () => {
     const server = await scripted((attempt) =>
       attempt < 2
-        ? [503, { "content-type": "application/json" }, JSON.stringify({ code: "unavailable", message: "no model", details: { setting: "HAKI_EXTRACT_BASE_URL" } })]
+        ? [503, { "content-type": "application/json", "retry-after": "0" }, JSON.stringify({ code: "unavailable", message: "embedder down", details: null })]
         : [200, { "content-type": "application/json" }, '{"written":true,"events":[],"facts":[],"refused":[]}'],
     );
     try {
@@ -754,27 +762,27 @@ describe("memory lifecycle and extraction against a real haki serve", { skip: li
   test("extract without a configured chat model: the typed 503 naming the setting, nothing written", async () => {
     const subject = unique("extract");
     const messages = [{ role: "user", content: "I moved to Lyon last month." }];
-    // maxRetries 0: a 503 is retried like any other, and this one does not pass with time.
     const once = new Haki({ baseUrl: BASE_URL, apiKey: API_KEY, projectId: PROJECT, maxRetries: 0 });
     const err = await once.extract(subject, messages).catch((e) => e);
     assert.ok(err instanceof Unavailable, String(err));
     assert.equal(err.code, "unavailable");
     assert.equal(err.status, 503);
     assert.equal(err.details.setting, "HAKI_EXTRACT_BASE_URL");
+    assert.equal(err.details.permanent, true);
+    assert.equal(err.retryAfter, null);
     assert.ok(err.message.includes("HAKI_EXTRACT_BASE_URL"), err.message);
     const dry = await once.extract(subject, messages, { write: false }).catch((e) => e);
     assert.ok(dry instanceof Unavailable);
     assert.deepEqual((await haki.listEvents(subject)).events, []);
     assert.deepEqual((await haki.listFacts(subject)).facts, []);
 
-    // The default client retries it as the Python SDK does, one Idempotency-Key for every attempt.
+    // The default client does not retry it: the server marks it permanent and sends no Retry-After.
     const proxy = await scripted(() => "proxy");
     try {
       const retrying = new Haki({ baseUrl: proxy.url, apiKey: API_KEY, projectId: PROJECT, backoffMs: 1 });
       const again = await retrying.extract(subject, messages).catch((e) => e);
       assert.ok(again instanceof Unavailable);
-      assert.equal(proxy.seen.length, 4, "the first attempt and three retries");
-      assert.equal(new Set(proxy.seen.map((s) => s.headers["idempotency-key"])).size, 1);
+      assert.equal(proxy.seen.length, 1, "one attempt, no retry");
     } finally {
       await proxy.close();
     }

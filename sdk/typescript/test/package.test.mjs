@@ -1,4 +1,5 @@
-// What `npm pack` produces is a usable package: ESM, types included, no runtime dependency.
+// What `npm pack` produces is a usable package: ESM and CommonJS (dual build), types included,
+// no runtime dependency.
 // A consumer project outside this one installs the tarball, type-checks the README's quick start
 // (examples/quickstart.ts) and a file of deliberate type errors under `strict`, then runs the
 // quick start against the real server when there is one (scripts/test_typescript.sh).
@@ -30,10 +31,15 @@ test("npm pack gives an ESM package with types and no runtime dependency, usable
   const manifest = JSON.parse(readFileSync(join(installed, "package.json"), "utf8"));
   assert.equal(manifest.type, "module");
   assert.equal(manifest.dependencies, undefined, "zero runtime dependencies");
-  assert.equal(manifest.exports["."].types, "./dist/index.d.ts");
+  assert.equal(manifest.exports["."].import.types, "./dist/index.d.ts");
+  assert.equal(manifest.exports["."].require.types, "./dist/cjs/index.d.ts");
   const shipped = readdirSync(join(installed, "dist"));
   for (const file of ["index.js", "index.d.ts", "client.js", "render.js", "schema.d.ts"]) {
     assert.ok(shipped.includes(file), `${file} is shipped`);
+  }
+  const cjs = readdirSync(join(installed, "dist", "cjs"));
+  for (const file of ["index.js", "index.d.ts", "client.js", "render.js", "package.json"]) {
+    assert.ok(cjs.includes(file), `cjs/${file} is shipped`);
   }
   assert.ok(!shipped.some((f) => f.endsWith(".ts") && !f.endsWith(".d.ts")), "no TypeScript sources shipped");
 
@@ -89,4 +95,63 @@ export async function check(packet: ContextPacket, fact: Fact): Promise<string> 
   assert.match(out, /\ntrace [0-9a-f-]{36}: \d+\/900 tokens\n/);
   assert.ok(out.includes("budget_exceeded (HTTP 400): "), out);
   if (process.env.HAKI_QUICKSTART_OUTPUT) writeFileSync(process.env.HAKI_QUICKSTART_OUTPUT, out);
+});
+
+test("the packed package works from require() and from import, with one behaviour", () => {
+  const dir = mkdtempSync(join(tmpdir(), "haki-ts-cjs-"));
+  const consumer = packInto(dir);
+  // A CommonJS project (no "type"): require() gets the CommonJS build.
+  writeFileSync(join(consumer, "package.json"), JSON.stringify({ private: true }));
+  const program = (load) => `${load}
+const packet = {
+  trace_id: "0190f5b2-7c4e-7a39-9f1e-3c2b1a0d4e5f", profile: "unified", status: "ok", warnings: [],
+  empty_reason: null, budget_tokens: 900, used_tokens: 3,
+  facts: [{ fact_id: "0190f5b2-7c4e-7a39-9f1e-000000000001", content: "Maya is a nurse.", valid_from: null, valid_to: null }],
+  episodes: [],
+};
+let field = null;
+try { haki.normaliseUuid("garbage", "trace_id"); } catch (e) { field = e instanceof haki.ValidationError ? e.field : "untyped"; }
+console.log(JSON.stringify({ haki: typeof haki.Haki, text: haki.render(packet, { factIds: true }), field }));
+`;
+  writeFileSync(join(consumer, "use.cjs"), program('const haki = require("haki-client");'));
+  writeFileSync(join(consumer, "use.mjs"), program('import * as haki from "haki-client";'));
+  const outputs = ["use.cjs", "use.mjs"].map((file) => {
+    const run = spawnSync(process.execPath, [join(consumer, file)], { cwd: consumer, encoding: "utf8" });
+    assert.equal(run.status, 0, `${file}: ${run.stderr}`);
+    return JSON.parse(run.stdout);
+  });
+  assert.deepEqual(outputs[0], outputs[1]);
+  assert.deepEqual(outputs[0], {
+    haki: "function",
+    text: "<haki_memory>\nFacts:\n- Maya is a nurse. [fact_id: 0190f5b2-7c4e-7a39-9f1e-000000000001]\n</haki_memory>",
+    field: "trace_id",
+  });
+  // TypeScript resolves the CommonJS entry's types from a .cts file, under strict.
+  writeFileSync(
+    join(consumer, "tsconfig.json"),
+    JSON.stringify({
+      compilerOptions: {
+        target: "ES2022",
+        module: "NodeNext",
+        moduleResolution: "NodeNext",
+        strict: true,
+        noEmit: true,
+        skipLibCheck: false,
+        types: [],
+        lib: ["ES2022", "DOM"],
+      },
+      include: ["*.cts"],
+    }),
+  );
+  writeFileSync(
+    join(consumer, "typed.cts"),
+    `import haki = require("haki-client");
+const client = new haki.Haki({ baseUrl: "http://127.0.0.1:8000" });
+export const pending: Promise<haki.ContextPacket> = client.context("s", "q");
+// @ts-expect-error factIds is a boolean
+haki.render({ facts: [], episodes: [] }, { factIds: "yes" });
+`,
+  );
+  const compiled = spawnSync(process.execPath, [TSC, "-p", consumer], { encoding: "utf8" });
+  assert.equal(compiled.status, 0, compiled.stdout + compiled.stderr);
 });

@@ -140,6 +140,7 @@ function randomPacket(r, i) {
       warnings,
     },
     state_warnings: r() < 0.5,
+    fact_ids: r() < 0.5,
   };
 }
 
@@ -164,16 +165,34 @@ test(
     const cases = Array.from({ length: 400 }, (_, i) => randomPacket(r, i));
     const expected = pythonRender(cases);
     let compared = 0;
-    for (const [i, { packet, state_warnings: stateWarnings }] of cases.entries()) {
+    for (const [i, { packet, state_warnings: stateWarnings, fact_ids: factIds }] of cases.entries()) {
       const want = expected[i];
       const where = `seed ${seed}, packet ${i}: ${JSON.stringify(packet)}`;
       if (want.error !== undefined) {
-        assert.throws(() => render(packet, { stateWarnings }), where);
+        assert.throws(() => render(packet, { stateWarnings, factIds }), where);
       } else {
-        assert.equal(render(packet, { stateWarnings }), want.text, where);
+        assert.equal(render(packet, { stateWarnings, factIds }), want.text, where);
         compared += 1;
       }
     }
     assert.ok(compared > 300, `only ${compared} of 400 packets were renderable by Python (seed ${seed})`);
+  },
+);
+
+test(
+  "factIds ends each fact's line with its id, as Python's fact_ids=True does",
+  { skip: process.env.HAKI_PYTHON ? false : "HAKI_PYTHON is not set (scripts/test_typescript.sh sets it)" },
+  () => {
+    const renderable = golden.filter((c) => c.expected.error === undefined);
+    const expected = pythonRender(renderable.map((c) => ({ ...c, fact_ids: true })));
+    let withIds = 0;
+    for (const [i, { name, packet, state_warnings: stateWarnings }] of renderable.entries()) {
+      const text = render(packet, { stateWarnings, factIds: true });
+      assert.equal(text, expected[i].text, name);
+      for (const fact of packet.facts) {
+        if (text.includes(`[fact_id: ${fact.fact_id}]`)) withIds += 1;
+      }
+    }
+    assert.ok(withIds > 5, `only ${withIds} fact lines carried their id`);
   },
 );
