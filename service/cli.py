@@ -1,4 +1,4 @@
-"""`haki` command line: serve, migrate, doctor, keys (docs/spec/api.md, "Command line")."""
+"""`haki` command line: serve, migrate, doctor, keys, import, reembed (docs/spec/api.md, "Command line")."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import msgspec
 
 from service import __version__
 from service.api import auth
-from service.db import connect
+from service.db import connect, init_connection
 from service.db.embedded import DataDirVersionError
 from service.db.migrations import MigrationError, migrate
 from service.repository import health as health_repo
@@ -158,12 +158,24 @@ def _keys_create(settings: Settings, args: argparse.Namespace) -> int:
 def _keys_revoke(settings: Settings, args: argparse.Namespace) -> int:
     target: str = args.key
 
-    async def work(conn: asyncpg.Connection) -> bool:
+    async def work(conn: asyncpg.Connection) -> bool | str:
         if target.startswith(auth.KEY_PREFIX):
             return await auth.revoke_key(conn, target)
-        if not args.project:
-            raise SettingsError("revoking by key id needs --project PROJECT_ID")
-        return await auth.revoke_key_id(conn, args.project, UUID(target))
+        key_id = UUID(target)
+        project = args.project
+        if not project:
+            # A key id names one key in practice (a random UUID); one held by two projects
+            # cannot tell which is meant.
+            holders = {
+                r["project_id"] for r in await keys_repo.list_api_keys(conn, None) if r["key_id"] == key_id
+            }
+            if len(holders) > 1:
+                named = ", ".join(sorted(holders))
+                return f"key id {key_id} is in {len(holders)} projects ({named}): pass --project"
+            if not holders:
+                return False
+            (project,) = holders
+        return await auth.revoke_key_id(conn, project, key_id)
 
     if not target.startswith(auth.KEY_PREFIX):
         try:
@@ -171,11 +183,14 @@ def _keys_revoke(settings: Settings, args: argparse.Namespace) -> int:
         except ValueError:
             print(
                 f"haki: {target!r} is neither an API key ({auth.KEY_PREFIX}...) nor a key id (a UUID, "
-                "as `haki keys list PROJECT_ID` shows)",
+                "as `haki keys list` shows)",
                 file=sys.stderr,
             )
             return 2
     revoked = asyncio.run(_with_migrated_conn(settings, work))
+    if isinstance(revoked, str):
+        print(f"haki: {revoked}", file=sys.stderr)
+        return 2
     print("revoked" if revoked else "no such live key", file=sys.stderr)
     return 0 if revoked else 1
 
@@ -184,16 +199,18 @@ KEYS_HEADER = "key_id\tcreated_at\tstate\tlabel"
 
 
 def _keys_list(settings: Settings, args: argparse.Namespace) -> int:
-    rows = asyncio.run(
-        _with_migrated_conn(settings, lambda conn: keys_repo.list_api_keys(conn, args.project_id))
-    )
+    project: str | None = args.project_id
+    rows = asyncio.run(_with_migrated_conn(settings, lambda conn: keys_repo.list_api_keys(conn, project)))
     if not rows:
-        print(f"no keys for project {args.project_id!r} (`haki keys create` makes one)", file=sys.stderr)
+        where = f"for project {project!r}" if project else "in any project"
+        print(f"no keys {where} (`haki keys create` makes one)", file=sys.stderr)
         return 0
-    print(KEYS_HEADER)
+    # Without a project, every project's keys, each line led by its project.
+    print(KEYS_HEADER if project else f"project_id\t{KEYS_HEADER}")
     for r in rows:
         state = f"revoked {r['revoked_at'].isoformat()}" if r["revoked_at"] else "live"
-        print(f"{r['key_id']}\t{r['created_at'].isoformat()}\t{state}\t{r['label'] or ''}")
+        line = f"{r['key_id']}\t{r['created_at'].isoformat()}\t{state}\t{r['label'] or ''}"
+        print(line if project else f"{r['project_id']}\t{line}")
     return 0
 
 
@@ -272,6 +289,102 @@ def _purge(settings: Settings, args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _reembed(settings: Settings, args: argparse.Namespace) -> int:
+    """`haki reembed`: the project's vectors made again by HAKI_EMBED_MODEL, then one switch."""
+    from service.memory import reembed
+
+    project: str = args.project
+    if (problem := scope_id_problem(project)) is not None:
+        print(f"haki reembed: --project {problem}", file=sys.stderr)
+        return 2
+    if not 1 <= args.batch <= reembed.MAX_BATCH:
+        print(f"haki reembed: --batch must be 1..{reembed.MAX_BATCH}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(_run_reembed(settings, args, project))
+    except KeyboardInterrupt:
+        print("haki reembed: interrupted; the same command resumes", file=sys.stderr)
+        return 130
+
+
+async def _run_reembed(settings: Settings, args: argparse.Namespace, project: str) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    from service.embedding.embedder import EmbedderConfigError, EmbedderError, build_embedder, check_embedder
+    from service.memory import reembed
+
+    embedder = build_embedder(settings)
+    conn: asyncpg.Connection | None = None
+    try:
+        try:
+            await check_embedder(embedder)
+        except EmbedderConfigError as exc:
+            print(f"haki reembed: {exc}", file=sys.stderr)
+            return 2
+        conn = await connect(settings)
+        await _migrated(conn, settings)
+        await init_connection(conn)  # the vector codec, once pgvector is there
+        if args.dry_run:
+            run = await reembed.dry_run(conn, embedder, project)
+            where = run.plan
+            if where.current:
+                print(f"{project}: its vectors are already {where.model}: nothing to do")
+                return 0
+            now = where.previous_model or "unrecorded"
+            per_text_ms = run.seconds_per_text * 1000
+            print(
+                f"{project}: {where.facts} fact(s) and {where.events} event(s), now {now}; "
+                f"{where.remaining} to embed with {where.model} ({where.done} already done); "
+                f"{run.sample} sampled in {run.sample_seconds:.2f} s ({per_text_ms:.1f} ms a text): "
+                f"about {run.estimated_seconds:.0f} s"
+            )
+            return 0
+        console = Console(stderr=True)
+        bar = Progress(
+            "[bold]{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            console=console,
+        )
+        task = bar.add_task(f"re-embedding {project}", total=None)
+
+        def on_plan(where: reembed.ReembedPlan) -> None:
+            bar.update(task, total=where.total, completed=where.done)
+
+        try:
+            with bar:
+                result = await reembed.reembed(
+                    conn,
+                    embedder,
+                    project,
+                    batch_size=args.batch,
+                    on_plan=on_plan,
+                    on_batch=lambda n: bar.advance(task, n),
+                )
+        except (EmbedderError, asyncpg.PostgresError, OSError) as exc:
+            print(
+                f"haki reembed: stopped ({exc}); what was embedded is kept, the same command resumes",
+                file=sys.stderr,
+            )
+            return 1
+        if not result.switched:
+            print(f"{project}: its vectors are already {result.model}: nothing to do")
+            return 0
+        print(
+            f"{project}: switched from {result.previous_model or 'unrecorded'} to {result.model}: "
+            f"{result.facts} fact(s) and {result.events} event(s) ({result.embedded} embedded now, "
+            f"{result.reused} from an earlier run, {result.caught_up} written meanwhile); serve with "
+            "this HAKI_EMBED_MODEL from now on"
+        )
+        return 0
+    finally:
+        if conn is not None:
+            await conn.close()
+        await embedder.aclose()
 
 
 def _import_export_document(settings: Settings, args: argparse.Namespace, path: Path) -> int:
@@ -389,14 +502,18 @@ COMMANDS: tuple[Command, ...] = (
         help="revoke a key at once (the key itself, or a key id)",
         args=(
             arg("key", metavar="KEY_OR_KEY_ID", help="the key (hk_...) or its key id (a UUID)"),
-            arg("--project", default=None, help="the project, when revoking by key id"),
+            arg(
+                "--project",
+                default=None,
+                help="the project, when revoking by key id (needed only when two projects hold it)",
+            ),
         ),
     ),
     Command(
         ("keys", "list"),
         _keys_list,
-        help="list the keys of a project (ids, never the keys)",
-        args=(arg("project_id", metavar="PROJECT_ID"),),
+        help="list the keys of a project, or of every project (ids, never the keys)",
+        args=(arg("project_id", metavar="PROJECT_ID", nargs="?", default=None),),
     ),
     Command(
         ("import",),
@@ -439,6 +556,24 @@ COMMANDS: tuple[Command, ...] = (
         "http://127.0.0.1:8000) with the key in HAKI_API_KEY; HAKI_PROJECT_ID is optional (default: "
         "the key's project). Exits with status 2 when the key is missing or refused or no server "
         "answers. Logs go to stderr.",
+    ),
+    Command(
+        ("reembed",),
+        _reembed,
+        help="re-embed a project's facts and events with HAKI_EMBED_MODEL, online, then switch it",
+        description="Writes the configured model's vectors beside the served ones, a batch at a "
+        "time (progress on stderr), while the service goes on serving the old ones; then one "
+        "transaction swaps them in and records the project's new model. Writes that land meanwhile "
+        "are embedded by the switch. A run that stops keeps its batches: the same command resumes. "
+        "Afterwards serve with the same HAKI_EMBED_PROVIDER and HAKI_EMBED_MODEL: a server on the "
+        "old model answers embedding_model_mismatch for the project.",
+        epilog="Exit status: 0 switched, or nothing to do; 1 stopped by an error (the same command "
+        "resumes); 2 usage or embedder error; 130 interrupted (resumable).",
+        args=(
+            arg("--project", required=True, help="project id"),
+            arg("--dry-run", action="store_true", help="embed a sample, estimate the time, write nothing"),
+            arg("--batch", type=int, default=64, help="texts per batch (1..1000)"),
+        ),
     ),
     Command(
         ("purge",),

@@ -40,7 +40,7 @@ from service.context.model import Assembled, Candidate, Packed, Probe, Retrieved
 from service.embedding.embedder import Embedder
 from service.ids import uuid7
 from service.observability.timing import StageTimer
-from service.repository import Conn
+from service.repository import Conn, embedding_model
 from service.repository import context as repo
 from service.settings import ContextProfile
 from service.structs import ContextPacket, Decision
@@ -60,8 +60,10 @@ EMBEDDING_UNAVAILABLE = (
 # --- the call's terms: plan mode and durability ---------------------------------------------
 
 
-async def open_context_call(conn: Conn) -> None:
-    """The terms of the call, for its transaction only, in one round trip:
+async def open_context_call(conn: Conn, project_id: str | None = None, model: str | None = None) -> None:
+    """The terms of the call, for its transaction only, in one round trip, which also reads the
+    model of `project_id`'s vectors: a call whose embedder is another `model` is refused
+    (embedding_model_mismatch) before any retrieval, without a round trip of its own:
     - the plan mode: every statement of the call runs under its generic plan, built once per
       connection (each has one right plan for every scope; the walks pick an exact scan or their
       bucket's HNSW graph when they run, migration 0017), with HNSW allowed EF_SEARCH rows and an
@@ -70,7 +72,9 @@ async def open_context_call(conn: Conn) -> None:
       crash can lose the last few hundred ms of traces, never corrupt them; memories are never
       written by a context call (docs/performance.md). As a statement of its own before the
       trace write it cost a round trip on the call's critical path (0.37-0.49 ms a call)."""
-    await repo.open_context_call(conn, EF_SEARCH)
+    recorded = await repo.open_context_call(conn, EF_SEARCH, project_id)
+    if project_id is not None and model is not None:
+        embedding_model.require_model(project_id, recorded, model)
 
 
 # --- steps shared by both profiles -------------------------------------------------------------

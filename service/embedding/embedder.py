@@ -164,6 +164,15 @@ def resolve_local_model_dir(embed_model: str | None) -> Path:
     return path
 
 
+def local_model_label(embed_model: str | None) -> str:
+    """The model's part of the embedder's name, which a project records with its vectors: the
+    bundled model under one name whatever alias selected it, a directory by its own name (not its
+    path), so that moving the directory does not make its vectors another model's."""
+    if embed_model is None or embed_model in _BUNDLED_MODEL_ALIASES:
+        return LOCAL_MODEL_NAME
+    return Path(embed_model).expanduser().resolve().name or embed_model
+
+
 def _read_hidden_size(model_dir: Path) -> int:
     config_path = model_dir / "config.json"
     try:
@@ -188,7 +197,7 @@ class LocalEmbedder:
     def __init__(self, settings: Settings) -> None:
         self._model_dir = resolve_local_model_dir(settings.embed_model)
         self.dim = _read_hidden_size(self._model_dir)
-        model_label = settings.embed_model if settings.embed_model else LOCAL_MODEL_NAME
+        model_label = local_model_label(settings.embed_model)
         self._auto = settings.embed_backend == "auto"
         self.backend: LocalBackend = _resolve_backend(settings.embed_backend)
         # The name tells vector spaces apart: ONNX fp32 gives torch's vectors, int8 does not.
@@ -666,10 +675,14 @@ def _hash_slots(feature: str, dim: int, count: int) -> tuple[tuple[int, float], 
 
 
 class HashEmbedder:
-    """Deterministic bag-of-words hashing; a stand-in for SQL tests and benchmarks, not for recall quality."""
+    """Deterministic bag-of-words hashing; a stand-in for SQL tests and benchmarks, not for recall quality.
 
-    def __init__(self, dim: int = EMBED_DIM) -> None:
-        self.name = "hash"
+    `model` (HAKI_EMBED_MODEL with HAKI_EMBED_PROVIDER=hash) salts every feature: another vector
+    space under another name (`hash:<model>`), as a second model would be; unset, the plain `hash`."""
+
+    def __init__(self, dim: int = EMBED_DIM, model: str | None = None) -> None:
+        self.name = "hash" if not model else f"hash:{model}"
+        self._salt = "" if not model else f"{model}\x00"
         self.dim = dim
         empty = np.zeros(dim, dtype=np.float32)
         empty[0] = 1.0
@@ -686,13 +699,13 @@ class HashEmbedder:
             return self._empty
         vec = np.zeros(self.dim, dtype=np.float64)
         for token in tokens:
-            for slot, sign in _hash_slots("w:" + token, self.dim, _BUCKETS_PER_TOKEN):
+            for slot, sign in _hash_slots(self._salt + "w:" + token, self.dim, _BUCKETS_PER_TOKEN):
                 vec[slot] += sign
             padded = f" {token} "
             trigrams = [padded[i : i + 3] for i in range(len(padded) - 2)]
             weight = _TRIGRAM_WEIGHT / math.sqrt(len(trigrams))
             for trigram in trigrams:
-                for slot, sign in _hash_slots("t:" + trigram, self.dim, 1):
+                for slot, sign in _hash_slots(self._salt + "t:" + trigram, self.dim, 1):
                     vec[slot] += sign * weight
         norm = float(np.linalg.norm(vec))
         if norm == 0.0:
@@ -740,7 +753,7 @@ def build_embedder(settings: Settings) -> Embedder:
     if provider == "openai":
         return OpenAIEmbedder(settings)
     if provider == "hash":
-        return HashEmbedder()
+        return HashEmbedder(model=settings.embed_model)
     raise EmbedderConfigError(f"unknown HAKI_EMBED_PROVIDER={provider!r} (expected local, openai or hash)")
 
 

@@ -15,7 +15,7 @@ from service.api.auth import Principal
 from service.embedding.embedder import Embedder, EmbedderError
 from service.errors import Conflict, InvalidInput, NotFound, Unavailable
 from service.ids import uuid7_batch
-from service.repository import Conn
+from service.repository import Conn, embedding_model
 from service.repository import conflicts as conflicts_repo
 from service.repository import events as events_repo
 from service.repository import facts as facts_repo
@@ -111,6 +111,8 @@ class PreparedFacts:
     req: WriteFactsRequest
     fact_ids: list[UUID]
     columns: dict[str, list[Any]]
+    # The embedder's name: the store records it as the project's model, or refuses another.
+    model: str | None = None
 
 
 async def prepare_facts(
@@ -141,13 +143,16 @@ async def prepare_facts(
         "metadatas": [f.metadata for f in facts],
         "embeddings": embeddings,
     }
-    return PreparedFacts(req=req, fact_ids=fact_ids, columns=columns)
+    return PreparedFacts(req=req, fact_ids=fact_ids, columns=columns, model=embedder.name)
 
 
 async def store_facts(conn: Conn, prepared: PreparedFacts) -> WriteFactsResponse:
     req, fact_ids, columns = prepared.req, prepared.fact_ids, prepared.columns
     facts = req.facts
     async with conn.transaction():
+        # Before any other lock: a re-embedding's switch waits for this write, or this write for it.
+        if prepared.model is not None:
+            await embedding_model.hold_model(conn, req.project_id, prepared.model)
         # First, before any row lock: a concurrent write of one of these keys commits before this
         # one goes on, so detect_conflicts below sees its facts (without it, racing
         # writes escaped detection: tests/test_write_races.py).
@@ -257,6 +262,7 @@ class PreparedEvents:
 
     req: WriteEventsRequest
     embeddings: list[Any]
+    model: str | None = None
 
 
 async def prepare_events(embedder: Embedder, principal: Principal, req: WriteEventsRequest) -> PreparedEvents:
@@ -266,12 +272,17 @@ async def prepare_events(embedder: Embedder, principal: Principal, req: WriteEve
         _check_timestamp(f"events[{i}].occurred_at", e.occurred_at)
         _check_metadata(f"events[{i}].metadata", e.metadata)
     embeddings = await embed_or_unavailable(embedder, [e.content for e in events], principal.project_id)
-    return PreparedEvents(req=req, embeddings=embeddings)
+    return PreparedEvents(req=req, embeddings=embeddings, model=embedder.name)
 
 
 async def store_events(conn: Conn, prepared: PreparedEvents) -> WriteEventsResponse:
     event_ids = uuid7_batch(len(prepared.req.events))
-    await events_repo.insert_events(conn, prepared.req, event_ids, prepared.embeddings)
+    if prepared.model is None:
+        await events_repo.insert_events(conn, prepared.req, event_ids, prepared.embeddings)
+    else:
+        async with conn.transaction():
+            await embedding_model.hold_model(conn, prepared.req.project_id, prepared.model)
+            await events_repo.insert_events(conn, prepared.req, event_ids, prepared.embeddings)
     return WriteEventsResponse(events=[EventWriteResult(event_id=eid) for eid in event_ids])
 
 
@@ -323,4 +334,4 @@ def with_source_events(prepared: PreparedFacts, source_event_ids: list[UUID]) ->
     ]
     req = msgspec.structs.replace(prepared.req, facts=facts)
     columns = {**prepared.columns, "source_event_ids": list(source_event_ids)}
-    return PreparedFacts(req=req, fact_ids=prepared.fact_ids, columns=columns)
+    return PreparedFacts(req=req, fact_ids=prepared.fact_ids, columns=columns, model=prepared.model)

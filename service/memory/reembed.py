@@ -1,0 +1,192 @@
+"""`haki reembed --project P`: a project's vectors made again by the configured model, online.
+
+1. The new vectors are written beside the served ones (migration 0030: reembedded_facts,
+   reembedded_events), a batch per transaction, the embedding outside it. They are the job's
+   progress: a run that stops (crash, Ctrl-C, kill) leaves its batches, and the same command
+   resumes with what is still missing. Context calls go on with the old vectors meanwhile.
+2. The switch is one transaction: it records the new model (switch_embedding_model), which makes
+   the project's writes wait and waits for those in flight (each write holds the record,
+   hold_embedding_model); embeds what was written since the pass (usually nothing, or a few rows:
+   the writes of the last batch's seconds); swaps every vector and drops the pending ones. A
+   write that waited on the switch then reads the new model and, from a server still on the old
+   one, is refused (embedding_model_mismatch) rather than stored with an old vector.
+
+A dry run embeds a sample of the missing texts and extrapolates the time of the rest.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from uuid import UUID
+
+import msgspec
+
+from service.embedding.embedder import Embedder
+from service.repository import Conn
+from service.repository import embedding_model as repo
+from service.repository import lifecycle as lifecycle_repo
+from service.repository.embedding_model import ItemKind, PendingText
+
+KINDS: tuple[ItemKind, ...] = ("fact", "event")
+# The dry run's sample: enough texts for a steady per-text figure, a few seconds at most.
+DRY_RUN_SAMPLE = 64
+MAX_BATCH = 1000
+
+# Told the texts embedded and stored by each batch (a progress bar's advance).
+OnBatch = Callable[[int], None]
+
+
+class ReembedPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a project stands before a run: its model, the target, what is left to embed."""
+
+    project_id: str
+    model: str
+    previous_model: str | None
+    facts: int
+    events: int
+    done: int
+
+    @property
+    def total(self) -> int:
+        return self.facts + self.events
+
+    @property
+    def remaining(self) -> int:
+        return self.total - self.done
+
+    @property
+    def current(self) -> bool:
+        """The project's vectors are already the model's: nothing to do."""
+        return self.previous_model == self.model and self.done == 0
+
+
+class ReembedResult(msgspec.Struct, frozen=True, kw_only=True):
+    project_id: str
+    model: str
+    previous_model: str | None
+    facts: int
+    events: int
+    # Embedded by this run's pass, found from an earlier run, embedded by the switch.
+    embedded: int
+    reused: int
+    caught_up: int
+    switched: bool
+
+
+class DryRun(msgspec.Struct, frozen=True, kw_only=True):
+    plan: ReembedPlan
+    sample: int
+    sample_seconds: float
+
+    @property
+    def seconds_per_text(self) -> float:
+        return self.sample_seconds / self.sample if self.sample else 0.0
+
+    @property
+    def estimated_seconds(self) -> float:
+        return self.seconds_per_text * self.plan.remaining
+
+
+async def plan(conn: Conn, embedder: Embedder, project_id: str) -> ReembedPlan:
+    counts = await repo.count_pending(conn, project_id, embedder.name)
+    return ReembedPlan(
+        project_id=project_id,
+        model=embedder.name,
+        previous_model=await repo.get_model(conn, project_id),
+        facts=counts.facts,
+        events=counts.events,
+        done=counts.done,
+    )
+
+
+async def dry_run(conn: Conn, embedder: Embedder, project_id: str, sample: int = DRY_RUN_SAMPLE) -> DryRun:
+    """Embeds up to `sample` of the missing texts (stores nothing) and times them. Load the model
+    first: its one-off load is not a per-text cost."""
+    where = await plan(conn, embedder, project_id)
+    texts: list[str] = []
+    for kind in KINDS:
+        if len(texts) < sample:
+            rows = await repo.pending_texts(conn, kind, project_id, where.model, None, sample - len(texts))
+            texts += [r.content for r in rows]
+    started = time.perf_counter()
+    if texts:
+        await embedder.embed(texts, purpose="write", project=project_id)
+    return DryRun(plan=where, sample=len(texts), sample_seconds=time.perf_counter() - started)
+
+
+async def reembed(
+    conn: Conn,
+    embedder: Embedder,
+    project_id: str,
+    *,
+    batch_size: int = 64,
+    on_batch: OnBatch | None = None,
+    on_plan: Callable[[ReembedPlan], None] | None = None,
+) -> ReembedResult:
+    """Re-embeds the project with `embedder` and switches it to it (see the module's doc).
+    Raises whatever stops it (the embedder, the database); what it stored stays for the next run."""
+    batch_size = max(1, min(batch_size, MAX_BATCH))
+    where = await plan(conn, embedder, project_id)
+    if on_plan is not None:
+        on_plan(where)
+    if where.current:
+        return _result(where, 0, 0, False)
+    model = where.model
+    embedded = 0
+    for kind in KINDS:
+        after: UUID | None = None
+        while rows := await repo.pending_texts(conn, kind, project_id, model, after, batch_size):
+            vectors = await embedder.embed([r.content for r in rows], purpose="write", project=project_id)
+            async with conn.transaction():
+                await repo.insert_vectors(conn, kind, project_id, model, [r.item_id for r in rows], vectors)
+            embedded += len(rows)
+            after = rows[-1].item_id
+            if on_batch is not None:
+                on_batch(len(rows))
+    caught_up = await _switch(conn, embedder, project_id, batch_size)
+    return _result(where, embedded, caught_up, True)
+
+
+async def _switch(conn: Conn, embedder: Embedder, project_id: str, batch_size: int) -> int:
+    """The one transaction that makes the new vectors the served ones; returns how many texts it
+    embedded (the writes that landed after the pass read them)."""
+    model = embedder.name
+    caught_up = 0
+    async with conn.transaction():
+        # The swap rewrites every vector of the project (and its HNSW entries): no statement
+        # timeout for this transaction; the project's writes wait meanwhile.
+        await lifecycle_repo.extend_statement_timeout(conn, 0)
+        await repo.switch_model(conn, project_id, model)
+        for kind in KINDS:
+            while rows := await repo.pending_texts(conn, kind, project_id, model, None, batch_size):
+                await _store(conn, embedder, kind, project_id, model, rows)
+                caught_up += len(rows)
+        swapped = await repo.swap_vectors(conn, project_id, model)
+        if swapped.facts_swapped != swapped.facts or swapped.events_swapped != swapped.events:
+            # Cannot happen under the switch's lock; a partial swap would mix two models.
+            raise RuntimeError(
+                f"the switch of {project_id!r} would leave vectors of another model: {swapped}"
+            )
+    return caught_up
+
+
+async def _store(
+    conn: Conn, embedder: Embedder, kind: ItemKind, project_id: str, model: str, rows: list[PendingText]
+) -> None:
+    vectors = await embedder.embed([r.content for r in rows], purpose="write", project=project_id)
+    await repo.insert_vectors(conn, kind, project_id, model, [r.item_id for r in rows], vectors)
+
+
+def _result(where: ReembedPlan, embedded: int, caught_up: int, switched: bool) -> ReembedResult:
+    return ReembedResult(
+        project_id=where.project_id,
+        model=where.model,
+        previous_model=where.previous_model,
+        facts=where.facts,
+        events=where.events,
+        embedded=embedded,
+        reused=where.done,
+        caught_up=caught_up,
+        switched=switched,
+    )
