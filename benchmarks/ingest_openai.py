@@ -1,20 +1,24 @@
-"""Ingest and context latency over the OpenAI-compatible embedder path, against a fast server.
+"""Ingest and context latency over the OpenAI-compatible embedder path, with the default settings.
 
-    .venv/bin/python benchmarks/ingest_openai.py                  # 10k facts, 1,000 per request
-    .venv/bin/python benchmarks/ingest_openai.py --facts 5000 --queries 60 --concurrency 1,4
+    .venv/bin/python -m benchmarks.ingest_openai        # 10k facts, 1,000 a request, 1 and 4 clients
+    .venv/bin/python -m benchmarks.ingest_openai --facts 5000 --queries 20 --clients 1,4
+    .venv/bin/python -m benchmarks.ingest_openai --baseline /tmp/haki-before   # before/after, interleaved
 
-Starts benchmarks/fake_openai.py (a fast OpenAI-compatible server in its own process) and, one
-after the other, a `haki serve` per configuration on a data dir of its own:
-- `openai` with HAKI_EMBED_CONCURRENCY at each value of --concurrency (1 = the batches one after
-  another, as before issue 13);
+Starts benchmarks/fake_openai.py (an OpenAI-compatible server in its own process, whose service
+time is --delay-ms a request plus --per-text-ms a text, --slots requests at a time: by default
+5 ms + 0.0625 ms a text, 64 texts in 9 ms as the GPU server of the first measurement, 8 slots)
+and, one after the other, a `haki serve` per configuration on a data dir of its own:
+- `openai` with the service's default settings (or HAKI_EMBED_CONCURRENCY at each value of
+  --concurrency); with --baseline DIR, the same served from another checkout (before/after);
 - `hash` (the in-process hash embedder): the ceiling of the write path without any embedder cost.
 All servers run at once and every step goes to each in turn (interleaved), so the noise of a
-shared machine hits them alike. Each gets --facts facts for one subject through bulk
-`POST /v1/facts` (--batch facts per request, one request at a time; facts/s counts the time
-inside those requests), then 100 facts for another subject; then --queries fresh questions of
-each subject, reporting `POST /v1/context` p50/p95 at 100 and at --facts facts and their ratio
-(issue 13's targets: >= 1,000 facts/s, ratio <= 1.5). --delay-ms makes the fake server answer
-each batch that much later (the issue's server took 9 ms per 64-text batch).
+shared machine hits them alike. For each --clients count k, --facts facts go in through bulk
+`POST /v1/facts` (--batch facts per request): k clients, one subject each, each posting its next
+batch when its last one is answered; facts/s is the facts over the wall time of those rounds.
+The fake server's counters give the embedding requests each configuration sent per write batch,
+the largest, and the most in flight. Then 100 facts for another subject, and --queries fresh
+questions of each, reporting `POST /v1/context` p50/p95 at 100 and at --facts facts and their
+ratio (targets: >= 1,000 facts/s, ratio <= 1.5).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.load import Server  # noqa: E402
-from tests.helpers.server import free_port  # noqa: E402
+from tests.helpers.server import free_port, spawn_serve  # noqa: E402
 
 PROJECT = "ingest-bench"
 NAMES = ["Lena", "Omar", "Aiko", "Jonas", "Priya", "Mateo", "Sofia", "Kwame"]
@@ -98,51 +102,134 @@ async def context_ms(client: httpx.AsyncClient, headers: dict[str, str], subject
     return elapsed
 
 
-async def measure(servers: list[Server], args: argparse.Namespace) -> list[dict[str, Any]]:
+class FakeStats:
+    """The fake server's counters, taken around one server's step."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    async def reset(self, client: httpx.AsyncClient) -> None:
+        (await client.post(f"{self.url}/stats/reset")).raise_for_status()
+
+    async def read(self, client: httpx.AsyncClient) -> dict[str, int]:
+        r = await client.get(f"{self.url}/stats")
+        r.raise_for_status()
+        out: dict[str, int] = r.json()
+        return out
+
+
+async def measure(servers: list[Server], args: argparse.Namespace, fake_url: str) -> list[dict[str, Any]]:
     """Every step runs on each server in turn (interleaved), so machine noise hits them alike."""
     keys = [{"Authorization": f"Bearer {server.create_key()}"} for server in servers]
     clients = [httpx.AsyncClient(base_url=server.url, timeout=300.0) for server in servers]
+    fake, stats_client = FakeStats(fake_url), httpx.AsyncClient(timeout=30.0)
     rng = random.Random(7)
-    write_s = [0.0] * len(servers)
+    levels = [int(k) for k in args.clients.split(",")]
+    rows: list[dict[int, dict[str, float]]] = [{} for _ in servers]
     lat: list[dict[str, list[float]]] = [{"small": [], "big": []} for _ in servers]
     try:
         for c, h in zip(clients, keys, strict=True):  # warm-up: connections, statements, embedder
             await post_facts(c, h, "warm", [fact_text(rng, i) for i in range(200)])
-        for start in range(0, args.facts, args.batch):
-            facts = [fact_text(rng, i) for i in range(start, min(args.facts, start + args.batch))]
-            for n, (c, h) in enumerate(zip(clients, keys, strict=True)):
-                # Same contents, one marker apart: no server gets another's cache hits.
-                write_s[n] += await post_facts(c, h, "big", [f"{f} [{n}]" for f in facts])
+        for k in levels:
+            wall = [0.0] * len(servers)
+            requests = [0] * len(servers)
+            largest = [0] * len(servers)
+            in_flight = [0] * len(servers)
+            batches = 0
+            per_client = args.facts // k
+            for start in range(0, per_client, args.batch):
+                size = min(args.batch, per_client - start)
+                rounds = [[fact_text(rng, j * per_client + start + i) for i in range(size)] for j in range(k)]
+                batches += k
+                for n, (c, h) in enumerate(zip(clients, keys, strict=True)):
+                    await fake.reset(stats_client)
+                    t0 = time.perf_counter()
+                    # Same contents, one marker apart: no server gets another's cache hits.
+                    await asyncio.gather(
+                        *(
+                            post_facts(c, h, f"big{k}-{j}", [f"{f} [{n}]" for f in facts])
+                            for j, facts in enumerate(rounds)
+                        )
+                    )
+                    wall[n] += time.perf_counter() - t0
+                    seen = await fake.read(stats_client)
+                    requests[n] += seen["requests"]
+                    largest[n] = max(largest[n], seen["largest"])
+                    in_flight[n] = max(in_flight[n], seen["max_in_flight"])
+            for n in range(len(servers)):
+                rows[n][k] = {
+                    "facts_per_s": per_client * k / wall[n],
+                    "requests_per_batch": requests[n] / batches,
+                    "largest": largest[n],
+                    "in_flight": in_flight[n],
+                }
         for c, h in zip(clients, keys, strict=True):
             await post_facts(c, h, "small", [fact_text(rng, i) for i in range(100)])
+        big = f"big{levels[0]}-0"
         for i in range(args.queries):
             query = f"What did {rng.choice(NAMES)} say about {rng.choice(TOPICS)}? (q{i})"
             for n, (c, h) in enumerate(zip(clients, keys, strict=True)):
-                for subject in ("small", "big"):
-                    lat[n][subject].append(await context_ms(c, h, subject, f"{query} {subject}"))
+                for subject in ("small", big):
+                    side = "small" if subject == "small" else "big"
+                    lat[n][side].append(await context_ms(c, h, subject, f"{query} {subject}"))
     finally:
         for c in clients:
             await c.aclose()
+        await stats_client.aclose()
     return [
         {
-            "facts_per_s": args.facts / write_s[n],
-            "p50_small": statistics.median(lat[n]["small"]),
-            "p50_big": statistics.median(lat[n]["big"]),
-            "p95_small": percentile(lat[n]["small"], 0.95),
-            "p95_big": percentile(lat[n]["big"], 0.95),
+            "levels": rows[n],
+            "p50_small": statistics.median(lat[n]["small"]) if args.queries else float("nan"),
+            "p50_big": statistics.median(lat[n]["big"]) if args.queries else float("nan"),
+            "p95_small": percentile(lat[n]["small"], 0.95) if args.queries else float("nan"),
+            "p95_big": percentile(lat[n]["big"], 0.95) if args.queries else float("nan"),
         }
         for n in range(len(servers))
     ]
 
 
+class CheckoutServer(Server):
+    """`haki serve` from another checkout of Haki (the --baseline of a before/after run)."""
+
+    def __init__(self, checkout: Path, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.checkout = checkout
+
+    def create_key(self) -> str:
+        res = subprocess.run(
+            [sys.executable, "-m", "service.cli", "keys", "create", self.project],
+            env=self.env,
+            cwd=self.checkout,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=300,
+        )
+        return res.stdout.strip()
+
+    def start(self) -> None:
+        self.proc = spawn_serve(
+            self.env, self.port, self.log, "--log-level", "warning", timeout=300, checkout=self.checkout
+        )
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--facts", type=int, default=10_000)
+    p.add_argument("--facts", type=int, default=10_000, help="facts written at each --clients count")
     p.add_argument("--batch", type=int, default=1000, help="facts per POST /v1/facts")
+    p.add_argument("--clients", default="1,4", help="concurrent writing clients, one subject each")
     p.add_argument("--queries", type=int, default=100)
-    p.add_argument("--concurrency", default="1,4", help="HAKI_EMBED_CONCURRENCY values to run")
-    p.add_argument("--delay-ms", type=float, default=0.0, help="the fake server's extra wait per batch")
+    p.add_argument(
+        "--concurrency",
+        default="",
+        help="HAKI_EMBED_CONCURRENCY values to run (default: the service's default setting only)",
+    )
+    p.add_argument("--baseline", type=Path, help="another checkout to serve the default config from")
+    p.add_argument("--delay-ms", type=float, default=5.0, help="the fake server's service time a request")
+    p.add_argument("--per-text-ms", type=float, default=0.0625, help="... and a text")
+    p.add_argument("--slots", type=int, default=8, help="the fake server's requests at once (0: no limit)")
     p.add_argument("--no-hash", action="store_true", help="skip the hash-embedder baseline")
+    p.add_argument("--env", action="append", default=[], help="HAKI_X=Y for every server (repeatable)")
     p.add_argument(
         "--vectors",
         choices=["words", "hash"],
@@ -159,6 +246,10 @@ def main() -> int:
             str(fake_port),
             "--delay-ms",
             str(args.delay_ms),
+            "--per-text-ms",
+            str(args.per_text_ms),
+            "--slots",
+            str(args.slots),
             "--vectors",
             args.vectors,
         ],
@@ -167,51 +258,63 @@ def main() -> int:
     )
     assert fake.stdout is not None
     fake.stdout.readline()  # ready
-    configs: list[tuple[str, dict[str, str]]] = [
-        (
-            f"openai, HAKI_EMBED_CONCURRENCY={c}",
-            {
-                "HAKI_EMBED_PROVIDER": "openai",
-                "HAKI_EMBED_BASE_URL": f"http://127.0.0.1:{fake_port}/v1",
-                "HAKI_EMBED_CONCURRENCY": c,
-            },
+    openai_env = {"HAKI_EMBED_PROVIDER": "openai", "HAKI_EMBED_BASE_URL": f"http://127.0.0.1:{fake_port}/v1"}
+    configs: list[tuple[str, dict[str, str], Path | None]] = []
+    if args.baseline is not None:
+        configs.append((f"openai, defaults, {args.baseline}", openai_env, args.baseline))
+    if args.concurrency:
+        configs.extend(
+            (f"openai, HAKI_EMBED_CONCURRENCY={c}", {**openai_env, "HAKI_EMBED_CONCURRENCY": c}, None)
+            for c in args.concurrency.split(",")
         )
-        for c in args.concurrency.split(",")
-    ]
+    else:
+        configs.append(("openai, defaults", openai_env, None))
     if not args.no_hash:
-        configs.append(("hash (no embedder cost)", {"HAKI_EMBED_PROVIDER": "hash"}))
+        configs.append(("hash (no embedder cost)", {"HAKI_EMBED_PROVIDER": "hash"}, None))
     try:
         with contextlib.ExitStack() as stack:
-            servers = [
-                stack.enter_context(
-                    Server(
-                        env={"HAKI_EMBED_CHARS_PER_MINUTE": "0", **env},
-                        project=PROJECT,
-                        prefix="haki-ingest-",
-                    )
-                )
-                for _, env in configs
-            ]
-            rows = list(
-                zip([label for label, _ in configs], asyncio.run(measure(servers, args)), strict=True)
-            )
+            servers: list[Server] = []
+            for _, env, checkout in configs:
+                # The work rate limit is a per-project guard, not what is measured here.
+                options: dict[str, Any] = {
+                    "env": {
+                        "HAKI_EMBED_CHARS_PER_MINUTE": "0",
+                        **env,
+                        **dict(e.split("=", 1) for e in args.env),
+                    },
+                    "project": PROJECT,
+                    "prefix": "haki-ingest-",
+                }
+                server = Server(**options) if checkout is None else CheckoutServer(checkout, **options)
+                servers.append(stack.enter_context(server))
+            results = asyncio.run(measure(servers, args, f"http://127.0.0.1:{fake_port}"))
     finally:
         fake.terminate()
         fake.wait(timeout=10)
-    command = "benchmarks/ingest_openai.py " + " ".join(sys.argv[1:])
+    command = "python -m benchmarks.ingest_openai " + " ".join(sys.argv[1:])
     print(f"Command: `{command.strip()}`  ")
     print(f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}  ")
     print(
-        f"{args.facts} facts to one subject, {args.batch} per request; "
+        f"{args.facts} facts at each client count, {args.batch} per request; fake embedder "
+        f"{args.delay_ms} ms + {args.per_text_ms} ms a text, {args.slots or 'unlimited'} slots; "
         f"{args.queries} fresh queries per subject\n"
     )
-    print("| embedder | ingest facts/s | context p50 at 100 | p50 at big | ratio | p95 at 100 | p95 at big |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for label, r in rows:
-        print(
-            f"| {label} | {r['facts_per_s']:.0f} | {r['p50_small']:.1f} ms | {r['p50_big']:.1f} ms | "
-            f"{r['p50_big'] / r['p50_small']:.2f} | {r['p95_small']:.1f} ms | {r['p95_big']:.1f} ms |"
-        )
+    print("| embedder | clients | facts/s | requests / batch | largest | most in flight |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for (label, _, _), r in zip(configs, results, strict=True):
+        for k, level in r["levels"].items():
+            print(
+                f"| {label} | {k} | {level['facts_per_s']:.0f} | {level['requests_per_batch']:.1f} | "
+                f"{level['largest']} | {level['in_flight']} |"
+            )
+    if args.queries:
+        print("\n| embedder | context p50 at 100 | p50 at big | ratio | p95 at 100 | p95 at big |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for (label, _, _), r in zip(configs, results, strict=True):
+            print(
+                f"| {label} | {r['p50_small']:.1f} ms | {r['p50_big']:.1f} ms | "
+                f"{r['p50_big'] / r['p50_small']:.2f} | {r['p95_small']:.1f} ms | {r['p95_big']:.1f} ms |"
+            )
     return 0
 
 

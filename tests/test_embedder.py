@@ -15,7 +15,6 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,7 @@ from service.embedding.embedder import (
     resolve_local_model_dir,
 )
 from service.settings import Settings
-from tests.helpers.stub_http import reply_json, stub_server
+from tests.helpers.stub_http import serve_posts
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -493,17 +492,7 @@ class FakeEmbeddingServer:
 @pytest.fixture
 def fake_server() -> Iterator[FakeEmbeddingServer]:
     fake = FakeEmbeddingServer()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            reply_json(self, *fake.handle(self.path, headers, body))
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    with stub_server(Handler) as port:
+    with serve_posts(fake.handle) as port:
         fake.port = port
         yield fake
 

@@ -9,6 +9,9 @@ database access; the rules, the line-by-line rejection and the resuming are the 
 
 `--kind` left out, the kind is read off the first line: events have `occurred_at`, facts never.
 
+While a batch is stored, the next one is already read, checked and embedded (one batch ahead,
+no more): the import waits on the database and the embedder together, not one after the other.
+
 A bad line never stops the import: invalid JSON, a Struct violation, or a rule only the service
 checks (`InvalidInput` naming `facts[i]`) rejects that line alone, and the summary lists it with
 its line number.
@@ -227,33 +230,73 @@ def _batches(opts: ImportOptions, start_offset: int, start_line: int) -> Iterato
         yield batch
 
 
+Prepared = memory.PreparedFacts | memory.PreparedEvents
+
+
+async def _prepare(embedder: Embedder, settings: Settings, opts: ImportOptions, items: list[Any]) -> Prepared:
+    """The batch checked and embedded, as POST /v1/facts (/v1/events) does before its transaction."""
+    principal = Principal(project_id=opts.project_id, key_id=CLI_KEY_ID)
+    if opts.kind == "facts":
+        facts_req = WriteFactsRequest(project_id=opts.project_id, subject_id=opts.subject_id, facts=items)
+        return await memory.prepare_facts(embedder, settings, principal, facts_req)
+    events_req = WriteEventsRequest(project_id=opts.project_id, subject_id=opts.subject_id, events=items)
+    return await memory.prepare_events(embedder, principal, events_req)
+
+
+async def _store(conn: Any, prepared: Prepared) -> None:
+    if isinstance(prepared, memory.PreparedFacts):
+        await memory.store_facts(conn, prepared)
+    else:
+        await memory.store_events(conn, prepared)
+
+
+def _without(prepared: Prepared, i: int) -> Prepared:
+    """The prepared batch less its item `i`, the others' vectors kept (an OpenAI-compatible
+    embedder has no cache: embedding the batch again would pay for every text again)."""
+
+    def drop(values: list[Any]) -> list[Any]:
+        return values[:i] + values[i + 1 :]
+
+    if isinstance(prepared, memory.PreparedFacts):
+        facts_req = msgspec.structs.replace(prepared.req, facts=drop(prepared.req.facts))
+        columns = {name: drop(values) for name, values in prepared.columns.items()}
+        return memory.PreparedFacts(
+            req=facts_req, fact_ids=drop(prepared.fact_ids), columns=columns, model=prepared.model
+        )
+    events_req = msgspec.structs.replace(prepared.req, events=drop(prepared.req.events))
+    return memory.PreparedEvents(req=events_req, embeddings=drop(prepared.embeddings), model=prepared.model)
+
+
 async def _write_batch(
-    conn: Any, embedder: Embedder, settings: Settings, opts: ImportOptions, batch: _Batch
+    conn: Any,
+    embedder: Embedder,
+    settings: Settings,
+    opts: ImportOptions,
+    batch: _Batch,
+    ahead: asyncio.Future[Prepared] | None = None,
 ) -> int:
     """Writes the batch atomically; a line the service refuses is rejected and the rest retried.
 
-    The retry re-embeds the batch, which the embedders' caches make cheap.
+    `ahead` is the batch already being checked and embedded (started while the previous batch
+    was stored). A line the checks refuse is dropped and the rest checked again before any
+    embedding; a line the transaction refuses is dropped with the others' vectors kept.
     """
-    principal = Principal(project_id=opts.project_id, key_id=CLI_KEY_ID)
     items = list(batch.items)
+    prepared: Prepared | None = None
     while items:
         try:
-            if opts.kind == "facts":
-                facts_req = WriteFactsRequest(
-                    project_id=opts.project_id, subject_id=opts.subject_id, facts=[i for _, i in items]
-                )
-                await memory.write_facts(conn, embedder, settings, principal, facts_req)
-            else:
-                events_req = WriteEventsRequest(
-                    project_id=opts.project_id, subject_id=opts.subject_id, events=[i for _, i in items]
-                )
-                await memory.write_events(conn, embedder, principal, events_req)
+            if prepared is None:
+                started, ahead = ahead, None
+                prepared = await (started or _prepare(embedder, settings, opts, [i for _, i in items]))
+            await _store(conn, prepared)
         except InvalidInput as exc:
             where = _ITEM_INDEX.match(str((exc.details or {}).get("field", "")))
             if where is None or int(where.group("i")) >= len(items):
                 batch.rejects.extend(Rejected(n, f"refused: {exc.message}") for n, _ in items)
                 return 0
-            line_no, _ = items.pop(int(where.group("i")))
+            index = int(where.group("i"))
+            line_no, _ = items.pop(index)
+            prepared = None if prepared is None else _without(prepared, index)
             message = re.sub(r"^(?:facts|events)\[\d+\]\.?", "", exc.message).lstrip(": ")
             batch.rejects.append(Rejected(line_no, f"refused: {message or exc.message}"))
             continue
@@ -300,9 +343,18 @@ class _LocalWriter:
         await writer.statistics.load_estimates()
         return writer
 
-    async def write(self, opts: ImportOptions, batch: _Batch) -> int:
+    def start(self, opts: ImportOptions, batch: _Batch) -> asyncio.Future[Prepared] | None:
+        """Starts checking and embedding the batch, to overlap the store of the one before it."""
+        if not batch.items:
+            return None
+        items = [i for _, i in batch.items]
+        return asyncio.ensure_future(_prepare(self.embedder, self.settings, opts, items))
+
+    async def write(
+        self, opts: ImportOptions, batch: _Batch, ahead: asyncio.Future[Prepared] | None = None
+    ) -> int:
         async with self.pool.acquire() as conn:
-            written = await _write_batch(conn, self.embedder, self.settings, opts, batch)
+            written = await _write_batch(conn, self.embedder, self.settings, opts, batch, ahead)
         self.statistics.note(opts.kind, written)
         await self.statistics.refresh_due()
         return written
@@ -325,6 +377,10 @@ class _RemoteWriter:
     def __init__(self, client: httpx.AsyncClient) -> None:
         self.client = client
 
+    def start(self, opts: ImportOptions, batch: _Batch) -> None:
+        """Nothing ahead: the remote service embeds each batch inside its own request."""
+        return None
+
     @classmethod
     async def open(cls, remote: Remote, opts: ImportOptions) -> _RemoteWriter:
         client = httpx.AsyncClient(
@@ -343,7 +399,9 @@ class _RemoteWriter:
             raise ImportAborted(f"{remote.url}: {r.status_code} {_error_message(r)}")
         return cls(client)
 
-    async def write(self, opts: ImportOptions, batch: _Batch) -> int:
+    async def write(
+        self, opts: ImportOptions, batch: _Batch, ahead: asyncio.Future[Prepared] | None = None
+    ) -> int:
         items = list(batch.items)
         while items:
             body = {
@@ -478,16 +536,27 @@ async def run_import(settings: Settings, opts: ImportOptions) -> int:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, request_stop)
             handled.append(sig)
+    ahead: asyncio.Future[Any] | None = None
     try:
         with _progress_bar(err, opts.show_progress and err.is_terminal) as bar:
             task = bar.add_task(f"importing {opts.kind}", total=total_lines, completed=progress.line)
-            for batch in _batches(opts, progress.offset, progress.line):
-                if batch.items:
-                    progress.written += await writer.write(opts, batch)
-                progress.offset, progress.line = batch.end_offset, batch.end_line
-                progress.rejected_count += len(batch.rejects)
+            batches = _batches(opts, progress.offset, progress.line)
+            batch = next(batches, None)
+            ahead = writer.start(opts, batch) if batch is not None else None
+            while batch is not None:
+                current, current_ahead = batch, ahead
+                if current_ahead is not None:
+                    # One batch ahead, no more: the next one's embedding starts once this one's
+                    # is done, so batches keep their order (their fact ids are time-ordered).
+                    await asyncio.wait([current_ahead])
+                batch = next(batches, None)
+                ahead = writer.start(opts, batch) if batch is not None and not stop.is_set() else None
+                if current.items:
+                    progress.written += await writer.write(opts, current, current_ahead)
+                progress.offset, progress.line = current.end_offset, current.end_line
+                progress.rejected_count += len(current.rejects)
                 room = MAX_LISTED_REJECTS - len(progress.rejected)
-                progress.rejected.extend(batch.rejects[: max(0, room)])
+                progress.rejected.extend(current.rejects[: max(0, room)])
                 _save_progress(opts, progress)
                 bar.update(task, completed=progress.line)
                 if stop.is_set():
@@ -504,6 +573,12 @@ async def run_import(settings: Settings, opts: ImportOptions) -> int:
         _summary(out, opts, progress, total_lines)
         return Exit.REJECTED
     finally:
+        if ahead is not None and not ahead.done():
+            ahead.cancel()  # the batch read ahead is written by the next run, which resumes before it
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await ahead
+        elif ahead is not None and not ahead.cancelled():
+            ahead.exception()  # retrieved, so asyncio does not log it as never retrieved
         for sig in handled:
             loop.remove_signal_handler(sig)
         await writer.aclose()

@@ -4,9 +4,10 @@ services (an OpenAI-compatible embeddings or chat endpoint) that tests talk to."
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 
 def reply_json(handler: BaseHTTPRequestHandler, status: int, body: bytes) -> None:
@@ -35,3 +36,21 @@ def stub_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+@contextmanager
+def serve_posts(answer: Callable[[str, dict[str, str], bytes], tuple[int, bytes]]) -> Iterator[int]:
+    """`stub_server` answering each POST with `answer(path, headers, body)`: a status and a JSON
+    body. The header names are lower-cased. Yields the port."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            reply_json(self, *answer(self.path, headers, body))
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    with stub_server(Handler) as port:
+        yield port
