@@ -5,7 +5,7 @@
 Starts two `haki serve` on the local model at once, each with its own data dir:
 - `shipped`: every default (HAKI_EMBED_BACKEND=auto, HAKI_EMBED_QUERY_MAX_BATCH=8);
 - `main-like`: HAKI_EMBED_BACKEND=torch and HAKI_EMBED_QUERY_MAX_BATCH=1 (each query its own
-  torch forward pass, as before issue 13);
+  torch forward pass, as before micro-batching);
 then runs benchmarks/load.py (80 % fresh context calls, 20 % small writes; its levels of
 --concurrency one after another) against each in turn, for --rounds rounds, and prints the
 context rows of each cell.

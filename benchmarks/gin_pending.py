@@ -4,7 +4,7 @@
     .venv/bin/python -m benchmarks.gin_pending --big 2000 --rounds 10   # a quick smoke run
     .venv/bin/python -m benchmarks.gin_pending --embed local --modes off --rounds 40   # real vectors
 
-Issue 13 measured a scope's text top-K at 9 ms right after 50k writes through the API, and at
+A scope's text top-K at 9 ms right after 50k writes through the API, and at
 0.8 ms after `VACUUM facts` flushed the pending list. A memory service is write-heavy, so the list
 is never empty between two autovacuums. This benchmark writes the issue's world (five scopes of
 --big facts and one of 100, through the service's own write path, with the hash embedder or with

@@ -16,7 +16,7 @@ What it does:
    20% writes (3 in 4 POST /v1/facts of 2 facts, 1 in 4 POST /v1/events of 2 events), on random
    subjects;
 4. prints throughput, p50/p95/p99 per kind and overall, every error (any non-2xx or transport
-   failure counts), and the throughput of each level as a ratio to the first level's (issue 13's
+   failure counts), and the throughput of each level as a ratio to the first level's (the
    target: 16 clients >= 1.8x one client). Exit status 1 when there was any error.
 """
 

@@ -1,9 +1,9 @@
-"""Haki's POST /v1/context over HTTP next to Mem0 OSS's in-process search, in one run (issue 13).
+"""Haki's POST /v1/context over HTTP next to Mem0 OSS's in-process search, in one run.
 
     .venv/bin/python -m benchmarks.mem0_compare --mem0-python /path/to/mem0-venv/bin/python
     .venv/bin/python -m benchmarks.mem0_compare --mem0-python ... --reuse /tmp/haki-http-XXXX
 
-Issue 13's first target: Haki's HTTP p50 at 10k facts, fresh queries, local model, below Mem0's
+The target: Haki's HTTP p50 at 10k facts, fresh queries, local model, below Mem0's
 in-process `search(top_k=10)` on the same machine (17.7 ms when the issue was filed). Both sides
 run here, one query after the other, alternating which goes first:
 

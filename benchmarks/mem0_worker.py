@@ -1,4 +1,4 @@
-"""Mem0 OSS in a process of its own, for benchmarks/mem0_compare.py (issue 13: "beat Mem0's p50").
+"""Mem0 OSS in a process of its own, for benchmarks/mem0_compare.py (the target: "beat Mem0's p50").
 
 Run by mem0_compare with a Python that has `mem0ai` and `sentence-transformers` installed (its
 own virtualenv: Mem0's dependencies are not Haki's). Reads one JSON command per line on stdin and

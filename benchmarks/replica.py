@@ -1,4 +1,4 @@
-"""Reads split over a primary and a streaming standby, against the primary alone (issue 19).
+"""Reads split over a primary and a streaming standby, against the primary alone.
 
     .venv/bin/python -m benchmarks.replica                    # 16 clients, 20 s per run, hash embedder
     .venv/bin/python -m benchmarks.replica --duration 30 --embed local

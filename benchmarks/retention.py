@@ -1,4 +1,4 @@
-"""Trace retention beside the trace writes of context calls (issue 14).
+"""Trace retention beside the trace writes of context calls.
 
     .venv/bin/python -m benchmarks.retention [--calls 6000] [--rounds 300] [--batch 500] [--pause-ratio 0]
 

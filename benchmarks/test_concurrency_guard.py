@@ -1,14 +1,14 @@
-"""CI guard: throughput must rise with concurrent clients, not fall (issue 13).
+"""CI guard: throughput must rise with concurrent clients, not fall.
 
 `haki serve` on its own embedded PostgreSQL with the real all-MiniLM-L6-v2, the mixed load of
 benchmarks/load.py (80% fresh context questions, 20% writes) at one client, then at 16, in one
 run on one server. The guard is the ratio of the two throughputs, so a slow or busy machine
 moves both sides alike; a timing assert in a unit test would not survive 2 noisy cores.
 
-Target (issue 13): 16 clients >= 1.8x one client, 0 errors, p95 at 16 clients <= 250 ms;
+Target: 16 clients >= 1.8x one client, 0 errors, p95 at 16 clients <= 250 ms;
 measured on a quiet machine 1.71x and p95 274 ms, and 1.73x under a load average of 5 (before
-issue 13 the throughput fell with clients: docs/performance.md). The guard catches a return to
-that, with a margin for CI noise: >= 1.4x, p95 <= 600 ms, 0 errors.
+the embedder's micro-batching the throughput fell with clients: docs/performance.md). The guard
+catches a return to that, with a margin for CI noise: >= 1.4x, p95 <= 600 ms, 0 errors.
 HAKI_BENCH_MIN_CONCURRENCY_RATIO and HAKI_BENCH_MAX_P95_MS override it, HAKI_BENCH_LOAD_SECONDS
 sets the measured window.
 """

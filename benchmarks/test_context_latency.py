@@ -43,7 +43,7 @@ GUARD_WARMUP = 3
 #   trace, none of which the baseline does) must stay 4.5x faster; it measures 6.5-6.7x, and the
 #   path before this guard rose to 10x measured 3.5-4.1x.
 # - the `unified` SQL path (the default profile) must stay within 1.5x of the `facts_first`
-#   SQL path, both medians of the same loop (issue 11: "the unified SQL path p50 is within 1.5x
+#   SQL path, both medians of the same loop (the target: "the unified SQL path p50 is within 1.5x
 #   of facts_first in the same run").
 # HAKI_BENCH_MIN_SPEEDUP, HAKI_BENCH_MIN_PATH_SPEEDUP and HAKI_BENCH_MAX_UNIFIED_RATIO override
 # them. Both SQL paths' medians must also stay under the generous ceiling.

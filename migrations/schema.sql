@@ -729,10 +729,11 @@ COMMENT ON FUNCTION public.haki_fact_stale(volatility text, valid_from timestamp
 CREATE FUNCTION public.haki_fact_usage(p_project_id text, p_fact_id uuid) RETURNS TABLE(served_count bigint, excluded_count bigint, over_budget_count bigint, last_served_at timestamp with time zone)
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
-SELECT u.served_count, u.excluded_count, u.over_budget_count,
+SELECT o.served_count + s.calls, o.excluded_count + b.calls + f.calls, o.over_budget_count + b.calls,
        (SELECT c.created_at
         FROM public.context_calls AS c
-        WHERE c.project_id = p_project_id AND c.trace_id = u.last_served_trace)
+        WHERE c.project_id = p_project_id
+          AND c.trace_id = greatest(o.last_served_trace, s.last_trace))
 FROM (
     SELECT count(*) FILTER (WHERE t.decision = 'included') AS served_count,
            count(*) FILTER (WHERE t.reason_code IN ('over_budget', 'below_relevance_floor'))
@@ -745,7 +746,44 @@ FROM (
       AND t.item_type = 'fact'
       AND t.counted
       AND t.project_id = p_project_id
-) AS u
+) AS o
+CROSS JOIN (
+    SELECT count(*) AS calls,
+           (pg_catalog.array_agg(c.trace_id ORDER BY c.trace_id DESC))[1] AS last_trace
+    FROM (
+        SELECT c.project_id, c.trace_id
+        FROM public.context_calls AS c
+        WHERE c.decision_ids[1:c.decision_served] @> ARRAY[p_fact_id]
+          AND c.as_of IS NULL AND c.replay_of IS NULL AND c.decision_ids IS NOT NULL
+        OFFSET 0
+    ) AS c
+    WHERE c.project_id = p_project_id
+) AS s
+CROSS JOIN (
+    SELECT count(*) AS calls
+    FROM (
+        SELECT c.project_id
+        FROM public.context_calls AS c
+        WHERE c.decision_ids[c.decision_served + 1:c.decision_served + c.decision_over_budget]
+              @> ARRAY[p_fact_id]
+          AND c.as_of IS NULL AND c.replay_of IS NULL AND c.decision_ids IS NOT NULL
+        OFFSET 0
+    ) AS c
+    WHERE c.project_id = p_project_id
+) AS b
+CROSS JOIN (
+    SELECT count(*) AS calls
+    FROM (
+        SELECT c.project_id
+        FROM public.context_calls AS c
+        WHERE c.decision_ids[c.decision_served + c.decision_over_budget + 1:
+                             c.decision_served + c.decision_over_budget + c.decision_below_floor]
+              @> ARRAY[p_fact_id]
+          AND c.as_of IS NULL AND c.replay_of IS NULL AND c.decision_ids IS NOT NULL
+        OFFSET 0
+    ) AS c
+    WHERE c.project_id = p_project_id
+) AS f
 $$;
 
 --
@@ -977,6 +1015,20 @@ $$;
 --
 
 COMMENT ON FUNCTION public.haki_query_df(p_project_id text, p_subject_id text, query text, config regconfig, max_words integer, sample_docs integer, at timestamp with time zone) IS 'Rule: the document frequencies of a query''s words over the scope''s sample (docs/spec/context-profiles.md, "Rule 1"). Written and explained in migrations/rules.sql.';
+
+--
+-- Name: haki_query_idf(text, text, text, regconfig, integer, integer, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_query_idf(p_project_id text, p_subject_id text, query text, config regconfig, max_words integer, sample_docs integer, at timestamp with time zone) RETURNS TABLE(words text[], word_queries tsquery[], idfs double precision[], shares double precision[], docs bigint)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+SELECT pg_catalog.array_agg(d.word), pg_catalog.array_agg(d.word_query),
+       pg_catalog.array_agg(public.haki_bm25_idf(d.docs, d.df)),
+       pg_catalog.array_agg(d.df::double precision OPERATOR(pg_catalog./) nullif(d.docs, 0)),
+       pg_catalog.max(d.docs)
+FROM public.haki_query_df(p_project_id, p_subject_id, query, config, max_words, sample_docs, at) AS d
+$$;
 
 --
 -- Name: haki_query_words(text, regconfig, integer); Type: FUNCTION; Schema: public; Owner: -
@@ -1241,6 +1293,99 @@ $$;
 COMMENT ON FUNCTION public.haki_tokens(content text) IS 'Rule: the token estimate (docs/spec/context-assembler.md, "Token budget"). Written and explained in migrations/rules.sql.';
 
 --
+-- Name: haki_trace_codes(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_trace_codes() RETURNS TABLE(code smallint, item_type text, decision text, reason_code text, part smallint)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+SELECT v.code::smallint, v.item_type, v.decision, v.reason_code,
+       (CASE WHEN v.item_type <> 'fact' THEN 4
+             WHEN v.decision = 'included' THEN 1
+             WHEN v.reason_code = 'over_budget' THEN 2
+             WHEN v.reason_code = 'below_relevance_floor' THEN 3
+             ELSE 4
+        END)::smallint
+FROM (VALUES
+    (1, 'fact', 'included', 'packed'),
+    (2, 'fact', 'included', 'multi_hop_expansion'),
+    (3, 'fact', 'excluded', 'over_budget'),
+    (4, 'fact', 'excluded', 'below_relevance_floor'),
+    (5, 'fact', 'excluded', 'already_served'),
+    (6, 'fact', 'blocked', 'conflict_open'),
+    (7, 'fact', 'blocked', 'volatility_expired'),
+    (11, 'episode', 'included', 'packed'),
+    (12, 'episode', 'included', 'multi_hop_expansion'),
+    (13, 'episode', 'excluded', 'over_budget'),
+    (14, 'episode', 'excluded', 'below_relevance_floor'),
+    (15, 'episode', 'excluded', 'already_served')
+) AS v(code, item_type, decision, reason_code)
+$$;
+
+--
+-- Name: haki_trace_decisions(text, uuid); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_trace_decisions(p_project_id text, p_trace_id uuid) RETURNS TABLE(ord bigint, item_type text, item_id uuid, decision text, reason_code text, rank integer, score double precision, similarity double precision, text_rank double precision, recency double precision, cosine_distance double precision, tokens integer)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+SELECT u.ord::bigint, k.item_type, u.item_id, k.decision, k.reason_code, u.rank::integer,
+       public.haki_trace_value(u.score, public.haki_trace_score(u.distance, u.text_rank, u.recency, c.weights)),
+       public.haki_trace_value(u.similarity, 1 - u.distance),
+       u.text_rank, u.recency, u.distance, u.tokens::integer
+FROM public.context_calls AS c
+CROSS JOIN LATERAL unnest(c.decision_ids, c.decision_positions, c.decision_codes, c.decision_ranks,
+                          c.decision_tokens, c.decision_distances, c.decision_text_ranks,
+                          c.decision_recencies, c.decision_scores, c.decision_similarities)
+    AS u(item_id, ord, code, rank, tokens, distance, text_rank, recency, score, similarity)
+JOIN public.haki_trace_codes() AS k ON k.code = u.code
+WHERE c.project_id = p_project_id
+  AND c.trace_id = p_trace_id
+UNION ALL
+SELECT t.ord::bigint, t.item_type, t.item_id, t.decision, t.reason_code, t.rank, t.score,
+       t.similarity, t.text_rank, t.recency, t.cosine_distance, t.tokens
+FROM public.context_traces AS t
+WHERE t.project_id = p_project_id
+  AND t.trace_id = p_trace_id
+$$;
+
+--
+-- Name: haki_trace_exception(double precision, double precision); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_trace_exception(given double precision, derived double precision) RETURNS double precision
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+SELECT CASE WHEN given IS NOT DISTINCT FROM derived THEN NULL
+            WHEN given IS NULL THEN 'NaN'::double precision
+            ELSE given
+       END
+$$;
+
+--
+-- Name: haki_trace_score(double precision, double precision, double precision, double precision[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_trace_score(cosine_distance double precision, text_rank double precision, recency double precision, weights double precision[]) RETURNS double precision
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+SELECT weights[1] * coalesce(1 - cosine_distance, 0) + weights[2] * text_rank + weights[3] * recency
+$$;
+
+--
+-- Name: haki_trace_value(double precision, double precision); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_trace_value(stored double precision, derived double precision) RETURNS double precision
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+SELECT CASE WHEN stored IS NULL THEN derived
+            WHEN stored = 'NaN'::double precision THEN NULL
+            ELSE stored
+       END
+$$;
+
+--
 -- Name: haki_tsvector_literal(text); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1250,6 +1395,181 @@ CREATE FUNCTION public.haki_tsvector_literal(lexeme text) RETURNS text
 SELECT '''' OPERATOR(pg_catalog.||)
        pg_catalog.replace(pg_catalog.replace(lexeme, '\', '\\'), '''', '''''')
        OPERATOR(pg_catalog.||) ''''
+$$;
+
+--
+-- Name: haki_unified_pool(text, public.vector, regconfig, uuid[], uuid[], uuid[], uuid[], tsquery[], double precision[], integer, integer, double precision, double precision, double precision, double precision, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_unified_pool(p_project_id text, query_embedding public.vector, config regconfig, walked_facts uuid[], walked_events uuid[], matched_facts uuid[], matched_events uuid[], word_queries tsquery[], idfs double precision[], top_k integer, candidate_limit integer, w_similarity double precision, w_text_rank double precision, w_recency double precision, tau_seconds double precision, at timestamp with time zone) RETURNS TABLE(item_types text[], item_ids uuid[], contents text[], tokens integer[], valid_froms timestamp with time zone[], valid_tos timestamp with time zone[], recorded_froms timestamp with time zone[], source_event_ids uuid[], occurred_ats timestamp with time zone[], cosine_distances double precision[], similarities double precision[], text_ranks double precision[], recencies double precision[], scores double precision[])
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+WITH words AS MATERIALIZED (
+    SELECT w.word_query, w.idf
+    FROM ROWS FROM (pg_catalog.unnest(word_queries), pg_catalog.unnest(idfs)) AS w(word_query, idf)
+),
+total AS MATERIALIZED (
+    -- Any of the words as one tsquery: a text that holds none has text rank 0 without a test
+    -- per word.
+    SELECT nullif(pg_catalog.sum(w.idf), 0) AS idf,
+           pg_catalog.string_agg('(' || w.word_query::text || ')', ' | ')::tsquery AS any_word
+    FROM words AS w
+),
+pool AS (
+    SELECT p.item_type, p.item_id, p.content, p.valid_from, p.valid_to, p.recorded_from,
+           p.source_event_id, p.occurred_at, p.tokens, p.cosine_distance, p.recency, p.walked,
+           p.hit,
+           CASE WHEN p.sv OPERATOR(pg_catalog.@@) (SELECT t.any_word FROM total AS t)
+                THEN coalesce((SELECT pg_catalog.sum(w.idf) FROM words AS w
+                               WHERE p.sv OPERATOR(pg_catalog.@@) w.word_query)
+                              OPERATOR(pg_catalog./) (SELECT t.idf FROM total AS t), 0)
+                ELSE 0
+           END AS text_rank
+    FROM (
+        SELECT 'fact' AS item_type, f.fact_id AS item_id, f.content, f.valid_from,
+               public.haki_valid_to_at(f.valid_to, f.recorded_to, f.believed_valid_to, at) AS valid_to,
+               f.recorded_from, f.source_event_id, NULL::timestamptz AS occurred_at,
+               public.haki_tokens(f.content) AS tokens,
+               (f.embedding OPERATOR(public.<=>) query_embedding) AS cosine_distance,
+               public.haki_fact_recency(f.valid_from, f.recorded_from, tau_seconds, at) AS recency,
+               public.haki_text_vector(config, f.search_vector, f.search_vector_english) AS sv,
+               f.fact_id OPERATOR(pg_catalog.=) ANY (walked_facts) AS walked,
+               f.fact_id OPERATOR(pg_catalog.=) ANY (matched_facts) AS hit
+        FROM public.facts AS f
+        WHERE f.project_id OPERATOR(pg_catalog.=) p_project_id
+          AND f.fact_id OPERATOR(pg_catalog.=) ANY (walked_facts OPERATOR(pg_catalog.||) matched_facts)
+        UNION ALL
+        SELECT 'episode', e.event_id, e.content, NULL, NULL, NULL, NULL, e.occurred_at,
+               public.haki_tokens(e.content),
+               (e.embedding OPERATOR(public.<=>) query_embedding),
+               public.haki_recency(e.occurred_at, tau_seconds, at),
+               public.haki_text_vector(config, e.search_vector, e.search_vector_english),
+               e.event_id OPERATOR(pg_catalog.=) ANY (walked_events),
+               e.event_id OPERATOR(pg_catalog.=) ANY (matched_events)
+        FROM public.events AS e
+        WHERE e.project_id OPERATOR(pg_catalog.=) p_project_id
+          AND e.event_id OPERATOR(pg_catalog.=) ANY (walked_events OPERATOR(pg_catalog.||) matched_events)
+    ) AS p
+),
+kept AS (
+    SELECT r.item_type, r.item_id, r.content, r.valid_from, r.valid_to, r.recorded_from,
+           r.source_event_id, r.occurred_at, r.tokens, r.cosine_distance, r.text_rank, r.recency
+    FROM (
+        SELECT p.*, pg_catalog.row_number() OVER (PARTITION BY p.item_type, p.hit
+                                                  ORDER BY p.text_rank DESC, p.item_id) AS text_pos
+        FROM pool AS p
+    ) AS r
+    WHERE r.walked OR (r.hit AND r.text_pos OPERATOR(pg_catalog.<=) top_k)
+),
+scored AS (
+    SELECT k.*, 1 OPERATOR(pg_catalog.-) k.cosine_distance AS similarity,
+           public.haki_hybrid_score(k.cosine_distance, k.text_rank, k.recency, w_similarity,
+                                    w_text_rank, w_recency) AS score
+    FROM kept AS k
+    ORDER BY score DESC, k.item_type OPERATOR(pg_catalog.=) 'episode', k.item_id
+    LIMIT candidate_limit
+),
+ranked AS (
+    SELECT s.*, pg_catalog.row_number() OVER (ORDER BY s.score DESC,
+                                              s.item_type OPERATOR(pg_catalog.=) 'episode',
+                                              s.item_id) AS pos
+    FROM scored AS s
+)
+SELECT pg_catalog.array_agg(r.item_type ORDER BY r.pos), pg_catalog.array_agg(r.item_id ORDER BY r.pos),
+       pg_catalog.array_agg(r.content ORDER BY r.pos), pg_catalog.array_agg(r.tokens ORDER BY r.pos),
+       pg_catalog.array_agg(r.valid_from ORDER BY r.pos), pg_catalog.array_agg(r.valid_to ORDER BY r.pos),
+       pg_catalog.array_agg(r.recorded_from ORDER BY r.pos),
+       pg_catalog.array_agg(r.source_event_id ORDER BY r.pos),
+       pg_catalog.array_agg(r.occurred_at ORDER BY r.pos),
+       pg_catalog.array_agg(r.cosine_distance ORDER BY r.pos),
+       pg_catalog.array_agg(r.similarity ORDER BY r.pos), pg_catalog.array_agg(r.text_rank ORDER BY r.pos),
+       pg_catalog.array_agg(r.recency ORDER BY r.pos), pg_catalog.array_agg(r.score ORDER BY r.pos)
+FROM ranked AS r
+$$;
+
+--
+-- Name: haki_unified_text_side(text, text, regconfig, text[], tsquery[], double precision[], double precision[], bigint, integer, integer, integer, integer, integer, double precision, double precision, uuid[], timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_unified_text_side(p_project_id text, p_subject_id text, config regconfig, words text[], word_queries tsquery[], idfs double precision[], shares double precision[], sample_texts bigint, sample_docs integer, match_words integer, per_word integer, event_per_word integer, probe_rows integer, min_cost double precision, min_postings double precision, open_members uuid[], at timestamp with time zone) RETURNS TABLE(fact_ids uuid[], event_ids uuid[])
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+WITH scope_facts AS MATERIALIZED (
+    SELECT public.haki_probe_scope_facts(
+               p_project_id, p_subject_id,
+               (SELECT pg_catalog.max(s.share) FROM pg_catalog.unnest(shares) AS s(share)),
+               sample_texts, sample_docs, per_word, probe_rows, min_cost, min_postings) AS facts
+),
+rare AS MATERIALIZED (
+    SELECT w.word_query,
+           public.haki_text_probe(w.share, (SELECT sf.facts FROM scope_facts AS sf), per_word,
+                                  probe_rows, min_cost, min_postings) AS probe
+    FROM ROWS FROM (pg_catalog.unnest(words), pg_catalog.unnest(word_queries), pg_catalog.unnest(idfs),
+                   pg_catalog.unnest(shares)) AS w(word, word_query, idf, share)
+    ORDER BY w.idf DESC, w.word
+    LIMIT match_words
+)
+SELECT ARRAY(
+           SELECT DISTINCT h.fact_id
+           FROM rare AS i
+           CROSS JOIN LATERAL (
+               SELECT p.fact_id
+               FROM (SELECT e.fact_id
+                     FROM public.haki_fact_postings(p_project_id, p_subject_id,
+                                                    'english'::regconfig, i.word_query, at) AS e
+                     WHERE config OPERATOR(pg_catalog.=) 'english'::regconfig
+                     UNION ALL
+                     SELECT s.fact_id
+                     FROM public.haki_fact_postings(p_project_id, p_subject_id,
+                                                    'simple'::regconfig, i.word_query, at) AS s
+                     WHERE config OPERATOR(pg_catalog.<>) 'english'::regconfig) AS p
+               WHERE NOT i.probe
+                 AND NOT (p.fact_id OPERATOR(pg_catalog.=) ANY (open_members))
+               LIMIT per_word
+           ) AS h
+           UNION
+           SELECT h.fact_id
+           FROM rare AS i
+           CROSS JOIN LATERAL (
+               SELECT n.fact_id
+               FROM public.haki_newest_servable_facts(i.probe, p_project_id, p_subject_id, at,
+                                                      probe_rows) AS n
+               WHERE public.haki_text_vector(config, n.search_vector, n.search_vector_english)
+                     OPERATOR(pg_catalog.@@) i.word_query
+                 AND NOT (n.fact_id OPERATOR(pg_catalog.=) ANY (open_members))
+               LIMIT per_word
+           ) AS h
+       ),
+       ARRAY(
+           SELECT DISTINCT h.event_id
+           FROM rare AS i
+           CROSS JOIN LATERAL (
+               SELECT e.event_id
+               FROM public.haki_event_postings_for(p_project_id, p_subject_id, config,
+                                                   i.word_query, at) AS e
+               LIMIT event_per_word
+           ) AS h
+       )
+$$;
+
+--
+-- Name: haki_unified_walks(text, text, public.vector, integer, integer, integer, uuid[], timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_unified_walks(p_project_id text, p_subject_id text, query_embedding public.vector, top_k integer, event_top_k integer, exact_scan_min integer, open_members uuid[], at timestamp with time zone) RETURNS TABLE(fact_ids uuid[], event_ids uuid[])
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+SELECT ARRAY(
+           SELECT w.fact_id
+           FROM public.haki_fact_walk(p_project_id, p_subject_id, query_embedding, top_k,
+                                      exact_scan_min, at, open_members) AS w
+       ),
+       ARRAY(
+           SELECT w.event_id
+           FROM public.haki_event_walk(p_project_id, p_subject_id, query_embedding, event_top_k,
+                                       exact_scan_min, at) AS w
+           WHERE event_top_k OPERATOR(pg_catalog.>) 0
+       )
 $$;
 
 --
@@ -1267,6 +1587,117 @@ $$;
 --
 
 COMMENT ON FUNCTION public.haki_valid_to_at(valid_to timestamp with time zone, recorded_to timestamp with time zone, believed_valid_to timestamp with time zone, at timestamp with time zone) IS 'Rule: the valid_to a fact carried at an instant (docs/spec/context-profiles.md, "The instant of a call"). Written and explained in migrations/rules.sql.';
+
+--
+-- Name: haki_webhook_conflict_members(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_webhook_conflict_members() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    -- Keeps a copy of open conflict: it reports the members the statement just wrote, as the
+    -- write side reads them (the set's current status), not membership at an instant.
+    INSERT INTO public.webhook_outbox (project_id, subject_id, kind, data, content, fact_ids)
+    SELECT cs.project_id, cs.subject_id, 'conflict.opened',
+           jsonb_build_object('conflict_set_id', cs.conflict_set_id, 'subject_id', cs.subject_id,
+                              'key', cs.key, 'member_fact_ids', m.ids, 'new_member_fact_ids', n.ids),
+           CASE WHEN w.wants THEN jsonb_build_object('member_contents', m.contents) END,
+           m.ids
+    FROM (
+        SELECT nm.project_id, nm.conflict_set_id, array_agg(nm.fact_id ORDER BY nm.fact_id) AS ids
+        FROM new_members AS nm
+        GROUP BY nm.project_id, nm.conflict_set_id
+    ) AS n
+    JOIN public.conflict_sets AS cs
+      ON cs.project_id = n.project_id AND cs.conflict_set_id = n.conflict_set_id
+    CROSS JOIN LATERAL (SELECT public.haki_webhook_wants(cs.project_id, 'conflict.opened') AS wants) AS w
+    CROSS JOIN LATERAL (
+        SELECT array_agg(f.fact_id ORDER BY f.fact_id) AS ids,
+               jsonb_object_agg(f.fact_id, f.content) AS contents
+        FROM public.conflict_members AS cm
+        JOIN public.facts AS f ON f.project_id = cm.project_id AND f.fact_id = cm.fact_id
+        WHERE cm.project_id = cs.project_id AND cm.conflict_set_id = cs.conflict_set_id
+    ) AS m
+    WHERE w.wants IS NOT NULL
+      AND cs.status = 'open';
+    RETURN NULL;
+END
+$$;
+
+--
+-- Name: haki_webhook_conflict_resolved(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_webhook_conflict_resolved() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    wants boolean := public.haki_webhook_wants(NEW.project_id, 'conflict.resolved');
+BEGIN
+    -- Keeps a copy of open conflict: it reads the members of the set the statement resolved.
+    -- Keeps a copy of believed: a member the resolution kept is the one still `active` after it.
+    IF wants IS NOT NULL THEN
+        INSERT INTO public.webhook_outbox (project_id, subject_id, kind, data, content, fact_ids)
+        SELECT NEW.project_id, NEW.subject_id, 'conflict.resolved',
+               jsonb_build_object(
+                   'conflict_set_id', NEW.conflict_set_id, 'subject_id', NEW.subject_id, 'key', NEW.key,
+                   'member_fact_ids', coalesce(m.ids, '{}'),
+                   'kept_fact_ids', coalesce(m.kept, '{}'),
+                   'superseded_fact_ids', coalesce(m.dropped, '{}')),
+               CASE WHEN wants THEN jsonb_build_object('member_contents', coalesce(m.contents, '{}')) END,
+               coalesce(m.ids, '{}')
+        FROM (
+            SELECT array_agg(f.fact_id ORDER BY f.fact_id) AS ids,
+                   array_agg(f.fact_id ORDER BY f.fact_id) FILTER (WHERE f.status = 'active') AS kept,
+                   array_agg(f.fact_id ORDER BY f.fact_id) FILTER (WHERE f.status <> 'active') AS dropped,
+                   jsonb_object_agg(f.fact_id, f.content) AS contents
+            FROM public.conflict_members AS cm
+            JOIN public.facts AS f ON f.project_id = cm.project_id AND f.fact_id = cm.fact_id
+            WHERE cm.project_id = NEW.project_id AND cm.conflict_set_id = NEW.conflict_set_id
+        ) AS m;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+--
+-- Name: haki_webhook_fact_status(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_webhook_fact_status() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    kind text := 'fact.' || NEW.status;
+    wants boolean := public.haki_webhook_wants(NEW.project_id, kind);
+BEGIN
+    IF wants IS NOT NULL THEN
+        INSERT INTO public.webhook_outbox (project_id, subject_id, kind, data, content, fact_ids)
+        VALUES (
+            NEW.project_id, NEW.subject_id, kind,
+            jsonb_build_object('fact_id', NEW.fact_id, 'subject_id', NEW.subject_id, 'key', NEW.key,
+                               'status', NEW.status, 'valid_to', NEW.valid_to),
+            CASE WHEN wants THEN jsonb_build_object('content', NEW.content) END,
+            ARRAY[NEW.fact_id]
+        );
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+--
+-- Name: haki_webhook_wants(text, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_webhook_wants(p_project_id text, p_kind text) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+SELECT bool_or(s.include_content)
+FROM public.webhook_subscriptions AS s
+WHERE s.project_id = p_project_id
+  AND p_kind = ANY (s.events)
+$$;
 
 --
 -- Name: api_keys; Type: TABLE; Schema: public; Owner: -
@@ -1330,6 +1761,20 @@ CREATE TABLE public.context_calls (
     replay_of uuid,
     text_search_config text,
     weights double precision[],
+    decision_ids uuid[],
+    decision_positions smallint[],
+    decision_codes smallint[],
+    decision_ranks smallint[],
+    decision_tokens smallint[],
+    decision_distances double precision[],
+    decision_text_ranks double precision[],
+    decision_recencies double precision[],
+    decision_scores double precision[],
+    decision_similarities double precision[],
+    decision_served smallint,
+    decision_over_budget smallint,
+    decision_below_floor smallint,
+    CONSTRAINT context_calls_decision_codes_known CHECK ((array_position(decision_codes, NULL::smallint) IS NULL)),
     CONSTRAINT context_calls_profile_check CHECK ((profile = ANY (ARRAY['unified'::text, 'facts_first'::text]))),
     CONSTRAINT context_calls_status_check CHECK ((status = ANY (ARRAY['ok'::text, 'degraded'::text])))
 );
@@ -1413,6 +1858,39 @@ CREATE TABLE public.idempotency_keys (
 );
 
 --
+-- Name: project_embedding_models; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.project_embedding_models (
+    project_id text NOT NULL,
+    model text NOT NULL,
+    recorded_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT project_embedding_models_model_check CHECK (((length(model) >= 1) AND (length(model) <= 500)))
+);
+
+--
+-- Name: reembedded_events; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.reembedded_events (
+    project_id text NOT NULL,
+    event_id uuid NOT NULL,
+    model text NOT NULL,
+    embedding public.vector(384) NOT NULL
+);
+
+--
+-- Name: reembedded_facts; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.reembedded_facts (
+    project_id text NOT NULL,
+    fact_id uuid NOT NULL,
+    model text NOT NULL,
+    embedding public.vector(384) NOT NULL
+);
+
+--
 -- Name: schema_migrations; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1420,6 +1898,84 @@ CREATE TABLE public.schema_migrations (
     version text NOT NULL,
     sha256 text NOT NULL,
     applied_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
+-- Name: ui_sessions; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ui_sessions (
+    project_id text NOT NULL,
+    session_hash bytea NOT NULL,
+    key_id uuid NOT NULL,
+    csrf_token text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone NOT NULL
+);
+
+--
+-- Name: webhook_deliveries; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.webhook_deliveries (
+    project_id text NOT NULL,
+    webhook_id uuid NOT NULL,
+    event_id uuid NOT NULL,
+    event_seq bigint NOT NULL,
+    subject_id text NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    next_attempt_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_attempt_at timestamp with time zone,
+    last_status integer,
+    last_error text,
+    delivered_at timestamp with time zone,
+    CONSTRAINT webhook_deliveries_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'delivered'::text, 'dead'::text])))
+);
+
+--
+-- Name: webhook_outbox; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.webhook_outbox (
+    project_id text NOT NULL,
+    event_id uuid DEFAULT gen_random_uuid() NOT NULL,
+    seq bigint NOT NULL,
+    subject_id text NOT NULL,
+    kind text NOT NULL,
+    data jsonb NOT NULL,
+    content jsonb,
+    fact_ids uuid[] DEFAULT '{}'::uuid[] NOT NULL,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    fanned_out boolean DEFAULT false NOT NULL,
+    CONSTRAINT webhook_outbox_kind_check CHECK ((kind = ANY (ARRAY['conflict.opened'::text, 'conflict.resolved'::text, 'fact.superseded'::text, 'fact.retracted'::text, 'subject.erased'::text, 'extraction.completed'::text])))
+);
+
+--
+-- Name: webhook_outbox_seq_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.webhook_outbox ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.webhook_outbox_seq_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: webhook_subscriptions; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.webhook_subscriptions (
+    project_id text NOT NULL,
+    webhook_id uuid NOT NULL,
+    url text NOT NULL,
+    events text[] NOT NULL,
+    include_content boolean DEFAULT false NOT NULL,
+    secret text NOT NULL,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
 );
 
 --
@@ -1500,11 +2056,60 @@ ALTER TABLE ONLY public.idempotency_keys
     ADD CONSTRAINT idempotency_keys_pkey PRIMARY KEY (project_id, idempotency_key);
 
 --
+-- Name: project_embedding_models project_embedding_models_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.project_embedding_models
+    ADD CONSTRAINT project_embedding_models_pkey PRIMARY KEY (project_id);
+
+--
+-- Name: reembedded_events reembedded_events_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.reembedded_events
+    ADD CONSTRAINT reembedded_events_pkey PRIMARY KEY (project_id, event_id);
+
+--
+-- Name: reembedded_facts reembedded_facts_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.reembedded_facts
+    ADD CONSTRAINT reembedded_facts_pkey PRIMARY KEY (project_id, fact_id);
+
+--
 -- Name: schema_migrations schema_migrations_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
 ALTER TABLE ONLY public.schema_migrations
     ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+
+--
+-- Name: ui_sessions ui_sessions_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ui_sessions
+    ADD CONSTRAINT ui_sessions_pkey PRIMARY KEY (project_id, session_hash);
+
+--
+-- Name: webhook_deliveries webhook_deliveries_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.webhook_deliveries
+    ADD CONSTRAINT webhook_deliveries_pkey PRIMARY KEY (project_id, webhook_id, event_id);
+
+--
+-- Name: webhook_outbox webhook_outbox_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.webhook_outbox
+    ADD CONSTRAINT webhook_outbox_pkey PRIMARY KEY (project_id, event_id);
+
+--
+-- Name: webhook_subscriptions webhook_subscriptions_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.webhook_subscriptions
+    ADD CONSTRAINT webhook_subscriptions_pkey PRIMARY KEY (project_id, webhook_id);
 
 --
 -- Name: api_keys_key_hash; Type: INDEX; Schema: public; Owner: -
@@ -1525,16 +2130,34 @@ CREATE INDEX conflict_members_fact ON public.conflict_members USING btree (proje
 CREATE UNIQUE INDEX conflict_sets_one_open_per_key ON public.conflict_sets USING btree (project_id, subject_id, key) WHERE (status = 'open'::text);
 
 --
+-- Name: context_calls_below_floor_facts; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX context_calls_below_floor_facts ON public.context_calls USING gin ((decision_ids[((decision_served + decision_over_budget) + 1):((decision_served + decision_over_budget) + decision_below_floor)])) WITH (fastupdate=off) WHERE ((as_of IS NULL) AND (replay_of IS NULL) AND (decision_ids IS NOT NULL));
+
+--
 -- Name: context_calls_created; Type: INDEX; Schema: public; Owner: -
 --
 
 CREATE INDEX context_calls_created ON public.context_calls USING btree (project_id, created_at);
 
 --
+-- Name: context_calls_over_budget_facts; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX context_calls_over_budget_facts ON public.context_calls USING gin ((decision_ids[(decision_served + 1):(decision_served + decision_over_budget)])) WITH (fastupdate=off) WHERE ((as_of IS NULL) AND (replay_of IS NULL) AND (decision_ids IS NOT NULL));
+
+--
 -- Name: context_calls_recent; Type: INDEX; Schema: public; Owner: -
 --
 
 CREATE INDEX context_calls_recent ON public.context_calls USING btree (project_id, subject_id, created_at DESC);
+
+--
+-- Name: context_calls_served_facts; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX context_calls_served_facts ON public.context_calls USING gin ((decision_ids[1:decision_served])) WITH (fastupdate=off) WHERE ((as_of IS NULL) AND (replay_of IS NULL) AND (decision_ids IS NOT NULL));
 
 --
 -- Name: context_traces_fact_usage; Type: INDEX; Schema: public; Owner: -
@@ -1795,6 +2418,54 @@ CREATE INDEX facts_scoped_search_gin ON public.facts USING gin (public.haki_scop
 CREATE INDEX idempotency_keys_expiry ON public.idempotency_keys USING btree (project_id, expires_at);
 
 --
+-- Name: ui_sessions_expiry; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ui_sessions_expiry ON public.ui_sessions USING btree (project_id, expires_at);
+
+--
+-- Name: webhook_deliveries_due; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX webhook_deliveries_due ON public.webhook_deliveries USING btree (project_id, next_attempt_at) WHERE (status = 'pending'::text);
+
+--
+-- Name: webhook_deliveries_event; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX webhook_deliveries_event ON public.webhook_deliveries USING btree (project_id, event_id);
+
+--
+-- Name: webhook_deliveries_in_order; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX webhook_deliveries_in_order ON public.webhook_deliveries USING btree (project_id, webhook_id, subject_id, event_seq) WHERE (status = 'pending'::text);
+
+--
+-- Name: webhook_deliveries_recent; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX webhook_deliveries_recent ON public.webhook_deliveries USING btree (project_id, webhook_id, event_seq DESC);
+
+--
+-- Name: webhook_outbox_content; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX webhook_outbox_content ON public.webhook_outbox USING btree (project_id, subject_id) WHERE (content IS NOT NULL);
+
+--
+-- Name: webhook_outbox_done; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX webhook_outbox_done ON public.webhook_outbox USING btree (project_id, created_at) WHERE fanned_out;
+
+--
+-- Name: webhook_outbox_waiting; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX webhook_outbox_waiting ON public.webhook_outbox USING btree (project_id, seq) WHERE (NOT fanned_out);
+
+--
 -- Name: events_scope_bucket_stats; Type: STATISTICS; Schema: public; Owner: -
 --
 
@@ -1805,6 +2476,24 @@ CREATE STATISTICS public.events_scope_bucket_stats (dependencies) ON project_id,
 --
 
 CREATE STATISTICS public.facts_scope_bucket_stats (dependencies) ON project_id, subject_id, public.haki_scope_bucket(project_id, subject_id) FROM public.facts;
+
+--
+-- Name: conflict_members webhook_conflict_members; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER webhook_conflict_members AFTER INSERT ON public.conflict_members REFERENCING NEW TABLE AS new_members FOR EACH STATEMENT EXECUTE FUNCTION public.haki_webhook_conflict_members();
+
+--
+-- Name: conflict_sets webhook_conflict_resolved; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER webhook_conflict_resolved AFTER UPDATE OF status ON public.conflict_sets FOR EACH ROW WHEN (((old.status = 'open'::text) AND (new.status = 'resolved'::text))) EXECUTE FUNCTION public.haki_webhook_conflict_resolved();
+
+--
+-- Name: facts webhook_fact_status; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER webhook_fact_status AFTER UPDATE OF status ON public.facts FOR EACH ROW WHEN (((old.status IS DISTINCT FROM new.status) AND (new.status = ANY (ARRAY['superseded'::text, 'retracted'::text])))) EXECUTE FUNCTION public.haki_webhook_fact_status();
 
 --
 -- Name: conflict_members conflict_members_project_id_conflict_set_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
@@ -1819,6 +2508,41 @@ ALTER TABLE ONLY public.conflict_members
 
 ALTER TABLE ONLY public.conflict_members
     ADD CONSTRAINT conflict_members_project_id_fact_id_fkey FOREIGN KEY (project_id, fact_id) REFERENCES public.facts(project_id, fact_id);
+
+--
+-- Name: reembedded_events reembedded_events_project_id_event_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.reembedded_events
+    ADD CONSTRAINT reembedded_events_project_id_event_id_fkey FOREIGN KEY (project_id, event_id) REFERENCES public.events(project_id, event_id) ON DELETE CASCADE;
+
+--
+-- Name: reembedded_facts reembedded_facts_project_id_fact_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.reembedded_facts
+    ADD CONSTRAINT reembedded_facts_project_id_fact_id_fkey FOREIGN KEY (project_id, fact_id) REFERENCES public.facts(project_id, fact_id) ON DELETE CASCADE;
+
+--
+-- Name: ui_sessions ui_sessions_project_id_key_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ui_sessions
+    ADD CONSTRAINT ui_sessions_project_id_key_id_fkey FOREIGN KEY (project_id, key_id) REFERENCES public.api_keys(project_id, key_id) ON DELETE CASCADE;
+
+--
+-- Name: webhook_deliveries webhook_deliveries_project_id_event_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.webhook_deliveries
+    ADD CONSTRAINT webhook_deliveries_project_id_event_id_fkey FOREIGN KEY (project_id, event_id) REFERENCES public.webhook_outbox(project_id, event_id) ON DELETE CASCADE;
+
+--
+-- Name: webhook_deliveries webhook_deliveries_project_id_webhook_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.webhook_deliveries
+    ADD CONSTRAINT webhook_deliveries_project_id_webhook_id_fkey FOREIGN KEY (project_id, webhook_id) REFERENCES public.webhook_subscriptions(project_id, webhook_id) ON DELETE CASCADE;
 
 --
 -- PostgreSQL database dump complete

@@ -36,6 +36,7 @@ from service.api.memory import (
 from service.api.ratelimit import RateLimiter, WorkRateLimiter
 from service.api.strict_body import check_json_body
 from service.api.ui import TraceInspector
+from service.api.webhooks import WebhooksController
 from service.db import create_pool, create_read_pool
 from service.db.embedded import Supervisor
 from service.db.replica import ReadRouter, rerun_after_replica_error, rerun_on_primary
@@ -45,6 +46,15 @@ from service.memory import retention
 from service.memory.statistics import StatisticsKeeper
 from service.observability.metrics import Metrics, metrics_endpoint
 from service.settings import Settings
+from service.webhooks import worker as webhook_worker
+
+
+async def _stopped(task: asyncio.Task[Any] | None) -> None:
+    """A background task of the app cancelled and awaited (None: it never started)."""
+    if task is not None:
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
 
 
 def create_app(
@@ -76,6 +86,13 @@ def create_app(
                 retention.run_forever(app.state.pool, settings, metrics.observe_purge),
                 name="trace-retention",
             )
+        delivering = None
+        if own_pool:
+            # Webhook deliveries: only on a pool this app owns, as above (docs/webhooks.md).
+            delivering = asyncio.create_task(
+                webhook_worker.run_forever(app.state.pool, settings, metrics.observe_webhooks),
+                name="webhook-delivery",
+            )
         keeping = None
         app.state.statistics = None
         if own_pool:
@@ -88,23 +105,13 @@ def create_app(
             async with mcp_mount.running():
                 yield
         finally:
-            if keeping is not None:
-                keeping.cancel()
-                with suppress(asyncio.CancelledError):
-                    await keeping
-            if purging is not None:
-                purging.cancel()
-                with suppress(asyncio.CancelledError):
-                    await purging
+            await _stopped(delivering)
+            await _stopped(keeping)
+            await _stopped(purging)
             if monitoring is not None:
-                monitoring.cancel()
-                with suppress(asyncio.CancelledError):
-                    await monitoring
+                await _stopped(monitoring)
                 await app.state.read_router.read_pool.close()
-            if supervising is not None:
-                supervising.cancel()
-                with suppress(asyncio.CancelledError):
-                    await supervising
+            await _stopped(supervising)
             if own_pool:
                 await app.state.pool.close()
             if own_embedder:
@@ -144,6 +151,7 @@ def create_app(
             metrics_endpoint,
             TraceInspector,
             ExtractController,
+            WebhooksController,
             mcp_mount.handler(),
         ],
         lifespan=[lifespan],

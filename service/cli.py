@@ -142,11 +142,15 @@ def _migrate(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def project_id_arg(value: str) -> str:
+    """A project id argument: argparse refuses one the scope-id rule refuses (usage error, 2)."""
+    if (problem := scope_id_problem(value)) is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return value
+
+
 def _keys_create(settings: Settings, args: argparse.Namespace) -> int:
     project_id: str = args.project_id
-    if (problem := scope_id_problem(project_id)) is not None:
-        print(f"PROJECT_ID {problem}", file=sys.stderr)
-        return 2
     key_id, key = asyncio.run(
         _with_migrated_conn(settings, lambda conn: auth.create_key(conn, project_id, args.label))
     )
@@ -296,9 +300,6 @@ def _reembed(settings: Settings, args: argparse.Namespace) -> int:
     from service.memory import reembed
 
     project: str = args.project
-    if (problem := scope_id_problem(project)) is not None:
-        print(f"haki reembed: --project {problem}", file=sys.stderr)
-        return 2
     if not 1 <= args.batch <= reembed.MAX_BATCH:
         print(f"haki reembed: --batch must be 1..{reembed.MAX_BATCH}", file=sys.stderr)
         return 2
@@ -336,8 +337,8 @@ async def _run_reembed(settings: Settings, args: argparse.Namespace, project: st
             now = where.previous_model or "unrecorded"
             per_text_ms = run.seconds_per_text * 1000
             print(
-                f"{project}: {where.facts} fact(s) and {where.events} event(s), now {now}; "
-                f"{where.remaining} to embed with {where.model} ({where.done} already done); "
+                f"{project}: {where.counts.facts} fact(s) and {where.counts.events} event(s), now {now}; "
+                f"{where.remaining} to embed with {where.model} ({where.counts.done} already done); "
                 f"{run.sample} sampled in {run.sample_seconds:.2f} s ({per_text_ms:.1f} ms a text): "
                 f"about {run.estimated_seconds:.0f} s"
             )
@@ -353,7 +354,7 @@ async def _run_reembed(settings: Settings, args: argparse.Namespace, project: st
         task = bar.add_task(f"re-embedding {project}", total=None)
 
         def on_plan(where: reembed.ReembedPlan) -> None:
-            bar.update(task, total=where.total, completed=where.done)
+            bar.update(task, total=where.counts.total, completed=where.counts.done)
 
         try:
             with bar:
@@ -372,12 +373,13 @@ async def _run_reembed(settings: Settings, args: argparse.Namespace, project: st
             )
             return 1
         if not result.switched:
-            print(f"{project}: its vectors are already {result.model}: nothing to do")
+            print(f"{project}: its vectors are already {result.plan.model}: nothing to do")
             return 0
+        was, counts = result.plan, result.plan.counts
         print(
-            f"{project}: switched from {result.previous_model or 'unrecorded'} to {result.model}: "
-            f"{result.facts} fact(s) and {result.events} event(s) ({result.embedded} embedded now, "
-            f"{result.reused} from an earlier run, {result.caught_up} written meanwhile); serve with "
+            f"{project}: switched from {was.previous_model or 'unrecorded'} to {was.model}: "
+            f"{counts.facts} fact(s) and {counts.events} event(s) ({result.embedded} embedded now, "
+            f"{counts.done} from an earlier run, {result.caught_up} written meanwhile); serve with "
             "this HAKI_EMBED_MODEL from now on"
         )
         return 0
@@ -492,7 +494,7 @@ COMMANDS: tuple[Command, ...] = (
         _keys_create,
         help="print a new API key for PROJECT_ID (only its hash is stored)",
         args=(
-            arg("project_id", metavar="PROJECT_ID"),
+            arg("project_id", metavar="PROJECT_ID", type=project_id_arg),
             arg("--label", default=None, help="a note to tell keys apart"),
         ),
     ),
@@ -505,6 +507,7 @@ COMMANDS: tuple[Command, ...] = (
             arg(
                 "--project",
                 default=None,
+                type=project_id_arg,
                 help="the project, when revoking by key id (needed only when two projects hold it)",
             ),
         ),
@@ -513,7 +516,7 @@ COMMANDS: tuple[Command, ...] = (
         ("keys", "list"),
         _keys_list,
         help="list the keys of a project, or of every project (ids, never the keys)",
-        args=(arg("project_id", metavar="PROJECT_ID", nargs="?", default=None),),
+        args=(arg("project_id", metavar="PROJECT_ID", nargs="?", default=None, type=project_id_arg),),
     ),
     Command(
         ("import",),
@@ -528,7 +531,7 @@ COMMANDS: tuple[Command, ...] = (
         "error (the position is kept); 2 usage error; 130 interrupted (the position is kept).",
         args=(
             arg("file", metavar="FILE.jsonl"),
-            arg("--project", required=True, help="project id"),
+            arg("--project", required=True, type=project_id_arg, help="project id"),
             arg("--subject", required=True, help="subject id"),
             arg(
                 "--kind",
@@ -570,7 +573,7 @@ COMMANDS: tuple[Command, ...] = (
         epilog="Exit status: 0 switched, or nothing to do; 1 stopped by an error (the same command "
         "resumes); 2 usage or embedder error; 130 interrupted (resumable).",
         args=(
-            arg("--project", required=True, help="project id"),
+            arg("--project", required=True, type=project_id_arg, help="project id"),
             arg("--dry-run", action="store_true", help="embed a sample, estimate the time, write nothing"),
             arg("--batch", type=int, default=64, help="texts per batch (1..1000)"),
         ),

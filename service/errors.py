@@ -46,9 +46,23 @@ ERROR_TABLE: tuple[ErrorCode, ...] = (
     ErrorCode(404, "not_found", "no such resource in the key's project"),
     ErrorCode(405, "method_not_allowed", "the route does not take this method"),
     ErrorCode(409, "conflict", "e.g. an Idempotency-Key reused with another body"),
+    ErrorCode(
+        409,
+        "embedding_model_mismatch",
+        "the project's vectors were made by another embedding model than the server's "
+        "(`details.project_model`, `details.server_model`); nothing was served or written: run "
+        "`haki reembed --project P` with the server's model, or serve with the project's",
+    ),
     ErrorCode(413, "payload_too_large", "the body exceeds HAKI_MAX_BODY_BYTES"),
     ErrorCode(415, "unsupported_media_type", "a body sent under a Content-Type that is not JSON"),
     ErrorCode(422, "validation_error", "a rule only the service can check; `details.field` names the field"),
+    ErrorCode(
+        422,
+        "url_refused",
+        "POST /v1/webhooks: the URL is not http(s), does not resolve, or resolves to a private, "
+        "loopback or link-local address whose host HAKI_WEBHOOK_ALLOWED_HOSTS does not list; nothing "
+        "was sent to it",
+    ),
     ErrorCode(
         429,
         "rate_limited",
@@ -68,7 +82,13 @@ ERROR_TABLE: tuple[ErrorCode, ...] = (
         "POST /v1/extract: no answer from the chat model within HAKI_EXTRACT_TIMEOUT_SECONDS; nothing "
         "was written",
     ),
-    ErrorCode(503, "unavailable", "database or embedder down, or a statement timeout; retry"),
+    ErrorCode(
+        503,
+        "unavailable",
+        "database or embedder down, or a statement timeout: retry after `Retry-After` seconds; "
+        "without `Retry-After` and with `details.permanent` (extraction not configured), a retry "
+        "cannot succeed",
+    ),
 )
 
 
@@ -110,6 +130,11 @@ class ErrorBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         dict[str, Any] | None,
         msgspec.Meta(description="Machine-readable specifics; `field` names the offending field."),
     ] = None
+
+
+# The wait a retryable 503 asks for: the database or the embedder is back within seconds, or the
+# client's next attempt gets another 503 with the same advice.
+UNAVAILABLE_RETRY_AFTER_SECONDS = 1
 
 
 class HakiError(Exception):
@@ -171,12 +196,37 @@ class Conflict(HakiError, status=409, code="conflict"):
     pass
 
 
+class EmbeddingModelMismatch(HakiError, status=409, code="embedding_model_mismatch"):
+    """The server's embedder is not the model the project's vectors were made with: its query
+    vectors would find wrong neighbours, and its write vectors would mix two spaces."""
+
+    def __init__(self, project_id: str, project_model: str, server_model: str) -> None:
+        super().__init__(
+            f"The vectors of project {project_id!r} were made by {project_model}, but this server "
+            f"embeds with {server_model}: run `haki reembed --project {project_id}` with "
+            f"HAKI_EMBED_MODEL set for {server_model}, or serve the project with {project_model}.",
+            project_id=project_id,
+            project_model=project_model,
+            server_model=server_model,
+            fix=f"haki reembed --project {project_id}",
+        )
+
+
 class TooManyRequests(HakiError, status=429, code="rate_limited"):
     pass
 
 
 class Unavailable(HakiError, status=503, code="unavailable"):
-    pass
+    """Worth retrying (the embedder, the database): `Retry-After` says when. One that names a
+    missing `setting` (extraction not configured) is `permanent`: no retry succeeds until the
+    deployment changes, so it carries `details.permanent` and no `Retry-After`."""
+
+    def __init__(self, message: str, **details: Any) -> None:
+        if "setting" in details:
+            details.setdefault("permanent", True)
+        else:
+            details.setdefault("retry_after_seconds", UNAVAILABLE_RETRY_AFTER_SECONDS)
+        super().__init__(message, **details)
 
 
 class ExtractorFailed(HakiError, status=502, code="extractor_error"):
@@ -186,6 +236,13 @@ class ExtractorFailed(HakiError, status=502, code="extractor_error"):
 
 class ExtractorTimeout(HakiError, status=504, code="extractor_timeout"):
     """The extraction model did not answer within HAKI_EXTRACT_TIMEOUT_SECONDS: nothing was written."""
+
+
+class UrlRefused(HakiError, status=422, code="url_refused"):
+    """A webhook URL the service will not call (docs/webhooks.md, "Safety"); names the field."""
+
+    def __init__(self, field: str, message: str, **details: Any) -> None:
+        super().__init__(f"{field}: {message}", field=field, **details)
 
 
 # The failures that mean the connection itself is gone (server stopped or restarted), so the
@@ -361,7 +418,7 @@ def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Respons
         return error_response(
             503,
             ErrorBody(code="unavailable", message="The database is unavailable; retry shortly."),
-            {"Retry-After": "1"},
+            {"Retry-After": str(UNAVAILABLE_RETRY_AFTER_SECONDS)},
         )
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return error_response(500, ErrorBody(code="internal", message="Internal server error."))

@@ -27,8 +27,12 @@ from service.settings import ContextProfile, TextSearchConfig
 MAX_BUDGET_TOKENS = 2**63 - 1
 
 # A scope id's bounds are ScopeId's (service/scope_id.py); each field gives its own description.
+# Examples (Swagger UI's "Try it out" fills bodies from them): the project of the README's
+# quick start (`haki keys create demo`), its subject, and one id.
+EXAMPLE_ID = "0190f5b2-7c4e-7a39-9f1e-3c2b1a0d4e5f"
 ProjectId = Annotated[
-    ScopeId, Meta(description="Project (tenant) id; the API key must belong to this project.")
+    ScopeId,
+    Meta(description="Project (tenant) id; the API key must belong to this project.", examples=["demo"]),
 ]
 # The body's `project_id` may be omitted: the key already names its project. Omitted, it decodes
 # as KEY_PROJECT ("", by `default_factory=str`: a factory, so that the OpenAPI shows no default
@@ -40,10 +44,12 @@ ProjectIdOrKey = Annotated[
     Meta(
         description="Project (tenant) id. Optional: omitted, it is the API key's project; another "
         "project than the key's is a 403 `forbidden`.",
+        examples=["demo"],
     ),
 ]
 SubjectId = Annotated[
-    ScopeId, Meta(description="Subject the memory is about (a user, a customer, a repository).")
+    ScopeId,
+    Meta(description="Subject the memory is about (a user, a customer, a repository).", examples=["alice"]),
 ]
 Content = Annotated[
     str,
@@ -52,9 +58,13 @@ Content = Annotated[
         max_length=MAX_CONTENT_CHARS,
         pattern=NO_NUL,
         description="The memory text, 1..8000 characters.",
+        examples=["Alice works at Acme as a data engineer."],
     ),
 ]
-Timestamp = Annotated[datetime, Meta(tz=True, description="RFC 3339 timestamp with an offset.")]
+Timestamp = Annotated[
+    datetime,
+    Meta(tz=True, description="RFC 3339 timestamp with an offset.", examples=["2026-11-20T10:00:00Z"]),
+]
 FactStatus = Literal["active", "superseded", "retracted"]
 Profile = Annotated[
     ContextProfile,
@@ -89,19 +99,38 @@ AsOf = (
             "given then (facts believed then, validity, staleness and recency at that instant, the "
             "conflicts open then, the events held then). Data erased since cannot come back. Absent "
             "or null: now.",
+            examples=[None],
         ),
     ]
     | None
 )
-FactId = Annotated[UUID, Meta(description="Fact id (UUIDv7: ids sort by creation time).")]
-EventId = Annotated[UUID, Meta(description="Event id (UUIDv7: ids sort by creation time).")]
-ConflictSetId = Annotated[UUID, Meta(description="Conflict set id.")]
-TraceId = Annotated[UUID, Meta(description="Id of the context call; GET /v1/inspect/{trace_id} explains it.")]
-ScopeProject = Annotated[str, Meta(description="Project (tenant) id.")]
-ScopeSubject = Annotated[str, Meta(description="Subject id the memory is about.")]
-MemoryText = Annotated[str, Meta(description="The memory text, as written.")]
-Metadata = Annotated[dict[str, Any], Meta(description="Free-form JSON object, returned as written.")]
-MetadataIn = Annotated[dict[str, Any] | None, Meta(description="Free-form JSON object, returned as written.")]
+FactId = Annotated[
+    UUID, Meta(description="Fact id (UUIDv7: ids sort by creation time).", examples=[EXAMPLE_ID])
+]
+EventId = Annotated[
+    UUID, Meta(description="Event id (UUIDv7: ids sort by creation time).", examples=[EXAMPLE_ID])
+]
+ConflictSetId = Annotated[UUID, Meta(description="Conflict set id.", examples=[EXAMPLE_ID])]
+TraceId = Annotated[
+    UUID,
+    Meta(
+        description="Id of the context call; GET /v1/inspect/{trace_id} explains it.", examples=[EXAMPLE_ID]
+    ),
+]
+ScopeProject = Annotated[str, Meta(description="Project (tenant) id.", examples=["demo"])]
+ScopeSubject = Annotated[str, Meta(description="Subject id the memory is about.", examples=["alice"])]
+MemoryText = Annotated[
+    str,
+    Meta(description="The memory text, as written.", examples=["Alice works at Acme as a data engineer."]),
+]
+Metadata = Annotated[
+    dict[str, Any],
+    Meta(description="Free-form JSON object, returned as written.", examples=[{"source": "crm"}]),
+]
+MetadataIn = Annotated[
+    dict[str, Any] | None,
+    Meta(description="Free-form JSON object, returned as written.", examples=[{"source": "crm"}]),
+]
 SourceEventId = Annotated[UUID | None, Meta(description="The event this fact was extracted from, if any.")]
 ValidFrom = Annotated[
     datetime | None,
@@ -181,17 +210,24 @@ class FactIn(Request):
             Meta(
                 description="Optional slot name (employer, city...). Two active facts of one scope with "
                 "the same key and different content open a ConflictSet.",
+                examples=["employer"],
             ),
         ]
         | None
     ) = None
     valid_from: Annotated[
         Timestamp | None,
-        Meta(description="Start of business validity (when the fact became true); omit if unknown."),
+        Meta(
+            description="Start of business validity (when the fact became true); omit if unknown.",
+            examples=["2026-03-01T00:00:00Z"],
+        ),
     ] = None
     valid_to: Annotated[
         Timestamp | None,
-        Meta(description="End of business validity; must be after valid_from. Omit: open-ended."),
+        Meta(
+            description="End of business validity; must be after valid_from. Omit: open-ended.",
+            examples=[None],
+        ),
     ] = None
     volatility: Annotated[
         Volatility, Meta(description="A volatile fact goes stale after stale_after_seconds.")
@@ -204,15 +240,18 @@ class FactIn(Request):
                 le=100 * 365 * 24 * 3600,
                 description="Volatile facts only: seconds after coalesce(valid_from, recorded_from) "
                 "at which the fact is stale. Default from HAKI_VOLATILE_STALE_AFTER_SECONDS.",
+                examples=[None],
             ),
         ]
         | None
     ) = None
     supersedes: Annotated[
-        UUID | None, Meta(description="An active fact of the same scope that this fact replaces.")
+        UUID | None,
+        Meta(description="An active fact of the same scope that this fact replaces.", examples=[None]),
     ] = None
     source_event_id: Annotated[
-        UUID | None, Meta(description="The event of the same scope this fact was extracted from.")
+        UUID | None,
+        Meta(description="The event of the same scope this fact was extracted from.", examples=[None]),
     ] = None
     metadata: MetadataIn = None
 
@@ -279,10 +318,12 @@ class FactPage(Response, frozen=True, kw_only=True):
 
 class PatchFactRequest(Request):
     status: Annotated[
-        Literal["retracted"] | None, Meta(description="Only `retracted`: facts are never deleted.")
+        Literal["retracted"] | None,
+        Meta(description="Only `retracted`: facts are never deleted.", examples=["retracted"]),
     ] = None
     valid_to: Annotated[
-        Timestamp | None, Meta(description="End of business validity; must be after valid_from.")
+        Timestamp | None,
+        Meta(description="End of business validity; must be after valid_from.", examples=[None]),
     ] = None
 
 
@@ -291,7 +332,10 @@ class PatchFactRequest(Request):
 
 class EventIn(Request):
     content: Content
-    occurred_at: Annotated[Timestamp, Meta(description="When it happened (RFC 3339 with an offset).")]
+    occurred_at: Annotated[
+        Timestamp,
+        Meta(description="When it happened (RFC 3339 with an offset).", examples=["2026-11-20T10:00:00Z"]),
+    ]
     metadata: MetadataIn = None
 
 
@@ -348,6 +392,7 @@ class ResolveConflictRequest(Request):
             min_length=1,
             max_length=MAX_BATCH,
             description="Members that stay active; every other member becomes superseded.",
+            examples=[[EXAMPLE_ID]],
         ),
     ]
 
@@ -363,6 +408,7 @@ class ContextRequest(ScopedRequest, kw_only=True):
             max_length=MAX_QUERY_CHARS,
             pattern=NO_NUL,
             description="What the agent is about to answer, 1..4000 characters.",
+            examples=["Where does Alice work?"],
         ),
     ]
     budget_tokens: Annotated[
@@ -698,13 +744,15 @@ class ExtractMessage(Request):
             pattern=NO_NUL,
             description=f"The message text, 1..{MAX_MESSAGE_CHARS} characters; stored as the event "
             "`role: content`.",
+            examples=["I left Acme, I'm a data engineer at Globex now."],
         ),
     ]
     occurred_at: Annotated[
         Timestamp | None,
         Meta(
             description="When it was said (RFC 3339 with an offset). Omitted: the time of the request "
-            "(plus i microseconds for the i-th message, so the conversation keeps its order)."
+            "(plus i microseconds for the i-th message, so the conversation keeps its order).",
+            examples=[None],
         ),
     ] = None
 
@@ -853,3 +901,139 @@ class EventErasure(Response, frozen=True, kw_only=True):
     erased_at: ErasedAt
     facts_unlinked: Annotated[int, Meta(description="Facts whose `source_event_id` named it, now null.")]
     decisions: Annotated[int, Meta(description="Trace decisions that named it, erased.")]
+
+
+# --- the memory browser (/ui, service/api/ui.py): rows of its pages, not JSON bodies -----------
+
+
+class UiSession(msgspec.Struct, frozen=True, kw_only=True):
+    """A live /ui session: the key it was opened with and the token its forms carry."""
+
+    project_id: str
+    key_id: UUID
+    csrf_token: str
+    expires_at: datetime
+
+
+class UiSubject(msgspec.Struct, frozen=True, kw_only=True):
+    """A subject as the browser lists it: counts, last write, open conflicts, last context call."""
+
+    subject_id: str
+    facts: int
+    events: int
+    last_write_at: datetime | None
+    open_conflicts: int
+    last_call_at: datetime | None
+
+
+class UiSubjectPage(msgspec.Struct, frozen=True, kw_only=True):
+    subjects: list[UiSubject]
+    next_cursor: str | None
+
+
+# --- webhooks (docs/webhooks.md) ---------------------------------------------------------------
+
+WebhookEventKind = Literal[
+    "conflict.opened",
+    "conflict.resolved",
+    "fact.superseded",
+    "fact.retracted",
+    "subject.erased",
+    "extraction.completed",
+]
+WebhookId = Annotated[UUID, Meta(description="Webhook subscription id.")]
+WebhookUrl = Annotated[
+    str,
+    Meta(
+        min_length=1,
+        max_length=2048,
+        description="The receiver: an http(s) URL whose host resolves to public addresses only, or a "
+        "host listed in HAKI_WEBHOOK_ALLOWED_HOSTS.",
+        examples=["https://hooks.example.com/haki"],
+    ),
+]
+WebhookEvents = Annotated[
+    list[WebhookEventKind],
+    Meta(min_length=1, max_length=6, description="The event kinds to deliver (1..6, each once)."),
+]
+DeliveryStatus = Literal["pending", "delivered", "dead"]
+
+
+class CreateWebhookRequest(Request, kw_only=True):
+    project_id: ProjectIdOrKey = msgspec.field(default_factory=str)
+    url: WebhookUrl
+    events: WebhookEvents
+    include_content: Annotated[
+        bool,
+        Meta(
+            description="Whether payloads carry memory content (the facts' texts); false: ids, keys "
+            "and counts only."
+        ),
+    ] = False
+
+
+class Webhook(Response, frozen=True, kw_only=True):
+    webhook_id: WebhookId
+    project_id: ScopeProject
+    url: Annotated[str, Meta(description="The receiver's URL.")]
+    events: Annotated[list[str], Meta(description="The event kinds delivered.")]
+    include_content: Annotated[bool, Meta(description="Whether payloads carry memory content.")]
+    created_at: Annotated[datetime, Meta(description="When the subscription was made.")]
+
+
+class WebhookCreated(Webhook, frozen=True, kw_only=True):
+    secret: Annotated[
+        str,
+        Meta(
+            description="The signing secret (`whsec_...`), shown this once: verify each delivery's "
+            "`Haki-Signature` with it (the SDKs' verify function)."
+        ),
+    ]
+
+
+class WebhookSummary(Webhook, frozen=True, kw_only=True):
+    pending: Annotated[int, Meta(description="Deliveries waiting for their first or next attempt.")]
+    delivered: Annotated[int, Meta(description="Deliveries the receiver accepted (2xx), still on record.")]
+    dead: Annotated[
+        int, Meta(description="Dead letters: deliveries that failed HAKI_WEBHOOK_MAX_ATTEMPTS times.")
+    ]
+    last_attempt_at: Annotated[datetime | None, Meta(description="The last attempt; null: none yet.")]
+    last_status: Annotated[
+        int | None, Meta(description="The receiver's HTTP status at the last attempt; null: no answer.")
+    ]
+
+
+class WebhookList(Response, frozen=True, kw_only=True):
+    webhooks: Annotated[list[WebhookSummary], Meta(description="The project's webhooks, oldest first.")]
+
+
+class WebhookDeleted(Response, frozen=True, kw_only=True):
+    webhook_id: WebhookId
+    deleted: Annotated[bool, Meta(description="Always true: the webhook and its deliveries are gone.")]
+
+
+class WebhookDelivery(Response, frozen=True, kw_only=True):
+    event_id: Annotated[UUID, Meta(description="The event's id, the same at every attempt.")]
+    type: Annotated[str, Meta(description="The event kind.")]
+    subject_id: ScopeSubject
+    status: Annotated[
+        DeliveryStatus,
+        Meta(description="`pending` (waiting), `delivered` (a 2xx answer) or `dead` (a dead letter)."),
+    ]
+    attempts: Annotated[int, Meta(description="Attempts made.")]
+    created_at: Annotated[datetime, Meta(description="When the change committed.")]
+    next_attempt_at: Annotated[datetime, Meta(description="When a pending delivery is tried next.")]
+    last_attempt_at: Annotated[datetime | None, Meta(description="The last attempt; null: none yet.")]
+    last_status: Annotated[
+        int | None, Meta(description="The receiver's HTTP status at the last attempt; null: no answer.")
+    ]
+    last_error: Annotated[
+        str | None, Meta(description="Why the last attempt failed (never the receiver's body).")
+    ]
+    delivered_at: Annotated[datetime | None, Meta(description="When the receiver accepted it.")]
+
+
+class WebhookDeliveryList(Response, frozen=True, kw_only=True):
+    deliveries: Annotated[
+        list[WebhookDelivery], Meta(description="The webhook's deliveries, newest event first.")
+    ]

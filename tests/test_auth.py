@@ -7,8 +7,9 @@ how it authenticates and how it is scoped:
 - `bearer`: the JSON API. No, malformed, unknown or revoked key -> 401 `unauthorized`; a key of
   another project -> 403 `forbidden` when the request names a project, 404 when it addresses an
   object by id (the lookup is scoped to the key's project, so nothing leaks).
-- `cookie`: the HTML trace inspector under /ui (a browser cannot send a Bearer header on
-  navigation): no live key in its cookie -> 303 to /ui/login; another project's object -> 404.
+- `cookie`: the HTML pages under /ui (a browser cannot send a Bearer header on navigation): no
+  live session in its cookie (none, a raw key, junk, a logged-out or revoked key's) -> 303 to
+  /ui/login; another project's object -> 404. Their POSTs carry the session's CSRF token.
 - `public`: the documented exceptions, each with its reason (they serve no tenant data).
 /healthz and the OpenAPI pages under /docs are public by the spec and not listed.
 """
@@ -33,10 +34,10 @@ from service.errors import Unauthorized
 from service.repository import keys as keys_repo
 from service.settings import Settings
 from tests.helpers import PROJECT, assert_error, bearer, get_fact, post_facts
+from tests.helpers.chromium import UI_COOKIE, ui_login
 
 OTHER_PROJECT = "proj-b"
 SKIPPED_METHODS = {"OPTIONS", "HEAD"}  # Litestar's automatic preflight answers carry no data
-UI_COOKIE = "haki_ui_key"
 
 
 def is_spec_public(path: str) -> bool:
@@ -64,6 +65,7 @@ class Route:
     build: Callable[[Objects, str], Request]
     ok_status: int = 200
     why_public: str = ""
+    form: dict[str, str] | None = None  # a /ui POST's form fields, `{o.fact_id}`... formatted
 
 
 def _facts_body(o: Objects, p: str) -> Request:
@@ -123,7 +125,7 @@ ROUTES: dict[tuple[str, str], Route] = {
     # No chat model is configured here: past the key, the route answers its 503 `unavailable`
     # (tests/test_extract.py drives it against a scripted model).
     ("POST", "/v1/extract"): Route("bearer", "project", _extract_body, 503),
-    # --- memory lifecycle (issue 14) ---
+    # --- memory lifecycle ---
     ("DELETE", "/v1/subjects/{subject_id}"): Route("bearer", "project", _project_query("/v1/subjects/auth")),
     ("DELETE", "/v1/subjects"): Route(
         "bearer", "project", lambda o, p: ("/v1/subjects", {"project_id": p, "subject_id": "auth"}, None)
@@ -141,10 +143,49 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("GET", "/v1/events/{event_id}"): Route("bearer", "id", _url("/v1/events/{o.event_id}")),
     ("DELETE", "/v1/events/{event_id}"): Route("bearer", "id", _url("/v1/events/{o.event_id}")),
     ("DELETE", "/v1/facts/{fact_id}"): Route("bearer", "id", _url("/v1/facts/{o.other_fact_id}")),
+    # A public address is accepted without a request to it (nothing is sent at subscription).
+    ("POST", "/v1/webhooks"): Route(
+        "bearer",
+        "project",
+        lambda o, p: (
+            "/v1/webhooks",
+            None,
+            {"project_id": p, "url": "http://93.184.215.14/hook", "events": ["fact.retracted"]},
+        ),
+        201,
+    ),
+    ("GET", "/v1/webhooks"): Route("bearer", "project", _project_query("/v1/webhooks")),
+    ("DELETE", "/v1/webhooks/{webhook_id}"): Route(
+        "bearer", "id", _url(f"/v1/webhooks/{uuid.UUID(int=7)}"), 404
+    ),
+    ("GET", "/v1/webhooks/{webhook_id}/deliveries"): Route(
+        "bearer", "id", _url(f"/v1/webhooks/{uuid.UUID(int=7)}/deliveries"), 404
+    ),
     # --- the trace inspector (HTML, cookie) ---
     ("GET", "/ui/traces"): Route("cookie", "none", _url("/ui/traces")),
     ("GET", "/ui/traces/{trace_id}"): Route("cookie", "id", _url("/ui/traces/{o.trace_id}")),
-    ("POST", "/ui/traces/{trace_id}/replay"): Route("cookie", "id", _url("/ui/traces/{o.trace_id}/replay")),
+    ("POST", "/ui/traces/{trace_id}/replay"): Route(
+        "cookie", "id", _url("/ui/traces/{o.trace_id}/replay"), form={}
+    ),
+    # --- the memory browser (HTML, cookie); an action without `confirm` answers its confirm page ---
+    ("GET", "/ui/subjects"): Route("cookie", "none", _url("/ui/subjects")),
+    ("GET", "/ui/subject"): Route("cookie", "id", lambda o, p: ("/ui/subject", {"subject_id": "auth"}, None)),
+    ("GET", "/ui/facts/{fact_id}"): Route("cookie", "id", _url("/ui/facts/{o.fact_id}")),
+    ("GET", "/ui/conflicts/{conflict_set_id}"): Route(
+        "cookie", "id", _url("/ui/conflicts/{o.conflict_set_id}")
+    ),
+    ("POST", "/ui/facts/{fact_id}/retract"): Route(
+        "cookie", "id", _url("/ui/facts/{o.fact_id}/retract"), form={}
+    ),
+    ("POST", "/ui/facts/{fact_id}/supersede"): Route(
+        "cookie", "id", _url("/ui/facts/{o.fact_id}/supersede"), form={"content": "Alice works at Initech"}
+    ),
+    ("POST", "/ui/conflicts/{conflict_set_id}/resolve"): Route(
+        "cookie", "id", _url("/ui/conflicts/{o.conflict_set_id}/resolve"), form={"keep": "{o.fact_id}"}
+    ),
+    ("POST", "/ui/subject/erase"): Route(
+        "cookie", "id", _url("/ui/subject/erase"), form={"subject_id": "auth"}
+    ),
     # --- documented public routes ---
     ("GET", "/metrics"): Route(
         "public",
@@ -152,7 +193,7 @@ ROUTES: dict[tuple[str, str], Route] = {
         _url("/metrics"),
         why_public="Prometheus scrape: aggregates with no tenant label, for an internal network",
     ),
-    ("GET", "/ui"): Route("public", "none", _url("/ui"), 303, why_public="redirect to /ui/traces"),
+    ("GET", "/ui"): Route("public", "none", _url("/ui"), 303, why_public="redirect to /ui/subjects"),
     ("GET", "/ui/assets/haki.css"): Route(
         "public", "none", _url("/ui/assets/haki.css"), why_public="stylesheet"
     ),
@@ -164,7 +205,9 @@ ROUTES: dict[tuple[str, str], Route] = {
         400,
         why_public="checks the key sent in its form body (see test_ui_login_checks_the_key)",
     ),
-    ("POST", "/ui/logout"): Route("public", "none", _url("/ui/logout"), 303, why_public="forgets the cookie"),
+    ("POST", "/ui/logout"): Route(
+        "public", "none", _url("/ui/logout"), 303, why_public="ends the session its cookie names, if any"
+    ),
 }
 
 
@@ -442,8 +485,22 @@ async def test_other_projects_lists_do_not_leak(
 COOKIE_ROUTES = routes_where(auth="cookie")
 
 
+# What a page of proj-a's objects shows of them (one of these, whichever the page is about).
+def _shows_objects(text: str, o: Objects) -> bool:
+    return any(m in text for m in (o.trace_id, o.fact_id, o.conflict_set_id, ">auth<"))
+
+
+async def _send_ui(
+    client: httpx.AsyncClient, method: str, route: Route, o: Objects, headers: dict[str, str], csrf: str
+) -> httpx.Response:
+    url, params, _ = route.build(o, PROJECT)
+    form = None if route.form is None else {k: v.format(o=o) for k, v in route.form.items()}
+    data = None if form is None else {"csrf_token": csrf, **form}
+    return await client.request(method, url, params=params, data=data, headers=headers)
+
+
 @pytest.mark.parametrize(("method", "path"), COOKIE_ROUTES, ids=ids(COOKIE_ROUTES))
-async def test_ui_pages_need_a_live_key_in_the_cookie(
+async def test_ui_pages_need_a_live_session_in_the_cookie(
     client: httpx.AsyncClient,
     conn: asyncpg.Connection,
     key: str,
@@ -453,24 +510,40 @@ async def test_ui_pages_need_a_live_key_in_the_cookie(
     path: str,
 ) -> None:
     route = ROUTES[(method, path)]
-    req = route.build(objects, PROJECT)
     _, doomed = await auth.create_key(conn, PROJECT)
+    revoked = await ui_login(client, doomed)
     assert await auth.revoke_key(conn, doomed)
-    for headers in ({}, cookie(auth.new_key()), cookie("junk"), cookie(doomed), bearer(key)):
-        r = await send(client, method, req, headers)
+    logged_out = await ui_login(client, key)
+    assert (
+        await client.post("/ui/logout", data=logged_out.form(), headers=logged_out.headers)
+    ).status_code == 303
+    client.cookies.clear()
+    for headers in (
+        {},
+        cookie(key),
+        cookie(auth.new_key()),
+        cookie("junk"),
+        revoked.headers,
+        logged_out.headers,
+        bearer(key),
+    ):
+        r = await _send_ui(client, method, route, objects, headers, revoked.csrf)
         assert r.status_code == 303, (headers, r.text)
         assert r.headers["location"] == "/ui/login"
-        assert objects.trace_id not in r.text
-    r = await send(client, method, req, cookie(key))
+        assert not _shows_objects(r.text, objects)
+    session = await ui_login(client, key)
+    r = await _send_ui(client, method, route, objects, session.headers, session.csrf)
     assert r.status_code == route.ok_status, r.text
-    assert objects.trace_id in r.text
-    # Another project's key sees nothing of proj-a.
-    r = await send(client, method, req, cookie(other_key))
-    assert objects.trace_id not in r.text
+    assert _shows_objects(r.text, objects)
+    # Another project's session sees nothing of proj-a.
+    other = await ui_login(client, other_key)
+    r = await _send_ui(client, method, route, objects, other.headers, other.csrf)
+    assert not _shows_objects(r.text, objects)
     if route.scope == "id":
         assert r.status_code == 404, r.text
     else:
         assert r.status_code == 200, r.text
+    await assert_objects_unchanged(client, key, objects)
 
 
 async def test_ui_login_checks_the_key(client: httpx.AsyncClient, conn: asyncpg.Connection, key: str) -> None:

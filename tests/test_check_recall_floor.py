@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -16,6 +14,7 @@ import pytest
 
 from service.embedding.embedder import HashEmbedder
 from tests.helpers import load_file_module
+from tests.helpers.server import run_python, succeeded
 
 pytestmark = pytest.mark.integration
 
@@ -48,17 +47,7 @@ def load_script() -> ModuleType:
 
 def run_script(tmp_path: Path, *args: str) -> str:
     env = {**os.environ, "HAKI_EMBED_PROVIDER": "hash"}
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    return succeeded(run_python([str(SCRIPT), *args], cwd=tmp_path, env=env))
 
 
 def hash_distances(query: str, texts: list[str]) -> list[float]:

@@ -935,7 +935,7 @@ async def test_stats_overview_exact_values(client: httpx.AsyncClient, key: str, 
 class FailingEmbedder:
     """Implements the Embedder protocol; every embed() fails like a dead provider."""
 
-    name = "failing"
+    name = "hash"  # the hash model failing: the scope's vectors are of its space
     dim = 384
 
     def __init__(self, exc: Exception) -> None:
@@ -953,7 +953,7 @@ class FailingEmbedder:
 class SlowEmbedder:
     """Implements the Embedder protocol; answers far later than HAKI_EMBED_TIMEOUT_SECONDS."""
 
-    name = "slow"
+    name = "hash"  # the hash model failing: the scope's vectors are of its space
     dim = 384
 
     async def embed(self, texts: Sequence[str], **_: object) -> list[Vector]:

@@ -33,9 +33,11 @@ from service.constants import (
     UNIFIED_WEIGHT_TEXT_RANK,
 )
 from service.context import assembler
-from service.context.model import Candidate, outcomes, preview
+from service.context.model import Candidate, Probe, outcomes, preview
 from service.db.sql import load_queries
 from service.embedding.embedder import Embedder, EmbedderError, Vector
+from service.repository import context as repo
+from service.repository.context import TextBounds
 from service.settings import Settings, SettingsError
 from tests.helpers import (
     PROJECT,
@@ -59,7 +61,7 @@ OLD = "2024-01-01T00:00:00Z"
 class DownEmbedder:
     """Implements the Embedder protocol and always fails: the call has the text side alone."""
 
-    name = "down"
+    name = "hash"  # the hash model failing: the scope's vectors are of its space
     dim = 384
 
     async def embed(self, texts: Sequence[str], **_: object) -> list[Vector]:
@@ -195,7 +197,7 @@ async def test_or_text_query_reads_a_bounded_idf_sample(
     plan = await explain(
         conn,
         "unified_candidates",
-        **unified_text_side(subject, "common", match_words=8, text_per_word=10, idf_sample_docs=20),
+        **unified_text_side(subject, "common", TextBounds(match_words=8, per_word=10, sample_docs=20)),
     )
     reads = [n["Actual Rows"] for n in plan_nodes(plan) if n.get("Relation Name") == "facts"]
     assert reads and max(reads) <= 20, reads
@@ -213,14 +215,11 @@ async def test_or_text_query_matches_only_its_rarest_words(
     await write_facts(client, key, [" ".join(common) + f" fact {i}" for i in range(60)], subject)
     await write_facts(client, key, ["zebra appears once", "quokka appears once"], subject)
     query = " ".join([*common, "zebra", "quokka"])
-    plan = await explain(
-        conn,
-        "unified_candidates",
-        **unified_text_side(subject, query, match_words=2, text_per_word=10, idf_sample_docs=256),
-    )
-    # The postings' facts go to the pool as they are read: zebra's and quokka's, nothing else.
-    posted = [n["Actual Rows"] for n in plan_nodes(plan) if n.get("Subplan Name") == "CTE posting_hits"]
-    assert posted == [2], posted
+    bounds = TextBounds(match_words=2, per_word=10, sample_docs=256)
+    plan = await explain(conn, "unified_candidates", **unified_text_side(subject, query, bounds))
+    # The text side matches zebra's and quokka's facts, nothing else.
+    found = await repo.unified_candidates(conn, text_probe(subject, query), text=bounds)
+    assert sorted(c.content for c in found.candidates) == ["quokka appears once", "zebra appears once"]
     read = [
         n["Actual Rows"] * n["Actual Loops"]
         for n in plan_nodes(plan)
@@ -250,17 +249,22 @@ async def test_common_word_of_a_big_scope_reads_the_newest_facts(
         )
     }
 
-    def coffee(min_postings: float, sample_docs: int = 100) -> dict[str, Any]:
-        """The text side on "coffee", the probe's cost threshold at 0 (this scope is "big"), with
-        a sample of sample_docs facts (full at 100: the scope holds 120)."""
-        text_side = unified_text_side(
-            subject, "coffee", match_words=8, text_per_word=10, idf_sample_docs=sample_docs
+    def coffee(min_postings: float, sample_docs: int = 100) -> TextBounds:
+        """The text side's bounds on "coffee", the probe's cost threshold at 0 (this scope is
+        "big"), with a sample of sample_docs facts (full at 100: the scope holds 120)."""
+        return TextBounds(
+            match_words=8,
+            per_word=10,
+            sample_docs=sample_docs,
+            probe_min_cost=0.0,
+            probe_min_postings=min_postings,
         )
-        return {**text_side, "probe_min_cost": 0.0, "probe_min_postings": min_postings}
 
     async def matched(min_postings: float, sample_docs: int = 100) -> set[Any]:
-        rows = load_queries().unified_candidates(conn, **coffee(min_postings, sample_docs))
-        return {r["item_id"] async for r in rows if r["kind"] == "candidate"}
+        found = await repo.unified_candidates(
+            conn, text_probe(subject, "coffee"), text=coffee(min_postings, sample_docs)
+        )
+        return {c.item_id for c in found.candidates}
 
     assert await matched(0.0) == newest
     assert await matched(float("inf")) != newest  # the postings' order, without the probe
@@ -269,7 +273,7 @@ async def test_common_word_of_a_big_scope_reads_the_newest_facts(
     assert await matched(0.0, sample_docs=256) != newest
     # haki_newest_servable_facts is inlined (no function scan of its own), so that on a big scope
     # its ordered index scan stops at the caller's LIMIT instead of reading probe_rows rows.
-    plan = await explain(conn, "unified_candidates", **coffee(0.0))
+    plan = await explain(conn, "unified_candidates", **unified_text_side(subject, "coffee", coffee(0.0)))
     functions = [n.get("Function Name") for n in plan_nodes(plan) if n.get("Node Type") == "Function Scan"]
     assert "haki_newest_servable_facts" not in functions, functions
 
@@ -557,35 +561,15 @@ async def explain(conn: asyncpg.Connection, name: str, **params: Any) -> dict[st
     return plan
 
 
-def unified_text_side(
-    subject: str, query_text: str, *, match_words: int, text_per_word: int, idf_sample_docs: int
-) -> dict[str, Any]:
-    """unified_candidates' parameters for its text side alone (no query vector, nothing walked),
-    with the bounds the test sets and the text probe's shipped thresholds."""
-    return dict(
-        project_id=PROJECT,
-        subject_id=subject,
-        query_embedding=None,
-        query_text=query_text,
-        text_config="english",
-        event_top_k=64,
-        exact_scan_min=1_000,
-        top_k=64,
-        candidate_limit=256,
-        max_words=32,
-        match_words=match_words,
-        text_per_word=text_per_word,
-        event_text_per_word=text_per_word,
-        idf_sample_docs=idf_sample_docs,
-        probe_rows=TEXT_PROBE_MAX_ROWS,
-        probe_min_cost=TEXT_PROBE_MIN_COST,
-        probe_min_postings=TEXT_PROBE_MIN_POSTINGS,
-        w_similarity=UNIFIED_WEIGHT_SIMILARITY,
-        w_text_rank=UNIFIED_WEIGHT_TEXT_RANK,
-        w_recency=UNIFIED_WEIGHT_RECENCY,
-        tau_seconds=30 * 86400.0,
-        as_of=None,
-    )
+def text_probe(subject: str, query_text: str) -> Probe:
+    """A unified call on its text side alone: no query vector, so nothing is walked."""
+    weights = (UNIFIED_WEIGHT_SIMILARITY, UNIFIED_WEIGHT_TEXT_RANK, UNIFIED_WEIGHT_RECENCY)
+    return Probe(project_id=PROJECT, subject_id=subject, query=query_text, embedding=None, weights=weights)
+
+
+def unified_text_side(subject: str, query_text: str, text: TextBounds) -> dict[str, Any]:
+    """unified_candidates' parameters for its text side alone, with the bounds the test sets."""
+    return repo.unified_candidates_args(text_probe(subject, query_text), text=text)
 
 
 def plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:

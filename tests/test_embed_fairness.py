@@ -1,4 +1,4 @@
-"""Issue 12, defect 4: one tenant's bulk writes must not stall another tenant's context call.
+"""One tenant's bulk writes must not stall another tenant's context call.
 
 The neighbour scenario against a real `haki serve` with the real local model: project A sends ten
 concurrent legal writes of 30 facts of 8,000 characters (2.4 M characters, about 25 s of model

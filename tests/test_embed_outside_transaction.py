@@ -1,4 +1,4 @@
-"""No transaction is open while the embedder runs, even under an Idempotency-Key (issue 12, #3).
+"""No transaction is open while the embedder runs, even under an Idempotency-Key.
 
 A slow embedding used to be embedded inside the transaction that claimed the key: past
 idle_in_transaction_session_timeout (60 s) PostgreSQL killed the session, the write was a 503 and
@@ -13,7 +13,7 @@ import asyncio
 import json
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -191,14 +191,21 @@ KNOWN = "Ana likes tea"
 
 async def project_knowing_one_fact(
     client: httpx.AsyncClient, monitor: asyncpg.Connection
-) -> tuple[str, dict[str, str]]:
+) -> tuple[dict[str, str], dict[str, str]]:
     """A new project whose subject `u` holds the fact KNOWN: its scope and its key's headers."""
     project_id = f"aside-{uuid.uuid4().hex[:12]}"
     _, key = await auth.create_key(monitor, project_id)
     scope = {"project_id": project_id, "subject_id": "u"}
     known = await client.post("/v1/facts", json={**scope, "facts": [{"content": KNOWN}]}, headers=bearer(key))
     assert known.status_code == 201, known.text
-    return project_id, bearer(key)
+    return scope, bearer(key)
+
+
+def posted(
+    client: httpx.AsyncClient, path: str, bodies: Sequence[dict[str, Any] | None], headers: dict[str, str]
+) -> list[asyncio.Task[httpx.Response]]:
+    """Each body POSTed to `path` at once (None, no body), as tasks the gated embedder may hold."""
+    return [asyncio.create_task(client.post(path, json=body, headers=headers)) for body in bodies]
 
 
 async def test_a_write_waiting_on_the_embedder_holds_no_connection(
@@ -208,22 +215,11 @@ async def test_a_write_waiting_on_the_embedder_holds_no_connection(
     calls are still served. Until the write gave its connection back while it waited, they
     waited for one too, and were refused (503) once the pool's acquire timeout passed."""
     async with httpx.AsyncClient(base_url=served_small_pool, timeout=60) as client:
-        project_id, headers = await project_knowing_one_fact(client, monitor)
-        scope = {"project_id": project_id, "subject_id": "u"}
-        writes = [
-            asyncio.create_task(
-                client.post(
-                    "/v1/facts",
-                    json={
-                        "project_id": project_id,
-                        "subject_id": f"w{i}",
-                        "facts": [{"content": f"{SLOW} fact {i}"}],
-                    },
-                    headers=headers,
-                )
-            )
-            for i in range(2)
+        scope, headers = await project_knowing_one_fact(client, monitor)
+        bodies = [
+            {**scope, "subject_id": f"w{i}", "facts": [{"content": f"{SLOW} fact {i}"}]} for i in range(2)
         ]
+        writes = posted(client, "/v1/facts", bodies, headers)
         await gate.wait_arrivals(2)
         listed = await client.get("/v1/facts", params=scope, headers=headers)
         assert listed.status_code == 200, listed.text
@@ -239,9 +235,7 @@ async def test_a_write_waiting_on_the_embedder_holds_no_connection(
         done = [await w for w in writes]
         assert [r.status_code for r in done] == [201, 201], [r.text for r in done]
         for i in range(2):
-            listed = await client.get(
-                "/v1/facts", params={"project_id": project_id, "subject_id": f"w{i}"}, headers=headers
-            )
+            listed = await client.get("/v1/facts", params={**scope, "subject_id": f"w{i}"}, headers=headers)
             assert [f["content"] for f in listed.json()["facts"]] == [f"{SLOW} fact {i}"]
 
 
@@ -276,18 +270,9 @@ async def test_a_context_call_waiting_on_the_embedder_gives_its_connection_back(
     anew, and answer in full. Before, each held its connection, inside its transaction, until the
     embedder answered or timed out (10 s): an embedder that hangs took the whole service down."""
     async with httpx.AsyncClient(base_url=served_small_pool, timeout=60) as client:
-        project_id, headers = await project_knowing_one_fact(client, monitor)
-        scope = {"project_id": project_id, "subject_id": "u"}
-        calls = [
-            asyncio.create_task(
-                client.post(
-                    "/v1/context",
-                    json={**scope, "query": f"{SLOW} what does Ana drink {i}?"},
-                    headers=headers,
-                )
-            )
-            for i in range(2)
-        ]
+        scope, headers = await project_knowing_one_fact(client, monitor)
+        queries = [{**scope, "query": f"{SLOW} what does Ana drink {i}?"} for i in range(2)]
+        calls = posted(client, "/v1/context", queries, headers)
         packets = await answered_after_the_gate(client, gate, monitor, scope, headers, calls)
         for p in packets:
             body = p.json()
@@ -305,8 +290,7 @@ async def test_a_replay_waiting_on_the_embedder_gives_its_connection_back(
     call does, and once the vectors come they answer with the original's packet. Before, each
     held its connection until the embedder answered, and the GET below got a 503."""
     async with httpx.AsyncClient(base_url=served_small_pool, timeout=60) as client:
-        project_id, headers = await project_knowing_one_fact(client, monitor)
-        scope = {"project_id": project_id, "subject_id": "u"}
+        scope, headers = await project_knowing_one_fact(client, monitor)
         gate.release.set()
         origin = await client.post(
             "/v1/context", json={**scope, "query": f"{SLOW} what does Ana drink?"}, headers=headers
@@ -315,10 +299,7 @@ async def test_a_replay_waiting_on_the_embedder_gives_its_connection_back(
         await gate.wait_arrivals(1)  # the origin's own embedding, let through
         gate.release.clear()
         trace_id = origin.json()["trace_id"]
-        replays = [
-            asyncio.create_task(client.post(f"/v1/inspect/{trace_id}/replay", headers=headers))
-            for _ in range(2)
-        ]
+        replays = posted(client, f"/v1/inspect/{trace_id}/replay", [None, None], headers)
         answers = await answered_after_the_gate(client, gate, monitor, scope, headers, replays)
         for a in answers:
             body = a.json()

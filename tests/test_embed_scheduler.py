@@ -1,4 +1,4 @@
-"""The embedding scheduler's order (issue 12 defect 4, issue 13 micro-batching) and the work-based
+"""The embedding scheduler's order (fairness across tenants, micro-batching) and the work-based
 rate limit, with a recording model stand-in: no torch, no database, deterministic.
 
 `GatedModel` plays the model thread: every forward pass it is handed waits until the test opens

@@ -546,7 +546,7 @@ async def test_list_bad_params(
 
 
 async def test_list_without_project_id_is_the_keys_project(client: httpx.AsyncClient, key: str) -> None:
-    # Issue 18: the key already names the project; an empty project_id is still refused.
+    # The key already names the project; an empty project_id is still refused.
     r = await client.get("/v1/facts", headers=bearer(key))
     assert r.status_code == 200, r.text
     r = await client.get("/v1/facts", params={"project_id": ""}, headers=bearer(key))

@@ -1,4 +1,4 @@
-"""Issue 18, "the first hour": what a new user trips over, each fixed and held here."""
+"""The first hour: what a new user trips over, each fixed and held here."""
 
 from __future__ import annotations
 

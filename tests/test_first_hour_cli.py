@@ -1,4 +1,4 @@
-"""Issue 18, "the first hour", item 5: the `haki` command line as a new user meets it, run as
+"""The first hour: the `haki` command line as a new user meets it, run as
 real processes (a real `haki serve` for the HTTP import, its embedded PostgreSQL for the rest)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hostile request bodies (issue 12, #2): deep nesting, wrong media types, broken JSON.
+"""Hostile request bodies: deep nesting, wrong media types, broken JSON.
 
 All are refused before the body is decoded and before the key is read, with a 4xx in the
 contract's shape whose message says what is wrong.

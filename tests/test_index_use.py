@@ -26,6 +26,17 @@ pytestmark = pytest.mark.slow
 GIN_INDEX = "facts_scoped_search_gin"
 
 
+def random_probe(subject_id: str, seed: int, query: str) -> Probe:
+    """A probe of the project's `subject_id` with `query` and the random unit vector of `seed`."""
+    return Probe(
+        project_id=PROJECT,
+        subject_id=subject_id,
+        embedding=random_unit_vector(seed),
+        query=query,
+        weights=WEIGHTS,
+    )
+
+
 async def test_candidate_phases_pick_the_hnsw_and_gin_indexes(conn: asyncpg.Connection) -> None:
     t = load_test_queries()
     await seed_scopes(
@@ -45,13 +56,7 @@ async def test_candidate_phases_pick_the_hnsw_and_gin_indexes(conn: asyncpg.Conn
         # The seeded contents end with their row number: "4242" names a handful of facts.
         retrieved = await assembler.retrieve_facts_first(
             conn,
-            Probe(
-                project_id=PROJECT,
-                subject_id="idx-b",
-                embedding=random_unit_vector(7),
-                query="4242",
-                weights=WEIGHTS,
-            ),
+            random_probe("idx-b", 7, "4242"),
         )
         hnsw_scans = await t.test_index_scans(conn, index_name=hnsw_index) - hnsw_before
         gin_scans = await t.test_index_scans(conn, index_name=GIN_INDEX) - gin_before
@@ -81,13 +86,7 @@ async def test_generic_plans_never_scan_the_whole_table(conn: asyncpg.Connection
         async with conn.transaction():
             await assembler.open_context_call(conn)
             retrieve = assembler.RETRIEVERS["facts_first" if call % 4 < 2 else "unified"]
-            probe = Probe(
-                project_id=PROJECT,
-                subject_id=subject_id,
-                embedding=random_unit_vector(call),
-                query="seeded fact 42",
-                weights=WEIGHTS,
-            )
+            probe = random_probe(subject_id, call, "seeded fact 42")
             retrieved = await retrieve(conn, probe)
             # Multi-hop under the same generic plans: facts_first on a word every fact of the
             # scope holds; unified drops that one (named by more than half of the scope) and
@@ -135,13 +134,7 @@ async def test_walks_keep_their_plan_whatever_the_statistics(
     watched = [fact_graph, event_graph, "facts", "events"]  # a table's scans are sequential ones
     scopes = (("walk-big", 2_000, 1_500), ("walk-small", 30, 20))
     for call, (subject_id, facts, events) in enumerate(scopes * 2):
-        probe = Probe(
-            project_id=PROJECT,
-            subject_id=subject_id,
-            embedding=random_unit_vector(call),
-            query="seeded",
-            weights=WEIGHTS,
-        )
+        probe = random_probe(subject_id, call, "seeded")
         async with conn.transaction():
             await assembler.open_context_call(conn)
             await t.test_track_pl_functions(conn)

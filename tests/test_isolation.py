@@ -25,12 +25,12 @@ from service.app import create_app
 from service.embedding.embedder import HashEmbedder
 from service.settings import Settings
 from tests.helpers import bearer, post_context, post_events, post_facts
+from tests.helpers.chromium import ui_login
 
 A = "proj-a"  # the `key` fixture's project
 B = "proj-b"  # the `other_key` fixture's project
 SUBJECT = "alice"  # both projects hold memories about a subject with the same id
 HTTP_METHODS = {"get", "post", "put", "patch", "delete"}
-UI_COOKIE = "haki_ui_key"  # service/api/ui.py
 
 
 @dataclass(frozen=True)
@@ -186,7 +186,7 @@ PROBES: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
             expected=503,
         ),
     ],
-    # Memory lifecycle (issue 14). B erasing its own subject `alice` leaves A's alice as it was.
+    # Memory lifecycle. B erasing its own subject `alice` leaves A's alice as it was.
     ("DELETE", "/v1/subjects/{subject_id}"): lambda w: [
         probe(f"/v1/subjects/{SUBJECT}", params={"project_id": A}, expected=403),
         probe(f"/v1/subjects/{SUBJECT}", expected=200, check=b_erasure_only),
@@ -211,6 +211,29 @@ PROBES: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
         probe("/v1/subjects", params={"project_id": A}, expected=403),
         probe("/v1/subjects", params={"project_id": B}, expected=200, check=only_b_subject),
     ],
+    # B cannot subscribe for A, nor on a loopback address; it sees no webhook but its own.
+    ("POST", "/v1/webhooks"): lambda w: [
+        probe(
+            "/v1/webhooks",
+            body={"project_id": A, "url": "http://93.184.215.14/", "events": ["fact.retracted"]},
+            expected=403,
+        ),
+        probe(
+            "/v1/webhooks", body={"url": "http://127.0.0.1:9/", "events": ["fact.retracted"]}, expected=422
+        ),
+    ],
+    ("GET", "/v1/webhooks"): lambda w: [
+        probe("/v1/webhooks", params={"project_id": A}, expected=403),
+        probe(
+            "/v1/webhooks",
+            expected=200,
+            check=lambda body, w: None if body == {"webhooks": []} else pytest.fail(str(body)),
+        ),
+    ],
+    ("DELETE", "/v1/webhooks/{webhook_id}"): lambda w: [probe(f"/v1/webhooks/{uuid.uuid4()}")],
+    ("GET", "/v1/webhooks/{webhook_id}/deliveries"): lambda w: [
+        probe(f"/v1/webhooks/{uuid.uuid4()}/deliveries")
+    ],
     ("GET", "/v1/subjects/{subject_id}/export"): lambda w: [
         probe(f"/v1/subjects/{SUBJECT}/export", params={"project_id": A}, expected=403),
         # B's own alice: its one fact, nothing of A's (the markers check reads the whole body).
@@ -233,13 +256,36 @@ def only_b_subject(body: Any, w: World) -> None:
 
 
 # Routes the app serves outside its OpenAPI schema (the /ui pages, /metrics, the /docs pages), by
-# Litestar's path format. B authenticates to /ui with its key in the UI's cookie.
+# Litestar's path format. B authenticates to /ui with a session of its own (its cookie, and the
+# CSRF token that run_probes adds to every form).
 OFF_SCHEMA: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
     ("GET", "/ui"): lambda w: [probe("/ui", expected=303)],
     ("GET", "/ui/assets/haki.css"): lambda w: [probe("/ui/assets/haki.css", expected=200)],
     ("GET", "/ui/login"): lambda w: [probe("/ui/login", expected=200)],
     ("POST", "/ui/login"): lambda w: [probe("/ui/login", form={"key": "hk_not_a_key"}, expected=401)],
-    ("POST", "/ui/logout"): lambda w: [probe("/ui/logout", expected=303)],
+    ("POST", "/ui/logout"): lambda w: [probe("/ui/logout", form={}, expected=303)],
+    ("GET", "/ui/subjects"): lambda w: [
+        probe("/ui/subjects", expected=200),
+        probe("/ui/subjects", params={"q": SUBJECT, "limit": 500}, expected=200),
+    ],
+    ("GET", "/ui/subject"): lambda w: [probe("/ui/subject", params={"subject_id": SUBJECT}, expected=200)],
+    ("GET", "/ui/facts/{fact_id}"): lambda w: [probe(f"/ui/facts/{w.a_fact_ids[0]}")],
+    ("GET", "/ui/conflicts/{conflict_set_id}"): lambda w: [probe(f"/ui/conflicts/{w.a_conflict_set_id}")],
+    ("POST", "/ui/facts/{fact_id}/retract"): lambda w: [
+        probe(f"/ui/facts/{w.a_fact_ids[0]}/retract", form={"confirm": "yes"})
+    ],
+    ("POST", "/ui/facts/{fact_id}/supersede"): lambda w: [
+        probe(f"/ui/facts/{w.a_fact_ids[0]}/supersede", form={"content": "B's", "confirm": "yes"})
+    ],
+    ("POST", "/ui/conflicts/{conflict_set_id}/resolve"): lambda w: [
+        probe(
+            f"/ui/conflicts/{w.a_conflict_set_id}/resolve", form={"keep": w.a_fact_ids[0], "confirm": "yes"}
+        )
+    ],
+    # B's own subject of the same id: the confirm page names B's memory only (nothing erased).
+    ("POST", "/ui/subject/erase"): lambda w: [
+        probe("/ui/subject/erase", form={"subject_id": SUBJECT}, expected=200)
+    ],
     ("GET", "/ui/traces"): lambda w: [
         probe("/ui/traces", expected=200),
         probe("/ui/traces", params={"subject_id": SUBJECT, "limit": 500}, expected=200),
@@ -253,7 +299,7 @@ OFF_SCHEMA: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
     ("GET", "/docs/openapi.json"): lambda w: [probe("/docs/openapi.json", expected=200)],
     ("GET", "/docs/swagger"): lambda w: [probe("/docs/swagger", expected=200)],
     ("GET", "/docs/{path}"): lambda w: [probe("/docs/openapi.yaml", expected={200, 404})],
-    # The docs UI's assets (issue 16, service/api/docs_ui.py): public files, no tenant data.
+    # The docs UI's assets (service/api/docs_ui.py): public files, no tenant data.
     ("GET", "/docs/assets/{name}"): lambda w: [probe("/docs/assets/swagger-ui.css", expected=200)],
 }
 SKIPPED_METHODS = {"OPTIONS", "HEAD"}  # Litestar's automatic answers, no data
@@ -367,11 +413,13 @@ async def run_probes(
     client: httpx.AsyncClient, key: str, other_key: str, w: World, method: str, probes: list[Probe]
 ) -> None:
     before = await a_snapshot(client, key, w)
-    # B's key as the API wants it, and as the /ui pages keep it (their cookie).
-    headers = {**bearer(other_key), "Cookie": f"{UI_COOKIE}={other_key}"}
+    # B's key as the API wants it, and B's session as the /ui pages keep it (a cookie).
+    session = await ui_login(client, other_key)
+    headers = {**bearer(other_key), **session.headers}
     for p in probes:
+        form = None if p.form is None else session.form(**p.form)
         r = await client.request(
-            method, p.url, params=p.params, json=p.body, data=p.form, headers=headers, follow_redirects=False
+            method, p.url, params=p.params, json=p.body, data=form, headers=headers, follow_redirects=False
         )
         assert r.status_code in p.expected, (method, p.url, p.body, r.status_code, r.text)
         # An id B sent may be echoed back (a 404 names the id it did not find); nothing else may.

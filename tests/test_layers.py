@@ -45,6 +45,7 @@ LAYERS: dict[str, int] = {
     "service.memory.importer": 2,
     "service.extraction": 2,
     "service.memory": 2,
+    "service.webhooks": 2,  # webhooks: subscriptions, URL checks, signing, the delivery worker
     "service.observability": 2,
     "service.api": 3,
     "service.api.mcp_server": 3,  # the MCP tools: an adapter over the handlers' functions, like a route

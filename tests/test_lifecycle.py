@@ -1,4 +1,4 @@
-"""Memory lifecycle over HTTP on the real database (issue 14): erasure of a subject, a fact and
+"""Memory lifecycle over HTTP on the real database: erasure of a subject, a fact and
 an event; listing of events and subjects; export and its re-import; trace retention."""
 
 from __future__ import annotations

@@ -32,9 +32,14 @@ EXEMPT: dict[str, str] = {
     "find_api_key": "authentication: the key names no project; api_keys is a Citus reference table",
     "count_open_conflicts_all_projects": "the haki_open_conflicts gauge is one total: per-project "
     "series would be unbounded cardinality (a multi-shard count, once per scrape)",
-    "list_context_call_projects": "trace retention (issue 14) lists the project ids holding "
+    "list_context_call_projects": "trace retention lists the project ids holding "
     "context calls (a skip scan, once per purge interval), then purges each with statements "
     "scoped to it",
+    "list_webhook_projects": "the webhook delivery worker lists the project ids with events to fan "
+    "out or deliveries due (once per round), then fans out and claims each project's with statements "
+    "scoped to it",
+    "count_webhook_dead_letters_all_projects": "the haki_webhook_dead_letters gauge is one total, "
+    "like haki_open_conflicts (a multi-shard count, once per scrape)",
 }
 # The spec's tenant tables; the list derived from the migrations must include them.
 SPEC_TENANT_TABLES = {

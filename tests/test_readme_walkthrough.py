@@ -1,4 +1,4 @@
-"""Issue 18, item 7: README's walk-through, pasted into a shell as it stands, runs through
+"""The README's walk-through, pasted into a shell as it stands, runs through
 against a real `haki serve`; its SDK quick start runs too, and the JSON it shows decodes as the
 contract's Structs."""
 

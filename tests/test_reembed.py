@@ -74,9 +74,7 @@ async def seed(client: httpx.AsyncClient, key: str) -> None:
 
 async def served_vectors(conn: asyncpg.Connection) -> dict[str, tuple[str, np.ndarray]]:
     rows = load_test_queries().test_project_vectors(conn, project_id=PROJECT)
-    return {
-        str(r["item_id"]): (r["content"], r["embedding"].to_numpy()) async for r in rows
-    }
+    return {str(r["item_id"]): (r["content"], r["embedding"].to_numpy()) async for r in rows}
 
 
 def made_by(vectors: dict[str, tuple[str, np.ndarray]], model: HashEmbedder) -> bool:
@@ -117,10 +115,10 @@ async def test_a_crash_mid_way_resumes_and_switches_atomically(
     # The resume embeds only what is missing, then switches.
     resumed = Recording()
     result = await reembed.reembed(conn, resumed, PROJECT, batch_size=3)
-    assert result.switched and result.reused == 6
+    assert result.switched and result.plan.counts.done == 6
     assert result.embedded == total + 1 - 6 == len(resumed.texts)
     assert not set(resumed.texts) & set(crashing.texts)
-    assert result.previous_model == OLD.name and result.model == NEW.name
+    assert result.plan.previous_model == OLD.name and result.plan.model == NEW.name
 
     vectors = await served_vectors(conn)
     assert len(vectors) == total + 1 and made_by(vectors, NEW)
@@ -181,7 +179,7 @@ async def test_a_leftover_of_another_model_is_replaced_not_swapped_in(
         await reembed.reembed(conn, abandoned, PROJECT, batch_size=5)
     assert await pending(conn) == 5
     result = await reembed.reembed(conn, Recording(), PROJECT, batch_size=5)
-    assert result.reused == 0 and result.embedded == len(FACTS) + len(EVENTS)
+    assert result.plan.counts.done == 0 and result.embedded == len(FACTS) + len(EVENTS)
     assert made_by(await served_vectors(conn), NEW)
 
 

@@ -1,4 +1,4 @@
-"""Reads on a real PostgreSQL streaming standby (issue 19; service/db/replica.py, docs/scaling.md).
+"""Reads on a real PostgreSQL streaming standby (service/db/replica.py, docs/scaling.md).
 
 A throw-away embedded primary, migrated, and a second embedded PostgreSQL made its streaming
 standby with `pg_basebackup -R` from the same embedded binaries (service.db.embedded.

@@ -1,4 +1,4 @@
-"""Issue 18, item 1: scripts/setup.sh says which torch build it is about to download, before it
+"""scripts/setup.sh says which torch build it is about to download, before it
 downloads it (scripts/install_plan.py reads pip's dry-run report)."""
 
 from __future__ import annotations

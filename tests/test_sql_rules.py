@@ -1,4 +1,4 @@
-"""The spec's rules are written once in SQL (issue 17), as the inlinable functions of
+"""The spec's rules are written once in SQL, as the inlinable functions of
 migrations/rules.sql, and every statement and every other function calls them.
 
 1. Each rule function inlines: a statement that calls it plans as the copy it replaces (no

@@ -1,4 +1,4 @@
-"""`haki serve` in embedded mode supervises its PostgreSQL (issue 12, #5).
+"""`haki serve` in embedded mode supervises its PostgreSQL.
 
 Real `haki serve` processes (tests/helpers/server.py) on data directories of their own: the
 postmaster is killed with SIGKILL under a running service, which must restart it and serve again,

@@ -1,4 +1,4 @@
-"""Time travel over HTTP (issue 15, docs/time-travel.md): transaction time on facts, `as_of` on
+"""Time travel over HTTP (docs/time-travel.md): transaction time on facts, `as_of` on
 POST /v1/context, POST /v1/inspect/{trace_id}/replay, and what each fact is worth.
 
 A test runs in one rolled-back transaction whose now() never moves, so every write and call of it
@@ -9,6 +9,7 @@ what is written after it happens "now".
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -551,9 +552,11 @@ async def test_ui_replay_form_shows_the_diff(client: httpx.AsyncClient, key: str
     assert r.status_code == 303
     page = await client.get(f"/ui/traces/{origin['trace_id']}")
     assert f'action="/ui/traces/{origin["trace_id"]}/replay"' in page.text
+    # The form carries the session's CSRF token (service/api/ui.py).
+    csrf = {"csrf_token": re.findall(r'name="csrf_token" value="([^"]+)"', page.text)[0]}
     r = await client.post(
         f"/ui/traces/{origin['trace_id']}/replay",
-        data={"budget_tokens": str(2 * per_item), "profile": "", "recall_max_distance": ""},
+        data={**csrf, "budget_tokens": str(2 * per_item), "profile": "", "recall_max_distance": ""},
     )
     assert r.status_code == 200, r.text
     assert r.text.count('class="change removed"') == 2
@@ -566,11 +569,13 @@ async def test_ui_replay_form_shows_the_diff(client: httpx.AsyncClient, key: str
         {"profile": "fast"},
         {"recall_max_distance": "3"},
     ):
-        r = await client.post(f"/ui/traces/{origin['trace_id']}/replay", data=bad)
+        r = await client.post(f"/ui/traces/{origin['trace_id']}/replay", data={**csrf, **bad})
         assert r.status_code == 400, bad
     # Another project's key, logged in, cannot replay this trace.
     r = await client.post("/ui/login", data={"key": other_key})
     assert r.status_code == 303
-    r = await client.post(f"/ui/traces/{origin['trace_id']}/replay", data={})
+    page = await client.get("/ui/traces")
+    csrf = {"csrf_token": re.findall(r'name="csrf_token" value="([^"]+)"', page.text)[0]}
+    r = await client.post(f"/ui/traces/{origin['trace_id']}/replay", data=csrf)
     assert r.status_code == 404
     assert contents[0] not in r.text

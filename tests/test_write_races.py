@@ -1,4 +1,4 @@
-"""Concurrent writes of one (project, subject, key) still meet conflict detection (issue 12, #1).
+"""Concurrent writes of one (project, subject, key) still meet conflict detection.
 
 The real app is served by uvicorn with its own asyncpg pool (tests/helpers/serving.py), so concurrent
 requests run on separate connections and separate transactions, as under `haki serve`. Data is

@@ -582,33 +582,12 @@ async def inspect(
             content=contents.get(d.item_id),
             decision=DECIDED[d.decision],  # type: ignore[arg-type]  # the three decisions, renamed
             reason=d.reason_code,
-            scores=Scores(
-                rank=d.rank,
-                score=d.score,
-                similarity=d.similarity,
-                text_rank=d.text_rank,
-                recency=d.recency,
-                cosine_distance=d.cosine_distance,
-                tokens=d.tokens,
-            )
-            if scores
-            else None,
+            scores=msgspec.convert(d, Scores, from_attributes=True) if scores else None,
         )
         for d in found.decisions
     ]
-    return result(
-        Explanation(
-            trace_id=found.trace_id,
-            subject_id=found.subject_id,
-            query=found.query,
-            profile=found.profile,
-            status=found.status,
-            budget_tokens=found.budget_tokens,
-            used_tokens=found.used_tokens,
-            warnings=found.warnings,
-            items=explained,
-        )
-    )
+    # The call's own fields as inspect answers them, its decisions as explained above.
+    return result(msgspec.convert({**msgspec.structs.asdict(found), "items": explained}, Explanation))
 
 
 @tool(

@@ -42,8 +42,9 @@ class Probe(msgspec.Struct, frozen=True, kw_only=True):
 # gc=False: the Structs a call makes one of per item (Candidate, Blocked, Outcome here; Decision,
 # PacketFact and PacketEpisode, service/structs.py's ItemResponse) hold no container and never form
 # a reference cycle; tracked, they set off garbage collections on every call (docs/performance.md).
-class Candidate(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """A fact or an episode that may be served, with the parts of its score."""
+class Candidate(msgspec.Struct, frozen=True, gc=False):
+    """A fact or an episode that may be served, with the parts of its score. Positional too, in the
+    order of the candidate statements' arrays (repository/context.py `_retrieved`)."""
 
     item_type: ItemType
     item_id: UUID

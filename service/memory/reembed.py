@@ -26,7 +26,7 @@ from service.embedding.embedder import Embedder
 from service.repository import Conn
 from service.repository import embedding_model as repo
 from service.repository import lifecycle as lifecycle_repo
-from service.repository.embedding_model import ItemKind, PendingText
+from service.repository.embedding_model import ItemKind, PendingText, ReembedCounts
 
 KINDS: tuple[ItemKind, ...] = ("fact", "event")
 # The dry run's sample: enough texts for a steady per-text figure, a few seconds at most.
@@ -43,33 +43,24 @@ class ReembedPlan(msgspec.Struct, frozen=True, kw_only=True):
     project_id: str
     model: str
     previous_model: str | None
-    facts: int
-    events: int
-    done: int
-
-    @property
-    def total(self) -> int:
-        return self.facts + self.events
+    counts: ReembedCounts
 
     @property
     def remaining(self) -> int:
-        return self.total - self.done
+        return self.counts.total - self.counts.done
 
     @property
     def current(self) -> bool:
         """The project's vectors are already the model's: nothing to do."""
-        return self.previous_model == self.model and self.done == 0
+        return self.previous_model == self.model and self.counts.done == 0
 
 
 class ReembedResult(msgspec.Struct, frozen=True, kw_only=True):
-    project_id: str
-    model: str
-    previous_model: str | None
-    facts: int
-    events: int
-    # Embedded by this run's pass, found from an earlier run, embedded by the switch.
+    """A run: the plan it started from (`plan.counts.done` were found from an earlier run), what
+    its pass embedded, what the switch embedded (written meanwhile), and whether it switched."""
+
+    plan: ReembedPlan
     embedded: int
-    reused: int
     caught_up: int
     switched: bool
 
@@ -90,13 +81,9 @@ class DryRun(msgspec.Struct, frozen=True, kw_only=True):
 
 async def plan(conn: Conn, embedder: Embedder, project_id: str) -> ReembedPlan:
     counts = await repo.count_pending(conn, project_id, embedder.name)
+    previous_model = await repo.get_model(conn, project_id)
     return ReembedPlan(
-        project_id=project_id,
-        model=embedder.name,
-        previous_model=await repo.get_model(conn, project_id),
-        facts=counts.facts,
-        events=counts.events,
-        done=counts.done,
+        project_id=project_id, model=embedder.name, previous_model=previous_model, counts=counts
     )
 
 
@@ -131,7 +118,7 @@ async def reembed(
     if on_plan is not None:
         on_plan(where)
     if where.current:
-        return _result(where, 0, 0, False)
+        return ReembedResult(plan=where, embedded=0, caught_up=0, switched=False)
     model = where.model
     embedded = 0
     for kind in KINDS:
@@ -145,7 +132,7 @@ async def reembed(
             if on_batch is not None:
                 on_batch(len(rows))
     caught_up = await _switch(conn, embedder, project_id, batch_size)
-    return _result(where, embedded, caught_up, True)
+    return ReembedResult(plan=where, embedded=embedded, caught_up=caught_up, switched=True)
 
 
 async def _switch(conn: Conn, embedder: Embedder, project_id: str, batch_size: int) -> int:
@@ -176,17 +163,3 @@ async def _store(
 ) -> None:
     vectors = await embedder.embed([r.content for r in rows], purpose="write", project=project_id)
     await repo.insert_vectors(conn, kind, project_id, model, [r.item_id for r in rows], vectors)
-
-
-def _result(where: ReembedPlan, embedded: int, caught_up: int, switched: bool) -> ReembedResult:
-    return ReembedResult(
-        project_id=where.project_id,
-        model=where.model,
-        previous_model=where.previous_model,
-        facts=where.facts,
-        events=where.events,
-        embedded=embedded,
-        reused=where.done,
-        caught_up=caught_up,
-        switched=switched,
-    )

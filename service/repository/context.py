@@ -5,6 +5,7 @@ Rows become the frozen Structs of service/context/model.py here.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
@@ -89,30 +90,39 @@ def _candidate(row: Any, item_type: str, item_id: UUID, *, expansion: bool = Fal
     )
 
 
-def _retrieved(rows: Sequence[Any], id_column: str) -> Retrieved:
-    """Candidate rows (`kind` = 'candidate', in score order) and blocked rows of one statement."""
-    candidates: list[Candidate] = []
-    blocked: list[Blocked] = []
-    idf: dict[str, float] = {}
-    for row in rows:
-        if row["kind"] == "word":
-            idf[row["content"]] = row["score"]
-        elif row["kind"] == "candidate":
-            candidates.append(_candidate(row, row.get("item_type", "fact"), row[id_column]))
-        else:
-            blocked.append(
-                Blocked(
-                    fact_id=row[id_column],
-                    reason_code=row["reason_code"],
-                    tokens=row["tokens"],
-                    total=row["blocked_total"],
-                )
-            )
+# The candidate arrays of fact_candidates and unified_candidates, in Candidate's field order.
+_CANDIDATE_ARRAYS = (
+    "contents", "tokens", "scores", "similarities", "text_ranks", "recencies", "cosine_distances",
+    "valid_froms", "valid_tos", "recorded_froms", "source_event_ids", "occurred_ats",
+)  # fmt: skip
+
+
+def _retrieved(row: Any) -> Retrieved:
+    """One row of parallel arrays (null when empty): the candidates in score order, the blocked
+    facts of the scope, and (unified) the query's words with their idf."""
+    ids = row["item_ids"] or []
+    kinds = row.get("item_types") or ["fact"] * len(ids)
+    arrays = [row.get(name) or [None] * len(ids) for name in _CANDIDATE_ARRAYS]
+    candidates = [
+        Candidate("fact" if kind == "fact" else "episode", item_id, *values)
+        for kind, item_id, *values in zip(kinds, ids, *arrays, strict=True)
+    ]
+    reasons = row["blocked_reasons"] or []
+    per_reason = Counter(reasons)
+    blocked = [
+        Blocked(fact_id=fact_id, reason_code=reason, tokens=tokens, total=per_reason[reason])
+        for fact_id, reason, tokens in zip(
+            row["blocked_ids"] or [], reasons, row["blocked_tokens"] or [], strict=True
+        )
+    ]
+    idf = dict(zip(row.get("words") or [], row.get("idfs") or [], strict=True))
     return Retrieved(candidates=candidates, blocked=blocked, idf=idf)
 
 
-async def open_context_call(conn: Conn, ef_search: int) -> None:
-    await q().open_context_call(conn, ef_search=ef_search)
+async def open_context_call(conn: Conn, ef_search: int, project_id: str | None = None) -> str | None:
+    """Sets the call's terms; returns the embedding model recorded for `project_id`, if any."""
+    model: str | None = await q().open_context_call(conn, ef_search=ef_search, project_id=project_id)
+    return model
 
 
 def _probe_args(probe: Probe, *, text: bool = True, scoring: bool = True) -> dict[str, Any]:
@@ -132,16 +142,59 @@ def _probe_args(probe: Probe, *, text: bool = True, scoring: bool = True) -> dic
 
 async def fact_candidates(conn: Conn, probe: Probe) -> Retrieved:
     """`facts_first` phases 1 (the fact walk and the text side) and 2, and the blocked facts."""
-    rows = await collect(
-        q().fact_candidates(
+    row = one_row(
+        await q().fact_candidates(
             conn,
             **_probe_args(probe),
             top_k=RETRIEVAL_TOP_K,
             candidate_limit=CANDIDATE_LIMIT,
             exact_scan_min=EXACT_SCAN_MIN_FACTS,
-        )
+        ),
+        "fact_candidates",
     )
-    return _retrieved(rows, "fact_id")
+    return _retrieved(row)
+
+
+class TextBounds(msgspec.Struct, frozen=True, kw_only=True):
+    """How much the text side of unified_candidates reads: the spec's constants; a test narrows them
+    to watch a bound hold."""
+
+    max_words: int = TEXT_QUERY_MAX_WORDS
+    match_words: int = TEXT_MATCH_MAX_WORDS
+    per_word: int = TEXT_MATCHES_PER_WORD
+    sample_docs: int = IDF_SAMPLE_DOCS
+    probe_min_cost: float = TEXT_PROBE_MIN_COST
+    probe_min_postings: float = TEXT_PROBE_MIN_POSTINGS
+
+
+SPEC_TEXT_BOUNDS = TextBounds()
+
+
+def unified_candidates_args(
+    probe: Probe,
+    *,
+    with_episodes: bool = True,
+    top_k: int = RETRIEVAL_TOP_K,
+    candidate_limit: int = CANDIDATE_LIMIT,
+    text: TextBounds = SPEC_TEXT_BOUNDS,
+) -> dict[str, Any]:
+    """unified_candidates' parameters, by name (what the repository runs and a plan test explains)."""
+    return {
+        **_probe_args(probe),
+        "text_config": probe.text_config,
+        "event_top_k": top_k if with_episodes else 0,
+        "exact_scan_min": EXACT_SCAN_MIN_FACTS,
+        "top_k": top_k,
+        "candidate_limit": candidate_limit,
+        "max_words": text.max_words,
+        "match_words": text.match_words,
+        "text_per_word": text.per_word,
+        "event_text_per_word": text.per_word if with_episodes else 0,
+        "idf_sample_docs": text.sample_docs,
+        "probe_rows": TEXT_PROBE_MAX_ROWS,
+        "probe_min_cost": text.probe_min_cost,
+        "probe_min_postings": text.probe_min_postings,
+    }
 
 
 async def unified_candidates(
@@ -151,27 +204,14 @@ async def unified_candidates(
     with_episodes: bool = True,
     top_k: int = RETRIEVAL_TOP_K,
     candidate_limit: int = CANDIDATE_LIMIT,
+    text: TextBounds = SPEC_TEXT_BOUNDS,
 ) -> Retrieved:
     """`unified` phases 1 (the walks of facts and events, and the text side) and 2, facts and
     episodes in one ranking, and the blocked facts."""
-    rows = await collect(
-        q().unified_candidates(
-            conn,
-            **_probe_args(probe),
-            text_config=probe.text_config,
-            event_top_k=top_k if with_episodes else 0,
-            exact_scan_min=EXACT_SCAN_MIN_FACTS,
-            top_k=top_k,
-            candidate_limit=candidate_limit,
-            max_words=TEXT_QUERY_MAX_WORDS,
-            match_words=TEXT_MATCH_MAX_WORDS,
-            text_per_word=TEXT_MATCHES_PER_WORD,
-            event_text_per_word=TEXT_MATCHES_PER_WORD if with_episodes else 0,
-            idf_sample_docs=IDF_SAMPLE_DOCS,
-            **TEXT_PROBE,
-        )
+    args = unified_candidates_args(
+        probe, with_episodes=with_episodes, top_k=top_k, candidate_limit=candidate_limit, text=text
     )
-    return _retrieved(rows, "item_id")
+    return _retrieved(one_row(await q().unified_candidates(conn, **args), "unified_candidates"))
 
 
 async def multi_hop_facts(

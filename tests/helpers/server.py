@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,20 +34,36 @@ class Server:
 
     def cli(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
         """`python -m service.cli ARGS` against this server's data directory."""
-        return subprocess.run(
-            [sys.executable, "-m", "service.cli", *args],
-            cwd=REPO,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        return run_python(["-m", "service.cli", *args], env=self.env, timeout=timeout)
 
     def create_key(self, project_id: str) -> str:
-        done = self.cli("keys", "create", project_id)
-        assert done.returncode == 0, done.stderr
-        return done.stdout.strip()
+        return new_key(self.env, project_id)
+
+
+def run_python(
+    args: Sequence[str], cwd: Path = REPO, env: dict[str, str] | None = None, timeout: float = 120.0
+) -> subprocess.CompletedProcess[str]:
+    """`python ARGS` with this interpreter, its output captured as text; the caller checks how it ended."""
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def succeeded(done: subprocess.CompletedProcess[str]) -> str:
+    """The standard output of a process that must have exited 0 (its standard error shown when not)."""
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def new_key(env: dict[str, str], project_id: str) -> str:
+    """A new API key of `project_id`, made by `haki keys create` with the environment `env`."""
+    return succeeded(run_python(["-m", "service.cli", "keys", "create", project_id], env=env)).strip()
 
 
 def free_port() -> int:
