@@ -132,6 +132,7 @@ async def test_no_served_page_loads_anything_from_another_host(client: Any, key:
             {"headers": cookie, "data": session.form(budget_tokens="5")},
         ),
         ("GET", "/ui/subjects"): ("GET", "/ui/subjects", {"headers": cookie}),
+        ("GET", "/ui/webhooks"): ("GET", "/ui/webhooks", {"headers": cookie}),
         ("GET", "/ui/subject"): ("GET", "/ui/subject?subject_id=offline", {"headers": cookie}),
         ("GET", "/ui/facts/{fact_id:uuid}"): ("GET", f"/ui/facts/{fact_id}", {"headers": cookie}),
         ("GET", "/ui/conflicts/{conflict_set_id:uuid}"): (

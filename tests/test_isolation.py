@@ -269,6 +269,8 @@ OFF_SCHEMA: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
         probe("/ui/subjects", params={"q": SUBJECT, "limit": 500}, expected=200),
     ],
     ("GET", "/ui/subject"): lambda w: [probe("/ui/subject", params={"subject_id": SUBJECT}, expected=200)],
+    # A's webhooks are not listed to B: the page answers B's own (none) with 200.
+    ("GET", "/ui/webhooks"): lambda w: [probe("/ui/webhooks", expected=200)],
     ("GET", "/ui/facts/{fact_id}"): lambda w: [probe(f"/ui/facts/{w.a_fact_ids[0]}")],
     ("GET", "/ui/conflicts/{conflict_set_id}"): lambda w: [probe(f"/ui/conflicts/{w.a_conflict_set_id}")],
     ("POST", "/ui/facts/{fact_id}/retract"): lambda w: [

@@ -21,6 +21,7 @@ from service.settings import Settings
 from service.webhooks import signing, urls, worker
 from tests.helpers import PROJECT, assert_error, bearer, metric, post_facts, write_facts
 from tests.helpers.app import SingleConnectionPool, make_client
+from tests.helpers.chromium import ui_login
 from tests.helpers.receiver import Receiver, receiving
 
 VECTORS = json.loads((Path(__file__).resolve().parents[1] / "sdk" / "webhook_vectors.json").read_text())
@@ -324,6 +325,29 @@ async def test_dead_letters_show_in_the_api_and_metrics(
     listed = (await wclient.get("/v1/webhooks", headers=bearer(key))).json()["webhooks"][0]
     assert listed["dead"] == 1
     assert await metric(wclient, "haki_webhook_dead_letters") == before + 1
+
+
+async def test_the_memory_browser_shows_subscriptions_and_their_last_deliveries(
+    wclient: httpx.AsyncClient,
+    key: str,
+    other_key: str,
+    conn: asyncpg.Connection,
+    wsettings: Settings,
+    receiver: Receiver,
+) -> None:
+    """/ui/webhooks: each subscription with its deliveries by status and its latest deliveries,
+    from the same service calls as GET /v1/webhooks; another project's session sees none."""
+    receiver.statuses = [500] * 10
+    hook = await subscribe(wclient, key, receiver.url, ["fact.retracted"])
+    (a,) = await write_facts(wclient, key, ["Eve sails"], "s-ui")
+    await wclient.patch(f"/v1/facts/{a['fact_id']}", json={"status": "retracted"}, headers=bearer(key))
+    await deliver(conn, wsettings, rounds=8)
+    page = await wclient.get("/ui/webhooks", headers=(await ui_login(wclient, key)).headers)
+    assert page.status_code == 200, page.text
+    assert f'data-webhook-id="{hook["webhook_id"]}"' in page.text and receiver.url in page.text
+    assert "1 dead" in page.text and 'class="delivery dead"' in page.text and "HTTP 500" in page.text
+    theirs = await wclient.get("/ui/webhooks", headers=(await ui_login(wclient, other_key)).headers)
+    assert theirs.status_code == 200 and hook["webhook_id"] not in theirs.text
 
 
 async def test_a_subjects_events_wait_for_the_earlier_one(

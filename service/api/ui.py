@@ -75,6 +75,7 @@ from service.structs import (
     UiSubjectPage,
     WriteFactsRequest,
 )
+from service.webhooks import subscriptions
 
 log = logging.getLogger("haki.ui")
 
@@ -86,6 +87,8 @@ SESSION_SECONDS: Final = 8 * 3600
 RECENT_CALLS_DEFAULT: Final = 50
 RECENT_CALLS_MAX: Final = 500
 SUBJECTS_PAGE: Final = 50
+# The latest deliveries the webhooks page shows for each webhook.
+WEBHOOK_DELIVERIES: Final = 10
 SUBJECT_FACTS_PAGE: Final = 100
 SUBJECT_EVENTS_PAGE: Final = 50
 SUBJECT_CALLS: Final = 20
@@ -423,6 +426,24 @@ class TraceInspector(Controller):
             else None,
         )
         return _view(visitor, "subjects.html", page=page, search=search, cursor=cursor, limit=limit)
+
+    @get("/webhooks", media_type=MediaType.HTML)
+    async def webhooks(self, request: Request[Any, Any, Any], conn: ConnDep) -> Response[Any]:
+        """The project's webhooks with their deliveries by status, and each one's latest
+        deliveries: what GET /v1/webhooks and its deliveries route answer (docs/webhooks.md)."""
+        visitor = await _visitor(request, conn)
+        if visitor is None:
+            return _to_login()
+        listed = await subscriptions.list_webhooks(conn, visitor.principal, visitor.principal.project_id)
+        latest = {
+            w.webhook_id: (
+                await subscriptions.list_deliveries(
+                    conn, visitor.principal, w.webhook_id, None, WEBHOOK_DELIVERIES
+                )
+            ).deliveries
+            for w in listed.webhooks
+        }
+        return _view(visitor, "webhooks.html", webhooks=listed.webhooks, latest=latest)
 
     @get("/subject", media_type=MediaType.HTML)
     async def subject(
