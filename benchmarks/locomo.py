@@ -250,10 +250,13 @@ def select_modes(modes: Sequence[Mode], wanted: Sequence[str]) -> list[Mode]:
 
 
 class _NoVector:
-    """An embedder that is down: the call degrades to full-text retrieval (spec rule 10)."""
+    """The project's embedder, down: the call degrades to full-text retrieval (spec rule 10). It
+    bears the model's name, as the project's vectors are of that model."""
 
-    name = "none"
     dim = 384
+
+    def __init__(self, name: str) -> None:
+        self.name = name
 
     async def embed(self, texts: Sequence[str], **_: Any) -> list[Any]:
         raise RuntimeError("text-only mode: no query embedding")
@@ -406,7 +409,7 @@ async def evaluate(
         say(f"[locomo] database and model ready in {time.perf_counter() - started:.1f}s")
 
         app = create_app(settings, pool=pool, embedder=embedder)
-        no_vector = _NoVector()
+        no_vector = _NoVector(embedder.name)
         stats: dict[str, ModeStats] = {m.name: ModeStats() for m in modes}
         embed_ms: list[float] = []
         ingest_s = 0.0
