@@ -279,7 +279,7 @@ async def _posted(request: Request[Any, Any, Any], conn: ConnDep) -> tuple[Visit
         return _to_login()
     form = await _form(request)
     if not hmac.compare_digest(_text(form, CSRF_FIELD).encode(), visitor.csrf.encode()):
-        log.warning("ui refused a POST to %s: its form lacks this session's CSRF value", request.url.path)
+        log.warning("ui refused a POST to %s: its form lacks the CSRF value of this login", request.url.path)
         return _error(
             visitor, 403, "Refused", "This form is stale or was not sent by this site: reload the page."
         )
