@@ -1314,11 +1314,13 @@ FROM (VALUES
     (5, 'fact', 'excluded', 'already_served'),
     (6, 'fact', 'blocked', 'conflict_open'),
     (7, 'fact', 'blocked', 'volatility_expired'),
+    (8, 'fact', 'included', 'stand_in'),
     (11, 'episode', 'included', 'packed'),
     (12, 'episode', 'included', 'multi_hop_expansion'),
     (13, 'episode', 'excluded', 'over_budget'),
     (14, 'episode', 'excluded', 'below_relevance_floor'),
-    (15, 'episode', 'excluded', 'already_served')
+    (15, 'episode', 'excluded', 'already_served'),
+    (16, 'episode', 'excluded', 'replaced_by_stand_in')
 ) AS v(code, item_type, decision, reason_code)
 $$;
 
@@ -1485,6 +1487,60 @@ SELECT pg_catalog.array_agg(r.item_type ORDER BY r.pos), pg_catalog.array_agg(r.
        pg_catalog.array_agg(r.similarity ORDER BY r.pos), pg_catalog.array_agg(r.text_rank ORDER BY r.pos),
        pg_catalog.array_agg(r.recency ORDER BY r.pos), pg_catalog.array_agg(r.score ORDER BY r.pos)
 FROM ranked AS r
+$$;
+
+--
+-- Name: haki_unified_stand_ins(text, text, text[], uuid[], public.vector, regconfig, tsquery[], double precision[], uuid[], double precision, double precision, double precision, double precision, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_unified_stand_ins(p_project_id text, p_subject_id text, item_types text[], item_ids uuid[], query_embedding public.vector, config regconfig, word_queries tsquery[], idfs double precision[], open_members uuid[], w_similarity double precision, w_text_rank double precision, w_recency double precision, tau_seconds double precision, at timestamp with time zone) RETURNS TABLE(event_ids uuid[], fact_ids uuid[], contents text[], tokens integer[], valid_froms timestamp with time zone[], valid_tos timestamp with time zone[], recorded_froms timestamp with time zone[], cosine_distances double precision[], similarities double precision[], text_ranks double precision[], recencies double precision[], scores double precision[])
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+WITH episodes AS MATERIALIZED (
+    SELECT pg_catalog.array_agg(u.item_id) AS event_ids
+    FROM ROWS FROM (pg_catalog.unnest(item_types), pg_catalog.unnest(item_ids)) AS u(item_type, item_id)
+    WHERE u.item_type OPERATOR(pg_catalog.=) 'episode'
+),
+words AS MATERIALIZED (
+    SELECT w.word_query, w.idf
+    FROM ROWS FROM (pg_catalog.unnest(word_queries), pg_catalog.unnest(idfs)) AS w(word_query, idf)
+),
+cheapest AS (
+    SELECT DISTINCT ON (f.source_event_id)
+           f.source_event_id, f.fact_id, f.content, f.valid_from,
+           public.haki_valid_to_at(f.valid_to, f.recorded_to, f.believed_valid_to, at) AS valid_to,
+           f.recorded_from, public.haki_tokens(f.content) AS tokens,
+           (f.embedding OPERATOR(public.<=>) query_embedding) AS cosine_distance,
+           public.haki_text_vector(config, f.search_vector, f.search_vector_english) AS sv,
+           public.haki_fact_recency(f.valid_from, f.recorded_from, tau_seconds, at) AS recency
+    FROM public.facts AS f
+    -- facts_source_event: one probe per episode.
+    WHERE f.project_id OPERATOR(pg_catalog.=) p_project_id
+      AND f.source_event_id OPERATOR(pg_catalog.=) ANY ((SELECT e.event_ids FROM episodes AS e)::uuid[])
+      AND f.subject_id OPERATOR(pg_catalog.=) p_subject_id
+      AND public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from, f.recorded_from,
+                                    f.stale_after, f.recorded_to, f.believed_valid_to, at)
+      AND NOT (f.fact_id OPERATOR(pg_catalog.=) ANY (open_members))
+    ORDER BY f.source_event_id, tokens, cosine_distance, f.fact_id
+),
+scored AS (
+    SELECT c.source_event_id, c.fact_id, c.content, c.valid_from, c.valid_to, c.recorded_from,
+           c.tokens, c.cosine_distance, c.recency,
+           coalesce((SELECT pg_catalog.sum(w.idf) FROM words AS w
+                     WHERE c.sv OPERATOR(pg_catalog.@@) w.word_query)
+                    OPERATOR(pg_catalog./) (SELECT NULLIF(pg_catalog.sum(w.idf), 0) FROM words AS w),
+                    0) AS text_rank
+    FROM cheapest AS c
+)
+SELECT pg_catalog.array_agg(s.source_event_id), pg_catalog.array_agg(s.fact_id),
+       pg_catalog.array_agg(s.content), pg_catalog.array_agg(s.tokens),
+       pg_catalog.array_agg(s.valid_from), pg_catalog.array_agg(s.valid_to),
+       pg_catalog.array_agg(s.recorded_from), pg_catalog.array_agg(s.cosine_distance),
+       pg_catalog.array_agg(1 OPERATOR(pg_catalog.-) s.cosine_distance),
+       pg_catalog.array_agg(s.text_rank), pg_catalog.array_agg(s.recency),
+       pg_catalog.array_agg(public.haki_hybrid_score(s.cosine_distance, s.text_rank, s.recency,
+                                                     w_similarity, w_text_rank, w_recency))
+FROM scored AS s
 $$;
 
 --
@@ -2410,6 +2466,12 @@ CREATE INDEX facts_scoped_english_gin ON public.facts USING gin (public.haki_sco
 --
 
 CREATE INDEX facts_scoped_search_gin ON public.facts USING gin (public.haki_scope_keyed_vector(project_id, subject_id, search_vector)) WITH (fastupdate=off);
+
+--
+-- Name: facts_source_event; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX facts_source_event ON public.facts USING btree (project_id, source_event_id) WHERE (source_event_id IS NOT NULL);
 
 --
 -- Name: idempotency_keys_expiry; Type: INDEX; Schema: public; Owner: -

@@ -200,8 +200,9 @@ ORDER BY cosine_distance, e.event_id;
 -- words, in text_config) and the pool with its one hybrid score for facts and episodes, capped at
 -- CANDIDATE_LIMIT together (haki_unified_pool). Reads are bounded whatever the scope's size.
 -- Runs under a generic plan (open_context_call); never returns embeddings. One row of parallel
--- arrays: the candidates in score order, the blocked facts of the scope (haki_blocked_facts), and
--- the query's words with their idf, so that linked_facts ranks texts alike without a second sample.
+-- arrays: the candidates in score order, the blocked facts of the scope (haki_blocked_facts), the
+-- query's words with their idf, so that linked_facts ranks texts alike without a second sample,
+-- and the stand-ins of the episode candidates (haki_unified_stand_ins).
 WITH idf AS MATERIALIZED (
     SELECT i.words, i.word_queries, i.idfs, i.shares, i.docs
     FROM public.haki_query_idf(:project_id, :subject_id, :query_text, :text_config::regconfig,
@@ -233,15 +234,28 @@ blocked AS MATERIALIZED (
 SELECT s.item_types, s.item_ids, s.contents, s.tokens, s.valid_froms, s.valid_tos, s.recorded_froms,
        s.source_event_ids, s.occurred_ats, s.cosine_distances, s.similarities, s.text_ranks,
        s.recencies, s.scores, b.fact_ids AS blocked_ids, b.reason_codes AS blocked_reasons,
-       b.tokens AS blocked_tokens, i.words, i.idfs
+       b.tokens AS blocked_tokens, i.words, i.idfs, si.event_ids AS stand_in_events,
+       si.fact_ids AS stand_in_ids, si.contents AS stand_in_contents, si.tokens AS stand_in_tokens,
+       si.valid_froms AS stand_in_valid_froms, si.valid_tos AS stand_in_valid_tos,
+       si.recorded_froms AS stand_in_recorded_froms,
+       si.cosine_distances AS stand_in_cosine_distances, si.similarities AS stand_in_similarities,
+       si.text_ranks AS stand_in_text_ranks, si.recencies AS stand_in_recencies,
+       si.scores AS stand_in_scores
 FROM found AS f
 CROSS JOIN idf AS i
 CROSS JOIN blocked AS b
+CROSS JOIN open_members AS om
 -- Phase 2: the pool and its score, as one row of arrays in score order.
 CROSS JOIN public.haki_unified_pool(:project_id, :query_embedding::vector, :text_config::regconfig,
                                     f.walked_facts, f.walked_events, f.matched_facts, f.matched_events,
                                     i.word_queries, i.idfs, :top_k, :candidate_limit, :w_similarity,
-                                    :w_text_rank, :w_recency, :tau_seconds, :as_of::timestamptz) AS s;
+                                    :w_text_rank, :w_recency, :tau_seconds, :as_of::timestamptz) AS s
+-- The pool's episodes' stand-ins (rule 7, migration 0031), as parallel arrays keyed by event.
+CROSS JOIN public.haki_unified_stand_ins(:project_id, :subject_id, s.item_types, s.item_ids,
+                                         :query_embedding::vector, :text_config::regconfig,
+                                         i.word_queries, i.idfs, om.fact_ids, :w_similarity,
+                                         :w_text_rank, :w_recency, :tau_seconds,
+                                         :as_of::timestamptz) AS si;
 
 -- name: linked_facts(project_id, subject_id, entities, max_entities, per_entity, match_limit, entity_sample_docs, probe_rows, probe_min_cost, probe_min_postings, query_embedding, words, idfs, open_member_ids, text_config, w_similarity, w_text_rank, w_recency, tau_seconds, as_of)
 -- The `unified` profile's multi-hop expansion (docs/spec/context-profiles.md, rule 5): `entities`
@@ -360,4 +374,3 @@ SELECT h.entity, h.entity_rank, h.fact_id, h.content, h.valid_from, h.valid_to, 
                                 :w_similarity, :w_text_rank, :w_recency) AS score
 FROM hits AS h
 ORDER BY h.entity_rank, h.cosine_distance, h.fact_id;
-

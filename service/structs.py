@@ -444,8 +444,11 @@ class PacketFact(ItemResponse, frozen=True, kw_only=True):
     score: Score
     tokens: Tokens
     reason_code: Annotated[
-        Literal["packed", "multi_hop_expansion"],
-        Meta(description="`packed` (ranked by score) or `multi_hop_expansion` (linked by an entity)."),
+        Literal["packed", "multi_hop_expansion", "stand_in"],
+        Meta(
+            description="`packed` (ranked by score), `multi_hop_expansion` (linked by an entity) or "
+            "`stand_in` (`unified`: served in place of its turn's episode, at the episode's score)."
+        ),
     ]
     valid_from: ValidFrom
     valid_to: ValidTo
@@ -495,10 +498,11 @@ class Decision(ItemResponse, frozen=True, kw_only=True):
     reason_code: Annotated[
         str,
         Meta(
-            description="`packed`, `multi_hop_expansion` (included); `over_budget`, "
+            description="`packed`, `multi_hop_expansion`, `stand_in` (included); `over_budget`, "
             "`below_relevance_floor`, `already_served` (excluded: `unified` only, the item's event "
-            "or the same text is already in the packet); `conflict_open`, `volatility_expired` "
-            "(blocked)."
+            "or the same text is already in the packet), `replaced_by_stand_in` (excluded: "
+            "`unified` only, a cheaper fact of the episode's turn was served at its rank); "
+            "`conflict_open`, `volatility_expired` (blocked)."
         ),
     ]
     rank: Annotated[int | None, Meta(description="1-based position in score order; null when blocked.")]
@@ -508,7 +512,9 @@ class Decision(ItemResponse, frozen=True, kw_only=True):
             description="The hybrid score that ranked the item; null when blocked. A `unified` "
             "multi_hop_expansion ranks at the score of the best kept item naming its entity when "
             "that is higher than its own (similarity, text_rank and recency stay its own); one that "
-            "is not served keeps the reason it was left out for."
+            "is not served keeps the reason it was left out for. A `stand_in` fact carries the score "
+            "of the episode it replaced (the decision beside it, at the same rank); its other parts "
+            "stay its own."
         ),
     ]
     similarity: Annotated[

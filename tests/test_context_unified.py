@@ -14,10 +14,12 @@ import math
 import random
 import uuid
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
 import httpx
+import msgspec
 import pytest
 
 from service.constants import (
@@ -33,7 +35,7 @@ from service.constants import (
     UNIFIED_WEIGHT_TEXT_RANK,
 )
 from service.context import assembler
-from service.context.model import Candidate, Probe, outcomes, preview
+from service.context.model import Candidate, Probe, outcomes, pack, preview
 from service.db.sql import load_queries
 from service.embedding.embedder import Embedder, EmbedderError, Vector
 from service.repository import context as repo
@@ -43,6 +45,7 @@ from tests.helpers import (
     PROJECT,
     assert_error,
     assert_packet_matches_trace,
+    bearer,
     by_item,
     context,
     context_and_trace,
@@ -461,8 +464,18 @@ def test_preview_stops_once_full_and_serves_what_the_pack_serves() -> None:
         ]
         items += items[: rng.randint(0, 3)]
         budget, gate = rng.randint(0, 300), rng.choice([0.0, 0.6])
-        decided = outcomes(items, budget, gate, dedupe=True)
-        assert preview(items, budget, gate) == [o.item for o in decided if o.decision == "included"]
+        # Some episodes have a stand-in: another item of the list, or a fact of its own.
+        stand_ins = {
+            c.item_id: rng.choice(
+                [*items, msgspec.structs.replace(c, item_type="fact", tokens=rng.randint(1, 40))]
+            )
+            for c in items
+            if c.item_type == "episode" and rng.random() < 0.3
+        }
+        decided = outcomes(items, budget, gate, dedupe=True, stand_ins=stand_ins)
+        assert preview(items, budget, gate, stand_ins) == [
+            o.item for o in decided if o.decision == "included"
+        ]
         stopped_early += len(outcomes(items, budget, gate, dedupe=True, until_full=True)) < len(decided)
     assert stopped_early > 100  # the stop is exercised, not only the whole walk
 
@@ -511,6 +524,107 @@ async def test_multi_hop_under_a_full_budget_serves_linked_facts(client: httpx.A
     assert_packet_matches_trace(packet, trace)
     ff = await context(client, key, query, subject, budget_tokens=budget, profile="facts_first")
     assert all(f["reason_code"] == "packed" for f in ff["facts"])
+
+
+# --- rule 7: stand-ins ------------------------------------------------------------------------
+
+
+def _item(
+    kind: str, n: int, tokens: int, score: float, *, event: int | None = None, text: str = ""
+) -> Candidate:
+    return Candidate(
+        item_type="fact" if kind == "fact" else "episode", item_id=uuid.UUID(int=n),
+        content=text or f"item {n}", tokens=tokens, score=score, similarity=0.5, text_rank=0.0,
+        recency=1.0, cosine_distance=0.5,
+        source_event_id=uuid.UUID(int=event) if event is not None else None,
+        recorded_from=datetime(2024, 1, 1, tzinfo=UTC), occurred_at=datetime(2024, 1, 1, tzinfo=UTC),
+    )  # fmt: skip
+
+
+def test_a_stand_in_takes_its_episodes_rank_and_score_and_is_decided_once() -> None:
+    """An episode about to be served is replaced by the cheaper fact of its turn: the episode is
+    traced `replaced_by_stand_in`, the fact `stand_in` at the same rank and the episode's score;
+    the fact's own later place is not decided again, and the tokens saved serve one more item."""
+    episode = _item("episode", 1, 30, 0.9)
+    fact = _item("fact", 2, 10, 0.2, event=1)
+    other = _item("episode", 3, 25, 0.5)
+    items = [episode, other, fact]
+    plain = outcomes(items, 40, 0.0, dedupe=True)
+    assert [(o.item.item_id, o.reason_code) for o in plain] == [
+        (episode.item_id, "packed"), (other.item_id, "over_budget"), (fact.item_id, "already_served"),
+    ]  # fmt: skip
+    decided = outcomes(items, 40, 0.0, dedupe=True, stand_ins={episode.item_id: fact})
+    assert [(o.item.item_id, o.reason_code, o.rank) for o in decided] == [
+        (episode.item_id, "replaced_by_stand_in", 1),
+        (fact.item_id, "stand_in", 1),
+        (other.item_id, "packed", 2),
+    ]
+    served = decided[1].item
+    assert (served.score, served.similarity, served.tokens, served.stands_in) == (0.9, 0.5, 10, True)
+    packed = pack(items, 40, 0.0, dedupe=True, stand_ins={episode.item_id: fact})
+    assert [f.reason_code for f in packed.facts] == ["stand_in"] and packed.used_tokens == 35
+
+
+def test_a_stand_in_is_used_only_when_cheaper_fitting_and_new() -> None:
+    """No stand-in that costs as much as its episode, that does not fit what is left (the
+    episode is then decided as itself), that was decided before, or whose text is served."""
+    episode = _item("episode", 1, 20, 0.9)
+
+    def reasons(stand_in: Candidate, budget: int, before: Sequence[Candidate] = ()) -> list[str]:
+        decided = outcomes(
+            [*before, episode], budget, 0.0, dedupe=True, stand_ins={episode.item_id: stand_in}
+        )
+        return [o.reason_code for o in decided[len(before) :]]
+
+    assert reasons(_item("fact", 2, 20, 0.1, event=1), 100) == ["packed"]
+    assert reasons(_item("fact", 2, 5, 0.1, event=1), 4) == ["over_budget"]
+    assert reasons(_item("fact", 2, 5, 0.1, event=1), 10) == ["replaced_by_stand_in", "stand_in"]
+    gated = _item("fact", 2, 5, 0.95, event=1)
+    assert outcomes([gated, episode], 100, 0.4, dedupe=True, stand_ins={episode.item_id: gated})[
+        0
+    ].reason_code == ("below_relevance_floor")
+    assert reasons(
+        _item("fact", 2, 5, 0.1, event=1, text="Same text"),
+        100,
+        [_item("fact", 9, 5, 0.95, text="same  TEXT")],
+    ) == ["packed"]
+
+
+async def test_stand_ins_serve_a_turn_through_its_cheapest_servable_fact(
+    client: httpx.AsyncClient, key: str
+) -> None:
+    """End to end: the turn that matches the query is served as its cheapest servable fact, at
+    its score; a retracted or conflicting fact of the turn never stands in; inspect shows both
+    decisions at one rank; facts_first has no stand-ins."""
+    subject = "stand-ins"
+    turn = "Melanie: I went swimming with the kids at the lake near Oslo yesterday afternoon, so much fun!"
+    (event,) = await write_events(client, key, [(turn, OLD)], subject)
+    cheapest, longer, retracted = await fact_ids(
+        client,
+        key,
+        [
+            {"content": "Melanie swims with her kids.", "source_event_id": event},
+            {"content": "Melanie took her children to a lake near Oslo.", "source_event_id": event},
+            {"content": "Melanie swims.", "source_event_id": event},
+        ],
+        subject,
+    )
+    gone = await client.patch(f"/v1/facts/{retracted}", json={"status": "retracted"}, headers=bearer(key))
+    assert gone.status_code == 200, gone.text
+    query = "swimming with the kids at the lake near Oslo yesterday afternoon"
+    packet, trace = await context_and_trace(client, key, query, subject)
+    decided = by_item(trace)
+    assert packet["episodes"] == []
+    assert packet["facts"][0]["fact_id"] == cheapest and packet["facts"][0]["reason_code"] == "stand_in"
+    replaced, stand_in = decided[event], decided[cheapest]
+    assert (replaced["decision"], replaced["reason_code"]) == ("excluded", "replaced_by_stand_in")
+    assert (stand_in["decision"], stand_in["reason_code"]) == ("included", "stand_in")
+    assert stand_in["rank"] == replaced["rank"] == 1
+    assert stand_in["score"] == replaced["score"] > stand_in["similarity"] * UNIFIED_WEIGHT_SIMILARITY
+    assert decided[longer]["reason_code"] == "already_served" and retracted not in decided
+    assert_packet_matches_trace(packet, trace)
+    ff = await context(client, key, query, subject, profile="facts_first")
+    assert {f["reason_code"] for f in ff["facts"]} == {"packed"} and ff["episodes"]
 
 
 # --- both profiles: bounded multi-hop reads ---------------------------------------------------

@@ -235,3 +235,26 @@ async def test_a_page_of_subjects_reads_the_page_not_the_project(conn: asyncpg.C
     assert [(s.subject_id, s.facts) for s in page.subjects] == [(f"s{i:02}", 3) for i in range(5)]
     assert page.next_cursor is not None
     assert read < 100, f"{read} rows of facts read for a page of 5 subjects of 3 facts"
+
+
+async def test_stand_ins_are_read_through_their_index(conn: asyncpg.Connection) -> None:
+    """Unified rule 7: the episode candidates' stand-ins are looked up through facts_source_event
+    (one probe per episode) under the call's generic plan, never by a scan of the scope's facts."""
+    t = load_test_queries()
+    await seed_scopes(conn, {"stand-big": (2_000, "seeded fact")})
+    await t.test_seed_random_events(
+        conn, project_id=PROJECT, subject_id="stand-big", n=1_500, content_prefix="seeded event"
+    )
+    before = await t.test_index_scans(conn, index_name="facts")
+    for call in range(8):
+        async with conn.transaction():
+            await assembler.open_context_call(conn)
+            retrieved = await assembler.retrieve_unified(
+                conn, random_probe("stand-big", call, "seeded event 42")
+            )
+        assert any(c.item_type == "episode" for c in retrieved.candidates)
+        assert retrieved.stand_ins == {}  # no seeded fact names an event
+    assert await t.test_index_scans(conn, index_name="facts_source_event") >= 8, (
+        "stand-ins without their index"
+    )
+    assert await t.test_index_scans(conn, index_name="facts") == before, "a sequential scan of facts"

@@ -99,9 +99,10 @@ def _d(item_id: UUID, decision: str, reason: str, rank: int | None, **values: An
 
 async def test_every_value_comes_back_exactly_derived_or_not(conn: asyncpg.Connection) -> None:
     w = (0.7, 0.2, 0.1)
-    ids = [uuid7() for _ in range(7)]
+    ids = [uuid7() for _ in range(9)]
     cd, tr, rec = 0.1 + 0.2, 1 / 3, math.exp(-0.5)
     hybrid = w[0] * (1 - cd) + w[1] * tr + w[2] * rec
+    stand_in = {"score": 0.75, "similarity": 0.5, "text_rank": 0.0, "recency": 0.5, "cosine_distance": 0.5}
     written = [
         # Derivable: score and similarity are not stored.
         _d(
@@ -162,13 +163,23 @@ async def test_every_value_comes_back_exactly_derived_or_not(conn: asyncpg.Conne
         ),
         _d(ids[5], "blocked", "conflict_open", None),
         _d(ids[6], "blocked", "volatility_expired", None, tokens=1),
+        # A stand-in: the episode it replaced, then the fact at the same rank and its score.
+        _d(
+            ids[7],
+            "excluded",
+            "replaced_by_stand_in",
+            6,
+            item_type="episode",
+            **{**stand_in, "text_rank": 1.0},
+        ),
+        _d(ids[8], "included", "stand_in", 6, **{**stand_in, "similarity": 0.25, "cosine_distance": 0.75}),
     ]
     call, packet = _call("exact", w), _packet()
     await repo.insert_context_trace(conn, call, packet, written)
     found = await repo.get_inspection(conn, PROJECT, packet.trace_id)
     assert found is not None and found.decisions == written
     stored = await form(conn, packet.trace_id)
-    assert (stored["served"], stored["over_budget"], stored["below_floor"]) == (2, 0, 1)
+    assert (stored["served"], stored["over_budget"], stored["below_floor"]) == (3, 0, 1)
     assert not stored["no_score_stored"] and not stored["no_similarity_stored"]
 
 

@@ -1,8 +1,8 @@
 """The Context Assembler: two profiles (docs/spec/context-profiles.md), each a sequence of named steps.
 
     every call   probe_of -> the profile -> build_packet (assemble)
-    unified      retrieve_unified (unified_candidates) -> preview -> link_entities ->
-                 lift_linked -> pack (one ranking, one budget)
+    unified      retrieve_unified (unified_candidates, with the episodes' stand-ins) -> preview ->
+                 link_entities -> lift_linked -> pack (one ranking, one budget)
     facts_first  fetch_episodes -> retrieve_facts_first (fact_candidates) ->
                  pack (facts) -> multi_hop_facts -> pack (expansion) -> pack (episodes)
                  (docs/spec/context-assembler.md exactly)
@@ -165,7 +165,8 @@ def trace_of(packed: Packed, retrieved: Retrieved) -> list[Decision]:
 
 async def retrieve_unified(conn: Conn, probe: Probe, with_episodes: bool = True) -> Retrieved:
     """Fact and episode candidates, each the vector top-K UNION the text top-K (the OR of the
-    query's words, ranked by idf share), in one ranking by the hybrid score; blocked facts."""
+    query's words, ranked by idf share), in one ranking by the hybrid score; blocked facts; the
+    episodes' stand-ins (rule 7)."""
     return await repo.unified_candidates(conn, probe, with_episodes=with_episodes)
 
 
@@ -181,6 +182,11 @@ RETRIEVERS: dict[ContextProfile, Callable[[Conn, Probe], Awaitable[Retrieved]]] 
 }
 
 
+def open_conflict_members(retrieved: Retrieved) -> list[UUID]:
+    """The facts the candidates were filtered with as open-conflict members."""
+    return [b.fact_id for b in retrieved.blocked if b.reason_code == "conflict_open"]
+
+
 async def link_entities(
     conn: Conn, probe: Probe, provisional: Sequence[Candidate], retrieved: Retrieved
 ) -> list[tuple[str, Candidate]]:
@@ -190,9 +196,8 @@ async def link_entities(
     entities = entities_of(provisional, probe.query, MULTI_HOP_ENTITY_CANDIDATES)
     if not entities:
         return []
-    open_members = [b.fact_id for b in retrieved.blocked if b.reason_code == "conflict_open"]
     return await repo.linked_facts(
-        conn, probe, entities=entities, idf=retrieved.idf, open_members=open_members
+        conn, probe, entities=entities, idf=retrieved.idf, open_members=open_conflict_members(retrieved)
     )
 
 
@@ -239,11 +244,11 @@ async def assemble_unified(
     with timer.stage("candidates"):
         retrieved = await retrieve_unified(conn, probe, with_episodes=call.include_episodes)
     with timer.stage("multi_hop"):
-        provisional = preview(retrieved.candidates, call.budget_tokens, gate)
+        provisional = preview(retrieved.candidates, call.budget_tokens, gate, retrieved.stand_ins)
         linked = await link_entities(conn, probe, provisional, retrieved)
     with timer.stage("pack"):
         ranked = lift_linked(retrieved.candidates, linked, provisional)
-        packed = pack(ranked, call.budget_tokens, gate, dedupe=True)
+        packed = pack(ranked, call.budget_tokens, gate, dedupe=True, stand_ins=retrieved.stand_ins)
     return retrieved, packed
 
 

@@ -6,7 +6,7 @@ Rows of queries/context.sql become these small frozen Structs at the repository 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache
 from itertools import accumulate
@@ -62,6 +62,8 @@ class Candidate(msgspec.Struct, frozen=True, gc=False):
     occurred_at: datetime | None = None
     # A multi-hop expansion fact: served as `multi_hop_expansion`, never gated.
     expansion: bool = False
+    # A fact served in place of its turn's episode, at the episode's score (unified rule 7).
+    stands_in: bool = False
 
     @property
     def event_id(self) -> UUID | None:
@@ -80,11 +82,12 @@ class Blocked(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
 class Retrieved(msgspec.Struct, frozen=True, kw_only=True):
     """Candidates in decreasing score order, the blocked facts of the scope, and (unified) the
-    query's words with their idf."""
+    query's words with their idf and the stand-ins of the episode candidates (event id -> fact)."""
 
     candidates: list[Candidate]
     blocked: list[Blocked]
     idf: dict[str, float] = msgspec.field(default_factory=dict)
+    stand_ins: dict[UUID, Candidate] = msgspec.field(default_factory=dict)
 
     @property
     def facts(self) -> list[Candidate]:
@@ -163,6 +166,11 @@ def decision(
     )
 
 
+def served_reason(c: Candidate) -> Literal["packed", "multi_hop_expansion", "stand_in"]:
+    """Why a served item is in the packet."""
+    return "stand_in" if c.stands_in else "multi_hop_expansion" if c.expansion else "packed"
+
+
 def _served_fact(c: Candidate) -> PacketFact:
     assert c.recorded_from is not None  # a fact's row always has it
     return PacketFact(
@@ -170,7 +178,7 @@ def _served_fact(c: Candidate) -> PacketFact:
         content=c.content,
         score=c.score,
         tokens=c.tokens,
-        reason_code="multi_hop_expansion" if c.expansion else "packed",
+        reason_code=served_reason(c),
         valid_from=c.valid_from,
         valid_to=c.valid_to,
         recorded_from=c.recorded_from,
@@ -195,6 +203,29 @@ class Outcome(msgspec.Struct, frozen=True, gc=False):
     rank: int
 
 
+def stand_in_for(
+    c: Candidate, stand_ins: Mapping[UUID, Candidate], left: int, seen: set[UUID], served_texts: set[str]
+) -> Candidate | None:
+    """Unified rule 7: the fact of an episode's own turn that is served in its place, at its
+    score, when it is cheaper, fits what the budget has left, and was neither decided already
+    nor is its text in the packet."""
+    fact = stand_ins.get(c.item_id) if c.item_type == "episode" else None
+    if (
+        fact is None
+        or fact.tokens >= c.tokens
+        or fact.tokens > left
+        or fact.item_id in seen
+        or text_key(fact.content) in served_texts
+    ):
+        return None
+    return msgspec.structs.replace(fact, score=c.score, stands_in=True)
+
+
+def _fewest_tokens(c: Candidate, stand_ins: Mapping[UUID, Candidate]) -> int:
+    stand_in = stand_ins.get(c.item_id)
+    return min(c.tokens, stand_in.tokens) if stand_in else c.tokens
+
+
 def outcomes(
     items: Sequence[Candidate],
     budget_tokens: int,
@@ -203,23 +234,30 @@ def outcomes(
     dedupe: bool,
     first_rank: int = 1,
     until_full: bool = False,
+    stand_ins: Mapping[UUID, Candidate] | None = None,
 ) -> list[Outcome]:
     """Greedy in the given (score) order: each item that still fits is served, the rest is
     `over_budget`. Before the budget, the recall gate (`below_relevance_floor`: cosine distance
     above max_distance when it is > 0; never an expansion fact) and, with `dedupe` (unified rule
     4), `already_served`: an item whose event, or whose text, is already in the packet. An id
-    listed twice (an expansion fact found under two entities) is decided once. `until_full`
+    listed twice (an expansion fact found under two entities) is decided once. With `stand_ins`
+    (event id -> fact, unified rule 7) an episode that passes those checks is replaced by its
+    stand-in, which takes its rank and is then decided on the budget in its place. `until_full`
     stops once no item left can fit what the budget has left, so the outcomes end with the last
     item that could still be served (what `preview` needs; a trace needs them all)."""
+    stand_ins = stand_ins or {}
     used = 0
     out: list[Outcome] = []
     served_events: set[UUID] = set()
     served_texts: set[str] = set()
     seen: set[UUID] = set()
     rank = first_rank - 1
-    # The fewest tokens of any item from position i on: past the point where the budget left is
-    # below it, nothing more can be served.
-    fewest = list(accumulate(reversed([c.tokens for c in items]), min))[::-1] if until_full else []
+    # The fewest tokens of any item from position i on (an episode's stand-in may be cheaper):
+    # past the point where the budget left is below it, nothing more can be served.
+    fewest: list[int] = []
+    if until_full:
+        tokens = [_fewest_tokens(c, stand_ins) for c in items] if stand_ins else [c.tokens for c in items]
+        fewest = list(accumulate(reversed(tokens), min))[::-1]
     for i, c in enumerate(items):
         if until_full and budget_tokens - used < fewest[i]:
             break
@@ -229,40 +267,57 @@ def outcomes(
         rank += 1
         event = c.event_id
         text = text_key(c.content) if dedupe else ""
-        if (
+        gated = (
             not c.expansion
             and max_distance > 0
             and c.cosine_distance is not None
             and c.cosine_distance > max_distance
-        ):
+        )
+        if gated:
             out.append(Outcome(c, "excluded", "below_relevance_floor", rank))
-        elif dedupe and ((event is not None and event in served_events) or text in served_texts):
+            continue
+        if dedupe and ((event is not None and event in served_events) or text in served_texts):
             out.append(Outcome(c, "excluded", "already_served", rank))
-        elif c.tokens <= budget_tokens - used:
+            continue
+        if stand_ins and (stand_in := stand_in_for(c, stand_ins, budget_tokens - used, seen, served_texts)):
+            out.append(Outcome(c, "excluded", "replaced_by_stand_in", rank))
+            seen.add(stand_in.item_id)
+            c, text = stand_in, text_key(stand_in.content)
+        if c.tokens <= budget_tokens - used:
             used += c.tokens
             if event is not None:
                 served_events.add(event)
             served_texts.add(text)
-            out.append(Outcome(c, "included", "multi_hop_expansion" if c.expansion else "packed", rank))
+            out.append(Outcome(c, "included", served_reason(c), rank))
         else:
             out.append(Outcome(c, "excluded", "over_budget", rank))
     return out
 
 
-def preview(items: Sequence[Candidate], budget_tokens: int, max_distance: float) -> list[Candidate]:
+def preview(
+    items: Sequence[Candidate],
+    budget_tokens: int,
+    max_distance: float,
+    stand_ins: Mapping[UUID, Candidate] | None = None,
+) -> list[Candidate]:
     """What a unified pack of these items would serve, without building its trace."""
-    return [
-        o.item
-        for o in outcomes(items, budget_tokens, max_distance, dedupe=True, until_full=True)
-        if o.decision == "included"
-    ]
+    decided = outcomes(items, budget_tokens, max_distance, dedupe=True, until_full=True, stand_ins=stand_ins)
+    return [o.item for o in decided if o.decision == "included"]
 
 
 def pack(
-    items: Sequence[Candidate], budget_tokens: int, max_distance: float, *, dedupe: bool, first_rank: int = 1
+    items: Sequence[Candidate],
+    budget_tokens: int,
+    max_distance: float,
+    *,
+    dedupe: bool,
+    first_rank: int = 1,
+    stand_ins: Mapping[UUID, Candidate] | None = None,
 ) -> Packed:
     """The packet and the trace rows of `outcomes`."""
-    decided = outcomes(items, budget_tokens, max_distance, dedupe=dedupe, first_rank=first_rank)
+    decided = outcomes(
+        items, budget_tokens, max_distance, dedupe=dedupe, first_rank=first_rank, stand_ins=stand_ins
+    )
     kept = [o.item for o in decided if o.decision == "included"]
     return Packed(
         budget_tokens=budget_tokens,
@@ -272,5 +327,5 @@ def pack(
         kept=kept,
         decisions=[decision(o.item, o.decision, o.reason_code, o.rank) for o in decided],
         gated=sum(1 for o in decided if o.reason_code == "below_relevance_floor"),
-        considered=sum(1 for o in decided if not o.item.expansion),
+        considered=sum(1 for o in decided if not (o.item.expansion or o.item.stands_in)),
     )

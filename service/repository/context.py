@@ -116,7 +116,27 @@ def _retrieved(row: Any) -> Retrieved:
         )
     ]
     idf = dict(zip(row.get("words") or [], row.get("idfs") or [], strict=True))
-    return Retrieved(candidates=candidates, blocked=blocked, idf=idf)
+    return Retrieved(candidates=candidates, blocked=blocked, idf=idf, stand_ins=_stand_ins(row))
+
+
+# The stand-in arrays of unified_candidates (migration 0031) in Candidate's field order, up to
+# source_event_id: the event each stands in for.
+_STAND_IN_ARRAYS = (
+    "stand_in_contents", "stand_in_tokens", "stand_in_scores", "stand_in_similarities",
+    "stand_in_text_ranks", "stand_in_recencies", "stand_in_cosine_distances",
+    "stand_in_valid_froms", "stand_in_valid_tos", "stand_in_recorded_froms", "stand_in_events",
+)  # fmt: skip
+
+
+def _stand_ins(row: Any) -> dict[UUID, Candidate]:
+    """Event id -> the fact that may stand in for its episode (none outside `unified`)."""
+    if not row.get("stand_in_events"):
+        return {}
+    arrays = [row[name] for name in _STAND_IN_ARRAYS]
+    return {
+        values[-1]: Candidate("fact", fact_id, *values)
+        for fact_id, *values in zip(row["stand_in_ids"], *arrays, strict=True)
+    }
 
 
 async def open_context_call(conn: Conn, ef_search: int, project_id: str | None = None) -> str | None:
