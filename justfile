@@ -43,6 +43,10 @@ ci:
 locomo *ARGS:
     .venv/bin/python benchmarks/locomo.py {{ARGS}}
 
+# LongMemEval retrieval-quality evaluation (docs/longmemeval.md); e.g. just longmemeval --dataset DIR --questions 12
+longmemeval *ARGS:
+    .venv/bin/python benchmarks/longmemeval.py {{ARGS}}
+
 # Calibrate HAKI_RECALL_MAX_DISTANCE for the current embedder (prints a table, writes nothing)
 recall-floor *ARGS:
     .venv/bin/python scripts/check_recall_floor.py {{ARGS}}

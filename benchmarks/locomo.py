@@ -37,6 +37,10 @@ the hybrid mode alone (its name is the group's).
 The single-signal modes are built here, with `ContextCall.of`'s evaluation-only `weights=` and an
 embedder that is down; the service carries no such mode, and none is reachable through the
 HTTP API.
+
+`--embedder NAME` (evaluation only) swaps the service's local model for another 384-dimension
+model of benchmarks/embed_models.py, for the writes and the queries alike; its package is
+looked up on `--embed-path` (docs/embedding-models.md).
 """
 
 from __future__ import annotations
@@ -356,6 +360,8 @@ async def evaluate(
     *,
     query_precision: Any = "fp32",
     progress: bool = True,
+    embedder_name: str | None = None,
+    embed_path: Path | None = None,
 ) -> dict[str, Any]:
     """Runs the whole evaluation on a fresh embedded PostgreSQL; returns the metrics."""
     import httpx
@@ -367,7 +373,7 @@ async def evaluate(
     from service.db.call_runner import run_context_call
     from service.db.embedded import embedded_server, embedded_url
     from service.db.migrations import migrate
-    from service.embedding.embedder import LocalEmbedder
+    from service.embedding.embedder import Embedder, LocalEmbedder
     from service.observability.timing import StageTimer
     from service.settings import Settings
     from service.structs import ContextRequest
@@ -386,7 +392,7 @@ async def evaluate(
     started = time.perf_counter()
     data_dir = Path(tempfile.mkdtemp(prefix="haki-locomo-"))
     pool: Any = None
-    embedder: LocalEmbedder | None = None
+    embedder: Embedder | None = None
     try:
         url = embedded_url(data_dir)
         settings = Settings(
@@ -404,8 +410,14 @@ async def evaluate(
             await conn.close()
         pool = await create_pool(settings)
         headers = {"Authorization": f"Bearer {key}"}
-        embedder = LocalEmbedder(settings)
-        await embedder.load()
+        if embedder_name is None:
+            local = LocalEmbedder(settings)
+            await local.load()
+            embedder = local
+        else:
+            from benchmarks.embed_models import build
+
+            embedder = await asyncio.to_thread(build, embedder_name, embed_path)
         say(f"[locomo] database and model ready in {time.perf_counter() - started:.1f}s")
 
         app = create_app(settings, pool=pool, embedder=embedder)
@@ -461,7 +473,10 @@ async def evaluate(
                             )
                         )
         elapsed = time.perf_counter() - started
+        # Only a swapped model is named, so that the default run's output stays as it was.
+        chosen = {} if embedder_name is None else {"embedder": f"{embedder_name} ({embedder.name})"}
         return {
+            **chosen,
             "modes": [
                 {
                     "name": m.name,
@@ -525,6 +540,11 @@ def markdown(result: dict[str, Any], command: str) -> str:
         f"{result['ingest_seconds']:.0f} s); {result['questions']} questions over "
         f"{len(result['conversations'])} conversations ({', '.join(result['conversations'])}); "
         f"query embedding p50 {result['embed_p50_ms']:.1f} ms (not in the latencies below).",
+        *(
+            [f"Embedder: {result['embedder']}, for writes and queries (evaluation only)."]
+            if "embedder" in result
+            else []
+        ),
         "",
         "Evidence recall (mean over QAs) per category, then overall:",
         "",
@@ -603,6 +623,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         choices=["fp32", "int8"],
         help="HAKI_EMBED_QUERY_PRECISION (the `onnx` backend's queries; default: %(default)s)",
     )
+    from benchmarks.embed_models import CANDIDATES
+
+    p.add_argument(
+        "--embedder",
+        default=None,
+        choices=CANDIDATES,
+        help="evaluation only: another 384-dimension model (benchmarks/embed_models.py) for writes\n"
+        "and queries (default: the service's local model, --embed-backend)",
+    )
+    p.add_argument(
+        "--embed-path",
+        type=Path,
+        default=None,
+        help="the directory the --embedder packages were installed into (pip --target)",
+    )
     return p.parse_args(argv)
 
 
@@ -622,7 +657,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         modes = select_modes(modes, wanted)
     result = asyncio.run(
-        evaluate(conversations, modes, args.embed_backend, query_precision=args.query_precision)
+        evaluate(
+            conversations,
+            modes,
+            args.embed_backend,
+            query_precision=args.query_precision,
+            embedder_name=args.embedder,
+            embed_path=args.embed_path,
+        )
     )
     command = "benchmarks/locomo.py " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     print(markdown(result, command.strip()))
