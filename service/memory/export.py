@@ -112,15 +112,7 @@ async def stream_export(pool: Any, project_id: str, subject_id: str) -> AsyncIte
             while True:
                 events = await repo.list_events(conn, project_id, subject_id, after, EXPORT_PAGE)
                 for e in events:
-                    yield _line(
-                        ExportedEvent(
-                            event_id=e.event_id,
-                            content=e.content,
-                            occurred_at=e.occurred_at,
-                            recorded_at=e.recorded_at,
-                            metadata=e.metadata,
-                        )
-                    )
+                    yield _line(msgspec.convert(e, ExportedEvent, from_attributes=True))
                 if len(events) < EXPORT_PAGE:
                     break
                 after = events[-1].event_id
