@@ -4,10 +4,11 @@
 places under DIR that share six or more lines, identical or of the same shape. This script runs it
 once per folder and sums the pairs of each group against the group's ceiling:
 
-    service/ + queries/ + tests/  at most 32 pairs today (each folder run on its own); the
+    service/ + queries/ + tests/  at most 31 pairs today (each folder run on its own); the
                                   target is 17. The ceiling comes down as pairs go; it rose
                                   once, 30 to 32, with webhooks, the memory browser and
-                                  re-embedding (2026-12-03, docs/changelog.md)
+                                  re-embedding, then came down to 31 (2026-12-03,
+                                  docs/changelog.md)
     sdk/                          at most 10 pairs
 
 Generated files are not counted (GENERATED): each folder is copied to a temporary directory
@@ -47,7 +48,7 @@ GENERATED = frozenset(
 # Ceiling -> the folders whose pair counts are summed against it. The first is a ratchet at
 # today's count (target 17): lower it as duplicates go.
 GROUPS: tuple[tuple[int, tuple[str, ...]], ...] = (
-    (32, ("service", "queries", "tests")),
+    (31, ("service", "queries", "tests")),
     (10, ("sdk",)),
 )
 
