@@ -58,7 +58,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -353,6 +354,97 @@ async def ingest(client: Any, headers: dict[str, str], conv: Conversation) -> di
     return event_of_turn
 
 
+@dataclass
+class Service:
+    """What a harness measures through: the app's settings, its pool and embedder, a key's
+    headers and an HTTP client on the app in process."""
+
+    settings: Any
+    pool: Any
+    embedder: Any
+    headers: dict[str, str]
+    client: Any
+
+
+@asynccontextmanager
+async def fresh_service(
+    name: str,
+    project_id: str,
+    *,
+    embed_backend: Any,
+    query_precision: Any,
+    quiet: dict[str, int],
+    say: Callable[[str], None],
+    build_embedder: Callable[[Any], Any] | None = None,
+    client_timeout: float = 600,
+) -> AsyncIterator[Service]:
+    """The service on a throw-away embedded PostgreSQL, migrated, with an API key of
+    `project_id` and the local model (or `build_embedder(settings)`, awaited); everything is
+    stopped and deleted on the way out, and the `quiet` loggers' levels restored."""
+    import httpx
+
+    from service.api import auth
+    from service.app import create_app
+    from service.db import connect, create_pool
+    from service.db.embedded import embedded_server, embedded_url
+    from service.db.migrations import migrate
+    from service.embedding.embedder import LocalEmbedder
+    from service.settings import Settings
+    from tests.helpers.app import asgi_transport
+
+    levels = {logger: logging.getLogger(logger).level for logger in quiet}
+    for logger, level in quiet.items():
+        logging.getLogger(logger).setLevel(level)
+    started = time.perf_counter()
+    data_dir = Path(tempfile.mkdtemp(prefix=f"haki-{name}-"))
+    pool: Any = None
+    embedder: Any = None
+    try:
+        settings = Settings(
+            data_dir=data_dir,
+            database_url=embedded_url(data_dir),
+            embed_provider="local",
+            embed_backend=embed_backend,
+            embed_query_precision=query_precision,
+        )
+        conn = await connect(settings)  # no pgvector codec before the extension exists
+        try:
+            await migrate(conn)
+            _, key = await auth.create_key(conn, project_id, f"{name} harness")
+        finally:
+            await conn.close()
+        pool = await create_pool(settings)
+        if build_embedder is None:
+            embedder = LocalEmbedder(settings)
+            await embedder.load()
+        else:
+            embedder = await build_embedder(settings)
+        say(f"[{name}] database and model ready in {time.perf_counter() - started:.1f}s")
+        app = create_app(settings, pool=pool, embedder=embedder)
+        transport = asgi_transport(app)
+        async with httpx.AsyncClient(
+            transport=transport, base_url=f"http://{name}", timeout=client_timeout
+        ) as client:
+            yield Service(
+                settings=settings,
+                pool=pool,
+                embedder=embedder,
+                headers={"Authorization": f"Bearer {key}"},
+                client=client,
+            )
+    finally:
+        for logger, level in levels.items():
+            logging.getLogger(logger).setLevel(level)
+        if embedder is not None:
+            await embedder.aclose()
+        if pool is not None:
+            await pool.close()
+        try:
+            embedded_server(data_dir).cleanup()
+        finally:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
 async def evaluate(
     conversations: list[Conversation],
     modes: list[Mode],
@@ -364,114 +456,83 @@ async def evaluate(
     embed_path: Path | None = None,
 ) -> dict[str, Any]:
     """Runs the whole evaluation on a fresh embedded PostgreSQL; returns the metrics."""
-    import httpx
-
-    from service.api import auth
-    from service.app import create_app
     from service.context.call import PROFILE_WEIGHTS, ContextCall
-    from service.db import connect, create_pool
     from service.db.call_runner import run_context_call
-    from service.db.embedded import embedded_server, embedded_url
-    from service.db.migrations import migrate
-    from service.embedding.embedder import Embedder, LocalEmbedder
     from service.observability.timing import StageTimer
-    from service.settings import Settings
     from service.structs import ContextRequest
-    from tests.helpers.app import asgi_transport
 
     def say(msg: str) -> None:
         if progress:
             print(msg, file=sys.stderr, flush=True)
 
-    # The text-only modes take the embedder-down path, which logs a warning per call, and
-    # httpx logs every request; both are restored on the way out (tests share the process).
-    quiet = {"haki.context": logging.ERROR, "httpx": logging.WARNING}
-    levels = {name: logging.getLogger(name).level for name in quiet}
-    for name, level in quiet.items():
-        logging.getLogger(name).setLevel(level)
+    async def swapped(_: Any) -> Any:
+        from benchmarks.embed_models import build
+
+        assert embedder_name is not None
+        return await asyncio.to_thread(build, embedder_name, embed_path)
+
     started = time.perf_counter()
-    data_dir = Path(tempfile.mkdtemp(prefix="haki-locomo-"))
-    pool: Any = None
-    embedder: Embedder | None = None
-    try:
-        url = embedded_url(data_dir)
-        settings = Settings(
-            data_dir=data_dir,
-            database_url=url,
-            embed_provider="local",
-            embed_backend=embed_backend,
-            embed_query_precision=query_precision,
-        )
-        conn = await connect(settings)  # no pgvector codec before the extension exists
-        try:
-            await migrate(conn)
-            _, key = await auth.create_key(conn, PROJECT_ID, "locomo harness")
-        finally:
-            await conn.close()
-        pool = await create_pool(settings)
-        headers = {"Authorization": f"Bearer {key}"}
-        if embedder_name is None:
-            local = LocalEmbedder(settings)
-            await local.load()
-            embedder = local
-        else:
-            from benchmarks.embed_models import build
-
-            embedder = await asyncio.to_thread(build, embedder_name, embed_path)
-        say(f"[locomo] database and model ready in {time.perf_counter() - started:.1f}s")
-
-        app = create_app(settings, pool=pool, embedder=embedder)
+    # The text-only modes take the embedder-down path, which logs a warning per call, and
+    # httpx logs every request (tests share the process).
+    async with fresh_service(
+        "locomo",
+        PROJECT_ID,
+        embed_backend=embed_backend,
+        query_precision=query_precision,
+        quiet={"haki.context": logging.ERROR, "httpx": logging.WARNING},
+        say=say,
+        build_embedder=None if embedder_name is None else swapped,
+    ) as svc:
+        embedder, client, headers = svc.embedder, svc.client, svc.headers
         no_vector = _NoVector(embedder.name)
         stats: dict[str, ModeStats] = {m.name: ModeStats() for m in modes}
         embed_ms: list[float] = []
         ingest_s = 0.0
         texts = 0
-        transport = asgi_transport(app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://locomo", timeout=600) as client:
-            for conv in conversations:
-                t0 = time.perf_counter()
-                event_of_turn = await ingest(client, headers, conv)
-                ingest_s += time.perf_counter() - t0
-                texts += len(conv.turns) + len(conv.observations)
-                turn_of_event = {v: k for k, v in event_of_turn.items()}
-                n_turns = len(conv.turns)
-                say(
-                    f"[locomo] {conv.sample_id}: {len(conv.turns)} turns + {len(conv.observations)} facts "
-                    f"ingested in {time.perf_counter() - t0:.1f}s; {len(conv.questions)} questions"
-                )
-                for qa in conv.questions:
-                    # One uncached embedding per question, timed; every mode then hits the cache.
-                    e0 = time.perf_counter()
-                    await embedder.embed([qa.question], purpose="query")
-                    embed_ms.append((time.perf_counter() - e0) * 1000.0)
-                    for mode in modes:
-                        req = ContextRequest(
-                            project_id=PROJECT_ID,
-                            subject_id=conv.sample_id,
-                            query=qa.question,
-                            budget_tokens=mode.budget,
-                            profile=mode.profile,
+        for conv in conversations:
+            t0 = time.perf_counter()
+            event_of_turn = await ingest(client, headers, conv)
+            ingest_s += time.perf_counter() - t0
+            texts += len(conv.turns) + len(conv.observations)
+            turn_of_event = {v: k for k, v in event_of_turn.items()}
+            n_turns = len(conv.turns)
+            say(
+                f"[locomo] {conv.sample_id}: {len(conv.turns)} turns + {len(conv.observations)} facts "
+                f"ingested in {time.perf_counter() - t0:.1f}s; {len(conv.questions)} questions"
+            )
+            for qa in conv.questions:
+                # One uncached embedding per question, timed; every mode then hits the cache.
+                e0 = time.perf_counter()
+                await embedder.embed([qa.question], purpose="query")
+                embed_ms.append((time.perf_counter() - e0) * 1000.0)
+                for mode in modes:
+                    req = ContextRequest(
+                        project_id=PROJECT_ID,
+                        subject_id=conv.sample_id,
+                        query=qa.question,
+                        budget_tokens=mode.budget,
+                        profile=mode.profile,
+                    )
+                    call = ContextCall.of(req, svc.settings, weights=mode.weights)  # None: the profile's own
+                    async with svc.pool.acquire() as conn:
+                        a0 = time.perf_counter()
+                        packet = await run_context_call(
+                            conn, embedder if mode.query_vector else no_vector, call, timer=StageTimer()
                         )
-                        call = ContextCall.of(req, settings, weights=mode.weights)  # None: the profile's own
-                        async with pool.acquire() as conn:
-                            a0 = time.perf_counter()
-                            packet = await run_context_call(
-                                conn, embedder if mode.query_vector else no_vector, call, timer=StageTimer()
-                            )
-                            latency = (time.perf_counter() - a0) * 1000.0
-                        assert packet.profile == mode.profile, (packet.profile, mode.name)
-                        covered = covered_turns(packet, turn_of_event)
-                        hits = sum(1 for d in qa.evidence if d in covered)
-                        stats[mode.name].samples.append(
-                            Sample(
-                                category=qa.category,
-                                recall=hits / len(qa.evidence),
-                                full=hits == len(qa.evidence),
-                                used_tokens=packet.used_tokens,
-                                latency_ms=latency,
-                                random_recall=len(covered) / n_turns,
-                            )
+                        latency = (time.perf_counter() - a0) * 1000.0
+                    assert packet.profile == mode.profile, (packet.profile, mode.name)
+                    covered = covered_turns(packet, turn_of_event)
+                    hits = sum(1 for d in qa.evidence if d in covered)
+                    stats[mode.name].samples.append(
+                        Sample(
+                            category=qa.category,
+                            recall=hits / len(qa.evidence),
+                            full=hits == len(qa.evidence),
+                            used_tokens=packet.used_tokens,
+                            latency_ms=latency,
+                            random_recall=len(covered) / n_turns,
                         )
+                    )
         elapsed = time.perf_counter() - started
         # Only a swapped model is named, so that the default run's output stays as it was.
         chosen = {} if embedder_name is None else {"embedder": f"{embedder_name} ({embedder.name})"}
@@ -499,17 +560,6 @@ async def evaluate(
             "embed_p50_ms": statistics.median(embed_ms) if embed_ms else 0.0,
             "elapsed_seconds": elapsed,
         }
-    finally:
-        for name, level in levels.items():
-            logging.getLogger(name).setLevel(level)
-        if embedder is not None:
-            await embedder.aclose()
-        if pool is not None:
-            await pool.close()
-        try:
-            embedded_server(data_dir).cleanup()
-        finally:
-            shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def select(

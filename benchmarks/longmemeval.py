@@ -46,10 +46,8 @@ import logging
 import os
 import re
 import shlex
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -68,6 +66,7 @@ from benchmarks.locomo import (  # noqa: E402  (the path above makes the package
     Mode,
     _batches,
     covered_turns,
+    fresh_service,
     machine,
     profile_modes,
     select_modes,
@@ -345,110 +344,79 @@ async def evaluate(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Runs the evaluation on a fresh embedded PostgreSQL; returns the metrics."""
-    import httpx
-
-    from service.api import auth
-    from service.app import create_app
     from service.context.call import PROFILE_WEIGHTS, ContextCall
-    from service.db import connect, create_pool
     from service.db.call_runner import run_context_call
-    from service.db.embedded import embedded_server, embedded_url
-    from service.db.migrations import migrate
-    from service.embedding.embedder import LocalEmbedder
     from service.observability.timing import StageTimer
-    from service.settings import Settings
     from service.structs import ContextRequest
-    from tests.helpers.app import asgi_transport
 
     def say(msg: str) -> None:
         if progress:
             print(msg, file=sys.stderr, flush=True)
 
-    # httpx logs every request; restored on the way out (tests share the process).
-    quiet = {"httpx": logging.WARNING}
-    levels = {name: logging.getLogger(name).level for name in quiet}
-    for name, level in quiet.items():
-        logging.getLogger(name).setLevel(level)
     started = time.perf_counter()
-    data_dir = Path(tempfile.mkdtemp(prefix="haki-longmemeval-"))
-    pool: Any = None
-    embedder: LocalEmbedder | None = None
-    try:
-        url = embedded_url(data_dir)
-        settings = Settings(
-            data_dir=data_dir,
-            database_url=url,
-            embed_provider="local",
-            embed_backend=embed_backend,
-            embed_query_precision=query_precision,
-        )
-        conn = await connect(settings)  # no pgvector codec before the extension exists
-        try:
-            await migrate(conn)
-            _, key = await auth.create_key(conn, PROJECT_ID, "longmemeval harness")
-        finally:
-            await conn.close()
-        pool = await create_pool(settings)
-        headers = {"Authorization": f"Bearer {key}"}
-        embedder = LocalEmbedder(settings)
-        await embedder.load()
-        say(f"[longmemeval] database and model ready in {time.perf_counter() - started:.1f}s")
-
-        app = create_app(settings, pool=pool, embedder=embedder)
+    # httpx logs every request (tests share the process).
+    async with fresh_service(
+        "longmemeval",
+        PROJECT_ID,
+        embed_backend=embed_backend,
+        query_precision=query_precision,
+        quiet={"httpx": logging.WARNING},
+        say=say,
+        client_timeout=1800,
+    ) as svc:
+        embedder, client, headers = svc.embedder, svc.client, svc.headers
         stats: dict[str, ModeStats] = {m.name: ModeStats() for m in modes}
         embed_ms: list[float] = []
         ingest_s = 0.0
         turns = truncated = 0
         ids: list[str] = []
-        transport = asgi_transport(app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://lme", timeout=1800) as client:
-            for q in questions:
-                t0 = time.perf_counter()
-                event_of_turn = await ingest(client, headers, q)
-                took = time.perf_counter() - t0
-                ingest_s += took
-                turns += len(q.turns)
-                truncated += q.truncated
-                ids.append(q.question_id)
-                turn_of_event = {v: k for k, v in event_of_turn.items()}
-                # One uncached embedding per question, timed; every mode then hits the cache.
-                e0 = time.perf_counter()
-                await embedder.embed([q.question], purpose="query")
-                embed_ms.append((time.perf_counter() - e0) * 1000.0)
-                line = []
-                for mode in modes:
-                    req = ContextRequest(
-                        project_id=PROJECT_ID,
-                        subject_id=q.question_id,
-                        query=q.question,
-                        budget_tokens=mode.budget,
-                        profile=mode.profile,
-                    )
-                    call = ContextCall.of(req, settings)
-                    async with pool.acquire() as conn:
-                        a0 = time.perf_counter()
-                        packet = await run_context_call(conn, embedder, call, timer=StageTimer())
-                        latency = (time.perf_counter() - a0) * 1000.0
-                    assert packet.profile == mode.profile, (packet.profile, mode.name)
-                    covered = covered_turns(packet, turn_of_event)
-                    turn_recall, session_recall, full = score(q, covered)
-                    stats[mode.name].samples.append(
-                        Sample(
-                            question_type=q.question_type,
-                            turn_recall=turn_recall,
-                            session_recall=session_recall,
-                            full=full,
-                            used_tokens=packet.used_tokens,
-                            turns_served=len(covered),
-                            latency_ms=latency,
-                            random_recall=len(covered) / len(q.turns),
-                        )
-                    )
-                    line.append(f"{mode.name} {turn_recall:.2f}/{session_recall:.2f}")
-                say(
-                    f"[longmemeval] {q.question_id} ({q.question_type}): {len(q.turns)} turns in "
-                    f"{took:.1f}s; turn/session recall " + ", ".join(line)
+        for q in questions:
+            t0 = time.perf_counter()
+            event_of_turn = await ingest(client, headers, q)
+            took = time.perf_counter() - t0
+            ingest_s += took
+            turns += len(q.turns)
+            truncated += q.truncated
+            ids.append(q.question_id)
+            turn_of_event = {v: k for k, v in event_of_turn.items()}
+            # One uncached embedding per question, timed; every mode then hits the cache.
+            e0 = time.perf_counter()
+            await embedder.embed([q.question], purpose="query")
+            embed_ms.append((time.perf_counter() - e0) * 1000.0)
+            line = []
+            for mode in modes:
+                req = ContextRequest(
+                    project_id=PROJECT_ID,
+                    subject_id=q.question_id,
+                    query=q.question,
+                    budget_tokens=mode.budget,
+                    profile=mode.profile,
                 )
+                call = ContextCall.of(req, svc.settings)
+                async with svc.pool.acquire() as conn:
+                    a0 = time.perf_counter()
+                    packet = await run_context_call(conn, embedder, call, timer=StageTimer())
+                    latency = (time.perf_counter() - a0) * 1000.0
+                assert packet.profile == mode.profile, (packet.profile, mode.name)
+                covered = covered_turns(packet, turn_of_event)
+                turn_recall, session_recall, full = score(q, covered)
+                stats[mode.name].samples.append(
+                    Sample(
+                        question_type=q.question_type,
+                        turn_recall=turn_recall,
+                        session_recall=session_recall,
+                        full=full,
+                        used_tokens=packet.used_tokens,
+                        turns_served=len(covered),
+                        latency_ms=latency,
+                        random_recall=len(covered) / len(q.turns),
+                    )
+                )
+                line.append(f"{mode.name} {turn_recall:.2f}/{session_recall:.2f}")
+            say(
+                f"[longmemeval] {q.question_id} ({q.question_type}): {len(q.turns)} turns in "
+                f"{took:.1f}s; turn/session recall " + ", ".join(line)
+            )
         elapsed = time.perf_counter() - started
         return {
             "modes": [
@@ -471,17 +439,6 @@ async def evaluate(
             "embed_p50_ms": statistics.median(embed_ms) if embed_ms else 0.0,
             "elapsed_seconds": elapsed,
         }
-    finally:
-        for name, level in levels.items():
-            logging.getLogger(name).setLevel(level)
-        if embedder is not None:
-            await embedder.aclose()
-        if pool is not None:
-            await pool.close()
-        try:
-            embedded_server(data_dir).cleanup()
-        finally:
-            shutil.rmtree(data_dir, ignore_errors=True)
 
 
 # --- report --------------------------------------------------------------------------------------
