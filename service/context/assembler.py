@@ -182,11 +182,6 @@ RETRIEVERS: dict[ContextProfile, Callable[[Conn, Probe], Awaitable[Retrieved]]] 
 }
 
 
-def open_conflict_members(retrieved: Retrieved) -> list[UUID]:
-    """The facts the candidates were filtered with as open-conflict members."""
-    return [b.fact_id for b in retrieved.blocked if b.reason_code == "conflict_open"]
-
-
 async def link_entities(
     conn: Conn, probe: Probe, provisional: Sequence[Candidate], retrieved: Retrieved
 ) -> list[tuple[str, Candidate]]:
@@ -196,8 +191,9 @@ async def link_entities(
     entities = entities_of(provisional, probe.query, MULTI_HOP_ENTITY_CANDIDATES)
     if not entities:
         return []
+    open_members = [b.fact_id for b in retrieved.blocked if b.reason_code == "conflict_open"]
     return await repo.linked_facts(
-        conn, probe, entities=entities, idf=retrieved.idf, open_members=open_conflict_members(retrieved)
+        conn, probe, entities=entities, idf=retrieved.idf, open_members=open_members
     )
 
 
