@@ -161,8 +161,8 @@ def batch_response(outcome: idempotency.Outcome[idempotency.T]) -> Response[idem
     return Response(outcome.body, status_code=outcome.status_code, headers=headers)
 
 
-# The work of the routes below, one function each, for the route and for the MCP tool that does
-# the same (service/api/mcp_server.py).
+# The work of the routes below, one function each, for the route and for the MCP tool or the /ui
+# action that does the same (service/api/mcp_server.py, service/api/ui.py).
 
 
 async def post_facts(
@@ -210,6 +210,10 @@ async def post_resolve(deps: RouteDeps, conflict_set_id: UUID, data: ResolveConf
     return await deps.noted(await memory.resolve_conflict(deps.conn, deps.principal, conflict_set_id, data))
 
 
+async def update_fact(deps: RouteDeps, fact_id: UUID, data: PatchFactRequest) -> Fact:
+    return await deps.noted(await memory.patch_fact(deps.conn, deps.principal, fact_id, data))
+
+
 class FactsController(Controller):
     path = "/v1/facts"
     tags = ["facts"]
@@ -252,7 +256,7 @@ class FactsController(Controller):
 
     @patch("/{fact_id:uuid}", responses=ERRORS, summary="Retract a fact or set its valid_to")
     async def patch_fact(self, data: PatchFactRequest, deps: Deps, fact_id: FactIdPath) -> Fact:
-        return await deps.noted(await memory.patch_fact(deps.conn, deps.principal, fact_id, data))
+        return await update_fact(deps, fact_id, data)
 
     @delete(
         "/{fact_id:uuid}",

@@ -36,10 +36,11 @@ import hmac
 import logging
 import math
 import secrets
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from importlib import resources
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, TypeVar
 from urllib.parse import quote, urlsplit
 from uuid import UUID
 
@@ -53,7 +54,7 @@ from litestar.response import Redirect
 from service.api import auth
 from service.api.deps import ConnDep, lease_of, provide_deps, provide_embedder, provide_settings
 from service.api.lifecycle import delete_subject
-from service.api.memory import post_facts, post_resolve, query_scope_id
+from service.api.memory import post_facts, post_resolve, query_scope_id, update_fact
 from service.context import replay as time_travel
 from service.db.replica import READS, provide_reads
 from service.errors import HakiError, NotFound, Unauthorized
@@ -255,6 +256,10 @@ def _not_found(visitor: Visitor, what: str) -> Response[str]:
     )
 
 
+def _subject_not_found(visitor: Visitor) -> Response[str]:
+    return _error(visitor, 404, "Subject not found", "No memory of this subject in the key's project.")
+
+
 def _trace_not_found(visitor: Visitor) -> Response[str]:
     return _error(visitor, 404, "Trace not found", "No context call with this id in the key's project.")
 
@@ -268,38 +273,71 @@ def _text(form: Any, name: str) -> str:
     return raw.strip() if isinstance(raw, str) else ""
 
 
-async def _posted(request: Request[Any, Any, Any], conn: ConnDep) -> tuple[Visitor, Any] | Response[Any]:
+class _Answered(Exception):
+    """A page that answers before the handler's end (the login page, a refusal, a 404, an
+    action's error page): raised by the helpers below so that each handler reads straight
+    through, and sent as is by TraceInspector's exception handler."""
+
+    def __init__(self, response: Response[Any]) -> None:
+        super().__init__(response.status_code)
+        self.response = response
+
+
+def _answered(_: Request[Any, Any, Any], exc: _Answered) -> Response[Any]:
+    return exc.response
+
+
+async def _session(request: Request[Any, Any, Any], conn: ConnDep) -> Visitor:
+    """The visitor of a page that needs a session; without one, the login page answers."""
+    visitor = await _visitor(request, conn)
+    if visitor is None:
+        raise _Answered(_to_login())
+    return visitor
+
+
+async def _posted(request: Request[Any, Any, Any], conn: ConnDep) -> tuple[Visitor, Any]:
     """A state-changing POST of a session: its origin, its session, then its CSRF token; each
     failure answers before the handler does anything."""
     foreign = _foreign_origin(request)
     if foreign is not None:
         log.warning("ui refused a cross-site POST to %s from %r", request.url.path, foreign)
-        return _error(None, 403, "Refused", "This form was sent from another site.")
-    visitor = await _visitor(request, conn)
-    if visitor is None:
-        return _to_login()
+        raise _Answered(_error(None, 403, "Refused", "This form was sent from another site."))
+    visitor = await _session(request, conn)
     form = await _form(request)
     if not hmac.compare_digest(_text(form, CSRF_FIELD).encode(), visitor.csrf.encode()):
         log.warning("ui refused a POST to %s: its form lacks the CSRF value of this login", request.url.path)
-        return _error(
-            visitor, 403, "Refused", "This form is stale or was not sent by this site: reload the page."
-        )
+        stale = "This form is stale or was not sent by this site: reload the page."
+        raise _Answered(_error(visitor, 403, "Refused", stale))
     return visitor, form
+
+
+async def _fact(conn: ConnDep, visitor: Visitor, fact_id: UUID) -> Fact:
+    """A fact of the session's project; 404 when it has no such fact."""
+    try:
+        return await memory.get_fact(conn, visitor.principal, fact_id)
+    except NotFound:
+        raise _Answered(_not_found(visitor, "fact")) from None
 
 
 async def _posted_fact(
     request: Request[Any, Any, Any], conn: ConnDep, fact_id: UUID
-) -> tuple[Visitor, Any, Fact] | Response[Any]:
-    """A state-changing POST on one fact (_posted), and the fact, 404 when the session's project
-    has no such fact."""
-    posted = await _posted(request, conn)
-    if isinstance(posted, Response):
-        return posted
-    visitor, form = posted
+) -> tuple[Visitor, Any, Fact]:
+    """A state-changing POST on one fact (_posted), and the fact."""
+    visitor, form = await _posted(request, conn)
+    return visitor, form, await _fact(conn, visitor, fact_id)
+
+
+T = TypeVar("T")
+
+
+async def _act(visitor: Visitor, action: str, title: str, work: Awaitable[T], **fields: Any) -> T:
+    """An action's service call (the JSON route's own): refused, it is audited with the refusal's
+    code and answered with the action's error page."""
     try:
-        return visitor, form, await memory.get_fact(conn, visitor.principal, fact_id)
-    except NotFound:
-        return _not_found(visitor, "fact")
+        return await work
+    except HakiError as exc:
+        _audit(visitor, action, **fields, outcome=exc.code)
+        raise _Answered(_error(visitor, exc.status_code, title, exc.message)) from exc
 
 
 def _audit(visitor: Visitor, action: str, **fields: Any) -> None:
@@ -337,6 +375,7 @@ DoneQuery = Annotated[str | None, Parameter(query="done", max_length=20)]
 class TraceInspector(Controller):
     path = "/ui"
     include_in_schema = False
+    exception_handlers = {_Answered: _answered}
 
     @get("/", media_type=MediaType.HTML)
     async def index(self) -> Redirect:
@@ -395,10 +434,7 @@ class TraceInspector(Controller):
     async def logout(self, request: Request[Any, Any, Any], conn: ConnDep) -> Response[Any]:
         if _parse_cookie(request.cookies.get(COOKIE_NAME)) is None:
             return _to_login()
-        posted = await _posted(request, conn)
-        if isinstance(posted, Response):
-            return posted
-        visitor, _ = posted
+        visitor, _ = await _posted(request, conn)
         await ui_repo.delete_session(conn, visitor.principal.project_id, visitor.session_hash)
         return _to_login()
 
@@ -413,9 +449,7 @@ class TraceInspector(Controller):
         cursor: Annotated[str | None, Parameter(query="cursor", max_length=400)] = None,
         limit: Annotated[int, Parameter(query="limit", ge=1, le=RECENT_CALLS_MAX)] = SUBJECTS_PAGE,
     ) -> Response[Any]:
-        visitor = await _visitor(request, conn)
-        if visitor is None:
-            return _to_login()
+        visitor = await _session(request, conn)
         project_id = visitor.principal.project_id
         search = q.strip() if q and q.strip() and "\x00" not in q else None
         after = erasure.decode_subject_cursor(cursor) if cursor else None
@@ -432,9 +466,7 @@ class TraceInspector(Controller):
     async def webhooks(self, request: Request[Any, Any, Any], conn: ConnDep) -> Response[Any]:
         """The project's webhooks with their deliveries by status, and each one's latest
         deliveries: what GET /v1/webhooks and its deliveries route answer (docs/webhooks.md)."""
-        visitor = await _visitor(request, conn)
-        if visitor is None:
-            return _to_login()
+        visitor = await _session(request, conn)
         listed = await subscriptions.list_webhooks(conn, visitor.principal, visitor.principal.project_id)
         latest = {
             w.webhook_id: (
@@ -455,16 +487,12 @@ class TraceInspector(Controller):
         facts_cursor: Annotated[str | None, Parameter(query="facts_cursor", max_length=64)] = None,
         events_cursor: Annotated[str | None, Parameter(query="events_cursor", max_length=64)] = None,
     ) -> Response[Any]:
-        visitor = await _visitor(request, conn)
-        if visitor is None:
-            return _to_login()
+        visitor = await _session(request, conn)
         subject = query_scope_id("subject_id", subject_id)
         principal, project_id = visitor.principal, visitor.principal.project_id
         summary = await ui_repo.get_subject(conn, project_id, subject)
         if summary is None:
-            return _error(
-                visitor, 404, "Subject not found", "No memory of this subject in the key's project."
-            )
+            return _subject_not_found(visitor)
         facts = await memory.list_facts(
             conn, principal, project_id, subject, None, SUBJECT_FACTS_PAGE, facts_cursor
         )
@@ -488,13 +516,8 @@ class TraceInspector(Controller):
     async def fact(
         self, request: Request[Any, Any, Any], conn: ConnDep, fact_id: UUID, done: DoneQuery = None
     ) -> Response[Any]:
-        visitor = await _visitor(request, conn)
-        if visitor is None:
-            return _to_login()
-        try:
-            fact = await memory.get_fact(conn, visitor.principal, fact_id)
-        except NotFound:
-            return _not_found(visitor, "fact")
+        visitor = await _session(request, conn)
+        fact = await _fact(conn, visitor, fact_id)
         source = None
         if fact.source_event_id is not None:
             try:
@@ -510,13 +533,8 @@ class TraceInspector(Controller):
     async def conflict(
         self, request: Request[Any, Any, Any], conn: ConnDep, conflict_set_id: UUID, done: DoneQuery = None
     ) -> Response[Any]:
-        visitor = await _visitor(request, conn)
-        if visitor is None:
-            return _to_login()
-        found = await _conflict_with_facts(conn, visitor, conflict_set_id)
-        if found is None:
-            return _not_found(visitor, "conflict set")
-        conflict, members = found
+        visitor = await _session(request, conn)
+        conflict, members = await _conflict_with_facts(conn, visitor, conflict_set_id)
         return _view(visitor, "conflict.html", conflict=conflict, members=members, done=DONE.get(done or ""))
 
     # --- the actions: a confirm page, then the JSON route's own service call ----------------
@@ -525,14 +543,8 @@ class TraceInspector(Controller):
     async def resolve(
         self, request: Request[Any, Any, Any], conn: ConnDep, state: State, conflict_set_id: UUID
     ) -> Response[Any]:
-        posted = await _posted(request, conn)
-        if isinstance(posted, Response):
-            return posted
-        visitor, form = posted
-        found = await _conflict_with_facts(conn, visitor, conflict_set_id)
-        if found is None:
-            return _not_found(visitor, "conflict set")
-        conflict, members = found
+        visitor, form = await _posted(request, conn)
+        conflict, members = await _conflict_with_facts(conn, visitor, conflict_set_id)
         raw_keep = [v for v in form.getall("keep", []) if isinstance(v, str)]
         keep = [_uuid(v) for v in raw_keep]
         if not keep or None in keep:
@@ -552,11 +564,13 @@ class TraceInspector(Controller):
                 back=f"/ui/conflicts/{conflict_set_id}",
             )
         deps = provide_deps(request, conn, visitor.principal, state)
-        try:
-            resolved = await post_resolve(deps, conflict_set_id, ResolveConflictRequest(keep=kept))
-        except HakiError as exc:
-            _audit(visitor, "resolve_conflict", conflict_set_id=conflict_set_id, outcome=exc.code)
-            return _error(visitor, exc.status_code, "Resolve", exc.message)
+        resolved = await _act(
+            visitor,
+            "resolve_conflict",
+            "Resolve",
+            post_resolve(deps, conflict_set_id, ResolveConflictRequest(keep=kept)),
+            conflict_set_id=conflict_set_id,
+        )
         _audit(
             visitor,
             "resolve_conflict",
@@ -574,10 +588,7 @@ class TraceInspector(Controller):
     async def retract(
         self, request: Request[Any, Any, Any], conn: ConnDep, state: State, fact_id: UUID
     ) -> Response[Any]:
-        posted = await _posted_fact(request, conn, fact_id)
-        if isinstance(posted, Response):
-            return posted
-        visitor, form, fact = posted
+        visitor, form, fact = await _posted_fact(request, conn, fact_id)
         if not _confirmed(form):
             return _view(
                 visitor,
@@ -590,16 +601,9 @@ class TraceInspector(Controller):
                 back=f"/ui/facts/{fact_id}",
             )
         deps = provide_deps(request, conn, visitor.principal, state)
-        try:
-            # What PATCH /v1/facts/{fact_id} runs (service/api/memory.py, FactsController).
-            patched = await deps.noted(
-                await memory.patch_fact(
-                    deps.conn, deps.principal, fact_id, PatchFactRequest(status="retracted")
-                )
-            )
-        except HakiError as exc:
-            _audit(visitor, "retract_fact", fact_id=fact_id, outcome=exc.code)
-            return _error(visitor, exc.status_code, "Retract", exc.message)
+        # What PATCH /v1/facts/{fact_id} runs.
+        retract = update_fact(deps, fact_id, PatchFactRequest(status="retracted"))
+        patched = await _act(visitor, "retract_fact", "Retract", retract, fact_id=fact_id)
         _audit(
             visitor, "retract_fact", subject_id=patched.subject_id, fact_id=fact_id, outcome=patched.status
         )
@@ -609,10 +613,7 @@ class TraceInspector(Controller):
     async def supersede(
         self, request: Request[Any, Any, Any], conn: ConnDep, state: State, fact_id: UUID
     ) -> Response[Any]:
-        posted = await _posted_fact(request, conn, fact_id)
-        if isinstance(posted, Response):
-            return posted
-        visitor, form, fact = posted
+        visitor, form, fact = await _posted_fact(request, conn, fact_id)
         content = _text(form, "content")
         try:
             new_fact = msgspec.convert(
@@ -643,12 +644,15 @@ class TraceInspector(Controller):
         request_body = WriteFactsRequest(
             project_id=visitor.principal.project_id, subject_id=fact.subject_id, facts=[new_fact]
         )
-        try:
-            # What POST /v1/facts runs, with `supersedes` naming this fact.
-            outcome = await post_facts(deps, request_body)
-        except HakiError as exc:
-            _audit(visitor, "supersede_fact", subject_id=fact.subject_id, fact_id=fact_id, outcome=exc.code)
-            return _error(visitor, exc.status_code, "Supersede", exc.message)
+        # What POST /v1/facts runs, with `supersedes` naming this fact.
+        outcome = await _act(
+            visitor,
+            "supersede_fact",
+            "Supersede",
+            post_facts(deps, request_body),
+            subject_id=fact.subject_id,
+            fact_id=fact_id,
+        )
         (written,) = outcome.body.facts
         _audit(
             visitor,
@@ -664,10 +668,7 @@ class TraceInspector(Controller):
 
     @post("/subject/erase", media_type=MediaType.HTML, status_code=200)
     async def erase(self, request: Request[Any, Any, Any], conn: ConnDep, state: State) -> Response[Any]:
-        posted = await _posted(request, conn)
-        if isinstance(posted, Response):
-            return posted
-        visitor, form = posted
+        visitor, form = await _posted(request, conn)
         subject_id = _text(form, "subject_id")
         if (problem := scope_id_problem(subject_id)) is not None:
             return _error(visitor, 400, "Erase", f"subject_id: {problem}")
@@ -675,9 +676,7 @@ class TraceInspector(Controller):
         if not _confirmed(form):
             held = await ui_repo.get_subject(conn, project_id, subject_id)
             if held is None:
-                return _error(
-                    visitor, 404, "Subject not found", "No memory of this subject in the key's project."
-                )
+                return _subject_not_found(visitor)
             return _view(
                 visitor,
                 "confirm.html",
@@ -689,12 +688,14 @@ class TraceInspector(Controller):
                 back=f"/ui/subject?subject_id={quote(subject_id, safe='')}",
             )
         deps = provide_deps(request, conn, visitor.principal, state)
-        try:
-            # What DELETE /v1/subjects/{subject_id} runs.
-            erased = await delete_subject(deps, project_id, subject_id)
-        except HakiError as exc:
-            _audit(visitor, "erase_subject", subject_id=subject_id, outcome=exc.code)
-            return _error(visitor, exc.status_code, "Erase", exc.message)
+        # What DELETE /v1/subjects/{subject_id} runs.
+        erased = await _act(
+            visitor,
+            "erase_subject",
+            "Erase",
+            delete_subject(deps, project_id, subject_id),
+            subject_id=subject_id,
+        )
         _audit(
             visitor,
             "erase_subject",
@@ -776,10 +777,7 @@ class TraceInspector(Controller):
     ) -> Response[Any]:
         """The "replay with…" form of a trace page: POST /v1/inspect/{trace_id}/replay with the
         budget, profile and floor typed in (blank: the original's), and the diff as a page."""
-        posted = await _posted(request, conn)
-        if isinstance(posted, Response):
-            return posted
-        visitor, form = posted
+        visitor, form = await _posted(request, conn)
         principal = visitor.principal
         overrides = _replay_overrides(form)
         if isinstance(overrides, str):
@@ -822,12 +820,13 @@ class TraceInspector(Controller):
 
 async def _conflict_with_facts(
     conn: ConnDep, visitor: Visitor, conflict_set_id: UUID
-) -> tuple[ConflictSet, list[Fact]] | None:
-    """A conflict set of the visitor's project and each member as a whole fact, side by side."""
+) -> tuple[ConflictSet, list[Fact]]:
+    """A conflict set of the visitor's project and each member as a whole fact, side by side;
+    404 when it has no such set."""
     principal = visitor.principal
     found = await conflicts_repo.list_conflicts(conn, principal.project_id, None, None, conflict_set_id)
     if not found:
-        return None
+        raise _Answered(_not_found(visitor, "conflict set"))
     conflict = found[0]
     members = [await memory.get_fact(conn, principal, m.fact_id) for m in conflict.members]
     return conflict, members
