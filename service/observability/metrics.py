@@ -48,6 +48,8 @@ REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 # A scrape must answer even while the database does not: the gauge then keeps its last value.
 SCRAPE_QUERY_TIMEOUT_SECONDS = 2.0
+# What a webhook delivery attempt may come to (Round's fields, service/webhooks/worker.py).
+WEBHOOK_OUTCOMES = ("delivered", "failed", "dead")
 
 
 class EmbedderCollector:
@@ -131,34 +133,27 @@ class Metrics:
             "running again (embedded mode only; service/db/embedded.py Supervisor).",
             registry=self.registry,
         )
-
-        self.trace_rows_purged = Counter(
+        self.trace_rows_purged = self._counter_by(
             "haki_trace_rows_purged",
             "Rows deleted by trace retention (HAKI_TRACE_RETENTION_DAYS) in this process, by table: "
             "context_calls and context_traces (their decisions).",
-            ["table"],
-            registry=self.registry,
+            "table",
+            ("context_calls", "context_traces"),
         )
-        for table in ("context_calls", "context_traces"):  # shown at 0 before the first purge
-            self.trace_rows_purged.labels(table=table)
-        self.statistics_refreshes = Counter(
+        self.statistics_refreshes = self._counter_by(
             "haki_planner_statistics_refreshes",
             "ANALYZEs of a memory table run by this process after its bulk writes, by table "
             "(service/memory/statistics.py).",
-            ["table"],
-            registry=self.registry,
+            "table",
+            ("facts", "events"),
         )
-        for table in ("facts", "events"):
-            self.statistics_refreshes.labels(table=table)
-        self.webhook_attempts = Counter(
+        self.webhook_attempts = self._counter_by(
             "haki_webhook_attempts",
             "Webhook delivery attempts made by this process, by outcome: delivered (a 2xx), failed "
             "(to be retried) or dead (the last attempt failed: a dead letter).",
-            ["outcome"],
-            registry=self.registry,
+            "outcome",
+            WEBHOOK_OUTCOMES,
         )
-        for outcome in ("delivered", "failed", "dead"):
-            self.webhook_attempts.labels(outcome=outcome)
         self.webhook_dead_letters = Gauge(
             "haki_webhook_dead_letters",
             "Webhook deliveries in the dead-letter state, all projects together (refreshed at each "
@@ -166,9 +161,17 @@ class Metrics:
             registry=self.registry,
         )
 
+    def _counter_by(self, name: str, documentation: str, label: str, values: tuple[str, ...]) -> Counter:
+        """A counter by one label, each of whose `values` is shown at 0 before its first count
+        (a rate or an alert on a series that does not exist yet sees nothing)."""
+        counter = Counter(name, documentation, [label], registry=self.registry)
+        for value in values:
+            counter.labels(value)
+        return counter
+
     def observe_webhooks(self, done: Any) -> None:
         """A delivery round of service/webhooks/worker.py (its `Round`)."""
-        for outcome in ("delivered", "failed", "dead"):
+        for outcome in WEBHOOK_OUTCOMES:
             self.webhook_attempts.labels(outcome=outcome).inc(getattr(done, outcome))
 
     def observe_statistics_refresh(self, table: str) -> None:
