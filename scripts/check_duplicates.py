@@ -4,12 +4,25 @@
 places under DIR that share six or more lines, identical or of the same shape. This script runs it
 once per folder and sums the pairs of each group against the group's ceiling:
 
-    service/ + queries/ + tests/  at most 31 pairs today (each folder run on its own); the
+    service/ + queries/ + tests/  at most 30 pairs today (each folder run on its own); the
                                   target is 17. The ceiling comes down as pairs go; it rose
                                   once, 30 to 32, with webhooks, the memory browser and
-                                  re-embedding, then came down to 31 (2026-12-03,
+                                  re-embedding, then came down to 30 (2026-12-03,
                                   docs/changelog.md)
     sdk/                          at most 10 pairs
+
+What the 30 pairs are, and why they stay (a shared helper would hide what each one checks, or
+change the contract):
+- route and MCP tool declarations (api/): a decorator and a signature around one shared call;
+  merging them changes the OpenAPI document or the schema a model reads;
+- field and keyword lists of different records (structs.py, probe_of and ContextCall.of, the
+  export's FactIn, tests' Settings and Candidate): the same names, other things;
+- repository calls naming their parameters (repository/): the generated Queries protocol is
+  keyword-only, so mypy checks each statement's parameters;
+- one SQL step per table (the erasure chains of lifecycle.sql, embedding_model.sql's facts and
+  events): SQL takes no table name as a parameter;
+- declarations side by side: ERROR_TABLE rows, constants and settings, metrics, test helpers'
+  signatures, parametrize tables.
 
 Generated files are not counted (GENERATED): each folder is copied to a temporary directory
 without them (the files git tracks below it and the untracked ones it does not ignore, as the
@@ -48,7 +61,7 @@ GENERATED = frozenset(
 # Ceiling -> the folders whose pair counts are summed against it. The first is a ratchet at
 # today's count (target 17): lower it as duplicates go.
 GROUPS: tuple[tuple[int, tuple[str, ...]], ...] = (
-    (31, ("service", "queries", "tests")),
+    (30, ("service", "queries", "tests")),
     (10, ("sdk",)),
 )
 
