@@ -72,9 +72,43 @@ FROM context_calls
 WHERE project_id = :project_id
   AND trace_id = :trace_id;
 
+-- name: get_inspection(project_id, trace_id)^
+-- One logged context call with its decisions (GET /v1/inspect, replay), one row: the compact
+-- arrays as stored (grouped by part; decision_positions is the assembler's order), score and
+-- similarity derived where none is stored, as haki_trace_decisions derives them, and the code
+-- mapping (haki_trace_codes) as four arrays. A row per decision would cost the read twice the
+-- time (docs/performance.md, "Trace storage"). A call traced before migration 0026 has NULL
+-- item_ids; its decisions are read with list_context_decisions.
+SELECT c.trace_id, c.project_id, c.subject_id, c.query, c.profile, c.created_at, c.budget_tokens,
+       c.used_tokens, c.status, c.warnings, c.empty_reason, c.include_episodes,
+       c.recall_max_distance, c.text_search_config, c.weights, c.as_of, c.replay_of,
+       c.decision_positions AS positions, c.decision_codes AS codes, c.decision_ids AS item_ids,
+       c.decision_ranks AS ranks, c.decision_tokens AS tokens,
+       c.decision_distances AS cosine_distances, c.decision_text_ranks AS text_ranks,
+       c.decision_recencies AS recencies,
+       ARRAY(SELECT public.haki_trace_value(u.score, public.haki_trace_score(u.distance, u.text_rank,
+                                                                             u.recency, c.weights))
+             FROM unnest(c.decision_scores, c.decision_distances, c.decision_text_ranks,
+                         c.decision_recencies) WITH ORDINALITY AS u(score, distance, text_rank, recency, i)
+             ORDER BY u.i) AS scores,
+       ARRAY(SELECT public.haki_trace_value(u.similarity, 1 - u.distance)
+             FROM unnest(c.decision_similarities, c.decision_distances)
+                  WITH ORDINALITY AS u(similarity, distance, i)
+             ORDER BY u.i) AS similarities,
+       k.codes AS known_codes, k.item_types AS known_item_types, k.decisions AS known_decisions,
+       k.reason_codes AS known_reason_codes
+FROM context_calls AS c
+CROSS JOIN (
+    SELECT array_agg(k.code) AS codes, array_agg(k.item_type) AS item_types,
+           array_agg(k.decision) AS decisions, array_agg(k.reason_code) AS reason_codes
+    FROM public.haki_trace_codes() AS k
+) AS k
+WHERE c.project_id = :project_id
+  AND c.trace_id = :trace_id;
+
 -- name: list_context_decisions(project_id, trace_id)
 -- Every decision of one context call, in the order the assembler made them, from either form
--- (haki_trace_decisions, migration 0026).
+-- (haki_trace_decisions, migration 0026): a call traced before the compact form (get_inspection).
 SELECT d.item_type, d.item_id, d.decision, d.reason_code, d.rank, d.score, d.similarity,
        d.text_rank, d.recency, d.cosine_distance, d.tokens
 FROM public.haki_trace_decisions(:project_id, :trace_id) AS d

@@ -344,14 +344,47 @@ async def insert_context_trace(
     )
 
 
+# The call's own columns of get_inspection's row (the rest are its decisions' arrays).
+_CALL_FIELDS = tuple(f for f in Inspection.__struct_fields__ if f not in ("warnings", "decisions"))
+
+
+def _compact_decisions(row: Any) -> list[Decision]:
+    """A compact trace's decisions in the assembler's order: the stored arrays zipped, each code
+    named by the mapping the statement read (haki_trace_codes)."""
+    named = dict(
+        zip(
+            row["known_codes"],
+            zip(row["known_item_types"], row["known_decisions"], row["known_reason_codes"], strict=True),
+            strict=True,
+        )
+    )
+    columns = zip(
+        row["positions"], row["codes"], row["item_ids"], row["ranks"], row["scores"], row["similarities"],
+        row["text_ranks"], row["recencies"], row["cosine_distances"], row["tokens"], strict=True,
+    )  # fmt: skip
+    decisions = []
+    for _, code, item_id, rank, score, similarity, text_rank, recency, distance, tokens in sorted(columns):
+        item_type, decision, reason_code = named[code]
+        kept = Decision(
+            item_type=item_type, item_id=item_id, decision=decision, reason_code=reason_code, rank=rank,
+            score=score, similarity=similarity, text_rank=text_rank, recency=recency,
+            cosine_distance=distance, tokens=tokens,
+        )  # fmt: skip
+        decisions.append(kept)
+    return decisions
+
+
 async def get_inspection(conn: Conn, project_id: str, trace_id: UUID) -> Inspection | None:
-    call = await q().get_context_call(conn, project_id=project_id, trace_id=trace_id)
-    if call is None:
+    row = await q().get_inspection(conn, project_id=project_id, trace_id=trace_id)
+    if row is None:
         return None
-    rows = await collect(q().list_context_decisions(conn, project_id=project_id, trace_id=trace_id))
+    if row["item_ids"] is not None:
+        decisions = _compact_decisions(row)
+    else:  # traced before the compact form (migration 0026)
+        rows = await collect(q().list_context_decisions(conn, project_id=project_id, trace_id=trace_id))
+        decisions = [Decision(**dict(r)) for r in rows]
     return Inspection(
-        **{**dict(call), "warnings": list(call["warnings"])},
-        decisions=[Decision(**dict(r)) for r in rows],
+        **{f: row[f] for f in _CALL_FIELDS}, warnings=list(row["warnings"]), decisions=decisions
     )
 
 
