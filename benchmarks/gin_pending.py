@@ -107,7 +107,7 @@ async def write_batch(
                 EventIn(content=fact_text(rng), occurred_at=now - timedelta(minutes=i)) for i in range(events)
             ],
         )
-        await memory.write_events(conn, embedder, principal, ev)
+        await memory.write_events(conn, embedder, settings, principal, ev)
 
 
 async def seed(

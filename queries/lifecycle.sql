@@ -433,6 +433,6 @@ ORDER BY f.fact_id
 LIMIT :page_size;
 
 -- name: extend_statement_timeout(timeout_ms)$
--- Raises statement_timeout for the rest of the current transaction only (an erasure of a big
--- subject: 10,000 facts and 500,000 trace decisions took 1.6 s on 2 cores, benchmarks/retention.py).
+-- Raises statement_timeout for the rest of the current transaction only, for work that grows
+-- with its input (repository.base.long_transaction: an erasure, a batch write, a re-embedding).
 SELECT set_config('statement_timeout', (:timeout_ms::integer)::text, true) AS statement_timeout;

@@ -50,6 +50,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     pool_min_size: int = 1
     pool_max_size: int = 10
     statement_timeout_ms: int = 5000
+    # A batch write's statements get this much more an item (service/memory/writes.py).
+    write_timeout_per_item_ms: int = 20
     connect_timeout_seconds: float = 5.0
     torch_threads: int = 0
     max_body_bytes: int = 16 * 1024 * 1024
@@ -164,6 +166,7 @@ SETTING_BOUNDS: dict[str, tuple[float, float | None, str]] = {
     "trace_purge_interval_seconds": (1e-9, None, "positive"),
     "trace_purge_batch": (1, None, ">= 1"),
     "erasure_timeout_ms": (1, None, ">= 1"),
+    "write_timeout_per_item_ms": (0, None, ">= 0 (0: the statement timeout alone)"),
     "read_max_lag_ms": (0, None, ">= 0"),
     "read_check_interval_ms": (1, None, ">= 1"),
     # Bounded below the idle-in-transaction timeout: a delivery holds its row lock while it waits.

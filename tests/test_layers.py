@@ -27,6 +27,7 @@ LAYERS: dict[str, int] = {
     "service.api.strict_body": 0,
     "service.api.ratelimit": 0,
     "service.db.embedded": 0,
+    "service.db.connection": 0,  # asyncpg's connection class, whose wait long_transaction raises
     "service.context.model": 0,
     "service.context.call": 0,  # a call's terms as one value, which the repository writes in its trace
     "service.context.entities": 0,

@@ -193,7 +193,9 @@ async def post_events(
         idempotency_key,
         route="POST /v1/events",
         response_type=WriteEventsResponse,
-        prepare=lambda: deps.without_connection(memory.prepare_events(deps.embedder, deps.principal, data)),
+        prepare=lambda: deps.without_connection(
+            memory.prepare_events(deps.embedder, deps.settings, deps.principal, data)
+        ),
         write=lambda prepared: memory.store_events(deps.conn, prepared),
         adds=("events", len(data.events)),
     )

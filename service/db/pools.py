@@ -10,6 +10,7 @@ import asyncpg
 import msgspec
 from pgvector.asyncpg import register_vector
 
+from service.db.connection import CLIENT_GRACE_SECONDS, HakiConnection
 from service.db.embedded import embedded_url
 from service.settings import Settings
 
@@ -72,6 +73,7 @@ def _connect_options(settings: Settings) -> dict[str, Any]:
         "server_settings": server_settings(settings),
         "timeout": settings.connect_timeout_seconds,
         "statement_cache_size": settings.db_statement_cache_size,
+        "connection_class": HakiConnection,
     }
 
 
@@ -81,7 +83,7 @@ def _pool_options(settings: Settings) -> dict[str, Any]:
         **_connect_options(settings),
         "max_size": settings.pool_max_size,
         "init": init_connection,
-        "command_timeout": settings.statement_timeout_ms / 1000 + 5,
+        "command_timeout": settings.statement_timeout_ms / 1000 + CLIENT_GRACE_SECONDS,
         "reset": keep_session,
     }
 

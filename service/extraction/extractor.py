@@ -317,7 +317,7 @@ async def prepare(
                     for m, t in zip(req.messages, times, strict=True)
                 ],
             )
-            events = await memory.prepare_events(embedder, principal, events_req)
+            events = await memory.prepare_events(embedder, settings, principal, events_req)
             if checked.accepted:
                 facts_req = WriteFactsRequest(
                     project_id=req.project_id,

@@ -16,7 +16,7 @@ from service.api.auth import Principal
 from service.errors import InvalidInput, NotFound
 from service.ids import uuid7
 from service.memory.writes import decode_cursor, encode_cursor
-from service.repository import Conn
+from service.repository import Conn, long_transaction
 from service.repository import lifecycle as repo
 from service.settings import Settings
 from service.structs import Event, EventErasure, EventPage, FactErasure, SubjectErasure, SubjectPage
@@ -28,8 +28,7 @@ async def erase_subject(
     """A big subject's one statement may outlast the request statement timeout (5 s): it gets
     HAKI_ERASURE_TIMEOUT_MS, for its own transaction only."""
     principal.require(project_id)
-    async with conn.transaction():
-        await repo.extend_statement_timeout(conn, settings.erasure_timeout_ms)
+    async with long_transaction(conn, settings.erasure_timeout_ms):
         return await repo.erase_subject(conn, project_id, subject_id, uuid7(), principal.key_id)
 
 

@@ -229,7 +229,7 @@ async def import_document(
                 for e in chunk
             ],
         )
-        event_batches.append((chunk, await memory.prepare_events(embedder, principal, req)))
+        event_batches.append((chunk, await memory.prepare_events(embedder, settings, principal, req)))
     fact_ids: dict[UUID, UUID] = {}
     fact_batches = []
     for batch in _fact_batches(doc.facts):

@@ -240,7 +240,7 @@ async def _prepare(embedder: Embedder, settings: Settings, opts: ImportOptions, 
         facts_req = WriteFactsRequest(project_id=opts.project_id, subject_id=opts.subject_id, facts=items)
         return await memory.prepare_facts(embedder, settings, principal, facts_req)
     events_req = WriteEventsRequest(project_id=opts.project_id, subject_id=opts.subject_id, events=items)
-    return await memory.prepare_events(embedder, principal, events_req)
+    return await memory.prepare_events(embedder, settings, principal, events_req)
 
 
 async def _store(conn: Any, prepared: Prepared) -> None:

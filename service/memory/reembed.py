@@ -23,9 +23,8 @@ from uuid import UUID
 import msgspec
 
 from service.embedding.embedder import Embedder
-from service.repository import Conn
+from service.repository import Conn, long_transaction
 from service.repository import embedding_model as repo
-from service.repository import lifecycle as lifecycle_repo
 from service.repository.embedding_model import ItemKind, PendingText, ReembedCounts
 
 KINDS: tuple[ItemKind, ...] = ("fact", "event")
@@ -140,10 +139,9 @@ async def _switch(conn: Conn, embedder: Embedder, project_id: str, batch_size: i
     embedded (the writes that landed after the pass read them)."""
     model = embedder.name
     caught_up = 0
-    async with conn.transaction():
-        # The swap rewrites every vector of the project (and its HNSW entries): no statement
-        # timeout for this transaction; the project's writes wait meanwhile.
-        await lifecycle_repo.extend_statement_timeout(conn, 0)
+    # The swap rewrites every vector of the project (and its HNSW entries): no statement timeout
+    # for this transaction; the project's writes wait meanwhile.
+    async with long_transaction(conn, 0):
         await repo.switch_model(conn, project_id, model)
         for kind in KINDS:
             while rows := await repo.pending_texts(conn, kind, project_id, model, None, batch_size):

@@ -15,7 +15,7 @@ from service.api.auth import Principal
 from service.embedding.embedder import Embedder, EmbedderError
 from service.errors import Conflict, InvalidInput, NotFound, Unavailable
 from service.ids import uuid7_batch
-from service.repository import Conn, embedding_model
+from service.repository import Conn, embedding_model, long_transaction
 from service.repository import conflicts as conflicts_repo
 from service.repository import events as events_repo
 from service.repository import facts as facts_repo
@@ -113,6 +113,16 @@ class PreparedFacts:
     columns: dict[str, list[Any]]
     # The embedder's name: the store records it as the project's model, or refuses another.
     model: str | None = None
+    # Each statement of the store's transaction may take this long (write_timeout_ms).
+    timeout_ms: int = 0
+
+
+def write_timeout_ms(settings: Settings, items: int) -> int:
+    """The statement timeout of a batch's store: HAKI_STATEMENT_TIMEOUT_MS plus
+    HAKI_WRITE_TIMEOUT_PER_ITEM_MS an item, as its HNSW inserts grow with the batch and the scope
+    (docs/performance.md); a base of 0 stays no limit."""
+    base = settings.statement_timeout_ms
+    return base and base + items * settings.write_timeout_per_item_ms
 
 
 async def prepare_facts(
@@ -143,13 +153,19 @@ async def prepare_facts(
         "metadatas": [f.metadata for f in facts],
         "embeddings": embeddings,
     }
-    return PreparedFacts(req=req, fact_ids=fact_ids, columns=columns, model=embedder.name)
+    return PreparedFacts(
+        req=req,
+        fact_ids=fact_ids,
+        columns=columns,
+        model=embedder.name,
+        timeout_ms=write_timeout_ms(settings, len(facts)),
+    )
 
 
 async def store_facts(conn: Conn, prepared: PreparedFacts) -> WriteFactsResponse:
     req, fact_ids, columns = prepared.req, prepared.fact_ids, prepared.columns
     facts = req.facts
-    async with conn.transaction():
+    async with long_transaction(conn, prepared.timeout_ms):
         # Before any other lock: a re-embedding's switch waits for this write, or this write for it.
         if prepared.model is not None:
             await embedding_model.hold_model(conn, req.project_id, prepared.model)
@@ -250,10 +266,10 @@ async def patch_fact(conn: Conn, principal: Principal, fact_id: UUID, req: Patch
 
 
 async def write_events(
-    conn: Conn, embedder: Embedder, principal: Principal, req: WriteEventsRequest
+    conn: Conn, embedder: Embedder, settings: Settings, principal: Principal, req: WriteEventsRequest
 ) -> WriteEventsResponse:
     """Checks and embeds the batch, then stores it (see write_facts)."""
-    return await store_events(conn, await prepare_events(embedder, principal, req))
+    return await store_events(conn, await prepare_events(embedder, settings, principal, req))
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,26 +279,28 @@ class PreparedEvents:
     req: WriteEventsRequest
     embeddings: list[Any]
     model: str | None = None
+    timeout_ms: int = 0
 
 
-async def prepare_events(embedder: Embedder, principal: Principal, req: WriteEventsRequest) -> PreparedEvents:
+async def prepare_events(
+    embedder: Embedder, settings: Settings, principal: Principal, req: WriteEventsRequest
+) -> PreparedEvents:
     principal.require(req.project_id)
     events = req.events
     for i, e in enumerate(events):
         _check_timestamp(f"events[{i}].occurred_at", e.occurred_at)
         _check_metadata(f"events[{i}].metadata", e.metadata)
     embeddings = await embed_or_unavailable(embedder, [e.content for e in events], principal.project_id)
-    return PreparedEvents(req=req, embeddings=embeddings, model=embedder.name)
+    timeout_ms = write_timeout_ms(settings, len(events))
+    return PreparedEvents(req=req, embeddings=embeddings, model=embedder.name, timeout_ms=timeout_ms)
 
 
 async def store_events(conn: Conn, prepared: PreparedEvents) -> WriteEventsResponse:
     event_ids = uuid7_batch(len(prepared.req.events))
-    if prepared.model is None:
-        await events_repo.insert_events(conn, prepared.req, event_ids, prepared.embeddings)
-    else:
-        async with conn.transaction():
+    async with long_transaction(conn, prepared.timeout_ms):
+        if prepared.model is not None:
             await embedding_model.hold_model(conn, prepared.req.project_id, prepared.model)
-            await events_repo.insert_events(conn, prepared.req, event_ids, prepared.embeddings)
+        await events_repo.insert_events(conn, prepared.req, event_ids, prepared.embeddings)
     return WriteEventsResponse(events=[EventWriteResult(event_id=eid) for eid in event_ids])
 
 

@@ -2,6 +2,6 @@
 conflicts, idempotency, health, context, traces); each turns rows into frozen Structs and SQL
 failures into domain errors, never HTTP errors. `base` holds what they share."""
 
-from service.repository.base import Conn
+from service.repository.base import Conn, long_transaction
 
-__all__ = ["Conn"]
+__all__ = ["Conn", "long_transaction"]

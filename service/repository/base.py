@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from typing import Any, TypeAlias, TypeVar
 
 import asyncpg
 import msgspec
 
+from service.db.connection import CLIENT_GRACE_SECONDS
 from service.db.sql import load_queries
 from service.queries_protocol import Queries
 
@@ -19,6 +21,21 @@ Conn: TypeAlias = asyncpg.Connection
 
 def q() -> Queries:
     return load_queries()
+
+
+@asynccontextmanager
+async def long_transaction(conn: Conn, timeout_ms: int) -> AsyncIterator[None]:
+    """A transaction (a savepoint inside one) whose statements may each take `timeout_ms`, 0 for no
+    limit: the server's statement_timeout until the transaction ends, and the client's wait
+    (service/db/pools.py HakiConnection) until this block ends. For work that grows with its
+    input: an erasure, a batch write, a re-embedding's switch."""
+    async with conn.transaction():
+        await q().extend_statement_timeout(conn, timeout_ms=timeout_ms)
+        conn.set_client_timeout(timeout_ms / 1000 + CLIENT_GRACE_SECONDS if timeout_ms else None)
+        try:
+            yield
+        finally:
+            conn.set_client_timeout(None)
 
 
 async def collect(rows: AsyncIterator[Any]) -> list[Any]:

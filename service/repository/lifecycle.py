@@ -23,11 +23,6 @@ async def erase_subject(
     return SubjectErasure(project_id=project_id, subject_id=subject_id, **dict(one_row(row, "erase_subject")))
 
 
-async def extend_statement_timeout(conn: Conn, timeout_ms: int) -> None:
-    """For the rest of the current transaction only (set_config(..., true))."""
-    await q().extend_statement_timeout(conn, timeout_ms=timeout_ms)
-
-
 async def erase_memory(
     conn: Conn, answer: type[E], project_id: str, item_id: UUID, erasure_id: UUID, key_id: UUID
 ) -> E | None:
