@@ -34,6 +34,7 @@ from haki_client import (
     ValidationError,
     render,
 )
+from haki_client._core import WRITE_TIMEOUT_PER_ITEM_SECONDS
 
 from tests.helpers import load_file_module
 from tests.helpers.server import Server
@@ -167,6 +168,19 @@ def test_write_retries_503_and_429_with_one_idempotency_key_per_call() -> None:
     assert keys[3] != keys[0], "a new key for a new call"
     assert str(uuid.UUID(keys[0])) == keys[0] and uuid.UUID(keys[0]).version == 4
     assert script.requests[0].headers["authorization"] == "Bearer hk_test"
+
+
+def test_a_batch_write_waits_longer_than_a_read() -> None:
+    """The server gives a batch's store time an item (HAKI_WRITE_TIMEOUT_PER_ITEM_MS): the
+    client's timeout plus WRITE_TIMEOUT_PER_ITEM_SECONDS an item, a read the client's own."""
+    events = {"events": [{"event_id": str(uuid.uuid4())}]}
+    script = Script(_write_ok(), httpx.Response(201, json=events), httpx.Response(200, json={"facts": []}))
+    with _client(script, timeout=2.0) as haki:
+        haki.write_facts("s", [f"fact {i}" for i in range(1000)])
+        haki.write_events("s", [{"content": "e", "occurred_at": "2026-01-01T00:00:00Z"}])
+        haki.list_facts("s")
+    waits = [r.extensions["timeout"]["read"] for r in script.requests]
+    assert waits == [pytest.approx(2.0 + 1000 * WRITE_TIMEOUT_PER_ITEM_SECONDS), pytest.approx(2.05), 2.0]
 
 
 def test_reads_carry_no_idempotency_key() -> None:

@@ -56,7 +56,7 @@ class AsyncHaki:
         max_wait: float = 10.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self._core = Core(base_url, api_key, project_id, RetryPolicy(max_retries, backoff, max_wait))
+        self._core = Core(base_url, api_key, project_id, RetryPolicy(max_retries, backoff, max_wait), timeout)
         self._http = httpx.AsyncClient(
             base_url=self._core.base_url,
             timeout=timeout,

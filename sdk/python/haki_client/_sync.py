@@ -60,7 +60,7 @@ class Haki:
         max_wait: float = 10.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self._core = Core(base_url, api_key, project_id, RetryPolicy(max_retries, backoff, max_wait))
+        self._core = Core(base_url, api_key, project_id, RetryPolicy(max_retries, backoff, max_wait), timeout)
         self._http = httpx.Client(
             base_url=self._core.base_url,
             timeout=timeout,

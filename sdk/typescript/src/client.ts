@@ -38,6 +38,9 @@ export const DEFAULT_BASE_URL = "http://127.0.0.1:8000";
 // POST /v1/extract waits for the server's chat model (HAKI_EXTRACT_TIMEOUT_SECONDS, 60 s by
 // default) and then the embedder: the client's own 10 s would give up first (as in Python).
 export const EXTRACT_TIMEOUT_MS = 120_000;
+// A batch write's server embeds each text, then gives its store HAKI_WRITE_TIMEOUT_PER_ITEM_MS
+// (20 ms) an item beyond its statement timeout: an attempt may take timeoutMs plus this an item.
+export const WRITE_TIMEOUT_PER_ITEM_MS = 50;
 
 type FetchLike = (input: string, init: RequestInit) => Promise<Response>;
 
@@ -240,6 +243,11 @@ export class Haki {
     return projectId || this.projectId || undefined;
   }
 
+  /** What an attempt of a batch write may take: timeoutMs plus WRITE_TIMEOUT_PER_ITEM_MS an item. */
+  #batchTimeoutMs(items: number): number {
+    return this.#timeoutMs + items * WRITE_TIMEOUT_PER_ITEM_MS;
+  }
+
   /** A scoped request body: `project_id` first when there is one, then `fields`. */
   #body(projectId: string | undefined, fields: Record<string, unknown>): Record<string, unknown> {
     const project = this.#project(projectId);
@@ -327,7 +335,7 @@ export class Haki {
       subject_id: subjectId,
       facts: facts.map((f) => (typeof f === "string" ? { content: f } : f)),
     });
-    return this.#run({ method: "POST", path: "/v1/facts", body });
+    return this.#run({ method: "POST", path: "/v1/facts", body, timeoutMs: this.#batchTimeoutMs(facts.length) });
   }
 
   async getFact(factId: string): Promise<Fact> {
@@ -375,7 +383,7 @@ export class Haki {
     options: { projectId?: string } = {},
   ): Promise<WriteEventsResponse> {
     const body = this.#body(options.projectId, { subject_id: subjectId, events });
-    return this.#run({ method: "POST", path: "/v1/events", body });
+    return this.#run({ method: "POST", path: "/v1/events", body, timeoutMs: this.#batchTimeoutMs(events.length) });
   }
 
   async listConflicts(

@@ -9,6 +9,7 @@
 export {
   DEFAULT_BASE_URL,
   EXTRACT_TIMEOUT_MS,
+  WRITE_TIMEOUT_PER_ITEM_MS,
   Haki,
   RetryPolicy,
   VERSION,

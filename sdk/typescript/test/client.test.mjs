@@ -23,6 +23,7 @@ import {
   Unauthorized,
   Unavailable,
   ValidationError,
+  WRITE_TIMEOUT_PER_ITEM_MS,
   normaliseUuid,
   parseRetryAfter,
   render,
@@ -46,6 +47,25 @@ function pythonRender(packet, stateWarnings = false) {
 }
 
 // --- a scripted HTTP server, optionally proxying to Haki -------------------------------------
+
+/** A server that answers every request `status` and `text` after `delayMs`. */
+async function slowServer(delayMs, status, text) {
+  const server = http.createServer((req, res) => {
+    req.resume();
+    setTimeout(() => {
+      res.writeHead(status, { "content-type": "application/json" });
+      res.end(text);
+    }, delayMs);
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    url: `http://127.0.0.1:${server.address().port}`,
+    close: () => {
+      server.closeAllConnections();
+      return new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
 
 /** `script(attempt, req, body)` returns "proxy", "drop" (answer lost), "hang", or [status, headers, body]. */
 async function scripted(script) {
@@ -330,24 +350,32 @@ describe("lifecycle and extraction calls on the wire", () => {
 
   test("extract has its own timeout (default 120 s), not the client's timeoutMs", async () => {
     // Every answer comes after 300 ms: past the client's timeoutMs of 100, within extract's.
-    const server = http.createServer((req, res) => {
-      req.resume();
-      setTimeout(() => {
-        res.writeHead(200, { "content-type": "application/json" });
-        res.end('{"written":true}');
-      }, 300);
-    });
-    await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
-    const url = `http://127.0.0.1:${server.address().port}`;
+    const server = await slowServer(300, 200, '{"written":true}');
     try {
-      const haki = new Haki({ baseUrl: url, projectId: "p", timeoutMs: 100, maxRetries: 0 });
+      const haki = new Haki({ baseUrl: server.url, projectId: "p", timeoutMs: 100, maxRetries: 0 });
       await assert.rejects(() => haki.stats(), HakiConnectionError);
       assert.deepEqual(await haki.extract("s", [{ role: "user", content: "hi" }]), { written: true });
       const err = await haki.extract("s", [{ role: "user", content: "hi" }], { timeoutMs: 100 }).catch((e) => e);
       assert.ok(err instanceof HakiConnectionError, String(err));
     } finally {
-      server.closeAllConnections();
-      await new Promise((resolve) => server.close(resolve));
+      await server.close();
+    }
+  });
+
+  test("a batch write waits timeoutMs plus WRITE_TIMEOUT_PER_ITEM_MS an item; a read, timeoutMs", async () => {
+    // Every answer comes after 300 ms: past the client's timeoutMs of 100, within a 10-item batch's 600.
+    const server = await slowServer(300, 201, '{"facts":[],"events":[]}');
+    try {
+      assert.equal(WRITE_TIMEOUT_PER_ITEM_MS, 50);
+      const haki = new Haki({ baseUrl: server.url, projectId: "p", timeoutMs: 100, maxRetries: 0 });
+      const facts = Array.from({ length: 10 }, (_, i) => `fact ${i}`);
+      assert.deepEqual(await haki.writeFacts("s", facts), { facts: [], events: [] });
+      const events = Array.from({ length: 10 }, () => ({ content: "e", occurred_at: "2026-01-01T00:00:00Z" }));
+      assert.deepEqual(await haki.writeEvents("s", events), { facts: [], events: [] });
+      await assert.rejects(() => haki.writeFacts("s", ["one"]), HakiConnectionError);
+      await assert.rejects(() => haki.stats(), HakiConnectionError);
+    } finally {
+      await server.close();
     }
   });
 
