@@ -1333,7 +1333,7 @@ CREATE FUNCTION public.haki_trace_decisions(p_project_id text, p_trace_id uuid) 
     AS $$
 SELECT u.ord::bigint, k.item_type, u.item_id, k.decision, k.reason_code, u.rank::integer,
        public.haki_trace_value(u.score, public.haki_trace_score(u.distance, u.text_rank, u.recency, c.weights)),
-       public.haki_trace_value(u.similarity, 1 - u.distance),
+       public.haki_trace_value(u.similarity, public.haki_trace_similarity(u.distance)),
        u.text_rank, u.recency, u.distance, u.tokens::integer
 FROM public.context_calls AS c
 CROSS JOIN LATERAL unnest(c.decision_ids, c.decision_positions, c.decision_codes, c.decision_ranks,
@@ -1372,6 +1372,16 @@ CREATE FUNCTION public.haki_trace_score(cosine_distance double precision, text_r
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
 SELECT weights[1] * coalesce(1 - cosine_distance, 0) + weights[2] * text_rank + weights[3] * recency
+$$;
+
+--
+-- Name: haki_trace_similarity(double precision); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_trace_similarity(cosine_distance double precision) RETURNS double precision
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+SELECT 1 - cosine_distance
 $$;
 
 --

@@ -2,7 +2,7 @@
 -- packet is returned"): its write, and what reads it (GET /v1/inspect, replay, /ui, the
 -- statistics). One row of context_calls per call holds its decisions as parallel arrays
 -- (migration 0026: codes from haki_trace_codes, scores and similarities stored only where they
--- differ from the derived ones); calls traced before keep theirs in context_traces, which
+-- differ from the derived ones, haki_trace_score and haki_trace_similarity); calls traced before keep theirs in context_traces, which
 -- haki_trace_decisions and haki_fact_usage read beside the new form until they age out.
 
 -- name: insert_context_trace(project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status, warnings, empty_reason, facts_served, episodes_served, include_episodes, recall_max_distance, text_search_config, weights, as_of, replay_of, decisions)!
@@ -19,7 +19,8 @@ WITH d AS (
                t.score,
                public.haki_trace_score(t.cosine_distance, t.text_rank, t.recency, :weights::float8[])
            ) AS score,
-           public.haki_trace_exception(t.similarity, 1 - t.cosine_distance) AS similarity
+           public.haki_trace_exception(t.similarity, public.haki_trace_similarity(t.cosine_distance))
+               AS similarity
     FROM ROWS FROM (
         json_to_recordset(:decisions::json) AS (
             item_type text, item_id uuid, decision text, reason_code text, rank integer,
@@ -91,7 +92,7 @@ SELECT c.trace_id, c.project_id, c.subject_id, c.query, c.profile, c.created_at,
              FROM unnest(c.decision_scores, c.decision_distances, c.decision_text_ranks,
                          c.decision_recencies) WITH ORDINALITY AS u(score, distance, text_rank, recency, i)
              ORDER BY u.i) AS scores,
-       ARRAY(SELECT public.haki_trace_value(u.similarity, 1 - u.distance)
+       ARRAY(SELECT public.haki_trace_value(u.similarity, public.haki_trace_similarity(u.distance))
              FROM unnest(c.decision_similarities, c.decision_distances)
                   WITH ORDINALITY AS u(similarity, distance, i)
              ORDER BY u.i) AS similarities,

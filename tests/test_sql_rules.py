@@ -192,6 +192,11 @@ RULE_COPIES: dict[str, tuple[re.Pattern[str], str]] = {
         re.compile(r"\bresolved_at\s+IS\s+NULL\s+OR\s+[\w.]*resolved_at\s*>", re.I),
         "haki_open_conflict_members_at / haki_open_conflict_facts",
     ),
+    # The trace's derived values (migrations 0026, 0032): frozen, not rules of rules.sql.
+    "trace similarity": (
+        re.compile(r"\bhaki_trace_(?:value|exception)\s*\([^()]*,\s*1\s*-", re.I),
+        "haki_trace_similarity",
+    ),
 }
 KEEPS_A_COPY = re.compile(r"--\s*Keeps a copy of (?P<rule>[\w ]+?):\s*\S")
 
@@ -222,6 +227,7 @@ def test_the_rule_copy_check_catches_copies() -> None:
         stmt("SELECT 1 FROM conflict_members AS cm JOIN conflict_sets AS cs ON true WHERE cs.status = 'open'")
     )
     assert rule_copies(stmt("SELECT :w_similarity::float8 * coalesce(1 - d, 0) FROM t"))
+    assert rule_copies(stmt("SELECT public.haki_trace_value(u.similarity, 1 - u.distance) FROM t"))
     assert rule_copies(stmt("SELECT 1 FROM facts AS f WHERE f.recorded_to IS NULL OR f.recorded_to > :at"))
     assert rule_copies(
         stmt("SELECT 1 FROM conflict_sets AS cs WHERE cs.resolved_at IS NULL OR cs.resolved_at > :at")
