@@ -84,6 +84,20 @@ async def test_a_long_transaction_bounds_the_server_and_ends_with_its_block(
         await pool.close()
 
 
+async def test_a_nested_long_transaction_gives_the_outer_wait_back(short: tuple[Settings, str]) -> None:
+    settings, _ = short
+    pool = await create_pool(settings)
+    try:
+        async with pool.acquire() as conn:
+            async with long_transaction(conn, 4000):
+                async with long_transaction(conn, 2000):
+                    assert conn.client_timeout == 2 + CLIENT_GRACE_SECONDS
+                assert conn.client_timeout == 4 + CLIENT_GRACE_SECONDS
+            assert conn.client_timeout is None
+    finally:
+        await pool.close()
+
+
 @pytest.mark.parametrize(("per_item_ms", "status"), [(50, 201), (0, 503)])
 async def test_a_batch_write_gets_time_for_each_item(
     short: tuple[Settings, str], hash_embedder: Embedder, per_item_ms: int, status: int

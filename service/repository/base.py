@@ -25,17 +25,21 @@ def q() -> Queries:
 
 @asynccontextmanager
 async def long_transaction(conn: Conn, timeout_ms: int) -> AsyncIterator[None]:
-    """A transaction (a savepoint inside one) whose statements may each take `timeout_ms`, 0 for no
-    limit: the server's statement_timeout until the transaction ends, and the client's wait
-    (service/db/pools.py HakiConnection) until this block ends. For work that grows with its
-    input: an erasure, a batch write, a re-embedding's switch."""
-    async with conn.transaction():
-        await q().extend_statement_timeout(conn, timeout_ms=timeout_ms)
-        conn.set_client_timeout(timeout_ms / 1000 + CLIENT_GRACE_SECONDS if timeout_ms else None)
-        try:
+    """A transaction (a savepoint inside one) whose statements may each take `timeout_ms`: the
+    server's statement_timeout until the transaction ends, and the client's wait
+    (service/db/connection.py HakiConnection) until this block ends. For work that grows with
+    its input: an erasure, a batch write, a re-embedding's switch. 0 lifts the server's limit
+    only: the client waits as its connection does (`connect()`'s for ever, a pool's its
+    command_timeout)."""
+    # Raised before BEGIN and restored after COMMIT, which may take its time (a big erasure).
+    outer = conn.client_timeout
+    conn.set_client_timeout(timeout_ms / 1000 + CLIENT_GRACE_SECONDS if timeout_ms else None)
+    try:
+        async with conn.transaction():
+            await q().extend_statement_timeout(conn, timeout_ms=timeout_ms)
             yield
-        finally:
-            conn.set_client_timeout(None)
+    finally:
+        conn.set_client_timeout(outer)
 
 
 async def collect(rows: AsyncIterator[Any]) -> list[Any]:
