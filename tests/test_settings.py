@@ -8,6 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from service.memory.writes import write_timeout_ms
 from service.settings import SETTING_BOUNDS, Settings, SettingsError, env_name
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -98,3 +99,11 @@ def test_each_bound_is_enforced_and_named(field: str) -> None:
     if high is not None:
         with pytest.raises(SettingsError, match=env_name(field)):
             Settings.from_env({env_name(field): str(kind(high + 1))})
+
+
+def test_a_batch_write_gets_its_allowance_and_no_limit_stays_none() -> None:
+    base = Settings.from_env({"HAKI_STATEMENT_TIMEOUT_MS": "5000", "HAKI_WRITE_TIMEOUT_PER_ITEM_MS": "20"})
+    assert write_timeout_ms(base, 1000) == 25_000
+    assert write_timeout_ms(base, 1) == 5_020
+    unlimited = msgspec.structs.replace(base, statement_timeout_ms=0)
+    assert write_timeout_ms(unlimited, 1000) == 0
