@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import re
 import signal
@@ -260,11 +261,9 @@ def _without(prepared: Prepared, i: int) -> Prepared:
     if isinstance(prepared, memory.PreparedFacts):
         facts_req = msgspec.structs.replace(prepared.req, facts=drop(prepared.req.facts))
         columns = {name: drop(values) for name, values in prepared.columns.items()}
-        return memory.PreparedFacts(
-            req=facts_req, fact_ids=drop(prepared.fact_ids), columns=columns, model=prepared.model
-        )
+        return dataclasses.replace(prepared, req=facts_req, fact_ids=drop(prepared.fact_ids), columns=columns)
     events_req = msgspec.structs.replace(prepared.req, events=drop(prepared.req.events))
-    return memory.PreparedEvents(req=events_req, embeddings=drop(prepared.embeddings), model=prepared.model)
+    return dataclasses.replace(prepared, req=events_req, embeddings=drop(prepared.embeddings))
 
 
 async def _write_batch(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -111,10 +112,11 @@ class PreparedFacts:
     req: WriteFactsRequest
     fact_ids: list[UUID]
     columns: dict[str, list[Any]]
+    # Each statement of the store's transaction may take this long (write_timeout_ms); no default:
+    # 0 would be no limit.
+    timeout_ms: int
     # The embedder's name: the store records it as the project's model, or refuses another.
     model: str | None = None
-    # Each statement of the store's transaction may take this long (write_timeout_ms).
-    timeout_ms: int = 0
 
 
 def write_timeout_ms(settings: Settings, items: int) -> int:
@@ -278,8 +280,8 @@ class PreparedEvents:
 
     req: WriteEventsRequest
     embeddings: list[Any]
+    timeout_ms: int
     model: str | None = None
-    timeout_ms: int = 0
 
 
 async def prepare_events(
@@ -352,4 +354,4 @@ def with_source_events(prepared: PreparedFacts, source_event_ids: list[UUID]) ->
     ]
     req = msgspec.structs.replace(prepared.req, facts=facts)
     columns = {**prepared.columns, "source_event_ids": list(source_event_ids)}
-    return PreparedFacts(req=req, fact_ids=prepared.fact_ids, columns=columns, model=prepared.model)
+    return dataclasses.replace(prepared, req=req, columns=columns)
