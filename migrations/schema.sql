@@ -2344,12 +2344,14 @@ CREATE INDEX events_scope_occurred ON public.events USING btree (project_id, sub
 --
 
 CREATE INDEX events_scoped_english_gin ON public.events USING gin (public.haki_scope_keyed_vector(project_id, subject_id, search_vector_english)) WITH (fastupdate=off);
+ALTER INDEX public.events_scoped_english_gin ALTER COLUMN 1 SET STATISTICS 0;
 
 --
 -- Name: events_scoped_search_gin; Type: INDEX; Schema: public; Owner: -
 --
 
 CREATE INDEX events_scoped_search_gin ON public.events USING gin (public.haki_scope_keyed_vector(project_id, subject_id, search_vector)) WITH (fastupdate=off);
+ALTER INDEX public.events_scoped_search_gin ALTER COLUMN 1 SET STATISTICS 0;
 
 --
 -- Name: facts_embedding_hnsw_00; Type: INDEX; Schema: public; Owner: -
@@ -2470,12 +2472,14 @@ CREATE INDEX facts_scope_volatile_active ON public.facts USING btree (project_id
 --
 
 CREATE INDEX facts_scoped_english_gin ON public.facts USING gin (public.haki_scope_keyed_vector(project_id, subject_id, search_vector_english)) WITH (fastupdate=off);
+ALTER INDEX public.facts_scoped_english_gin ALTER COLUMN 1 SET STATISTICS 0;
 
 --
 -- Name: facts_scoped_search_gin; Type: INDEX; Schema: public; Owner: -
 --
 
 CREATE INDEX facts_scoped_search_gin ON public.facts USING gin (public.haki_scope_keyed_vector(project_id, subject_id, search_vector)) WITH (fastupdate=off);
+ALTER INDEX public.facts_scoped_search_gin ALTER COLUMN 1 SET STATISTICS 0;
 
 --
 -- Name: facts_source_event; Type: INDEX; Schema: public; Owner: -

@@ -9,7 +9,8 @@ FROM pg_catalog.pg_class AS c
 WHERE c.oid IN ('public.facts'::regclass, 'public.events'::regclass);
 
 -- name: analyze_facts()!
--- New planner statistics for facts: a sample of at most 30,000 rows (0.19 s at 10k facts here).
+-- New planner statistics for facts: a sample of at most 30,000 rows (its cost: docs/performance.md,
+-- "Statistics after bulk writes").
 -- SKIP_LOCKED: when autovacuum is analyzing the table already, nothing waits.
 ANALYZE (SKIP_LOCKED) public.facts;
 

@@ -5,7 +5,7 @@ the cached generic plans of the candidate statements and the scope-size estimate
 (`haki_probe_scope_facts`, the vector walk's exact-scan threshold) are those of a smaller table.
 Measured over HTTP (hash embedder, 10k facts written in ten batches of 1,000, then 100 facts of a
 second subject): context p50 was 2.9x the 100-fact scope's right after the writes, 1.53x after an
-ANALYZE of facts that took 0.19 s (docs/performance.md, "Statistics after bulk writes").
+ANALYZE of facts (docs/performance.md, "Statistics after bulk writes").
 Autovacuum gets there too, but only after its naptime (60 s by default) and once 10 % of the
 table has changed.
 
@@ -32,7 +32,7 @@ log = logging.getLogger("haki.statistics")
 # Autovacuum's own share (autovacuum_analyze_scale_factor 0.1), without its naptime.
 STATS_REFRESH_FRACTION: Final = 0.1
 # Below this many new rows a table is left to autovacuum: one small batch never pays for an
-# ANALYZE (0.19 s at 10k facts), and a 1,000-fact batch (the API's largest) always may.
+# ANALYZE, and a 1,000-fact batch (the API's largest) always may.
 STATS_REFRESH_MIN_ROWS: Final = 1000
 # Under a steady stream of big batches, one ANALYZE per table per this many seconds at most.
 STATS_REFRESH_MIN_INTERVAL_SECONDS: Final = 2.0
