@@ -31,10 +31,14 @@ from service.settings import Settings
 SETTINGS = ("with expression statistics", "without (0033)")
 
 
-async def seconds(run: Any, conn: Any) -> float:
+async def analyze(conn: Any) -> tuple[float, float]:
+    """Seconds of `ANALYZE facts`, then of `ANALYZE events`."""
+    bq = load_bench_queries()
     start = time.perf_counter()
-    await run(conn)
-    return time.perf_counter() - start
+    await bq.bench_analyze_facts(conn)
+    facts_done = time.perf_counter()
+    await bq.bench_analyze_events(conn)
+    return facts_done - start, time.perf_counter() - facts_done
 
 
 async def measure(args: argparse.Namespace) -> dict[str, dict[str, list[float]]]:
@@ -51,11 +55,14 @@ async def measure(args: argparse.Namespace) -> dict[str, dict[str, list[float]]]
         await load(conn, "bench", [scope], maintenance_work_mem="256MB")
         times: dict[str, dict[str, list[float]]] = {s: {"facts": [], "events": []} for s in SETTINGS}
         for _ in range(args.rounds):
-            switches = (bq.bench_keyed_postings_statistics_on, bq.bench_keyed_postings_statistics_off)
-            for setting, switch in zip(SETTINGS, switches, strict=True):
-                await switch(conn)
-                times[setting]["facts"].append(await seconds(bq.bench_analyze_facts, conn))
-                times[setting]["events"].append(await seconds(bq.bench_analyze_events, conn))
+            for setting in SETTINGS:
+                if setting == SETTINGS[0]:
+                    await bq.bench_keyed_postings_statistics_on(conn)
+                else:
+                    await bq.bench_keyed_postings_statistics_off(conn)
+                facts, events = await analyze(conn)
+                times[setting]["facts"].append(facts)
+                times[setting]["events"].append(events)
         await conn.close()
         return times
     finally:
