@@ -17,6 +17,7 @@ import pytest
 from service.db import connect, create_pool
 from service.db.connection import CLIENT_GRACE_SECONDS
 from service.embedding.embedder import Embedder
+from service.errors import CONNECTION_LOST
 from service.repository import long_transaction
 from service.settings import Settings
 from tests.helpers import assert_error, bearer, json_of, list_all_facts
@@ -95,6 +96,23 @@ async def test_a_nested_long_transaction_gives_the_outer_wait_back(short: tuple[
                 assert conn.client_timeout == 4 + CLIENT_GRACE_SECONDS
             assert conn.client_timeout is None
     finally:
+        await pool.close()
+
+
+async def test_a_connection_lost_inside_stays_a_connection_error(short: tuple[Settings, str]) -> None:
+    """A lost connection detaches a pool's proxy from it: the wait's restore must not raise
+    another error (an AttributeError was a 500 where a 503 was due)."""
+    settings, _ = short
+    pool = await create_pool(settings)
+    killer = await connect(settings)
+    try:
+        async with pool.acquire() as conn:
+            with pytest.raises(CONNECTION_LOST):
+                async with long_transaction(conn, 1000):
+                    await load_test_queries().test_terminate_backend(killer, pid=conn.get_server_pid())
+                    await load_test_queries().test_count_facts(conn)
+    finally:
+        await killer.close()
         await pool.close()
 
 

@@ -39,3 +39,7 @@ WHERE project_id = :project_id;
 -- Holds facts in ACCESS EXCLUSIVE mode until the caller's transaction ends (as a migration
 -- rewriting the table would), so a context read waits into its statement timeout.
 LOCK TABLE facts IN ACCESS EXCLUSIVE MODE;
+
+-- name: test_terminate_backend(pid)$
+-- Ends another session's connection, as a server shutdown or a network fault would.
+SELECT pg_terminate_backend(:pid::integer) AS terminated;
