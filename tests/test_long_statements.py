@@ -111,6 +111,13 @@ async def test_a_connection_lost_inside_stays_a_connection_error(short: tuple[Se
                 async with long_transaction(conn, 1000):
                     await load_test_queries().test_terminate_backend(killer, pid=conn.get_server_pid())
                     await load_test_queries().test_count_facts(conn)
+        # Lost while idle, before the transaction: the connection's own error too.
+        async with pool.acquire() as conn:
+            await load_test_queries().test_terminate_backend(killer, pid=conn.get_server_pid())
+            await asyncio.sleep(0.5)  # the server's notice arrives and detaches the proxy
+            with pytest.raises(CONNECTION_LOST):
+                async with long_transaction(conn, 1000):
+                    await load_test_queries().test_count_facts(conn)
     finally:
         await killer.close()
         await pool.close()

@@ -31,17 +31,17 @@ async def long_transaction(conn: Conn, timeout_ms: int) -> AsyncIterator[None]:
     its input: an erasure, a batch write, a re-embedding's switch. 0 lifts the server's limit
     only: the client waits as its connection does (`connect()`'s for ever, a pool's its
     command_timeout)."""
-    # Raised before BEGIN and restored after COMMIT, which may take its time (a big erasure). The
-    # setter is bound now: a lost connection detaches a pool's proxy from it, and the restore must
-    # not turn that connection error into another.
-    set_wait, outer = conn.set_client_timeout, conn.client_timeout
-    set_wait(timeout_ms / 1000 + CLIENT_GRACE_SECONDS if timeout_ms else None)
-    try:
-        async with conn.transaction():
+    async with conn.transaction():
+        # Bound once BEGIN has run on the connection: a lost connection detaches a pool's proxy
+        # from it, and the restore must not turn that connection error into another. (COMMIT has
+        # no deferred work here: the usual wait is enough for it.)
+        set_wait, outer = conn.set_client_timeout, conn.client_timeout
+        set_wait(timeout_ms / 1000 + CLIENT_GRACE_SECONDS if timeout_ms else None)
+        try:
             await q().extend_statement_timeout(conn, timeout_ms=timeout_ms)
             yield
-    finally:
-        set_wait(outer)
+        finally:
+            set_wait(outer)
 
 
 async def collect(rows: AsyncIterator[Any]) -> list[Any]:
