@@ -2,8 +2,9 @@
 -- packet is returned"): its write, and what reads it (GET /v1/inspect, replay, /ui, the
 -- statistics). One row of context_calls per call holds its decisions as parallel arrays
 -- (migration 0026: codes from haki_trace_codes, scores and similarities stored only where they
--- differ from the derived ones, haki_trace_score and haki_trace_similarity); calls traced before keep theirs in context_traces, which
--- haki_trace_decisions and haki_fact_usage read beside the new form until they age out.
+-- differ from the derived ones, haki_trace_score and haki_trace_similarity); calls traced before
+-- keep theirs in context_traces, which haki_trace_decisions and haki_fact_usage read beside the
+-- new form until they age out.
 
 -- name: insert_context_trace(project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status, warnings, empty_reason, facts_served, episodes_served, include_episodes, recall_max_distance, text_search_config, weights, as_of, replay_of, decisions)!
 -- Persists one context call with every decision of it, one row in one round trip. The decisions
