@@ -22,6 +22,7 @@ import msgspec
 
 from service import __version__
 from service.api import auth
+from service.constants import IMPORT_CONCURRENCY, IMPORT_MAX_CONCURRENCY
 from service.db import connect, init_connection
 from service.db.embedded import DataDirVersionError
 from service.db.migrations import MigrationError, migrate
@@ -250,6 +251,7 @@ def _import(settings: Settings, args: argparse.Namespace) -> int:
         restart=args.restart,
         batch_size=args.batch_size,
         remote=remote,
+        concurrency=args.concurrency,
     )
     return importer.main_sync(settings, options)
 
@@ -542,6 +544,12 @@ COMMANDS: tuple[Command, ...] = (
             ),
             arg("--restart", action="store_true", help="ignore a saved position and start over"),
             arg("--batch-size", type=int, default=1000, help="lines per atomic batch (1..1000)"),
+            arg(
+                "--concurrency",
+                type=int,
+                default=IMPORT_CONCURRENCY,
+                help=f"batches stored at once, each in its own transaction (1..{IMPORT_MAX_CONCURRENCY})",
+            ),
             arg(
                 "--url",
                 default=None,

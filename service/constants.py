@@ -93,6 +93,10 @@ MAX_QUERY_CHARS: Final = 4000
 MAX_SCOPE_CHARS: Final = 200
 MAX_PAGE_LIMIT: Final = 500
 DEFAULT_PAGE_LIMIT: Final = 50
+# `haki import`: batches stored at once, each in its own transaction (`--concurrency`). Two: a
+# second core takes the second batch's index inserts (docs/performance.md).
+IMPORT_CONCURRENCY: Final = 2
+IMPORT_MAX_CONCURRENCY: Final = 8
 
 # Request bodies. The deepest body the contract needs is 4 levels plus a fact's
 # `metadata`; 64 leaves metadata 60 levels. Deeper JSON is refused before it is decoded: msgspec

@@ -8,6 +8,7 @@ database; docs/performance.md, "Writes over an OpenAI-compatible embedder".
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import threading
@@ -25,7 +26,7 @@ import numpy as np
 import pytest
 
 from service.constants import EMBED_DIM, MAX_BATCH
-from service.db import connect, init_connection
+from service.db import connect
 from service.embedding.embedder import OpenAIEmbedder
 from service.memory import importer
 from service.repository import facts as facts_repo
@@ -183,47 +184,98 @@ async def eventually(condition: Any, seconds: float = 10.0) -> bool:
     return False
 
 
+@contextlib.asynccontextmanager
+async def key_held(settings: Settings, project: str, key: str) -> AsyncIterator[None]:
+    """Holds the write lock of `key` in the scope (project, "s") until the block ends: a batch
+    writing that key waits, the others go on."""
+    holder = await connect(settings)
+    try:
+        async with holder.transaction():
+            await facts_repo.lock_fact_keys(holder, project, "s", [key])
+            yield
+    finally:
+        await holder.close()
+
+
+async def facts_of(settings: Settings, project: str) -> int:
+    """The facts committed in the scope (project, "s")."""
+    conn = await connect(settings)
+    try:
+        row = await load_test_queries().test_import_counts(conn, project_id=project, subject_id="s")
+        return int(row["facts"])
+    finally:
+        await conn.close()
+
+
+def saved_progress(path: Path) -> importer.ImportProgress | None:
+    progress_file = importer.progress_path(path)
+    if not progress_file.exists():
+        return None
+    return msgspec.json.decode(progress_file.read_bytes(), type=importer.ImportProgress)
+
+
 async def test_the_import_embeds_the_next_batch_while_it_stores_one(
     settings: Settings, migrated: str, embeddings_server: EmbeddingsServer, tmp_path: Path
 ) -> None:
     project = f"pipe-{uuid.uuid4().hex[:12]}"
-    # Three batches of four; the first batch's facts carry a key whose lock the test holds, so
-    # its transaction waits, and only an import that works ahead asks for the second's vectors.
+    # Three batches of four, one stored at a time; the first batch's facts carry a key whose lock
+    # the test holds, so its transaction waits, and only an import that works ahead asks for the
+    # second's vectors.
     rows = [{"content": f"line {n}", **({"key": "held"} if n < 4 else {})} for n in range(12)]
     path = write_jsonl(tmp_path / "facts.jsonl", rows)
     opts = importer.ImportOptions(
-        path=path, project_id=project, subject_id="s", batch_size=4, show_progress=False
+        path=path, project_id=project, subject_id="s", batch_size=4, show_progress=False, concurrency=1
     )
-    holder = await connect(settings)
-    await init_connection(holder)
-    counter = await connect(settings)
-    try:
-        held = holder.transaction()
-        await held.start()
-        await facts_repo.lock_fact_keys(holder, project, "s", ["held"])
+    async with key_held(settings, project, "held"):
         run = asyncio.ensure_future(
             importer.run_import(openai_settings(settings, embeddings_server.port), opts)
         )
-        try:
-            second_asked = await eventually(lambda: "line 4" in embeddings_server.texts())
-            committed = await load_test_queries().test_import_counts(
-                counter, project_id=project, subject_id="s"
-            )
-        finally:
-            await held.rollback()
-        assert second_asked, "the second batch was not embedded while the first one was stored"
-        assert dict(committed)["facts"] == 0  # the first batch was still waiting for its lock
-        assert await asyncio.wait_for(run, 30) == importer.Exit.OK
-        done = await load_test_queries().test_import_counts(counter, project_id=project, subject_id="s")
-        assert dict(done)["facts"] == 12
-        # One batch ahead, no more: the third batch's vectors were asked for after the first's store.
-        texts = embeddings_server.texts()
-        assert texts.count("line 0") == texts.count("line 8") == 1
-    finally:
-        await holder.close()
-        await counter.close()
-    saved = msgspec.json.decode(importer.progress_path(path).read_bytes(), type=importer.ImportProgress)
-    assert (saved.done, saved.written, saved.line) == (True, 12, 12)
+        second_asked = await eventually(lambda: "line 4" in embeddings_server.texts())
+        committed = await facts_of(settings, project)
+    assert second_asked, "the second batch was not embedded while the first one was stored"
+    assert committed == 0  # the first batch was still waiting for its lock
+    assert await asyncio.wait_for(run, 30) == importer.Exit.OK
+    assert await facts_of(settings, project) == 12
+    # One batch ahead, no more: the third batch's vectors were asked for after the first's store.
+    texts = embeddings_server.texts()
+    assert texts.count("line 0") == texts.count("line 8") == 1
+    saved = saved_progress(path)
+    assert saved is not None and (saved.done, saved.written, saved.line) == (True, 12, 12)
+
+
+async def test_the_import_stores_batches_at_once_and_records_each_commit(
+    settings: Settings, migrated: str, embeddings_server: EmbeddingsServer, tmp_path: Path
+) -> None:
+    project = f"pipe-{uuid.uuid4().hex[:12]}"
+    # Four batches of four, two stored at once. The second one waits for a key lock the test
+    # holds; the others commit meanwhile, and the progress file keeps the last two as spans beyond
+    # line 4. (Not the first batch: it records the new project's model, which the others await.)
+    rows = [{"content": f"line {n}", **({"key": "held"} if 4 <= n < 8 else {})} for n in range(16)]
+    path = write_jsonl(tmp_path / "facts.jsonl", rows)
+    opts = importer.ImportOptions(
+        path=path, project_id=project, subject_id="s", batch_size=4, show_progress=False, concurrency=2
+    )
+
+    def two_ahead() -> bool:
+        progress = saved_progress(path)
+        return progress is not None and len(progress.committed_ahead) == 2
+
+    async with key_held(settings, project, "held"):
+        run = asyncio.ensure_future(
+            importer.run_import(openai_settings(settings, embeddings_server.port), opts)
+        )
+        ahead_done = await eventually(two_ahead)
+        committed = await facts_of(settings, project)
+        during = saved_progress(path)
+    assert ahead_done, f"the batches after the held one did not commit meanwhile: {during}"
+    assert committed == 12
+    assert during is not None and (during.line, during.written, during.done) == (4, 12, False)
+    assert [(s.start_line, s.end_line) for s in during.committed_ahead] == [(8, 12), (12, 16)]
+    assert await asyncio.wait_for(run, 30) == importer.Exit.OK
+    assert await facts_of(settings, project) == 16
+    final = saved_progress(path)
+    assert final is not None
+    assert (final.done, final.written, final.line, final.committed_ahead) == (True, 16, 16, [])
 
 
 async def test_a_line_the_store_refuses_keeps_the_others_vectors(
@@ -236,8 +288,8 @@ async def test_a_line_the_store_refuses_keeps_the_others_vectors(
     opts = importer.ImportOptions(path=path, project_id=project, subject_id="s", show_progress=False)
     status = await importer.run_import(openai_settings(settings, embeddings_server.port), opts)
     assert status == importer.Exit.REJECTED
-    saved = msgspec.json.decode(importer.progress_path(path).read_bytes(), type=importer.ImportProgress)
-    assert saved.written == 4
+    saved = saved_progress(path)
+    assert saved is not None and saved.written == 4
     assert [r.line for r in saved.rejected] == [3]
     # Each line embedded once (and the start-up probe): the refused line was dropped from the
     # embedded batch, not the batch embedded again.

@@ -143,7 +143,10 @@ def test_import_over_http_with_haki_url_and_key(server: Server, api_key: str, tm
         HAKI_URL=server.url,
         HAKI_API_KEY=api_key,
     )
-    done = haki("import", str(path), "--project", PROJECT, "--subject", "remote", env=env)
+    # A line a batch, two batches at once (the default --concurrency): three requests, two in flight.
+    done = haki(
+        "import", str(path), "--project", PROJECT, "--subject", "remote", "--batch-size", "1", env=env
+    )
     assert done.returncode == 1, done.stdout + done.stderr  # one line refused by the server
     assert "2 facts written" in done.stdout, done.stdout
     assert "line 2: refused" in done.stdout and "valid_to" in done.stdout, done.stdout
@@ -154,7 +157,9 @@ def test_import_over_http_with_haki_url_and_key(server: Server, api_key: str, tm
     )
     assert sorted(f["content"] for f in r.json()["facts"]) == ["Maya has a cat.", "Maya works at Lyon Sud."]
     # The same command again: the saved position says it is done; nothing is written twice.
-    again = haki("import", str(path), "--project", PROJECT, "--subject", "remote", env=env)
+    again = haki(
+        "import", str(path), "--project", PROJECT, "--subject", "remote", "--batch-size", "1", env=env
+    )
     assert "already imported" in again.stderr
     # A wrong key is refused before any line is read.
     env["HAKI_API_KEY"] = "hk_wrong"

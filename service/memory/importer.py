@@ -9,19 +9,23 @@ database access; the rules, the line-by-line rejection and the resuming are the 
 
 `--kind` left out, the kind is read off the first line: events have `occurred_at`, facts never.
 
-While a batch is stored, the next one is already read, checked and embedded (one batch ahead,
-no more): the import waits on the database and the embedder together, not one after the other.
+Up to `--concurrency` batches (2 by default) are stored at once, each in its own transaction on
+its own connection, and meanwhile the next one is read, checked and embedded (one batch ahead, no
+more): the import waits on the database and the embedder together, and a server's second core
+takes a second batch's index inserts. Batches are embedded in file order, so fact ids stay
+ordered by line across batches; they may commit out of order.
 
 A bad line never stops the import: invalid JSON, a Struct violation, or a rule only the service
 checks (`InvalidInput` naming `facts[i]`) rejects that line alone, and the summary lists it with
 its line number.
 
-Resuming: after each committed batch the byte offset and line number reached are written to
-FILE.haki-progress (atomically, fsynced). Ctrl-C or SIGTERM finishes the batch in flight, saves
-the position and exits 130; the same command then resumes after the last committed batch, so
-each line is written once. Only a hard kill (SIGKILL, power loss) landing in the millisecond
-between a batch's COMMIT and the progress write can replay that one batch. `--restart` ignores
-a saved position.
+Resuming: after each committed batch FILE.haki-progress is written (atomically, fsynced): the
+byte offset and line number up to which every batch has committed, and the spans of the batches
+committed beyond it. Ctrl-C or SIGTERM finishes the batches in flight, saves the position and
+exits 130; the same command then resumes after the position and skips the spans, so each line
+is written once. Only a hard kill (SIGKILL, power loss) landing in the millisecond between a
+batch's COMMIT and the progress write can replay that one batch. `--restart` ignores a saved
+position.
 """
 
 from __future__ import annotations
@@ -29,11 +33,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import os
 import re
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
@@ -56,7 +61,7 @@ from rich.progress import (
 from rich.text import Text
 
 from service.api.auth import Principal
-from service.constants import MAX_BATCH
+from service.constants import IMPORT_CONCURRENCY, IMPORT_MAX_CONCURRENCY, MAX_BATCH
 from service.db import connect, create_pool
 from service.db.migrations import migrate
 from service.embedding.embedder import Embedder, build_embedder, check_embedder
@@ -78,7 +83,8 @@ from service.structs import (
 Kind = MemoryTable
 
 PROGRESS_SUFFIX: Final = ".haki-progress"
-PROGRESS_VERSION: Final = 1
+# 2 adds `committed_ahead`; a version 1 file (no spans) resumes as before.
+PROGRESS_VERSION: Final = 2
 # The summary names every rejected line up to this many; the progress file keeps as many.
 MAX_LISTED_REJECTS: Final = 1000
 
@@ -108,13 +114,25 @@ class Rejected(msgspec.Struct, frozen=True):
     error: str
 
 
+class Span(msgspec.Struct, frozen=True):
+    """The lines of one batch: from the byte offset after line `start_line` to `end_offset`."""
+
+    start_offset: int
+    start_line: int
+    end_offset: int
+    end_line: int
+
+
 class ImportProgress(msgspec.Struct, kw_only=True):
     version: int = PROGRESS_VERSION
     kind: Kind
     project_id: str
     subject_id: str
+    # Every line up to here is done (written or rejected) ...
     offset: int = 0
     line: int = 0
+    # ... and so are these batches beyond it, committed before a batch ahead of them.
+    committed_ahead: list[Span] = msgspec.field(default_factory=list)
     written: int = 0
     rejected_count: int = 0
     rejected: list[Rejected] = msgspec.field(default_factory=list)
@@ -144,14 +162,20 @@ class ImportOptions:
     batch_size: int = MAX_BATCH
     show_progress: bool = True
     remote: Remote | None = None
+    concurrency: int = IMPORT_CONCURRENCY
 
 
 @dataclass
 class _Batch:
+    start_offset: int
+    start_line: int
     items: list[tuple[int, Any]] = field(default_factory=list)
     rejects: list[Rejected] = field(default_factory=list)
     end_offset: int = 0
     end_line: int = 0
+
+    def span(self) -> Span:
+        return Span(self.start_offset, self.start_line, self.end_offset, self.end_line)
 
 
 def progress_path(path: Path) -> Path:
@@ -201,15 +225,28 @@ def _short(exc: Exception) -> str:
     return str(exc).replace("\n", " ")[:300]
 
 
-def _batches(opts: ImportOptions, start_offset: int, start_line: int) -> Iterator[_Batch]:
-    """Reads from the saved position; yields batches of valid items with the lines they reject."""
+def _batches(
+    opts: ImportOptions, start_offset: int, start_line: int, skip: list[Span] | None = None
+) -> Iterator[_Batch]:
+    """Reads from the saved position, past the spans already committed; yields batches of valid
+    items with the lines they reject."""
     item_type: type[FactIn] | type[EventIn] = FactIn if opts.kind == "facts" else EventIn
     decoder = msgspec.json.Decoder(item_type)
-    batch = _Batch(end_offset=start_offset, end_line=start_line)
+    skipped = {span.start_offset: span for span in skip or ()}
+    batch = _Batch(start_offset, start_line, end_offset=start_offset, end_line=start_line)
     with opts.path.open("rb") as f:
         f.seek(start_offset)
         offset, line_no = start_offset, start_line
-        for raw in f:
+        while True:
+            while (span := skipped.get(offset)) is not None:  # spans may follow one another
+                if batch.end_line > batch.start_line:
+                    yield batch
+                f.seek(span.end_offset)
+                offset, line_no = span.end_offset, span.end_line
+                batch = _Batch(offset, line_no, end_offset=offset, end_line=line_no)
+            raw = f.readline()
+            if not raw:
+                break
             offset += len(raw)
             line_no += 1
             text = raw.strip()
@@ -226,8 +263,8 @@ def _batches(opts: ImportOptions, start_offset: int, start_line: int) -> Iterato
             batch.end_offset, batch.end_line = offset, line_no
             if len(batch.items) >= opts.batch_size:
                 yield batch
-                batch = _Batch(end_offset=offset, end_line=line_no)
-    if batch.items or batch.end_line > start_line:
+                batch = _Batch(offset, line_no, end_offset=offset, end_line=line_no)
+    if batch.end_line > batch.start_line:
         yield batch
 
 
@@ -328,6 +365,7 @@ class _LocalWriter:
         # As the service does after its bulk writes: the table's planner statistics follow the
         # import (an ANALYZE per 10 % of growth), not autovacuum's naptime.
         self.statistics = StatisticsKeeper(pool)
+        self._refreshing = asyncio.Lock()  # batches stored at once: one ANALYZE for all of them
 
     @classmethod
     async def open(cls, settings: Settings) -> _LocalWriter:
@@ -355,7 +393,8 @@ class _LocalWriter:
         async with self.pool.acquire() as conn:
             written = await _write_batch(conn, self.embedder, self.settings, opts, batch, ahead)
         self.statistics.note(opts.kind, written)
-        await self.statistics.refresh_due()
+        async with self._refreshing:
+            await self.statistics.refresh_due()
         return written
 
     async def aclose(self) -> None:
@@ -486,6 +525,63 @@ def _summary(out: Console, opts: ImportOptions, progress: ImportProgress, total_
             out.print(f"  ... and {hidden} more", highlight=False)
 
 
+def _record(opts: ImportOptions, progress: ImportProgress, batch: _Batch, written: int) -> None:
+    """A batch is done: its counts join the progress, and the position moves past every batch
+    done from it on; a batch done before one ahead of it is kept as a span. Saved at once."""
+    progress.written += written
+    progress.rejected_count += len(batch.rejects)
+    room = MAX_LISTED_REJECTS - len(progress.rejected)
+    progress.rejected.extend(batch.rejects[: max(0, room)])
+    ahead = {span.start_offset: span for span in progress.committed_ahead}
+    ahead[batch.start_offset] = batch.span()
+    while (span := ahead.pop(progress.offset, None)) is not None:
+        progress.offset, progress.line = span.end_offset, span.end_line
+    progress.committed_ahead = sorted(ahead.values(), key=lambda span: span.start_offset)
+    _save_progress(opts, progress)
+
+
+class _Stores:
+    """The batches being stored, at most `opts.concurrency` at once, each recorded as it commits."""
+
+    def __init__(self, opts: ImportOptions, progress: ImportProgress, on_commit: Callable[[], None]) -> None:
+        self.opts, self.progress, self.on_commit = opts, progress, on_commit
+        self.running: dict[asyncio.Future[int], _Batch] = {}
+
+    async def add(self, batch: _Batch, store: Callable[[], Awaitable[int]]) -> None:
+        """Starts storing `batch` once a place is free; a batch of rejected lines only is done."""
+        if not batch.items:
+            _record(self.opts, self.progress, batch, 0)
+            self.on_commit()
+            return
+        while len(self.running) >= self.opts.concurrency:
+            await self._settle()
+        self.running[asyncio.ensure_future(store())] = batch
+
+    async def drain(self, *, quietly: bool = False) -> None:
+        """Waits for every batch in flight; the first failure is raised unless `quietly`."""
+        failure: BaseException | None = None
+        while self.running:
+            try:
+                await self._settle()
+            except Exception as exc:
+                failure = failure or exc
+        if failure is not None and not quietly:
+            raise failure
+
+    async def _settle(self) -> None:
+        done, _ = await asyncio.wait(self.running, return_when=asyncio.FIRST_COMPLETED)
+        failure: BaseException | None = None
+        for store in done:
+            batch = self.running.pop(store)
+            if (exc := store.exception()) is not None:
+                failure = failure or exc
+                continue
+            _record(self.opts, self.progress, batch, store.result())
+            self.on_commit()
+        if failure is not None:
+            raise failure
+
+
 async def run_import(settings: Settings, opts: ImportOptions) -> int:
     err = Console(stderr=True, soft_wrap=True)
     out = Console(soft_wrap=True)
@@ -493,6 +589,8 @@ async def run_import(settings: Settings, opts: ImportOptions) -> int:
         msgspec.convert({"project_id": opts.project_id, "subject_id": opts.subject_id}, _Scope)
         if not 1 <= opts.batch_size <= MAX_BATCH:
             raise ImportAborted(f"--batch-size must be within 1..{MAX_BATCH}")
+        if not 1 <= opts.concurrency <= IMPORT_MAX_CONCURRENCY:
+            raise ImportAborted(f"--concurrency must be within 1..{IMPORT_MAX_CONCURRENCY}")
         if not opts.path.is_file():
             raise ImportAborted(f"{opts.path}: no such file")
         progress = _load_progress(opts)
@@ -507,7 +605,7 @@ async def run_import(settings: Settings, opts: ImportOptions) -> int:
         )
         _summary(out, opts, progress, total_lines)
         return Exit.REJECTED if progress.rejected_count else Exit.OK
-    if progress.line:
+    if progress.line or progress.committed_ahead:
         err.print(f"resuming after line {progress.line} ({progress.written} {opts.kind} already written)")
 
     writer: _LocalWriter | _RemoteWriter
@@ -536,10 +634,11 @@ async def run_import(settings: Settings, opts: ImportOptions) -> int:
             loop.add_signal_handler(sig, request_stop)
             handled.append(sig)
     ahead: asyncio.Future[Any] | None = None
-    try:
-        with _progress_bar(err, opts.show_progress and err.is_terminal) as bar:
-            task = bar.add_task(f"importing {opts.kind}", total=total_lines, completed=progress.line)
-            batches = _batches(opts, progress.offset, progress.line)
+    with _progress_bar(err, opts.show_progress and err.is_terminal) as bar:
+        task = bar.add_task(f"importing {opts.kind}", total=total_lines, completed=progress.line)
+        stores = _Stores(opts, progress, on_commit=lambda: bar.update(task, completed=progress.line))
+        try:
+            batches = _batches(opts, progress.offset, progress.line, progress.committed_ahead)
             batch = next(batches, None)
             ahead = writer.start(opts, batch) if batch is not None else None
             while batch is not None:
@@ -550,37 +649,32 @@ async def run_import(settings: Settings, opts: ImportOptions) -> int:
                     await asyncio.wait([current_ahead])
                 batch = next(batches, None)
                 ahead = writer.start(opts, batch) if batch is not None and not stop.is_set() else None
-                if current.items:
-                    progress.written += await writer.write(opts, current, current_ahead)
-                progress.offset, progress.line = current.end_offset, current.end_line
-                progress.rejected_count += len(current.rejects)
-                room = MAX_LISTED_REJECTS - len(progress.rejected)
-                progress.rejected.extend(current.rejects[: max(0, room)])
-                _save_progress(opts, progress)
-                bar.update(task, completed=progress.line)
+                await stores.add(current, functools.partial(writer.write, opts, current, current_ahead))
                 if stop.is_set():
                     break
-            else:
+            await stores.drain()
+            if batch is None:
                 progress.done = True
                 _save_progress(opts, progress)
-    except Exception as exc:
-        err.print(
-            f"haki import: stopped after line {progress.line} ({exc!r}); run the same command to resume",
-            highlight=False,
-            markup=False,
-        )
-        _summary(out, opts, progress, total_lines)
-        return Exit.REJECTED
-    finally:
-        if ahead is not None and not ahead.done():
-            ahead.cancel()  # the batch read ahead is written by the next run, which resumes before it
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await ahead
-        elif ahead is not None and not ahead.cancelled():
-            ahead.exception()  # retrieved, so asyncio does not log it as never retrieved
-        for sig in handled:
-            loop.remove_signal_handler(sig)
-        await writer.aclose()
+        except Exception as exc:
+            await stores.drain(quietly=True)  # what else commits is kept, then the position
+            err.print(
+                f"haki import: stopped after line {progress.line} ({exc!r}); run the same command to resume",
+                highlight=False,
+                markup=False,
+            )
+            _summary(out, opts, progress, total_lines)
+            return Exit.REJECTED
+        finally:
+            if ahead is not None and not ahead.done():
+                ahead.cancel()  # the batch read ahead is written by the next run, which resumes before it
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await ahead
+            elif ahead is not None and not ahead.cancelled():
+                ahead.exception()  # retrieved, so asyncio does not log it as never retrieved
+            for sig in handled:
+                loop.remove_signal_handler(sig)
+            await writer.aclose()
 
     _summary(out, opts, progress, total_lines)
     if not progress.done:
