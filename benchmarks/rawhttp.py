@@ -15,11 +15,15 @@ from __future__ import annotations
 import asyncio
 import json as jsonlib
 import socket
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+# A connection idle this long is closed rather than reused: uvicorn closes an idle keep-alive
+# connection after 5 s (timeout_keep_alive), and a request written into it gets EOF.
+MAX_IDLE_SECONDS = 4.0
 
 
 class RawHTTPError(Exception):
@@ -50,7 +54,7 @@ class RawClient:
         self.host = parts.hostname
         self.port = parts.port or 80
         self.timeout = timeout
-        self._idle: list[Connection] = []
+        self._idle: list[tuple[Connection, float]] = []  # with the monotonic time it went idle
 
     async def __aenter__(self) -> RawClient:
         return self
@@ -60,8 +64,17 @@ class RawClient:
 
     async def aclose(self) -> None:
         while self._idle:
-            _, writer = self._idle.pop()
+            (_, writer), _ = self._idle.pop()
             writer.close()
+
+    def _take_idle(self) -> Connection | None:
+        """The most recently idle connection the server has not closed yet, if any."""
+        while self._idle:
+            conn, since = self._idle.pop()
+            if time.monotonic() - since < MAX_IDLE_SECONDS:
+                return conn
+            conn[1].close()
+        return None
 
     async def post(self, path: str, *, json: Any, headers: dict[str, str] | None = None) -> RawResponse:
         body = jsonlib.dumps(json, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
@@ -70,7 +83,7 @@ class RawClient:
     async def request(
         self, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None
     ) -> RawResponse:
-        conn = self._idle.pop() if self._idle else None
+        conn = self._take_idle()
         try:
             async with asyncio.timeout(self.timeout):
                 if conn is None:
@@ -81,7 +94,7 @@ class RawClient:
                 conn[1].close()
             raise RawHTTPError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
         if reusable:
-            self._idle.append(conn)
+            self._idle.append((conn, time.monotonic()))
         else:
             conn[1].close()
         return response

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from benchmarks import rawhttp
 from benchmarks.rawhttp import RawClient, RawHTTPError
 
 
@@ -133,6 +134,18 @@ async def test_connection_close_is_not_reused(peer: Peer) -> None:
         after = await client.post("/echo", json=None)
     assert closed.text == "ok"
     assert after.json()["conn"] == 2
+
+
+async def test_a_connection_idle_too_long_is_not_reused(peer: Peer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A server closes idle keep-alive connections (uvicorn: after 5 s); one idle that long is
+    # closed by the client instead of carrying a request into an EOF.
+    monkeypatch.setattr(rawhttp, "MAX_IDLE_SECONDS", 0.05)
+    async with RawClient(peer.url) as client:
+        first = await client.post("/echo", json=None)
+        soon = await client.post("/echo", json=None)
+        await asyncio.sleep(0.1)
+        late = await client.post("/echo", json=None)
+    assert [r.json()["conn"] for r in (first, soon, late)] == [1, 1, 2]
 
 
 async def test_failures_are_raw_http_errors_and_leave_no_broken_connection(peer: Peer) -> None:

@@ -202,6 +202,7 @@ def _load_progress(opts: ImportOptions) -> ImportProgress:
 
 
 def _save_progress(opts: ImportOptions, progress: ImportProgress) -> None:
+    progress.version = PROGRESS_VERSION  # a resumed version 1 file is saved as this version
     target = progress_path(opts.path)
     tmp = target.with_name(target.name + ".tmp")
     with tmp.open("wb") as f:
