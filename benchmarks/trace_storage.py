@@ -9,7 +9,8 @@ events, open conflicts, stale facts), runs `--samples` real context calls of eac
 those decisions in each form, alternating, each in a transaction configured as a context call's
 (open_context_call, durable commit), and reports:
 
-- bytes per call: context_calls and context_traces with TOAST and indexes, before and after;
+- bytes per call: context_calls and context_traces with TOAST and indexes, before and after,
+  and by part (heap, TOAST, TOAST index, each index);
 - WAL bytes per call (pg_current_wal_lsn before and after, commits included);
 - the trace write's median (the insert statement alone, client round trip);
 - GET /v1/inspect's read (get_inspection) p50 of each form;
@@ -120,6 +121,14 @@ async def footprint(conn: Any) -> tuple[int, int]:
     return int(row["bytes"]), int(row["wal_bytes"])
 
 
+async def relations(conn: Any) -> dict[str, int]:
+    """Bytes on disk by part (heap, toast, toast index, each index), both tables summed."""
+    parts: dict[str, int] = {}
+    async for row in load_bench_queries().bench_trace_relations(conn):
+        parts[row["part"]] = parts.get(row["part"], 0) + int(row["bytes"])
+    return parts
+
+
 async def sample_decisions(
     conn: Any, settings: Settings, profile: ContextProfile, n: int
 ) -> list[list[Decision]]:
@@ -149,14 +158,21 @@ async def measure_profile(
         for _ in range(5):
             await write(conn, call, rng.choice(samples))
         before, wal_before = await footprint(conn)
+        parts_before = await relations(conn)
         times = []
         for _ in range(calls):
             took, trace_id = await write(conn, call, rng.choice(samples))
             times.append(took)
             ids[form].append(trace_id)
         after, wal_after = await footprint(conn)
+        parts_after = await relations(conn)
         out[form] = {
             "bytes_per_call": (after - before) / calls,
+            "bytes_per_call_by_part": {
+                part: round((size - parts_before.get(part, 0)) / calls)
+                for part, size in sorted(parts_after.items())
+                if size != parts_before.get(part, 0)
+            },
             "wal_per_call": (wal_after - wal_before) / calls,
             "write_ms_p50": statistics.median(times),
         }

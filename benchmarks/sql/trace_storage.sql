@@ -69,3 +69,22 @@ WHERE project_id = :project_id;
 SELECT coalesce(n_dead_tup, 0) AS dead_rows, coalesce(n_live_tup, 0) AS live_rows
 FROM pg_stat_user_tables
 WHERE relname = 'context_calls';
+
+-- name: bench_trace_relations()
+-- What each relation of the traces takes on disk, by part: the two tables' heaps, their TOAST
+-- tables with their indexes, and each of their indexes.
+SELECT CASE WHEN c.oid IN ('context_calls'::regclass, 'context_traces'::regclass) THEN 'heap'
+            WHEN c.relkind = 't' THEN 'toast'
+            WHEN t.relkind = 't' THEN 'toast index'
+            ELSE c.relname::text
+       END AS part,
+       pg_relation_size(c.oid) AS bytes
+FROM pg_class AS c
+LEFT JOIN pg_index AS i ON i.indexrelid = c.oid
+LEFT JOIN pg_class AS t ON t.oid = i.indrelid
+WHERE c.oid IN ('context_calls'::regclass, 'context_traces'::regclass)
+   OR c.oid IN (SELECT r.reltoastrelid FROM pg_class AS r
+                WHERE r.oid IN ('context_calls'::regclass, 'context_traces'::regclass))
+   OR i.indrelid IN ('context_calls'::regclass, 'context_traces'::regclass)
+   OR i.indrelid IN (SELECT r.reltoastrelid FROM pg_class AS r
+                     WHERE r.oid IN ('context_calls'::regclass, 'context_traces'::regclass));
