@@ -39,25 +39,18 @@ from service.settings import Settings
 from tests.helpers.server import REPO, free_port
 
 PROJECT = "import-speed"
-BUCKETS = 16
 
 
-async def subjects_in_distinct_buckets(settings: Settings, n: int) -> list[str]:
-    """`n` subject ids of PROJECT whose scopes hash to `n` different buckets."""
-    conn = await connect(settings)
-    try:
-        candidates = [f"subject-{i}" for i in range(256)]
-        queries = load_bench_queries()
-        rows = [
-            r async for r in queries.bench_scope_buckets(conn, project_id=PROJECT, subject_ids=candidates)
-        ]
-    finally:
-        await conn.close()
+async def subjects_in_distinct_buckets(conn: Any, n: int) -> list[str]:
+    """`n` subject ids of PROJECT whose scopes hash to `n` different buckets (migration 0008)."""
+    candidates = [f"subject-{i}" for i in range(256)]
+    queries = load_bench_queries()
+    rows = [r async for r in queries.bench_scope_buckets(conn, project_id=PROJECT, subject_ids=candidates)]
     chosen: dict[int, str] = {}
     for row in rows:
         chosen.setdefault(row["bucket"], row["subject_id"])
     if len(chosen) < n:
-        raise SystemExit(f"only {len(chosen)} buckets among the candidate subjects, {n} runs asked")
+        raise SystemExit(f"{n} runs (--rounds x --concurrency values), but only {len(chosen)} scope buckets")
     return [chosen[b] for b in sorted(chosen)][:n]
 
 
@@ -70,16 +63,16 @@ async def run(args: argparse.Namespace, fake_url: str) -> dict[str, Any]:
             embed_provider="openai",
             embed_base_url=fake_url,
         )
+        plan = [(r, c) for r in range(args.rounds) for c in args.concurrency]
         conn = await connect(settings)
-        await migrate(conn)
-        await conn.close()
+        try:
+            await migrate(conn)
+            subjects = await subjects_in_distinct_buckets(conn, len(plan))
+        finally:
+            await conn.close()
         rng = random.Random(7)
         path = base / "facts.jsonl"
         path.write_text("".join(json.dumps({"content": fact_text(rng, i)}) + "\n" for i in range(args.facts)))
-        plan = [(r, c) for r in range(args.rounds) for c in args.concurrency]
-        if len(plan) > BUCKETS:
-            raise SystemExit(f"at most {BUCKETS} runs (--rounds x --concurrency values)")
-        subjects = await subjects_in_distinct_buckets(settings, len(plan))
         rates: dict[int, list[float]] = {c: [] for c in args.concurrency}
         for (round_no, concurrency), subject in zip(plan, subjects, strict=True):
             opts = importer.ImportOptions(

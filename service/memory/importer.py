@@ -624,9 +624,9 @@ async def run_import(settings: Settings, opts: ImportOptions) -> int:
 
     def request_stop() -> None:
         if not stop.is_set():
-            err.print("stopping after the batch in flight (Ctrl-C again to abort at once)...")
+            err.print("stopping after the batches in flight (Ctrl-C again to abort at once)...")
             stop.set()
-            # A second Ctrl-C falls back to the default: KeyboardInterrupt, batch rolled back.
+            # A second Ctrl-C falls back to the default: KeyboardInterrupt, batches rolled back.
             loop.remove_signal_handler(signal.SIGINT)
 
     handled = []
@@ -692,5 +692,5 @@ def main_sync(settings: Settings, opts: ImportOptions) -> int:
     try:
         return asyncio.run(run_import(settings, opts))
     except KeyboardInterrupt:
-        print("haki import: aborted; the batch in flight was rolled back", file=sys.stderr)
+        print("haki import: aborted; the batches in flight were rolled back", file=sys.stderr)
         return Exit.INTERRUPTED
