@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import threading
@@ -297,3 +298,36 @@ async def test_a_line_the_store_refuses_keeps_the_others_vectors(
     assert sorted(t for t in texts if t.startswith(("kept", "supersedes"))) == sorted(
         r["content"] for r in rows
     )
+
+
+async def test_a_batch_committed_without_its_record_is_not_written_again(
+    settings: Settings, migrated: str, embeddings_server: EmbeddingsServer, tmp_path: Path
+) -> None:
+    # A hard kill between a batch's COMMIT and the progress write loses only the record. Played
+    # here by putting back the progress file as it was after the first batch: the resumed import
+    # reads lines 5-12 again, and their batches are answered from their Idempotency-Key records.
+    project = f"pipe-{uuid.uuid4().hex[:12]}"
+    rows = [{"content": f"line {n}"} for n in range(12)]
+    path = write_jsonl(tmp_path / "facts.jsonl", rows)
+    opts = importer.ImportOptions(
+        path=path, project_id=project, subject_id="s", batch_size=4, show_progress=False, concurrency=1
+    )
+    over_openai = openai_settings(settings, embeddings_server.port)
+    assert await importer.run_import(over_openai, opts) == importer.Exit.OK
+    done = saved_progress(path)
+    assert done is not None and done.run_id is not None and done.written == 12
+    first_batch = sum(len(line) for line in path.read_bytes().splitlines(keepends=True)[:4])
+    lost = msgspec.structs.replace(done, offset=first_batch, line=4, written=4, done=False)
+    importer.progress_path(path).write_bytes(msgspec.json.encode(lost))
+
+    assert await importer.run_import(over_openai, opts) == importer.Exit.OK
+    assert await facts_of(settings, project) == 12
+    resumed = saved_progress(path)
+    assert resumed is not None and (resumed.done, resumed.written, resumed.run_id) == (True, 12, done.run_id)
+
+    # --restart is a new run: its keys are new, and every line is written again.
+    restarted = dataclasses.replace(opts, restart=True)
+    assert await importer.run_import(over_openai, restarted) == importer.Exit.OK
+    assert await facts_of(settings, project) == 24
+    again = saved_progress(path)
+    assert again is not None and again.run_id not in (None, done.run_id)

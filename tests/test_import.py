@@ -65,7 +65,7 @@ async def _counts(database: str, subject: str) -> dict[str, int]:
 
 
 def saved_progress(path: Path) -> dict[str, Any]:
-    """FILE.haki-progress as saved (empty before the first batch commits)."""
+    """FILE.haki-progress as saved (empty before the import starts: at line 0 until a batch commits)."""
     progress_file = Path(f"{path}.haki-progress")
     return json.loads(progress_file.read_text()) if progress_file.exists() else {}
 
@@ -143,7 +143,7 @@ def test_resume_after_an_interruption_writes_each_line_once(database: str, tmp_p
 
     proc = haki_import(database, *args, wait=False)
     deadline = time.monotonic() + 120
-    while not progress_file.exists():
+    while not saved_progress(path).get("line"):
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "no batch committed in time"
         time.sleep(0.005)

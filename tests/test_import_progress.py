@@ -5,6 +5,7 @@ the file are the importer's own."""
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import msgspec
@@ -72,3 +73,15 @@ def test_a_version_1_progress_file_resumes_without_spans(tmp_path: Path) -> None
     saved = {"kind": "facts", "project_id": "p", "subject_id": "s", "offset": 0, "line": 0, "version": 1}
     progress = msgspec.json.decode(json.dumps(saved).encode(), type=ImportProgress)
     assert (progress.version, progress.committed_ahead) == (1, [])
+
+
+def test_batch_keys_follow_the_run_and_the_lines(tmp_path: Path) -> None:
+    opts = ImportOptions(path=lines_file(tmp_path, 4), project_id="p", subject_id="s")
+    run, other_run = uuid.uuid4(), uuid.uuid4()
+    key = importer.batch_key(opts, run, [1, 2])
+    # The same run resumed asks with the same key; another run (--restart) or lines, another key.
+    assert importer.batch_key(opts, run, [1, 2]) == key
+    assert len({key, importer.batch_key(opts, other_run, [1, 2]), importer.batch_key(opts, run, [1])}) == 3
+    # A progress file before version 3 (no run_id) keeps the keys its import began with.
+    legacy = uuid.uuid5(uuid.NAMESPACE_URL, f"{opts.path.resolve()}|p|s|[1, 2]")
+    assert importer.batch_key(opts, None, [1, 2]) == str(legacy)

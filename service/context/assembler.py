@@ -68,10 +68,9 @@ async def open_context_call(conn: Conn, project_id: str | None = None, model: st
       connection (each has one right plan for every scope; the walks pick an exact scan or their
       bucket's HNSW graph when they run, migration 0017), with HNSW allowed EF_SEARCH rows and an
       iterative scan past rows the scope filter rejects;
-    - the durability choice: the commit (of the call's trace) does not wait for the WAL flush. A
-      crash can lose the last few hundred ms of traces, never corrupt them; memories are never
-      written by a context call (docs/performance.md). As a statement of its own before the
-      trace write it cost a round trip on the call's critical path (0.37-0.49 ms a call)."""
+    - no durability choice: synchronous_commit stays on, so the commit of the call's trace waits
+      for the WAL flush and the trace is durable before the packet is returned
+      (docs/spec/context-profiles.md)."""
     recorded = await repo.open_context_call(conn, EF_SEARCH, project_id)
     if project_id is not None and model is not None:
         embedding_model.require_model(project_id, recorded, model)

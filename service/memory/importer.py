@@ -23,9 +23,11 @@ Resuming: after each committed batch FILE.haki-progress is written (atomically, 
 byte offset and line number up to which every batch has committed, and the spans of the batches
 committed beyond it. Ctrl-C or SIGTERM finishes the batches in flight, saves the position and
 exits 130; the same command then resumes after the position and skips the spans, so each line
-is written once. Only a hard kill (SIGKILL, power loss) landing in the millisecond between a
-batch's COMMIT and the progress write can replay that one batch. `--restart` ignores a saved
-position.
+is written once. A hard kill (SIGKILL, power loss) between a batch's COMMIT and the progress
+write loses only the record: each batch is stored under an Idempotency-Key derived from the
+import's `run_id` (saved before the first batch) and its lines, as POST /v1/facts stores one, so
+the resumed import gets that batch's first answer back instead of writing it again (within
+HAKI_IDEMPOTENCY_TTL_SECONDS). `--restart` ignores a saved position and starts a new run.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeAlias, TypeVar
 from uuid import NAMESPACE_URL, UUID, uuid5
 
 import httpx
@@ -65,7 +67,9 @@ from service.constants import IMPORT_CONCURRENCY, IMPORT_MAX_CONCURRENCY, MAX_BA
 from service.db import connect, create_pool
 from service.db.migrations import migrate
 from service.embedding.embedder import Embedder, build_embedder, check_embedder
-from service.errors import InvalidInput
+from service.errors import Conflict, InvalidInput
+from service.ids import uuid7
+from service.memory import idempotency
 from service.memory import writes as memory
 from service.memory.statistics import StatisticsKeeper
 from service.repository.maintenance import MemoryTable
@@ -76,15 +80,18 @@ from service.structs import (
     ProjectId,
     SubjectId,
     WriteEventsRequest,
+    WriteEventsResponse,
     WriteFactsRequest,
+    WriteFactsResponse,
 )
 
 # What an import file holds: the rows of one memory table.
 Kind = MemoryTable
 
 PROGRESS_SUFFIX: Final = ".haki-progress"
-# 2 adds `committed_ahead`; a version 1 file (no spans) resumes as before.
-PROGRESS_VERSION: Final = 2
+# 2 adds `committed_ahead`, 3 `run_id`; an older file resumes as before (its batches keyed by
+# file, scope and lines: batch_key).
+PROGRESS_VERSION: Final = 3
 # The summary names every rejected line up to this many; the progress file keeps as many.
 MAX_LISTED_REJECTS: Final = 1000
 
@@ -137,6 +144,9 @@ class ImportProgress(msgspec.Struct, kw_only=True):
     rejected_count: int = 0
     rejected: list[Rejected] = msgspec.field(default_factory=list)
     done: bool = False
+    # This run's id, saved before its first batch: the batches' Idempotency-Keys derive from it
+    # (batch_key). None in a file before version 3.
+    run_id: UUID | None = None
 
 
 class _Scope(msgspec.Struct, forbid_unknown_fields=True):
@@ -183,7 +193,9 @@ def progress_path(path: Path) -> Path:
 
 
 def _load_progress(opts: ImportOptions) -> ImportProgress:
-    fresh = ImportProgress(kind=opts.kind, project_id=opts.project_id, subject_id=opts.subject_id)
+    fresh = ImportProgress(
+        kind=opts.kind, project_id=opts.project_id, subject_id=opts.subject_id, run_id=uuid7()
+    )
     saved_at = progress_path(opts.path)
     if opts.restart or not saved_at.exists():
         return fresh
@@ -210,6 +222,27 @@ def _save_progress(opts: ImportOptions, progress: ImportProgress) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, target)
+
+
+def batch_key(opts: ImportOptions, run_id: UUID | None, lines: list[int]) -> str:
+    """The Idempotency-Key of a batch of these lines: the same for every run of one import, so a
+    batch that committed without its progress record is answered, not written, when the import
+    resumes; another for a --restart. A progress file before version 3 (no run_id) keeps the
+    keys its import was started with, of the file, the scope and the lines."""
+    origin = (
+        str(run_id) if run_id is not None else f"{opts.path.resolve()}|{opts.project_id}|{opts.subject_id}"
+    )
+    return str(uuid5(NAMESPACE_URL, f"{origin}|{lines}"))
+
+
+class ChangedFile(ImportAborted):
+    """A batch of these lines was committed by an earlier run of this import with other content."""
+
+    def __init__(self, opts: ImportOptions, lines: list[int]) -> None:
+        super().__init__(
+            f"lines {lines[0]}-{lines[-1]} of {opts.path} were imported by an earlier run of this "
+            "import with other content (the file changed since); --restart imports the file again"
+        )
 
 
 def count_lines(path: Path) -> int:
@@ -270,6 +303,9 @@ def _batches(
 
 
 Prepared = memory.PreparedFacts | memory.PreparedEvents
+# The batch being checked and embedded while the one before it is stored.
+Ahead: TypeAlias = "asyncio.Future[Prepared] | None"
+_P = TypeVar("_P")
 
 
 async def _prepare(embedder: Embedder, settings: Settings, opts: ImportOptions, items: list[Any]) -> Prepared:
@@ -282,11 +318,47 @@ async def _prepare(embedder: Embedder, settings: Settings, opts: ImportOptions, 
     return await memory.prepare_events(embedder, settings, principal, events_req)
 
 
-async def _store(conn: Any, prepared: Prepared) -> None:
+class _Held:
+    """The connection a batch is stored on, lent as a request's is (idempotency.run_once)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def set_aside(self) -> contextlib.nullcontext[None]:
+        return contextlib.nullcontext()
+
+
+async def _ready(prepared: _P) -> _P:
+    return prepared
+
+
+async def _store(conn: Any, settings: Settings, prepared: Prepared, key: str) -> None:
+    """Stores the batch in one transaction under Idempotency-Key `key`, as POST /v1/facts
+    (/v1/events) does: a key an earlier run committed is answered from its record."""
+    once = functools.partial(
+        idempotency.run_once,
+        _Held(conn),
+        settings,
+        Principal(project_id=prepared.req.project_id, key_id=CLI_KEY_ID),
+        project_id=prepared.req.project_id,
+        key=key,
+        request=prepared.req,
+        status_code=201,
+    )
     if isinstance(prepared, memory.PreparedFacts):
-        await memory.store_facts(conn, prepared)
+        await once(
+            route="POST /v1/facts",
+            response_type=WriteFactsResponse,
+            prepare=functools.partial(_ready, prepared),
+            write=functools.partial(memory.store_facts, conn),
+        )
     else:
-        await memory.store_events(conn, prepared)
+        await once(
+            route="POST /v1/events",
+            response_type=WriteEventsResponse,
+            prepare=functools.partial(_ready, prepared),
+            write=functools.partial(memory.store_events, conn),
+        )
 
 
 def _without(prepared: Prepared, i: int) -> Prepared:
@@ -309,10 +381,12 @@ async def _write_batch(
     embedder: Embedder,
     settings: Settings,
     opts: ImportOptions,
+    run_id: UUID | None,
     batch: _Batch,
-    ahead: asyncio.Future[Prepared] | None = None,
+    ahead: Ahead = None,
 ) -> int:
-    """Writes the batch atomically; a line the service refuses is rejected and the rest retried.
+    """Writes the batch atomically, at most once (batch_key); a line the service refuses is
+    rejected and the rest retried.
 
     `ahead` is the batch already being checked and embedded (started while the previous batch
     was stored). A line the checks refuse is dropped and the rest checked again before any
@@ -321,11 +395,14 @@ async def _write_batch(
     items = list(batch.items)
     prepared: Prepared | None = None
     while items:
+        lines = [n for n, _ in items]
         try:
             if prepared is None:
                 started, ahead = ahead, None
                 prepared = await (started or _prepare(embedder, settings, opts, [i for _, i in items]))
-            await _store(conn, prepared)
+            await _store(conn, settings, prepared, batch_key(opts, run_id, lines))
+        except Conflict as exc:
+            raise ChangedFile(opts, lines) from exc
         except InvalidInput as exc:
             where = _ITEM_INDEX.match(str((exc.details or {}).get("field", "")))
             if where is None or int(where.group("i")) >= len(items):
@@ -381,18 +458,16 @@ class _LocalWriter:
         await writer.statistics.load_estimates()
         return writer
 
-    def start(self, opts: ImportOptions, batch: _Batch) -> asyncio.Future[Prepared] | None:
+    def start(self, opts: ImportOptions, batch: _Batch) -> Ahead:
         """Starts checking and embedding the batch, to overlap the store of the one before it."""
         if not batch.items:
             return None
         items = [i for _, i in batch.items]
         return asyncio.ensure_future(_prepare(self.embedder, self.settings, opts, items))
 
-    async def write(
-        self, opts: ImportOptions, batch: _Batch, ahead: asyncio.Future[Prepared] | None = None
-    ) -> int:
+    async def write(self, opts: ImportOptions, run: UUID | None, batch: _Batch, ahead: Ahead = None) -> int:
         async with self.pool.acquire() as conn:
-            written = await _write_batch(conn, self.embedder, self.settings, opts, batch, ahead)
+            written = await _write_batch(conn, self.embedder, self.settings, opts, run, batch, ahead)
         self.statistics.note(opts.kind, written)
         async with self._refreshing:
             await self.statistics.refresh_due()
@@ -438,9 +513,7 @@ class _RemoteWriter:
             raise ImportAborted(f"{remote.url}: {r.status_code} {_error_message(r)}")
         return cls(client)
 
-    async def write(
-        self, opts: ImportOptions, batch: _Batch, ahead: asyncio.Future[Prepared] | None = None
-    ) -> int:
+    async def write(self, opts: ImportOptions, run: UUID | None, batch: _Batch, ahead: Ahead = None) -> int:
         items = list(batch.items)
         while items:
             body = {
@@ -448,13 +521,13 @@ class _RemoteWriter:
                 "subject_id": opts.subject_id,
                 opts.kind: [msgspec.to_builtins(i) for _, i in items],
             }
-            sent = f"{opts.path.resolve()}|{opts.project_id}|{opts.subject_id}|{[n for n, _ in items]}"
+            lines = [n for n, _ in items]
             r = await self.client.post(
                 f"/v1/{opts.kind}",
                 content=msgspec.json.encode(body),
                 headers={
                     "content-type": "application/json",
-                    "Idempotency-Key": str(uuid5(NAMESPACE_URL, sent)),
+                    "Idempotency-Key": batch_key(opts, run, lines),
                 },
             )
             if r.status_code in (200, 201):
@@ -619,6 +692,8 @@ async def run_import(settings: Settings, opts: ImportOptions) -> int:
     else:
         writer = await _LocalWriter.open(settings)
 
+    # The run's id is on disk before any batch can commit under a key derived from it.
+    _save_progress(opts, progress)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -650,7 +725,9 @@ async def run_import(settings: Settings, opts: ImportOptions) -> int:
                     await asyncio.wait([current_ahead])
                 batch = next(batches, None)
                 ahead = writer.start(opts, batch) if batch is not None and not stop.is_set() else None
-                await stores.add(current, functools.partial(writer.write, opts, current, current_ahead))
+                await stores.add(
+                    current, functools.partial(writer.write, opts, progress.run_id, current, current_ahead)
+                )
                 if stop.is_set():
                     break
             await stores.drain()
@@ -659,10 +736,11 @@ async def run_import(settings: Settings, opts: ImportOptions) -> int:
                 _save_progress(opts, progress)
         except Exception as exc:
             await stores.drain(quietly=True)  # what else commits is kept, then the position
+            advice = (
+                str(exc) if isinstance(exc, ImportAborted) else f"{exc!r}; run the same command to resume"
+            )
             err.print(
-                f"haki import: stopped after line {progress.line} ({exc!r}); run the same command to resume",
-                highlight=False,
-                markup=False,
+                f"haki import: stopped after line {progress.line} ({advice})", highlight=False, markup=False
             )
             _summary(out, opts, progress, total_lines)
             return Exit.REJECTED
