@@ -217,3 +217,9 @@ def test_usage_errors(database: str, tmp_path: Path) -> None:
             database, path, "--project", PROJECT, "--subject", "s", "--concurrency", concurrency
         )
         assert bad.returncode == 2 and "--concurrency must be within 1..8" in bad.stderr
+    # The progress file is written before the first batch (it holds the run's id): where it cannot
+    # be, the import stops before it opens the database.
+    Path(f"{path}.haki-progress.tmp").mkdir()
+    unwritable = haki_import(database, path, "--project", PROJECT, "--subject", "unwritable")
+    assert unwritable.returncode == 2 and "haki-progress.tmp" in unwritable.stderr, unwritable.stderr
+    assert not Path(f"{path}.haki-progress").exists()

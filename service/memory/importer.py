@@ -681,6 +681,12 @@ async def run_import(settings: Settings, opts: ImportOptions) -> int:
         return Exit.REJECTED if progress.rejected_count else Exit.OK
     if progress.line or progress.committed_ahead:
         err.print(f"resuming after line {progress.line} ({progress.written} {opts.kind} already written)")
+    try:
+        # The run's id is on disk before any batch can commit under a key derived from it.
+        _save_progress(opts, progress)
+    except OSError as exc:
+        err.print(f"haki import: {exc}", highlight=False, markup=False)
+        return Exit.USAGE
 
     writer: _LocalWriter | _RemoteWriter
     if opts.remote is not None:
@@ -692,8 +698,6 @@ async def run_import(settings: Settings, opts: ImportOptions) -> int:
     else:
         writer = await _LocalWriter.open(settings)
 
-    # The run's id is on disk before any batch can commit under a key derived from it.
-    _save_progress(opts, progress)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
