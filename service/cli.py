@@ -605,8 +605,19 @@ COMMANDS: tuple[Command, ...] = (
 )
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends an option's default to its help, unless it has none to show (None, a flag's
+    False) or the help already says what it is."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default is None or action.default is False or "(default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    fmt = argparse.ArgumentDefaultsHelpFormatter
+    fmt = _HelpFormatter
     parser = argparse.ArgumentParser(
         prog="haki", description="Haki memory service for AI agents.", formatter_class=fmt
     )

@@ -56,6 +56,16 @@ def test_serve_help_describes_every_flag_with_its_default() -> None:
     assert "listen on" in text and "every request" in text
 
 
+def test_import_help_shows_a_default_once_and_none_it_lacks() -> None:
+    done = haki("import", "--help")
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "(default: 1000)" in text and "(default: 2)" in text  # --batch-size, --concurrency
+    # --project and --subject have none, --restart is a flag, --kind and --url say theirs.
+    assert "(default: None)" not in text and "(default: False)" not in text, text
+    assert text.count("(default") == text.count("(default: ") == 5, text
+
+
 def test_busy_port_is_reported_before_anything_starts(tmp_path: Path) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
         taken.bind(("127.0.0.1", 0))
