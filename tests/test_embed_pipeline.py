@@ -324,10 +324,11 @@ async def test_a_batch_committed_without_its_record_is_not_written_again(
     assert await facts_of(settings, project) == 12
     resumed = saved_progress(path)
     assert resumed is not None and (resumed.done, resumed.written, resumed.run_id) == (True, 12, done.run_id)
+    assert resumed.replayed == 8  # lines 5-12, answered from their records
 
     # --restart is a new run: its keys are new, and every line is written again.
     restarted = dataclasses.replace(opts, restart=True)
     assert await importer.run_import(over_openai, restarted) == importer.Exit.OK
     assert await facts_of(settings, project) == 24
     again = saved_progress(path)
-    assert again is not None and again.run_id not in (None, done.run_id)
+    assert again is not None and again.run_id not in (None, done.run_id) and again.replayed == 0

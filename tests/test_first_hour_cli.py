@@ -171,6 +171,25 @@ def test_import_over_http_with_haki_url_and_key(server: Server, api_key: str, tm
         "import", str(path), "--project", PROJECT, "--subject", "remote", "--batch-size", "1", env=env
     )
     assert "already imported" in again.stderr
+    # A record lost after its batch committed (a hard kill between the two): the position put back
+    # after line 2, the resumed import's request for line 3 is answered from its Idempotency-Key
+    # record, not written again.
+    progress_file = Path(f"{path}.haki-progress")
+    saved = json.loads(progress_file.read_text())
+    saved.update(offset=sum(map(len, path.read_bytes().splitlines(keepends=True)[:2])), line=2, written=1)
+    progress_file.write_text(json.dumps({**saved, "done": False}))
+    resumed = haki(
+        "import", str(path), "--project", PROJECT, "--subject", "remote", "--batch-size", "1", env=env
+    )
+    assert resumed.returncode == 1, resumed.stdout + resumed.stderr  # line 2 stays refused
+    assert "2 facts written" in resumed.stdout, resumed.stdout
+    assert "(1 of them found committed by an earlier run)" in resumed.stdout, resumed.stdout
+    r = httpx.get(
+        f"{server.url}/v1/facts",
+        params={"subject_id": "remote"},
+        headers={"Authorization": f"Bearer {api_key}"},
+    )
+    assert len(r.json()["facts"]) == 2
     # A wrong key is refused before any line is read.
     env["HAKI_API_KEY"] = "hk_wrong"
     bad = haki("import", str(path), "--project", PROJECT, "--subject", "other", "--restart", env=env)

@@ -147,6 +147,8 @@ class ImportProgress(msgspec.Struct, kw_only=True):
     # This run's id, saved before its first batch: the batches' Idempotency-Keys derive from it
     # (batch_key). None in a file before version 3.
     run_id: UUID | None = None
+    # Of `written`, the lines found committed by an earlier run when the import resumed.
+    replayed: int = 0
 
 
 class _Scope(msgspec.Struct, forbid_unknown_fields=True):
@@ -183,6 +185,8 @@ class _Batch:
     rejects: list[Rejected] = field(default_factory=list)
     end_offset: int = 0
     end_line: int = 0
+    # Lines an earlier run of this import had committed (answered from the batch key's record).
+    replayed: int = 0
 
     def span(self) -> Span:
         return Span(self.start_offset, self.start_line, self.end_offset, self.end_line)
@@ -332,9 +336,9 @@ async def _ready(prepared: _P) -> _P:
     return prepared
 
 
-async def _store(conn: Any, settings: Settings, prepared: Prepared, key: str) -> None:
+async def _store(conn: Any, settings: Settings, prepared: Prepared, key: str) -> bool:
     """Stores the batch in one transaction under Idempotency-Key `key`, as POST /v1/facts
-    (/v1/events) does: a key an earlier run committed is answered from its record."""
+    (/v1/events) does: a key an earlier run committed is answered from its record (True)."""
     once = functools.partial(
         idempotency.run_once,
         _Held(conn),
@@ -346,19 +350,20 @@ async def _store(conn: Any, settings: Settings, prepared: Prepared, key: str) ->
         status_code=201,
     )
     if isinstance(prepared, memory.PreparedFacts):
-        await once(
+        facts = await once(
             route="POST /v1/facts",
             response_type=WriteFactsResponse,
             prepare=functools.partial(_ready, prepared),
             write=functools.partial(memory.store_facts, conn),
         )
-    else:
-        await once(
-            route="POST /v1/events",
-            response_type=WriteEventsResponse,
-            prepare=functools.partial(_ready, prepared),
-            write=functools.partial(memory.store_events, conn),
-        )
+        return facts.replayed
+    events = await once(
+        route="POST /v1/events",
+        response_type=WriteEventsResponse,
+        prepare=functools.partial(_ready, prepared),
+        write=functools.partial(memory.store_events, conn),
+    )
+    return events.replayed
 
 
 def _without(prepared: Prepared, i: int) -> Prepared:
@@ -400,7 +405,8 @@ async def _write_batch(
             if prepared is None:
                 started, ahead = ahead, None
                 prepared = await (started or _prepare(embedder, settings, opts, [i for _, i in items]))
-            await _store(conn, settings, prepared, batch_key(opts, run_id, lines))
+            if await _store(conn, settings, prepared, batch_key(opts, run_id, lines)):
+                batch.replayed = len(items)
         except Conflict as exc:
             raise ChangedFile(opts, lines) from exc
         except InvalidInput as exc:
@@ -531,6 +537,8 @@ class _RemoteWriter:
                 },
             )
             if r.status_code in (200, 201):
+                if r.headers.get("Idempotent-Replayed") == "true":
+                    batch.replayed = len(items)
                 return len(items)
             field_name = _error_field(r)
             where = _ITEM_INDEX.match(field_name)
@@ -585,8 +593,9 @@ def _progress_bar(console: Console, enabled: bool) -> Progress:
 
 def _summary(out: Console, opts: ImportOptions, progress: ImportProgress, total_lines: int) -> None:
     out.print(
-        f"{opts.path}: {progress.written} {opts.kind} written into "
-        f"{opts.project_id}/{opts.subject_id}, {progress.rejected_count} line(s) rejected, "
+        f"{opts.path}: {progress.written} {opts.kind} written into {opts.project_id}/{opts.subject_id}"
+        + (f" ({progress.replayed} of them found committed by an earlier run)" if progress.replayed else "")
+        + f", {progress.rejected_count} line(s) rejected, "
         f"{progress.line} of {total_lines} line(s) read",
         highlight=False,
     )
@@ -603,6 +612,7 @@ def _record(opts: ImportOptions, progress: ImportProgress, batch: _Batch, writte
     """A batch is done: its counts join the progress, and the position moves past every batch
     done from it on; a batch done before one ahead of it is kept as a span. Saved at once."""
     progress.written += written
+    progress.replayed += batch.replayed
     progress.rejected_count += len(batch.rejects)
     room = MAX_LISTED_REJECTS - len(progress.rejected)
     progress.rejected.extend(batch.rejects[: max(0, room)])
