@@ -332,38 +332,36 @@ class _Held:
         return contextlib.nullcontext()
 
 
-async def _ready(prepared: _P) -> _P:
-    return prepared
-
-
 async def _store(conn: Any, settings: Settings, prepared: Prepared, key: str) -> bool:
     """Stores the batch in one transaction under Idempotency-Key `key`, as POST /v1/facts
     (/v1/events) does: a key an earlier run committed is answered from its record (True)."""
-    once = functools.partial(
-        idempotency.run_once,
-        _Held(conn),
-        settings,
-        Principal(project_id=prepared.req.project_id, key_id=CLI_KEY_ID),
-        project_id=prepared.req.project_id,
-        key=key,
-        request=prepared.req,
-        status_code=201,
-    )
     if isinstance(prepared, memory.PreparedFacts):
-        facts = await once(
-            route="POST /v1/facts",
-            response_type=WriteFactsResponse,
-            prepare=functools.partial(_ready, prepared),
-            write=functools.partial(memory.store_facts, conn),
-        )
-        return facts.replayed
-    events = await once(
-        route="POST /v1/events",
-        response_type=WriteEventsResponse,
-        prepare=functools.partial(_ready, prepared),
-        write=functools.partial(memory.store_events, conn),
-    )
-    return events.replayed
+        facts = (prepared.req, "POST /v1/facts", WriteFactsResponse, memory.store_facts)
+        return await _store_once(conn, settings, prepared, key, *facts)
+    events = (prepared.req, "POST /v1/events", WriteEventsResponse, memory.store_events)
+    return await _store_once(conn, settings, prepared, key, *events)
+
+
+async def _store_once(
+    conn: Any,
+    settings: Settings,
+    prepared: _P,
+    key: str,
+    request: WriteFactsRequest | WriteEventsRequest,
+    route: str,
+    response_type: type[idempotency.T],
+    store: Callable[[Any, _P], Awaitable[idempotency.T]],
+) -> bool:
+    async def ready() -> _P:
+        return prepared
+
+    as_cli = Principal(project_id=request.project_id, key_id=CLI_KEY_ID)
+    once = functools.partial(idempotency.run_once, _Held(conn), settings, as_cli, status_code=201)
+    outcome = await once(
+        project_id=request.project_id, key=key, route=route, request=request,
+        response_type=response_type, prepare=ready, write=functools.partial(store, conn),
+    )  # fmt: skip
+    return outcome.replayed
 
 
 def _without(prepared: Prepared, i: int) -> Prepared:
