@@ -332,3 +332,34 @@ async def test_a_batch_committed_without_its_record_is_not_written_again(
     assert await facts_of(settings, project) == 24
     again = saved_progress(path)
     assert again is not None and again.run_id not in (None, done.run_id) and again.replayed == 0
+
+
+async def test_a_batch_committed_with_other_lines_stops_the_resumed_import(
+    settings: Settings,
+    migrated: str,
+    embeddings_server: EmbeddingsServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The same lost record, but the file changed meanwhile: the second batch's key was committed
+    # with other content, which the import says instead of writing or asking to resume again.
+    project = f"pipe-{uuid.uuid4().hex[:12]}"
+    path = write_jsonl(tmp_path / "facts.jsonl", [{"content": f"line {n}"} for n in range(8)])
+    opts = importer.ImportOptions(
+        path=path, project_id=project, subject_id="s", batch_size=4, show_progress=False, concurrency=1
+    )
+    over_openai = openai_settings(settings, embeddings_server.port)
+    assert await importer.run_import(over_openai, opts) == importer.Exit.OK
+    done = saved_progress(path)
+    assert done is not None
+    first_batch = sum(len(line) for line in path.read_bytes().splitlines(keepends=True)[:4])
+    lost = msgspec.structs.replace(done, offset=first_batch, line=4, written=4, done=False)
+    importer.progress_path(path).write_bytes(msgspec.json.encode(lost))
+    write_jsonl(path, [{"content": f"line {n}" if n != 5 else "line five"} for n in range(8)])
+    capsys.readouterr()
+
+    assert await importer.run_import(over_openai, opts) == importer.Exit.REJECTED
+    err = capsys.readouterr().err
+    assert "lines 5-8" in err and "other content" in err and "--restart" in err, err
+    assert "run the same command to resume" not in err
+    assert await facts_of(settings, project) == 8
