@@ -196,6 +196,11 @@ class Conflict(HakiError, status=409, code="conflict"):
     pass
 
 
+class IdempotencyKeyReused(Conflict):
+    """An Idempotency-Key already used with another request body: the same 409 `conflict` over
+    HTTP, told apart from a key whose first request is still in progress (`haki import`)."""
+
+
 class EmbeddingModelMismatch(HakiError, status=409, code="embedding_model_mismatch"):
     """The server's embedder is not the model the project's vectors were made with: its query
     vectors would find wrong neighbours, and its write vectors would mix two spaces."""

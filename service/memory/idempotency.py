@@ -24,7 +24,7 @@ import msgspec
 
 from service.api.auth import Principal
 from service.db import Lent
-from service.errors import Conflict
+from service.errors import Conflict, IdempotencyKeyReused
 from service.repository import Conn
 from service.repository import idempotency as idempotency_repo
 from service.settings import Settings
@@ -58,7 +58,7 @@ async def _replay(
         return None
     stored_digest, status_code, response = stored
     if stored_digest != digest:
-        raise Conflict(
+        raise IdempotencyKeyReused(
             "This Idempotency-Key was already used with another request body.",
             idempotency_key=key,
         )

@@ -67,7 +67,7 @@ from service.constants import IMPORT_CONCURRENCY, IMPORT_MAX_CONCURRENCY, MAX_BA
 from service.db import connect, create_pool
 from service.db.migrations import migrate
 from service.embedding.embedder import Embedder, build_embedder, check_embedder
-from service.errors import Conflict, InvalidInput
+from service.errors import IdempotencyKeyReused, InvalidInput
 from service.ids import uuid7
 from service.memory import idempotency
 from service.memory import writes as memory
@@ -405,7 +405,7 @@ async def _write_batch(
                 prepared = await (started or _prepare(embedder, settings, opts, [i for _, i in items]))
             if await _store(conn, settings, prepared, batch_key(opts, run_id, lines)):
                 batch.replayed = len(items)
-        except Conflict as exc:
+        except IdempotencyKeyReused as exc:
             raise ChangedFile(opts, lines) from exc
         except InvalidInput as exc:
             where = _ITEM_INDEX.match(str((exc.details or {}).get("field", "")))
