@@ -215,6 +215,14 @@ def saved_progress(path: Path) -> importer.ImportProgress | None:
     return msgspec.json.decode(progress_file.read_bytes(), type=importer.ImportProgress)
 
 
+def lose_records_after_line_4(path: Path, done: importer.ImportProgress) -> None:
+    """Puts back the progress file of a finished import as it was once its first batch (lines 1-4,
+    four written) had committed: what a hard kill between later COMMITs and their records leaves."""
+    first_batch = sum(len(line) for line in path.read_bytes().splitlines(keepends=True)[:4])
+    lost = msgspec.structs.replace(done, offset=first_batch, line=4, written=4, done=False)
+    importer.progress_path(path).write_bytes(msgspec.json.encode(lost))
+
+
 async def test_the_import_embeds_the_next_batch_while_it_stores_one(
     settings: Settings, migrated: str, embeddings_server: EmbeddingsServer, tmp_path: Path
 ) -> None:
@@ -316,9 +324,7 @@ async def test_a_batch_committed_without_its_record_is_not_written_again(
     assert await importer.run_import(over_openai, opts) == importer.Exit.OK
     done = saved_progress(path)
     assert done is not None and done.run_id is not None and done.written == 12
-    first_batch = sum(len(line) for line in path.read_bytes().splitlines(keepends=True)[:4])
-    lost = msgspec.structs.replace(done, offset=first_batch, line=4, written=4, done=False)
-    importer.progress_path(path).write_bytes(msgspec.json.encode(lost))
+    lose_records_after_line_4(path, done)
 
     assert await importer.run_import(over_openai, opts) == importer.Exit.OK
     assert await facts_of(settings, project) == 12
@@ -352,9 +358,7 @@ async def test_a_batch_committed_with_other_lines_stops_the_resumed_import(
     assert await importer.run_import(over_openai, opts) == importer.Exit.OK
     done = saved_progress(path)
     assert done is not None
-    first_batch = sum(len(line) for line in path.read_bytes().splitlines(keepends=True)[:4])
-    lost = msgspec.structs.replace(done, offset=first_batch, line=4, written=4, done=False)
-    importer.progress_path(path).write_bytes(msgspec.json.encode(lost))
+    lose_records_after_line_4(path, done)
     write_jsonl(path, [{"content": f"line {n}" if n != 5 else "line five"} for n in range(8)])
     capsys.readouterr()
 
