@@ -196,9 +196,15 @@ class Conflict(HakiError, status=409, code="conflict"):
     pass
 
 
+# `details.reason` of a 409 `conflict` about an Idempotency-Key (docs/spec/api.md, "Idempotency").
+IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
+IDEMPOTENCY_KEY_IN_PROGRESS = "idempotency_key_in_progress"
+
+
 class IdempotencyKeyReused(Conflict):
     """An Idempotency-Key already used with another request body: the same 409 `conflict` over
-    HTTP, told apart from a key whose first request is still in progress (`haki import`)."""
+    HTTP, told apart by `details.reason` from a key whose first request is still in progress
+    (`haki import`, local or remote, says the file changed)."""
 
 
 class EmbeddingModelMismatch(HakiError, status=409, code="embedding_model_mismatch"):

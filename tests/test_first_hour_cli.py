@@ -190,6 +190,16 @@ def test_import_over_http_with_haki_url_and_key(server: Server, api_key: str, tm
         headers={"Authorization": f"Bearer {api_key}"},
     )
     assert len(r.json()["facts"]) == 2
+    # The same lost record, but line 3 changed since: its batch's key is held with other content,
+    # which stops the import as a local one does, naming the lines and --restart.
+    path.write_text(path.read_text().replace("Maya has a cat.", "Maya has two cats."))
+    progress_file.write_text(json.dumps({**saved, "done": False}))
+    changed = haki(
+        "import", str(path), "--project", PROJECT, "--subject", "remote", "--batch-size", "1", env=env
+    )
+    assert changed.returncode == 1, changed.stdout + changed.stderr
+    assert "lines 3-3" in changed.stderr and "other content" in changed.stderr, changed.stderr
+    assert "--restart" in changed.stderr and "409" not in changed.stderr, changed.stderr
     # A wrong key is refused before any line is read.
     env["HAKI_API_KEY"] = "hk_wrong"
     bad = haki("import", str(path), "--project", PROJECT, "--subject", "other", "--restart", env=env)

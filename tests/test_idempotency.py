@@ -69,7 +69,7 @@ async def test_same_key_other_body_is_a_409(client: httpx.AsyncClient, key: str)
     assert first.status_code == 201
     r = await client.post("/v1/facts", json=facts_body("two"), headers=idem(key, "k-2"))
     body = assert_error(r, 409, "conflict")
-    assert body["details"]["idempotency_key"] == "k-2"
+    assert body["details"] == {"idempotency_key": "k-2", "reason": "idempotency_key_reused"}
     # The same key on the other route is another request too.
     r = await client.post("/v1/events", json=events_body("one"), headers=idem(key, "k-2"))
     assert_error(r, 409, "conflict")

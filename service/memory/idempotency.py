@@ -24,7 +24,12 @@ import msgspec
 
 from service.api.auth import Principal
 from service.db import Lent
-from service.errors import Conflict, IdempotencyKeyReused
+from service.errors import (
+    IDEMPOTENCY_KEY_IN_PROGRESS,
+    IDEMPOTENCY_KEY_REUSED,
+    Conflict,
+    IdempotencyKeyReused,
+)
 from service.repository import Conn
 from service.repository import idempotency as idempotency_repo
 from service.settings import Settings
@@ -61,6 +66,7 @@ async def _replay(
         raise IdempotencyKeyReused(
             "This Idempotency-Key was already used with another request body.",
             idempotency_key=key,
+            reason=IDEMPOTENCY_KEY_REUSED,
         )
     return Outcome(body=msgspec.convert(response, response_type), status_code=status_code, replayed=True)
 
@@ -102,7 +108,9 @@ async def run_once(
             replay = await _replay(conn, project_id, key, digest, response_type)
             if replay is None:
                 raise Conflict(
-                    "A request with this Idempotency-Key is in progress; retry.", idempotency_key=key
+                    "A request with this Idempotency-Key is in progress; retry.",
+                    idempotency_key=key,
+                    reason=IDEMPOTENCY_KEY_IN_PROGRESS,
                 )
             return replay
         body = await write(prepared)

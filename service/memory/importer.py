@@ -67,7 +67,7 @@ from service.constants import IMPORT_CONCURRENCY, IMPORT_MAX_CONCURRENCY, MAX_BA
 from service.db import connect, create_pool
 from service.db.migrations import migrate
 from service.embedding.embedder import Embedder, build_embedder, check_embedder
-from service.errors import IdempotencyKeyReused, InvalidInput
+from service.errors import IDEMPOTENCY_KEY_REUSED, IdempotencyKeyReused, InvalidInput
 from service.ids import uuid7
 from service.memory import idempotency
 from service.memory import writes as memory
@@ -489,8 +489,9 @@ class RemoteError(Exception):
 class _RemoteWriter:
     """Writes batches through a running Haki's HTTP API, with the same per-line rejection as the
     local writer: a 4xx naming `facts[i]` (`events[i]`) rejects that line and the rest is sent
-    again. Each request carries an Idempotency-Key derived from the file, the scope and the lines
-    sent, so a batch resent after a lost answer is never written twice."""
+    again. Each request carries the batch's Idempotency-Key (the run and the lines sent), so a
+    batch resent after a lost answer is never written twice, and one whose key the server holds
+    with other content stops the import as the local writer does (ChangedFile)."""
 
     def __init__(self, client: httpx.AsyncClient) -> None:
         self.client = client
@@ -538,7 +539,9 @@ class _RemoteWriter:
                 if r.headers.get("Idempotent-Replayed") == "true":
                     batch.replayed = len(items)
                 return len(items)
-            field_name = _error_field(r)
+            if r.status_code == 409 and _error_detail(r, "reason") == IDEMPOTENCY_KEY_REUSED:
+                raise ChangedFile(opts, lines)
+            field_name = _error_detail(r, "field")
             where = _ITEM_INDEX.match(field_name)
             if r.status_code not in (400, 422) or where is None or int(where.group("i")) >= len(items):
                 raise RemoteError(f"{r.status_code} {_error_message(r)}")
@@ -563,9 +566,9 @@ def _error_message(r: httpx.Response) -> str:
     return str(_error_body(r).get("message") or r.reason_phrase)
 
 
-def _error_field(r: httpx.Response) -> str:
+def _error_detail(r: httpx.Response, name: str) -> str:
     details = _error_body(r).get("details")
-    return str(details.get("field", "")) if isinstance(details, dict) else ""
+    return str(details.get(name, "")) if isinstance(details, dict) else ""
 
 
 class _RateColumn(ProgressColumn):
