@@ -155,17 +155,20 @@ COMMENT ON FUNCTION public.haki_fact_servable(text, timestamptz, text, timestamp
 'Rule: a fact the hard filters let through at an instant (docs/spec/context-assembler.md, "Hard filters"). Written and explained in migrations/rules.sql.';
 
 -- The facts a hard filter hides, traced `blocked` (docs/spec/context-assembler.md, "Hard
--- filters"): `conflict_open` first, then `volatility_expired` for the rest. Now is a branch of its
--- own (believed at a null instant) so it reads facts_scope_volatile_active under a generic plan.
-CREATE OR REPLACE FUNCTION public.haki_blocked_facts(p_project_id text, p_subject_id text, at timestamptz)
-RETURNS TABLE (fact_id uuid, reason_code text, tokens integer)
+-- filters"): `conflict_open` first, then `volatility_expired` for the rest. `open_members` is the
+-- scope's haki_open_conflict_facts at `at`, which the calling statement has read once already
+-- (migration 0034). Now is a branch of its own (believed at a null instant) so it reads
+-- facts_scope_volatile_active under a generic plan.
+CREATE OR REPLACE FUNCTION public.haki_blocked_facts(
+    p_project_id text, p_subject_id text, open_members uuid[], at timestamptz
+) RETURNS TABLE (fact_id uuid, reason_code text, tokens integer)
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
-WITH open_members AS MATERIALIZED (
+WITH members AS MATERIALIZED (
     SELECT u.fact_id
-    FROM pg_catalog.unnest(public.haki_open_conflict_facts(p_project_id, p_subject_id, at)) AS u(fact_id)
+    FROM pg_catalog.unnest(open_members) AS u(fact_id)
 )
 SELECT f.fact_id, 'conflict_open', public.haki_tokens(f.content)
-FROM open_members AS om
+FROM members AS om
 JOIN public.facts AS f ON f.project_id = p_project_id AND f.fact_id = om.fact_id
 WHERE f.subject_id = p_subject_id
   AND public.haki_fact_believed(f.status, f.recorded_from, f.recorded_to, at)
@@ -179,7 +182,7 @@ WHERE at IS NULL
   AND public.haki_fact_believed(f.status, f.recorded_from, f.recorded_to, NULL::timestamptz)
   AND public.haki_fact_valid(f.valid_to, f.recorded_to, f.believed_valid_to, at)
   AND public.haki_fact_stale(f.volatility, f.valid_from, f.recorded_from, f.stale_after, at)
-  AND NOT EXISTS (SELECT 1 FROM open_members AS om WHERE om.fact_id = f.fact_id)
+  AND NOT EXISTS (SELECT 1 FROM members AS om WHERE om.fact_id = f.fact_id)
 UNION ALL
 SELECT f.fact_id, 'volatility_expired', public.haki_tokens(f.content)
 FROM public.facts AS f
@@ -189,9 +192,9 @@ WHERE at IS NOT NULL
   AND public.haki_fact_believed(f.status, f.recorded_from, f.recorded_to, at)
   AND public.haki_fact_valid(f.valid_to, f.recorded_to, f.believed_valid_to, at)
   AND public.haki_fact_stale(f.volatility, f.valid_from, f.recorded_from, f.stale_after, at)
-  AND NOT EXISTS (SELECT 1 FROM open_members AS om WHERE om.fact_id = f.fact_id)
+  AND NOT EXISTS (SELECT 1 FROM members AS om WHERE om.fact_id = f.fact_id)
 $$;
-COMMENT ON FUNCTION public.haki_blocked_facts(text, text, timestamptz) IS
+COMMENT ON FUNCTION public.haki_blocked_facts(text, text, uuid[], timestamptz) IS
 'Rule: the blocked facts of a scope at an instant, with their reason codes (docs/spec/context-assembler.md, "Hard filters"). Written and explained in migrations/rules.sql.';
 
 

@@ -32,18 +32,18 @@ CREATE EXTENSION IF NOT EXISTS vector WITH SCHEMA public;
 COMMENT ON EXTENSION vector IS 'vector data type and ivfflat and hnsw access methods';
 
 --
--- Name: haki_blocked_facts(text, text, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+-- Name: haki_blocked_facts(text, text, uuid[], timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.haki_blocked_facts(p_project_id text, p_subject_id text, at timestamp with time zone) RETURNS TABLE(fact_id uuid, reason_code text, tokens integer)
+CREATE FUNCTION public.haki_blocked_facts(p_project_id text, p_subject_id text, open_members uuid[], at timestamp with time zone) RETURNS TABLE(fact_id uuid, reason_code text, tokens integer)
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
-WITH open_members AS MATERIALIZED (
+WITH members AS MATERIALIZED (
     SELECT u.fact_id
-    FROM pg_catalog.unnest(public.haki_open_conflict_facts(p_project_id, p_subject_id, at)) AS u(fact_id)
+    FROM pg_catalog.unnest(open_members) AS u(fact_id)
 )
 SELECT f.fact_id, 'conflict_open', public.haki_tokens(f.content)
-FROM open_members AS om
+FROM members AS om
 JOIN public.facts AS f ON f.project_id = p_project_id AND f.fact_id = om.fact_id
 WHERE f.subject_id = p_subject_id
   AND public.haki_fact_believed(f.status, f.recorded_from, f.recorded_to, at)
@@ -57,7 +57,7 @@ WHERE at IS NULL
   AND public.haki_fact_believed(f.status, f.recorded_from, f.recorded_to, NULL::timestamptz)
   AND public.haki_fact_valid(f.valid_to, f.recorded_to, f.believed_valid_to, at)
   AND public.haki_fact_stale(f.volatility, f.valid_from, f.recorded_from, f.stale_after, at)
-  AND NOT EXISTS (SELECT 1 FROM open_members AS om WHERE om.fact_id = f.fact_id)
+  AND NOT EXISTS (SELECT 1 FROM members AS om WHERE om.fact_id = f.fact_id)
 UNION ALL
 SELECT f.fact_id, 'volatility_expired', public.haki_tokens(f.content)
 FROM public.facts AS f
@@ -67,14 +67,14 @@ WHERE at IS NOT NULL
   AND public.haki_fact_believed(f.status, f.recorded_from, f.recorded_to, at)
   AND public.haki_fact_valid(f.valid_to, f.recorded_to, f.believed_valid_to, at)
   AND public.haki_fact_stale(f.volatility, f.valid_from, f.recorded_from, f.stale_after, at)
-  AND NOT EXISTS (SELECT 1 FROM open_members AS om WHERE om.fact_id = f.fact_id)
+  AND NOT EXISTS (SELECT 1 FROM members AS om WHERE om.fact_id = f.fact_id)
 $$;
 
 --
--- Name: FUNCTION haki_blocked_facts(p_project_id text, p_subject_id text, at timestamp with time zone); Type: COMMENT; Schema: public; Owner: -
+-- Name: FUNCTION haki_blocked_facts(p_project_id text, p_subject_id text, open_members uuid[], at timestamp with time zone); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.haki_blocked_facts(p_project_id text, p_subject_id text, at timestamp with time zone) IS 'Rule: the blocked facts of a scope at an instant, with their reason codes (docs/spec/context-assembler.md, "Hard filters"). Written and explained in migrations/rules.sql.';
+COMMENT ON FUNCTION public.haki_blocked_facts(p_project_id text, p_subject_id text, open_members uuid[], at timestamp with time zone) IS 'Rule: the blocked facts of a scope at an instant, with their reason codes (docs/spec/context-assembler.md, "Hard filters"). Written and explained in migrations/rules.sql.';
 
 --
 -- Name: haki_bm25_idf(bigint, bigint); Type: FUNCTION; Schema: public; Owner: -

@@ -103,7 +103,8 @@ scored AS MATERIALIZED (
 blocked AS MATERIALIZED (
     SELECT array_agg(b.fact_id) AS fact_ids, array_agg(b.reason_code) AS reason_codes,
            array_agg(b.tokens) AS tokens
-    FROM public.haki_blocked_facts(:project_id, :subject_id, :as_of::timestamptz) AS b
+    FROM open_members AS om
+    CROSS JOIN public.haki_blocked_facts(:project_id, :subject_id, om.fact_ids, :as_of::timestamptz) AS b
 )
 SELECT array_agg(s.fact_id ORDER BY s.pos) AS item_ids,
        array_agg(s.content ORDER BY s.pos) AS contents, array_agg(s.tokens ORDER BY s.pos) AS tokens,
@@ -229,7 +230,8 @@ found AS MATERIALIZED (
 blocked AS MATERIALIZED (
     SELECT array_agg(b.fact_id) AS fact_ids, array_agg(b.reason_code) AS reason_codes,
            array_agg(b.tokens) AS tokens
-    FROM public.haki_blocked_facts(:project_id, :subject_id, :as_of::timestamptz) AS b
+    FROM open_members AS om
+    CROSS JOIN public.haki_blocked_facts(:project_id, :subject_id, om.fact_ids, :as_of::timestamptz) AS b
 )
 SELECT s.item_types, s.item_ids, s.contents, s.tokens, s.valid_froms, s.valid_tos, s.recorded_froms,
        s.source_event_ids, s.occurred_ats, s.cosine_distances, s.similarities, s.text_ranks,

@@ -64,7 +64,7 @@ INLINED: dict[str, str] = {
     "haki_open_conflict_members_at": "SELECT m.fact_id FROM facts AS f CROSS JOIN LATERAL "
     "public.haki_open_conflict_members_at(f.project_id, f.valid_to) AS m WHERE m.subject_id = f.subject_id",
     "haki_blocked_facts": "SELECT b.fact_id FROM facts AS f CROSS JOIN LATERAL "
-    "public.haki_blocked_facts(f.project_id, f.subject_id, f.valid_to) AS b",
+    "public.haki_blocked_facts(f.project_id, f.subject_id, ARRAY[f.fact_id], f.valid_to) AS b",
     "haki_scope_sample": "SELECT s.sv FROM facts AS f CROSS JOIN LATERAL public.haki_scope_sample("
     "f.project_id, f.subject_id, f.key::regconfig, 8, f.valid_to) AS s",
     "haki_query_df": "SELECT d.df FROM facts AS f CROSS JOIN LATERAL public.haki_query_df(f.project_id, "
