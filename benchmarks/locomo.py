@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import logging
 import os
@@ -270,6 +271,41 @@ class _NoVector:
         return None
 
 
+# --event-context: evaluation only, what a turn's vector is made from (docs/quality.md, "Tried and
+# not shipped"). `session`: the turn before it in its session, then the turn; `all`: across sessions.
+EVENT_CONTEXTS = ("none", "session", "all")
+
+
+def turn_contexts(conversations: Sequence[Conversation], scope: str) -> dict[str, str]:
+    """Each turn's text -> the text of the turn before it (a text said twice keeps its first)."""
+    before: dict[str, str] = {}
+    for conv in conversations:
+        turns = sorted(conv.turns, key=lambda t: (t.session, t.position))
+        for prev, turn in itertools.pairwise(turns):
+            if scope == "all" or prev.session == turn.session:
+                before.setdefault(turn.content, prev.content)
+    return before
+
+
+class _EventContext:
+    """The harness's embedder, writing each turn's vector from the turn before it and the turn;
+    queries and facts as they are."""
+
+    def __init__(self, inner: Any, before: dict[str, str]) -> None:
+        self.inner, self.before = inner, before
+        self.name, self.dim = inner.name, inner.dim
+
+    async def embed(
+        self, texts: Sequence[str], *, purpose: Any = "write", project: str | None = None
+    ) -> list[Any]:
+        if purpose != "query":
+            texts = [f"{self.before[t]}\n{t}" if t in self.before else t for t in texts]
+        return list(await self.inner.embed(texts, purpose=purpose, project=project))
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
 @dataclass
 class Sample:
     category: int
@@ -454,6 +490,7 @@ async def evaluate(
     progress: bool = True,
     embedder_name: str | None = None,
     embed_path: Path | None = None,
+    event_context: str = "none",
 ) -> dict[str, Any]:
     """Runs the whole evaluation on a fresh embedded PostgreSQL; returns the metrics."""
     from service.context.call import PROFILE_WEIGHTS, ContextCall
@@ -465,11 +502,19 @@ async def evaluate(
         if progress:
             print(msg, file=sys.stderr, flush=True)
 
-    async def swapped(_: Any) -> Any:
+    async def built(settings: Any) -> Any:
         from benchmarks.embed_models import build
+        from service.embedding.embedder import LocalEmbedder
 
-        assert embedder_name is not None
-        return await asyncio.to_thread(build, embedder_name, embed_path)
+        inner: Any
+        if embedder_name is not None:
+            inner = await asyncio.to_thread(build, embedder_name, embed_path)
+        else:
+            inner = LocalEmbedder(settings)
+            await inner.load()
+        if event_context == "none":
+            return inner
+        return _EventContext(inner, turn_contexts(conversations, event_context))
 
     started = time.perf_counter()
     # The text-only modes take the embedder-down path, which logs a warning per call, and
@@ -481,7 +526,7 @@ async def evaluate(
         query_precision=query_precision,
         quiet={"haki.context": logging.ERROR, "httpx": logging.WARNING},
         say=say,
-        build_embedder=None if embedder_name is None else swapped,
+        build_embedder=None if embedder_name is None and event_context == "none" else built,
     ) as svc:
         embedder, client, headers = svc.embedder, svc.client, svc.headers
         no_vector = _NoVector(embedder.name)
@@ -535,7 +580,11 @@ async def evaluate(
                     )
         elapsed = time.perf_counter() - started
         # Only a swapped model is named, so that the default run's output stays as it was.
-        chosen = {} if embedder_name is None else {"embedder": f"{embedder_name} ({embedder.name})"}
+        chosen: dict[str, str] = (
+            {} if embedder_name is None else {"embedder": f"{embedder_name} ({embedder.name})"}
+        )
+        if event_context != "none":
+            chosen["event_context"] = event_context
         return {
             **chosen,
             "modes": [
@@ -593,6 +642,11 @@ def markdown(result: dict[str, Any], command: str) -> str:
         *(
             [f"Embedder: {result['embedder']}, for writes and queries (evaluation only)."]
             if "embedder" in result
+            else []
+        ),
+        *(
+            [f"Turns embedded after the turn before them ({result['event_context']}; evaluation only)."]
+            if "event_context" in result
             else []
         ),
         "",
@@ -688,6 +742,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=None,
         help="the directory the --embedder packages were installed into (pip --target)",
     )
+    p.add_argument(
+        "--event-context",
+        default="none",
+        choices=EVENT_CONTEXTS,
+        help="evaluation only: embed each turn after the turn before it, in its session (`session`)\n"
+        "or across sessions (`all`); queries and facts unchanged (default: %(default)s)",
+    )
     return p.parse_args(argv)
 
 
@@ -714,6 +775,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             query_precision=args.query_precision,
             embedder_name=args.embedder,
             embed_path=args.embed_path,
+            event_context=args.event_context,
         )
     )
     command = "benchmarks/locomo.py " + shlex.join(sys.argv[1:] if argv is None else list(argv))
