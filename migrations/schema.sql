@@ -38,14 +38,11 @@ COMMENT ON EXTENSION vector IS 'vector data type and ivfflat and hnsw access met
 CREATE FUNCTION public.haki_blocked_facts(p_project_id text, p_subject_id text, open_members uuid[], at timestamp with time zone) RETURNS TABLE(fact_id uuid, reason_code text, tokens integer)
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
-WITH members AS MATERIALIZED (
-    SELECT u.fact_id
-    FROM pg_catalog.unnest(open_members) AS u(fact_id)
-)
 SELECT f.fact_id, 'conflict_open', public.haki_tokens(f.content)
-FROM members AS om
-JOIN public.facts AS f ON f.project_id = p_project_id AND f.fact_id = om.fact_id
-WHERE f.subject_id = p_subject_id
+FROM public.facts AS f
+WHERE f.project_id = p_project_id
+  AND f.fact_id = ANY (open_members)
+  AND f.subject_id = p_subject_id
   AND public.haki_fact_believed(f.status, f.recorded_from, f.recorded_to, at)
   AND public.haki_fact_valid(f.valid_to, f.recorded_to, f.believed_valid_to, at)
 UNION ALL
@@ -57,7 +54,7 @@ WHERE at IS NULL
   AND public.haki_fact_believed(f.status, f.recorded_from, f.recorded_to, NULL::timestamptz)
   AND public.haki_fact_valid(f.valid_to, f.recorded_to, f.believed_valid_to, at)
   AND public.haki_fact_stale(f.volatility, f.valid_from, f.recorded_from, f.stale_after, at)
-  AND NOT EXISTS (SELECT 1 FROM members AS om WHERE om.fact_id = f.fact_id)
+  AND NOT (f.fact_id = ANY (open_members))
 UNION ALL
 SELECT f.fact_id, 'volatility_expired', public.haki_tokens(f.content)
 FROM public.facts AS f
@@ -67,7 +64,7 @@ WHERE at IS NOT NULL
   AND public.haki_fact_believed(f.status, f.recorded_from, f.recorded_to, at)
   AND public.haki_fact_valid(f.valid_to, f.recorded_to, f.believed_valid_to, at)
   AND public.haki_fact_stale(f.volatility, f.valid_from, f.recorded_from, f.stale_after, at)
-  AND NOT EXISTS (SELECT 1 FROM members AS om WHERE om.fact_id = f.fact_id)
+  AND NOT (f.fact_id = ANY (open_members))
 $$;
 
 --
