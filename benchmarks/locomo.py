@@ -579,7 +579,7 @@ async def evaluate(
                         )
                     )
         elapsed = time.perf_counter() - started
-        # Only a swapped model is named, so that the default run's output stays as it was.
+        # Only what differs from the default run is named, so that its output stays as it was.
         chosen: dict[str, str] = (
             {} if embedder_name is None else {"embedder": f"{embedder_name} ({embedder.name})"}
         )

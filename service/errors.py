@@ -206,6 +206,9 @@ class IdempotencyKeyReused(Conflict):
     HTTP, told apart by `details.reason` from a key whose first request is still in progress
     (`haki import`, local or remote, says the file changed)."""
 
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message, **details, reason=IDEMPOTENCY_KEY_REUSED)
+
 
 class EmbeddingModelMismatch(HakiError, status=409, code="embedding_model_mismatch"):
     """The server's embedder is not the model the project's vectors were made with: its query

@@ -24,12 +24,7 @@ import msgspec
 
 from service.api.auth import Principal
 from service.db import Lent
-from service.errors import (
-    IDEMPOTENCY_KEY_IN_PROGRESS,
-    IDEMPOTENCY_KEY_REUSED,
-    Conflict,
-    IdempotencyKeyReused,
-)
+from service.errors import IDEMPOTENCY_KEY_IN_PROGRESS, Conflict, IdempotencyKeyReused
 from service.repository import Conn
 from service.repository import idempotency as idempotency_repo
 from service.settings import Settings
@@ -66,7 +61,6 @@ async def _replay(
         raise IdempotencyKeyReused(
             "This Idempotency-Key was already used with another request body.",
             idempotency_key=key,
-            reason=IDEMPOTENCY_KEY_REUSED,
         )
     return Outcome(body=msgspec.convert(response, response_type), status_code=status_code, replayed=True)
 
