@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import json
 import logging
 import os
@@ -271,39 +270,9 @@ class _NoVector:
         return None
 
 
-# --event-context: evaluation only, what a turn's vector is made from (docs/quality.md, "Tried and
-# not shipped"). `session`: the turn before it in its session, then the turn; `all`: across sessions.
-EVENT_CONTEXTS = ("none", "session", "all")
-
-
-def turn_contexts(conversations: Sequence[Conversation], scope: str) -> dict[str, str]:
-    """Each turn's text -> the text of the turn before it (a text said twice keeps its first)."""
-    before: dict[str, str] = {}
-    for conv in conversations:
-        turns = sorted(conv.turns, key=lambda t: (t.session, t.position))
-        for prev, turn in itertools.pairwise(turns):
-            if scope == "all" or prev.session == turn.session:
-                before.setdefault(turn.content, prev.content)
-    return before
-
-
-class _EventContext:
-    """The harness's embedder, writing each turn's vector from the turn before it and the turn;
-    queries and facts as they are."""
-
-    def __init__(self, inner: Any, before: dict[str, str]) -> None:
-        self.inner, self.before = inner, before
-        self.name, self.dim = inner.name, inner.dim
-
-    async def embed(
-        self, texts: Sequence[str], *, purpose: Any = "write", project: str | None = None
-    ) -> list[Any]:
-        if purpose != "query":
-            texts = [f"{self.before[t]}\n{t}" if t in self.before else t for t in texts]
-        return list(await self.inner.embed(texts, purpose=purpose, project=project))
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
+# --event-context off: the events' vectors in context (docs/spec/context-profiles.md, rule 8) are
+# not made, as with HAKI_EVENT_CONTEXT=false: `unified` ranks episodes by their own vectors alone.
+EVENT_CONTEXTS = ("on", "off")
 
 
 @dataclass
@@ -490,11 +459,12 @@ async def evaluate(
     progress: bool = True,
     embedder_name: str | None = None,
     embed_path: Path | None = None,
-    event_context: str = "none",
+    event_context: str = "on",
 ) -> dict[str, Any]:
     """Runs the whole evaluation on a fresh embedded PostgreSQL; returns the metrics."""
     from service.context.call import PROFILE_WEIGHTS, ContextCall
     from service.db.call_runner import run_context_call
+    from service.memory import event_context as event_context_worker
     from service.observability.timing import StageTimer
     from service.structs import ContextRequest
 
@@ -512,9 +482,7 @@ async def evaluate(
         else:
             inner = LocalEmbedder(settings)
             await inner.load()
-        if event_context == "none":
-            return inner
-        return _EventContext(inner, turn_contexts(conversations, event_context))
+        return inner
 
     started = time.perf_counter()
     # The text-only modes take the embedder-down path, which logs a warning per call, and
@@ -526,7 +494,7 @@ async def evaluate(
         query_precision=query_precision,
         quiet={"haki.context": logging.ERROR, "httpx": logging.WARNING},
         say=say,
-        build_embedder=None if embedder_name is None and event_context == "none" else built,
+        build_embedder=None if embedder_name is None else built,
     ) as svc:
         embedder, client, headers = svc.embedder, svc.client, svc.headers
         no_vector = _NoVector(embedder.name)
@@ -537,6 +505,9 @@ async def evaluate(
         for conv in conversations:
             t0 = time.perf_counter()
             event_of_turn = await ingest(client, headers, conv)
+            if event_context == "on":
+                # As the serving process's background task would, before any question.
+                await event_context_worker.drain(svc.pool, embedder)
             ingest_s += time.perf_counter() - t0
             texts += len(conv.turns) + len(conv.observations)
             turn_of_event = {v: k for k, v in event_of_turn.items()}
@@ -583,7 +554,7 @@ async def evaluate(
         chosen: dict[str, str] = (
             {} if embedder_name is None else {"embedder": f"{embedder_name} ({embedder.name})"}
         )
-        if event_context != "none":
+        if event_context != "on":
             chosen["event_context"] = event_context
         return {
             **chosen,
@@ -645,7 +616,7 @@ def markdown(result: dict[str, Any], command: str) -> str:
             else []
         ),
         *(
-            [f"Turns embedded after the turn before them ({result['event_context']}; evaluation only)."]
+            ["Events' vectors in context not made (`--event-context off`, evaluation only)."]
             if "event_context" in result
             else []
         ),
@@ -744,10 +715,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--event-context",
-        default="none",
+        default="on",
         choices=EVENT_CONTEXTS,
-        help="evaluation only: embed each turn after the turn before it, in its session (`session`)\n"
-        "or across sessions (`all`); queries and facts unchanged (default: %(default)s)",
+        help="`off`: the events' vectors in context are not made (HAKI_EVENT_CONTEXT=false), so\n"
+        "`unified` ranks episodes by their own vectors (default: %(default)s)",
     )
     return p.parse_args(argv)
 

@@ -346,6 +346,7 @@ async def evaluate(
     """Runs the evaluation on a fresh embedded PostgreSQL; returns the metrics."""
     from service.context.call import PROFILE_WEIGHTS, ContextCall
     from service.db.call_runner import run_context_call
+    from service.memory import event_context
     from service.observability.timing import StageTimer
     from service.structs import ContextRequest
 
@@ -373,6 +374,8 @@ async def evaluate(
         for q in questions:
             t0 = time.perf_counter()
             event_of_turn = await ingest(client, headers, q)
+            # The events' vectors in context (rule 8), as the serving process's background task.
+            await event_context.drain(svc.pool, embedder)
             took = time.perf_counter() - t0
             ingest_s += took
             turns += len(q.turns)

@@ -234,7 +234,9 @@ FACT_COLUMNS = [
     "embedding",
     "recorded_to",
 ]
-EVENT_COLUMNS = ["project_id", "event_id", "subject_id", "content", "occurred_at", "embedding"]
+EVENT_COLUMNS = [
+    "project_id", "event_id", "subject_id", "content", "occurred_at", "embedding", "context_embedding"
+]  # fmt: skip
 
 
 def _unit_rows(a: np.ndarray) -> np.ndarray:
@@ -367,11 +369,19 @@ def event_records(
     names = rng.integers(0, len(NAMES), n)
     templates = rng.integers(0, len(EVENT_TEMPLATES), n)
     ages = rng.exponential(60.0, n)
+    # Vectors in context as the worker leaves them (rule 8): each event's made with the one before
+    # it (here the sum of both vectors), the scope's first its own.
+    in_time = np.argsort(-ages, kind="stable")
+    context = vecs.copy()
+    context[in_time[1:]] = _unit_rows(vecs[in_time[1:]] + vecs[in_time[:-1]])
     rows = []
     for j in range(n):
         occurred = NOW - timedelta(days=float(ages[j]))
         text = EVENT_TEMPLATES[templates[j]].format(name=NAMES[names[j]], item=ITEMS[item_ids[j]])
-        rows.append((project_id, _uuid7(rng, occurred), spec.subject_id, text, occurred, Vector(vecs[j])))
+        rows.append(
+            (project_id, _uuid7(rng, occurred), spec.subject_id, text, occurred, Vector(vecs[j]),
+             Vector(context[j]))
+        )  # fmt: skip
     return rows
 
 

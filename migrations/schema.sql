@@ -90,6 +90,91 @@ $$;
 COMMENT ON FUNCTION public.haki_bm25_idf(docs bigint, df bigint) IS 'Rule: BM25''s idf (docs/spec/context-profiles.md, "Rule 1"). Written and explained in migrations/rules.sql.';
 
 --
+-- Name: haki_episode_distance(public.vector, public.vector, public.vector); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_episode_distance(embedding public.vector, context_embedding public.vector, query public.vector) RETURNS double precision
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+SELECT least(embedding OPERATOR(public.<=>) query, context_embedding OPERATOR(public.<=>) query)
+$$;
+
+--
+-- Name: haki_event_after(text, text, timestamp with time zone, uuid); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_event_after(p_project_id text, p_subject_id text, p_occurred_at timestamp with time zone, p_event_id uuid) RETURNS TABLE(event_id uuid)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+SELECT e.event_id
+FROM public.events AS e
+WHERE e.project_id OPERATOR(pg_catalog.=) p_project_id
+  AND e.subject_id OPERATOR(pg_catalog.=) p_subject_id
+  AND e.occurred_at OPERATOR(pg_catalog.>=) p_occurred_at
+  AND (e.occurred_at, e.event_id) OPERATOR(pg_catalog.>) (p_occurred_at, p_event_id)
+ORDER BY e.occurred_at, e.event_id
+LIMIT 1
+$$;
+
+--
+-- Name: haki_event_before(text, text, timestamp with time zone, uuid); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_event_before(p_project_id text, p_subject_id text, p_occurred_at timestamp with time zone, p_event_id uuid) RETURNS TABLE(event_id uuid, content text)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+SELECT e.event_id, e.content
+FROM public.events AS e
+WHERE e.project_id OPERATOR(pg_catalog.=) p_project_id
+  AND e.subject_id OPERATOR(pg_catalog.=) p_subject_id
+  AND e.occurred_at OPERATOR(pg_catalog.<=) p_occurred_at
+  AND (e.occurred_at, e.event_id) OPERATOR(pg_catalog.<) (p_occurred_at, p_event_id)
+ORDER BY e.occurred_at DESC, e.event_id DESC
+LIMIT 1
+$$;
+
+--
+-- Name: haki_event_context_walk(text, text, public.vector, integer, integer, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_event_context_walk(p_project_id text, p_subject_id text, query public.vector, top_k integer, exact_scan_min integer, at timestamp with time zone) RETURNS TABLE(event_id uuid)
+    LANGUAGE sql STABLE ROWS 64 PARALLEL RESTRICTED
+    SET search_path TO 'pg_catalog', 'public'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    SET enable_sort TO 'off'
+    AS $$
+WITH exact_scan AS MATERIALIZED (
+    SELECT NOT EXISTS (
+        SELECT 1
+        FROM public.events AS w
+        WHERE w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+        ORDER BY w.occurred_at
+        OFFSET public.haki_exact_scan_limit('public.events'::regclass, top_k, exact_scan_min) - 1
+    ) AS small
+)
+(SELECT d.event_id
+ FROM (
+     SELECT w.event_id, public.haki_episode_distance(w.embedding, w.context_embedding, query) AS distance
+     FROM public.events AS w
+     WHERE (SELECT x.small FROM exact_scan AS x)
+       AND query IS NOT NULL
+       AND w.project_id = p_project_id
+       AND w.subject_id = p_subject_id
+       AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+     OFFSET 0  -- computed distances, sorted below: never the HNSW ordering
+ ) AS d
+ ORDER BY d.distance, d.event_id
+ LIMIT top_k)
+UNION ALL
+SELECT g.event_id
+FROM public.haki_event_graph_walk(p_project_id, p_subject_id, query, top_k, at) AS g
+WHERE NOT (SELECT x.small FROM exact_scan AS x)
+  AND query IS NOT NULL
+$$;
+
+--
 -- Name: haki_event_graph_walk(text, text, public.vector, integer, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1450,7 +1535,7 @@ pool AS (
         UNION ALL
         SELECT 'episode', e.event_id, e.content, NULL, NULL, NULL, NULL, e.occurred_at,
                public.haki_tokens(e.content),
-               (e.embedding OPERATOR(public.<=>) query_embedding),
+               public.haki_episode_distance(e.embedding, e.context_embedding, query_embedding),
                public.haki_recency(e.occurred_at, tau_seconds, at),
                public.haki_text_vector(config, e.search_vector, e.search_vector_english),
                e.event_id OPERATOR(pg_catalog.=) ANY (walked_events),
@@ -1629,8 +1714,8 @@ SELECT ARRAY(
        ),
        ARRAY(
            SELECT w.event_id
-           FROM public.haki_event_walk(p_project_id, p_subject_id, query_embedding, event_top_k,
-                                       exact_scan_min, at) AS w
+           FROM public.haki_event_context_walk(p_project_id, p_subject_id, query_embedding,
+                                               event_top_k, exact_scan_min, at) AS w
            WHERE event_top_k OPERATOR(pg_catalog.>) 0
        )
 $$;
@@ -1901,10 +1986,12 @@ CREATE TABLE public.events (
     metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
     embedding public.vector(384) NOT NULL,
     search_vector tsvector GENERATED ALWAYS AS (to_tsvector('simple'::regconfig, content)) STORED,
-    search_vector_english tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, content)) STORED
+    search_vector_english tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, content)) STORED,
+    context_embedding public.vector(384)
 )
 WITH (toast_tuple_target='8160');
 ALTER TABLE ONLY public.events ALTER COLUMN embedding SET STORAGE MAIN;
+ALTER TABLE ONLY public.events ALTER COLUMN context_embedding SET STORAGE MAIN;
 
 --
 -- Name: idempotency_keys; Type: TABLE; Schema: public; Owner: -
@@ -2227,6 +2314,12 @@ CREATE INDEX context_calls_served_facts ON public.context_calls USING gin ((deci
 --
 
 CREATE INDEX context_traces_fact_usage ON public.context_traces USING btree (item_id) WHERE ((item_type = 'fact'::text) AND counted);
+
+--
+-- Name: events_context_pending; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX events_context_pending ON public.events USING btree (project_id, event_id) WHERE (context_embedding IS NULL);
 
 --
 -- Name: events_embedding_hnsw_00; Type: INDEX; Schema: public; Owner: -

@@ -92,7 +92,8 @@ WITH swapped_facts AS (
     RETURNING f.fact_id
 ),
 swapped_events AS (
-    UPDATE events AS e SET embedding = r.embedding
+    -- Vectors in context are the old model's too: the event context worker makes them again.
+    UPDATE events AS e SET embedding = r.embedding, context_embedding = NULL
     FROM reembedded_events AS r
     WHERE e.project_id = :project_id AND r.project_id = :project_id
       AND r.event_id = e.event_id AND r.model = :model

@@ -1,5 +1,21 @@
 -- name: insert_events(project_id, subject_id, event_ids, contents, occurred_ats, metadatas, embeddings)!
--- Writes a whole batch of events in one statement (arrays unnested in input order).
+-- Writes a whole batch of events in one statement (arrays unnested in input order). An event
+-- written before one already stored becomes that one's predecessor: the stored one's vector in
+-- context goes, for the event context worker to make again (migration 0035).
+WITH successors AS (
+    UPDATE events AS s
+    SET context_embedding = NULL
+    FROM (
+        SELECT DISTINCT a.event_id
+        FROM unnest(:occurred_ats::timestamptz[], :event_ids::uuid[]) AS t(occurred_at, event_id)
+        CROSS JOIN LATERAL public.haki_event_after(:project_id, :subject_id, t.occurred_at,
+                                                   t.event_id) AS a
+    ) AS n
+    WHERE s.project_id = :project_id
+      AND s.event_id = n.event_id
+      AND s.context_embedding IS NOT NULL
+    RETURNING s.event_id
+)
 INSERT INTO events (project_id, event_id, subject_id, content, occurred_at, metadata, embedding)
 SELECT :project_id, t.event_id, :subject_id, t.content, t.occurred_at,
        coalesce(t.metadata, '{}'::jsonb), t.embedding
@@ -19,3 +35,48 @@ WHERE NOT EXISTS (
       AND e.subject_id = :subject_id
       AND e.event_id = t.event_id
 );
+
+-- name: next_event_context_project(after_project)$
+-- The event context worker's round (service/memory/event_context.py): the first project after
+-- after_project (null: the first) with an event whose vector in context is still to be made, read
+-- from the partial index of those events. Global by design, as the retention's project list.
+SELECT e.project_id
+FROM events AS e
+WHERE e.context_embedding IS NULL
+  AND (:after_project::text IS NULL OR e.project_id > :after_project::text)
+ORDER BY e.project_id
+LIMIT 1;
+
+-- name: pending_event_contexts(project_id, batch_size)
+-- The project's next events without a vector in context, each with the event before it in its
+-- scope (haki_event_before; null for a scope's first event), in id order.
+SELECT e.event_id AS event_id, e.content AS content, b.event_id AS before_id,
+       b.content AS before_content
+FROM events AS e
+LEFT JOIN LATERAL public.haki_event_before(e.project_id, e.subject_id, e.occurred_at,
+                                           e.event_id) AS b ON true
+WHERE e.project_id = :project_id
+  AND e.context_embedding IS NULL
+ORDER BY e.event_id
+LIMIT :batch_size;
+
+-- name: set_event_contexts(project_id, event_ids, before_ids, embeddings)$
+-- Stores one batch of vectors in context; a null vector (a scope's first event) takes the event's
+-- own. An event is skipped when it is gone, already has one, or its predecessor is no longer the
+-- one its vector was made from (an event written or erased between them since): the worker reads
+-- it again. Returns how many were stored.
+WITH stored AS (
+    UPDATE events AS e
+    SET context_embedding = coalesce(t.embedding, e.embedding)
+    FROM unnest(:event_ids::uuid[], :before_ids::uuid[], :embeddings::vector[])
+        AS t(event_id, before_id, embedding)
+    WHERE e.project_id = :project_id
+      AND e.event_id = t.event_id
+      AND e.context_embedding IS NULL
+      AND t.before_id IS NOT DISTINCT FROM (
+          SELECT b.event_id
+          FROM public.haki_event_before(e.project_id, e.subject_id, e.occurred_at, e.event_id) AS b
+      )
+    RETURNING e.event_id
+)
+SELECT count(*) AS stored FROM stored;

@@ -118,7 +118,8 @@ CROSS JOIN audit AS a;
 -- on decisions by item would cost every trace write). A fact also loses its conflict memberships
 -- (an open set left with one member is resolved, keeping it; a set left empty goes) and the
 -- `supersedes` links that point at it (null); the facts extracted from an event keep their text
--- and lose the link (source_event_id null). NULL when no such memory.
+-- and lose the link (source_event_id null), and the event after it loses its vector in context.
+-- NULL when no such memory.
 -- Keeps a copy of open conflict: it does not ask whether a fact is held back by an open set, it
 -- closes the set the erasure leaves with one member, so it reads the set's status itself.
 WITH locked_fact AS (
@@ -130,7 +131,7 @@ WITH locked_fact AS (
     FOR UPDATE
 ),
 locked_event AS (
-    SELECT e.event_id, e.subject_id
+    SELECT e.event_id, e.subject_id, e.occurred_at
     FROM events AS e
     WHERE :kind::text = 'event'
       AND e.project_id = :project_id
@@ -278,6 +279,18 @@ gone_events AS (
       AND x.kind = 'event'
       AND e.event_id = x.item_id
     RETURNING e.subject_id
+),
+unlinked_context AS (
+    -- The event after an erased one has a vector made with its text (migration 0035): it goes,
+    -- and the event context worker makes it again from the new predecessor.
+    UPDATE events AS n
+    SET context_embedding = NULL
+    FROM locked_event AS l
+    CROSS JOIN LATERAL public.haki_event_after(:project_id, l.subject_id, l.occurred_at,
+                                               l.event_id) AS a
+    WHERE n.project_id = :project_id
+      AND n.event_id = a.event_id
+    RETURNING n.event_id
 ),
 -- Pending webhook events that carry the fact's content go with it (migration 0027).
 gone_notices AS (

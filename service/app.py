@@ -42,7 +42,7 @@ from service.db.embedded import Supervisor
 from service.db.replica import ReadRouter, rerun_after_replica_error, rerun_on_primary
 from service.embedding.embedder import Embedder, build_embedder, check_embedder
 from service.errors import handle_exception
-from service.memory import retention
+from service.memory import event_context, retention
 from service.memory.statistics import StatisticsKeeper
 from service.observability.metrics import Metrics, metrics_endpoint
 from service.settings import Settings
@@ -93,6 +93,12 @@ def create_app(
                 webhook_worker.run_forever(app.state.pool, settings, metrics.observe_webhooks),
                 name="webhook-delivery",
             )
+        contextualizing = None
+        if own_pool and settings.event_context:
+            # Events' vectors in context: only on a pool this app owns, as above.
+            contextualizing = asyncio.create_task(
+                event_context.run_forever(app.state.pool, app.state.embedder), name="event-context"
+            )
         keeping = None
         app.state.statistics = None
         if own_pool:
@@ -105,6 +111,7 @@ def create_app(
             async with mcp_mount.running():
                 yield
         finally:
+            await _stopped(contextualizing)
             await _stopped(delivering)
             await _stopped(keeping)
             await _stopped(purging)

@@ -93,6 +93,10 @@ MAX_QUERY_CHARS: Final = 4000
 MAX_SCOPE_CHARS: Final = 200
 MAX_PAGE_LIMIT: Final = 500
 DEFAULT_PAGE_LIMIT: Final = 50
+# Events' vectors in context (docs/spec/context-profiles.md, rule 8), made by a background
+# worker: the events it embeds at once, and its wait once nothing is pending.
+EVENT_CONTEXT_BATCH: Final = 64
+EVENT_CONTEXT_IDLE_SECONDS: Final = 1.0
 # `haki import`: batches stored at once, each in its own transaction (`--concurrency`). Two: a
 # second core takes the second batch's index inserts (docs/performance.md).
 IMPORT_CONCURRENCY: Final = 2

@@ -84,6 +84,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     trace_purge_batch: int = 200
     # The statement timeout of one subject erasure (DELETE /v1/subjects/{id}), its transaction only.
     erasure_timeout_ms: int = 120_000
+    # Events' vectors in context (docs/spec/context-profiles.md, rule 8): made by a background
+    # task of the serving process; false leaves them unmade, and `unified` ranks episodes by their
+    # own vectors alone.
+    event_context: bool = True
     # Read replicas: unset, one pool as before.
     database_read_url: str | None = None
     read_max_lag_ms: int = 1000

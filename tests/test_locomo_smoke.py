@@ -77,31 +77,3 @@ async def test_locomo_harness_smoke() -> None:
         random_recall = hybrid["used_tokens"] / turn_tokens / len(conv.turns)
         floor = max(0.5, 5 * random_recall)
         assert hybrid["recall"] >= floor, (profile, hybrid["recall"], floor, random_recall)
-
-
-async def test_event_context_embeds_a_turn_after_the_one_before_it() -> None:
-    # --event-context: a turn's vector is made from the turn before it (in its session, or any),
-    # then itself; queries and the first turn are embedded as they are.
-    h = load_harness()
-    when = h.parse_session_date("1:56 pm on 8 May, 2023")
-    turns = [h.Turn(f"D{s}:{p}", s, p, f"t{s}{p}", when) for s, p in ((1, 0), (1, 1), (2, 0))]
-    conv = h.Conversation("c", turns, [], [], 0)
-    assert h.turn_contexts([conv], "session") == {"t11": "t10"}
-    assert h.turn_contexts([conv], "all") == {"t11": "t10", "t20": "t11"}
-
-    class Recorder:
-        """Answers each text itself, so what the harness sent is what comes back."""
-
-        name, dim = "recorder", 384
-
-        async def embed(self, texts: list[str], *, purpose: str = "write", **_: object) -> list[str]:
-            return list(texts)
-
-        async def aclose(self) -> None:
-            return None
-
-    inner = Recorder()
-    wrapped = h._EventContext(inner, h.turn_contexts([conv], "session"))
-    assert wrapped.name == "recorder"
-    assert await wrapped.embed(["t10", "t11"], purpose="write") == ["t10", "t10\nt11"]
-    assert await wrapped.embed(["t11"], purpose="query") == ["t11"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from uuid import UUID
 
+import msgspec
 import numpy as np
 
 from service.repository.base import Conn, q
@@ -26,3 +27,42 @@ async def insert_events(
         metadatas=[e.metadata for e in events],
         embeddings=vectors(embeddings),
     )
+
+
+class PendingContext(msgspec.Struct, frozen=True):
+    """An event whose vector in context is to be made, with the event before it in its scope."""
+
+    event_id: UUID
+    content: str
+    before_id: UUID | None
+    before_content: str | None
+
+
+async def next_event_context_project(conn: Conn, after_project: str | None) -> str | None:
+    """The first project after `after_project` with an event whose vector in context is pending."""
+    project: str | None = await q().next_event_context_project(conn, after_project=after_project)
+    return project
+
+
+async def pending_event_contexts(conn: Conn, project_id: str, batch_size: int) -> list[PendingContext]:
+    rows = q().pending_event_contexts(conn, project_id=project_id, batch_size=batch_size)
+    return [
+        PendingContext(r["event_id"], r["content"], r["before_id"], r["before_content"]) async for r in rows
+    ]
+
+
+async def set_event_contexts(
+    conn: Conn,
+    project_id: str,
+    pending: list[PendingContext],
+    embeddings: list[np.ndarray | None],
+) -> int:
+    """Stores the batch's vectors (None: the event's own); returns how many were stored."""
+    stored: int = await q().set_event_contexts(
+        conn,
+        project_id=project_id,
+        event_ids=[p.event_id for p in pending],
+        before_ids=[p.before_id for p in pending],
+        embeddings=[None if e is None else vectors([e])[0] for e in embeddings],
+    )
+    return stored

@@ -1,0 +1,138 @@
+"""Events' vectors in context (docs/spec/context-profiles.md, rule 8): the worker that makes them
+after the write (service/memory/event_context.py), what resets them, and how `unified` ranks an
+episode by the closer of its two vectors while `facts_first` keeps the event's own.
+
+The hash embedder stands in for the model: a vector in context must equal its embedding of
+"previous\\ncurrent" exactly, which a test can compute."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+import httpx
+import numpy as np
+
+from service.embedding.embedder import Embedder, HashEmbedder
+from service.memory import event_context
+from service.repository import events as events_repo
+from tests.helpers import PROJECT, by_item, context_and_trace, write_events
+from tests.helpers.app import SingleConnectionPool
+from tests.helpers.sql import load_test_queries
+
+SUBJECT = "ctx"
+CAT, ASK, NAME = "Alice adopted a cat", "What is its name then?", "She calls it Miso"
+
+
+def at(minute: int) -> str:
+    return f"2024-03-01T09:{minute:02d}:00Z"
+
+
+async def scope_vectors(conn: asyncpg.Connection) -> dict[str, tuple[Any, Any]]:
+    """content -> (own vector, vector in context or None), in the scope's order."""
+    rows = load_test_queries().test_event_context_vectors(conn, project_id=PROJECT, subject_id=SUBJECT)
+    return {r["content"]: (r["embedding"], r["context_embedding"]) async for r in rows}
+
+
+async def drain(conn: asyncpg.Connection, embedder: Embedder) -> int:
+    return await event_context.drain(SingleConnectionPool(conn), embedder)
+
+
+def in_context(embedder: HashEmbedder, before: str, content: str) -> Any:
+    return embedder.embed_one(event_context.context_text(before, content))
+
+
+def array(v: Any) -> Any:
+    """A stored vector (pgvector's Vector) or an embedder's, as an ndarray."""
+    return v.to_numpy() if hasattr(v, "to_numpy") else np.asarray(v)
+
+
+def same(a: Any, b: Any) -> bool:
+    return a is not None and b is not None and np.allclose(array(a), array(b), atol=1e-6)
+
+
+async def test_the_worker_embeds_each_event_after_the_one_before_it(
+    client: httpx.AsyncClient, key: str, conn: asyncpg.Connection, hash_embedder: HashEmbedder
+) -> None:
+    # Written out of order in one batch: the scope's order is occurred_at's.
+    await write_events(client, key, [(NAME, at(2)), (CAT, at(0)), (ASK, at(1))], subject_id=SUBJECT)
+    assert all(ctx is None for _, ctx in (await scope_vectors(conn)).values())
+    assert await drain(conn, hash_embedder) == 3
+    v = await scope_vectors(conn)
+    assert list(v) == [CAT, ASK, NAME]
+    assert same(v[CAT][1], v[CAT][0])  # the first event has nothing before it: its own vector
+    assert same(v[ASK][1], in_context(hash_embedder, CAT, ASK))
+    assert same(v[NAME][1], in_context(hash_embedder, ASK, NAME))
+    assert not same(v[NAME][1], v[NAME][0])
+    assert await drain(conn, hash_embedder) == 0
+
+
+async def test_an_event_written_before_a_stored_one_remakes_that_ones_vector(
+    client: httpx.AsyncClient, key: str, conn: asyncpg.Connection, hash_embedder: HashEmbedder
+) -> None:
+    await write_events(client, key, [(CAT, at(0)), (NAME, at(10))], subject_id=SUBJECT)
+    await drain(conn, hash_embedder)
+    await write_events(client, key, [(ASK, at(5))], subject_id=SUBJECT)
+    v = await scope_vectors(conn)
+    assert v[NAME][1] is None and v[ASK][1] is None  # NAME's predecessor changed
+    assert same(v[CAT][1], v[CAT][0])
+    assert await drain(conn, hash_embedder) == 2
+    v = await scope_vectors(conn)
+    assert same(v[ASK][1], in_context(hash_embedder, CAT, ASK))
+    assert same(v[NAME][1], in_context(hash_embedder, ASK, NAME))
+
+
+async def test_erasing_an_event_remakes_the_next_ones_vector(
+    client: httpx.AsyncClient, key: str, conn: asyncpg.Connection, hash_embedder: HashEmbedder
+) -> None:
+    ids = await write_events(client, key, [(CAT, at(0)), (ASK, at(1)), (NAME, at(2))], subject_id=SUBJECT)
+    await drain(conn, hash_embedder)
+    r = await client.delete(f"/v1/events/{ids[1]}", headers={"Authorization": f"Bearer {key}"})
+    assert r.status_code == 200, r.text
+    v = await scope_vectors(conn)
+    assert list(v) == [CAT, NAME] and v[NAME][1] is None  # it held the erased text
+    assert await drain(conn, hash_embedder) == 1
+    assert same((await scope_vectors(conn))[NAME][1], in_context(hash_embedder, CAT, NAME))
+
+
+async def test_a_vector_made_before_its_predecessor_changed_is_not_stored(
+    client: httpx.AsyncClient, key: str, conn: asyncpg.Connection, hash_embedder: HashEmbedder
+) -> None:
+    await write_events(client, key, [(CAT, at(0)), (NAME, at(10))], subject_id=SUBJECT)
+    pending = await events_repo.pending_event_contexts(conn, PROJECT, 10)
+    assert [p.before_content for p in pending if p.content == NAME] == [CAT]
+    await write_events(client, key, [(ASK, at(5))], subject_id=SUBJECT)  # while it was embedded
+    made = [None if p.before_content is None else in_context(hash_embedder, p.before_content, p.content)
+            for p in pending]  # fmt: skip
+    assert await events_repo.set_event_contexts(conn, PROJECT, pending, made) == 1  # CAT only
+    assert (await scope_vectors(conn))[NAME][1] is None
+    await drain(conn, hash_embedder)
+    assert same((await scope_vectors(conn))[NAME][1], in_context(hash_embedder, ASK, NAME))
+
+
+async def test_a_project_on_another_model_keeps_its_events_pending(
+    client: httpx.AsyncClient, key: str, conn: asyncpg.Connection, hash_embedder: HashEmbedder
+) -> None:
+    await write_events(client, key, [(CAT, at(0)), (ASK, at(1))], subject_id=SUBJECT)
+    assert await drain(conn, HashEmbedder(model="model-b")) == 0  # never the wrong space
+    assert all(ctx is None for _, ctx in (await scope_vectors(conn)).values())
+    assert await drain(conn, hash_embedder) == 2
+
+
+async def test_unified_ranks_an_episode_by_the_closer_of_its_two_vectors(
+    client: httpx.AsyncClient, key: str, conn: asyncpg.Connection, hash_embedder: HashEmbedder
+) -> None:
+    # The query is the reply read after its question: only the reply's vector in context holds it.
+    ids = await write_events(client, key, [(CAT, at(0)), (ASK, at(1)), (NAME, at(2))], subject_id=SUBJECT)
+    query = event_context.context_text(ASK, NAME)
+    own = 1 - float(np.dot(hash_embedder.embed_one(query), hash_embedder.embed_one(NAME)))
+    assert own > 0.05
+
+    async def distance(profile: str) -> float:
+        _, trace = await context_and_trace(client, key, query, SUBJECT, profile=profile)
+        return float(by_item(trace)[ids[2]]["cosine_distance"])
+
+    assert abs(await distance("unified") - own) < 1e-6  # not made yet: its own vector alone
+    await drain(conn, hash_embedder)
+    assert await distance("unified") < 1e-6
+    assert abs(await distance("facts_first") - own) < 1e-6  # the assembler's spec, unchanged
