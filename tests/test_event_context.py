@@ -7,13 +7,14 @@ The hash embedder stands in for the model: a vector in context must equal its em
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
 import httpx
 import numpy as np
 
-from service.embedding.embedder import Embedder, HashEmbedder
+from service.embedding.embedder import Embedder, HashEmbedder, Vector
 from service.memory import event_context
 from service.repository import events as events_repo
 from tests.helpers import PROJECT, by_item, context_and_trace, write_events
@@ -113,8 +114,16 @@ async def test_a_vector_made_before_its_predecessor_changed_is_not_stored(
 async def test_a_project_on_another_model_keeps_its_events_pending(
     client: httpx.AsyncClient, key: str, conn: asyncpg.Connection, hash_embedder: HashEmbedder
 ) -> None:
+    class Counting(HashEmbedder):
+        texts = 0
+
+        async def embed(self, texts: Sequence[str], **kw: Any) -> list[Vector]:
+            Counting.texts += len(texts)
+            return await super().embed(texts, **kw)
+
     await write_events(client, key, [(CAT, at(0)), (ASK, at(1))], subject_id=SUBJECT)
-    assert await drain(conn, HashEmbedder(model="model-b")) == 0  # never the wrong space
+    assert await drain(conn, Counting(model="model-b")) == 0  # never the wrong space
+    assert Counting.texts == 0  # refused before embedding: no batch spent every round
     assert all(ctx is None for _, ctx in (await scope_vectors(conn)).values())
     assert await drain(conn, hash_embedder) == 2
 

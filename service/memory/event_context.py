@@ -40,6 +40,9 @@ async def contextualize_batch(
     than read when a predecessor changed meanwhile: those stay pending). Raises
     EmbeddingModelMismatch for a project whose vectors another model made."""
     async with pool.acquire() as conn:
+        # Refused before embedding, not after: such a project would cost a batch every round.
+        recorded = await embedding_model.get_model(conn, project_id)
+        embedding_model.require_model(project_id, recorded, embedder.name)
         pending: list[PendingContext] = await events_repo.pending_event_contexts(conn, project_id, batch_size)
     if not pending:
         return 0
