@@ -97,6 +97,9 @@ DEFAULT_PAGE_LIMIT: Final = 50
 # worker: the events it embeds at once, and its wait once nothing is pending.
 EVENT_CONTEXT_BATCH: Final = 64
 EVENT_CONTEXT_IDLE_SECONDS: Final = 1.0
+# The end of the event before, in characters: half the local model's window (LOCAL_MAX_LENGTH, 256
+# tokens) at about 4 characters a token, so a long predecessor never truncates the event away.
+EVENT_CONTEXT_BEFORE_CHARS: Final = 512
 # `haki import`: batches stored at once, each in its own transaction (`--concurrency`). Two: a
 # second core takes the second batch's index inserts (docs/performance.md).
 IMPORT_CONCURRENCY: Final = 2

@@ -14,6 +14,7 @@ import asyncpg
 import httpx
 import numpy as np
 
+from service.constants import EVENT_CONTEXT_BEFORE_CHARS
 from service.embedding.embedder import Embedder, HashEmbedder, Vector
 from service.memory import event_context
 from service.repository import events as events_repo
@@ -145,3 +146,10 @@ async def test_unified_ranks_an_episode_by_the_closer_of_its_two_vectors(
     await drain(conn, hash_embedder)
     assert await distance("unified") < 1e-6
     assert abs(await distance("facts_first") - own) < 1e-6  # the assembler's spec, unchanged
+
+
+def test_a_long_predecessor_leaves_room_for_the_event() -> None:
+    # The model reads its first 256 tokens: only the end of the event before goes first.
+    text = event_context.context_text("a" * 600 + "b" * EVENT_CONTEXT_BEFORE_CHARS, "Same here!")
+    assert text == "b" * EVENT_CONTEXT_BEFORE_CHARS + "\nSame here!"
+    assert event_context.context_text("Who adopted a cat?", "I did.") == "Who adopted a cat?\nI did."

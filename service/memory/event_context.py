@@ -18,7 +18,7 @@ import logging
 from contextlib import suppress
 from typing import Any
 
-from service.constants import EVENT_CONTEXT_BATCH, EVENT_CONTEXT_IDLE_SECONDS
+from service.constants import EVENT_CONTEXT_BATCH, EVENT_CONTEXT_BEFORE_CHARS, EVENT_CONTEXT_IDLE_SECONDS
 from service.embedding.embedder import Embedder
 from service.errors import EmbeddingModelMismatch
 from service.repository import embedding_model
@@ -29,8 +29,10 @@ log = logging.getLogger("haki.event_context")
 
 
 def context_text(before: str, content: str) -> str:
-    """What an event's vector in context is made from: the event before it, then the event."""
-    return f"{before}\n{content}"
+    """What an event's vector in context is made from: the end of the event before it, then the
+    event (EVENT_CONTEXT_BEFORE_CHARS: a long predecessor never pushes the event out of the
+    model's window)."""
+    return f"{before[-EVENT_CONTEXT_BEFORE_CHARS:]}\n{content}"
 
 
 async def contextualize_batch(
