@@ -6,7 +6,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers import bearer, post_facts
+from tests.helpers import bearer, post_facts, write_events
 
 PROJECT = "proj-a"
 # The stages of the default `unified` profile (facts_first also times "episodes").
@@ -102,6 +102,13 @@ async def test_metric_names_and_moving_values(client: Any, key: str) -> None:
 
     # The open-conflicts gauge is refreshed at scrape time.
     assert value(after, "haki_open_conflicts") == value(before, "haki_open_conflicts") + 1
+
+
+async def test_the_event_context_backlog_is_a_gauge(client: Any, key: str) -> None:
+    # Written events wait for their vector in context (no worker runs on a test's connection).
+    before = value(await scrape(client), "haki_event_context_pending")
+    await write_events(client, key, [("Mia tuned the cello", "2024-03-01T09:30:00Z")] * 3, "m2")
+    assert value(await scrape(client), "haki_event_context_pending") == before + 3
 
 
 async def test_metrics_is_not_in_the_api_schema(client: Any) -> None:

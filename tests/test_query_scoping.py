@@ -38,6 +38,8 @@ EXEMPT: dict[str, str] = {
     "list_webhook_projects": "the webhook delivery worker lists the project ids with events to fan "
     "out or deliveries due (once per round), then fans out and claims each project's with statements "
     "scoped to it",
+    "count_event_contexts_pending_all_projects": "the haki_event_context_pending gauge is one "
+    "total, like haki_open_conflicts (a multi-shard count, capped, once per scrape)",
     "next_event_context_project": "the event context worker finds the next project id with "
     "events to embed in context (one probe of a partial index, once per project and round), then "
     "reads and stores each project's with statements scoped to it",

@@ -38,6 +38,7 @@ ALLOWED: dict[str, str] = {
     "list_webhook_projects": "the webhook worker lists the projects with pending deliveries, then "
     "works each with statements tied to it",
     "count_webhook_dead_letters_all_projects": "a gauge of one total, as the open conflicts",
+    "count_event_contexts_pending_all_projects": "a gauge of one total, as the open conflicts",
     "next_event_context_project": "the event context worker finds the next project with events "
     "to embed in context, then works each with statements tied to it",
 }

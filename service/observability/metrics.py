@@ -36,6 +36,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 
 from service.errors import Unauthorized
 from service.observability.timing import StageTimer
+from service.repository import events as events_repo
 from service.repository import traces as repo
 from service.repository import webhooks as webhooks_repo
 from service.structs import ContextPacket
@@ -120,6 +121,12 @@ class Metrics:
         self.open_conflicts = Gauge(
             "haki_open_conflicts",
             "Open conflict sets, all projects together (refreshed at each scrape).",
+            registry=self.registry,
+        )
+        self.event_context_pending = Gauge(
+            "haki_event_context_pending",
+            "Events whose vector in context is still to be made, all projects together, counted "
+            "up to 100,001 (refreshed at each scrape; docs/spec/context-profiles.md, rule 8).",
             registry=self.registry,
         )
         self.database_up = Gauge(
@@ -215,14 +222,16 @@ class Metrics:
         return timed
 
     async def refresh(self, state: State) -> None:
-        """Scrape-time gauges: one cheap cross-project count (an index-only scan); the embedder's
-        figures are read as they are."""
+        """Scrape-time gauges: cheap cross-project counts (index scans of partial indexes); the
+        embedder's figures are read as they are."""
         self.embedder_stats.embedder = state.get("embedder")
         try:
             async with asyncio.timeout(SCRAPE_QUERY_TIMEOUT_SECONDS):
                 async with state.pool.acquire(timeout=SCRAPE_QUERY_TIMEOUT_SECONDS) as conn:
                     self.open_conflicts.set(await repo.count_open_conflicts_all_projects(conn))
                     self.webhook_dead_letters.set(await webhooks_repo.count_dead_letters_all_projects(conn))
+                    pending = await events_repo.count_pending_contexts_all_projects(conn)
+                    self.event_context_pending.set(pending)
         except Exception as exc:  # a scrape must not fail because the database does
             log.warning("metrics: open conflicts not refreshed: %r", exc)
             self.database_up.set(0)

@@ -66,3 +66,8 @@ async def set_event_contexts(
         embeddings=[None if e is None else vectors([e])[0] for e in embeddings],
     )
     return stored
+
+
+async def count_pending_contexts_all_projects(conn: Conn) -> int:
+    """The haki_event_context_pending gauge: events without a vector in context, up to 100,001."""
+    return int(await q().count_event_contexts_pending_all_projects(conn))
