@@ -235,7 +235,8 @@ FACT_COLUMNS = [
     "recorded_to",
 ]
 EVENT_COLUMNS = [
-    "project_id", "event_id", "subject_id", "content", "occurred_at", "embedding", "context_embedding"
+    "project_id", "event_id", "subject_id", "content", "occurred_at", "embedding", "context_embedding",
+    "context_made_at",
 ]  # fmt: skip
 
 
@@ -370,7 +371,8 @@ def event_records(
     templates = rng.integers(0, len(EVENT_TEMPLATES), n)
     ages = rng.exponential(60.0, n)
     # Vectors in context as the worker leaves them (rule 8): each event's made with the one before
-    # it (here the sum of both vectors), the scope's first its own.
+    # it (here the sum of both vectors), the scope's first its own, stamped when seeded.
+    made = datetime.now(UTC)
     in_time = np.argsort(-ages, kind="stable")
     context = vecs.copy()
     context[in_time[1:]] = _unit_rows(vecs[in_time[1:]] + vecs[in_time[:-1]])
@@ -380,7 +382,7 @@ def event_records(
         text = EVENT_TEMPLATES[templates[j]].format(name=NAMES[names[j]], item=ITEMS[item_ids[j]])
         rows.append(
             (project_id, _uuid7(rng, occurred), spec.subject_id, text, occurred, Vector(vecs[j]),
-             Vector(context[j]))
+             Vector(context[j]), made)
         )  # fmt: skip
     return rows
 

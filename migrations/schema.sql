@@ -90,13 +90,16 @@ $$;
 COMMENT ON FUNCTION public.haki_bm25_idf(docs bigint, df bigint) IS 'Rule: BM25''s idf (docs/spec/context-profiles.md, "Rule 1"). Written and explained in migrations/rules.sql.';
 
 --
--- Name: haki_episode_distance(public.vector, public.vector, public.vector); Type: FUNCTION; Schema: public; Owner: -
+-- Name: haki_episode_distance(public.vector, public.vector, timestamp with time zone, public.vector, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.haki_episode_distance(embedding public.vector, context_embedding public.vector, query public.vector) RETURNS double precision
+CREATE FUNCTION public.haki_episode_distance(embedding public.vector, context_embedding public.vector, context_made_at timestamp with time zone, query public.vector, at timestamp with time zone) RETURNS double precision
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
-SELECT least(embedding OPERATOR(public.<=>) query, context_embedding OPERATOR(public.<=>) query)
+SELECT least(embedding OPERATOR(public.<=>) query,
+             CASE WHEN at IS NULL OR context_made_at OPERATOR(pg_catalog.<=) at
+                  THEN context_embedding OPERATOR(public.<=>) query
+             END)
 $$;
 
 --
@@ -156,7 +159,9 @@ WITH exact_scan AS MATERIALIZED (
 )
 (SELECT d.event_id
  FROM (
-     SELECT w.event_id, public.haki_episode_distance(w.embedding, w.context_embedding, query) AS distance
+     SELECT w.event_id,
+            public.haki_episode_distance(w.embedding, w.context_embedding, w.context_made_at, query, at)
+                AS distance
      FROM public.events AS w
      WHERE (SELECT x.small FROM exact_scan AS x)
        AND query IS NOT NULL
@@ -1535,7 +1540,8 @@ pool AS (
         UNION ALL
         SELECT 'episode', e.event_id, e.content, NULL, NULL, NULL, NULL, e.occurred_at,
                public.haki_tokens(e.content),
-               public.haki_episode_distance(e.embedding, e.context_embedding, query_embedding),
+               public.haki_episode_distance(e.embedding, e.context_embedding, e.context_made_at,
+                                            query_embedding, at),
                public.haki_recency(e.occurred_at, tau_seconds, at),
                public.haki_text_vector(config, e.search_vector, e.search_vector_english),
                e.event_id OPERATOR(pg_catalog.=) ANY (walked_events),
@@ -1987,7 +1993,8 @@ CREATE TABLE public.events (
     embedding public.vector(384) NOT NULL,
     search_vector tsvector GENERATED ALWAYS AS (to_tsvector('simple'::regconfig, content)) STORED,
     search_vector_english tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, content)) STORED,
-    context_embedding public.vector(384)
+    context_embedding public.vector(384),
+    context_made_at timestamp with time zone
 )
 WITH (toast_tuple_target='8160');
 ALTER TABLE ONLY public.events ALTER COLUMN embedding SET STORAGE MAIN;

@@ -64,10 +64,12 @@ LIMIT :batch_size;
 -- Stores one batch of vectors in context; a null vector (a scope's first event) takes the event's
 -- own. An event is skipped when it is gone, already has one, or its predecessor is no longer the
 -- one its vector was made from (an event written or erased between them since): the worker reads
--- it again. Returns how many were stored.
+-- it again. Each is stamped with the clock, not the transaction's start: a call as of an earlier
+-- instant (a replay) does not rank by it (migration 0036). Returns how many were stored.
 WITH stored AS (
     UPDATE events AS e
-    SET context_embedding = coalesce(t.embedding, e.embedding)
+    SET context_embedding = coalesce(t.embedding, e.embedding),
+        context_made_at = clock_timestamp()
     FROM unnest(:event_ids::uuid[], :before_ids::uuid[], :embeddings::vector[])
         AS t(event_id, before_id, embedding)
     WHERE e.project_id = :project_id

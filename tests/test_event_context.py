@@ -8,6 +8,7 @@ The hash embedder stands in for the model: a vector in context must equal its em
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -18,7 +19,7 @@ from service.constants import EVENT_CONTEXT_BEFORE_CHARS
 from service.embedding.embedder import Embedder, HashEmbedder, Vector
 from service.memory import event_context
 from service.repository import events as events_repo
-from tests.helpers import PROJECT, by_item, context_and_trace, write_events
+from tests.helpers import PROJECT, bearer, by_item, context_and_trace, inspect, write_events
 from tests.helpers.app import SingleConnectionPool
 from tests.helpers.sql import load_test_queries
 
@@ -146,6 +147,30 @@ async def test_unified_ranks_an_episode_by_the_closer_of_its_two_vectors(
     await drain(conn, hash_embedder)
     assert await distance("unified") < 1e-6
     assert abs(await distance("facts_first") - own) < 1e-6  # the assembler's spec, unchanged
+
+
+async def test_a_replay_ranks_by_the_vectors_in_context_made_by_its_instant(
+    client: httpx.AsyncClient, key: str, conn: asyncpg.Connection, hash_embedder: HashEmbedder
+) -> None:
+    """A vector in context made after a call is not the call's: its replay (as of the call's
+    instant) ranks the episode by its own vector, as the call did, while calls from then on use
+    both (docs/time-travel.md)."""
+    ids = await write_events(client, key, [(CAT, at(0)), (ASK, at(1)), (NAME, at(2))], subject_id=SUBJECT)
+    query = event_context.context_text(ASK, NAME)
+    origin, origin_trace = await context_and_trace(client, key, query, SUBJECT)  # none made yet
+    await drain(conn, hash_embedder)
+    r = await client.post(f"/v1/inspect/{origin['trace_id']}/replay", headers=bearer(key))
+    assert r.status_code == 200, r.text
+    assert r.json()["diff"] == {"added": [], "removed": [], "moved": []}
+    replayed = by_item(await inspect(client, key, r.json()["packet"]["trace_id"]))
+    for item_id, decision in by_item(origin_trace).items():
+        assert replayed[item_id]["cosine_distance"] == decision["cosine_distance"]
+        assert replayed[item_id]["score"] == decision["score"]
+    _, now = await context_and_trace(client, key, query, SUBJECT)
+    assert float(now["decisions"][0]["cosine_distance"]) < 1e-6 and now["decisions"][0]["item_id"] == ids[2]
+    # As of an instant after the vectors were made, a call ranks by them too.
+    _, then = await context_and_trace(client, key, query, SUBJECT, as_of=datetime.now(UTC).isoformat())
+    assert float(by_item(then)[ids[2]]["cosine_distance"]) < 1e-6
 
 
 def test_a_long_predecessor_leaves_room_for_the_event() -> None:
