@@ -137,6 +137,200 @@ LIMIT 1
 $$;
 
 --
+-- Name: haki_event_context_graph_walk(text, text, public.vector, integer, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_event_context_graph_walk(p_project_id text, p_subject_id text, query public.vector, top_k integer, at timestamp with time zone) RETURNS TABLE(event_id uuid)
+    LANGUAGE plpgsql STABLE ROWS 64 PARALLEL RESTRICTED
+    SET search_path TO 'pg_catalog', 'public'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    SET enable_sort TO 'off'
+    AS $$
+BEGIN
+    -- No ELSE: a bucket without a branch is a bug of the migrations, and says so.
+    CASE public.haki_scope_bucket(p_project_id, p_subject_id)
+    WHEN 0 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 0
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+          AND (at IS NULL OR w.context_made_at <= at)
+        ORDER BY w.context_embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 1 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 1
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+          AND (at IS NULL OR w.context_made_at <= at)
+        ORDER BY w.context_embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 2 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 2
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+          AND (at IS NULL OR w.context_made_at <= at)
+        ORDER BY w.context_embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 3 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 3
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+          AND (at IS NULL OR w.context_made_at <= at)
+        ORDER BY w.context_embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 4 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 4
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+          AND (at IS NULL OR w.context_made_at <= at)
+        ORDER BY w.context_embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 5 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 5
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+          AND (at IS NULL OR w.context_made_at <= at)
+        ORDER BY w.context_embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 6 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 6
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+          AND (at IS NULL OR w.context_made_at <= at)
+        ORDER BY w.context_embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 7 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 7
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+          AND (at IS NULL OR w.context_made_at <= at)
+        ORDER BY w.context_embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 8 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 8
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+          AND (at IS NULL OR w.context_made_at <= at)
+        ORDER BY w.context_embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 9 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 9
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+          AND (at IS NULL OR w.context_made_at <= at)
+        ORDER BY w.context_embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 10 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 10
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+          AND (at IS NULL OR w.context_made_at <= at)
+        ORDER BY w.context_embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 11 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 11
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+          AND (at IS NULL OR w.context_made_at <= at)
+        ORDER BY w.context_embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 12 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 12
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+          AND (at IS NULL OR w.context_made_at <= at)
+        ORDER BY w.context_embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 13 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 13
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+          AND (at IS NULL OR w.context_made_at <= at)
+        ORDER BY w.context_embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 14 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 14
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+          AND (at IS NULL OR w.context_made_at <= at)
+        ORDER BY w.context_embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    WHEN 15 THEN
+        RETURN QUERY
+        SELECT w.event_id
+        FROM public.events AS w
+        WHERE public.haki_scope_bucket(w.project_id, w.subject_id) = 15
+          AND w.project_id = p_project_id
+          AND w.subject_id = p_subject_id
+          AND public.haki_event_held(w.occurred_at, w.recorded_at, at)
+          AND (at IS NULL OR w.context_made_at <= at)
+        ORDER BY w.context_embedding::halfvec(384) <=> query::halfvec(384)
+        LIMIT top_k;
+    END CASE;
+END
+$$;
+
+--
 -- Name: haki_event_context_walk(text, text, public.vector, integer, integer, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -173,10 +367,26 @@ WITH exact_scan AS MATERIALIZED (
  ORDER BY d.distance, d.event_id
  LIMIT top_k)
 UNION ALL
-SELECT g.event_id
-FROM public.haki_event_graph_walk(p_project_id, p_subject_id, query, top_k, at) AS g
-WHERE NOT (SELECT x.small FROM exact_scan AS x)
-  AND query IS NOT NULL
+(SELECT e.event_id
+ FROM (
+     SELECT c.event_id
+     FROM public.haki_event_context_graph_walk(p_project_id, p_subject_id, query, top_k, at) AS c
+     UNION
+     SELECT o.event_id
+     FROM public.haki_event_graph_walk(p_project_id, p_subject_id, query, top_k, at) AS o
+     WHERE at IS NOT NULL
+        OR EXISTS (SELECT 1
+                   FROM public.events AS p
+                   WHERE p.project_id = p_project_id
+                     AND p.subject_id = p_subject_id
+                     AND p.context_embedding IS NULL)
+ ) AS g
+ JOIN public.events AS e ON e.project_id = p_project_id AND e.event_id = g.event_id
+ WHERE NOT (SELECT x.small FROM exact_scan AS x)
+   AND query IS NOT NULL
+ ORDER BY public.haki_episode_distance(e.embedding, e.context_embedding, e.context_made_at, query, at),
+          e.event_id
+ LIMIT top_k)
 $$;
 
 --
@@ -2323,10 +2533,112 @@ CREATE INDEX context_calls_served_facts ON public.context_calls USING gin ((deci
 CREATE INDEX context_traces_fact_usage ON public.context_traces USING btree (item_id) WHERE ((item_type = 'fact'::text) AND counted);
 
 --
+-- Name: events_context_hnsw_00; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX events_context_hnsw_00 ON public.events USING hnsw (((context_embedding)::public.halfvec(384)) public.halfvec_cosine_ops) WHERE (public.haki_scope_bucket(project_id, subject_id) = 0);
+
+--
+-- Name: events_context_hnsw_01; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX events_context_hnsw_01 ON public.events USING hnsw (((context_embedding)::public.halfvec(384)) public.halfvec_cosine_ops) WHERE (public.haki_scope_bucket(project_id, subject_id) = 1);
+
+--
+-- Name: events_context_hnsw_02; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX events_context_hnsw_02 ON public.events USING hnsw (((context_embedding)::public.halfvec(384)) public.halfvec_cosine_ops) WHERE (public.haki_scope_bucket(project_id, subject_id) = 2);
+
+--
+-- Name: events_context_hnsw_03; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX events_context_hnsw_03 ON public.events USING hnsw (((context_embedding)::public.halfvec(384)) public.halfvec_cosine_ops) WHERE (public.haki_scope_bucket(project_id, subject_id) = 3);
+
+--
+-- Name: events_context_hnsw_04; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX events_context_hnsw_04 ON public.events USING hnsw (((context_embedding)::public.halfvec(384)) public.halfvec_cosine_ops) WHERE (public.haki_scope_bucket(project_id, subject_id) = 4);
+
+--
+-- Name: events_context_hnsw_05; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX events_context_hnsw_05 ON public.events USING hnsw (((context_embedding)::public.halfvec(384)) public.halfvec_cosine_ops) WHERE (public.haki_scope_bucket(project_id, subject_id) = 5);
+
+--
+-- Name: events_context_hnsw_06; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX events_context_hnsw_06 ON public.events USING hnsw (((context_embedding)::public.halfvec(384)) public.halfvec_cosine_ops) WHERE (public.haki_scope_bucket(project_id, subject_id) = 6);
+
+--
+-- Name: events_context_hnsw_07; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX events_context_hnsw_07 ON public.events USING hnsw (((context_embedding)::public.halfvec(384)) public.halfvec_cosine_ops) WHERE (public.haki_scope_bucket(project_id, subject_id) = 7);
+
+--
+-- Name: events_context_hnsw_08; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX events_context_hnsw_08 ON public.events USING hnsw (((context_embedding)::public.halfvec(384)) public.halfvec_cosine_ops) WHERE (public.haki_scope_bucket(project_id, subject_id) = 8);
+
+--
+-- Name: events_context_hnsw_09; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX events_context_hnsw_09 ON public.events USING hnsw (((context_embedding)::public.halfvec(384)) public.halfvec_cosine_ops) WHERE (public.haki_scope_bucket(project_id, subject_id) = 9);
+
+--
+-- Name: events_context_hnsw_10; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX events_context_hnsw_10 ON public.events USING hnsw (((context_embedding)::public.halfvec(384)) public.halfvec_cosine_ops) WHERE (public.haki_scope_bucket(project_id, subject_id) = 10);
+
+--
+-- Name: events_context_hnsw_11; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX events_context_hnsw_11 ON public.events USING hnsw (((context_embedding)::public.halfvec(384)) public.halfvec_cosine_ops) WHERE (public.haki_scope_bucket(project_id, subject_id) = 11);
+
+--
+-- Name: events_context_hnsw_12; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX events_context_hnsw_12 ON public.events USING hnsw (((context_embedding)::public.halfvec(384)) public.halfvec_cosine_ops) WHERE (public.haki_scope_bucket(project_id, subject_id) = 12);
+
+--
+-- Name: events_context_hnsw_13; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX events_context_hnsw_13 ON public.events USING hnsw (((context_embedding)::public.halfvec(384)) public.halfvec_cosine_ops) WHERE (public.haki_scope_bucket(project_id, subject_id) = 13);
+
+--
+-- Name: events_context_hnsw_14; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX events_context_hnsw_14 ON public.events USING hnsw (((context_embedding)::public.halfvec(384)) public.halfvec_cosine_ops) WHERE (public.haki_scope_bucket(project_id, subject_id) = 14);
+
+--
+-- Name: events_context_hnsw_15; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX events_context_hnsw_15 ON public.events USING hnsw (((context_embedding)::public.halfvec(384)) public.halfvec_cosine_ops) WHERE (public.haki_scope_bucket(project_id, subject_id) = 15);
+
+--
 -- Name: events_context_pending; Type: INDEX; Schema: public; Owner: -
 --
 
 CREATE INDEX events_context_pending ON public.events USING btree (project_id, event_id) WHERE (context_embedding IS NULL);
+
+--
+-- Name: events_context_pending_scope; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX events_context_pending_scope ON public.events USING btree (project_id, subject_id) WHERE (context_embedding IS NULL);
 
 --
 -- Name: events_embedding_hnsw_00; Type: INDEX; Schema: public; Owner: -

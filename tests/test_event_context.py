@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
 import asyncpg
 import httpx
@@ -25,6 +26,8 @@ from tests.helpers.sql import load_test_queries
 
 SUBJECT = "ctx"
 CAT, ASK, NAME = "Alice adopted a cat", "What is its name then?", "She calls it Miso"
+WORDS = ["cat", "garden", "violin", "harbour", "lantern", "meadow", "copper", "orchard", "saddle", "kettle",
+         "ribbon", "glacier"]  # fmt: skip
 
 
 def at(minute: int) -> str:
@@ -171,6 +174,45 @@ async def test_a_replay_ranks_by_the_vectors_in_context_made_by_its_instant(
     # As of an instant after the vectors were made, a call ranks by them too.
     _, then = await context_and_trace(client, key, query, SUBJECT, as_of=datetime.now(UTC).isoformat())
     assert float(by_item(then)[ids[2]]["cosine_distance"]) < 1e-6
+
+
+async def test_a_scope_beyond_the_exact_scan_walks_the_graph_of_the_vectors_in_context(
+    client: httpx.AsyncClient, key: str, conn: asyncpg.Connection, hash_embedder: HashEmbedder
+) -> None:
+    """Beyond the exact scan, the walk finds a scope's top_k events by the closer of their two
+    vectors, as the exact scan does, not by their own alone; an event whose vector in context is
+    not made yet is found by its own (migration 0037)."""
+    queries = load_test_queries()
+    n = await queries.test_exact_scan_limit(conn, top_k=2) + 20
+    # Distinct texts: near-equal distances could swap in the graphs' half precision.
+    pairs = [(a, b) for a in WORDS for b in WORDS if a != b][:n]
+    assert len(pairs) == n
+    turns = [
+        (f"{a} beside {b}", f"2024-03-01T{i // 60:02d}:{i % 60:02d}:00Z") for i, (a, b) in enumerate(pairs)
+    ]
+    await write_events(client, key, [*turns, (CAT, at(0)), (ASK, at(1)), (NAME, at(2))], subject_id=SUBJECT)
+    await drain(conn, hash_embedder)
+    text = event_context.context_text(ASK, NAME)
+    query = hash_embedder.embed_one(text)
+
+    async def nearest(top_k: int, both: bool = True) -> set[Any]:
+        rows = queries.test_event_nearest(
+            conn, project_id=PROJECT, subject_id=SUBJECT, query=query, top_k=top_k, both=both
+        )
+        return {r["event_id"] async for r in rows}
+
+    async def walked(top_k: int) -> set[Any]:
+        rows = queries.test_event_context_walk(
+            conn, project_id=PROJECT, subject_id=SUBJECT, query=query, top_k=top_k
+        )
+        return {r["event_id"] async for r in rows}
+
+    # NAME by its vector in context (the query's own text), ASK by its own (more words in common).
+    assert await nearest(1) != await nearest(1, both=False)
+    assert await walked(1) == await nearest(1)
+    [new] = await write_events(client, key, [(text, at(3))], subject_id=SUBJECT)
+    assert UUID(new) in await nearest(2)
+    assert await walked(2) == await nearest(2)
 
 
 def test_a_long_predecessor_leaves_room_for_the_event() -> None:

@@ -350,8 +350,10 @@ async def test_the_bucket_indexes_of_migration_0008_follow_haki_scope_buckets(
     conn: asyncpg.Connection,
 ) -> None:
     """Migration 0008 writes its 32 partial HNSW indexes out by hand, one a bucket and table; it
-    is applied and cannot change (sha256 check), so this holds them to the one definition of the
-    bucket count: exactly one index per bucket of each table, its predicate naming its bucket."""
+    is applied and cannot change (sha256 check), so this holds them, and the graphs of the events'
+    vectors in context (migration 0037), to the one definition of the bucket count: exactly one
+    index per bucket of each family, its predicate naming its bucket."""
+    families = ("facts_embedding_hnsw", "events_embedding_hnsw", "events_context_hnsw")
     buckets = await conn.fetchval("SELECT public.haki_scope_buckets()")
     rows = await conn.fetch(
         "SELECT t.relname AS table_name, i.relname AS index_name, "
@@ -365,9 +367,11 @@ async def test_the_bucket_indexes_of_migration_0008_follow_haki_scope_buckets(
         m = re.search(r"haki_scope_bucket\(project_id, subject_id\) = (\d+)\)?$", r["pred"] or "")
         assert m, f"{r['index_name']}: not a bucket index ({r['pred']})"
         assert r["index_name"].endswith(f"_{int(m.group(1)):02d}"), r["index_name"]
-        found.add((r["table_name"], int(m.group(1))))
-    assert found == {(t, n) for t in ("facts", "events") for n in range(buckets)}
-    assert len(rows) == 2 * buckets
+        family = r["index_name"].rsplit("_", 1)[0]
+        assert family.startswith(r["table_name"]), r["index_name"]
+        found.add((family, int(m.group(1))))
+    assert found == {(f, n) for f in families for n in range(buckets)}
+    assert len(rows) == len(families) * buckets
 
 
 # --- migrations/rules.sql -----------------------------------------------------------------------
