@@ -285,8 +285,7 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
     )
     out.append(
         (
-            "haki_event_walk (inside unified_candidates and episode_candidates), 10k scope "
-            "(1,000 of its events among 5,600)",
+            "haki_event_walk (inside episode_candidates), 10k scope (1,000 of its events among 5,600)",
             await explain_function(
                 conn,
                 "haki_event_walk",
@@ -300,6 +299,29 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
             await explain_function(
                 conn,
                 "haki_event_graph_walk",
+                [PROJECT, TARGET, Vector(question.vector), EPISODE_TOP_K, None],
+                branch=target_bucket,
+            ),
+        )
+    )
+    # unified's walk of the same scope (rule 8): the graph of the vectors in context, the own
+    # vectors' graph gated off while none is pending (migration 0037).
+    out.append(
+        (
+            "haki_event_context_walk (inside unified_candidates), 10k scope",
+            await explain_function(
+                conn,
+                "haki_event_context_walk",
+                [PROJECT, TARGET, Vector(question.vector), EPISODE_TOP_K, EXACT_SCAN_MIN_FACTS, None],
+            ),
+        )
+    )
+    out.append(
+        (
+            "haki_event_context_graph_walk (inside haki_event_context_walk), its branch for the 10k scope",
+            await explain_function(
+                conn,
+                "haki_event_context_graph_walk",
                 [PROJECT, TARGET, Vector(question.vector), EPISODE_TOP_K, None],
                 branch=target_bucket,
             ),
