@@ -47,9 +47,10 @@ WHERE e.context_embedding IS NULL
 ORDER BY e.project_id
 LIMIT 1;
 
--- name: pending_event_contexts(project_id, batch_size)
--- The project's next events without a vector in context, each with the event before it in its
--- scope (haki_event_before; null for a scope's first event), in id order.
+-- name: pending_event_contexts(project_id, event_ids, batch_size)
+-- The project's next events without a vector in context (of the given ids only, when given: a
+-- write's own), each with the event before it in its scope (haki_event_before; null for a
+-- scope's first event), in id order.
 SELECT e.event_id AS event_id, e.content AS content, b.event_id AS before_id,
        b.content AS before_content
 FROM events AS e
@@ -57,6 +58,7 @@ LEFT JOIN LATERAL public.haki_event_before(e.project_id, e.subject_id, e.occurre
                                            e.event_id) AS b ON true
 WHERE e.project_id = :project_id
   AND e.context_embedding IS NULL
+  AND (:event_ids::uuid[] IS NULL OR e.event_id = ANY (:event_ids::uuid[]))
 ORDER BY e.event_id
 LIMIT :batch_size;
 

@@ -64,7 +64,8 @@ def _param_type(name: str, sql: str) -> str:
         return "Any"
     (scalar, array), *_ = types
     inner = scalar if scalar == "Any" else f"{scalar} | None"
-    return f"Sequence[{inner}]" if array else f"{scalar} | None" if scalar != "Any" else "Any"
+    # A NULL array is a statement's own business (an optional filter), as a NULL scalar is.
+    return f"Sequence[{inner}] | None" if array else f"{scalar} | None" if scalar != "Any" else "Any"
 
 
 def statements(directory: Path) -> list[tuple[str, list[str], str, str]]:

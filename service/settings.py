@@ -88,6 +88,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # task of the serving process; false leaves them unmade, and `unified` ranks episodes by their
     # own vectors alone.
     event_context: bool = True
+    # With event_context: POST /v1/events makes its own events' vectors before it answers, so the
+    # next call ranks them by both; false leaves them to the background task too.
+    event_context_inline: bool = True
     # Read replicas: unset, one pool as before.
     database_read_url: str | None = None
     read_max_lag_ms: int = 1000

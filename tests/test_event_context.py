@@ -7,7 +7,7 @@ The hash embedder stands in for the model: a vector in context must equal its em
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -15,16 +15,30 @@ from uuid import UUID
 import asyncpg
 import httpx
 import numpy as np
+import pytest
 
 from service.constants import EVENT_CONTEXT_BEFORE_CHARS
 from service.embedding.embedder import Embedder, HashEmbedder, Vector
 from service.memory import event_context
 from service.repository import events as events_repo
+from service.settings import Settings
 from tests.helpers import PROJECT, bearer, by_item, context_and_trace, inspect, write_events
-from tests.helpers.app import SingleConnectionPool
+from tests.helpers.app import SingleConnectionPool, make_client
 from tests.helpers.sql import load_test_queries
 
 SUBJECT = "ctx"
+
+
+@pytest.fixture
+async def client(
+    settings: Settings, conn: asyncpg.Connection, hash_embedder: HashEmbedder
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The worker's client: writes leave their vectors in context to it (HAKI_EVENT_CONTEXT_INLINE
+    off), as imports and a failed inline step do."""
+    async with make_client(settings, conn, hash_embedder, event_context_inline=False) as c:
+        yield c
+
+
 CAT, ASK, NAME = "Alice adopted a cat", "What is its name then?", "She calls it Miso"
 WORDS = ["cat", "garden", "violin", "harbour", "lantern", "meadow", "copper", "orchard", "saddle", "kettle",
          "ribbon", "glacier"]  # fmt: skip
@@ -213,6 +227,35 @@ async def test_a_scope_beyond_the_exact_scan_walks_the_graph_of_the_vectors_in_c
     [new] = await write_events(client, key, [(text, at(3))], subject_id=SUBJECT)
     assert UUID(new) in await nearest(2)
     assert await walked(2) == await nearest(2)
+
+
+async def test_a_write_makes_its_events_vectors_in_context_before_it_answers(
+    settings: Settings, conn: asyncpg.Connection, key: str, hash_embedder: HashEmbedder
+) -> None:
+    async with make_client(settings, conn, hash_embedder) as inline:
+        await write_events(inline, key, [(CAT, at(0)), (ASK, at(1)), (NAME, at(2))], subject_id=SUBJECT)
+    v = await scope_vectors(conn)
+    assert same(v[CAT][1], v[CAT][0])
+    assert same(v[ASK][1], in_context(hash_embedder, CAT, ASK))
+    assert same(v[NAME][1], in_context(hash_embedder, ASK, NAME))
+    assert await drain(conn, hash_embedder) == 0
+
+
+async def test_a_write_whose_vectors_in_context_fail_still_succeeds(
+    settings: Settings, conn: asyncpg.Connection, key: str
+) -> None:
+    class NoContext(HashEmbedder):
+        async def embed(self, texts: Sequence[str], **kw: Any) -> list[Vector]:
+            if any("\n" in t for t in texts):  # a vector in context: the event before, then it
+                raise RuntimeError("embedder down")
+            return await super().embed(texts, **kw)
+
+    async with make_client(settings, conn, NoContext()) as inline:
+        ids = await write_events(inline, key, [(CAT, at(0)), (ASK, at(1))], subject_id=SUBJECT)
+        assert len(ids) == 2
+    v = await scope_vectors(conn)
+    assert v[ASK][1] is None  # left to the background task
+    assert await drain(conn, HashEmbedder()) >= 1
 
 
 def test_a_long_predecessor_leaves_room_for_the_event() -> None:

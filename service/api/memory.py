@@ -13,7 +13,7 @@ from litestar.params import Dependency, Parameter
 from service.api.deps import ERRORS, Deps, RouteDeps, in_key_project
 from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
 from service.db.replica import READS
-from service.memory import erasure, idempotency
+from service.memory import erasure, event_context, idempotency
 from service.memory import writes as memory
 from service.repository.maintenance import MemoryTable
 from service.scope_id import SCOPE_ID_BOUNDS, SCOPE_ID_JSON_SCHEMA, scope_id_problem
@@ -187,7 +187,7 @@ async def post_events(
     deps: RouteDeps, data: WriteEventsRequest, idempotency_key: str | None = None
 ) -> idempotency.Outcome[WriteEventsResponse]:
     data = in_key_project(data, deps.principal)
-    return await run_batch(
+    outcome = await run_batch(
         deps,
         data,
         idempotency_key,
@@ -199,6 +199,10 @@ async def post_events(
         write=lambda prepared: memory.store_events(deps.conn, prepared),
         adds=("events", len(data.events)),
     )
+    if deps.settings.event_context and deps.settings.event_context_inline:
+        written = [e.event_id for e in outcome.body.events]
+        await event_context.make_written(deps, deps.embedder, data.project_id, written)
+    return outcome
 
 
 async def get_conflicts(

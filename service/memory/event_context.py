@@ -1,22 +1,28 @@
 """Events' vectors in context (docs/spec/context-profiles.md, rule 8), made after the write.
 
 An event's vector in context embeds the event before it in its scope and the event itself
-(`context_text`). Writes do not wait for it: they store the event's own vector, and this worker
-makes the other one in the background, a batch of a project at a time, projects in turn. Until
-it has, `unified` ranks the episode by its own vector alone. A write or an erasure that changes an
-event's predecessor, and a re-embedding's switch, set the vector back to pending (migration 0035).
+(`context_text`). The write stores the event's own vector and commits; `POST /v1/events` then
+makes its own events' vectors before it answers (`make_written`, HAKI_EVENT_CONTEXT_INLINE), and
+this worker makes every other one in the background (imports, extraction, a vector set back to
+pending, a write whose inline step failed), a batch of a project at a time, projects in turn.
+Until one is made, `unified` ranks the episode by its own vector alone. A write or an erasure
+that changes an event's predecessor, and a re-embedding's switch, set the vector back to pending
+(migration 0035).
 
-Each batch reads with one connection, embeds with none held (the write lane of the embedder's
-scheduler, behind queries), and stores under the project's model record (hold_model), so a
-vector is never stored for a project whose vectors another model made, nor across a switch.
+Each batch is read with a connection (`read_pending`), embedded with none held (`embed_pending`:
+the write lane of the embedder's scheduler, behind queries), and stored under the project's model
+record (`store_pending`, hold_model), so a vector is never stored for a project whose vectors
+another model made, nor across a switch.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from contextlib import suppress
 from typing import Any
+from uuid import UUID
 
 from service.constants import EVENT_CONTEXT_BATCH, EVENT_CONTEXT_BEFORE_CHARS, EVENT_CONTEXT_IDLE_SECONDS
 from service.embedding.embedder import Embedder
@@ -35,26 +41,62 @@ def context_text(before: str, content: str) -> str:
     return f"{before[-EVENT_CONTEXT_BEFORE_CHARS:]}\n{content}"
 
 
+async def read_pending(
+    conn: Any, embedder: Embedder, project_id: str, batch_size: int, event_ids: Sequence[UUID] | None = None
+) -> list[PendingContext]:
+    """The project's next pending events (of `event_ids` only, when given). Raises
+    EmbeddingModelMismatch for a project whose vectors another model made: refused before
+    embedding, not after, or such a project would cost a batch every round."""
+    recorded = await embedding_model.get_model(conn, project_id)
+    embedding_model.require_model(project_id, recorded, embedder.name)
+    return await events_repo.pending_event_contexts(conn, project_id, batch_size, event_ids)
+
+
+async def embed_pending(embedder: Embedder, project_id: str, pending: list[PendingContext]) -> list[Any]:
+    """The batch's vectors in context; None for a scope's first event (it takes its own)."""
+    texts = [context_text(p.before_content, p.content) for p in pending if p.before_content is not None]
+    made = iter(await embedder.embed(texts, purpose="write", project=project_id) if texts else [])
+    return [next(made) if p.before_content is not None else None for p in pending]
+
+
+async def store_pending(
+    conn: Any, embedder: Embedder, project_id: str, pending: list[PendingContext], embeddings: list[Any]
+) -> int:
+    """Stores the batch under the project's model record; returns how many were stored (fewer
+    than read when a predecessor changed meanwhile: those stay pending)."""
+    async with conn.transaction():
+        await embedding_model.hold_model(conn, project_id, embedder.name)
+        return await events_repo.set_event_contexts(conn, project_id, pending, embeddings)
+
+
+async def make_written(lent: Any, embedder: Embedder, project_id: str, event_ids: Sequence[UUID]) -> int:
+    """A write's own events' vectors in context, made before it answers (HAKI_EVENT_CONTEXT_INLINE),
+    so that the next call ranks them by both; returns how many were stored. `lent` is the
+    request's connection (RouteDeps: `conn`, and `without_connection` while embedding). The write
+    has committed: a failure here (embedder or database down) is logged, and the background task
+    makes them later."""
+    try:
+        pending = await read_pending(lent.conn, embedder, project_id, len(event_ids), event_ids)
+        if not pending:
+            return 0
+        embeddings = await lent.without_connection(embed_pending(embedder, project_id, pending))
+        return await store_pending(lent.conn, embedder, project_id, pending, embeddings)
+    except Exception as exc:
+        log.warning("event context: a write's vectors left to the background task: %r", exc)
+        return 0
+
+
 async def contextualize_batch(
     pool: Any, embedder: Embedder, project_id: str, batch_size: int = EVENT_CONTEXT_BATCH
 ) -> int:
-    """One batch of the project's pending events; returns how many vectors were stored (fewer
-    than read when a predecessor changed meanwhile: those stay pending). Raises
-    EmbeddingModelMismatch for a project whose vectors another model made."""
+    """One batch of the project's pending events; returns how many vectors were stored."""
     async with pool.acquire() as conn:
-        # Refused before embedding, not after: such a project would cost a batch every round.
-        recorded = await embedding_model.get_model(conn, project_id)
-        embedding_model.require_model(project_id, recorded, embedder.name)
-        pending: list[PendingContext] = await events_repo.pending_event_contexts(conn, project_id, batch_size)
+        pending = await read_pending(conn, embedder, project_id, batch_size)
     if not pending:
         return 0
-    texts = [context_text(p.before_content, p.content) for p in pending if p.before_content is not None]
-    made = iter(await embedder.embed(texts, purpose="write", project=project_id) if texts else [])
-    # A scope's first event has nothing before it: None stores its own vector.
-    embeddings = [next(made) if p.before_content is not None else None for p in pending]
-    async with pool.acquire() as conn, conn.transaction():
-        await embedding_model.hold_model(conn, project_id, embedder.name)
-        return await events_repo.set_event_contexts(conn, project_id, pending, embeddings)
+    embeddings = await embed_pending(embedder, project_id, pending)
+    async with pool.acquire() as conn:
+        return await store_pending(conn, embedder, project_id, pending, embeddings)
 
 
 async def drain(pool: Any, embedder: Embedder, batch_size: int = EVENT_CONTEXT_BATCH) -> int:

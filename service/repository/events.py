@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from uuid import UUID
 
 import msgspec
@@ -44,8 +45,10 @@ async def next_event_context_project(conn: Conn, after_project: str | None) -> s
     return project
 
 
-async def pending_event_contexts(conn: Conn, project_id: str, batch_size: int) -> list[PendingContext]:
-    rows = q().pending_event_contexts(conn, project_id=project_id, batch_size=batch_size)
+async def pending_event_contexts(
+    conn: Conn, project_id: str, batch_size: int, event_ids: Sequence[UUID] | None = None
+) -> list[PendingContext]:
+    rows = q().pending_event_contexts(conn, project_id=project_id, event_ids=event_ids, batch_size=batch_size)
     return [
         PendingContext(r["event_id"], r["content"], r["before_id"], r["before_content"]) async for r in rows
     ]
