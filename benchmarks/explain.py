@@ -33,7 +33,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import msgspec
 from pgvector import Vector
 
 from benchmarks.seed import load, queries
@@ -69,6 +68,7 @@ from service.db.embedded import embedded_url, release_embedded_server
 from service.db.migrations import migrate
 from service.db.sql import load_queries
 from service.ids import uuid7
+from service.repository import context as repo
 from service.settings import Settings
 from service.structs import Decision
 from tests.helpers.sql import parameter_order
@@ -386,7 +386,7 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
                     "weights": list(traced.weights),
                     "as_of": None,
                     "replay_of": None,
-                    "decisions": msgspec.json.encode(decisions).decode(),
+                    **repo.trace_columns(decisions, await repo.trace_codes(conn)),
                 },
             ),
         )

@@ -12,7 +12,9 @@ those decisions in each form, alternating, each in a transaction configured as a
 - bytes per call: context_calls and context_traces with TOAST and indexes, before and after,
   and by part (heap, TOAST, TOAST index, each index);
 - WAL bytes per call (pg_current_wal_lsn before and after, commits included);
-- the trace write's median (the insert statement alone, client round trip);
+- the trace write's median (the insert statement alone, client round trip), the forms
+  alternating: rows, the compact row from one JSON array (`compact_json`, the write until
+  2026-12-05) and from parallel arrays (`compact`, insert_context_trace);
 - GET /v1/inspect's read (get_inspection) p50 of each form;
 - what the facts are worth (haki_fact_usage over the scope's facts) read from each form;
 - the array sizes of the compact form, and its score parts as real[] (the encoding not taken).
@@ -80,38 +82,24 @@ def call_of(project_id: str, profile: ContextProfile, settings: Settings) -> Con
     return ContextCall.of(req, settings)
 
 
-async def write_compact(conn: Any, call: ContextCall, ds: list[Decision]) -> tuple[float, Any]:
+async def write(conn: Any, call: ContextCall, ds: list[Decision], form: str = "compact") -> tuple[float, Any]:
+    """One trace written in `form` in a transaction configured as a context call's; the time
+    includes the client's encoding of the decisions."""
     p = packet(call.profile)
     async with conn.transaction():
         await assembler.open_context_call(conn)
         start = time.perf_counter()
-        await repo.insert_context_trace(conn, call, p, ds)
-        took = time.perf_counter() - start
-    return took * 1000.0, p.trace_id
-
-
-async def write_rows(conn: Any, call: ContextCall, ds: list[Decision]) -> tuple[float, Any]:
-    p = packet(call.profile)
-    async with conn.transaction():
-        await assembler.open_context_call(conn)
-        start = time.perf_counter()
-        await load_bench_queries().bench_insert_row_trace(
-            conn,
-            project_id=call.project_id,
-            trace_id=p.trace_id,
-            subject_id=call.subject_id,
-            query=call.query,
-            profile=call.profile,
-            budget_tokens=p.budget_tokens,
-            used_tokens=p.used_tokens,
-            status=p.status,
-            warnings=[],
-            include_episodes=call.include_episodes,
-            recall_max_distance=call.recall_max_distance,
-            text_search_config=call.text_search_config,
-            weights=list(call.weights),
-            decisions=_JSON.encode(ds).decode(),
-        )
+        columns = repo.trace_call_columns(call, p)
+        if form == "rows":
+            await load_bench_queries().bench_insert_row_trace(
+                conn, **columns, decisions=_JSON.encode(ds).decode()
+            )
+        elif form == "compact_json":
+            await load_bench_queries().bench_insert_compact_json(
+                conn, **columns, decisions=_JSON.encode(ds).decode()
+            )
+        else:
+            await repo.insert_context_trace(conn, call, p, ds)
         took = time.perf_counter() - start
     return took * 1000.0, p.trace_id
 
@@ -148,22 +136,19 @@ async def sample_decisions(
 async def measure_profile(
     conn: Any, settings: Settings, profile: ContextProfile, samples: list[list[Decision]], calls: int
 ) -> dict[str, Any]:
-    rng = random.Random(26)
-    forms = {"rows": (write_rows, f"old-{profile}"), "compact": (write_compact, f"new-{profile}")}
+    forms = ("rows", "compact_json", "compact")
     out: dict[str, Any] = {"decisions": statistics.mean(len(s) for s in samples)}
     ids: dict[str, list[Any]] = {f: [] for f in forms}
-    for form, (write, project) in forms.items():
-        call = call_of(project, profile, settings)
+    for form in forms:
+        call = call_of(f"{form}-{profile}", profile, settings)
+        rng = random.Random(26)  # each form writes the same calls' decisions
         # A few writes first, so the first pages and the catalog are warm.
         for _ in range(5):
-            await write(conn, call, rng.choice(samples))
+            await write(conn, call, rng.choice(samples), form)
         before, wal_before = await footprint(conn)
         parts_before = await relations(conn)
-        times = []
         for _ in range(calls):
-            took, trace_id = await write(conn, call, rng.choice(samples))
-            times.append(took)
-            ids[form].append(trace_id)
+            ids[form].append((await write(conn, call, rng.choice(samples), form))[1])
         after, wal_after = await footprint(conn)
         parts_after = await relations(conn)
         out[form] = {
@@ -174,14 +159,24 @@ async def measure_profile(
                 if size != parts_before.get(part, 0)
             },
             "wal_per_call": (wal_after - wal_before) / calls,
-            "write_ms_p50": statistics.median(times),
         }
-    # Inspect and the facts' worth, the two forms alternating.
+    # The write's time, the forms alternating (the blocks above measure the bytes).
+    writes: dict[str, list[float]] = {f: [] for f in forms}
+    calls_of = {form: call_of(f"{form}-{profile}", profile, settings) for form in forms}
+    rng = random.Random(29)
+    for _ in range(calls):
+        ds = rng.choice(samples)
+        for form in forms:
+            writes[form].append((await write(conn, calls_of[form], ds, form))[0])
+    for form in forms:
+        out[form]["write_ms_p50"] = statistics.median(writes[form])
+    # Inspect and the facts' worth, the forms alternating.
     reads: dict[str, list[float]] = {f: [] for f in forms}
     usage: dict[str, list[float]] = {f: [] for f in forms}
     fact_ids = list({d.item_id for s in samples for d in s if d.item_type == "fact"})[:200]
     for i in range(calls):
-        for form, (_, project) in forms.items():
+        for form in forms:
+            project = f"{form}-{profile}"
             start = time.perf_counter()
             await repo.get_inspection(conn, project, ids[form][i])
             reads[form].append((time.perf_counter() - start) * 1000.0)
@@ -192,7 +187,7 @@ async def measure_profile(
     for form in forms:
         out[form]["inspect_ms_p50"] = statistics.median(reads[form])
         out[form]["usage_200_facts_ms_p50"] = statistics.median(usage[form])
-    arrays = await load_bench_queries().bench_array_bytes(conn, project_id=f"new-{profile}")
+    arrays = await load_bench_queries().bench_array_bytes(conn, project_id=f"compact-{profile}")
     out["compact_arrays"] = {k: round(v) for k, v in dict(arrays).items()}
     return out
 
@@ -206,7 +201,7 @@ async def measure_uncounted(
     call = msgspec.structs.replace(
         call_of(f"asof-{profile}", profile, settings), as_of=datetime.now(UTC) - timedelta(days=1)
     )
-    times = [(await write_compact(conn, call, rng.choice(samples)))[0] for _ in range(calls)]
+    times = [(await write(conn, call, rng.choice(samples)))[0] for _ in range(calls)]
     return statistics.median(times)
 
 

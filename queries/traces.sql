@@ -6,34 +6,23 @@
 -- keep theirs in context_traces, which haki_trace_decisions and haki_fact_usage read beside the
 -- new form until they age out.
 
--- name: insert_context_trace(project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status, warnings, empty_reason, facts_served, episodes_served, include_episodes, recall_max_distance, text_search_config, weights, as_of, replay_of, decisions)!
--- Persists one context call with every decision of it, one row in one round trip. The decisions
--- come as one JSON array of Decision objects (encoding parallel arrays on the client cost it
--- twice the time; docs/performance.md) and are folded here into the row's arrays. The
--- call keeps the text search configuration and the weights it ranked with, which a replay uses
--- (migration 0019); its decisions count in what each fact is worth when it was made at the
--- current instant and is no replay (the partial indexes of migration 0026).
-WITH d AS (
-    SELECT t.ord, t.item_id, k.code, k.part, t.rank, t.tokens, t.cosine_distance, t.text_rank,
-           t.recency,
-           public.haki_trace_exception(
-               t.score,
-               public.haki_trace_score(t.cosine_distance, t.text_rank, t.recency, :weights::float8[])
-           ) AS score,
-           public.haki_trace_exception(t.similarity, public.haki_trace_similarity(t.cosine_distance))
-               AS similarity
-    FROM ROWS FROM (
-        json_to_recordset(:decisions::json) AS (
-            item_type text, item_id uuid, decision text, reason_code text, rank integer,
-            score float8, similarity float8, text_rank float8, recency float8,
-            cosine_distance float8, tokens integer
-        )
-    ) WITH ORDINALITY AS t(item_type, item_id, decision, reason_code, rank, score, similarity,
-                           text_rank, recency, cosine_distance, tokens, ord)
-    -- An unknown decision gets no code, and context_calls_decision_codes_known refuses the row.
-    LEFT JOIN public.haki_trace_codes() AS k
-      ON k.item_type = t.item_type AND k.decision = t.decision AND k.reason_code = t.reason_code
-)
+-- name: list_trace_codes()
+-- The codes of a decision and the part of the arrays each is stored in (haki_trace_codes, the
+-- one mapping), read once by the process that writes traces (insert_context_trace).
+SELECT k.code, k.item_type, k.decision, k.reason_code, k.part
+FROM public.haki_trace_codes() AS k
+ORDER BY k.code;
+
+-- name: insert_context_trace(project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status, warnings, empty_reason, facts_served, episodes_served, include_episodes, recall_max_distance, text_search_config, weights, as_of, replay_of, item_ids, positions, codes, ranks, tokens, cosine_distances, text_ranks, recencies, scores, similarities, served, over_budget, below_floor)!
+-- Persists one context call with every decision of it, one row in one round trip. The client
+-- sends the decisions as the row's parallel arrays, already coded and grouped by part
+-- (list_trace_codes), so the server parses no JSON and sorts nothing (docs/performance.md,
+-- "Trace storage"); an unknown decision comes as a NULL code, which
+-- context_calls_decision_codes_known refuses. Here only the scores and similarities are
+-- compared with the derived ones, to store the exceptions alone. The call keeps the text search
+-- configuration and the weights it ranked with, which a replay uses (migration 0019); its
+-- decisions count in what each fact is worth when it was made at the current instant and is no
+-- replay (the partial indexes of migration 0026).
 INSERT INTO context_calls (
     project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status,
     warnings, empty_reason, facts_served, episodes_served, include_episodes,
@@ -46,24 +35,23 @@ SELECT :project_id, :trace_id, :subject_id, :query, :profile, :budget_tokens, :u
        :warnings::text[], :empty_reason, :facts_served, :episodes_served, :include_episodes,
        :recall_max_distance, :text_search_config, :weights::float8[], :as_of::timestamptz,
        :replay_of::uuid,
-       -- Grouped by part (haki_trace_codes), in the assembler's order within each.
-       coalesce(array_agg(d.item_id ORDER BY d.part, d.ord), '{}'::uuid[]),
-       coalesce(array_agg(d.ord::smallint ORDER BY d.part, d.ord), '{}'::smallint[]),
-       coalesce(array_agg(d.code ORDER BY d.part, d.ord), '{}'::smallint[]),
-       coalesce(array_agg(d.rank::smallint ORDER BY d.part, d.ord), '{}'::smallint[]),
-       coalesce(array_agg(d.tokens::smallint ORDER BY d.part, d.ord), '{}'::smallint[]),
-       coalesce(array_agg(d.cosine_distance ORDER BY d.part, d.ord), '{}'::float8[]),
-       coalesce(array_agg(d.text_rank ORDER BY d.part, d.ord), '{}'::float8[]),
-       coalesce(array_agg(d.recency ORDER BY d.part, d.ord), '{}'::float8[]),
+       :item_ids::uuid[], :positions::smallint[], :codes::smallint[], :ranks::smallint[],
+       :tokens::smallint[], :cosine_distances::float8[], :text_ranks::float8[], :recencies::float8[],
        -- No exception (the common case): no array at all.
-       CASE WHEN bool_or(d.score IS NOT NULL) THEN array_agg(d.score ORDER BY d.part, d.ord) END,
-       CASE WHEN bool_or(d.similarity IS NOT NULL)
-            THEN array_agg(d.similarity ORDER BY d.part, d.ord)
-       END,
-       count(*) FILTER (WHERE d.part = 1),
-       count(*) FILTER (WHERE d.part = 2),
-       count(*) FILTER (WHERE d.part = 3)
-FROM d;
+       CASE WHEN bool_or(e.score IS NOT NULL) THEN array_agg(e.score ORDER BY e.i) END,
+       CASE WHEN bool_or(e.similarity IS NOT NULL) THEN array_agg(e.similarity ORDER BY e.i) END,
+       :served, :over_budget, :below_floor
+FROM (
+    SELECT u.i,
+           public.haki_trace_exception(
+               u.score, public.haki_trace_score(u.distance, u.text_rank, u.recency, :weights::float8[])
+           ) AS score,
+           public.haki_trace_exception(u.similarity, public.haki_trace_similarity(u.distance))
+               AS similarity
+    FROM unnest(:scores::float8[], :similarities::float8[], :cosine_distances::float8[],
+                :text_ranks::float8[], :recencies::float8[])
+         WITH ORDINALITY AS u(score, similarity, distance, text_rank, recency, i)
+) AS e;
 
 -- name: get_context_call(project_id, trace_id)^
 -- One logged context call of a project (GET /v1/inspect/{trace_id}, and what a replay rebuilds).

@@ -1,17 +1,20 @@
 -- Benchmark-only statements of benchmarks/trace_storage.py: the trace as it was stored before
--- migration 0026 (one context_traces row per decision), to measure both forms side by side.
+-- migration 0026 (one context_traces row per decision) and as it was written until 2026-12-05
+-- (one JSON array), to measure the forms side by side.
 
--- name: bench_insert_row_trace(project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status, warnings, include_episodes, recall_max_distance, text_search_config, weights, decisions)!
+-- name: bench_insert_row_trace(project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status, warnings, empty_reason, facts_served, episodes_served, include_episodes, recall_max_distance, text_search_config, weights, as_of, replay_of, decisions)!
 -- The trace write before migration 0026: the call's row (no arrays) and one row per decision.
 WITH call AS (
     INSERT INTO context_calls (
         project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status,
-        warnings, include_episodes, recall_max_distance, text_search_config, weights
+        warnings, empty_reason, facts_served, episodes_served, include_episodes,
+        recall_max_distance, text_search_config, weights, as_of, replay_of
     )
     VALUES (
         :project_id, :trace_id, :subject_id, :query, :profile, :budget_tokens, :used_tokens, :status,
-        :warnings::text[], :include_episodes, :recall_max_distance, :text_search_config,
-        :weights::float8[]
+        :warnings::text[], :empty_reason, :facts_served, :episodes_served, :include_episodes,
+        :recall_max_distance, :text_search_config, :weights::float8[], :as_of::timestamptz,
+        :replay_of::uuid
     )
     RETURNING project_id, trace_id, as_of IS NULL AND replay_of IS NULL AS counted
 )
@@ -31,6 +34,62 @@ CROSS JOIN ROWS FROM (
     )
 ) WITH ORDINALITY AS t(item_type, item_id, decision, reason_code, rank, score, similarity,
                        text_rank, recency, cosine_distance, tokens, ord);
+
+-- name: bench_insert_compact_json(project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status, warnings, empty_reason, facts_served, episodes_served, include_episodes, recall_max_distance, text_search_config, weights, as_of, replay_of, decisions)!
+-- The compact trace's write until 2026-12-05: the decisions as one JSON array, unpacked by
+-- json_to_recordset, coded and grouped by part on the server; the same row as
+-- insert_context_trace writes.
+WITH d AS (
+    SELECT t.ord, t.item_id, k.code, k.part, t.rank, t.tokens, t.cosine_distance, t.text_rank,
+           t.recency,
+           public.haki_trace_exception(
+               t.score,
+               public.haki_trace_score(t.cosine_distance, t.text_rank, t.recency, :weights::float8[])
+           ) AS score,
+           public.haki_trace_exception(t.similarity, public.haki_trace_similarity(t.cosine_distance))
+               AS similarity
+    FROM ROWS FROM (
+        json_to_recordset(:decisions::json) AS (
+            item_type text, item_id uuid, decision text, reason_code text, rank integer,
+            score float8, similarity float8, text_rank float8, recency float8,
+            cosine_distance float8, tokens integer
+        )
+    ) WITH ORDINALITY AS t(item_type, item_id, decision, reason_code, rank, score, similarity,
+                           text_rank, recency, cosine_distance, tokens, ord)
+    -- An unknown decision gets no code, and context_calls_decision_codes_known refuses the row.
+    LEFT JOIN public.haki_trace_codes() AS k
+      ON k.item_type = t.item_type AND k.decision = t.decision AND k.reason_code = t.reason_code
+)
+INSERT INTO context_calls (
+    project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status,
+    warnings, empty_reason, facts_served, episodes_served, include_episodes,
+    recall_max_distance, text_search_config, weights, as_of, replay_of,
+    decision_ids, decision_positions, decision_codes, decision_ranks, decision_tokens,
+    decision_distances, decision_text_ranks, decision_recencies, decision_scores,
+    decision_similarities, decision_served, decision_over_budget, decision_below_floor
+)
+SELECT :project_id, :trace_id, :subject_id, :query, :profile, :budget_tokens, :used_tokens, :status,
+       :warnings::text[], :empty_reason, :facts_served, :episodes_served, :include_episodes,
+       :recall_max_distance, :text_search_config, :weights::float8[], :as_of::timestamptz,
+       :replay_of::uuid,
+       -- Grouped by part (haki_trace_codes), in the assembler's order within each.
+       coalesce(array_agg(d.item_id ORDER BY d.part, d.ord), '{}'::uuid[]),
+       coalesce(array_agg(d.ord::smallint ORDER BY d.part, d.ord), '{}'::smallint[]),
+       coalesce(array_agg(d.code ORDER BY d.part, d.ord), '{}'::smallint[]),
+       coalesce(array_agg(d.rank::smallint ORDER BY d.part, d.ord), '{}'::smallint[]),
+       coalesce(array_agg(d.tokens::smallint ORDER BY d.part, d.ord), '{}'::smallint[]),
+       coalesce(array_agg(d.cosine_distance ORDER BY d.part, d.ord), '{}'::float8[]),
+       coalesce(array_agg(d.text_rank ORDER BY d.part, d.ord), '{}'::float8[]),
+       coalesce(array_agg(d.recency ORDER BY d.part, d.ord), '{}'::float8[]),
+       -- No exception (the common case): no array at all.
+       CASE WHEN bool_or(d.score IS NOT NULL) THEN array_agg(d.score ORDER BY d.part, d.ord) END,
+       CASE WHEN bool_or(d.similarity IS NOT NULL)
+            THEN array_agg(d.similarity ORDER BY d.part, d.ord)
+       END,
+       count(*) FILTER (WHERE d.part = 1),
+       count(*) FILTER (WHERE d.part = 2),
+       count(*) FILTER (WHERE d.part = 3)
+FROM d;
 
 -- name: bench_trace_bytes()^
 -- What the traces take on disk: both tables with their TOAST and indexes, and the WAL position.

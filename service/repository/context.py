@@ -5,7 +5,7 @@ Rows become the frozen Structs of service/context/model.py here.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
@@ -42,9 +42,6 @@ from service.structs import (
     Inspection,
     StatsOverview,
 )
-
-# Decision objects as the JSON array insert_context_trace unpacks (field names = column names).
-_DECISIONS = msgspec.json.Encoder()
 
 
 def _vec(embedding: np.ndarray | None) -> Vector | None:
@@ -317,30 +314,80 @@ async def episode_candidates(conn: Conn, probe: Probe, *, top_k: int) -> list[Ca
     ]
 
 
+# A decision's (item_type, decision, reason_code) -> (code, part), as haki_trace_codes maps them
+# (migration 0026: a code never changes once stored), read once per process.
+_TRACE_CODES: dict[tuple[str, str, str], tuple[int, int]] = {}
+# The last part of the arrays: the decisions that count in no fact's statistics.
+_UNCOUNTED_PART = 4
+
+
+async def trace_codes(conn: Conn) -> dict[tuple[str, str, str], tuple[int, int]]:
+    if not _TRACE_CODES:
+        async for r in q().list_trace_codes(conn):
+            _TRACE_CODES[(r["item_type"], r["decision"], r["reason_code"])] = (r["code"], r["part"])
+    return _TRACE_CODES
+
+
+def trace_columns(
+    decisions: Sequence[Decision], codes: dict[tuple[str, str, str], tuple[int, int]]
+) -> dict[str, Any]:
+    """The decisions as insert_context_trace's parallel arrays: grouped by part (served facts,
+    over budget, below the floor, the rest), in the assembler's order within each; `positions`
+    is each one's 1-based place in that order. An unknown decision gets a NULL code, which the
+    table refuses."""
+    parts: defaultdict[int, list[tuple[int, int | None, Decision]]] = defaultdict(list)
+    for position, d in enumerate(decisions, 1):
+        code, part = codes.get((d.item_type, d.decision, d.reason_code), (None, _UNCOUNTED_PART))
+        parts[part].append((position, code, d))
+    rows = [row for part in sorted(parts) for row in parts[part]]
+    kept = [d for _, _, d in rows]
+    return {
+        "item_ids": [d.item_id for d in kept],
+        "positions": [position for position, _, _ in rows],
+        "codes": [code for _, code, _ in rows],
+        "ranks": [d.rank for d in kept],
+        "tokens": [d.tokens for d in kept],
+        "cosine_distances": [d.cosine_distance for d in kept],
+        "text_ranks": [d.text_rank for d in kept],
+        "recencies": [d.recency for d in kept],
+        "scores": [d.score for d in kept],
+        "similarities": [d.similarity for d in kept],
+        "served": len(parts[1]),
+        "over_budget": len(parts[2]),
+        "below_floor": len(parts[3]),
+    }
+
+
+def trace_call_columns(call: ContextCall, packet: ContextPacket) -> dict[str, Any]:
+    """The call's own columns of its trace row (insert_context_trace's parameters besides the
+    decisions' arrays)."""
+    return {
+        "project_id": call.project_id,
+        "trace_id": packet.trace_id,
+        "subject_id": call.subject_id,
+        "query": call.query,
+        "profile": packet.profile,
+        "budget_tokens": packet.budget_tokens,
+        "used_tokens": packet.used_tokens,
+        "status": packet.status,
+        "warnings": packet.warnings,
+        "empty_reason": packet.empty_reason,
+        "facts_served": len(packet.facts),
+        "episodes_served": len(packet.episodes),
+        "include_episodes": call.include_episodes,
+        "recall_max_distance": call.recall_max_distance,
+        "text_search_config": call.text_search_config,
+        "weights": list(call.weights),
+        "as_of": call.as_of,
+        "replay_of": call.replay_of,
+    }
+
+
 async def insert_context_trace(
     conn: Conn, call: ContextCall, packet: ContextPacket, decisions: Sequence[Decision]
 ) -> None:
     await q().insert_context_trace(
-        conn,
-        project_id=call.project_id,
-        trace_id=packet.trace_id,
-        subject_id=call.subject_id,
-        query=call.query,
-        profile=packet.profile,
-        budget_tokens=packet.budget_tokens,
-        used_tokens=packet.used_tokens,
-        status=packet.status,
-        warnings=packet.warnings,
-        empty_reason=packet.empty_reason,
-        facts_served=len(packet.facts),
-        episodes_served=len(packet.episodes),
-        include_episodes=call.include_episodes,
-        recall_max_distance=call.recall_max_distance,
-        text_search_config=call.text_search_config,
-        weights=list(call.weights),
-        as_of=call.as_of,
-        replay_of=call.replay_of,
-        decisions=_DECISIONS.encode(list(decisions)).decode(),
+        conn, **trace_call_columns(call, packet), **trace_columns(decisions, await trace_codes(conn))
     )
 
 
