@@ -41,9 +41,8 @@ def turns(who: str, start: int, n: int) -> list[dict[str, Any]]:
     out = []
     for i in range(start, start + n):
         speaker = "Ana" if i % 2 else "Ben"
-        text = (
-            f"{speaker}: turn {i}, about {TOPICS[i % len(TOPICS)]} and what happened after it ({i * 7 % 13})."
-        )
+        # `who` in the text: the embedder caches by text, and each app's subject must embed its own.
+        text = f"{speaker}: turn {i} of {who}, about {TOPICS[i % len(TOPICS)]} and what happened after it."
         out.append({"content": text, "occurred_at": (t0 + timedelta(minutes=i)).isoformat()})
     return out
 

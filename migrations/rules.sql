@@ -287,7 +287,7 @@ COMMENT ON FUNCTION public.haki_bm25_idf(bigint, bigint) IS
 
 -- The sample per-word statistics are counted on, so they never grow with the scope
 -- (docs/spec/context-profiles.md, "Rule 1" and "Rule 5"): the newest facts believed and events
--- held at the instant, read backwards through facts_scope_id and events_scope_occurred.
+-- held at the instant, read backwards through facts_scope_id and events_scope_occurred_id.
 CREATE OR REPLACE FUNCTION public.haki_scope_sample(
     p_project_id text, p_subject_id text, config regconfig, sample_docs integer, at timestamptz
 ) RETURNS TABLE (sv tsvector)
@@ -310,7 +310,8 @@ FROM (
     WHERE e.project_id = p_project_id
       AND e.subject_id = p_subject_id
       AND public.haki_event_held(e.occurred_at, e.recorded_at, at)
-    ORDER BY e.occurred_at DESC
+    -- Events of one instant by id, as haki_event_after orders them: never by where rows lie.
+    ORDER BY e.occurred_at DESC, e.event_id DESC
     LIMIT sample_docs
 ) AS es
 $$;

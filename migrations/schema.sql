@@ -1488,7 +1488,8 @@ FROM (
     WHERE e.project_id = p_project_id
       AND e.subject_id = p_subject_id
       AND public.haki_event_held(e.occurred_at, e.recorded_at, at)
-    ORDER BY e.occurred_at DESC
+    -- Events of one instant by id, as haki_event_after orders them: never by where rows lie.
+    ORDER BY e.occurred_at DESC, e.event_id DESC
     LIMIT sample_docs
 ) AS es
 $$;
@@ -2743,10 +2744,10 @@ CREATE INDEX events_embedding_hnsw_15 ON public.events USING hnsw (embedding pub
 CREATE INDEX events_scope_id ON public.events USING btree (project_id, subject_id, event_id);
 
 --
--- Name: events_scope_occurred; Type: INDEX; Schema: public; Owner: -
+-- Name: events_scope_occurred_id; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX events_scope_occurred ON public.events USING btree (project_id, subject_id, occurred_at);
+CREATE INDEX events_scope_occurred_id ON public.events USING btree (project_id, subject_id, occurred_at, event_id);
 
 --
 -- Name: events_scoped_english_gin; Type: INDEX; Schema: public; Owner: -

@@ -20,9 +20,11 @@ from typing import Any
 import asyncpg
 import httpx
 import msgspec
+import numpy as np
 import pytest
 
 from service.constants import (
+    EMBED_DIM,
     ENTITY_SAMPLE_DOCS,
     EPISODE_TOP_K,
     IDF_SAMPLE_DOCS,
@@ -39,8 +41,10 @@ from service.context.model import Candidate, Probe, outcomes, pack, preview
 from service.db.sql import load_queries
 from service.embedding.embedder import Embedder, EmbedderError, Vector
 from service.repository import context as repo
+from service.repository import events as events_repo
 from service.repository.context import TextBounds
 from service.settings import Settings, SettingsError
+from service.structs import EventIn, WriteEventsRequest
 from tests.helpers import (
     PROJECT,
     assert_error,
@@ -56,7 +60,7 @@ from tests.helpers import (
     write_facts,
 )
 from tests.helpers.app import make_client
-from tests.helpers.sql import parameter_order
+from tests.helpers.sql import load_test_queries, parameter_order
 
 OLD = "2024-01-01T00:00:00Z"
 
@@ -205,6 +209,34 @@ async def test_or_text_query_reads_a_bounded_idf_sample(
     reads = [n["Actual Rows"] for n in plan_nodes(plan) if n.get("Relation Name") == "facts"]
     assert reads and max(reads) <= 20, reads
     assert IDF_SAMPLE_DOCS >= 8  # the other tests expect exact statistics for their small scopes
+
+
+async def test_the_statistics_sample_takes_events_of_one_instant_by_id(
+    conn: asyncpg.Connection, client: httpx.AsyncClient, key: str
+) -> None:
+    """Of 40 events at one instant, haki_scope_sample keeps the greater ids, whatever order their
+    rows were written in (here the greatest first, so a sample by where rows lie would keep
+    others), and reads about as many rows as it keeps, not the instant's 40 (migration 0038)."""
+    subject = "sample-ties"
+    await write_events(client, key, [("an older turn", "2026-01-01T00:00:00Z")], subject)
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    ids = sorted((uuid.uuid4() for _ in range(40)), reverse=True)
+    words = ["alpha", "bravo"] + [f"filler{i}" for i in range(38)]
+    vector = np.full(EMBED_DIM, 1.0 / math.sqrt(EMBED_DIM), dtype=np.float32)
+    for word, event_id in zip(words, ids, strict=True):
+        req = WriteEventsRequest(
+            project_id=PROJECT, subject_id=subject, events=[EventIn(content=word, occurred_at=at)]
+        )
+        await events_repo.insert_events(conn, req, [event_id], [vector])
+    t = load_test_queries()
+    before = await t.test_rows_read(conn, table_name="events")
+    sample = [
+        r["words"]
+        async for r in t.test_scope_sample(conn, project_id=PROJECT, subject_id=subject, sample_docs=2)
+    ]
+    read = await t.test_rows_read(conn, table_name="events") - before
+    assert sorted(sample) == ["'alpha':1", "'bravo':1"]
+    assert read <= 8, f"{read} rows of events read for a sample of 2"
 
 
 async def test_or_text_query_matches_only_its_rarest_words(

@@ -278,3 +278,8 @@ SELECT f.subject_id AS subject_id, f.content AS content
 FROM public.haki_fact_postings(:project_id, :subject_id, 'simple'::regconfig,
                                plainto_tsquery('simple', :word), NULL::timestamptz) AS f
 LIMIT :max_rows;
+
+-- name: test_scope_sample(project_id, subject_id, sample_docs)
+-- The texts of a scope's statistics sample now (haki_scope_sample, the simple configuration).
+SELECT s.sv::text AS words
+FROM public.haki_scope_sample(:project_id, :subject_id, 'simple'::regconfig, :sample_docs, NULL) AS s;
