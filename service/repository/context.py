@@ -323,8 +323,11 @@ _UNCOUNTED_PART = 4
 
 async def trace_codes(conn: Conn) -> dict[tuple[str, str, str], tuple[int, int]]:
     if not _TRACE_CODES:
-        async for r in q().list_trace_codes(conn):
-            _TRACE_CODES[(r["item_type"], r["decision"], r["reason_code"])] = (r["code"], r["part"])
+        # Filled in one step: a concurrent call never sees half the mapping.
+        rows = await collect(q().list_trace_codes(conn))
+        _TRACE_CODES.update(
+            {(r["item_type"], r["decision"], r["reason_code"]): (r["code"], r["part"]) for r in rows}
+        )
     return _TRACE_CODES
 
 
