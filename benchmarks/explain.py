@@ -283,50 +283,18 @@ async def plans(conn: Any) -> list[tuple[str, str]]:
             ),
         )
     )
-    out.append(
-        (
-            "haki_event_walk (inside episode_candidates), 10k scope (1,000 of its events among 5,600)",
-            await explain_function(
-                conn,
-                "haki_event_walk",
-                [PROJECT, TARGET, Vector(question.vector), EPISODE_TOP_K, EXACT_SCAN_MIN_FACTS, None],
-            ),
-        )
-    )
-    out.append(
-        (
-            "haki_event_graph_walk (inside haki_event_walk), its branch for the 10k scope",
-            await explain_function(
-                conn,
-                "haki_event_graph_walk",
-                [PROJECT, TARGET, Vector(question.vector), EPISODE_TOP_K, None],
-                branch=target_bucket,
-            ),
-        )
-    )
-    # unified's walk of the same scope (rule 8): the graph of the vectors in context, the own
-    # vectors' graph gated off while none is pending (migration 0037).
-    out.append(
-        (
-            "haki_event_context_walk (inside unified_candidates), 10k scope",
-            await explain_function(
-                conn,
-                "haki_event_context_walk",
-                [PROJECT, TARGET, Vector(question.vector), EPISODE_TOP_K, EXACT_SCAN_MIN_FACTS, None],
-            ),
-        )
-    )
-    out.append(
-        (
-            "haki_event_context_graph_walk (inside haki_event_context_walk), its branch for the 10k scope",
-            await explain_function(
-                conn,
-                "haki_event_context_graph_walk",
-                [PROJECT, TARGET, Vector(question.vector), EPISODE_TOP_K, None],
-                branch=target_bucket,
-            ),
-        )
-    )
+    # Each profile's event walk of the 10k scope (1,000 of its events among 5,600), then the branch
+    # of its graph walk for that scope: `facts_first`'s own vectors; `unified`'s vectors in context
+    # (rule 8), the own vectors' graph gated off while none is pending (migration 0037).
+    scope_query = [PROJECT, TARGET, Vector(question.vector), EPISODE_TOP_K]
+    for walk, graph_walk, caller in (
+        ("haki_event_walk", "haki_event_graph_walk", "episode_candidates"),
+        ("haki_event_context_walk", "haki_event_context_graph_walk", "unified_candidates"),
+    ):
+        plan = await explain_function(conn, walk, [*scope_query, EXACT_SCAN_MIN_FACTS, None])
+        out.append((f"{walk} (inside {caller}), 10k scope", plan))
+        plan = await explain_function(conn, graph_walk, [*scope_query, None], branch=target_bucket)
+        out.append((f"{graph_walk} (inside {walk}), its branch for the 10k scope", plan))
     out.append(
         (
             "episode_candidates (facts_first), 10k scope (1,000 of its events among 5,600)",
