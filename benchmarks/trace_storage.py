@@ -19,9 +19,11 @@ those decisions in each form, alternating, each in a transaction configured as a
 - what the facts are worth (haki_fact_usage over the scope's facts) read from each form;
 - the array sizes of the compact form, and its score parts as real[] (the encoding not taken).
 
-Last, `--purge-calls` compact `unified` traces backdated 40 days, purged by the retention job
+Last, `--purge-calls` compact `unified` traces made 40 days ago, purged by the retention job
 (purge_once, HAKI_TRACE_PURGE_BATCH calls a statement): its time, the dead rows it leaves, and
-the table's size before and after VACUUM (docs/performance.md, "Trace storage").
+the table's size before and after VACUUM (docs/performance.md, "Trace storage"). Up to 2,000 are
+written as a call writes them, the rest are copies of those made in bulk (bench_clone_calls), so a
+day of a million calls is measured, not extrapolated.
 """
 
 from __future__ import annotations
@@ -205,15 +207,31 @@ async def measure_uncounted(
     return statistics.median(times)
 
 
+# The purge's calls: this many written through insert_context_trace, the rest their copies
+# (bench_clone_calls), CLONE_CHUNK calls a statement.
+PURGE_WRITTEN = 2_000
+CLONE_CHUNK = 50_000
+
+
 async def measure_purge(
     conn: Any, settings: Settings, samples: list[list[Decision]], n: int
 ) -> dict[str, float]:
-    project = "purge"
-    call = call_of(project, "unified", settings)
+    project, source = "purge", "purge-source"
+    call = call_of(source, "unified", settings)
     rng = random.Random(28)
-    for _ in range(n):
+    written = min(n, PURGE_WRITTEN)
+    for _ in range(written):
         await repo.insert_context_trace(conn, call, packet("unified"), rng.choice(samples))
-    await load_bench_queries().bench_backdate_calls(conn, project_id=project, days=40)
+    copies = -(-n // written)
+    per_chunk = max(1, CLONE_CHUNK // written)
+    fill_start = time.perf_counter()
+    for first in range(0, copies, per_chunk):
+        last = min(first + per_chunk, copies) - 1
+        await load_bench_queries().bench_clone_calls(
+            conn, project_id=project, source_project_id=source, first=first, last=last, days=40
+        )
+        print(f"  purge fill: {(last + 1) * written:,} calls", file=sys.stderr, flush=True)
+    fill_seconds = time.perf_counter() - fill_start
     await conn.execute("VACUUM ANALYZE context_calls")
     size_before, _ = await footprint(conn)
     settings = msgspec.structs.replace(settings, trace_retention_days=30)
@@ -230,6 +248,7 @@ async def measure_purge(
     await conn.execute("VACUUM context_calls")
     size_vacuumed, _ = await footprint(conn)
     return {
+        "fill_seconds": fill_seconds,
         "calls": purged.context_calls,
         "decisions": purged.decisions,
         "seconds": seconds,

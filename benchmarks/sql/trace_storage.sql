@@ -117,12 +117,6 @@ SELECT sum(u.served_count + u.excluded_count)::bigint AS counted
 FROM unnest(:fact_ids::uuid[]) AS i(fact_id)
 CROSS JOIN LATERAL public.haki_fact_usage(:project_id, i.fact_id) AS u;
 
--- name: bench_backdate_calls(project_id, days)!
--- Moves every context call of a project the given number of days into the past.
-UPDATE context_calls
-SET created_at = created_at - make_interval(days => :days)
-WHERE project_id = :project_id;
-
 -- name: bench_dead_rows()^
 -- Dead row versions the purge left in the calls' heap (before a vacuum takes them).
 SELECT coalesce(n_dead_tup, 0) AS dead_rows, coalesce(n_live_tup, 0) AS live_rows
@@ -147,3 +141,27 @@ WHERE c.oid IN ('context_calls'::regclass, 'context_traces'::regclass)
    OR i.indrelid IN ('context_calls'::regclass, 'context_traces'::regclass)
    OR i.indrelid IN (SELECT r.reltoastrelid FROM pg_class AS r
                      WHERE r.oid IN ('context_calls'::regclass, 'context_traces'::regclass));
+
+-- name: bench_clone_calls(project_id, source_project_id, first, last, days)!
+-- Copies each call of the source project into the project as copies number first..last, made
+-- `days` days earlier and a millisecond apart per copy: a day's worth of calls for the retention
+-- purge without a million round trips. Only the project, trace ids and instants differ.
+INSERT INTO context_calls (
+    project_id, trace_id, subject_id, query, created_at, budget_tokens, used_tokens, status,
+    warnings, empty_reason, facts_served, episodes_served, profile, include_episodes,
+    recall_max_distance, as_of, replay_of, text_search_config, weights, decision_ids,
+    decision_positions, decision_codes, decision_ranks, decision_tokens, decision_distances,
+    decision_text_ranks, decision_recencies, decision_scores, decision_similarities,
+    decision_served, decision_over_budget, decision_below_floor
+)
+SELECT :project_id, gen_random_uuid(), c.subject_id, c.query,
+       c.created_at - make_interval(days => :days) - r.i * interval '1 millisecond',
+       c.budget_tokens, c.used_tokens, c.status, c.warnings, c.empty_reason, c.facts_served,
+       c.episodes_served, c.profile, c.include_episodes, c.recall_max_distance, c.as_of,
+       c.replay_of, c.text_search_config, c.weights, c.decision_ids, c.decision_positions,
+       c.decision_codes, c.decision_ranks, c.decision_tokens, c.decision_distances,
+       c.decision_text_ranks, c.decision_recencies, c.decision_scores, c.decision_similarities,
+       c.decision_served, c.decision_over_budget, c.decision_below_floor
+FROM context_calls AS c
+CROSS JOIN generate_series(:first::integer, :last::integer) AS r(i)
+WHERE c.project_id = :source_project_id;
