@@ -90,6 +90,57 @@ $$;
 COMMENT ON FUNCTION public.haki_bm25_idf(docs bigint, df bigint) IS 'Rule: BM25''s idf (docs/spec/context-profiles.md, "Rule 1"). Written and explained in migrations/rules.sql.';
 
 --
+-- Name: haki_entity_probes(text, text, text[], integer, integer, integer, double precision, double precision, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_entity_probes(p_project_id text, p_subject_id text, p_entities text[], sample_docs integer, match_limit integer, probe_rows integer, probe_min_cost double precision, probe_min_postings double precision, at timestamp with time zone) RETURNS TABLE(entity text, entity_rank bigint, etsq tsquery, df bigint, docs bigint, probe boolean)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+WITH e AS MATERIALIZED (
+    SELECT u.entity, u.entity_rank, pg_catalog.plainto_tsquery('simple', u.entity) AS etsq
+    FROM pg_catalog.unnest(p_entities) WITH ORDINALITY AS u(entity, entity_rank)
+),
+names AS MATERIALIZED (
+    -- Entities are names, matched as written: the `simple` vectors of the scope's sample.
+    SELECT s.sv
+    FROM public.haki_scope_sample(p_project_id, p_subject_id, 'simple'::regconfig, sample_docs, at) AS s
+    WHERE EXISTS (SELECT 1 FROM e)
+),
+counted AS MATERIALIZED (
+    -- Each entity's document frequency, counted once (in the same SELECT as the share, the
+    -- planner copied the count into each use).
+    SELECT e.entity, e.entity_rank, e.etsq,
+           (SELECT pg_catalog.count(*) FROM names AS n WHERE n.sv OPERATOR(pg_catalog.@@) e.etsq) AS df,
+           (SELECT pg_catalog.count(*) FROM names) AS docs
+    FROM e
+    WHERE pg_catalog.numnode(e.etsq) OPERATOR(pg_catalog.>) 0
+),
+named AS MATERIALIZED (
+    SELECT c.entity, c.entity_rank, c.etsq, c.df, c.docs,
+           c.df::double precision OPERATOR(pg_catalog./) nullif(c.docs, 0) AS share
+    FROM counted AS c
+),
+scope_facts AS MATERIALIZED (
+    SELECT public.haki_probe_scope_facts(p_project_id, p_subject_id,
+                                         (SELECT pg_catalog.max(n.share) FROM named AS n),
+                                         (SELECT pg_catalog.max(n.docs) FROM named AS n), sample_docs,
+                                         match_limit, probe_rows, probe_min_cost,
+                                         probe_min_postings) AS facts
+)
+SELECT n.entity, n.entity_rank, n.etsq, n.df, n.docs,
+       public.haki_text_probe(n.share, (SELECT sf.facts FROM scope_facts AS sf), match_limit,
+                              probe_rows, probe_min_cost, probe_min_postings)
+FROM named AS n
+ORDER BY n.entity_rank
+$$;
+
+--
+-- Name: FUNCTION haki_entity_probes(p_project_id text, p_subject_id text, p_entities text[], sample_docs integer, match_limit integer, probe_rows integer, probe_min_cost double precision, probe_min_postings double precision, at timestamp with time zone); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.haki_entity_probes(p_project_id text, p_subject_id text, p_entities text[], sample_docs integer, match_limit integer, probe_rows integer, probe_min_cost double precision, probe_min_postings double precision, at timestamp with time zone) IS 'Multi-hop''s entities with their sample frequency and whether each reads the scope''s newest facts (docs/spec/context-profiles.md, "Multi-hop reads are bounded"; migration 0039).';
+
+--
 -- Name: haki_episode_distance(public.vector, public.vector, timestamp with time zone, public.vector, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
 --
 

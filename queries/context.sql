@@ -120,19 +120,23 @@ SELECT array_agg(s.fact_id ORDER BY s.pos) AS item_ids,
        (SELECT b.tokens FROM blocked AS b) AS blocked_tokens
 FROM scored AS s;
 
--- name: multi_hop_facts(project_id, subject_id, entities, exclude_ids, per_entity, match_limit, query_embedding, query_text, w_similarity, w_text_rank, w_recency, tau_seconds, as_of)
+-- name: multi_hop_facts(project_id, subject_id, entities, exclude_ids, per_entity, match_limit, entity_sample_docs, probe_rows, probe_min_cost, probe_min_postings, query_embedding, query_text, w_similarity, w_text_rank, w_recency, tau_seconds, as_of)
 -- The `facts_first` multi-hop expansion: for each entity (in rank order) the top full-text
 -- matches among the servable facts of the scope not yet decided, one hop, no new embedding.
--- The match step reads at most match_limit facts naming each entity from the scope's postings
--- (facts_scoped_search_gin), so a name that a million facts carry costs as much as a rare one
--- (docs/spec/context-profiles.md, "Multi-hop reads are bounded"); the per_entity best of those, by
+-- The match step reads at most match_limit facts naming each entity, so a name that a million
+-- facts carry costs as much as a rare one (docs/spec/context-profiles.md, "Multi-hop reads are
+-- bounded"): from the scope's postings (facts_scoped_search_gin), or, for a name that many of a
+-- big scope's facts carry, from the scope's newest servable facts (haki_entity_probes, migration
+-- 0039: a GIN bitmap is built whole before LIMIT stops it). The per_entity best of those, by
 -- ts_rank_cd, are the expansion. Score parts are those of the original query, for the trace.
 WITH q AS MATERIALIZED (
     SELECT websearch_to_tsquery('simple', :query_text) AS tsq
 ),
 e AS MATERIALIZED (
-    SELECT u.entity, u.entity_rank, plainto_tsquery('simple', u.entity) AS etsq
-    FROM unnest(:entities::text[]) WITH ORDINALITY AS u(entity, entity_rank)
+    SELECT p.entity, p.entity_rank, p.etsq, p.probe
+    FROM public.haki_entity_probes(:project_id, :subject_id, :entities::text[], :entity_sample_docs,
+                                   :match_limit, :probe_rows, :probe_min_cost, :probe_min_postings,
+                                   :as_of::timestamptz) AS p
 ),
 open_members AS MATERIALIZED (
     -- As in haki_fact_walk: the scope's open-conflict facts as one array (migration 0010).
@@ -144,18 +148,27 @@ picked AS MATERIALIZED (
     CROSS JOIN LATERAL (
         SELECT m.fact_id
         FROM (
-            -- As text_top of fact_candidates: the scope's postings (migration 0016).
-            SELECT f.fact_id, f.search_vector
-            FROM public.haki_fact_postings(:project_id, :subject_id, 'simple'::regconfig, e.etsq,
-                                           :as_of::timestamptz) AS f
-            WHERE NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
-              AND NOT (f.fact_id = ANY(:exclude_ids::uuid[]))
-            LIMIT :match_limit
+            (SELECT f.fact_id, f.search_vector
+             -- As text_top of fact_candidates: the scope's postings (migration 0016).
+             FROM public.haki_fact_postings(:project_id, :subject_id, 'simple'::regconfig, e.etsq,
+                                            :as_of::timestamptz) AS f
+             WHERE NOT e.probe
+               AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+               AND NOT (f.fact_id = ANY(:exclude_ids::uuid[]))
+             LIMIT :match_limit)
+            UNION ALL
+            (SELECT n.fact_id, n.search_vector
+             -- The probe: the scope's newest servable facts, as linked_facts reads them.
+             FROM public.haki_newest_servable_facts(e.probe, :project_id, :subject_id,
+                                                    :as_of::timestamptz, :probe_rows) AS n
+             WHERE n.search_vector @@ e.etsq
+               AND NOT (n.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
+               AND NOT (n.fact_id = ANY(:exclude_ids::uuid[]))
+             LIMIT :match_limit)
         ) AS m
         ORDER BY public.haki_text_rank(m.search_vector, e.etsq) DESC, m.fact_id
         LIMIT :per_entity
     ) AS p
-    WHERE numnode(e.etsq) > 0
 ),
 hits AS (
     SELECT pk.entity, pk.entity_rank, f.fact_id, f.content, f.valid_from,
@@ -271,47 +284,15 @@ CROSS JOIN public.haki_unified_stand_ins(:project_id, :subject_id, s.item_types,
 -- open-conflict facts are skipped (open_member_ids). An entity that
 -- many of a big scope's facts name reads its matches from the scope's newest facts, as a common
 -- word does in unified_candidates. Never returns embeddings.
-WITH e AS MATERIALIZED (
-    SELECT u.entity, u.entity_rank, plainto_tsquery('simple', u.entity) AS etsq
-    FROM unnest(:entities::text[]) WITH ORDINALITY AS u(entity, entity_rank)
-),
-names AS MATERIALIZED (
-    -- Entities are names, matched as written: the `simple` vectors of the scope's sample.
-    SELECT s.sv
-    FROM public.haki_scope_sample(:project_id, :subject_id, 'simple'::regconfig, :entity_sample_docs,
-                                   :as_of::timestamptz) AS s
-    WHERE EXISTS (SELECT 1 FROM e)
-),
-counted AS MATERIALIZED (
-    -- Each entity's document frequency in the sample, counted once: computed in the same SELECT
-    -- as the share, the count ran twice (the planner copies a subquery into each use; 0.05 ms
-    -- of the statement's 2.1 on the benchmark world, eight entities).
-    SELECT e.entity, e.entity_rank, e.etsq,
-           (SELECT count(*) FROM names AS n WHERE n.sv @@ e.etsq) AS df,
-           (SELECT count(*) FROM names) AS docs
-    FROM e
-    WHERE numnode(e.etsq) > 0
-),
-named AS MATERIALIZED (
-    SELECT c.entity, c.entity_rank, c.etsq, c.df, c.docs,
-           c.df::double precision / nullif(c.docs, 0) AS share
-    FROM counted AS c
-),
-scope_facts AS MATERIALIZED (
-    -- As in unified_candidates: the scope's size, only when an entity is common enough and
-    -- the entity sample is full.
-    SELECT public.haki_probe_scope_facts(:project_id, :subject_id, (SELECT max(n.share) FROM named AS n),
-                                         (SELECT max(n.docs) FROM named AS n), :entity_sample_docs,
-                                         :match_limit, :probe_rows, :probe_min_cost,
-                                         :probe_min_postings) AS facts
-),
-informative AS MATERIALIZED (
-    SELECT n.entity, n.entity_rank, n.etsq,
-           public.haki_text_probe(n.share, (SELECT sf.facts FROM scope_facts AS sf), :match_limit,
-                                  :probe_rows, :probe_min_cost, :probe_min_postings) AS probe
-    FROM named AS n
-    WHERE 2 * n.df <= n.docs
-    ORDER BY n.entity_rank
+WITH informative AS MATERIALIZED (
+    -- The entities, their frequency in the scope's sample and whether each is probed (migration
+    -- 0039); the first max_entities that at most half of the sample names.
+    SELECT p.entity, p.entity_rank, p.etsq, p.probe
+    FROM public.haki_entity_probes(:project_id, :subject_id, :entities::text[], :entity_sample_docs,
+                                   :match_limit, :probe_rows, :probe_min_cost, :probe_min_postings,
+                                   :as_of::timestamptz) AS p
+    WHERE 2 * p.df <= p.docs
+    ORDER BY p.entity_rank
     LIMIT :max_entities
 ),
 open_members AS MATERIALIZED (

@@ -33,9 +33,8 @@ MULTI_HOP_ENTITY_CANDIDATES: Final = 4 * MULTI_HOP_MAX_ENTITIES
 # How many of the scope's newest facts, and as many events, tell whether an entity is named by
 # more than half of its texts: a sample of 128 puts a 50 % share within +-4.4 % (one standard
 # error; 256 gave +-3 %), and the names the rule exists for (speakers, "Yeah") sit at 58-75 %.
-# Reading it is work that only `unified` does on every call: 128 + 128 cost 0.32 ms more than
-# 64 + 64 on the CI guard's world, where that gap is what the guard measures; LoCoMo dev is
-# identical with either (docs/quality.md).
+# It also tells whether a name reads the newest facts in both profiles (migration 0039). 128 + 128
+# cost 0.32 ms more than 64 + 64 on the CI guard's world; LoCoMo dev is identical with either.
 ENTITY_SAMPLE_DOCS: Final = 64
 
 # The `unified` profile's text side (docs/spec/context-profiles.md, rule 1). Its costs grow with the

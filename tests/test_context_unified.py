@@ -37,6 +37,7 @@ from service.constants import (
     UNIFIED_WEIGHT_TEXT_RANK,
 )
 from service.context import assembler
+from service.context.call import PROFILE_WEIGHTS
 from service.context.model import Candidate, Probe, outcomes, pack, preview
 from service.db.sql import load_queries
 from service.embedding.embedder import Embedder, EmbedderError, Vector
@@ -315,6 +316,46 @@ async def test_common_word_of_a_big_scope_reads_the_newest_facts(
     plan = await explain(conn, "unified_candidates", **unified_text_side(subject, "coffee", coffee(0.0)))
     functions = [n.get("Function Name") for n in plan_nodes(plan) if n.get("Node Type") == "Function Scan"]
     assert "haki_newest_servable_facts" not in functions, functions
+
+
+async def test_facts_first_multi_hop_reads_a_common_name_from_the_newest_facts(
+    conn: asyncpg.Connection, client: httpx.AsyncClient, key: str
+) -> None:
+    """haki_entity_probes (migration 0039) bounds facts_first's multi-hop as linked_facts': a name
+    that all 120 facts of a "big" scope carry (the probe's size thresholds at 0) is matched from
+    the scope's 10 newest facts; from the postings it would be others (the oldest first), read
+    after a bitmap of all 120. A rare name is still read from its postings."""
+    subject = "probe-multi-hop"
+    for batch in range(3):
+        await write_facts(client, key, [f"Zora met friend {batch} {i}" for i in range(39)], subject)
+        await write_facts(client, key, [f"Quill waved {batch}"], subject)
+    await conn.execute("ANALYZE facts")  # the planner statistics haki_scope_facts_estimate reads
+    rows = await conn.fetch(
+        "SELECT fact_id, content FROM facts WHERE project_id = $1 AND subject_id = $2 ORDER BY fact_id DESC",
+        PROJECT,
+        subject,
+    )
+    zora_order = [r["fact_id"] for r in rows if r["content"].startswith("Zora")]
+    weights = PROFILE_WEIGHTS["facts_first"]
+    probe = Probe(project_id=PROJECT, subject_id=subject, query="who", embedding=None, weights=weights)
+
+    async def read(entity: str, min_postings: float) -> set[Any]:
+        hops = await repo.multi_hop_facts(
+            conn,
+            probe,
+            entities=[entity],
+            exclude_ids=[],
+            per_entity=10,
+            match_limit=10,
+            text_probe={"probe_rows": 1000, "probe_min_cost": 0.0, "probe_min_postings": min_postings},
+        )
+        return {c.item_id for c in hops}
+
+    # Every "Zora" fact ranks alike, so the 10 read are the 10 kept.
+    assert await read("Zora", 0.0) == set(zora_order[:10])
+    assert await read("Zora", float("inf")) != set(zora_order[:10])  # the postings' order
+    quill = {r["fact_id"] for r in rows if r["content"].startswith("Quill")}
+    assert await read("Quill", 0.0) == quill  # 3 of 120 in the sample: never probed
 
 
 async def test_probe_rule_picks_the_newest_facts_only_where_gin_costs_more(
@@ -683,6 +724,8 @@ async def test_bounded_multi_hop_reads_per_entity(
         exclude_ids=[],
         per_entity=5,
         match_limit=7,
+        entity_sample_docs=ENTITY_SAMPLE_DOCS,
+        **repo.TEXT_PROBE,
         query_embedding=None,
         query_text="Who is Bruno?",
         text_query=text_query,
@@ -691,8 +734,12 @@ async def test_bounded_multi_hop_reads_per_entity(
         w_recency=UNIFIED_WEIGHT_RECENCY,
         tau_seconds=30 * 86400.0,
     )
-    reads = [n["Actual Rows"] for n in plan_nodes(plan) if n.get("Relation Name") == "facts"]
-    assert reads and max(reads) <= 7, reads
+    reads = [n for n in plan_nodes(plan) if n.get("Relation Name") == "facts"]
+    # The match step (the GIN postings of facts) reads at most 7; the entity sample of the
+    # probe (migration 0039) its ENTITY_SAMPLE_DOCS newest facts; nothing reads all 200.
+    matches = [n["Actual Rows"] for n in reads if n.get("Node Type") == "Bitmap Heap Scan"]
+    assert matches and max(matches) <= 7, matches
+    assert max(n["Actual Rows"] for n in reads) <= ENTITY_SAMPLE_DOCS < 200, reads
     assert MULTI_HOP_MAX_MATCHES_PER_ENTITY <= 256
 
 

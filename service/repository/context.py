@@ -239,9 +239,10 @@ async def multi_hop_facts(
     exclude_ids: Sequence[UUID],
     per_entity: int = MULTI_HOP_MAX_PER_ENTITY,
     match_limit: int = MULTI_HOP_MAX_MATCHES_PER_ENTITY,
+    text_probe: dict[str, Any] = TEXT_PROBE,
 ) -> list[Candidate]:
     """`facts_first` expansion facts, entity by entity (in rank order), each entity's best
-    full-text matches first."""
+    full-text matches first. `text_probe`: the probe's thresholds (a test narrows them)."""
     rows = await collect(
         q().multi_hop_facts(
             conn,
@@ -250,6 +251,8 @@ async def multi_hop_facts(
             exclude_ids=list(exclude_ids),
             per_entity=per_entity,
             match_limit=match_limit,
+            entity_sample_docs=ENTITY_SAMPLE_DOCS,
+            **text_probe,
         )
     )
     return [_candidate(r, "fact", r["fact_id"], expansion=True) for r in rows]
