@@ -324,7 +324,7 @@ async def test_facts_first_multi_hop_reads_a_common_name_from_the_newest_facts(
     """haki_entity_probes (migration 0039) bounds facts_first's multi-hop as linked_facts': a name
     that all 120 facts of a "big" scope carry (the probe's size thresholds at 0) is matched from
     the scope's 10 newest facts; from the postings it would be others (the oldest first), read
-    after a bitmap of all 120. A rare name is still read from its postings."""
+    after a bitmap of all 120."""
     subject = "probe-multi-hop"
     for batch in range(3):
         await write_facts(client, key, [f"Zora met friend {batch} {i}" for i in range(39)], subject)
@@ -355,7 +355,7 @@ async def test_facts_first_multi_hop_reads_a_common_name_from_the_newest_facts(
     assert await read("Zora", 0.0) == set(zora_order[:10])
     assert await read("Zora", float("inf")) != set(zora_order[:10])  # the postings' order
     quill = {r["fact_id"] for r in rows if r["content"].startswith("Quill")}
-    assert await read("Quill", 0.0) == quill  # 3 of 120 in the sample: never probed
+    assert await read("Quill", 0.0) == quill  # a rarer name: its 3 facts, none lost
 
 
 async def test_probe_rule_picks_the_newest_facts_only_where_gin_costs_more(
