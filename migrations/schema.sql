@@ -90,6 +90,32 @@ $$;
 COMMENT ON FUNCTION public.haki_bm25_idf(docs bigint, df bigint) IS 'Rule: BM25''s idf (docs/spec/context-profiles.md, "Rule 1"). Written and explained in migrations/rules.sql.';
 
 --
+-- Name: haki_entity_matches(text, text, tsquery, boolean, uuid[], integer, integer, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_entity_matches(p_project_id text, p_subject_id text, etsq tsquery, probe boolean, skip uuid[], match_limit integer, probe_rows integer, at timestamp with time zone) RETURNS TABLE(fact_id uuid, embedding public.vector, search_vector tsvector)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+(SELECT f.fact_id, f.embedding, f.search_vector
+ FROM public.haki_fact_postings(p_project_id, p_subject_id, 'simple'::regconfig, etsq, at) AS f
+ WHERE NOT probe
+   AND NOT (f.fact_id OPERATOR(pg_catalog.=) ANY (skip))
+ LIMIT match_limit)
+UNION ALL
+(SELECT n.fact_id, n.embedding, n.search_vector
+ FROM public.haki_newest_servable_facts(probe, p_project_id, p_subject_id, at, probe_rows) AS n
+ WHERE n.search_vector OPERATOR(pg_catalog.@@) etsq
+   AND NOT (n.fact_id OPERATOR(pg_catalog.=) ANY (skip))
+ LIMIT match_limit)
+$$;
+
+--
+-- Name: FUNCTION haki_entity_matches(p_project_id text, p_subject_id text, etsq tsquery, probe boolean, skip uuid[], match_limit integer, probe_rows integer, at timestamp with time zone); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.haki_entity_matches(p_project_id text, p_subject_id text, etsq tsquery, probe boolean, skip uuid[], match_limit integer, probe_rows integer, at timestamp with time zone) IS 'Multi-hop''s match step: at most match_limit servable facts naming an entity, from its postings or the scope''s newest facts (docs/spec/context-profiles.md, "Multi-hop reads are bounded"; migration 0040).';
+
+--
 -- Name: haki_entity_probes(text, text, text[], integer, integer, integer, double precision, double precision, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
 --
 

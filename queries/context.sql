@@ -145,27 +145,15 @@ open_members AS MATERIALIZED (
 picked AS MATERIALIZED (
     SELECT e.entity, e.entity_rank, p.fact_id
     FROM e
+    -- A column, not a subquery, as the function's argument: a subplan would keep it from being
+    -- inlined, and each read's LIMIT from stopping its scan.
+    CROSS JOIN open_members AS om
     CROSS JOIN LATERAL (
         SELECT m.fact_id
-        FROM (
-            (SELECT f.fact_id, f.search_vector
-             -- As text_top of fact_candidates: the scope's postings (migration 0016).
-             FROM public.haki_fact_postings(:project_id, :subject_id, 'simple'::regconfig, e.etsq,
-                                            :as_of::timestamptz) AS f
-             WHERE NOT e.probe
-               AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
-               AND NOT (f.fact_id = ANY(:exclude_ids::uuid[]))
-             LIMIT :match_limit)
-            UNION ALL
-            (SELECT n.fact_id, n.search_vector
-             -- The probe: the scope's newest servable facts, as linked_facts reads them.
-             FROM public.haki_newest_servable_facts(e.probe, :project_id, :subject_id,
-                                                    :as_of::timestamptz, :probe_rows) AS n
-             WHERE n.search_vector @@ e.etsq
-               AND NOT (n.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
-               AND NOT (n.fact_id = ANY(:exclude_ids::uuid[]))
-             LIMIT :match_limit)
-        ) AS m
+        -- The match step (migration 0040): the postings, or the newest facts when probed.
+        FROM public.haki_entity_matches(:project_id, :subject_id, e.etsq, e.probe,
+                                        om.fact_ids || :exclude_ids::uuid[], :match_limit,
+                                        :probe_rows, :as_of::timestamptz) AS m
         ORDER BY public.haki_text_rank(m.search_vector, e.etsq) DESC, m.fact_id
         LIMIT :per_entity
     ) AS p
@@ -305,25 +293,13 @@ open_members AS MATERIALIZED (
 picked AS MATERIALIZED (
     SELECT i.entity, i.entity_rank, p.fact_id
     FROM informative AS i
+    -- A column, not a subquery, as the function's argument (as in multi_hop_facts).
+    CROSS JOIN open_members AS om
     CROSS JOIN LATERAL (
         SELECT m.fact_id
-        FROM (
-            (SELECT f.fact_id, f.embedding
-             -- As text_top of fact_candidates: the scope's postings (migration 0016).
-             FROM public.haki_fact_postings(:project_id, :subject_id, 'simple'::regconfig, i.etsq,
-                                            :as_of::timestamptz) AS f
-             WHERE NOT i.probe
-               AND NOT (f.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
-             LIMIT :match_limit)
-            UNION ALL
-            (SELECT n.fact_id, n.embedding
-             -- The probe, as in unified_candidates: the scope's newest servable facts.
-             FROM public.haki_newest_servable_facts(i.probe, :project_id, :subject_id,
-                                                    :as_of::timestamptz, :probe_rows) AS n
-             WHERE n.search_vector @@ i.etsq
-               AND NOT (n.fact_id = ANY ((SELECT om.fact_ids FROM open_members AS om)::uuid[]))
-             LIMIT :match_limit)
-        ) AS m
+        -- The match step (migration 0040): the postings, or the newest facts when probed.
+        FROM public.haki_entity_matches(:project_id, :subject_id, i.etsq, i.probe, om.fact_ids,
+                                        :match_limit, :probe_rows, :as_of::timestamptz) AS m
         ORDER BY m.embedding <=> :query_embedding::vector, m.fact_id
         LIMIT :per_entity
     ) AS p
