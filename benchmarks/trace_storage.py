@@ -14,7 +14,8 @@ those decisions in each form, alternating, each in a transaction configured as a
 - WAL bytes per call (pg_current_wal_lsn before and after, commits included);
 - the trace write's median (the insert statement alone, client round trip), the forms
   alternating: rows, the compact row from one JSON array (`compact_json`, the write until
-  2026-12-05) and from parallel arrays (`compact`, insert_context_trace);
+  2026-12-05) and from parallel arrays (`compact`, insert_context_trace); beside the last, its
+  parts: the same ten arrays sent to a statement that only counts them, and an empty round trip;
 - GET /v1/inspect's read (get_inspection) p50 of each form;
 - what the facts are worth (haki_fact_usage over the scope's facts) read from each form;
 - the array sizes of the compact form, and its score parts as real[] (the encoding not taken).
@@ -84,9 +85,16 @@ def call_of(project_id: str, profile: ContextProfile, settings: Settings) -> Con
     return ContextCall.of(req, settings)
 
 
+# The parts of the compact write, timed beside it: the ten arrays it sends, sent to a statement
+# that only counts them, and an empty round trip.
+_SENT_ARRAYS = ("item_ids", "positions", "codes", "ranks", "tokens", "cosine_distances", "text_ranks",
+                "recencies", "scores", "similarities")  # fmt: skip
+_PARTS = ("arrays", "round_trip")
+
+
 async def write(conn: Any, call: ContextCall, ds: list[Decision], form: str = "compact") -> tuple[float, Any]:
-    """One trace written in `form` in a transaction configured as a context call's; the time
-    includes the client's encoding of the decisions."""
+    """One trace written in `form` in a transaction configured as a context call's (or, for the
+    _PARTS, a part of that write); the time includes the client's encoding of the decisions."""
     p = packet(call.profile)
     async with conn.transaction():
         await assembler.open_context_call(conn)
@@ -100,6 +108,13 @@ async def write(conn: Any, call: ContextCall, ds: list[Decision], form: str = "c
             await load_bench_queries().bench_insert_compact_json(
                 conn, **columns, decisions=_JSON.encode(ds).decode()
             )
+        elif form == "arrays":
+            arrays = repo.trace_columns(ds, await repo.trace_codes(conn))
+            await load_bench_queries().bench_send_trace_arrays(
+                conn, **{k: v for k, v in arrays.items() if k in _SENT_ARRAYS}
+            )
+        elif form == "round_trip":
+            await load_bench_queries().bench_round_trip(conn)
         else:
             await repo.insert_context_trace(conn, call, p, ds)
         took = time.perf_counter() - start
@@ -166,12 +181,16 @@ async def measure_profile(
     writes: dict[str, list[float]] = {f: [] for f in forms}
     calls_of = {form: call_of(f"{form}-{profile}", profile, settings) for form in forms}
     rng = random.Random(29)
+    parts: dict[str, list[float]] = {f: [] for f in _PARTS}
     for _ in range(calls):
         ds = rng.choice(samples)
         for form in forms:
             writes[form].append((await write(conn, calls_of[form], ds, form))[0])
+        for part in _PARTS:
+            parts[part].append((await write(conn, calls_of["compact"], ds, part))[0])
     for form in forms:
         out[form]["write_ms_p50"] = statistics.median(writes[form])
+    out["compact"]["write_parts_ms_p50"] = {part: statistics.median(parts[part]) for part in _PARTS}
     # Inspect and the facts' worth, the forms alternating.
     reads: dict[str, list[float]] = {f: [] for f in forms}
     usage: dict[str, list[float]] = {f: [] for f in forms}

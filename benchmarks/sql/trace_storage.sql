@@ -91,6 +91,19 @@ SELECT :project_id, :trace_id, :subject_id, :query, :profile, :budget_tokens, :u
        count(*) FILTER (WHERE d.part = 3)
 FROM d;
 
+-- name: bench_send_trace_arrays(item_ids, positions, codes, ranks, tokens, cosine_distances, text_ranks, recencies, scores, similarities)$
+-- The ten arrays insert_context_trace sends, sent to a statement that only counts them: what
+-- their transfer costs the write (the client's encoding, the server's decoding, the round trip).
+SELECT cardinality(:item_ids::uuid[]) + cardinality(:positions::smallint[])
+       + cardinality(:codes::smallint[]) + cardinality(:ranks::smallint[])
+       + cardinality(:tokens::smallint[]) + cardinality(:cosine_distances::float8[])
+       + cardinality(:text_ranks::float8[]) + cardinality(:recencies::float8[])
+       + cardinality(:scores::float8[]) + cardinality(:similarities::float8[]) AS elements;
+
+-- name: bench_round_trip()$
+-- One round trip that sends and reads nothing: the floor of any statement's time.
+SELECT 1 AS one;
+
 -- name: bench_trace_bytes()^
 -- What the traces take on disk: both tables with their TOAST and indexes, and the WAL position.
 SELECT pg_total_relation_size('context_calls') + pg_total_relation_size('context_traces') AS bytes,
