@@ -90,32 +90,6 @@ $$;
 COMMENT ON FUNCTION public.haki_bm25_idf(docs bigint, df bigint) IS 'Rule: BM25''s idf (docs/spec/context-profiles.md, "Rule 1"). Written and explained in migrations/rules.sql.';
 
 --
--- Name: haki_entity_matches(text, text, tsquery, boolean, uuid[], integer, integer, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
---
-
-CREATE FUNCTION public.haki_entity_matches(p_project_id text, p_subject_id text, etsq tsquery, probe boolean, skip uuid[], match_limit integer, probe_rows integer, at timestamp with time zone) RETURNS TABLE(fact_id uuid, embedding public.vector, search_vector tsvector)
-    LANGUAGE sql STABLE PARALLEL SAFE
-    AS $$
-(SELECT f.fact_id, f.embedding, f.search_vector
- FROM public.haki_fact_postings(p_project_id, p_subject_id, 'simple'::regconfig, etsq, at) AS f
- WHERE NOT probe
-   AND NOT (f.fact_id OPERATOR(pg_catalog.=) ANY (skip))
- LIMIT match_limit)
-UNION ALL
-(SELECT n.fact_id, n.embedding, n.search_vector
- FROM public.haki_newest_servable_facts(probe, p_project_id, p_subject_id, at, probe_rows) AS n
- WHERE n.search_vector OPERATOR(pg_catalog.@@) etsq
-   AND NOT (n.fact_id OPERATOR(pg_catalog.=) ANY (skip))
- LIMIT match_limit)
-$$;
-
---
--- Name: FUNCTION haki_entity_matches(p_project_id text, p_subject_id text, etsq tsquery, probe boolean, skip uuid[], match_limit integer, probe_rows integer, at timestamp with time zone); Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON FUNCTION public.haki_entity_matches(p_project_id text, p_subject_id text, etsq tsquery, probe boolean, skip uuid[], match_limit integer, probe_rows integer, at timestamp with time zone) IS 'Multi-hop''s match step: at most match_limit servable facts naming an entity, from its postings or the scope''s newest facts (docs/spec/context-profiles.md, "Multi-hop reads are bounded"; migration 0040).';
-
---
 -- Name: haki_entity_probes(text, text, text[], integer, integer, integer, double precision, double precision, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1602,6 +1576,41 @@ CROSS JOIN (
 $$;
 
 --
+-- Name: haki_text_matches(text, text, regconfig, tsquery, boolean, uuid[], integer, integer, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_text_matches(p_project_id text, p_subject_id text, config regconfig, query tsquery, probe boolean, skip uuid[], match_limit integer, probe_rows integer, at timestamp with time zone) RETURNS TABLE(fact_id uuid, embedding public.vector, search_vector tsvector)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+(SELECT f.fact_id, f.embedding, f.search_vector_english
+ FROM public.haki_fact_postings(p_project_id, p_subject_id, 'english'::regconfig, query, at) AS f
+ WHERE NOT probe
+   AND config OPERATOR(pg_catalog.=) 'english'::regconfig
+   AND NOT (f.fact_id OPERATOR(pg_catalog.=) ANY (skip))
+ LIMIT match_limit)
+UNION ALL
+(SELECT f.fact_id, f.embedding, f.search_vector
+ FROM public.haki_fact_postings(p_project_id, p_subject_id, 'simple'::regconfig, query, at) AS f
+ WHERE NOT probe
+   AND config OPERATOR(pg_catalog.<>) 'english'::regconfig
+   AND NOT (f.fact_id OPERATOR(pg_catalog.=) ANY (skip))
+ LIMIT match_limit)
+UNION ALL
+(SELECT n.fact_id, n.embedding, public.haki_text_vector(config, n.search_vector, n.search_vector_english)
+ FROM public.haki_newest_servable_facts(probe, p_project_id, p_subject_id, at, probe_rows) AS n
+ WHERE public.haki_text_vector(config, n.search_vector, n.search_vector_english)
+       OPERATOR(pg_catalog.@@) query
+   AND NOT (n.fact_id OPERATOR(pg_catalog.=) ANY (skip))
+ LIMIT match_limit)
+$$;
+
+--
+-- Name: FUNCTION haki_text_matches(p_project_id text, p_subject_id text, config regconfig, query tsquery, probe boolean, skip uuid[], match_limit integer, probe_rows integer, at timestamp with time zone); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.haki_text_matches(p_project_id text, p_subject_id text, config regconfig, query tsquery, probe boolean, skip uuid[], match_limit integer, probe_rows integer, at timestamp with time zone) IS 'The match step of full text: at most match_limit servable facts matching a word or an entity, from the scope''s postings or its newest facts (docs/spec/context-profiles.md, rule 1 and "Multi-hop reads are bounded"; migration 0041).';
+
+--
 -- Name: haki_text_probe(double precision, double precision, integer, integer, double precision, double precision); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1952,35 +1961,11 @@ rare AS MATERIALIZED (
     LIMIT match_words
 )
 SELECT ARRAY(
-           SELECT DISTINCT h.fact_id
+           SELECT DISTINCT m.fact_id
            FROM rare AS i
-           CROSS JOIN LATERAL (
-               SELECT p.fact_id
-               FROM (SELECT e.fact_id
-                     FROM public.haki_fact_postings(p_project_id, p_subject_id,
-                                                    'english'::regconfig, i.word_query, at) AS e
-                     WHERE config OPERATOR(pg_catalog.=) 'english'::regconfig
-                     UNION ALL
-                     SELECT s.fact_id
-                     FROM public.haki_fact_postings(p_project_id, p_subject_id,
-                                                    'simple'::regconfig, i.word_query, at) AS s
-                     WHERE config OPERATOR(pg_catalog.<>) 'english'::regconfig) AS p
-               WHERE NOT i.probe
-                 AND NOT (p.fact_id OPERATOR(pg_catalog.=) ANY (open_members))
-               LIMIT per_word
-           ) AS h
-           UNION
-           SELECT h.fact_id
-           FROM rare AS i
-           CROSS JOIN LATERAL (
-               SELECT n.fact_id
-               FROM public.haki_newest_servable_facts(i.probe, p_project_id, p_subject_id, at,
-                                                      probe_rows) AS n
-               WHERE public.haki_text_vector(config, n.search_vector, n.search_vector_english)
-                     OPERATOR(pg_catalog.@@) i.word_query
-                 AND NOT (n.fact_id OPERATOR(pg_catalog.=) ANY (open_members))
-               LIMIT per_word
-           ) AS h
+           CROSS JOIN LATERAL public.haki_text_matches(p_project_id, p_subject_id, config,
+                                                       i.word_query, i.probe, open_members,
+                                                       per_word, probe_rows, at) AS m
        ),
        ARRAY(
            SELECT DISTINCT h.event_id

@@ -150,10 +150,10 @@ picked AS MATERIALIZED (
     CROSS JOIN open_members AS om
     CROSS JOIN LATERAL (
         SELECT m.fact_id
-        -- The match step (migration 0040): the postings, or the newest facts when probed.
-        FROM public.haki_entity_matches(:project_id, :subject_id, e.etsq, e.probe,
-                                        om.fact_ids || :exclude_ids::uuid[], :match_limit,
-                                        :probe_rows, :as_of::timestamptz) AS m
+        -- The match step (migration 0041): the postings, or the newest facts when probed.
+        FROM public.haki_text_matches(:project_id, :subject_id, 'simple'::regconfig, e.etsq, e.probe,
+                                      om.fact_ids || :exclude_ids::uuid[], :match_limit,
+                                      :probe_rows, :as_of::timestamptz) AS m
         ORDER BY public.haki_text_rank(m.search_vector, e.etsq) DESC, m.fact_id
         LIMIT :per_entity
     ) AS p
@@ -271,7 +271,7 @@ CROSS JOIN public.haki_unified_stand_ins(:project_id, :subject_id, s.item_types,
 -- query, as unified_candidates computes them (words and idfs: its 'word' rows), and its
 -- open-conflict facts are skipped (open_member_ids). An entity that
 -- many of a big scope's facts name reads its matches from the scope's newest facts, as a common
--- word does in unified_candidates. Never returns embeddings.
+-- word does in unified_candidates, through the same match step. Never returns embeddings.
 WITH informative AS MATERIALIZED (
     -- The entities, their frequency in the scope's sample and whether each is probed (migration
     -- 0039); the first max_entities that at most half of the sample names.
@@ -297,9 +297,9 @@ picked AS MATERIALIZED (
     CROSS JOIN open_members AS om
     CROSS JOIN LATERAL (
         SELECT m.fact_id
-        -- The match step (migration 0040): the postings, or the newest facts when probed.
-        FROM public.haki_entity_matches(:project_id, :subject_id, i.etsq, i.probe, om.fact_ids,
-                                        :match_limit, :probe_rows, :as_of::timestamptz) AS m
+        -- The match step (migration 0041): the postings, or the newest facts when probed.
+        FROM public.haki_text_matches(:project_id, :subject_id, 'simple'::regconfig, i.etsq, i.probe,
+                                      om.fact_ids, :match_limit, :probe_rows, :as_of::timestamptz) AS m
         ORDER BY m.embedding <=> :query_embedding::vector, m.fact_id
         LIMIT :per_entity
     ) AS p

@@ -76,6 +76,9 @@ INLINED: dict[str, str] = {
     "FROM (SELECT extract(epoch FROM stale_after)::float8 AS x FROM facts) AS s",
     "haki_fact_postings": "SELECT p.fact_id FROM facts AS f CROSS JOIN LATERAL public.haki_fact_postings("
     "f.project_id, f.subject_id, 'simple'::regconfig, plainto_tsquery('simple', f.key), f.valid_to) AS p",
+    "haki_text_matches": "SELECT m.fact_id FROM facts AS f CROSS JOIN LATERAL public.haki_text_matches("
+    "f.project_id, f.subject_id, f.key::regconfig, plainto_tsquery('simple', f.key), f.status = 'active', "
+    "ARRAY[f.fact_id], 64, 8192, f.valid_to) AS m",
     "haki_event_postings": "SELECT p.event_id FROM events AS e CROSS JOIN LATERAL public.haki_event_postings("
     "e.project_id, e.subject_id, 'english'::regconfig, plainto_tsquery('english', e.content), "
     "e.occurred_at) AS p",
