@@ -22,9 +22,9 @@ those decisions in each form, alternating, each in a transaction configured as a
 
 Last, `--purge-calls` compact `unified` traces made 40 days ago, purged by the retention job
 (purge_once, HAKI_TRACE_PURGE_BATCH calls a statement): its time, the dead rows it leaves, and
-the table's size before and after VACUUM (docs/performance.md, "Trace storage"). Up to 2,000 are
-written as a call writes them, the rest are copies of those made in bulk (bench_clone_calls), so a
-day of a million calls is measured, not extrapolated.
+the table's size before and after VACUUM, with the VACUUM's time (docs/performance.md, "Trace
+storage"). Up to 2,000 are written as a call writes them, the rest are copies of those made in
+bulk (bench_clone_calls), so a day of a million calls is measured, not extrapolated.
 """
 
 from __future__ import annotations
@@ -264,7 +264,9 @@ async def measure_purge(
     await conn.execute("ANALYZE context_calls")
     dead = await load_bench_queries().bench_dead_rows(conn)
     size_after, _ = await footprint(conn)
+    start = time.perf_counter()
     await conn.execute("VACUUM context_calls")
+    vacuum_seconds = time.perf_counter() - start
     size_vacuumed, _ = await footprint(conn)
     return {
         "fill_seconds": fill_seconds,
@@ -276,6 +278,7 @@ async def measure_purge(
         "dead_rows_left": dead["dead_rows"],
         "mb_before": size_before / 1e6,
         "mb_after_purge": size_after / 1e6,
+        "vacuum_seconds": vacuum_seconds,
         "mb_after_vacuum": size_vacuumed / 1e6,
     }
 
