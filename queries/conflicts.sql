@@ -25,13 +25,22 @@ WHERE cs.project_id = :project_id
   AND cs.conflict_set_id = :conflict_set_id;
 
 -- name: lock_conflict_set(project_id, conflict_set_id)^
--- Locks one conflict set for resolution; returns its status and member ids.
+-- Locks one conflict set for resolution; returns its status, its member ids and those of its
+-- members still active (a retracted or superseded member cannot be kept).
 SELECT cs.status,
        array(
            SELECT cm.fact_id
            FROM conflict_members AS cm
            WHERE cm.project_id = cs.project_id AND cm.conflict_set_id = cs.conflict_set_id
-       ) AS member_ids
+       ) AS member_ids,
+       array(
+           SELECT cm.fact_id
+           FROM conflict_members AS cm
+           JOIN facts AS f ON f.project_id = cm.project_id AND f.fact_id = cm.fact_id
+           WHERE cm.project_id = cs.project_id
+             AND cm.conflict_set_id = cs.conflict_set_id
+             AND f.status = 'active'
+       ) AS active_ids
 FROM conflict_sets AS cs
 WHERE cs.project_id = :project_id
   AND cs.conflict_set_id = :conflict_set_id
@@ -62,3 +71,30 @@ SET status = 'resolved',
     resolved_at = now()
 WHERE project_id = :project_id
   AND conflict_set_id = :conflict_set_id;
+
+-- name: resolve_left_conflict_sets(project_id, fact_ids)
+-- Resolves each open set holding one of these facts that is left with fewer than two active
+-- members: a retracted or superseded member claims nothing any more, as an erased one does not
+-- (erase_memory), and the claim left is served again. The caller holds the key's lock
+-- (lock_fact_keys), so a concurrent change of another member is seen. Returns the sets resolved.
+UPDATE conflict_sets AS cs
+SET status = 'resolved',
+    resolved_at = now()
+WHERE cs.project_id = :project_id
+  AND cs.status = 'open'
+  AND EXISTS (
+      SELECT 1
+      FROM conflict_members AS m
+      WHERE m.project_id = :project_id
+        AND m.conflict_set_id = cs.conflict_set_id
+        AND m.fact_id = ANY (:fact_ids::uuid[])
+  )
+  AND (
+      SELECT count(*)
+      FROM conflict_members AS m
+      JOIN facts AS f ON f.project_id = m.project_id AND f.fact_id = m.fact_id
+      WHERE m.project_id = :project_id
+        AND m.conflict_set_id = cs.conflict_set_id
+        AND f.status = 'active'
+  ) < 2
+RETURNING cs.conflict_set_id;

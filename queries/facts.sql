@@ -117,6 +117,16 @@ WHERE project_id = :project_id
   AND fact_id = :fact_id
 RETURNING fact_id;
 
+-- name: fact_keys(project_id, subject_id, fact_ids)
+-- The keys of these facts of one scope, those that have one: a write that supersedes or retracts
+-- a fact takes its key's lock too (lock_fact_keys), as a conflict set holding it may resolve.
+SELECT DISTINCT f.key AS key
+FROM facts AS f
+WHERE f.project_id = :project_id
+  AND f.subject_id = :subject_id
+  AND f.fact_id = ANY (:fact_ids::uuid[])
+  AND f.key IS NOT NULL;
+
 -- name: lock_fact_keys(project_id, subject_id, keys)!
 -- Serialises conflict detection per (project, subject, key) until the transaction ends.
 -- A write of a key waits here for a concurrent write of the same key to commit, so its

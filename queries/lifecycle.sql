@@ -1,5 +1,31 @@
 -- Memory lifecycle (migration 0014): erasure, trace retention, listing and export.
 
+-- name: lock_erasure_scope(project_id, kind, subject_id, item_id)!
+-- Serialises the erasures of one scope (project, subject) until the transaction ends; taken
+-- before erase_subject or erase_memory, which lock rows the scope's other erasures lock too (a
+-- trace naming both items, an event and the one after it) in no common order: two of them
+-- deadlocked. The scope is subject_id's (kind `subject`) or that of the fact or event item_id
+-- (nothing is locked when there is none). Other scopes, writes and context calls never wait here.
+-- The two-integer key space of advisory locks is apart from the bigint one of lock_migrations and
+-- lock_fact_keys; a hash collision only makes two scopes share a lock.
+SELECT pg_advisory_xact_lock(hashtext(:project_id), hashtext(s.subject_id))
+FROM (
+    SELECT :subject_id::text AS subject_id
+    WHERE :kind::text = 'subject'
+    UNION ALL
+    SELECT f.subject_id
+    FROM facts AS f
+    WHERE :kind::text = 'fact'
+      AND f.project_id = :project_id
+      AND f.fact_id = :item_id
+    UNION ALL
+    SELECT e.subject_id
+    FROM events AS e
+    WHERE :kind::text = 'event'
+      AND e.project_id = :project_id
+      AND e.event_id = :item_id
+) AS s;
+
 -- name: erase_subject(project_id, subject_id, erasure_id, key_id)^
 -- Erases every row of one scope in one statement and audits it: conflict members and sets,
 -- facts, events, context calls and their decisions, and the Idempotency-Key records whose

@@ -294,6 +294,15 @@ def database_unavailable(exc: BaseException) -> bool:
     return isinstance(exc, _UNAVAILABLE)
 
 
+def unavailable_message(exc: BaseException) -> str:
+    """The message of a `database_unavailable` failure. A deadlock or serialization failure is a
+    503 too (the SDKs retry it, where a 409 `conflict` means a retry cannot succeed), but the
+    database is up: it says so."""
+    if isinstance(exc, asyncpg.DeadlockDetectedError | asyncpg.SerializationError):
+        return "A concurrent change conflicted with this request; retry shortly."
+    return "The database is unavailable; retry shortly."
+
+
 _FIELD_AT = re.compile(r"- at `\$(?P<path>[^`]*)`")
 _NAMED_FIELD = re.compile(
     r"(?:missing required field|unknown field) `(?P<name>[^`]+)`"
@@ -431,7 +440,7 @@ def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Respons
         log.warning("database unavailable on %s %s: %r", request.method, request.url.path, exc)
         return error_response(
             503,
-            ErrorBody(code="unavailable", message="The database is unavailable; retry shortly."),
+            ErrorBody(code="unavailable", message=unavailable_message(exc)),
             {"Retry-After": str(UNAVAILABLE_RETRY_AFTER_SECONDS)},
         )
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)

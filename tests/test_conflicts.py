@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers import PROJECT, assert_error, bearer, get_fact, post_facts, ts, write_facts
+from tests.helpers import PROJECT, assert_error, bearer, context, get_fact, post_facts, ts, write_facts
 
 
 async def list_conflicts(client: httpx.AsyncClient, key: str, **params: Any) -> list[dict[str, Any]]:
@@ -289,6 +289,52 @@ async def test_resolve_with_non_member_is_422(client: httpx.AsyncClient, key: st
     (cs,) = await list_conflicts(client, key, subject_id="nonmember")
     assert cs["status"] == "open" and cs["resolved_at"] is None
     assert {m["status"] for m in cs["members"]} == {"active"}
+
+
+async def retract(client: httpx.AsyncClient, key: str, fact_id: str) -> None:
+    r = await client.patch(f"/v1/facts/{fact_id}", json={"status": "retracted"}, headers=bearer(key))
+    assert r.status_code == 200, r.text
+
+
+async def served(client: httpx.AsyncClient, key: str, subject_id: str) -> set[str]:
+    packet = await context(client, key, "Where does Alice work?", subject_id, profile="facts_first")
+    return {f["fact_id"] for f in packet["facts"]}
+
+
+@pytest.mark.parametrize("how", ["retracted", "superseded"])
+async def test_a_set_left_with_one_active_member_resolves(
+    client: httpx.AsyncClient, key: str, how: str
+) -> None:
+    # As an erasure does: the claim left stands alone, and is served again.
+    set_id, a, b = await open_conflict(client, key, subject_id=f"left-{how}")
+    assert b not in await served(client, key, f"left-{how}")
+    if how == "retracted":
+        await retract(client, key, a)
+    else:
+        await write_facts(client, key, [{"content": "Alice left Acme", "supersedes": a}], f"left-{how}")
+    (cs,) = await list_conflicts(client, key, subject_id=f"left-{how}")
+    assert cs["conflict_set_id"] == set_id
+    assert cs["status"] == "resolved" and cs["resolved_at"] is not None, cs
+    assert {m["fact_id"]: m["status"] for m in cs["members"]} == {a: how, b: "active"}
+    assert b in await served(client, key, f"left-{how}")
+
+
+async def test_a_set_with_two_active_members_left_stays_open(client: httpx.AsyncClient, key: str) -> None:
+    set_id, a, b = await open_conflict(client, key, subject_id="three")
+    (c,) = await write_facts(client, key, [{"content": "Alice works at Initech", "key": "employer"}], "three")
+    assert c["conflict_set_id"] == set_id
+    await retract(client, key, a)
+    (cs,) = await list_conflicts(client, key, subject_id="three")
+    assert cs["status"] == "open", cs
+    # A retracted member cannot be kept; the set stays as it was.
+    assert_error(await resolve(client, key, set_id, [a]), 422, "validation_error", "keep[0]")
+    (cs,) = await list_conflicts(client, key, subject_id="three")
+    assert cs["status"] == "open" and {m["status"] for m in cs["members"]} == {"retracted", "active"}, cs
+    assert not {b, c["fact_id"]} & await served(client, key, "three")
+    await retract(client, key, b)
+    (cs,) = await list_conflicts(client, key, subject_id="three")
+    assert cs["status"] == "resolved", cs
+    assert c["fact_id"] in await served(client, key, "three")
 
 
 @pytest.mark.parametrize(

@@ -377,6 +377,7 @@ def test_work_limit_lets_one_oversized_write_through_a_full_bucket() -> None:
     # The overdraft is paid back first: 5,400 characters at 10 a second, plus the one asked.
     assert info.value.details is not None
     assert info.value.details["retry_after_seconds"] == 541
+    assert "(1 asked, 0 left)" in str(info.value), info.value
 
 
 def test_work_limit_in_the_neighbour_scenario() -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import asyncpg
 import pytest
 from litestar.exceptions import HTTPException
 
@@ -40,3 +43,25 @@ def test_litestar_http_errors_take_their_code_from_the_table() -> None:
     response = handle_exception(None, HTTPException(status_code=405, detail="no"))  # type: ignore[arg-type]
     assert response.status_code == 405
     assert response.content.code == error_code(405, "method_not_allowed").code
+
+
+@pytest.mark.parametrize(
+    ("exc", "message"),
+    [
+        (asyncpg.DeadlockDetectedError("deadlock detected"), "A concurrent change conflicted"),
+        (asyncpg.SerializationError("could not serialize access"), "A concurrent change conflicted"),
+        (asyncpg.QueryCanceledError("canceling statement due to statement timeout"), "The database is"),
+        (ConnectionRefusedError(), "The database is"),
+    ],
+)
+def test_a_conflict_with_a_concurrent_change_is_a_retryable_503_that_says_so(
+    exc: BaseException, message: str
+) -> None:
+    """A deadlock victim is retried like any 503 `unavailable` (Retry-After), but the database is
+    up: the message names the conflict, not an outage."""
+    request = SimpleNamespace(method="DELETE", url=SimpleNamespace(path="/v1/events/e"))
+    response = handle_exception(request, exc)  # type: ignore[arg-type]
+    assert response.status_code == 503
+    assert response.headers["Retry-After"] == "1"
+    assert response.content.code == "unavailable"
+    assert response.content.message.startswith(message), response.content

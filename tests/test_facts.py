@@ -292,6 +292,27 @@ async def test_supersede_must_name_an_active_earlier_fact_of_the_scope(
     assert_error(r, 422, "validation_error", "facts[0].supersedes")
 
 
+async def test_two_facts_of_one_batch_cannot_supersede_one_fact(client: httpx.AsyncClient, key: str) -> None:
+    (old,) = await write_facts(
+        client, key, [{"content": "Dog is brown.", "key": "dog_color"}], subject_id="sup4"
+    )
+    r = await post_facts(
+        client,
+        key,
+        [
+            {"content": "Dog is white.", "key": "dog_color", "supersedes": old["fact_id"]},
+            {"content": "Dog is grey.", "key": "dog_color", "supersedes": old["fact_id"]},
+        ],
+        subject_id="sup4",
+    )
+    body = assert_error(r, 422, "validation_error", "facts[1].supersedes")
+    assert "facts[0]" in body["message"], body
+    # The failed batch wrote nothing: the old fact is still the only one, and active.
+    assert [(f["fact_id"], f["status"]) for f in await list_all_facts(client, key, subject_id="sup4")] == [
+        (old["fact_id"], "active")
+    ]
+
+
 async def test_supersede_of_another_projects_fact_is_refused(
     client: httpx.AsyncClient, key: str, other_key: str
 ) -> None:

@@ -56,7 +56,11 @@ async def test_instants_stored_as_infinity_are_refused(
     r = await post_events(client, key, [{"content": "e", "occurred_at": instant}], SUBJECT)
     assert_error(r, 422, "validation_error", field="events[0].occurred_at")
     r = await post_facts(client, key, [{"content": "f", "valid_from": instant}], SUBJECT)
-    assert_error(r, 422, "validation_error", field="facts[0].valid_from")
+    body = assert_error(r, 422, "validation_error", field="facts[0].valid_from")
+    assert "after 0001-01-01T00:00:00Z and before 9999-12-31T23:59:59.999999Z" in body["message"], body
+    # Read as of that instant too: it would be stored in the trace as -infinity, with no offset.
+    r = await client.post("/v1/context", json=context(as_of=instant), headers=bearer(key))
+    assert_error(r, 422, "validation_error", field="as_of")
 
 
 LAX = [

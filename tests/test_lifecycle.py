@@ -348,6 +348,41 @@ async def test_bad_cursors_are_400(client: httpx.AsyncClient, key: str) -> None:
         assert body["details"]["field"] == "cursor", body
 
 
+@pytest.mark.parametrize("cursor", ["AA", "AA==", "YQBi", "cwBi", "cwA"])
+async def test_a_cursor_holding_nul_is_422(client: httpx.AsyncClient, key: str, cursor: str) -> None:
+    # NUL, "a\0b", "s\0b" (a subjects tag before a NUL): PostgreSQL text cannot hold them, and
+    # the route must say so before its statement does.
+    body = assert_error(
+        await client.get("/v1/subjects", params={"cursor": cursor}, headers=bearer(key)),
+        422,
+        "validation_error",
+    )
+    assert body["details"]["field"] == "cursor", body
+
+
+async def test_a_cursor_pages_only_the_route_that_issued_it(client: httpx.AsyncClient, key: str) -> None:
+    h = bearer(key)
+    await write_facts(client, key, ["one", "two"], subject_id="u1")
+    await write_events(client, key, [("e1", "2024-01-01T00:00:00Z"), ("e2", "2024-01-02T00:00:00Z")])
+    await write_facts(client, key, ["three"], subject_id="u2")
+    issued = {
+        "/v1/facts": (await client.get("/v1/facts", params={"limit": 1}, headers=h)).json()["next_cursor"],
+        "/v1/events": (await client.get("/v1/events", params={"limit": 1}, headers=h)).json()["next_cursor"],
+        "/v1/subjects": (await client.get("/v1/subjects", params={"limit": 1}, headers=h)).json()[
+            "next_cursor"
+        ],
+    }
+    assert all(issued.values()), issued
+    for route, cursor in issued.items():
+        own = await client.get(route, params={"cursor": cursor}, headers=h)
+        assert own.status_code == 200, own.text
+        for other in issued.keys() - {route}:
+            body = assert_error(
+                await client.get(other, params={"cursor": cursor}, headers=h), 422, "validation_error"
+            )
+            assert body["details"]["field"] == "cursor", (route, other, body)
+
+
 async def test_events_and_subjects_page_by_cursor(client: httpx.AsyncClient, key: str) -> None:
     h = bearer(key)
     written = await write_events(

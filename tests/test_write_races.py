@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import asyncpg
 import httpx
-import msgspec
 import pytest
 
-from service.api import auth
 from service.api.auth import Principal
-from service.app import create_app
 from service.db import connect, init_connection
 from service.embedding.embedder import HashEmbedder
 from service.memory import writes as memory
@@ -27,7 +24,7 @@ from service.repository import facts as facts_repo
 from service.settings import Settings
 from service.structs import FactIn, ResolveConflictRequest, WriteFactsRequest
 from tests.helpers import bearer
-from tests.helpers.serving import serve
+from tests.helpers.serving import new_project, serve_for_races
 
 # Fires concurrent writes at a served app with committed data: out of the fast lane.
 pytestmark = pytest.mark.slow
@@ -40,22 +37,13 @@ PAIRS = 24
 
 @pytest.fixture
 def served(settings: Settings, migrated: str) -> Iterator[str]:
-    app_settings = msgspec.structs.replace(
-        settings, embed_provider="hash", rate_limit_per_minute=0, pool_min_size=8, pool_max_size=8
-    )
-    with serve(create_app(app_settings)) as url:
+    with serve_for_races(settings) as url:
         yield url
 
 
 @pytest.fixture
-async def project(settings: Settings, migrated: str) -> AsyncIterator[tuple[str, str]]:
-    project_id = f"race-{uuid.uuid4().hex[:12]}"
-    conn = await connect(settings)
-    try:
-        _, key = await auth.create_key(conn, project_id)
-    finally:
-        await conn.close()
-    yield project_id, key
+async def project(settings: Settings, migrated: str) -> tuple[str, str]:
+    return await new_project(settings, "race")
 
 
 async def post_facts(

@@ -49,7 +49,7 @@ from service.api.memory import get_conflicts, post_events, post_facts, post_reso
 from service.constants import MAX_PAGE_LIMIT
 from service.context import inspection
 from service.context.render import render
-from service.errors import HakiError, InvalidBody, database_unavailable, send_error
+from service.errors import HakiError, InvalidBody, database_unavailable, send_error, unavailable_message
 from service.memory import writes as memory
 from service.repository import traces
 from service.scope_id import scope_id_problem
@@ -161,7 +161,7 @@ class Call:
         except Exception as exc:
             if database_unavailable(exc):
                 log.warning("database unavailable in an MCP tool call: %r", exc)
-                raise ToolError("unavailable: The database is unavailable; retry shortly.") from exc
+                raise ToolError(f"unavailable: {unavailable_message(exc)}") from exc
             log.exception("unhandled error in an MCP tool call", exc_info=exc)
             raise ToolError("internal: Internal server error.") from exc
 

@@ -85,7 +85,8 @@ class WorkRateLimiter(TokenBuckets[str]):
             wait, left = short
             raise TooManyRequests(
                 f"Embedding budget of {int(self.capacity)} characters per minute for this project "
-                f"exceeded ({chars} asked, {int(left)} left); retry in {wait} s.",
+                # An overdrawn bucket holds less than nothing; a client is told none is left.
+                f"exceeded ({chars} asked, {max(0, int(left))} left); retry in {wait} s.",
                 retry_after_seconds=wait,
                 limit_chars_per_minute=int(self.capacity),
             )

@@ -58,7 +58,7 @@ from service.api.memory import post_facts, post_resolve, query_scope_id, update_
 from service.context import replay as time_travel
 from service.db.replica import READS, provide_reads
 from service.errors import HakiError, NotFound, Unauthorized
-from service.memory import erasure
+from service.memory import cursors, erasure
 from service.memory import writes as memory
 from service.repository import conflicts as conflicts_repo
 from service.repository import traces as repo
@@ -452,11 +452,11 @@ class TraceInspector(Controller):
         visitor = await _session(request, conn)
         project_id = visitor.principal.project_id
         search = q.strip() if q and q.strip() and "\x00" not in q else None
-        after = erasure.decode_subject_cursor(cursor) if cursor else None
+        after = cursors.decode_subject_cursor(cursor) if cursor else None
         rows = await ui_repo.list_subjects(conn, project_id, search, after, limit + 1)
         page = UiSubjectPage(
             subjects=rows[:limit],
-            next_cursor=erasure.encode_subject_cursor(rows[limit - 1].subject_id)
+            next_cursor=cursors.encode_subject_cursor(rows[limit - 1].subject_id)
             if len(rows) > limit
             else None,
         )

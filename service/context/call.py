@@ -22,6 +22,7 @@ from service.constants import (
 )
 from service.context.model import Weights
 from service.errors import InvalidInput
+from service.instants import storable_utc
 from service.settings import ContextProfile, Settings, TextSearchConfig
 from service.structs import ContextRequest
 
@@ -80,11 +81,7 @@ def check_as_of(field: str, as_of: datetime | None) -> None:
     that has not happened yet is not known. Years 1..9999 in UTC, as every stored timestamp."""
     if as_of is None:
         return
-    try:
-        instant = as_of.astimezone(UTC)
-    except OverflowError as exc:  # asyncpg sends timestamps in UTC: this one has no UTC form
-        raise InvalidInput(field, "is out of range (years 1..9999 in UTC)") from exc
-    if instant > datetime.now(UTC):
+    if storable_utc(field, as_of) > datetime.now(UTC):
         raise InvalidInput(field, "is in the future: the memory can only be read as of now or before")
 
 

@@ -1,21 +1,26 @@
 """Erasure and listing: DELETE /v1/subjects/{id}, /v1/facts/{id}, /v1/events/{id};
 GET /v1/events, /v1/events/{id}, /v1/subjects.
 
-An erasure is one statement, so one transaction: every row of its kind goes at commit, or none.
-It is audited in `erasures` (counts, time, key id; no content). What it does not reach: the
-write-ahead log and backups keep the rows until they rotate (docs/reliability.md, "Erasure").
+An erasure is one statement in one transaction: every row of its kind goes at commit, or none.
+Erasures of one scope run one at a time (the transaction takes the scope's lock first,
+lock_erasure_scope), so they never deadlock on the rows they share. It is audited in `erasures`
+(counts, time, key id; no content). What it does not reach: the write-ahead log and backups keep
+the rows until they rotate (docs/reliability.md, "Erasure").
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 from uuid import UUID
 
 from service.api.auth import Principal
-from service.errors import InvalidInput, NotFound
+from service.errors import NotFound
 from service.ids import uuid7
-from service.memory.writes import decode_cursor, encode_cursor
+from service.memory.cursors import (
+    decode_id_cursor,
+    decode_subject_cursor,
+    encode_id_cursor,
+    encode_subject_cursor,
+)
 from service.repository import Conn, long_transaction
 from service.repository import lifecycle as repo
 from service.settings import Settings
@@ -29,6 +34,7 @@ async def erase_subject(
     HAKI_ERASURE_TIMEOUT_MS, for its own transaction only."""
     principal.require(project_id)
     async with long_transaction(conn, settings.erasure_timeout_ms):
+        await repo.lock_erasure_scope(conn, project_id, "subject", subject_id=subject_id)
         return await repo.erase_subject(conn, project_id, subject_id, uuid7(), principal.key_id)
 
 
@@ -41,9 +47,15 @@ async def erase_event(conn: Conn, principal: Principal, event_id: UUID) -> Event
 
 
 async def _erase_memory(conn: Conn, principal: Principal, answer: type[repo.E], item_id: UUID) -> repo.E:
-    erased = await repo.erase_memory(conn, answer, principal.project_id, item_id, uuid7(), principal.key_id)
+    kind = repo.ERASED_KIND[answer]
+    # The lock is its own statement: erase_memory's snapshot is taken once the lock is held, so it
+    # sees what the scope's previous erasure committed (the event after an erased one, say).
+    async with conn.transaction():
+        await repo.lock_erasure_scope(conn, principal.project_id, kind, item_id=item_id)
+        erased = await repo.erase_memory(
+            conn, answer, principal.project_id, item_id, uuid7(), principal.key_id
+        )
     if erased is None:
-        kind = repo.ERASED_KIND[answer]
         raise NotFound(f"No {kind} with this id in the key's project.", **{f"{kind}_id": str(item_id)})
     return erased
 
@@ -64,23 +76,13 @@ async def list_events(
     cursor: str | None,
 ) -> EventPage:
     principal.require(project_id)
-    after = decode_cursor(cursor) if cursor else None
+    after = decode_id_cursor("events", cursor) if cursor else None
     rows = await repo.list_events(conn, project_id, subject_id, after, limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
-    return EventPage(events=rows, next_cursor=encode_cursor(rows[-1].event_id) if more and rows else None)
-
-
-def encode_subject_cursor(subject_id: str) -> str:
-    return base64.urlsafe_b64encode(subject_id.encode()).rstrip(b"=").decode()
-
-
-def decode_subject_cursor(cursor: str) -> str:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        return base64.b64decode(padded, altchars=b"-_", validate=True).decode()
-    except (binascii.Error, ValueError) as exc:
-        raise InvalidInput("cursor", "is not a cursor returned by this endpoint") from exc
+    return EventPage(
+        events=rows, next_cursor=encode_id_cursor("events", rows[-1].event_id) if more and rows else None
+    )
 
 
 async def list_subjects(

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -16,6 +13,8 @@ from service.api.auth import Principal
 from service.embedding.embedder import Embedder, EmbedderError
 from service.errors import Conflict, InvalidInput, NotFound, Unavailable
 from service.ids import uuid7_batch
+from service.instants import check_storable
+from service.memory.cursors import decode_id_cursor, encode_id_cursor
 from service.repository import Conn, embedding_model, long_transaction
 from service.repository import conflicts as conflicts_repo
 from service.repository import events as events_repo
@@ -44,27 +43,6 @@ async def embed_or_unavailable(embedder: Embedder, texts: list[str], project: st
         raise Unavailable(f"The embedder is unavailable: {exc}", embedder=embedder.name) from exc
 
 
-# asyncpg encodes these two instants as PostgreSQL's -infinity and infinity, which read back as
-# naive datetimes: the stored value would not be the one written.
-_INFINITE = (datetime.min.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC))
-
-
-def storable_utc(field: str, value: datetime) -> datetime:
-    """asyncpg sends timestamps in UTC: one whose UTC form leaves years 1..9999 cannot be stored
-    (nor compared with a stored one)."""
-    try:
-        return value.astimezone(UTC)
-    except OverflowError as exc:
-        raise InvalidInput(field, "is out of range (years 1..9999 in UTC)") from exc
-
-
-def _check_timestamp(field: str, value: datetime | None) -> None:
-    if value is None:
-        return
-    if storable_utc(field, value) in _INFINITE:
-        raise InvalidInput(field, "is out of range (0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999999Z)")
-
-
 def _has_nul(value: Any) -> bool:
     """PostgreSQL jsonb cannot hold \\u0000 in any string, keys included."""
     stack = [value]
@@ -87,14 +65,22 @@ def _check_metadata(field: str, metadata: dict[str, Any] | None) -> None:
 
 
 def _check_fact_items(req: WriteFactsRequest) -> None:
+    # A fact has one successor: two of one batch would both stay active, unseen by conflicts.
+    superseded_by: dict[UUID, int] = {}
     for i, f in enumerate(req.facts):
-        _check_timestamp(f"facts[{i}].valid_from", f.valid_from)
-        _check_timestamp(f"facts[{i}].valid_to", f.valid_to)
+        check_storable(f"facts[{i}].valid_from", f.valid_from)
+        check_storable(f"facts[{i}].valid_to", f.valid_to)
         _check_metadata(f"facts[{i}].metadata", f.metadata)
         if f.valid_from is not None and f.valid_to is not None and f.valid_to <= f.valid_from:
             raise InvalidInput(f"facts[{i}].valid_to", "must be later than valid_from")
         if f.stale_after_seconds is not None and f.volatility != "volatile":
             raise InvalidInput(f"facts[{i}].stale_after_seconds", "applies to volatile facts only")
+        if f.supersedes is not None and superseded_by.setdefault(f.supersedes, i) != i:
+            raise InvalidInput(
+                f"facts[{i}].supersedes",
+                f"names the fact that facts[{superseded_by[f.supersedes]}] of this batch already supersedes",
+                fact_id=str(f.supersedes),
+            )
 
 
 async def write_facts(
@@ -175,6 +161,10 @@ async def store_facts(conn: Conn, prepared: PreparedFacts) -> WriteFactsResponse
         # one goes on, so detect_conflicts below sees its facts (without it, racing
         # writes escaped detection: tests/test_write_races.py).
         keys = [f.key for f in facts if f.key is not None]
+        superseded = [f.supersedes for f in facts if f.supersedes is not None]
+        if superseded:
+            # A superseded fact's conflict set may resolve below: its key is locked with the rest.
+            keys += await facts_repo.fact_keys(conn, req.project_id, req.subject_id, superseded)
         if keys:
             await facts_repo.lock_fact_keys(conn, req.project_id, req.subject_id, keys)
         superseding = [(i, f.supersedes, f.valid_from) for i, f in enumerate(facts) if f.supersedes]
@@ -193,6 +183,7 @@ async def store_facts(conn: Conn, prepared: PreparedFacts) -> WriteFactsResponse
                         "is not an active fact of this scope, or it does not start before the new fact",
                         fact_id=str(old_id),
                     )
+            await conflicts_repo.resolve_left_conflict_sets(conn, req.project_id, list(changed))
         sources = {f.source_event_id for f in facts if f.source_event_id is not None}
         if sources:
             missing = await facts_repo.missing_events(conn, req.project_id, req.subject_id, list(sources))
@@ -225,18 +216,6 @@ async def get_fact(conn: Conn, principal: Principal, fact_id: UUID) -> Fact:
     return fact
 
 
-def encode_cursor(fact_id: UUID) -> str:
-    return base64.urlsafe_b64encode(fact_id.bytes).rstrip(b"=").decode()
-
-
-def decode_cursor(cursor: str) -> UUID:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        return UUID(bytes=raw)
-    except (binascii.Error, ValueError) as exc:
-        raise InvalidInput("cursor", "is not a cursor returned by this endpoint") from exc
-
-
 async def list_facts(
     conn: Conn,
     principal: Principal,
@@ -247,23 +226,34 @@ async def list_facts(
     cursor: str | None,
 ) -> FactPage:
     principal.require(project_id)
-    after = decode_cursor(cursor) if cursor else None
+    after = decode_id_cursor("facts", cursor) if cursor else None
     rows = await facts_repo.list_facts(conn, project_id, subject_id, status, after, limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
-    return FactPage(facts=rows, next_cursor=encode_cursor(rows[-1].fact_id) if more and rows else None)
+    return FactPage(
+        facts=rows, next_cursor=encode_id_cursor("facts", rows[-1].fact_id) if more and rows else None
+    )
 
 
 async def patch_fact(conn: Conn, principal: Principal, fact_id: UUID, req: PatchFactRequest) -> Fact:
     if req.status is None and req.valid_to is None:
         raise InvalidInput("status", "send `status: retracted` and/or `valid_to`")
-    _check_timestamp("valid_to", req.valid_to)
+    check_storable("valid_to", req.valid_to)
+    retract = req.status == "retracted"
     async with conn.transaction():
+        if retract:
+            # The key's lock first, as writes and resolutions of the key take it: a conflict set
+            # holding the fact may resolve below, and sees a concurrent change of another member.
+            fact = await facts_repo.get_fact(conn, principal.project_id, fact_id)
+            if fact is not None and fact.key is not None:
+                await facts_repo.lock_fact_keys(conn, principal.project_id, fact.subject_id, [fact.key])
         found = await facts_repo.patch_fact(
-            conn, principal.project_id, fact_id, retract=req.status == "retracted", valid_to=req.valid_to
+            conn, principal.project_id, fact_id, retract=retract, valid_to=req.valid_to
         )
         if not found:
             raise NotFound("No fact with this id in the key's project.", fact_id=str(fact_id))
+        if retract:
+            await conflicts_repo.resolve_left_conflict_sets(conn, principal.project_id, [fact_id])
     return await get_fact(conn, principal, fact_id)
 
 
@@ -290,7 +280,7 @@ async def prepare_events(
     principal.require(req.project_id)
     events = req.events
     for i, e in enumerate(events):
-        _check_timestamp(f"events[{i}].occurred_at", e.occurred_at)
+        check_storable(f"events[{i}].occurred_at", e.occurred_at)
         _check_metadata(f"events[{i}].metadata", e.metadata)
     embeddings = await embed_or_unavailable(embedder, [e.content for e in events], principal.project_id)
     timeout_ms = write_timeout_ms(settings, len(events))
@@ -331,12 +321,18 @@ async def resolve_conflict(
             raise NotFound(
                 "No conflict set with this id in the key's project.", conflict_set_id=str(conflict_set_id)
             )
-        status, members = locked
+        status, members, active = locked
         if status != "open":
             raise Conflict("This conflict set is already resolved.", conflict_set_id=str(conflict_set_id))
         for i, fact_id in enumerate(req.keep):
             if fact_id not in members:
                 raise InvalidInput(f"keep[{i}]", "is not a member of this conflict set", fact_id=str(fact_id))
+            if fact_id not in active:
+                raise InvalidInput(
+                    f"keep[{i}]",
+                    "is retracted or superseded: only an active member can be kept",
+                    fact_id=str(fact_id),
+                )
         await conflicts_repo.resolve_conflict_set(conn, project_id, conflict_set_id, req.keep)
     (resolved,) = await conflicts_repo.list_conflicts(conn, project_id, None, None, conflict_set_id)
     return resolved

@@ -65,11 +65,12 @@ async def conflict_set_scope(conn: Conn, project_id: str, conflict_set_id: UUID)
 
 async def lock_conflict_set(
     conn: Conn, project_id: str, conflict_set_id: UUID
-) -> tuple[str, set[UUID]] | None:
+) -> tuple[str, set[UUID], set[UUID]] | None:
+    """The set's status, its members and its active members, the set locked."""
     row = await q().lock_conflict_set(conn, project_id=project_id, conflict_set_id=conflict_set_id)
     if row is None:
         return None
-    return row["status"], set(row["member_ids"])
+    return row["status"], set(row["member_ids"]), set(row["active_ids"])
 
 
 async def resolve_conflict_set(
@@ -78,3 +79,9 @@ async def resolve_conflict_set(
     await q().resolve_conflict_set(
         conn, project_id=project_id, conflict_set_id=conflict_set_id, keep_ids=list(keep)
     )
+
+
+async def resolve_left_conflict_sets(conn: Conn, project_id: str, fact_ids: Sequence[UUID]) -> list[UUID]:
+    """Resolves the open sets of these facts left with fewer than two active members."""
+    rows = await collect(q().resolve_left_conflict_sets(conn, project_id=project_id, fact_ids=list(fact_ids)))
+    return [r["conflict_set_id"] for r in rows]

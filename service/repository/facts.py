@@ -68,6 +68,14 @@ async def lock_fact_keys(conn: Conn, project_id: str, subject_id: str, keys: Seq
     await q().lock_fact_keys(conn, project_id=project_id, subject_id=subject_id, keys=list(keys))
 
 
+async def fact_keys(conn: Conn, project_id: str, subject_id: str, fact_ids: Sequence[UUID]) -> list[str]:
+    """The keys of these facts of one scope (the facts without one add none)."""
+    rows = await collect(
+        q().fact_keys(conn, project_id=project_id, subject_id=subject_id, fact_ids=list(fact_ids))
+    )
+    return [r["key"] for r in rows]
+
+
 async def get_fact(conn: Conn, project_id: str, fact_id: UUID) -> Fact | None:
     return as_struct(Fact, await q().get_fact(conn, project_id=project_id, fact_id=fact_id))
 

@@ -14,6 +14,16 @@ E = TypeVar("E", FactErasure, EventErasure)
 ERASED_KIND: dict[type[FactErasure | EventErasure], str] = {FactErasure: "fact", EventErasure: "event"}
 
 
+async def lock_erasure_scope(
+    conn: Conn, project_id: str, kind: str, *, subject_id: str | None = None, item_id: UUID | None = None
+) -> None:
+    """Holds the scope's erasure lock until the transaction ends: a `subject` erasure names its
+    subject, a `fact` or `event` erasure its item (no lock when there is no such item)."""
+    await q().lock_erasure_scope(
+        conn, project_id=project_id, kind=kind, subject_id=subject_id, item_id=item_id
+    )
+
+
 async def erase_subject(
     conn: Conn, project_id: str, subject_id: str, erasure_id: UUID, key_id: UUID
 ) -> SubjectErasure:

@@ -9,11 +9,18 @@ from __future__ import annotations
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import msgspec
 import uvicorn
+
+from service.api import auth
+from service.app import create_app
+from service.db import connect
+from service.settings import Settings
 
 
 @contextmanager
@@ -39,3 +46,25 @@ def serve(app: Any, *, startup_timeout: float = 60.0) -> Iterator[str]:
         server.should_exit = True
         thread.join(timeout=30)
         sock.close()
+
+
+@contextmanager
+def serve_for_races(settings: Settings) -> Iterator[str]:
+    """The app for concurrency tests: the hash embedder, no rate limit, a pool of 8 (so requests
+    fired at once hold their own connections)."""
+    app_settings = msgspec.structs.replace(
+        settings, embed_provider="hash", rate_limit_per_minute=0, pool_min_size=8, pool_max_size=8
+    )
+    with serve(create_app(app_settings)) as url:
+        yield url
+
+
+async def new_project(settings: Settings, prefix: str) -> tuple[str, str]:
+    """A fresh project id starting with `prefix`, and a key of it, committed."""
+    project_id = f"{prefix}-{uuid.uuid4().hex[:12]}"
+    conn = await connect(settings)
+    try:
+        _, key = await auth.create_key(conn, project_id)
+    finally:
+        await conn.close()
+    return project_id, key
