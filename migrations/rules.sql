@@ -137,6 +137,28 @@ COMMENT ON FUNCTION public.haki_open_conflict_facts(text, text, timestamptz) IS
 'Rule: the facts of a scope''s ConflictSets open at an instant (docs/spec/context-assembler.md, "Hard filters"). Written and explained in migrations/rules.sql.';
 
 
+-- The claims left in a conflict set: its active members, but for `leaving`, a fact the calling
+-- statement takes out of the set (an erasure still sees its own target). An open set hides its
+-- members (docs/spec/context-assembler.md, "Hard filters") and needs two claims to stay open
+-- (docs/spec/api.md, "Conflicts"): a set left with fewer resolves, as a retraction, a
+-- supersession or an erasure leaves it (resolve_left_conflict_sets, erase_memory).
+CREATE OR REPLACE FUNCTION public.haki_conflict_claims(
+    p_project_id text, p_conflict_set_id uuid, leaving uuid
+) RETURNS bigint
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+-- Keeps a copy of open conflict: it counts the members of one set, whatever its status, for the
+-- statement that decides it.
+SELECT pg_catalog.count(*)
+FROM public.conflict_members AS m
+JOIN public.facts AS f ON f.project_id = m.project_id AND f.fact_id = m.fact_id
+WHERE m.project_id = p_project_id
+  AND m.conflict_set_id = p_conflict_set_id
+  AND public.haki_fact_believed(f.status, f.recorded_from, f.recorded_to, NULL::timestamptz)
+  AND f.fact_id IS DISTINCT FROM leaving
+$$;
+COMMENT ON FUNCTION public.haki_conflict_claims(text, uuid, uuid) IS
+'Rule: the active members of a ConflictSet but one, of which a set needs two to stay open (docs/spec/api.md, "Conflicts"). Written and explained in migrations/rules.sql.';
+
 -- 3. The hard filters ---------------------------------------------------------------------------
 
 -- A fact the hard filters let through (docs/spec/context-assembler.md, "Hard filters"):

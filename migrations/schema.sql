@@ -90,6 +90,30 @@ $$;
 COMMENT ON FUNCTION public.haki_bm25_idf(docs bigint, df bigint) IS 'Rule: BM25''s idf (docs/spec/context-profiles.md, "Rule 1"). Written and explained in migrations/rules.sql.';
 
 --
+-- Name: haki_conflict_claims(text, uuid, uuid); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_conflict_claims(p_project_id text, p_conflict_set_id uuid, leaving uuid) RETURNS bigint
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+-- Keeps a copy of open conflict: it counts the members of one set, whatever its status, for the
+-- statement that decides it.
+SELECT pg_catalog.count(*)
+FROM public.conflict_members AS m
+JOIN public.facts AS f ON f.project_id = m.project_id AND f.fact_id = m.fact_id
+WHERE m.project_id = p_project_id
+  AND m.conflict_set_id = p_conflict_set_id
+  AND public.haki_fact_believed(f.status, f.recorded_from, f.recorded_to, NULL::timestamptz)
+  AND f.fact_id IS DISTINCT FROM leaving
+$$;
+
+--
+-- Name: FUNCTION haki_conflict_claims(p_project_id text, p_conflict_set_id uuid, leaving uuid); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.haki_conflict_claims(p_project_id text, p_conflict_set_id uuid, leaving uuid) IS 'Rule: the active members of a ConflictSet but one, of which a set needs two to stay open (docs/spec/api.md, "Conflicts"). Written and explained in migrations/rules.sql.';
+
+--
 -- Name: haki_entity_probes(text, text, text[], integer, integer, integer, double precision, double precision, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
 --
 

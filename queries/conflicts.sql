@@ -73,9 +73,9 @@ WHERE project_id = :project_id
   AND conflict_set_id = :conflict_set_id;
 
 -- name: resolve_left_conflict_sets(project_id, fact_ids)
--- Resolves each open set holding one of these facts that is left with fewer than two active
--- members: a retracted or superseded member claims nothing any more, as an erased one does not
--- (erase_memory), and the claim left is served again. The caller holds the key's lock
+-- Resolves each open set holding one of these facts that is left with fewer than two claims
+-- (haki_conflict_claims): a retracted or superseded member claims nothing any more, as an erased
+-- one (erase_memory), and the claim left is served again. The caller holds the key's lock
 -- (lock_fact_keys), so a concurrent change of another member is seen. Returns the sets resolved.
 UPDATE conflict_sets AS cs
 SET status = 'resolved',
@@ -89,12 +89,5 @@ WHERE cs.project_id = :project_id
         AND m.conflict_set_id = cs.conflict_set_id
         AND m.fact_id = ANY (:fact_ids::uuid[])
   )
-  AND (
-      SELECT count(*)
-      FROM conflict_members AS m
-      JOIN facts AS f ON f.project_id = m.project_id AND f.fact_id = m.fact_id
-      WHERE m.project_id = :project_id
-        AND m.conflict_set_id = cs.conflict_set_id
-        AND f.status = 'active'
-  ) < 2
+  AND public.haki_conflict_claims(:project_id, cs.conflict_set_id, NULL::uuid) < 2
 RETURNING cs.conflict_set_id;

@@ -142,12 +142,12 @@ CROSS JOIN audit AS a;
 -- Erases one memory, a fact or an event (kind `fact` or `event`), and audits it. Either way the
 -- decisions that name it in the traces of its scope go (read through the scope's calls: an index
 -- on decisions by item would cost every trace write). A fact also loses its conflict memberships
--- (an open set left with one member is resolved, keeping it; a set left empty goes) and the
--- `supersedes` links that point at it (null); the facts extracted from an event keep their text
--- and lose the link (source_event_id null), and the event after it loses its vector in context.
--- NULL when no such memory.
+-- (an open set left with fewer than two claims, haki_conflict_claims, is resolved; a set left
+-- empty goes) and the `supersedes` links that point at it (null); the facts extracted from an
+-- event keep their text and lose the link (source_event_id null), and the event after it loses
+-- its vector in context. NULL when no such memory.
 -- Keeps a copy of open conflict: it does not ask whether a fact is held back by an open set, it
--- closes the set the erasure leaves with one member, so it reads the set's status itself.
+-- closes the set the erasure leaves with fewer than two claims, so it reads the set's status itself.
 WITH locked_fact AS (
     SELECT f.fact_id, f.subject_id
     FROM facts AS f
@@ -181,7 +181,8 @@ gone_members AS (
     RETURNING cm.conflict_set_id
 ),
 left_members AS (
-    SELECT g.conflict_set_id, count(m.fact_id) AS members
+    SELECT g.conflict_set_id, count(m.fact_id) AS members,
+           public.haki_conflict_claims(:project_id, g.conflict_set_id, :item_id) AS claims
     FROM gone_members AS g
     LEFT JOIN conflict_members AS m
       ON m.project_id = :project_id
@@ -197,7 +198,8 @@ resolved AS (
     WHERE cs.project_id = :project_id
       AND cs.conflict_set_id = l.conflict_set_id
       AND cs.status = 'open'
-      AND l.members = 1
+      AND l.members > 0
+      AND l.claims < 2
     RETURNING cs.conflict_set_id
 ),
 gone_sets AS (

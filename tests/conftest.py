@@ -28,6 +28,7 @@ from service.embedding.embedder import Embedder, HashEmbedder, LocalEmbedder
 from service.settings import Settings
 from tests.helpers.app import SharedApp
 from tests.helpers.server import Server, running_server, scratch_data_dir
+from tests.helpers.serving import new_project, serve_for_races
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 # The embedded server's start and stop lines (INFO): its last one comes from an atexit hook, after
@@ -160,6 +161,19 @@ async def client(hash_app: SharedApp, conn: asyncpg.Connection) -> AsyncIterator
     """HTTP client on the hash embedder (SQL and contract tests)."""
     async with hash_app.client(conn) as c:
         yield c
+
+
+@pytest.fixture
+def race_server(settings: Settings, migrated: str) -> Iterator[str]:
+    """The app served for concurrency tests, on committed data (tests/helpers/serving.py)."""
+    with serve_for_races(settings) as url:
+        yield url
+
+
+@pytest.fixture
+async def race_project(settings: Settings, migrated: str) -> tuple[str, str]:
+    """A project of the test's own, with a key, committed: (project id, key)."""
+    return await new_project(settings, "race")
 
 
 @pytest.fixture(scope="session")

@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import asyncpg
 import httpx
 import pytest
 
-from service.db import connect, init_connection
 from service.repository import lifecycle as lifecycle_repo
 from service.settings import Settings
 from tests.helpers import bearer, context, inspect, json_of, write_events, write_facts
-from tests.helpers.serving import new_project, serve_for_races
+from tests.helpers.serving import two_sessions
 
 # Fires concurrent erasures at a served app with committed data: out of the fast lane.
 pytestmark = pytest.mark.slow
@@ -32,17 +30,6 @@ pytestmark = pytest.mark.slow
 # of 9 runs of 4 rounds had some (hash embedder, pool of 8).
 ROUNDS = 4
 EVENTS = 8
-
-
-@pytest.fixture
-def served(settings: Settings, migrated: str) -> Iterator[str]:
-    with serve_for_races(settings) as url:
-        yield url
-
-
-@pytest.fixture
-async def project(settings: Settings, migrated: str) -> tuple[str, str]:
-    return await new_project(settings, "erase")
 
 
 async def neighbours(client: httpx.AsyncClient, key: str, project_id: str, subject: str) -> list[str]:
@@ -75,10 +62,10 @@ async def assert_erased(
 
 
 async def test_neighbouring_events_named_by_one_trace_erase_at_once(
-    served: str, project: tuple[str, str]
+    race_server: str, race_project: tuple[str, str]
 ) -> None:
-    project_id, key = project
-    async with httpx.AsyncClient(base_url=served, timeout=60) as client:
+    project_id, key = race_project
+    async with httpx.AsyncClient(base_url=race_server, timeout=60) as client:
         for n in range(ROUNDS):
             subject = f"events-{n}"
             ids = await neighbours(client, key, project_id, subject)
@@ -87,11 +74,13 @@ async def test_neighbouring_events_named_by_one_trace_erase_at_once(
             await assert_erased(client, key, paths, trace_id, await erase_all(client, key, paths))
 
 
-async def test_facts_and_events_of_one_scope_erase_at_once(served: str, project: tuple[str, str]) -> None:
+async def test_facts_and_events_of_one_scope_erase_at_once(
+    race_server: str, race_project: tuple[str, str]
+) -> None:
     """Facts in one conflict set, unkeyed facts and neighbouring events, one trace naming them
     all, every one erased at once: the set is resolved, then goes with its last member."""
-    project_id, key = project
-    async with httpx.AsyncClient(base_url=served, timeout=60) as client:
+    project_id, key = race_project
+    async with httpx.AsyncClient(base_url=race_server, timeout=60) as client:
         for n in range(ROUNDS):
             subject = f"mix-{n}"
             facts: list[dict[str, Any] | str] = [
@@ -120,12 +109,12 @@ async def test_facts_and_events_of_one_scope_erase_at_once(served: str, project:
 
 
 async def test_a_subject_erasure_racing_its_memories_erasures_leaves_nothing(
-    served: str, project: tuple[str, str]
+    race_server: str, race_project: tuple[str, str]
 ) -> None:
     """Each memory is erased by its own request or by the subject's, whichever comes first: the
     other finds it gone (404). Nothing deadlocks, nothing is left."""
-    project_id, key = project
-    async with httpx.AsyncClient(base_url=served, timeout=60) as client:
+    project_id, key = race_project
+    async with httpx.AsyncClient(base_url=race_server, timeout=60) as client:
         for n in range(ROUNDS):
             subject = f"whole-{n}"
             written = await write_facts(client, key, [f"cats like {x}" for x in "abcd"], subject, project_id)
@@ -152,21 +141,17 @@ async def test_a_subject_erasure_racing_its_memories_erasures_leaves_nothing(
 
 
 async def test_the_erasure_lock_serialises_one_scope_and_leaves_others_free(
-    settings: Settings, served: str, project: tuple[str, str]
+    settings: Settings, race_server: str, race_project: tuple[str, str]
 ) -> None:
     """While one session holds the erasure lock of (p, s), another waits for it (here: gives up
     after its lock_timeout) whether it names the subject, one of its facts or one of its events,
     but takes the lock of another subject of p, and of s in another project, at once."""
-    project_id, key = project
-    async with httpx.AsyncClient(base_url=served, timeout=60) as client:
+    project_id, key = race_project
+    async with httpx.AsyncClient(base_url=race_server, timeout=60) as client:
         (fact,) = await write_facts(client, key, ["cats purr"], "s", project_id)
         (event,) = await write_events(client, key, [("cats slept", "2026-01-01T10:00:00Z")], "s", project_id)
         (elsewhere,) = await write_facts(client, key, ["dogs bark"], "s2", project_id)
-    holder = await connect(settings)
-    other = await connect(settings)
-    try:
-        await init_connection(holder)
-        await init_connection(other)
+    async with two_sessions(settings) as (holder, other):
         async with holder.transaction():
             await lifecycle_repo.lock_erasure_scope(holder, project_id, "subject", subject_id="s")
             free: list[dict[str, Any]] = [
@@ -194,6 +179,3 @@ async def test_the_erasure_lock_serialises_one_scope_and_leaves_others_free(
         async with other.transaction():
             await other.execute("SET LOCAL lock_timeout = '2s'")
             await lifecycle_repo.lock_erasure_scope(other, project_id, "subject", subject_id="s")
-    finally:
-        await holder.close()
-        await other.close()

@@ -311,6 +311,25 @@ async def test_a_conflict_set_of_three_stays_open_after_one_erase(
     assert sorted(m["fact_id"] for m in cs["members"]) == sorted(f["fact_id"] for f in written[1:])
 
 
+async def test_an_erase_leaving_one_claim_beside_a_retracted_member_resolves_the_set(
+    client: httpx.AsyncClient, key: str
+) -> None:
+    h = bearer(key)
+    acme, globex, initech = await fact_ids(
+        client, key, [{"content": f"works at {c}", "key": "employer"} for c in ("Acme", "Globex", "Initech")]
+    )
+    r = await client.patch(f"/v1/facts/{acme}", json={"status": "retracted"}, headers=h)
+    assert r.status_code == 200, r.text
+    r = await client.delete(f"/v1/facts/{globex}", headers=h)
+    # Two members are left, but one claim: Initech's.
+    assert r.status_code == 200 and r.json()["conflict_sets_resolved"] == 1, r.text
+    (cs,) = (await client.get("/v1/conflicts", headers=h)).json()["conflicts"]
+    assert cs["status"] == "resolved", cs
+    assert {m["fact_id"]: m["status"] for m in cs["members"]} == {acme: "retracted", initech: "active"}
+    packet = await context(client, key, "Where does u work?", profile="facts_first")
+    assert initech in [f["fact_id"] for f in packet["facts"]]
+
+
 async def test_event_erase_unlinks_its_facts(client: httpx.AsyncClient, key: str) -> None:
     h = bearer(key)
     (event_id,) = await write_events(client, key, [("u went to Rome", "2024-05-01T10:00:00Z")])

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import asyncpg
@@ -24,7 +23,7 @@ from service.repository import facts as facts_repo
 from service.settings import Settings
 from service.structs import FactIn, ResolveConflictRequest, WriteFactsRequest
 from tests.helpers import bearer
-from tests.helpers.serving import new_project, serve_for_races
+from tests.helpers.serving import two_sessions
 
 # Fires concurrent writes at a served app with committed data: out of the fast lane.
 pytestmark = pytest.mark.slow
@@ -33,17 +32,6 @@ pytestmark = pytest.mark.slow
 # Pairs fired at once. On main before the fix 15 to 18 of 24 pairs ended with both facts
 # active and no ConflictSet (hash embedder, pool of 8).
 PAIRS = 24
-
-
-@pytest.fixture
-def served(settings: Settings, migrated: str) -> Iterator[str]:
-    with serve_for_races(settings) as url:
-        yield url
-
-
-@pytest.fixture
-async def project(settings: Settings, migrated: str) -> tuple[str, str]:
-    return await new_project(settings, "race")
 
 
 async def post_facts(
@@ -76,10 +64,10 @@ async def open_sets(client: httpx.AsyncClient, key: str, project_id: str, subjec
 
 
 async def test_concurrent_same_key_pairs_end_in_one_open_conflict_set(
-    served: str, project: tuple[str, str]
+    race_server: str, race_project: tuple[str, str]
 ) -> None:
-    project_id, key = project
-    async with httpx.AsyncClient(base_url=served, timeout=60) as client:
+    project_id, key = race_project
+    async with httpx.AsyncClient(base_url=race_server, timeout=60) as client:
 
         async def pair(n: int) -> tuple[str, list[httpx.Response]]:
             subject = f"s{n}"
@@ -116,13 +104,13 @@ async def test_concurrent_same_key_pairs_end_in_one_open_conflict_set(
 
 
 async def test_batches_sharing_keys_in_opposite_orders_neither_deadlock_nor_escape(
-    served: str, project: tuple[str, str]
+    race_server: str, race_project: tuple[str, str]
 ) -> None:
     """Locks are taken in one order whatever the order of the batch, so two batches that share
     keys wait for each other instead of deadlocking (a deadlock would be a 503)."""
-    project_id, key = project
+    project_id, key = race_project
     keys = [f"k{i}" for i in range(6)]
-    async with httpx.AsyncClient(base_url=served, timeout=60) as client:
+    async with httpx.AsyncClient(base_url=race_server, timeout=60) as client:
 
         async def clash(n: int) -> list[httpx.Response]:
             forward = [{"content": f"{k} forward {n}", "key": k} for k in keys]
@@ -147,11 +135,7 @@ async def test_the_key_lock_serialises_one_key_and_leaves_others_free(
 ) -> None:
     """Two sessions: while one holds the lock of (p, s, city), another waits for that key (here:
     gives up after its lock_timeout) but takes (p, s, job) and (p, other subject, city) at once."""
-    holder = await connect(settings)
-    other = await connect(settings)
-    try:
-        await init_connection(holder)
-        await init_connection(other)
+    async with two_sessions(settings) as (holder, other):
         async with holder.transaction():
             await facts_repo.lock_fact_keys(holder, "proj-lock", "s", ["city"])
             for subject, keys in (("s", ["job"]), ("s2", ["city"]), ("s", [None, "job", "job"])):
@@ -166,9 +150,6 @@ async def test_the_key_lock_serialises_one_key_and_leaves_others_free(
         async with other.transaction():
             await other.execute("SET LOCAL lock_timeout = '2s'")
             await facts_repo.lock_fact_keys(other, "proj-lock", "s", ["city"])
-    finally:
-        await holder.close()
-        await other.close()
 
 
 async def test_a_write_racing_a_resolution_opens_no_set_with_a_fact_it_superseded(

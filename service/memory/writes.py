@@ -209,13 +209,6 @@ async def store_facts(conn: Conn, prepared: PreparedFacts) -> WriteFactsResponse
     )
 
 
-async def get_fact(conn: Conn, principal: Principal, fact_id: UUID) -> Fact:
-    fact = await facts_repo.get_fact(conn, principal.project_id, fact_id)
-    if fact is None:
-        raise NotFound("No fact with this id in the key's project.", fact_id=str(fact_id))
-    return fact
-
-
 async def list_facts(
     conn: Conn,
     principal: Principal,
@@ -233,6 +226,13 @@ async def list_facts(
     return FactPage(
         facts=rows, next_cursor=encode_id_cursor("facts", rows[-1].fact_id) if more and rows else None
     )
+
+
+async def get_fact(conn: Conn, principal: Principal, fact_id: UUID) -> Fact:
+    fact = await facts_repo.get_fact(conn, principal.project_id, fact_id)
+    if fact is None:
+        raise NotFound("No fact with this id in the key's project.", fact_id=str(fact_id))
+    return fact
 
 
 async def patch_fact(conn: Conn, principal: Principal, fact_id: UUID, req: PatchFactRequest) -> Fact:

@@ -10,16 +10,17 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
+import asyncpg
 import msgspec
 import uvicorn
 
 from service.api import auth
 from service.app import create_app
-from service.db import connect
+from service.db import connect, init_connection
 from service.settings import Settings
 
 
@@ -68,3 +69,17 @@ async def new_project(settings: Settings, prefix: str) -> tuple[str, str]:
     finally:
         await conn.close()
     return project_id, key
+
+
+@asynccontextmanager
+async def two_sessions(settings: Settings) -> AsyncIterator[tuple[asyncpg.Connection, asyncpg.Connection]]:
+    """Two sessions of their own, as the service opens them: one holds a lock, the other tries it."""
+    holder = await connect(settings)
+    other = await connect(settings)
+    try:
+        await init_connection(holder)
+        await init_connection(other)
+        yield holder, other
+    finally:
+        await holder.close()
+        await other.close()
