@@ -398,9 +398,12 @@ def _import_export_document(settings: Settings, args: argparse.Namespace, path: 
     try:
         with path.open("rb") as f:
             doc = export.parse_document(f)
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         print(f"haki import: {path}: {exc}", file=sys.stderr)
         return 2
+    except ValueError as exc:
+        print(f"haki import: {path}: nothing written: {exc}", file=sys.stderr)
+        return 1
     if args.url or os.environ.get("HAKI_URL"):
         print(
             "haki import: an export document is imported straight into the database (unset HAKI_URL)",

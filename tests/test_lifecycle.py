@@ -3,6 +3,7 @@ an event; listing of events and subjects; export and its re-import; trace retent
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -13,11 +14,22 @@ import pytest
 
 from service.api.auth import Principal
 from service.embedding.embedder import Embedder
+from service.errors import Conflict
 from service.memory import export, retention
 from service.memory.importer import detect_kind
 from service.observability.metrics import Metrics
 from service.settings import Settings
-from tests.helpers import PROJECT, assert_error, bearer, context, fact_ids, write_events, write_facts
+from tests.helpers import (
+    PROJECT,
+    assert_error,
+    bearer,
+    context,
+    fact_ids,
+    get_fact,
+    list_all_facts,
+    write_events,
+    write_facts,
+)
 from tests.helpers.app import SingleConnectionPool, asgi_transport
 from tests.helpers.sql import load_test_queries
 
@@ -539,6 +551,87 @@ async def test_export_then_import_gives_the_same_facts_and_events(
         ("employer", "open"),
         ("hobby", "resolved"),
     ]
+
+
+async def _import_export(
+    conn: asyncpg.Connection, embedder: Embedder, settings: Settings, lines: list[bytes], subject_id: str
+) -> export.ImportSummary:
+    principal = Principal(project_id=PROJECT, key_id=uuid.UUID(int=0))
+    doc = export.parse_document(lines)
+    return await export.import_document(conn, embedder, settings, principal, doc, PROJECT, subject_id)
+
+
+async def test_an_export_is_imported_only_into_an_empty_subject(
+    client: httpx.AsyncClient, conn: asyncpg.Connection, key: str, settings: Settings, hash_embedder: Embedder
+) -> None:
+    await write_facts(client, key, ["Ann works at Acme", "Ann works at Globex"], subject_id="ann")
+    lines = (await client.get("/v1/subjects/ann/export", headers=bearer(key))).content.splitlines()
+    await _import_export(conn, hash_embedder, settings, lines, "ann-copy")
+    # A second import would merge two histories; it is refused and writes nothing.
+    with pytest.raises(Conflict, match="empty subject"):
+        await _import_export(conn, hash_embedder, settings, lines, "ann-copy")
+    with pytest.raises(Conflict, match="empty subject"):
+        await _import_export(conn, hash_embedder, settings, lines, "ann")
+    assert len(await list_all_facts(client, key, subject_id="ann-copy")) == 2
+
+
+async def test_a_fact_superseded_by_an_erased_fact_is_imported_superseded(
+    client: httpx.AsyncClient, conn: asyncpg.Connection, key: str, settings: Settings, hash_embedder: Embedder
+) -> None:
+    h = bearer(key)
+    rome, _ = await fact_ids(
+        client, key, [{"content": "Carol lives in Rome", "key": "city"}, "Carol skis"], "carol"
+    )
+    (oslo,) = await fact_ids(client, key, [{"content": "Carol lives in Oslo", "supersedes": rome}], "carol")
+    assert (await client.delete(f"/v1/facts/{oslo}", headers=h)).status_code == 200
+    lines = (await client.get("/v1/subjects/carol/export", headers=h)).content.splitlines()
+    summary = await _import_export(conn, hash_embedder, settings, lines, "carol-copy")
+    copy = await get_fact(client, key, summary.fact_ids[rome])
+    original = await get_fact(client, key, rome)
+    assert copy["status"] == original["status"] == "superseded", copy
+    assert copy["valid_to"] == original["valid_to"], (copy, original)
+    packet = await context(client, key, "Where does Carol live?", "carol-copy", profile="facts_first")
+    assert [f["content"] for f in packet["facts"]] == ["Carol skis"], packet
+
+
+@pytest.mark.parametrize(
+    ("fact", "problem"),
+    [
+        ({"content": ""}, "content"),
+        ({"content": "x" * 8001}, "content"),
+        ({"key": ""}, "key"),
+        ({"volatility": "volatile", "stale_after_seconds": -5}, "stale_after_seconds"),
+        ({"content": "a\u0000b"}, "content"),
+        ({"supersedes": str(uuid.uuid4())}, "no fact before it"),
+        ({"source_event_id": str(uuid.uuid4())}, "no event before"),
+    ],
+    ids=[
+        "empty",
+        "too_long",
+        "empty_key",
+        "negative_staleness",
+        "nul",
+        "dangling_supersedes",
+        "dangling_source",
+    ],
+)
+def test_an_export_line_a_write_would_refuse_is_refused(fact: dict[str, Any], problem: str) -> None:
+    header = (
+        b'{"haki_export": 1, "project_id": "p", "subject_id": "s", "exported_at": "2024-01-01T00:00:00Z"}'
+    )
+    good = {"kind": "fact", "fact_id": str(uuid.uuid4()), "content": "fine"}
+    bad = {"kind": "fact", "fact_id": str(uuid.uuid4()), "content": "fine", **fact}
+    with pytest.raises(ValueError, match=f"line 3: .*{re.escape(problem)}"):
+        export.parse_document([header, msgspec.json.encode(good), msgspec.json.encode(bad)])
+
+
+def test_an_export_of_another_version_or_with_a_repeated_id_is_refused() -> None:
+    fact = msgspec.json.encode({"kind": "fact", "fact_id": str(uuid.uuid4()), "content": "fine"})
+    v2 = b'{"haki_export": 2, "project_id": "p", "subject_id": "s", "exported_at": "2024-01-01T00:00:00Z"}'
+    with pytest.raises(ValueError, match="haki_export 2"):
+        export.parse_document([v2, fact])
+    with pytest.raises(ValueError, match=r"line 2: fact_id .* appears twice"):
+        export.parse_document([fact, fact])
 
 
 def test_haki_import_detects_an_export_document(tmp_path: Any) -> None:

@@ -4,13 +4,17 @@ The document is JSON Lines: a header line `{"haki_export": 1, "project_id", "sub
 "exported_at"}`, then every event of the scope (`"kind": "event"`) and every fact of any status
 (`"kind": "fact"`), each in id (creation) order, read in one repeatable-read snapshot.
 
-Import embeds every text first, then, in one transaction (all of it or nothing), writes the
-events, then the facts in their order through the service's own write path
-(service/memory/writes.py: the rules of POST /v1/events and /v1/facts), with `supersedes` and
-`source_event_id` mapped to the new ids; then it gives the facts their exported statuses: an open
-conflict set the import opened is resolved keeping the facts exported `active` (unless all its
-members were active: the set was open), and the facts exported `retracted` are retracted. New
-ids, recorded_from and conflict set ids are the import's own.
+Import reads the whole document first and refuses it, naming the line, when an item breaks a
+rule of POST /v1/events or /v1/facts, repeats an id, or links to an item not before it. Into a
+subject with no memories only (a merge would resolve conflicts against facts they never met), it
+embeds every text, then, in one transaction (all of it or nothing), writes the events, then the
+facts in their order through the service's own write path (service/memory/writes.py), with
+`supersedes` and `source_event_id` mapped to the new ids; then it gives the facts their exported
+statuses: an open conflict set the import opened is resolved keeping the facts exported `active`
+(unless all its members were active: the set was open), the facts exported `retracted` are
+retracted, and a fact exported `superseded` that nothing ended (its successor was erased) is
+superseded at its exported valid_to. New ids, recorded_from and conflict set ids are the import's
+own.
 """
 
 from __future__ import annotations
@@ -25,10 +29,11 @@ import msgspec
 from service.api.auth import Principal
 from service.constants import MAX_BATCH
 from service.embedding.embedder import Embedder
-from service.errors import NotFound
+from service.errors import Conflict, NotFound
 from service.memory import writes as memory
 from service.repository import Conn
-from service.repository import conflicts as memory_repo
+from service.repository import conflicts as conflicts_repo
+from service.repository import facts as facts_repo
 from service.repository import lifecycle as repo
 from service.settings import Settings
 from service.structs import (
@@ -159,11 +164,39 @@ def parse_document(lines: Iterable[bytes]) -> ExportDocument:
             item = _ITEM.decode(text)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise ValueError(f"line {n}: {exc}") from exc
+        problem = _unwritable(item, {e.event_id for e in events}, {f.fact_id for f in facts})
+        if problem is not None:
+            raise ValueError(f"line {n}: {problem}")
         if isinstance(item, ExportedEvent):
             events.append(item)
         else:
             facts.append(item)
+    if header is not None and header.haki_export != EXPORT_VERSION:
+        raise ValueError(f"haki_export {header.haki_export}: this version reads version {EXPORT_VERSION}")
     return ExportDocument(header=header, events=events, facts=facts)
+
+
+def _unwritable(item: ExportedEvent | ExportedFact, event_ids: set[UUID], fact_ids: set[UUID]) -> str | None:
+    """Why an item could not be written as POST /v1/events or /v1/facts would write it, or None.
+    msgspec checks a Struct's bounds when it decodes one, never when code builds it, so the item is
+    converted to the request's Struct. Links name items before it: a document the service exports
+    has no other (an erasure nulls the links to what it erases)."""
+    try:
+        if isinstance(item, ExportedEvent):
+            if item.event_id in event_ids:
+                return f"event_id {item.event_id} appears twice"
+            msgspec.convert(msgspec.to_builtins(_event_in(item)), EventIn)
+            return None
+        if item.fact_id in fact_ids:
+            return f"fact_id {item.fact_id} appears twice"
+        if item.supersedes is not None and item.supersedes not in fact_ids:
+            return f"supersedes {item.supersedes}: no fact before it in the document"
+        if item.source_event_id is not None and item.source_event_id not in event_ids:
+            return f"source_event_id {item.source_event_id}: no event before the facts in the document"
+        msgspec.convert(msgspec.to_builtins(_fact_in(item, {}, {})), FactIn)
+    except msgspec.ValidationError as exc:
+        return str(exc)
+    return None
 
 
 class ImportSummary(msgspec.Struct, kw_only=True):
@@ -173,6 +206,10 @@ class ImportSummary(msgspec.Struct, kw_only=True):
     conflicts_resolved: int
     fact_ids: dict[str, str]
     event_ids: dict[str, str]
+
+
+def _event_in(e: ExportedEvent) -> EventIn:
+    return EventIn(content=e.content, occurred_at=e.occurred_at, metadata=e.metadata or None)
 
 
 def _fact_in(f: ExportedFact, fact_ids: dict[UUID, UUID], event_ids: dict[UUID, UUID]) -> FactIn:
@@ -218,16 +255,14 @@ async def import_document(
     """Writes an export document into (project_id, subject_id) through the write path, in one
     transaction. Every text is embedded first, outside it (the write path's `prepare_*`): a
     transaction held across the embedder was killed by idle_in_transaction_session_timeout."""
+    await _check_empty(conn, project_id, subject_id)
     event_batches = []
     for start in range(0, len(doc.events), MAX_BATCH):
         chunk = doc.events[start : start + MAX_BATCH]
         req = WriteEventsRequest(
             project_id=project_id,
             subject_id=subject_id,
-            events=[
-                EventIn(content=e.content, occurred_at=e.occurred_at, metadata=e.metadata or None)
-                for e in chunk
-            ],
+            events=[_event_in(e) for e in chunk],
         )
         event_batches.append((chunk, await memory.prepare_events(embedder, settings, principal, req)))
     fact_ids: dict[UUID, UUID] = {}
@@ -245,6 +280,8 @@ async def import_document(
         fact_batches.append((batch, prepared))
     exported_status = {fact_ids[f.fact_id]: f.status for f in doc.facts}
     async with conn.transaction():
+        # Again, inside: an import that raced this one has committed by now.
+        await _check_empty(conn, project_id, subject_id)
         event_ids: dict[UUID, UUID] = {}
         for chunk, prepared_events in event_batches:
             written = await memory.store_events(conn, prepared_events)
@@ -261,7 +298,7 @@ async def import_document(
             opened.update(r.conflict_set_id for r in written_facts.facts if r.conflict_set_id is not None)
         resolved = 0
         for conflict_set_id in sorted(opened):
-            (current,) = await memory_repo.list_conflicts(conn, project_id, None, None, conflict_set_id)
+            (current,) = await conflicts_repo.list_conflicts(conn, project_id, None, None, conflict_set_id)
             if current.status != "open":
                 continue
             members = [m.fact_id for m in current.members]
@@ -278,6 +315,7 @@ async def import_document(
                     conn, principal, fact_ids[f.fact_id], PatchFactRequest(status="retracted")
                 )
                 retracted += 1
+        await _supersede_orphans(conn, project_id, subject_id, doc.facts, fact_ids)
     return ImportSummary(
         events=len(event_ids),
         facts=len(fact_ids),
@@ -286,6 +324,32 @@ async def import_document(
         fact_ids={str(k): str(v) for k, v in fact_ids.items()},
         event_ids={str(k): str(v) for k, v in event_ids.items()},
     )
+
+
+async def _check_empty(conn: Conn, project_id: str, subject_id: str) -> None:
+    """An export is imported into a subject with no memories: merged into another history, its
+    conflict sets and statuses would be resolved against facts they never met."""
+    if await facts_repo.list_facts(conn, project_id, subject_id, None, None, 1) or await repo.list_events(
+        conn, project_id, subject_id, None, 1
+    ):
+        raise Conflict(
+            f"{project_id}/{subject_id} already holds facts or events: an export is imported into an "
+            "empty subject (erase it first, or choose another subject id)",
+            subject_id=subject_id,
+        )
+
+
+async def _supersede_orphans(
+    conn: Conn, project_id: str, subject_id: str, facts: list[ExportedFact], fact_ids: dict[UUID, UUID]
+) -> None:
+    """The facts exported `superseded` that no successor and no resolution of the import ended (the
+    fact that replaced one was erased since): superseded again, ending where they had ended. The
+    statement skips those no longer active."""
+    orphans = [f for f in facts if f.status == "superseded"]
+    if orphans:
+        new_ids = [fact_ids[f.fact_id] for f in orphans]
+        await facts_repo.supersede_facts(conn, project_id, subject_id, new_ids, [f.valid_to for f in orphans])
+        await conflicts_repo.resolve_left_conflict_sets(conn, project_id, new_ids)
 
 
 async def import_file(
