@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import sys
+import unicodedata
 import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -150,6 +151,14 @@ def project_id_arg(value: str) -> str:
     return value
 
 
+def label_arg(value: str) -> str:
+    """A key label: `keys list` prints it in a tab-separated line, which a tab or a newline in it
+    would break (usage error, 2)."""
+    if any(unicodedata.category(c) == "Cc" for c in value):
+        raise argparse.ArgumentTypeError("must hold no tab, newline or other control character")
+    return value
+
+
 def _keys_create(settings: Settings, args: argparse.Namespace) -> int:
     project_id: str = args.project_id
     key_id, key = asyncio.run(
@@ -274,10 +283,8 @@ def _purge(settings: Settings, args: argparse.Namespace) -> int:
             return 2
         settings = msgspec.structs.replace(settings, trace_retention_days=args.days)
     if settings.trace_retention_days == 0:
-        print(
-            "haki purge: HAKI_TRACE_RETENTION_DAYS is 0: traces are kept for ever, nothing to do",
-            file=sys.stderr,
-        )
+        source = "--days" if args.days is not None else "HAKI_TRACE_RETENTION_DAYS"
+        print(f"haki purge: {source} is 0: traces are kept for ever, nothing to do", file=sys.stderr)
         return 0
 
     async def run() -> retention.Purged:
@@ -500,7 +507,7 @@ COMMANDS: tuple[Command, ...] = (
         help="print a new API key for PROJECT_ID (only its hash is stored)",
         args=(
             arg("project_id", metavar="PROJECT_ID", type=project_id_arg),
-            arg("--label", default=None, help="a note to tell keys apart"),
+            arg("--label", default=None, type=label_arg, help="a note to tell keys apart"),
         ),
     ),
     Command(

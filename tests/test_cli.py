@@ -130,6 +130,13 @@ def test_keys_create_refuses_bad_project_ids(data_dir: Path, project_id: str) ->
     assert res.stdout == ""
 
 
+@pytest.mark.parametrize("label", ["evil\tlabel", "two\nlines"])
+def test_keys_create_refuses_a_label_that_would_break_keys_list(data_dir: Path, label: str) -> None:
+    res = run_cli(data_dir, "keys", "create", "proj-x", "--label", label)
+    assert res.returncode == 2, res.stderr
+    assert res.stdout == "" and "--label" in res.stderr, res.stderr
+
+
 async def test_keys_revoke_and_list(data_dir: Path) -> None:
     key, key_id = await asyncio.to_thread(create_key, data_dir, "proj-x")
     assert await authenticates(data_dir, key)
