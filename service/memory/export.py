@@ -153,6 +153,9 @@ def parse_document(lines: Iterable[bytes]) -> ExportDocument:
     header: ExportHeader | None = None
     events: list[ExportedEvent] = []
     facts: list[ExportedFact] = []
+    # The ids read so far, grown line by line: the links of a line name items before it.
+    event_ids: set[UUID] = set()
+    fact_ids: set[UUID] = set()
     for n, raw in enumerate(lines, start=1):
         text = raw.strip()
         if not text:
@@ -164,13 +167,15 @@ def parse_document(lines: Iterable[bytes]) -> ExportDocument:
             item = _ITEM.decode(text)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise ValueError(f"line {n}: {exc}") from exc
-        problem = _unwritable(item, {e.event_id for e in events}, {f.fact_id for f in facts})
+        problem = _unwritable(item, event_ids, fact_ids)
         if problem is not None:
             raise ValueError(f"line {n}: {problem}")
         if isinstance(item, ExportedEvent):
             events.append(item)
+            event_ids.add(item.event_id)
         else:
             facts.append(item)
+            fact_ids.add(item.fact_id)
     if header is not None and header.haki_export != EXPORT_VERSION:
         raise ValueError(f"haki_export {header.haki_export}: this version reads version {EXPORT_VERSION}")
     return ExportDocument(header=header, events=events, facts=facts)
