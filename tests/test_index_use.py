@@ -172,7 +172,9 @@ async def test_walks_keep_their_plan_whatever_the_statistics(
 async def test_every_bucket_has_a_graph_walk_branch(conn: asyncpg.Connection) -> None:
     """Migration 0022: a graph walk runs the branch of its scope's bucket, and a bucket without one
     raises (its CASE has no ELSE). Every bucket has its branch, for facts and for events: a scope
-    of each bucket walks its graph and finds its own rows, and no other scope's."""
+    of each bucket walks its graph and finds its own rows, and no other scope's. A branch with
+    another bucket's constant finds none; the count is not exact, since an HNSW walk may miss a
+    row of a graph that the whole suite's rows (dead ones included) fill."""
     t = load_test_queries()
     rows = [r async for r in t.test_subject_per_bucket(conn, project_id=PROJECT)]
     assert [r["bucket"] for r in rows] == list(range(rows[0]["buckets"]))
@@ -191,7 +193,7 @@ async def test_every_bucket_has_a_graph_walk_branch(conn: asyncpg.Connection) ->
                 conn, project_id=PROJECT, subject_id=subject_id, query_embedding=random_unit_vector(i)
             )
         assert walked is not None
-        assert (walked["facts"], walked["events"]) == (2, 3), (subject_id, dict(walked))
+        assert 1 <= walked["facts"] <= 2 and 1 <= walked["events"] <= 3, (subject_id, dict(walked))
 
 
 async def test_no_text_index_keeps_a_pending_list(conn: asyncpg.Connection) -> None:
