@@ -304,6 +304,15 @@ def _purge(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _unknown_project(project: str) -> int:
+    print(
+        f"haki reembed: project {project!r} holds no facts or events and records no model; "
+        "nothing to re-embed (check --project)",
+        file=sys.stderr,
+    )
+    return 1
+
+
 def _reembed(settings: Settings, args: argparse.Namespace) -> int:
     """`haki reembed`: the project's vectors made again by HAKI_EMBED_MODEL, then one switch."""
     from service.memory import reembed
@@ -340,6 +349,8 @@ async def _run_reembed(settings: Settings, args: argparse.Namespace, project: st
         if args.dry_run:
             run = await reembed.dry_run(conn, embedder, project)
             where = run.plan
+            if where.unknown:
+                return _unknown_project(project)
             if where.current:
                 print(f"{project}: its vectors are already {where.model}: nothing to do")
                 return 0
@@ -381,6 +392,8 @@ async def _run_reembed(settings: Settings, args: argparse.Namespace, project: st
                 file=sys.stderr,
             )
             return 1
+        if result.plan.unknown:
+            return _unknown_project(project)
         if not result.switched:
             print(f"{project}: its vectors are already {result.plan.model}: nothing to do")
             return 0

@@ -137,6 +137,13 @@ def test_keys_create_refuses_a_label_that_would_break_keys_list(data_dir: Path, 
     assert res.stdout == "" and "--label" in res.stderr, res.stderr
 
 
+@pytest.mark.parametrize("dry_run", [(), ("--dry-run",)])
+def test_reembed_of_a_project_never_written_exits_1(data_dir: Path, dry_run: tuple[str, ...]) -> None:
+    res = run_cli(data_dir, "reembed", "--project", "no-such-project", *dry_run)
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    assert "'no-such-project' holds no facts or events" in res.stderr and "--project" in res.stderr
+
+
 async def test_keys_revoke_and_list(data_dir: Path) -> None:
     key, key_id = await asyncio.to_thread(create_key, data_dir, "proj-x")
     assert await authenticates(data_dir, key)

@@ -193,3 +193,21 @@ async def test_erasing_a_fact_erases_its_pending_vector(
     r = await client.delete("/v1/subjects/u1", params={"project_id": PROJECT}, headers=bearer(key))
     assert r.status_code in (200, 204), r.text
     assert await pending(conn) == 0
+
+
+async def test_a_project_never_written_is_left_unrecorded(conn: asyncpg.Connection) -> None:
+    """A mistyped --project: recording the new model for it would refuse its first writes from a
+    server still on the old one."""
+    job = Recording()
+    result = await reembed.reembed(conn, job, "no-such-project")
+    assert result.plan.unknown and not result.switched and job.calls == 0
+    assert await embedding_model.get_model(conn, "no-such-project") is None
+    run = await reembed.dry_run(conn, job, "no-such-project")
+    assert run.plan.unknown and run.sample == 0
+
+
+async def test_a_written_project_is_not_unknown(
+    client: httpx.AsyncClient, key: str, conn: asyncpg.Connection
+) -> None:
+    await seed(client, key)
+    assert not (await reembed.plan(conn, NEW, PROJECT)).unknown

@@ -49,6 +49,13 @@ class ReembedPlan(msgspec.Struct, frozen=True, kw_only=True):
         return self.counts.total - self.counts.done
 
     @property
+    def unknown(self) -> bool:
+        """No memory was ever written to the project (no recorded model, nothing stored): most
+        likely a mistyped id. Recording a model for it would refuse its first writes from a
+        server on another model."""
+        return self.previous_model is None and self.counts.total == 0
+
+    @property
     def current(self) -> bool:
         """The project's vectors are already the model's: nothing to do."""
         return self.previous_model == self.model and self.counts.done == 0
@@ -116,7 +123,7 @@ async def reembed(
     where = await plan(conn, embedder, project_id)
     if on_plan is not None:
         on_plan(where)
-    if where.current:
+    if where.current or where.unknown:
         return ReembedResult(plan=where, embedded=0, caught_up=0, switched=False)
     model = where.model
     embedded = 0
