@@ -69,13 +69,14 @@ $$;
 COMMENT ON FUNCTION public.haki_fact_stale(text, timestamptz, timestamptz, interval, timestamptz) IS
 'Rule: a volatile fact gone stale by an instant (docs/spec/context-assembler.md, "Hard filters"). Written and explained in migrations/rules.sql.';
 
--- An event held at an instant: occurred and recorded by then (docs/spec/context-profiles.md,
--- "The instant of a call").
+-- An event held at an instant: recorded by then (docs/spec/context-profiles.md, "The instant of
+-- a call"). When it occurred does not count: a call at the current instant serves a future-dated
+-- event (a flight next week), so the same call as of its own instant (a replay) must too.
 CREATE OR REPLACE FUNCTION public.haki_event_held(
     occurred_at timestamptz, recorded_at timestamptz, at timestamptz
 ) RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
-SELECT at IS NULL OR (occurred_at <= at AND recorded_at <= at)
+SELECT at IS NULL OR recorded_at <= at
 $$;
 COMMENT ON FUNCTION public.haki_event_held(timestamptz, timestamptz, timestamptz) IS
 'Rule: an event held at an instant (docs/spec/context-profiles.md, "The instant of a call"). Written and explained in migrations/rules.sql.';

@@ -649,7 +649,7 @@ $$;
 CREATE FUNCTION public.haki_event_held(occurred_at timestamp with time zone, recorded_at timestamp with time zone, at timestamp with time zone) RETURNS boolean
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
-SELECT at IS NULL OR (occurred_at <= at AND recorded_at <= at)
+SELECT at IS NULL OR recorded_at <= at
 $$;
 
 --

@@ -226,6 +226,29 @@ async def test_as_of_sees_staleness_and_events_at_that_instant(
     assert late_event not in past
 
 
+async def test_a_future_dated_event_is_held_as_of_the_call_that_served_it(
+    conn: asyncpg.Connection, client: httpx.AsyncClient, key: str
+) -> None:
+    """An event is held once recorded, whenever it occurs: a call serves next week's flight, so
+    a replay of that call, as of its own instant, serves it too."""
+    subject = "tt-future"
+    await seed_a_history(client, key, subject)
+    (flight,) = await write_events(
+        client,
+        key,
+        [("Ivy's flight to Lima is scheduled", iso(datetime.now(UTC) + timedelta(days=2)))],
+        subject,
+    )
+    origin, origin_trace = await context_and_trace(client, key, "When is Ivy's flight to Lima?", subject)
+    assert flight in {e["event_id"] for e in origin["episodes"]}
+    await shift_an_hour_back(conn)
+    r = await replay(client, key, origin["trace_id"])
+    assert r.status_code == 200, r.text
+    assert r.json()["diff"] == {"added": [], "removed": [], "moved": []}
+    replayed = await inspect(client, key, r.json()["packet"]["trace_id"])
+    assert decisions_of(replayed) == decisions_of(origin_trace)
+
+
 async def test_as_of_judges_validity_as_it_was_believed_then(
     conn: asyncpg.Connection, client: httpx.AsyncClient, key: str
 ) -> None:
