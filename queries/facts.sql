@@ -103,6 +103,18 @@ WHERE r.project_id = :project_id
 ORDER BY r.fact_id
 LIMIT :page_size;
 
+-- name: list_successors(project_id, subject_id, fact_id)
+-- The facts of one scope that name fact_id in `supersedes` (what replaced it), in id order, with
+-- what each is worth (haki_fact_rows): read from the scope's facts, whatever their number.
+SELECT r.fact_id, r.project_id, r.subject_id, r.content, r.key, r.status, r.valid_from, r.valid_to,
+       r.recorded_from, r.volatility, r.stale_after_seconds, r.supersedes, r.source_event_id,
+       r.metadata, r.conflict_set_id, r.recorded_to, r.served_count, r.last_served_at, r.excluded_count
+FROM public.haki_fact_rows(:project_id) AS r
+WHERE r.project_id = :project_id
+  AND r.subject_id = :subject_id
+  AND r.supersedes = :fact_id
+ORDER BY r.fact_id;
+
 -- name: patch_fact(project_id, fact_id, retract, valid_to)$
 -- Retracts a fact and/or sets its valid_to; returns the fact id, or NULL when there is none.
 -- A retraction of a believed fact ends its belief now (recorded_to, migration 0012), with the

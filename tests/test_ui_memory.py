@@ -77,6 +77,14 @@ def actions_logged(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
 # --- the session ----------------------------------------------------------------------------
 
 
+def refusal(page: Any) -> str:
+    """The message of a UI error page (an HTML page, not the API's JSON body)."""
+    assert page.headers["content-type"].startswith("text/html"), page.text
+    found = re.search(r"<h1>Refused</h1>\s*<p>(.*?)</p>", page.text, re.S)
+    assert found is not None, page.text
+    return found.group(1)
+
+
 async def test_the_cookie_holds_a_session_never_the_key(
     client: Any, key: str, conn: asyncpg.Connection
 ) -> None:
@@ -216,7 +224,18 @@ async def test_a_subject_page_shows_facts_events_conflicts_and_calls(ui: Seeded)
     missing = await client.get("/ui/subject", params={"subject_id": "nobody"}, headers=session.headers)
     assert missing.status_code == 404
     bad = await client.get("/ui/subject", params={"subject_id": "s" * 201}, headers=session.headers)
-    assert bad.status_code == 400 and bad.json()["details"]["field"] == "subject_id"
+    assert bad.status_code == 400 and refusal(bad).startswith("subject_id")
+    # A bad cursor is an error page naming the page's own parameter.
+    for name in ("facts_cursor", "events_cursor"):
+        params = {"subject_id": SUBJECT, name: "zzzz"}
+        bad = await client.get("/ui/subject", params=params, headers=session.headers)
+        assert bad.status_code == 422 and refusal(bad).startswith(f"{name}:"), bad.text
+    bad = await client.get(
+        "/ui/subject", params={"subject_id": SUBJECT, "facts_cursor": "z" * 65}, headers=session.headers
+    )
+    assert bad.status_code == 400 and "facts_cursor" in refusal(bad), bad.text
+    bad = await client.get("/ui/subjects", params={"cursor": "zzzz"}, headers=session.headers)
+    assert bad.status_code == 422 and refusal(bad).startswith("cursor:"), bad.text
 
 
 async def test_the_trace_page_links_each_blocked_fact_to_its_conflict(ui: Seeded) -> None:
@@ -320,6 +339,15 @@ async def test_supersede_a_fact_with_new_content(ui: Seeded, caplog: pytest.LogC
     assert logged["action"] == "supersede_fact" and logged["new_fact_id"] == new_id.group(1)
     old_page = (await client.get(f"/ui/facts/{ids['note']}", headers=session.headers)).text
     assert f'href="/ui/facts/{new_id.group(1)}"' in old_page
+
+
+async def test_a_fact_page_names_its_successor_however_many_facts_came_between(ui: Seeded) -> None:
+    """The successor is read by its `supersedes`, not looked for in a page of the subject's facts."""
+    client, key, ids, session = ui
+    await write_facts(client, key, [f"filler fact {i}" for i in range(501)], SUBJECT)
+    (new,) = await write_facts(client, key, [{"content": "A later note", "supersedes": ids["note"]}], SUBJECT)
+    old_page = (await client.get(f"/ui/facts/{ids['note']}", headers=session.headers)).text
+    assert re.findall(r'class="replaced-by" href="/ui/facts/([0-9a-f-]+)"', old_page) == [new["fact_id"]]
 
 
 async def test_erase_a_subject_and_see_the_counts(ui: Seeded, caplog: pytest.LogCaptureFixture) -> None:

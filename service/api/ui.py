@@ -36,7 +36,8 @@ import hmac
 import logging
 import math
 import secrets
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from importlib import resources
@@ -48,6 +49,7 @@ import msgspec
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from litestar import Controller, MediaType, Request, Response, get, post
 from litestar.datastructures import Cookie, State
+from litestar.exceptions import ValidationException
 from litestar.params import Parameter
 from litestar.response import Redirect
 
@@ -57,7 +59,7 @@ from service.api.lifecycle import delete_subject
 from service.api.memory import post_facts, post_resolve, query_scope_id, update_fact
 from service.context import replay as time_travel
 from service.db.replica import READS, provide_reads
-from service.errors import HakiError, NotFound, Unauthorized
+from service.errors import ErrorBody, HakiError, InvalidInput, NotFound, Unauthorized, handle_exception
 from service.memory import cursors, erasure
 from service.memory import writes as memory
 from service.repository import conflicts as conflicts_repo
@@ -287,6 +289,27 @@ def _answered(_: Request[Any, Any, Any], exc: _Answered) -> Response[Any]:
     return exc.response
 
 
+def _refused(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    """A page's request refused by the API's rules (a bad cursor or id): the API's status and
+    message on an error page, not in its JSON body."""
+    answer = handle_exception(request, exc)
+    status, body = answer.status_code or 500, answer.content
+    if status >= 500 or not isinstance(body, ErrorBody):
+        return answer
+    return _error(None, status, "Refused", body.message)
+
+
+@contextmanager
+def _named(field: str, as_: str) -> Iterator[None]:
+    """Names a query parameter as the page names it (the API calls both cursors `cursor`)."""
+    try:
+        yield
+    except InvalidInput as exc:
+        if exc.details is None or exc.details.get("field") != field:
+            raise
+        raise InvalidInput(as_, exc.message.removeprefix(f"{field}: ")) from exc
+
+
 async def _session(request: Request[Any, Any, Any], conn: ConnDep) -> Visitor:
     """The visitor of a page that needs a session; without one, the login page answers."""
     visitor = await _visitor(request, conn)
@@ -375,7 +398,7 @@ DoneQuery = Annotated[str | None, Parameter(query="done", max_length=20)]
 class TraceInspector(Controller):
     path = "/ui"
     include_in_schema = False
-    exception_handlers = {_Answered: _answered}
+    exception_handlers = {_Answered: _answered, HakiError: _refused, ValidationException: _refused}
 
     @get("/", media_type=MediaType.HTML)
     async def index(self) -> Redirect:
@@ -493,12 +516,14 @@ class TraceInspector(Controller):
         summary = await ui_repo.get_subject(conn, project_id, subject)
         if summary is None:
             return _subject_not_found(visitor)
-        facts = await memory.list_facts(
-            conn, principal, project_id, subject, None, SUBJECT_FACTS_PAGE, facts_cursor
-        )
-        events = await erasure.list_events(
-            conn, principal, project_id, subject, SUBJECT_EVENTS_PAGE, events_cursor
-        )
+        with _named("cursor", "facts_cursor"):
+            facts = await memory.list_facts(
+                conn, principal, project_id, subject, None, SUBJECT_FACTS_PAGE, facts_cursor
+            )
+        with _named("cursor", "events_cursor"):
+            events = await erasure.list_events(
+                conn, principal, project_id, subject, SUBJECT_EVENTS_PAGE, events_cursor
+            )
         conflicts = await memory.list_conflicts(conn, principal, project_id, subject, "open")
         calls = await repo.recent_context_calls(conn, project_id, subject, SUBJECT_CALLS)
         return _view(
@@ -524,7 +549,7 @@ class TraceInspector(Controller):
                 source = await erasure.get_event(conn, visitor.principal, fact.source_event_id)
             except NotFound:
                 source = None
-        replaced_by = await _replaced_by(conn, visitor, fact)
+        replaced_by = await memory.replaced_by(conn, visitor.principal, fact)
         return _view(
             visitor, "fact.html", fact=fact, source=source, replaced_by=replaced_by, done=DONE.get(done or "")
         )
@@ -830,16 +855,6 @@ async def _conflict_with_facts(
     conflict = found[0]
     members = [await memory.get_fact(conn, principal, m.fact_id) for m in conflict.members]
     return conflict, members
-
-
-async def _replaced_by(conn: ConnDep, visitor: Visitor, fact: Fact) -> list[Fact]:
-    """The facts of the subject that name this one in `supersedes` (at most a page's worth)."""
-    if fact.status != "superseded":
-        return []
-    page = await memory.list_facts(
-        conn, visitor.principal, visitor.principal.project_id, fact.subject_id, None, RECENT_CALLS_MAX, None
-    )
-    return [f for f in page.facts if f.supersedes == fact.fact_id]
 
 
 def _field_problem(exc: msgspec.ValidationError) -> str:

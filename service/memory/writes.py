@@ -228,6 +228,14 @@ async def list_facts(
     )
 
 
+async def replaced_by(conn: Conn, principal: Principal, fact: Fact) -> list[Fact]:
+    """The facts that name `fact` in `supersedes` (none unless it is superseded)."""
+    principal.require(fact.project_id)
+    if fact.status != "superseded":
+        return []
+    return await facts_repo.list_successors(conn, fact.project_id, fact.subject_id, fact.fact_id)
+
+
 async def get_fact(conn: Conn, principal: Principal, fact_id: UUID) -> Fact:
     fact = await facts_repo.get_fact(conn, principal.project_id, fact_id)
     if fact is None:

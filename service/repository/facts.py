@@ -101,6 +101,12 @@ async def list_facts(
     )
 
 
+async def list_successors(conn: Conn, project_id: str, subject_id: str, fact_id: UUID) -> list[Fact]:
+    return await as_structs(
+        Fact, q().list_successors(conn, project_id=project_id, subject_id=subject_id, fact_id=fact_id)
+    )
+
+
 async def patch_fact(
     conn: Conn, project_id: str, fact_id: UUID, retract: bool, valid_to: datetime | None
 ) -> bool:
