@@ -7,7 +7,7 @@ import inspect
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -32,12 +32,15 @@ from haki_client import (
     Unauthorized,
     Unavailable,
     ValidationError,
+    models,
     render,
 )
 from haki_client._core import WRITE_TIMEOUT_PER_ITEM_SECONDS
+from haki_client.webhooks import verify_signature
 
 from tests.helpers import load_file_module
-from tests.helpers.server import Server
+from tests.helpers.receiver import Receiver, receiving
+from tests.helpers.server import Server, running_server
 
 pytestmark = pytest.mark.integration
 
@@ -152,6 +155,12 @@ def _client(script: Script, **kw: Any) -> Haki:
     return Haki("http://haki.test", "hk_test", project_id="p", transport=httpx.MockTransport(script), **kw)
 
 
+def _async_client(script: Script, **kw: Any) -> AsyncHaki:
+    return AsyncHaki(
+        "http://haki.test", "hk_test", project_id="p", transport=httpx.MockTransport(script), **kw
+    )
+
+
 def test_write_retries_503_and_429_with_one_idempotency_key_per_call() -> None:
     script = Script(
         _error(503, "unavailable", "0"),
@@ -229,6 +238,155 @@ def test_lost_connections_are_retried_then_raise_a_connection_error() -> None:
     assert info.value.code == "connection_error"
 
 
+_ID = uuid.uuid4()
+# One call of each kind. Replayable: the reads, the context call and a replay (their only side
+# effect is their trace) and the three writes the server deduplicates by Idempotency-Key.
+REPLAYABLE: dict[str, Callable[[Haki], object]] = {
+    "get_fact": lambda h: h.get_fact(_ID),
+    "list_webhooks": lambda h: h.list_webhooks(),
+    "context": lambda h: h.context("s", "q"),
+    "replay": lambda h: h.replay(_ID),
+    "write_facts": lambda h: h.write_facts("s", ["x"]),
+    "write_events": lambda h: h.write_events("s", [EventIn(content="e", occurred_at=datetime.now(UTC))]),
+    "extract": lambda h: h.extract("s", [{"role": "user", "content": "x"}]),
+}
+DEDUPLICATED = {"write_facts", "write_events", "extract"}
+# What the server would apply again (a key on these routes is ignored).
+NOT_REPLAYABLE: dict[str, Callable[[Haki], object]] = {
+    "patch_fact": lambda h: h.retract_fact(_ID),
+    "resolve_conflict": lambda h: h.resolve_conflict(_ID, [_ID]),
+    "delete_fact": lambda h: h.delete_fact(_ID),
+    "delete_event": lambda h: h.delete_event(_ID),
+    "erase_subject": lambda h: h.erase_subject("s"),
+    "create_webhook": lambda h: h.create_webhook("https://hooks.example.com/h", ["fact.retracted"]),
+    "delete_webhook": lambda h: h.delete_webhook(_ID),
+}
+# The request may have reached the server, and the answer was lost.
+LOST_ANSWERS = (httpx.ReadTimeout, httpx.WriteError, httpx.ReadError, httpx.RemoteProtocolError)
+
+
+def _nothing_done() -> list[httpx.Response | Exception]:
+    """Failures that prove nothing was done: the request never left, or the server said so."""
+    return [
+        httpx.ConnectError("refused"),
+        httpx.ConnectTimeout("slow"),
+        httpx.PoolTimeout("busy"),
+        _error(429, "rate_limited", "0"),
+        _error(503, "unavailable", "0"),
+    ]
+
+
+def _attempts(
+    call: Callable[[Haki], object], first: httpx.Response | Exception
+) -> tuple[list[httpx.Request], HakiError]:
+    """The requests `call` sent when its first attempt got `first` and the next ones `{}` (which
+    decodes as none of the answers), and the error it raised in the end."""
+    script = Script(first, httpx.Response(200, json={}))
+    with _client(script, backoff=0.001) as haki, pytest.raises(HakiError) as info:
+        call(haki)
+    return script.requests, info.value
+
+
+@pytest.mark.parametrize("name", sorted(REPLAYABLE))
+def test_a_replayable_call_is_resent_after_any_failure(name: str) -> None:
+    for first in [*(lost("lost") for lost in LOST_ANSWERS), *_nothing_done()]:
+        requests, error = _attempts(REPLAYABLE[name], first)
+        assert len(requests) == 2 and error.code == "invalid_response", first
+        keys = {r.headers.get("idempotency-key") for r in requests}
+        # One key for both attempts of a deduplicated write; none elsewhere: no other route reads it.
+        assert len(keys) == 1 and (None not in keys) == (name in DEDUPLICATED)
+
+
+@pytest.mark.parametrize("name", sorted(NOT_REPLAYABLE))
+def test_a_call_the_server_cannot_deduplicate_is_not_resent_after_a_lost_answer(name: str) -> None:
+    for lost in LOST_ANSWERS:
+        requests, error = _attempts(NOT_REPLAYABLE[name], lost("lost"))
+        assert len(requests) == 1 and "idempotency-key" not in requests[0].headers
+        assert isinstance(error, HakiConnectionError) and error.code == "connection_error"
+        assert "outcome is unknown" in error.message and "may have applied it" in error.message
+    for first in _nothing_done():
+        requests, error = _attempts(NOT_REPLAYABLE[name], first)
+        assert len(requests) == 2 and error.code == "invalid_response", first
+
+
+def test_an_erasure_waits_out_the_server_s_erasure_timeout() -> None:
+    """An erasure may run HAKI_ERASURE_TIMEOUT_MS (120 s): it waits 125 s, or the client's
+    timeout when that is longer."""
+    waits = []
+    for timeout in (10.0, 300.0):
+        script = Script(*[httpx.Response(200, json={}) for _ in range(3)])
+        with _client(script, timeout=timeout) as haki:
+            for name in ("delete_fact", "delete_event", "erase_subject"):
+                with pytest.raises(HakiError):
+                    NOT_REPLAYABLE[name](haki)
+        waits += [r.extensions["timeout"]["read"] for r in script.requests]
+    assert waits == [125.0] * 3 + [300.0] * 3
+
+
+def test_a_single_string_is_refused_where_a_list_is_expected() -> None:
+    script = Script()
+    with _client(script) as haki:
+        for call in (
+            lambda: haki.write_facts("s", "Alice works at Acme."),
+            lambda: haki.write_facts("s", b"Alice works at Acme."),  # type: ignore[arg-type]
+            lambda: haki.write_facts("s", {"content": "Alice works at Acme."}),  # type: ignore[arg-type]
+            lambda: haki.write_events("s", "Alice moved."),  # type: ignore[arg-type]
+            lambda: haki.extract("s", "hello"),  # type: ignore[arg-type]
+            lambda: haki.resolve_conflict(_ID, str(_ID)),
+        ):
+            with pytest.raises(TypeError, match="pass a list"):
+                call()
+    assert script.requests == [], "nothing is sent"
+
+
+class _BrokenExport(httpx.SyncByteStream, httpx.AsyncByteStream):
+    """An export body that breaks off after its header line, as a dropped connection does."""
+
+    HEADER = b'{"haki_export": 1}\n'
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield self.HEADER
+        raise httpx.ReadError("connection reset")
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield self.HEADER
+        raise httpx.ReadError("connection reset")
+
+
+def _broken_export() -> Script:
+    """A refused connection and a 429 (both sent again), then an export that breaks off."""
+    return Script(
+        httpx.ConnectError("refused"),
+        _error(429, "rate_limited", "0"),
+        httpx.Response(200, stream=_BrokenExport()),
+    )
+
+
+def test_export_raises_the_sdk_s_errors_not_httpx_s() -> None:
+    script, items = _broken_export(), []
+    with _client(script, backoff=0.001) as haki, pytest.raises(HakiConnectionError):
+        for item in haki.export_subject("s"):
+            items.append(item)
+    assert items == [{"haki_export": 1}] and len(script.requests) == 3
+    with (
+        _client(Script(httpx.ReadTimeout("slow")), max_retries=0) as haki,
+        pytest.raises(HakiConnectionError),
+    ):
+        list(haki.export_subject("s"))
+
+
+async def test_async_export_raises_the_sdk_s_errors_not_httpx_s() -> None:
+    script, items = _broken_export(), []
+    async with _async_client(script, backoff=0.001) as haki:
+        with pytest.raises(HakiConnectionError):
+            async for item in haki.export_subject("s"):
+                items.append(item)
+    assert items == [{"haki_export": 1}] and len(script.requests) == 3
+    async with _async_client(Script(httpx.ConnectError("refused")), max_retries=0) as haki:
+        with pytest.raises(HakiConnectionError):
+            [item async for item in haki.export_subject("s")]
+
+
 def test_non_contract_error_bodies_still_map_to_a_code() -> None:
     script = Script(httpx.Response(404, text="<html>nginx</html>"))
     with _client(script) as haki, pytest.raises(NotFound) as info:
@@ -238,9 +396,7 @@ def test_non_contract_error_bodies_still_map_to_a_code() -> None:
 
 async def test_async_client_retries_with_one_idempotency_key() -> None:
     script = Script(_error(503, "unavailable", "0"), _write_ok())
-    async with AsyncHaki(
-        "http://haki.test", "hk_test", project_id="p", transport=httpx.MockTransport(script)
-    ) as haki:
+    async with _async_client(script) as haki:
         await haki.write_facts("s", ["x"])
     assert len({r.headers["idempotency-key"] for r in script.requests}) == 1
     assert len(script.requests) == 2
@@ -248,9 +404,10 @@ async def test_async_client_retries_with_one_idempotency_key() -> None:
 
 def test_query_parameters_and_subject_routes_as_sent() -> None:
     """The project leads the query, then the call's own parameters, None left out; a subject id
-    with a `/` goes in the query form of its route."""
+    with a `/`, and `.` and `..` (which URL normalisation drops), go in the query form of their
+    route."""
     script = Script(
-        *[httpx.Response(200, json={}) for _ in range(8)], *[httpx.Response(200) for _ in range(2)]
+        *[httpx.Response(200, json={}) for _ in range(9)], *[httpx.Response(200) for _ in range(3)]
     )
     with _client(script) as haki:
         for call in (
@@ -262,11 +419,13 @@ def test_query_parameters_and_subject_routes_as_sent() -> None:
             lambda: haki.list_subjects(cursor="c"),
             lambda: haki.erase_subject("a b"),
             lambda: haki.erase_subject("a/b"),
+            lambda: haki.erase_subject("."),
         ):
             with pytest.raises(HakiError):  # `{}` decodes as none of them: only the request matters
                 call()
         assert list(haki.export_subject("a?b")) == []
         assert list(haki.export_subject("a/b")) == []
+        assert list(haki.export_subject("..")) == []
     assert [(r.method, str(r.url)) for r in script.requests] == [
         ("GET", "http://haki.test/v1/facts?project_id=p&subject_id=s&status=active&limit=2&cursor=c"),
         ("GET", "http://haki.test/v1/conflicts?project_id=q&status=open"),
@@ -276,8 +435,10 @@ def test_query_parameters_and_subject_routes_as_sent() -> None:
         ("GET", "http://haki.test/v1/subjects?project_id=p&cursor=c"),
         ("DELETE", "http://haki.test/v1/subjects/a%20b?project_id=p"),
         ("DELETE", "http://haki.test/v1/subjects?project_id=p&subject_id=a%2Fb"),
+        ("DELETE", "http://haki.test/v1/subjects?project_id=p&subject_id=."),
         ("GET", "http://haki.test/v1/subjects/a%3Fb/export?project_id=p"),
         ("GET", "http://haki.test/v1/subjects/export?project_id=p&subject_id=a%2Fb"),
+        ("GET", "http://haki.test/v1/subjects/export?project_id=p&subject_id=.."),
     ]
 
 
@@ -347,9 +508,7 @@ async def test_async_context_sends_profile_only_when_asked() -> None:
         httpx.Response(200, json=_packet_json(profile="unified")),
         httpx.Response(200, json=_packet_json(profile="unified")),
     )
-    async with AsyncHaki(
-        "http://haki.test", "hk_test", project_id="p", transport=httpx.MockTransport(script)
-    ) as haki:
+    async with _async_client(script) as haki:
         assert (await haki.context("s", "q", profile="unified")).profile == "unified"
         await haki.context("s", "q")
     assert json.loads(script.requests[0].content)["profile"] == "unified"
@@ -394,6 +553,16 @@ def test_answers_of_a_server_without_profiles_still_decode() -> None:
 
 
 # --- against a real server -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """conftest's server, also allowed to deliver webhooks to this machine, promptly: the
+    every-route test subscribes a receiver on 127.0.0.1."""
+    served = Path(tmp_path_factory.mktemp("served"))
+    hooks = {"HAKI_WEBHOOK_ALLOWED_HOSTS": "127.0.0.1", "HAKI_WEBHOOK_POLL_INTERVAL_SECONDS": "0.05"}
+    with running_server(served, **hooks) as s:
+        yield s
 
 
 @pytest.fixture(scope="module")
@@ -477,10 +646,68 @@ def test_every_route_through_the_sync_client(haki: Haki) -> None:
     assert trace.query.startswith("Where does Alice work") and trace.subject_id == subject
     included = [d for d in trace.decisions if d.decision == "included"]
     assert len(included) == len(packet.facts) + len(packet.episodes)
+    assert trace.text_search_config == "english" and trace.weights is not None and len(trace.weights) == 3
 
     stats = haki.stats()
     assert stats.context_calls >= 2 and stats.facts_active >= 2
     assert stats.hit_rate == stats.injection_rate
+
+    with receiving(Receiver()) as receiver:
+        _webhook_routes(haki, receiver, written.facts[0].fact_id)
+
+
+def _webhook_routes(haki: Haki, receiver: Receiver, fact_id: uuid.UUID) -> None:
+    """Subscribes `receiver` to fact.retracted, retracts `fact_id`, and follows the delivery
+    through every webhook route."""
+    hook = haki.create_webhook(receiver.url, ["fact.retracted"], include_content=True)
+    assert hook.secret.startswith("whsec_") and hook.events == ["fact.retracted"] and hook.include_content
+    haki.retract_fact(fact_id)
+    delivery = receiver.wait_for(1)[0]
+    assert verify_signature(delivery.body, delivery.headers["haki-signature"], hook.secret)
+    assert delivery.event["type"] == "fact.retracted"
+    summary = {w.webhook_id: w for w in haki.list_webhooks().webhooks}[hook.webhook_id]
+    assert summary.url == receiver.url and summary.pending + summary.delivered == 1 and summary.dead == 0
+    deliveries = haki.list_webhook_deliveries(hook.webhook_id, limit=10).deliveries
+    assert [(d.event_id, d.type) for d in deliveries] == [(uuid.UUID(delivery.event_id), "fact.retracted")]
+    assert haki.list_webhook_deliveries(hook.webhook_id, status="dead").deliveries == []
+    assert haki.delete_webhook(hook.webhook_id).deleted
+    assert hook.webhook_id not in {w.webhook_id for w in haki.list_webhooks().webhooks}
+    with pytest.raises(NotFound):
+        haki.list_webhook_deliveries(hook.webhook_id)
+
+
+def test_every_model_has_every_field_the_server_serves(server: Server) -> None:
+    """Each answer's model holds every field of its schema in the served OpenAPI document."""
+    schemas = httpx.get(f"{server.url}/docs/openapi.json", timeout=30).json()["components"]["schemas"]
+    # The SDK's names of schemas it calls otherwise; request bodies are built by the client, and
+    # ReplicaHealth is `Health.replica`, a dict.
+    renamed = {
+        "Decision": "TraceDecision",
+        "ExtractResponse": "ExtractResult",
+        "ReplayResponse": "ReplayResult",
+    }
+    missing = {}
+    for name, schema in schemas.items():
+        if name.endswith("Request") or name == "ReplicaHealth":
+            continue
+        model = getattr(models, renamed.get(name, name), None)
+        fields = set(getattr(model, "__struct_fields__", ()))
+        if lacking := set(schema.get("properties", {})) - fields:
+            missing[name] = sorted(lacking)
+    assert missing == {}
+
+
+def test_subject_ids_dot_and_dot_dot(haki: Haki) -> None:
+    """`.` and `..` are subject ids like any other: written, exported and erased (a URL path
+    would drop them as segments)."""
+    for subject in (".", ".."):
+        haki.write_facts(subject, [f"The subject {subject} holds one fact."])
+        document = list(haki.export_subject(subject))
+        assert document[0]["subject_id"] == subject and [d["kind"] for d in document[1:]] == ["fact"]
+        erased = haki.erase_subject(subject)
+        assert (erased.subject_id, erased.facts) == (subject, 1)
+        with pytest.raises(NotFound):
+            list(haki.export_subject(subject))
 
 
 def test_errors_carry_their_code(server: Server, haki: Haki, api_key: str) -> None:
@@ -653,8 +880,9 @@ def test_lifecycle_through_the_sync_client(server: Server, haki: Haki, tmp_path:
     assert [d["content"] for d in again[1:]] == [d["content"] for d in document[1:]]
 
     gone = haki.delete_fact(fact_ids[0])
-    assert gone.fact_id == fact_ids[0] and gone.conflict_sets_resolved == 1
-    assert haki.delete_event(event_ids[0]).facts_unlinked == 1
+    assert gone.fact_id == fact_ids[0] and gone.conflict_sets_resolved == 1 and gone.subject_id == subject
+    erased_event = haki.delete_event(event_ids[0])
+    assert erased_event.facts_unlinked == 1 and erased_event.subject_id == subject
     assert haki.get_fact(fact_ids[2]).source_event_id is None
     with pytest.raises(NotFound):
         haki.get_event(event_ids[0])

@@ -13,6 +13,7 @@ import httpx
 
 from haki_client import models
 from haki_client._core import (
+    TRANSPORT_ERRORS,
     Call,
     Core,
     RetryPolicy,
@@ -21,6 +22,7 @@ from haki_client._core import (
     decode_response,
     error_from,
     extract_call,
+    may_resend,
     new_idempotency_key,
     parse_retry_after,
     request_headers,
@@ -29,10 +31,6 @@ from haki_client._core import (
 )
 
 T = TypeVar("T")
-
-# Failures where the request may not have been processed, or was processed but the answer was
-# lost: both are safe to retry because every write carries its Idempotency-Key.
-RETRYABLE_TRANSPORT_ERRORS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
 
 
 class AsyncHaki:
@@ -83,32 +81,38 @@ class AsyncHaki:
         await self.aclose()
 
     async def _run(self, call: Call[T]) -> T:
+        return decode_response(call, await self._send(call))
+
+    async def _send(self, call: Call[Any], *, stream: bool = False) -> httpx.Response:
+        """The answer to `call`, after the retries RetryPolicy allows; `stream`: its body not read
+        yet (the caller closes it)."""
         retry = self._core.retry
-        headers = request_headers(call, new_idempotency_key() if call.is_write else None)
+        request = self._http.build_request(
+            call.method,
+            call.path,
+            params=call.params,
+            content=call.body,
+            headers=request_headers(call, new_idempotency_key() if call.deduplicated else None),
+            **request_options(call),
+        )
         attempt = 0
         while True:
             try:
-                response = await self._http.request(
-                    call.method,
-                    call.path,
-                    params=call.params,
-                    content=call.body,
-                    headers=headers,
-                    **request_options(call),
-                )
-            except RETRYABLE_TRANSPORT_ERRORS as exc:
-                if attempt >= retry.max_retries:
+                response = await self._http.send(request, stream=stream)
+            except TRANSPORT_ERRORS as exc:
+                if not may_resend(call, exc) or attempt >= retry.max_retries:
                     raise connection_error(call, exc) from exc
                 await asyncio.sleep(retry.delay(attempt, None))
                 attempt += 1
                 continue
             if should_retry(response) and attempt < retry.max_retries:
+                await response.aclose()
                 await asyncio.sleep(
                     retry.delay(attempt, parse_retry_after(response.headers.get("retry-after")))
                 )
                 attempt += 1
                 continue
-            return decode_response(call, response)
+            return response
 
     # --- write side ----------------------------------------------------------------------------
 
@@ -269,7 +273,9 @@ class AsyncHaki:
 
     async def erase_subject(self, subject_id: str, project_id: str | None = None) -> models.SubjectErasure:
         """Erases every fact, event, conflict set and trace of the subject, in one transaction;
-        answers the count of each kind. Irreversible."""
+        answers the count of each kind. Irreversible. Waits up to 125 s (the server's
+        HAKI_ERASURE_TIMEOUT_MS is 120 s), or the client's timeout when longer, as do
+        `delete_fact` and `delete_event`; a lost answer is not resent (RetryPolicy)."""
         return await self._run(self._core.erase_subject(subject_id, project_id))
 
     async def delete_fact(self, fact_id: UUID | str) -> models.FactErasure:
@@ -317,7 +323,8 @@ class AsyncHaki:
         and every fact (`item["kind"]`). `haki import FILE` reads the lines back (one JSON object
         per line)."""
         call = self._core.export_subject(subject_id, project_id)
-        async with self._http.stream(call.method, call.path, params=call.params) as response:
+        response = await self._send(call, stream=True)
+        try:
             if response.status_code != 200:
                 await response.aread()
                 raise error_from(response)
@@ -325,3 +332,36 @@ class AsyncHaki:
                 item = decode_export_line(line)
                 if item is not None:
                     yield item
+        except TRANSPORT_ERRORS as exc:  # the stream broke off: not resent, lines were yielded
+            raise connection_error(call, exc) from exc
+        finally:
+            await response.aclose()
+
+    # --- webhooks (docs/webhooks.md) -----------------------------------------------------------
+
+    async def create_webhook(
+        self,
+        url: str,
+        events: Sequence[str],
+        *,
+        include_content: bool = False,
+        project_id: str | None = None,
+    ) -> models.WebhookCreated:
+        """Subscribes `url` to the project's `events` ("conflict.opened", "fact.retracted", ...).
+        The answer's `secret` is shown this once: verify each delivery with it
+        (`haki_client.webhooks.verify_signature`). A lost answer is not resent (RetryPolicy)."""
+        return await self._run(self._core.create_webhook(url, events, include_content, project_id))
+
+    async def list_webhooks(self, *, project_id: str | None = None) -> models.WebhookList:
+        """The project's webhooks, without their secrets, with their deliveries by status."""
+        return await self._run(self._core.list_webhooks(project_id))
+
+    async def delete_webhook(self, webhook_id: UUID | str) -> models.WebhookDeleted:
+        """Deletes a webhook and its deliveries."""
+        return await self._run(self._core.delete_webhook(webhook_id))
+
+    async def list_webhook_deliveries(
+        self, webhook_id: UUID | str, *, status: str | None = None, limit: int | None = None
+    ) -> models.WebhookDeliveryList:
+        """A webhook's deliveries, newest first; `status="dead"`: its dead letters."""
+        return await self._run(self._core.list_webhook_deliveries(webhook_id, status, limit))

@@ -13,7 +13,7 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 from uuid import UUID
@@ -45,6 +45,10 @@ from haki_client.models import (
     StatsOverview,
     SubjectErasure,
     SubjectPage,
+    WebhookCreated,
+    WebhookDeleted,
+    WebhookDeliveryList,
+    WebhookList,
     WriteEventsResponse,
     WriteFactsResponse,
 )
@@ -59,14 +63,25 @@ _ERROR_DECODER = msgspec.json.Decoder(ErrorBody)
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Bounded retries of 429, of a 503 the server asks to retry, and of lost connections.
+    """Bounded retries of the failures that did nothing, and of lost answers of replayable calls.
 
-    A 503 is retried only with a `Retry-After` header and without `details.permanent` in its
-    body: a 503 that says extraction is not configured fails the same way every time.
+    Every call is retried when its request provably never reached the server (connection
+    refused, connect or pool timeout), on a 429, and on a 503 the server asks to retry: one with
+    a `Retry-After` header and without `details.permanent` in its body (a 503 that says
+    extraction is not configured fails the same way every time).
+
+    A failure after the request may have reached the server (read or write timeout, dropped
+    connection, a broken answer) is retried only for a *replayable* call: a GET; a
+    `POST /v1/context` or a replay, reads whose only side effect is their trace (a second trace
+    of the same question); and the writes the server deduplicates by Idempotency-Key, `POST /v1/facts`,
+    `/v1/events` and `/v1/extract`, which carry one key for all the attempts of a call
+    (docs/spec/api.md, "Idempotency"). Any other call (a PATCH, a DELETE, resolving a conflict,
+    a webhook) whose answer was lost raises `HakiConnectionError` saying its outcome is
+    unknown: the server may have applied it, so check (GET the item) before sending it again.
+
     The wait before retry n (0-based) is the server's `Retry-After` when it sends one, else
     `backoff * 2**n` with jitter; either way at most `max_wait` seconds, so a misbehaving server
-    cannot park a caller for an hour. Writes are safe to retry: each call carries one
-    Idempotency-Key for all its attempts.
+    cannot park a caller for an hour.
     """
 
     max_retries: int = 3
@@ -89,12 +104,53 @@ class Call(Generic[T]):
     params: dict[str, str] | None = None
     body: bytes | None = None
     # Seconds this call may take, when it is not the client's timeout (POST /v1/extract waits
-    # for a chat model).
+    # for a chat model, an erasure for its long transaction).
     timeout: float | None = None
 
     @property
-    def is_write(self) -> bool:
-        return self.method != "GET"
+    def reads_only(self) -> bool:
+        """A call that changes no memory: a GET, POST /v1/context or a replay (each only writes
+        its trace)."""
+        if self.method == "GET" or (self.method, self.path) == ("POST", "/v1/context"):
+            return True
+        return (
+            self.method == "POST" and self.path.startswith("/v1/inspect/") and self.path.endswith("/replay")
+        )
+
+    @property
+    def deduplicated(self) -> bool:
+        """A write the server deduplicates by Idempotency-Key: the one kind of call that carries one."""
+        return (self.method, self.path) in DEDUPLICATED_WRITES
+
+    @property
+    def replayable(self) -> bool:
+        """Whether sending the call again after a lost answer is harmless (RetryPolicy)."""
+        return self.reads_only or self.deduplicated
+
+
+# The only routes that honour Idempotency-Key (docs/spec/api.md, "Idempotency"): a key sent
+# elsewhere is ignored, so a resent DELETE or resolve would run twice.
+DEDUPLICATED_WRITES = frozenset({("POST", "/v1/facts"), ("POST", "/v1/events"), ("POST", "/v1/extract")})
+
+# The request never reached the server: sending it again is safe for every call.
+UNSENT_ERRORS: tuple[type[httpx.TransportError], ...] = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+)
+# The request may have reached the server and its answer was lost: safe to resend only for a
+# replayable call. ConnectError and ConnectTimeout subclass these: test UNSENT_ERRORS first.
+UNANSWERED_ERRORS: tuple[type[httpx.TransportError], ...] = (
+    httpx.TimeoutException,
+    httpx.NetworkError,
+    httpx.RemoteProtocolError,
+)
+TRANSPORT_ERRORS = UNSENT_ERRORS + UNANSWERED_ERRORS
+
+
+def may_resend(call: Call[Any], exc: httpx.TransportError) -> bool:
+    """Whether `call` may be sent again after `exc` (RetryPolicy)."""
+    return isinstance(exc, UNSENT_ERRORS) or call.replayable
 
 
 def parse_retry_after(value: str | None) -> float | None:
@@ -141,7 +197,16 @@ def error_from(response: httpx.Response) -> HakiError:
 
 
 def connection_error(call: Call[Any], exc: httpx.TransportError) -> HakiConnectionError:
-    return HakiConnectionError(f"{call.method} {call.path}: no answer from Haki: {exc!r}")
+    """The SDK's error for a call left without an answer, by both clients and every route."""
+    where = f"{call.method} {call.path}"
+    if isinstance(exc, UNSENT_ERRORS):
+        return HakiConnectionError(f"{where}: Haki was not reached, nothing was done: {exc!r}")
+    if call.reads_only:
+        return HakiConnectionError(f"{where}: no answer from Haki: {exc!r}")
+    return HakiConnectionError(
+        f"{where}: the answer was lost ({exc!r}): the outcome is unknown, Haki may have applied "
+        "it; check (GET the item) before sending it again"
+    )
 
 
 def _params(**values: object) -> dict[str, str]:
@@ -155,6 +220,19 @@ def _params(**values: object) -> dict[str, str]:
 
 def _fact_item(item: FactIn | str | Mapping[str, Any]) -> FactIn | Mapping[str, Any]:
     return FactIn(content=item) if isinstance(item, str) else item
+
+
+def _items(items: Sequence[T], name: str) -> list[T]:
+    """A list argument as a list. A bare str (or bytes, or one mapping) is refused: iterating it
+    would make one item of each character (or key)."""
+    if isinstance(items, str | bytes | bytearray | Mapping):
+        raise TypeError(f"{name}: pass a list, not a single {type(items).__name__}")
+    return list(items)
+
+
+# An erasure's transaction may run HAKI_ERASURE_TIMEOUT_MS (120 s by default): the client waits
+# that long and a little more, so it does not give up on an erasure the server completes.
+ERASURE_TIMEOUT_SECONDS = 125.0
 
 
 # A batch write's server embeds each text, then gives its store HAKI_WRITE_TIMEOUT_PER_ITEM_MS
@@ -184,6 +262,10 @@ class Core:
         WRITE_TIMEOUT_PER_ITEM_SECONDS an item."""
         return self.timeout + items * WRITE_TIMEOUT_PER_ITEM_SECONDS
 
+    def _erasure(self, call: Call[T]) -> Call[T]:
+        """`call` with an erasure's wait: ERASURE_TIMEOUT_SECONDS, or the client's when longer."""
+        return replace(call, timeout=max(ERASURE_TIMEOUT_SECONDS, self.timeout))
+
     def headers(self) -> dict[str, str]:
         headers = {"Accept": "application/json", "User-Agent": f"haki-client-python/{__version__}"}
         if self.api_key:
@@ -209,9 +291,10 @@ class Core:
     def _subject(
         self, method: str, subject_id: str, suffix: str, out: type[T], project_id: str | None
     ) -> Call[T]:
-        """A call of /v1/subjects/{subject_id}{suffix}; a subject id with a `/` (which a path
-        segment cannot carry) goes in the query form of the route, /v1/subjects{suffix}."""
-        if "/" in subject_id:
+        """A call of /v1/subjects/{subject_id}{suffix}; a subject id a path segment cannot carry
+        goes in the query form of the route, /v1/subjects{suffix}: one with a `/`, and `.` and
+        `..`, which URL normalisation drops (RFC 3986 §5.2.4), httpx included."""
+        if "/" in subject_id or subject_id in (".", ".."):
             return self._scoped(method, f"/v1/subjects{suffix}", out, project_id, subject_id=subject_id)
         return self._scoped(method, f"/v1/subjects/{_segment(subject_id)}{suffix}", out, project_id)
 
@@ -223,8 +306,9 @@ class Core:
         facts: Sequence[FactIn | str | Mapping[str, Any]],
         project_id: str | None,
     ) -> Call[WriteFactsResponse]:
-        body = self._body(project_id, subject_id=subject_id, facts=[_fact_item(f) for f in facts])
-        timeout = self.batch_timeout(len(facts))
+        items = [_fact_item(f) for f in _items(facts, "facts")]
+        body = self._body(project_id, subject_id=subject_id, facts=items)
+        timeout = self.batch_timeout(len(items))
         return Call("POST", "/v1/facts", WriteFactsResponse, body=body, timeout=timeout)
 
     def get_fact(self, fact_id: UUID | str) -> Call[Fact]:
@@ -260,8 +344,9 @@ class Core:
     def write_events(
         self, subject_id: str, events: Sequence[EventIn | Mapping[str, Any]], project_id: str | None
     ) -> Call[WriteEventsResponse]:
-        body = self._body(project_id, subject_id=subject_id, events=list(events))
-        timeout = self.batch_timeout(len(events))
+        items = _items(events, "events")
+        body = self._body(project_id, subject_id=subject_id, events=items)
+        timeout = self.batch_timeout(len(items))
         return Call("POST", "/v1/events", WriteEventsResponse, body=body, timeout=timeout)
 
     def list_conflicts(
@@ -272,7 +357,7 @@ class Core:
         )
 
     def resolve_conflict(self, conflict_set_id: UUID | str, keep: Sequence[UUID | str]) -> Call[ConflictSet]:
-        body = {"keep": [str(_uuid(k, f"keep[{i}]")) for i, k in enumerate(keep)]}
+        body = {"keep": [str(_uuid(k, f"keep[{i}]")) for i, k in enumerate(_items(keep, "keep"))]}
         path = f"/v1/conflicts/{_uuid(conflict_set_id, 'conflict_set_id')}/resolve"
         return Call("POST", path, ConflictSet, body=msgspec.json.encode(body))
 
@@ -334,13 +419,13 @@ class Core:
     # --- memory lifecycle: erasure, listing, export ----------------------------------------
 
     def erase_subject(self, subject_id: str, project_id: str | None) -> Call[SubjectErasure]:
-        return self._subject("DELETE", subject_id, "", SubjectErasure, project_id)
+        return self._erasure(self._subject("DELETE", subject_id, "", SubjectErasure, project_id))
 
     def delete_fact(self, fact_id: UUID | str) -> Call[FactErasure]:
-        return Call("DELETE", f"/v1/facts/{_uuid(fact_id, 'fact_id')}", FactErasure)
+        return self._erasure(Call("DELETE", f"/v1/facts/{_uuid(fact_id, 'fact_id')}", FactErasure))
 
     def delete_event(self, event_id: UUID | str) -> Call[EventErasure]:
-        return Call("DELETE", f"/v1/events/{_uuid(event_id, 'event_id')}", EventErasure)
+        return self._erasure(Call("DELETE", f"/v1/events/{_uuid(event_id, 'event_id')}", EventErasure))
 
     def list_events(
         self, subject_id: str | None, limit: int | None, cursor: str | None, project_id: str | None
@@ -360,6 +445,28 @@ class Core:
     def export_subject(self, subject_id: str, project_id: str | None) -> Call[bytes]:
         """A streamed call: the client reads its JSON Lines itself (decode_export_line)."""
         return self._subject("GET", subject_id, "/export", bytes, project_id)
+
+    # --- webhooks (docs/webhooks.md) ---------------------------------------------------------
+
+    def create_webhook(
+        self, url: str, events: Sequence[str], include_content: bool, project_id: str | None
+    ) -> Call[WebhookCreated]:
+        body = self._body(
+            project_id, url=url, events=_items(events, "events"), include_content=include_content
+        )
+        return Call("POST", "/v1/webhooks", WebhookCreated, body=body)
+
+    def list_webhooks(self, project_id: str | None) -> Call[WebhookList]:
+        return self._scoped("GET", "/v1/webhooks", WebhookList, project_id)
+
+    def delete_webhook(self, webhook_id: UUID | str) -> Call[WebhookDeleted]:
+        return Call("DELETE", f"/v1/webhooks/{_uuid(webhook_id, 'webhook_id')}", WebhookDeleted)
+
+    def list_webhook_deliveries(
+        self, webhook_id: UUID | str, status: str | None, limit: int | None
+    ) -> Call[WebhookDeliveryList]:
+        path = f"/v1/webhooks/{_uuid(webhook_id, 'webhook_id')}/deliveries"
+        return Call("GET", path, WebhookDeliveryList, params=_params(status=status, limit=limit))
 
 
 def _uuid(value: UUID | str, field: str) -> UUID:
@@ -400,7 +507,7 @@ def extract_call(
     project_id: str | None,
     timeout: float | None,
 ) -> Call[ExtractResult]:
-    body = core._body(project_id, subject_id=subject_id, messages=list(messages), write=write)
+    body = core._body(project_id, subject_id=subject_id, messages=_items(messages, "messages"), write=write)
     return Call(
         "POST",
         "/v1/extract",

@@ -94,7 +94,9 @@ class Unavailable(HakiError):
 
 
 class HakiConnectionError(HakiError):
-    """No HTTP answer (connection refused, reset, timed out) after the retries ran out."""
+    """No HTTP answer (connection refused, reset, timed out) after the retries ran out, or at
+    once for a call that is not replayable whose request may have reached the server: its
+    message then says the outcome is unknown (RetryPolicy)."""
 
     code = "connection_error"
 

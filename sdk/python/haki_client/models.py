@@ -221,6 +221,10 @@ class Inspection(_Out, frozen=True, kw_only=True):
     replay_of: UUID | None = None
     include_episodes: bool | None = None
     recall_max_distance: float | None = None
+    # What the call ranked with: the text search configuration ("english" | "simple") and the
+    # hybrid score's weights (similarity, text rank, recency); None for calls logged before them.
+    text_search_config: str | None = None
+    weights: list[float] | None = None
 
 
 class StatsOverview(_Out, frozen=True, kw_only=True):
@@ -394,6 +398,8 @@ class FactErasure(_Out, frozen=True, kw_only=True):
     conflict_sets: int
     supersedes_unlinked: int
     decisions: int
+    # The erased item's subject. Required of the server; None only from one that predates it.
+    subject_id: str | None = None
 
 
 class EventErasure(_Out, frozen=True, kw_only=True):
@@ -401,3 +407,66 @@ class EventErasure(_Out, frozen=True, kw_only=True):
     erased_at: datetime
     facts_unlinked: int
     decisions: int
+    subject_id: str | None = None  # as in FactErasure
+
+
+# --- webhooks (docs/webhooks.md) ---------------------------------------------------------------
+
+WebhookEventKind = str  # conflict.opened | conflict.resolved | fact.superseded | fact.retracted |
+#                         subject.erased | extraction.completed
+DeliveryStatus = str  # "pending" | "delivered" | "dead"
+
+
+class Webhook(_Out, frozen=True, kw_only=True):
+    """A subscription of a project: what `create_webhook` made, without its secret."""
+
+    webhook_id: UUID
+    project_id: str
+    url: str
+    events: list[WebhookEventKind]
+    include_content: bool
+    created_at: datetime
+
+
+class WebhookCreated(Webhook, frozen=True, kw_only=True):
+    """The new webhook with its signing secret (`whsec_...`), shown this once: keep it to verify
+    deliveries (`haki_client.webhooks.verify_signature`)."""
+
+    secret: str
+
+
+class WebhookSummary(Webhook, frozen=True, kw_only=True):
+    """A webhook with its deliveries counted by status (`dead`: the dead letters)."""
+
+    pending: int
+    delivered: int
+    dead: int
+    last_attempt_at: datetime | None = None
+    last_status: int | None = None
+
+
+class WebhookList(_Out, frozen=True, kw_only=True):
+    webhooks: list[WebhookSummary]
+
+
+class WebhookDeleted(_Out, frozen=True, kw_only=True):
+    webhook_id: UUID
+    deleted: bool
+
+
+class WebhookDelivery(_Out, frozen=True, kw_only=True):
+    event_id: UUID  # the same at every attempt: `Haki-Event-Id`
+    type: WebhookEventKind
+    subject_id: str
+    status: DeliveryStatus
+    attempts: int
+    created_at: datetime
+    next_attempt_at: datetime
+    last_attempt_at: datetime | None = None
+    last_status: int | None = None
+    last_error: str | None = None
+    delivered_at: datetime | None = None
+
+
+class WebhookDeliveryList(_Out, frozen=True, kw_only=True):
+    deliveries: list[WebhookDelivery]

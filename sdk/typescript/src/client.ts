@@ -1,9 +1,10 @@
 /**
  * `Haki`: a fetch-based client of one Haki server, with the Python SDK's behaviour
  * (sdk/python/haki_client/_core.py, _async.py): bounded retries of 429, of a 503 the server asks
- * to retry (`Retry-After`, not `details.permanent`) and of lost connections, one
- * `Idempotency-Key` per write call reused across its retries, and a typed `HakiError` for every
- * error answer and every argument refused before sending.
+ * to retry (`Retry-After`, not `details.permanent`), of requests that never reached the server,
+ * and, for replayable calls only, of lost answers; one `Idempotency-Key` per deduplicated write
+ * reused across its retries; and a typed `HakiError` for every error answer and every argument
+ * refused before sending.
  */
 import { HakiConnectionError, HakiError, InvalidArgument, errorFor } from "./errors.js";
 import type {
@@ -29,6 +30,12 @@ import type {
   StatsOverview,
   SubjectErasure,
   SubjectPage,
+  WebhookCreated,
+  WebhookDeleted,
+  WebhookDeliveryList,
+  WebhookDeliveryStatus,
+  WebhookEventType,
+  WebhookList,
   WriteEventsResponse,
   WriteFactsResponse,
 } from "./types.js";
@@ -41,6 +48,8 @@ export const EXTRACT_TIMEOUT_MS = 120_000;
 // A batch write's server embeds each text, then gives its store HAKI_WRITE_TIMEOUT_PER_ITEM_MS
 // (20 ms) an item beyond its statement timeout: an attempt may take timeoutMs plus this an item.
 export const WRITE_TIMEOUT_PER_ITEM_MS = 50;
+// An erasure may run up to the server's HAKI_ERASURE_TIMEOUT_MS (120 s by default), plus margin.
+export const ERASURE_TIMEOUT_MS = 125_000;
 
 type FetchLike = (input: string, init: RequestInit) => Promise<Response>;
 
@@ -67,14 +76,17 @@ export interface HakiOptions {
 }
 
 /**
- * Bounded retries of 429, of a 503 the server asks to retry, and of lost connections. A 503 is
- * retried only with a `Retry-After` header and without `details.permanent` in its body: a 503
- * that says extraction is not configured fails the same way every time.
+ * Bounded retries. Every call is retried on answers that say nothing was done (429, and a 503
+ * with a `Retry-After` header and without `details.permanent` in its body: a 503 that says
+ * extraction is not configured fails the same way every time), and when the request provably
+ * never reached the server (connection refused, DNS failure, connect timeout). A failure that
+ * may have reached it (a timeout, a reset, an answer cut short) is retried only for a
+ * replayable call (a GET, `POST /v1/context`, a replay, a deduplicated write); any other call then throws
+ * `HakiConnectionError` with an unknown outcome.
  *
  * The wait before retry n (0-based) is the server's `Retry-After` when it sends one, else
  * `backoff * 2**n` with jitter; either way at most `maxWait`, so a misbehaving server cannot
- * park a caller for an hour. Writes are safe to retry: each call carries one Idempotency-Key for
- * all its attempts.
+ * park a caller for an hour.
  */
 export class RetryPolicy {
   constructor(
@@ -157,16 +169,48 @@ interface Call {
   timeoutMs?: number;
 }
 
-/** A subject id as one path segment: Python's `urllib.parse.quote(value, safe="")`. */
-function segment(value: string): string {
-  return encodeURIComponent(value).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
-}
-
 /** A lost connection or a timed-out attempt: fetch rejects; the request may or may not have run. */
 function isTransportError(error: unknown): boolean {
   if (error instanceof TypeError) return true; // fetch's "fetch failed" (refused, reset, DNS)
   const name = (error as { name?: string } | null)?.name;
   return name === "TimeoutError" || name === "AbortError";
+}
+
+// undici's `cause.code` of failures before a request is sent: refused, DNS, connect timeout.
+const NOT_SENT_CODES = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EAI_NONAME", "UND_ERR_CONNECT_TIMEOUT"]);
+
+/** True when fetch failed before sending anything: the server cannot have applied the call. */
+function neverSent(error: unknown): boolean {
+  const cause = (error as { cause?: unknown } | null)?.cause as
+    | { code?: unknown; syscall?: unknown; errors?: unknown }
+    | null
+    | undefined;
+  if (!(error instanceof TypeError) || cause === null || typeof cause !== "object") return false;
+  if (NOT_SENT_CODES.has(String(cause.code)) || cause.syscall === "connect" || cause.syscall === "getaddrinfo") {
+    return true;
+  }
+  // Happy eyeballs (several addresses) fails with an AggregateError of each connect error.
+  const all = cause.errors;
+  return Array.isArray(all) && all.length > 0 && all.every((e) => neverSent(new TypeError("fetch failed", { cause: e })));
+}
+
+// The only writes the server deduplicates by Idempotency-Key (docs/spec/api.md, "Idempotency"):
+// elsewhere a key is ignored, so a resent DELETE or resolve would run twice.
+const DEDUPLICATED_WRITES = new Set(["POST /v1/facts", "POST /v1/events", "POST /v1/extract"]);
+
+/** A call that changes no memory: a GET, `POST /v1/context` or a replay (each only writes its trace). */
+function readsOnly(call: Call): boolean {
+  if (call.method === "GET") return true;
+  return call.method === "POST" && (call.path === "/v1/context" || /^\/v1\/inspect\/[^/]+\/replay$/.test(call.path));
+}
+
+function deduplicated(call: Call): boolean {
+  return DEDUPLICATED_WRITES.has(`${call.method} ${call.path}`);
+}
+
+/** Whether sending a call again after a lost answer is harmless: it reads only, or is deduplicated. */
+function isReplayable(call: Call): boolean {
+  return readsOnly(call) || deduplicated(call);
 }
 
 export interface ListFactsOptions {
@@ -209,6 +253,19 @@ export interface ListSubjectsOptions {
   limit?: number;
   cursor?: string;
   projectId?: string;
+}
+
+export interface CreateWebhookOptions {
+  /** true: payloads carry the facts' texts; default false (ids, keys and counts only). */
+  includeContent?: boolean;
+  projectId?: string;
+}
+
+export interface ListWebhookDeliveriesOptions {
+  /** Only deliveries with this status ("dead": the dead letters). */
+  status?: WebhookDeliveryStatus;
+  /** 1..500, default 50. */
+  limit?: number;
 }
 
 export interface ExtractOptions {
@@ -260,13 +317,16 @@ export class Haki {
   }
 
   /**
-   * A call of /v1/subjects/{subjectId}{suffix}; a subject id with a `/` (which a path segment
-   * cannot carry) goes in the query form of the route, /v1/subjects{suffix}.
+   * A subject route in its query form, /v1/subjects{suffix}?subject_id=: URL parsers drop a path
+   * segment `.` or `..` (and `%2E`), and a segment cannot carry `/`; a query parameter carries any id.
    */
   #subject(method: string, subjectId: string, suffix: string, projectId: string | undefined): Call {
-    return subjectId.includes("/")
-      ? this.#scoped(method, `/v1/subjects${suffix}`, projectId, { subject_id: subjectId })
-      : this.#scoped(method, `/v1/subjects/${segment(subjectId)}${suffix}`, projectId);
+    return this.#scoped(method, `/v1/subjects${suffix}`, projectId, { subject_id: subjectId });
+  }
+
+  /** An erasure: it may take the server's HAKI_ERASURE_TIMEOUT_MS, so never less than ERASURE_TIMEOUT_MS. */
+  #erasure(call: Call): Call {
+    return { ...call, timeoutMs: Math.max(ERASURE_TIMEOUT_MS, this.#timeoutMs) };
   }
 
   #url(call: Call): string {
@@ -295,8 +355,10 @@ export class Haki {
       body = JSON.stringify(call.body);
       headers["Content-Type"] = "application/json";
     }
-    // One key for every attempt of this call: a retried write is applied once.
-    if (call.method !== "GET") headers["Idempotency-Key"] = crypto.randomUUID();
+    // One key for every attempt of a deduplicated write: the server applies it once.
+    if (deduplicated(call)) headers["Idempotency-Key"] = crypto.randomUUID();
+    const replayable = isReplayable(call);
+    let unsent = true; // no attempt so far can have reached the server
     const url = this.#url(call);
     for (let attempt = 0; ; attempt += 1) {
       let response: Response;
@@ -309,8 +371,10 @@ export class Haki {
         text = await response.text();
       } catch (error) {
         if (!isTransportError(error)) throw error;
-        if (attempt >= this.retry.maxRetries) {
-          throw connectionError(call, error);
+        unsent &&= neverSent(error);
+        // Not replayable and maybe applied: the server would take a second attempt for a new call.
+        if (attempt >= this.retry.maxRetries || !(replayable || neverSent(error))) {
+          throw connectionError(call, error, unsent);
         }
         await sleep(this.retry.delay(attempt, null));
         continue;
@@ -473,16 +537,16 @@ export class Haki {
    * the count of each kind. Irreversible.
    */
   async eraseSubject(subjectId: string, options: { projectId?: string } = {}): Promise<SubjectErasure> {
-    return this.#run(this.#subject("DELETE", subjectId, "", options.projectId));
+    return this.#run(this.#erasure(this.#subject("DELETE", subjectId, "", options.projectId)));
   }
 
   /** Erases one fact (to stop serving it but keep it, use `retractFact`). */
   async deleteFact(factId: string): Promise<FactErasure> {
-    return this.#run({ method: "DELETE", path: `/v1/facts/${normaliseUuid(factId, "fact_id")}` });
+    return this.#run(this.#erasure({ method: "DELETE", path: `/v1/facts/${normaliseUuid(factId, "fact_id")}` }));
   }
 
   async deleteEvent(eventId: string): Promise<EventErasure> {
-    return this.#run({ method: "DELETE", path: `/v1/events/${normaliseUuid(eventId, "event_id")}` });
+    return this.#run(this.#erasure({ method: "DELETE", path: `/v1/events/${normaliseUuid(eventId, "event_id")}` }));
   }
 
   async listEvents(subjectId?: string, options: ListEventsOptions = {}): Promise<EventPage> {
@@ -591,10 +655,58 @@ export class Haki {
       if (!done) await reader?.cancel().catch(() => undefined);
     }
   }
+
+  // --- webhooks (docs/webhooks.md; verify deliveries with verifyWebhookSignature) ------------
+
+  /**
+   * Subscribes `url` to `events` of the project. The answer's `secret` (`whsec_...`) is shown
+   * this once. Not replayable: after a lost answer, `listWebhooks` shows whether it was made.
+   */
+  async createWebhook(
+    url: string,
+    events: ReadonlyArray<WebhookEventType>,
+    options: CreateWebhookOptions = {},
+  ): Promise<WebhookCreated> {
+    const fields: Record<string, unknown> = { url, events };
+    if (options.includeContent !== undefined) fields["include_content"] = options.includeContent;
+    return this.#run({ method: "POST", path: "/v1/webhooks", body: this.#body(options.projectId, fields) });
+  }
+
+  /** The project's webhooks, oldest first, with their deliveries by status (never a secret). */
+  async listWebhooks(options: { projectId?: string } = {}): Promise<WebhookList> {
+    return this.#run(this.#scoped("GET", "/v1/webhooks", options.projectId));
+  }
+
+  /** Deletes a webhook and its deliveries. */
+  async deleteWebhook(webhookId: string): Promise<WebhookDeleted> {
+    return this.#run({ method: "DELETE", path: `/v1/webhooks/${normaliseUuid(webhookId, "webhook_id")}` });
+  }
+
+  /** A webhook's deliveries, newest first; `status: "dead"` lists its dead letters. */
+  async listWebhookDeliveries(
+    webhookId: string,
+    options: ListWebhookDeliveriesOptions = {},
+  ): Promise<WebhookDeliveryList> {
+    const path = `/v1/webhooks/${normaliseUuid(webhookId, "webhook_id")}/deliveries`;
+    return this.#run({ method: "GET", path, params: { status: options.status, limit: options.limit } });
+  }
 }
 
-function connectionError(call: Call, error: unknown): HakiConnectionError {
-  return new HakiConnectionError(`${call.method} ${call.path}: no answer from Haki: ${String(error)}`, { cause: error });
+/**
+ * The SDK's error for a call left without an answer: nothing was done (`unsent`: no attempt
+ * reached the server), no answer to a read, or the outcome of a write is unknown.
+ */
+function connectionError(call: Call, error: unknown, unsent = neverSent(error)): HakiConnectionError {
+  const where = `${call.method} ${call.path}`;
+  const cause = (error as { cause?: unknown } | null)?.cause;
+  const what = cause === undefined ? String(error) : `${String(error)}: ${String(cause)}`;
+  if (unsent) return new HakiConnectionError(`${where}: Haki was not reached, nothing was done: ${what}`, { cause: error });
+  if (readsOnly(call)) return new HakiConnectionError(`${where}: no answer from Haki: ${what}`, { cause: error });
+  return new HakiConnectionError(
+    `${where}: the answer was lost (${what}): the outcome is unknown, Haki may have applied it; ` +
+      "check (GET the item) before sending it again",
+    { cause: error, details: { outcome_unknown: true } },
+  );
 }
 
 /** One line of an export document, parsed; null for a blank line. */

@@ -97,7 +97,11 @@ export class Unavailable extends HakiError {
   static defaultCode = "unavailable";
 }
 
-/** No HTTP answer (connection refused, reset, timed out) after the retries ran out. */
+/**
+ * No HTTP answer (connection refused, reset, timed out) after the retries ran out; or, at once,
+ * the lost answer of a call that is not replayable: `details.outcome_unknown` is then true, and
+ * the server may have applied the call.
+ */
 export class HakiConnectionError extends HakiError {
   static defaultCode = "connection_error";
 }

@@ -8,6 +8,7 @@
  */
 export {
   DEFAULT_BASE_URL,
+  ERASURE_TIMEOUT_MS,
   EXTRACT_TIMEOUT_MS,
   WRITE_TIMEOUT_PER_ITEM_MS,
   Haki,
@@ -19,12 +20,14 @@ export {
 } from "./client.js";
 export type {
   ContextOptions,
+  CreateWebhookOptions,
   ExtractOptions,
   FactStatsOptions,
   HakiOptions,
   ListEventsOptions,
   ListFactsOptions,
   ListSubjectsOptions,
+  ListWebhookDeliveriesOptions,
   ReplayOptions,
 } from "./client.js";
 export {

@@ -47,8 +47,21 @@ export type ExtractResult = Schemas["ExtractResponse"];
 export type ExtractedFact = Schemas["ExtractedFact"];
 export type RefusedFact = Schemas["RefusedFact"];
 
+// Webhooks: subscriptions and their deliveries.
+export type CreateWebhookRequest = Schemas["CreateWebhookRequest"];
+export type WebhookCreated = Schemas["WebhookCreated"];
+export type WebhookDeleted = Schemas["WebhookDeleted"];
+export type WebhookList = Schemas["WebhookList"];
+export type WebhookSummary = Schemas["WebhookSummary"];
+export type WebhookDeliveryList = Schemas["WebhookDeliveryList"];
+export type WebhookDelivery = Schemas["WebhookDelivery"];
+/** The event kinds a webhook may subscribe to: `conflict.opened`, `fact.retracted`, ... */
+export type WebhookEventType = CreateWebhookRequest["events"][number];
+/** `pending`, `delivered` or `dead` (a dead letter). */
+export type WebhookDeliveryStatus = WebhookDelivery["status"];
+
 /**
- * One line of an export document (GET /v1/subjects/{subject_id}/export), parsed: the header
+ * One line of an export document (GET /v1/subjects/export?subject_id=), parsed: the header
  * (`haki_export`, `project_id`, `subject_id`, `exported_at`), then events (`kind: "event"`) and
  * facts (`kind: "fact"`). Not in the OpenAPI document (the route answers JSON Lines).
  */

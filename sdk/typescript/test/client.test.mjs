@@ -12,6 +12,7 @@ import { fileURLToPath } from "node:url";
 import {
   BudgetExceeded,
   ConflictError,
+  ERASURE_TIMEOUT_MS,
   Forbidden,
   Haki,
   HakiConnectionError,
@@ -67,7 +68,10 @@ async function slowServer(delayMs, status, text) {
   };
 }
 
-/** `script(attempt, req, body)` returns "proxy", "drop" (answer lost), "hang", or [status, headers, body]. */
+/**
+ * `script(attempt, req, body)` returns "proxy", "drop" (proxied, answer lost), "reset" (not
+ * proxied, answer lost), "hang", or [status, headers, body].
+ */
 async function scripted(script) {
   const seen = [];
   const server = http.createServer(async (req, res) => {
@@ -77,6 +81,7 @@ async function scripted(script) {
     seen.push({ method: req.method, url: req.url, headers: req.headers, body: body.toString(), at: Date.now() });
     const action = script(seen.length - 1, req, body);
     if (action === "hang") return; // never answers: the client's timeout must fire
+    if (action === "reset") return req.socket.destroy(); // the answer is lost, as after a crash
     if (action === "proxy" || action === "drop") {
       const upstream = await fetch(`${BASE_URL}${req.url}`, {
         method: req.method,
@@ -113,6 +118,7 @@ async function scripted(script) {
 }
 
 const errorBody = (code, message) => JSON.stringify({ code, message, details: null });
+const ID = "01a23046-5a3d-7012-91ae-e5a2d19f6346";
 
 // --- no server needed -------------------------------------------------------------------------
 
@@ -269,25 +275,168 @@ describe("retries, idempotency keys and errors on the wire", () => {
   });
 });
 
+// The policy of docs/typescript-sdk.md: a call that may have reached the server is sent again
+// only when it is replayable (a GET, POST /v1/context, a replay, a write the server deduplicates by key).
+describe("replayable calls, and calls whose outcome is unknown", () => {
+  const message = [{ role: "user", content: "hi" }];
+  // [call, replayable, carries an Idempotency-Key]
+  const calls = [
+    [(h) => h.getFact(ID), true, false],
+    [(h) => h.listFacts("s"), true, false],
+    [(h) => h.context("s", "q"), true, false],
+    [(h) => h.writeFacts("s", ["f"]), true, true],
+    [(h) => h.writeEvents("s", [{ content: "e", occurred_at: "2026-01-01T00:00:00Z" }]), true, true],
+    [(h) => h.extract("s", message), true, true],
+    [(h) => h.listWebhooks(), true, false],
+    [(h) => h.listWebhookDeliveries(ID), true, false],
+    [(h) => h.patchFact(ID, { status: "retracted" }), false, false],
+    [(h) => h.resolveConflict(ID, [ID]), false, false],
+    [(h) => h.replay(ID), true, false],
+    [(h) => h.deleteFact(ID), false, false],
+    [(h) => h.deleteEvent(ID), false, false],
+    [(h) => h.eraseSubject("s"), false, false],
+    [(h) => h.createWebhook("https://example.com/h", ["fact.retracted"]), false, false],
+    [(h) => h.deleteWebhook(ID), false, false],
+  ];
+  const isOutcomeUnknown = (e) =>
+    e instanceof HakiConnectionError &&
+    e.details.outcome_unknown === true &&
+    /outcome is unknown/.test(e.message) &&
+    /may have applied/.test(e.message);
+
+  test("a lost answer is sent again only for a replayable call; another throws, outcome unknown", async () => {
+    // Each call's first attempt reaches the server, which then drops the connection.
+    const answered = new Set();
+    const server = await scripted((_, req) => {
+      const call = `${req.method} ${req.url}`;
+      if (answered.has(call)) return [200, { "content-type": "application/json" }, "{}"];
+      answered.add(call);
+      return "reset";
+    });
+    try {
+      const haki = new Haki({ baseUrl: server.url, projectId: "p", backoffMs: 1 });
+      for (const [call, replayable, keyed] of calls) {
+        const before = server.seen.length;
+        const out = await call(haki).catch((e) => e);
+        const attempts = server.seen.slice(before);
+        const what = `${attempts[0].method} ${attempts[0].url}`;
+        if (replayable) assert.deepEqual(out, {}, what);
+        else assert.ok(isOutcomeUnknown(out), `${what}: ${out}`);
+        assert.equal(attempts.length, replayable ? 2 : 1, what);
+        const keys = new Set(attempts.map((a) => a.headers["idempotency-key"]));
+        assert.equal(keys.size, 1, `${what}: one key (or none) for every attempt`);
+        assert.equal([...keys][0] !== undefined, keyed, `${what}: an Idempotency-Key only where the server honours it`);
+      }
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("a timed-out attempt of a call that is not replayable is not sent again", async () => {
+    const server = await scripted(() => "hang");
+    try {
+      const haki = new Haki({ baseUrl: server.url, timeoutMs: 200, backoffMs: 1 });
+      const err = await haki.resolveConflict(ID, [ID]).catch((e) => e);
+      assert.ok(isOutcomeUnknown(err), String(err));
+      assert.equal(err.cause.name, "TimeoutError");
+      assert.equal(server.seen.length, 1);
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("a request that never reached the server is sent again, whatever the call", async () => {
+    // A real refused connection: every attempt, then the plain connection error.
+    const closed = await scripted(() => [200, {}, "{}"]);
+    await closed.close();
+    let tries = 0;
+    const counting = (input, init) => ((tries += 1), fetch(input, init));
+    const refused = new Haki({ baseUrl: closed.url, maxRetries: 2, backoffMs: 1, fetch: counting });
+    const err = await refused.deleteFact(ID).catch((e) => e);
+    assert.ok(err instanceof HakiConnectionError && !isOutcomeUnknown(err), String(err));
+    assert.match(err.message, /^DELETE \/v1\/facts\/\S+: Haki was not reached, nothing was done: TypeError: fetch failed: Error: connect ECONNREFUSED/);
+    assert.equal(err.cause.cause.code, "ECONNREFUSED");
+    assert.equal(tries, 3);
+
+    // What fetch (undici) throws for a connect timeout, a DNS failure, and every address
+    // refused: `TypeError: fetch failed` with the cause's code; a reset afterwards is not sent again.
+    const failed = (cause) => new TypeError("fetch failed", { cause });
+    const coded = (code, extra = {}) => Object.assign(new Error(code), { code, ...extra });
+    const failures = [
+      failed(coded("UND_ERR_CONNECT_TIMEOUT")),
+      failed(coded("ENOTFOUND", { syscall: "getaddrinfo" })),
+      failed(new AggregateError([coded("ECONNREFUSED"), coded("ENETUNREACH", { syscall: "connect" })])),
+      failed(coded("UND_ERR_SOCKET")),
+    ];
+    const sent = [];
+    const scriptedFetch = async (input, init) => {
+      sent.push(init.method);
+      throw failures.shift();
+    };
+    const haki = new Haki({ baseUrl: "http://haki.invalid", backoffMs: 1, fetch: scriptedFetch });
+    const lost = await haki.resolveConflict(ID, [ID]).catch((e) => e);
+    assert.ok(isOutcomeUnknown(lost), String(lost));
+    assert.equal(lost.cause.cause.code, "UND_ERR_SOCKET");
+    assert.deepEqual(sent, ["POST", "POST", "POST", "POST"]);
+
+    // A deduplicated write whose first attempt may have been applied: its outcome stays unknown.
+    failures.push(failed(coded("ECONNRESET", { syscall: "read" })), ...Array(3).fill(failed(coded("ECONNREFUSED"))));
+    const write = await haki.writeFacts("s", ["f"]).catch((e) => e);
+    assert.ok(isOutcomeUnknown(write), String(write));
+    assert.equal(sent.length, 8);
+  });
+
+  test("429 and a 503 with Retry-After are retried for every call: nothing was done", async () => {
+    const json = { "content-type": "application/json" };
+    const server = await scripted((attempt) =>
+      [
+        [503, { ...json, "retry-after": "0" }, errorBody("unavailable", "db down")],
+        [429, { ...json, "retry-after": "0" }, errorBody("rate_limited", "slow")],
+      ][attempt] ?? [200, json, '{"deleted":true}'],
+    );
+    try {
+      const haki = new Haki({ baseUrl: server.url, backoffMs: 1 });
+      assert.deepEqual(await haki.deleteWebhook(ID), { deleted: true });
+      assert.equal(server.seen.length, 3);
+    } finally {
+      await server.close();
+    }
+  });
+
+  test(`erasures wait ERASURE_TIMEOUT_MS (${ERASURE_TIMEOUT_MS} ms), past the server's own 120 s, not timeoutMs`, async () => {
+    assert.equal(ERASURE_TIMEOUT_MS, 125_000);
+    // Every answer comes after 300 ms: past the client's timeoutMs of 100.
+    const server = await slowServer(300, 200, "{}");
+    try {
+      const haki = new Haki({ baseUrl: server.url, timeoutMs: 100, maxRetries: 0 });
+      for (const erase of [() => haki.deleteFact(ID), () => haki.deleteEvent(ID), () => haki.eraseSubject(".")]) {
+        assert.deepEqual(await erase(), {});
+      }
+      await assert.rejects(() => haki.deleteWebhook(ID), HakiConnectionError);
+    } finally {
+      await server.close();
+    }
+  });
+});
+
 describe("lifecycle and extraction calls on the wire", () => {
-  test("eraseSubject: a path segment, or the query form for an id holding a slash; one key per call", async () => {
+  test("eraseSubject: the query form for every id, `.` and `..` included; no key (not deduplicated)", async () => {
     const erased = { project_id: "p", subject_id: "x", facts: 0, events: 0 };
     const server = await scripted(() => [200, { "content-type": "application/json" }, JSON.stringify(erased)]);
     try {
       const haki = new Haki({ baseUrl: server.url, projectId: "p" });
-      await haki.eraseSubject("a b?#%(c)");
+      for (const id of ["a b?#%(c)", ".", "..", "%2E"]) await haki.eraseSubject(id);
       await haki.eraseSubject("team/alice", { projectId: "q" });
       assert.deepEqual(
-        server.seen.map((s) => [s.method, s.url]),
+        server.seen.map((s) => [s.method, s.url, s.headers["idempotency-key"], s.body]),
         [
-          ["DELETE", "/v1/subjects/a%20b%3F%23%25%28c%29?project_id=p"],
-          ["DELETE", "/v1/subjects?project_id=q&subject_id=team%2Falice"],
+          ["DELETE", "/v1/subjects?project_id=p&subject_id=a+b%3F%23%25%28c%29", undefined, ""],
+          ["DELETE", "/v1/subjects?project_id=p&subject_id=.", undefined, ""],
+          ["DELETE", "/v1/subjects?project_id=p&subject_id=..", undefined, ""],
+          ["DELETE", "/v1/subjects?project_id=p&subject_id=%252E", undefined, ""],
+          ["DELETE", "/v1/subjects?project_id=q&subject_id=team%2Falice", undefined, ""],
         ],
       );
-      const keys = server.seen.map((s) => s.headers["idempotency-key"]);
-      assert.match(keys[0], /^[0-9a-f-]{36}$/);
-      assert.notEqual(keys[0], keys[1]);
-      assert.equal(server.seen[0].body, "", "a DELETE carries no body");
     } finally {
       await server.close();
     }
@@ -308,8 +457,8 @@ describe("lifecycle and extraction calls on the wire", () => {
       assert.deepEqual(
         server.seen.map((s) => [s.method, s.url, s.headers["idempotency-key"] !== undefined]),
         [
-          ["DELETE", `/v1/facts/${lower}`, true],
-          ["DELETE", `/v1/events/${lower}`, true],
+          ["DELETE", `/v1/facts/${lower}`, false],
+          ["DELETE", `/v1/events/${lower}`, false],
           ["GET", `/v1/events/${lower}`, false],
           ["GET", "/v1/events?project_id=p&subject_id=s&limit=5&cursor=c1", false],
           ["GET", "/v1/events?project_id=p", false],
@@ -379,6 +528,35 @@ describe("lifecycle and extraction calls on the wire", () => {
     }
   });
 
+  test("webhooks: routes, bodies and query parameters", async () => {
+    const server = await scripted(() => [200, { "content-type": "application/json" }, "{}"]);
+    const haki = new Haki({ baseUrl: server.url, projectId: "p" });
+    try {
+      await haki.createWebhook("https://hooks.example.com/h", ["fact.retracted", "subject.erased"]);
+      await haki.createWebhook("https://hooks.example.com/c", ["conflict.opened"], { includeContent: true, projectId: "q" });
+      await haki.listWebhooks();
+      await haki.listWebhookDeliveries(ID.toUpperCase());
+      await haki.listWebhookDeliveries(`{${ID}}`, { status: "dead", limit: 5 });
+      await haki.deleteWebhook(ID);
+      assert.deepEqual(
+        server.seen.map((s) => [s.method, s.url, s.body && JSON.parse(s.body)]),
+        [
+          ["POST", "/v1/webhooks", { project_id: "p", url: "https://hooks.example.com/h", events: ["fact.retracted", "subject.erased"] }],
+          ["POST", "/v1/webhooks", { project_id: "q", url: "https://hooks.example.com/c", events: ["conflict.opened"], include_content: true }],
+          ["GET", "/v1/webhooks?project_id=p", ""],
+          ["GET", `/v1/webhooks/${ID}/deliveries`, ""],
+          ["GET", `/v1/webhooks/${ID}/deliveries?status=dead&limit=5`, ""],
+          ["DELETE", `/v1/webhooks/${ID}`, ""],
+        ],
+      );
+      await assert.rejects(() => haki.deleteWebhook("../facts"), (e) => e instanceof InvalidArgument && e.field === "webhook_id");
+      await assert.rejects(() => haki.listWebhookDeliveries("x"), (e) => e instanceof InvalidArgument && e.field === "webhook_id");
+      assert.equal(server.seen.length, 6, "nothing sent for a malformed id");
+    } finally {
+      await server.close();
+    }
+  });
+
   test("exportSubject: JSON Lines parsed as they stream, across chunk boundaries; errors are typed", async () => {
     const lines = [
       { haki_export: 1, project_id: "p", subject_id: "team/alice", exported_at: "2026-01-01T00:00:00Z" },
@@ -387,7 +565,7 @@ describe("lifecycle and extraction calls on the wire", () => {
     ];
     const bytes = Buffer.from(lines.map((l) => JSON.stringify(l)).join("\r\n") + "\n\n");
     const server = http.createServer((req, res) => {
-      if (req.url.startsWith("/v1/subjects/missing/")) {
+      if (req.url.endsWith("subject_id=missing")) {
         res.writeHead(404, { "content-type": "application/json" });
         res.end(errorBody("not_found", "No fact or event of this subject in the project."));
         return;
@@ -428,8 +606,8 @@ describe("lifecycle and extraction calls on the wire", () => {
       assert.equal(missing.status, 404);
       assert.deepEqual(seen, [
         ["GET", "/v1/subjects/export?project_id=p&subject_id=team%2Falice", undefined],
-        ["GET", "/v1/subjects/alice/export?project_id=p", undefined],
-        ["GET", "/v1/subjects/missing/export?project_id=p", undefined],
+        ["GET", "/v1/subjects/export?project_id=p&subject_id=alice", undefined],
+        ["GET", "/v1/subjects/export?project_id=p&subject_id=missing", undefined],
       ]);
     } finally {
       server.closeAllConnections();
@@ -599,6 +777,47 @@ describe("against a real haki serve", { skip: live }, () => {
       }
     });
 
+    test("a resolution and erasures whose answers were lost: outcome unknown, applied once, not sent again", async () => {
+      // Haki applies each write; the first answer of each is dropped, as a crashed proxy would.
+      const dropped = new Set();
+      const proxy = await scripted((_, req) => {
+        const call = `${req.method} ${req.url}`;
+        if (req.method === "GET" || dropped.has(call)) return "proxy";
+        dropped.add(call);
+        return "drop";
+      });
+      try {
+        const subject = unique("unknown");
+        const viaProxy = new Haki({ baseUrl: proxy.url, apiKey: API_KEY, projectId: PROJECT, backoffMs: 1 });
+        const written = await haki.writeFacts(subject, [
+          { content: "Bo works at Acme.", key: "employer" },
+          { content: "Bo works at Globex.", key: "employer" },
+          "Bo likes chess.",
+        ]);
+        const [acme, , chess] = written.facts;
+        const lost = [
+          () => viaProxy.resolveConflict(acme.conflict_set_id, [acme.fact_id]),
+          () => viaProxy.deleteFact(chess.fact_id),
+          () => viaProxy.eraseSubject(subject),
+        ];
+        for (const call of lost) {
+          const before = proxy.seen.length;
+          const err = await call().catch((e) => e);
+          assert.ok(err instanceof HakiConnectionError && err.details.outcome_unknown === true, String(err));
+          assert.match(err.message, /outcome is unknown, Haki may have applied it/);
+          assert.equal(proxy.seen.length - before, 1, "not sent again");
+          if (call === lost[0]) {
+            const [set] = (await haki.listConflicts(subject)).conflicts;
+            assert.equal(set.status, "resolved", "Haki applied it");
+          }
+        }
+        assert.ok((await haki.getFact(chess.fact_id).catch((e) => e)) instanceof NotFound);
+        assert.deepEqual((await haki.listFacts(subject)).facts, []);
+      } finally {
+        await proxy.close();
+      }
+    });
+
     test("503 from the service path is retried after Retry-After, then reaches Haki", async () => {
       const proxy = await scripted((attempt) =>
         attempt === 0
@@ -663,6 +882,26 @@ describe("memory lifecycle and extraction against a real haki serve", { skip: li
       assert.equal(again.facts + again.events, 0);
     });
   }
+
+  test("subject ids `.`, `..`, `%2E` and others reach their own subject, never another route", async () => {
+    const ids = [".", "..", "%2E", unique("a b+c?#&=")];
+    for (const subject of ids) {
+      await haki.eraseSubject(subject); // a fresh start, should an earlier run have left some
+      await haki.writeFacts(subject, [`A fact of the subject ${subject}.`]);
+    }
+    for (const [i, subject] of ids.entries()) {
+      const [header, fact, ...rest] = await collect(haki.exportSubject(subject));
+      assert.equal(header.subject_id, subject);
+      assert.equal(fact.content, `A fact of the subject ${subject}.`);
+      assert.deepEqual(rest, []);
+      const erased = await haki.eraseSubject(subject);
+      assert.equal(erased.subject_id, subject);
+      assert.equal(erased.facts, 1);
+      for (const [j, other] of ids.entries()) {
+        assert.equal((await haki.listFacts(other)).facts.length, j > i ? 1 : 0, `${other} after erasing ${subject}`);
+      }
+    }
+  });
 
   test("deleteFact and deleteEvent erase one memory; it is then not found", async () => {
     const subject = unique("delete");
@@ -814,5 +1053,32 @@ describe("memory lifecycle and extraction against a real haki serve", { skip: li
     } finally {
       await proxy.close();
     }
+  });
+
+  test("webhooks: create, list, deliveries and delete; a loopback URL is refused", async () => {
+    const refused = await haki.createWebhook("http://127.0.0.1:9/hook", ["fact.retracted"]).catch((e) => e);
+    assert.ok(refused instanceof HakiError, String(refused));
+    assert.equal(refused.code, "url_refused");
+    assert.equal(refused.status, 422);
+    assert.equal(refused.field, "url");
+
+    // A public address, resolved without DNS; no test triggers its one event kind, so nothing is sent.
+    const url = "http://1.1.1.1/haki-typescript-sdk-test";
+    const created = await haki.createWebhook(url, ["extraction.completed"], { includeContent: true });
+    assert.match(created.secret, /^whsec_/);
+    assert.equal(created.project_id, PROJECT);
+    assert.deepEqual([created.url, created.events, created.include_content], [url, ["extraction.completed"], true]);
+    const listed = (await haki.listWebhooks()).webhooks.find((w) => w.webhook_id === created.webhook_id);
+    assert.ok(listed, "the new webhook is listed");
+    assert.equal(listed.secret, undefined, "never the secret again");
+    assert.deepEqual([listed.pending, listed.delivered, listed.dead, listed.last_status], [0, 0, 0, null]);
+    assert.deepEqual(await haki.listWebhookDeliveries(created.webhook_id), { deliveries: [] });
+    assert.deepEqual(await haki.listWebhookDeliveries(created.webhook_id, { status: "dead", limit: 5 }), { deliveries: [] });
+
+    assert.deepEqual(await haki.deleteWebhook(created.webhook_id.toUpperCase()), { webhook_id: created.webhook_id, deleted: true });
+    const ids = (await haki.listWebhooks()).webhooks.map((w) => w.webhook_id);
+    assert.ok(!ids.includes(created.webhook_id));
+    assert.ok((await haki.deleteWebhook(created.webhook_id).catch((e) => e)) instanceof NotFound);
+    assert.ok((await haki.listWebhookDeliveries(created.webhook_id).catch((e) => e)) instanceof NotFound);
   });
 });
