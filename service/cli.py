@@ -233,6 +233,9 @@ def _import(settings: Settings, args: argparse.Namespace) -> int:
     from service.memory import importer
 
     path = Path(args.file)
+    if not path.is_file():
+        print(f"haki import: {path}: {'not a file' if path.exists() else 'no such file'}", file=sys.stderr)
+        return int(importer.Exit.USAGE)
     kind = args.kind
     if kind == "export" or (kind is None and importer.detect_kind(path) == "export"):
         return _import_export_document(settings, args, path)

@@ -202,7 +202,10 @@ async def test_a_killed_import_never_writes_a_committed_batch_again(database: st
 
 def test_usage_errors(database: str, tmp_path: Path) -> None:
     missing = haki_import(database, tmp_path / "nope.jsonl", "--project", PROJECT, "--subject", "s")
-    assert missing.returncode == 2 and "no such file" in missing.stderr
+    assert (
+        missing.returncode == 2
+        and missing.stderr == f"haki import: {tmp_path / 'nope.jsonl'}: no such file\n"
+    )
     path = write_lines(tmp_path / "one.jsonl", [json.dumps({"content": "x"})])
     bad_scope = haki_import(database, path, "--project", "", "--subject", "s")
     assert bad_scope.returncode == 2
