@@ -133,57 +133,77 @@ marked AS (
 SELECT count(*) AS events
 FROM marked AS m;
 
--- name: claim_webhook_deliveries(project_id, batch)
--- Locks up to `batch` due deliveries of a project for one attempt each, skipping those another
--- process holds: the first pending one of each (webhook, subject) only, so a subject's events
--- go out in order and a later one waits for an earlier one to be delivered or dead.
-SELECT d.webhook_id, d.event_id, d.subject_id, d.attempts, s.url, s.secret, s.include_content,
-       o.kind, o.data, o.content, o.created_at
-FROM webhook_deliveries AS d
+-- name: claim_webhook_deliveries(project_id, batch, lease_seconds)
+-- Leases up to `batch` due deliveries of a project for one attempt each, in a short transaction
+-- of its own (the attempt runs after the commit, holding no lock): the first pending one of each
+-- (webhook, subject) only, so a subject's events go out in order and a later one waits for an
+-- earlier one to be delivered or dead. The lease is the attempt counted and the delivery made
+-- due again only after lease_seconds: no process claims it meanwhile, and a process that dies
+-- mid-attempt leaves it to be claimed again once the lease runs out.
+WITH due AS (
+    SELECT d.webhook_id AS webhook_id, d.event_id AS event_id
+    FROM webhook_deliveries AS d
+    WHERE d.project_id = :project_id
+      AND d.status = 'pending'
+      AND d.next_attempt_at <= clock_timestamp()
+      AND NOT EXISTS (
+          SELECT 1
+          FROM webhook_deliveries AS e
+          WHERE e.project_id = :project_id
+            AND e.webhook_id = d.webhook_id
+            AND e.subject_id = d.subject_id
+            AND e.status = 'pending'
+            AND e.event_seq < d.event_seq
+      )
+    ORDER BY d.event_seq
+    LIMIT :batch
+    FOR UPDATE OF d SKIP LOCKED
+),
+leased AS (
+    UPDATE webhook_deliveries AS d
+    SET attempts = d.attempts + 1,
+        next_attempt_at = clock_timestamp() + make_interval(secs => :lease_seconds::float8)
+    FROM due AS u
+    WHERE d.project_id = :project_id
+      AND d.webhook_id = u.webhook_id
+      AND d.event_id = u.event_id
+    RETURNING d.webhook_id AS webhook_id, d.event_id AS event_id, d.event_seq AS event_seq,
+              d.subject_id AS subject_id, d.attempts AS attempts
+)
+SELECT l.webhook_id AS webhook_id, l.event_id AS event_id, l.subject_id AS subject_id,
+       l.attempts AS attempts, s.url AS url, s.secret AS secret,
+       s.include_content AS include_content, o.kind AS kind, o.data AS data,
+       o.content AS content, o.created_at AS created_at
+FROM leased AS l
 JOIN webhook_subscriptions AS s
-  ON s.project_id = :project_id AND s.webhook_id = d.webhook_id
+  ON s.project_id = :project_id AND s.webhook_id = l.webhook_id
 JOIN webhook_outbox AS o
-  ON o.project_id = :project_id AND o.event_id = d.event_id
-WHERE d.project_id = :project_id
-  AND d.status = 'pending'
-  AND d.next_attempt_at <= clock_timestamp()
-  AND NOT EXISTS (
-      SELECT 1
-      FROM webhook_deliveries AS e
-      WHERE e.project_id = :project_id
-        AND e.webhook_id = d.webhook_id
-        AND e.subject_id = d.subject_id
-        AND e.status = 'pending'
-        AND e.event_seq < d.event_seq
-  )
-ORDER BY d.event_seq
-LIMIT :batch
-FOR UPDATE OF d SKIP LOCKED;
+  ON o.project_id = :project_id AND o.event_id = l.event_id
+ORDER BY l.event_seq;
 
--- name: record_webhook_attempts(project_id, webhook_ids, event_ids, delivered, http_statuses, errors, max_attempts, retry_base_seconds)
--- Records one attempt per claimed delivery: delivered, or pending again after a delay that
--- doubles with each attempt (capped at an hour), or dead after max_attempts. Returns each status.
+-- name: record_webhook_attempt(project_id, webhook_id, event_id, attempts, max_attempts, retry_base_seconds, http_status, error)$
+-- Records the outcome of the attempt that claimed a delivery: delivered (no error), or pending
+-- again after a delay that doubles with each attempt (capped at an hour), or dead after
+-- max_attempts. `attempts` (the claim's count) names the claim: no row when the webhook or the
+-- event was deleted meanwhile, or when the lease ran out and another claim took the delivery over.
 UPDATE webhook_deliveries AS d
-SET attempts = d.attempts + 1,
-    last_attempt_at = clock_timestamp(),
-    last_status = t.http_status,
-    last_error = t.error,
-    status = CASE WHEN t.delivered THEN 'delivered'
-                  WHEN d.attempts + 1 >= :max_attempts THEN 'dead'
+SET last_attempt_at = clock_timestamp(),
+    last_status = :http_status::integer,
+    last_error = :error::text,
+    status = CASE WHEN :error::text IS NULL THEN 'delivered'
+                  WHEN d.attempts >= :max_attempts THEN 'dead'
                   ELSE 'pending' END,
-    delivered_at = CASE WHEN t.delivered THEN clock_timestamp() END,
-    next_attempt_at = CASE WHEN t.delivered THEN d.next_attempt_at
+    delivered_at = CASE WHEN :error::text IS NULL THEN clock_timestamp() END,
+    next_attempt_at = CASE WHEN :error::text IS NULL THEN clock_timestamp()
                            ELSE clock_timestamp() + make_interval(
-                               secs => least(:retry_base_seconds::float8 * power(2, d.attempts), 3600))
+                               secs => least(:retry_base_seconds::float8 * power(2, d.attempts - 1), 3600))
                       END
-FROM unnest(
-    :webhook_ids::uuid[], :event_ids::uuid[], :delivered::boolean[], :http_statuses::integer[],
-    :errors::text[]
-) AS t(webhook_id, event_id, delivered, http_status, error)
 WHERE d.project_id = :project_id
-  AND d.webhook_id = t.webhook_id
-  AND d.event_id = t.event_id
-RETURNING d.webhook_id, d.event_id, d.status;
+  AND d.webhook_id = :webhook_id
+  AND d.event_id = :event_id
+  AND d.attempts = :attempts
+  AND d.status = 'pending'
+RETURNING d.status AS status;
 
 -- name: purge_webhook_history(project_id, keep_days)$
 -- Deletes a project's fanned-out events older than keep_days whose deliveries are all delivered

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,9 @@ import pytest
 from haki_client.webhooks import verify_signature
 
 from service.errors import UrlRefused
+from service.ids import uuid7
+from service.repository import webhooks as repo
+from service.repository.webhooks import Attempt, Claimed
 from service.settings import Settings
 from service.webhooks import signing, urls, worker
 from tests.helpers import PROJECT, assert_error, bearer, metric, post_facts, write_facts
@@ -123,6 +127,13 @@ def test_the_python_sdk_verifies_each_shared_vector(case: dict[str, Any]) -> Non
         ("169.254.169.254", "link-local"),
         ("fe80::1", "link-local"),
         ("::ffff:127.0.0.1", "loopback"),
+        # 6to4 and Teredo carry an IPv4 address that a relay forwards to: 127.0.0.1, the cloud
+        # metadata address, 10.0.0.1; a public one stays public.
+        ("2002:7f00:1::", "loopback"),
+        ("2002:a9fe:a9fe::", "link-local"),
+        ("2002:a00:1::", "private"),
+        ("2001:0:4136:e378:8000:63bf:80ff:fffe", "loopback"),
+        ("2002:5db8:d70e::", None),
         ("100.64.0.1", "not public"),
         ("0.0.0.0", "private"),
         ("224.0.0.1", "not public"),
@@ -173,6 +184,78 @@ async def test_bad_bodies_name_their_field(wclient: httpx.AsyncClient, key: str,
     ):
         r = await wclient.post("/v1/webhooks", json=body, headers=bearer(key))
         assert_error(r, 400, "validation_error", field=field)
+
+
+@pytest.mark.parametrize("tail", ["/\x00", "/?a=\x00", "/a\r\nb", "/a\tb", "/\x1b", "/\x7f", "/\x85"])
+async def test_a_url_with_a_control_character_is_refused(
+    wclient: httpx.AsyncClient, key: str, receiver: Receiver, tail: str
+) -> None:
+    """A 400 naming `url`, as for any string field, never a 500 (PostgreSQL text holds no NUL)
+    nor a URL that urlsplit silently shortens (a tab, CR or LF); one stored before the rule is
+    refused at delivery, nothing sent."""
+    url = f"http://127.0.0.1:{receiver.port}{tail}"
+    r = await wclient.post("/v1/webhooks", json={"url": url, "events": ALL_KINDS}, headers=bearer(key))
+    assert_error(r, 400, "validation_error", field="url")
+    assert (await wclient.get("/v1/webhooks", headers=bearer(key))).json() == {"webhooks": []}
+    with pytest.raises(UrlRefused, match="control characters"):
+        await urls.check(url, frozenset({"127.0.0.1"}))
+
+
+def test_an_internationalised_host_is_sent_in_its_ascii_form() -> None:
+    """Host and the TLS server name of bücher.example are its IDNA form: an HTTP header is ASCII."""
+    target = urls.Target(
+        url="https://bücher.example:8443/h",
+        scheme="https",
+        host="bücher.example",
+        port=8443,
+        address="192.0.2.7",
+    )
+    url, headers, extensions = worker.pinned(target)
+    assert (url, headers, extensions) == (
+        "https://192.0.2.7:8443/h",
+        {"Host": "xn--bcher-kva.example:8443"},
+        {"sni_hostname": "xn--bcher-kva.example"},
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "host", "address"),
+    [
+        ("http://[::1]:18952/v6", "[::1]:18952", "::1"),
+        ("http://[::1]/v6", "[::1]", "::1"),
+        ("http://127.0.0.1:18952/v4", "127.0.0.1:18952", "127.0.0.1"),
+    ],
+)
+async def test_the_host_header_names_the_urls_host(
+    wsettings: Settings, url: str, host: str, address: str
+) -> None:
+    """An IPv6 literal keeps its brackets in Host (RFC 9110: uri-host [":" port]), and the
+    request goes to the address checked."""
+    sent: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(204)
+
+    claimed = Claimed(
+        webhook_id=uuid7(),
+        event_id=uuid7(),
+        subject_id="s",
+        attempts=1,
+        url=url,
+        secret="whsec_test",
+        include_content=False,
+        kind="fact.retracted",
+        data={},
+        content=None,
+        created_at=datetime.now(UTC),
+    )
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as http:
+        done = await worker.attempt(http, wsettings, frozenset({"::1", "127.0.0.1"}), PROJECT, claimed)
+    assert done.delivered, done.error
+    (request,) = sent
+    assert request.headers["host"] == host
+    assert request.url.host == address
 
 
 # --- subscriptions ----------------------------------------------------------------------------------
@@ -433,3 +516,27 @@ async def test_changes_without_a_subscription_write_no_outbox_row(
     await subscribe(wclient, key, receiver.url)
     done = await deliver(conn, wsettings, rounds=2)
     assert done.fanned_out == 0 and receiver.deliveries == []
+
+
+async def test_a_claim_leases_its_delivery_and_a_late_record_changes_nothing(
+    wclient: httpx.AsyncClient, key: str, conn: asyncpg.Connection, wsettings: Settings, receiver: Receiver
+) -> None:
+    """A claim commits a lease instead of holding a row lock through the attempt: no claim takes
+    a leased delivery; once the lease has run out (a process killed mid-attempt) the next claim
+    takes it over, and the first attempt's late record finds nothing to change."""
+    hook = await subscribe(wclient, key, receiver.url, ["fact.retracted"])
+    (a,) = await write_facts(wclient, key, ["Ivy rows"], "s11")
+    await wclient.patch(f"/v1/facts/{a['fact_id']}", json={"status": "retracted"}, headers=bearer(key))
+    assert await repo.fan_out(conn, PROJECT, 10) == 1
+    (first,) = await repo.claim(conn, PROJECT, 10, lease_seconds=0)
+    (second,) = await repo.claim(conn, PROJECT, 10, lease_seconds=3600)
+    assert second.event_id == first.event_id and (first.attempts, second.attempts) == (1, 2)
+    assert await repo.claim(conn, PROJECT, 10, lease_seconds=3600) == []
+    limits = (wsettings.webhook_max_attempts, wsettings.webhook_retry_base_seconds)
+    late = Attempt(first.webhook_id, first.event_id, first.attempts, None, "late")
+    assert await repo.record_attempt(conn, PROJECT, late, *limits) is None
+    current = Attempt(second.webhook_id, second.event_id, second.attempts, 200, None)
+    assert await repo.record_attempt(conn, PROJECT, current, *limits) == "delivered"
+    r = await wclient.get(f"/v1/webhooks/{hook['webhook_id']}/deliveries", headers=bearer(key))
+    (row,) = r.json()["deliveries"]
+    assert (row["status"], row["attempts"], row["last_status"]) == ("delivered", 2, 200)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -70,7 +69,8 @@ async def note_extraction_completed(
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
-    """One delivery locked for an attempt, with what the attempt sends."""
+    """One delivery leased for an attempt, with what the attempt sends; `attempts` counts this one
+    and names the claim when its outcome is recorded."""
 
     webhook_id: UUID
     event_id: UUID
@@ -87,13 +87,18 @@ class Claimed:
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
-    """What one attempt came to: accepted (a 2xx), or the status and the reason it failed."""
+    """What a claim's attempt came to: accepted (a 2xx, no error), or the reason it failed and
+    the receiver's status if it answered."""
 
     webhook_id: UUID
     event_id: UUID
-    delivered: bool
+    attempts: int
     http_status: int | None
     error: str | None
+
+    @property
+    def delivered(self) -> bool:
+        return self.error is None
 
 
 async def busy_projects(conn: Conn) -> list[str]:
@@ -104,29 +109,30 @@ async def fan_out(conn: Conn, project_id: str, batch: int) -> int:
     return int(await q().fan_out_webhook_events(conn, project_id=project_id, batch=batch))
 
 
-async def claim(conn: Conn, project_id: str, batch: int) -> list[Claimed]:
-    rows = await collect(q().claim_webhook_deliveries(conn, project_id=project_id, batch=batch))
+async def claim(conn: Conn, project_id: str, batch: int, lease_seconds: float) -> list[Claimed]:
+    rows = await collect(
+        q().claim_webhook_deliveries(conn, project_id=project_id, batch=batch, lease_seconds=lease_seconds)
+    )
     return [Claimed(**dict(r)) for r in rows]
 
 
-async def record_attempts(
-    conn: Conn, project_id: str, attempts: Sequence[Attempt], max_attempts: int, retry_base_seconds: float
-) -> list[str]:
-    """Each delivery's status after its attempt: delivered, pending (to retry) or dead."""
-    rows = await collect(
-        q().record_webhook_attempts(
-            conn,
-            project_id=project_id,
-            webhook_ids=[a.webhook_id for a in attempts],
-            event_ids=[a.event_id for a in attempts],
-            delivered=[a.delivered for a in attempts],
-            http_statuses=[a.http_status for a in attempts],
-            errors=[a.error for a in attempts],
-            max_attempts=max_attempts,
-            retry_base_seconds=retry_base_seconds,
-        )
+async def record_attempt(
+    conn: Conn, project_id: str, attempt: Attempt, max_attempts: int, retry_base_seconds: float
+) -> str | None:
+    """The delivery's status after its attempt: delivered, pending (to retry) or dead; None when
+    the delivery is gone (its webhook or event deleted meanwhile) or another claim took it over."""
+    status = await q().record_webhook_attempt(
+        conn,
+        project_id=project_id,
+        webhook_id=attempt.webhook_id,
+        event_id=attempt.event_id,
+        attempts=attempt.attempts,
+        max_attempts=max_attempts,
+        retry_base_seconds=retry_base_seconds,
+        http_status=attempt.http_status,
+        error=attempt.error,
     )
-    return [str(r["status"]) for r in rows]
+    return None if status is None else str(status)
 
 
 async def purge_history(conn: Conn, project_id: str, keep_days: int) -> int:

@@ -15,7 +15,10 @@ import socket
 from dataclasses import dataclass
 from urllib.parse import SplitResult, urlsplit
 
+import msgspec
+
 from service.errors import UrlRefused
+from service.structs import WebhookUrl
 
 SCHEMES = {"http": 80, "https": 443}
 
@@ -37,6 +40,12 @@ class Target:
 
 
 def parse(url: str, field: str = "url") -> SplitResult:
+    # The subscription's own bounds (WebhookUrl), checked here too for a URL stored before them:
+    # urlsplit drops a tab, CR or LF, and httpx refuses the other control characters.
+    try:
+        msgspec.convert(url, WebhookUrl)
+    except msgspec.ValidationError as exc:
+        raise UrlRefused(field, "must be 1..2048 characters without control characters") from exc
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -53,11 +62,24 @@ def parse(url: str, field: str = "url") -> SplitResult:
     return parts
 
 
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address a relay forwards this IPv6 one to: 6to4 (2002::/16) or a Teredo client."""
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    return ip.teredo[1] if ip.teredo is not None else None
+
+
 def refused_reason(address: str) -> str | None:
     """Why the service will not call this address, or None for a public one."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        elif (embedded := _embedded_ipv4(ip)) is not None and (
+            reason := refused_reason(str(embedded))
+        ) is not None:
+            # A 6to4 or Teredo relay would carry the request on to the embedded IPv4 address.
+            return reason
     if ip.is_loopback:
         return "loopback"
     if ip.is_link_local:

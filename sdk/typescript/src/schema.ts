@@ -541,7 +541,7 @@ export interface components {
              */
             project_id?: string;
             /**
-             * @description The receiver: an http(s) URL whose host resolves to public addresses only, or a host listed in HAKI_WEBHOOK_ALLOWED_HOSTS.
+             * @description The receiver: an http(s) URL without control characters whose host resolves to public addresses only, or a host listed in HAKI_WEBHOOK_ALLOWED_HOSTS.
              * @example https://hooks.example.com/haki
              */
             url: string;
