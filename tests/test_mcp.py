@@ -13,7 +13,8 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -28,7 +29,7 @@ from litestar import Litestar
 from mcp.client.client import Client
 from mcp.client.session import ClientSession
 
-from service.api.auth import authenticate
+from service.api.auth import authenticate, revoke_key
 from service.api.deps import in_process
 from service.api.mcp_server import INSTRUCTIONS, ConfigError, ReachServer, bridge, check_endpoint
 from service.api.memory import get_conflicts, post_facts
@@ -47,6 +48,7 @@ from tests.helpers.app import SingleConnectionPool
 from tests.helpers.fake_chat import FakeChat, answer, fake_chat
 from tests.helpers.mcp_sessions import TRANSPORTS, mcp_in_process, over_stdio, session_on, tool_session
 from tests.helpers.server import REPO, Server, free_port, running_server
+from tests.helpers.stub_http import serve_posts
 
 # Starts `haki serve` and `haki mcp` subprocesses.
 pytestmark = pytest.mark.integration
@@ -80,9 +82,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             yield World(server, chat, server.create_key("mcp-a"), server.create_key("mcp-b"))
 
 
+def text_of(result: Any) -> str:
+    return "".join(getattr(block, "text", "") for block in result.content)
+
+
 async def call(session: ClientSession, tool: str, **arguments: Any) -> str:
     result = await session.call_tool(tool, arguments)
-    text = "".join(getattr(block, "text", "") for block in result.content)
+    text = text_of(result)
     assert not result.is_error, text
     return text
 
@@ -90,7 +96,7 @@ async def call(session: ClientSession, tool: str, **arguments: Any) -> str:
 async def call_json(session: ClientSession, tool: str, **arguments: Any) -> Any:
     """A tool's structured answer (an object of its output schema), the same as its text in JSON."""
     result = await session.call_tool(tool, arguments)
-    text = "".join(getattr(block, "text", "") for block in result.content)
+    text = text_of(result)
     assert not result.is_error, text
     assert isinstance(result.structured_content, dict)
     assert json.loads(text) == result.structured_content
@@ -100,7 +106,7 @@ async def call_json(session: ClientSession, tool: str, **arguments: Any) -> Any:
 async def call_error(session: ClientSession, tool: str, **arguments: Any) -> str:
     result = await session.call_tool(tool, arguments)
     assert result.is_error, result
-    return "".join(getattr(block, "text", "") for block in result.content)
+    return text_of(result)
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -266,6 +272,38 @@ def test_stdio_checks_the_key_and_the_server_before_serving(world: World) -> Non
     assert f"no Haki server answers at HAKI_URL={nobody}" in absent.stderr
 
 
+def ok_to_anything(path: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes]:
+    return 200, b"ok"
+
+
+def ok_but_a_ping(path: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes]:
+    """An MCP ping answered as an MCP server would, and the MCP handshake not."""
+    if json.loads(body).get("method") == "ping":
+        return 200, b'{"jsonrpc": "2.0", "id": 0, "result": {}}'
+    return 200, b"ok"
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (ok_to_anything, "is not a Haki MCP server: it answered an MCP ping with 'ok'"),
+        (ok_but_a_ping, "did not complete the MCP handshake: Failed to parse JSON response"),
+    ],
+)
+def test_stdio_exits_2_when_haki_url_is_not_haki(
+    world: World, answer: Callable[[str, dict[str, str], bytes], tuple[int, bytes]], reason: str
+) -> None:
+    # The reason on one line, not the SDK client's exception group.
+    with serve_posts(answer) as port:
+        done = haki_mcp(
+            {**world.server.env, "HAKI_URL": f"http://127.0.0.1:{port}", "HAKI_API_KEY": world.key_a}
+        )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    said = done.stderr.splitlines()[-1]
+    assert said.startswith(f"haki mcp: http://127.0.0.1:{port}/mcp ") and reason in said, said
+
+
 def test_sync_sdk_extract_dry_run(world: World) -> None:
     world.chat.then(answer({"content": "Bob drinks tea.", "source_message": 0}))
     with Haki(world.server.url, world.key_a, project_id="mcp-a") as a:
@@ -364,10 +402,16 @@ async def test_a_tool_calls_the_service_not_the_http_api(
         assert routes and not any(route.startswith("/v1/") for route in routes), routes
 
         # The routes' Structs check the arguments and name the field, as the API does.
+        # record_event's own name of the field, in the Struct's errors and the service's alike.
         naive = await call_error(
             session, "record_event", subject_id="maya", content="x", occurred_at="2026-11-20T10:00:00"
         )
-        assert "validation_error: occurred_at" in naive
+        assert naive.startswith("validation_error: occurred_at: ") and "events[0]" not in naive, naive
+        late = await call_error(
+            session, "record_event", subject_id="maya", content="x", occurred_at="9999-12-31T23:59:59-14:00"
+        )
+        assert late.startswith("validation_error: occurred_at: is out of range"), late
+        assert "events[0]" not in late
         nul = await call_error(session, "forget", subject_id="ma\x00ya")
         assert "validation_error: subject_id" in nul
         garbage = await call_error(session, "inspect", trace_id="garbage")
@@ -390,20 +434,104 @@ async def test_tool_calls_spend_the_keys_rate_limit(
         assert "rate_limited: Rate limit of 2 requests per minute" in limited
 
 
+# Arguments each tool accepts, to see what else refuses a call.
+SOME_ID = "0190f5b2-7c4e-7a39-9f1e-3c2b1a0d4e5f"
+VALID_ARGUMENTS: dict[str, dict[str, Any]] = {
+    "recall": {"subject_id": "maya", "query": "What does Maya do?"},
+    "remember": {"subject_id": "maya", "facts": [{"content": "Maya is a nurse."}]},
+    "record_event": {"subject_id": "maya", "content": "Maya started a night shift."},
+    "list_facts": {"subject_id": "maya"},
+    "list_conflicts": {"subject_id": "maya"},
+    "resolve_conflict": {"conflict_set_id": SOME_ID, "keep": [SOME_ID]},
+    "inspect": {"trace_id": SOME_ID},
+    "remember_messages": {"subject_id": "maya", "messages": [{"role": "user", "content": "Hi."}]},
+    "forget": {"subject_id": "maya"},
+}
+
+
 async def test_the_pinned_project_is_checked_by_every_tool(
     settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str
 ) -> None:
     # `haki mcp` passes HAKI_PROJECT_ID as ?project_id=: another project than the key's is refused
-    # by each tool (the model reads why), not by the handshake.
+    # by each tool (the model reads why), not by the handshake; inspect and resolve_conflict too,
+    # whose routes take no project but the key's.
+    assert set(VALID_ARGUMENTS) == TOOLS
     async with tool_session(settings, conn, hash_embedder, key, "?project_id=proj-b") as (_, session):
-        refused = await call_error(session, "remember", subject_id="maya", facts=[{"content": "x"}])
-        assert "forbidden: This API key belongs to another project. (field project_id)" in refused
-        assert "forbidden" in await call_error(session, "forget", subject_id="maya")
+        for tool, arguments in VALID_ARGUMENTS.items():
+            refused = await call_error(session, tool, **arguments)
+            assert refused == "forbidden: This API key belongs to another project. (field project_id)", tool
     async with mcp_in_process(settings, conn, hash_embedder, key, "?project_id=") as (_, http, url):
         r = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
         assert r.status_code == 400 and r.json()["code"] == "validation_error", r.text
     async with tool_session(settings, conn, hash_embedder, key, "?project_id=proj-a") as (_, session):
         await call(session, "remember", subject_id="maya", facts=[{"content": "Maya is a nurse."}])
+
+
+# Arguments the route would refuse, which pydantic's lax mode read as something else (a number
+# as a date, `true` as 1, "900" as 900, "yes" as true) or ignored (an argument outside the schema),
+# and the argument each error names.
+REFUSED_ARGUMENTS: list[tuple[str, dict[str, Any], str]] = [
+    ("remember", {"facts": [{"content": "x", "valid_from": 2024}]}, "facts[0].valid_from"),
+    ("remember", {"facts": [{"content": "x", "valid_to": "2024"}]}, "facts[0].valid_to"),
+    ("record_event", {"content": "x", "occurred_at": 2024}, "occurred_at"),
+    (
+        "remember_messages",
+        {"messages": [{"role": "user", "content": "x", "occurred_at": 1.5}]},
+        "messages[0].occurred_at",
+    ),
+    ("remember_messages", {"write": "false"}, "write"),
+    ("recall", {"budget_tokens": True}, "budget_tokens"),
+    ("recall", {"budget_tokens": "900"}, "budget_tokens"),
+    ("list_facts", {"limit": 5.0}, "limit"),
+    ("inspect", {"scores": "yes"}, "scores"),
+    ("recall", {"project_id": "proj-b"}, "project_id"),
+    ("forget", {"everything": True}, "everything"),
+]
+
+
+async def test_arguments_the_route_refuses_are_refused(
+    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str
+) -> None:
+    async with tool_session(settings, conn, hash_embedder, key) as (_, session):
+        for tool, wrong, field in REFUSED_ARGUMENTS:
+            refused = await call_error(session, tool, **{**VALID_ARGUMENTS[tool], **wrong})
+            assert refused.startswith(f"validation_error: {field}: "), (tool, wrong, refused)
+        # Nothing was written from them, and the schema says so: no argument outside it.
+        assert (await call(session, "recall", **VALID_ARGUMENTS["recall"])).startswith("trace_id: ")
+        for listed in (await session.list_tools()).tools:
+            assert listed.input_schema["additionalProperties"] is False, listed.name
+        # An unknown tool is an error with a code too, and the tools the model can call.
+        unknown = await call_error(session, "nonexistent_tool")
+        assert unknown.startswith("not_found: No tool named 'nonexistent_tool'; the tools are recall, ")
+
+
+@dataclass(frozen=True)
+class Bridged:
+    """`haki mcp`'s server (`bridge`) in process: `client` talks to it, and it to the `app`'s /mcp
+    (`url`) through `reach` (ReachServer; its `inner` transport is the app's, `asgi`, until a test
+    swaps it) with `http`, the key's client."""
+
+    app: Litestar
+    client: Client
+    reach: ReachServer
+    asgi: httpx2.AsyncBaseTransport
+    http: httpx2.AsyncClient
+    url: str
+
+
+@asynccontextmanager
+async def bridged(
+    settings: Settings, conn: asyncpg.Connection, embedder: Embedder, key: str
+) -> AsyncIterator[Bridged]:
+    async with mcp_in_process(settings, conn, embedder, key) as (app, _, url):
+        asgi = httpx2.ASGITransport(app=cast(Any, app))
+        reach = ReachServer("http://haki.test", inner=asgi)
+        async with (
+            httpx2.AsyncClient(transport=reach, headers=bearer(key)) as http,
+            session_on(http, url) as remote,
+            Client(bridge(remote)) as client,
+        ):
+            yield Bridged(app, client, reach, asgi, http, url)
 
 
 async def test_the_stdio_bridge_forwards_to_mcp_and_outlives_the_server(
@@ -415,33 +543,53 @@ async def test_the_stdio_bridge_forwards_to_mcp_and_outlives_the_server(
     def refuse(request: httpx2.Request) -> httpx2.Response:
         raise httpx2.ConnectError("All connection attempts failed", request=request)
 
-    async with mcp_in_process(settings, conn, hash_embedder, key) as (app, _, url):
-        asgi = httpx2.ASGITransport(app=cast(Any, app))
-        reach = ReachServer("http://haki.test", inner=asgi)
-        async with (
-            httpx2.AsyncClient(transport=reach, headers=bearer(key)) as http,
-            session_on(http, url) as remote,
-            Client(bridge(remote)) as client,
-        ):
-            await check_endpoint(http, "http://haki.test", url)
-            assert {t.name for t in (await client.list_tools()).tools} == TOOLS
-            assert client.session.instructions == INSTRUCTIONS
-            await client.call_tool(
-                "remember", {"subject_id": "maya", "facts": [{"content": "Maya is a nurse."}]}
-            )
-            reach.inner = httpx2.MockTransport(refuse)
-            gone = await client.call_tool("recall", {"subject_id": "maya", "query": "What does Maya do?"})
-            text = "".join(getattr(block, "text", "") for block in gone.content)
-            assert gone.is_error and text.startswith(
-                "unavailable: no Haki server answers at HAKI_URL=http://haki.test"
-            )
-            with pytest.raises(ConfigError, match="no Haki server answers"):
-                await check_endpoint(http, "http://haki.test", url)
-            reach.inner = asgi
-            back = await client.call_tool("recall", {"subject_id": "maya", "query": "What does Maya do?"})
-            assert not back.is_error and "- Maya is a nurse. [fact_id: " in "".join(
-                getattr(b, "text", "") for b in back.content
-            )
+    async with bridged(settings, conn, hash_embedder, key) as b:
+        await check_endpoint(b.http, "http://haki.test", b.url)
+        assert {t.name for t in (await b.client.list_tools()).tools} == TOOLS
+        assert b.client.session.instructions == INSTRUCTIONS
+        await b.client.call_tool(
+            "remember", {"subject_id": "maya", "facts": [{"content": "Maya is a nurse."}]}
+        )
+        b.reach.inner = httpx2.MockTransport(refuse)
+        gone = await b.client.call_tool("recall", {"subject_id": "maya", "query": "What does Maya do?"})
+        assert gone.is_error and text_of(gone).startswith(
+            "unavailable: no Haki server answers at HAKI_URL=http://haki.test"
+        )
+        with pytest.raises(ConfigError, match="no Haki server answers"):
+            await check_endpoint(b.http, "http://haki.test", b.url)
+        b.reach.inner = b.asgi
+        back = await b.client.call_tool("recall", {"subject_id": "maya", "query": "What does Maya do?"})
+        assert not back.is_error and "- Maya is a nurse. [fact_id: " in text_of(back)
+
+
+async def test_the_stdio_bridge_reads_every_refusal_as_a_code(
+    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str
+) -> None:
+    """A key revoked mid-session, or another server's error page, is a tool error `<code>: ...`
+    over the bridge (the SDK's client reads a non-2xx answer as "Server returned an error
+    response"); a server answering 200 to anything is refused before the bridge serves."""
+
+    def error_page(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(502, text="<html>\n<h1>Bad Gateway</h1>\n</html>")
+
+    def anything_ok(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, text="ok")
+
+    async with bridged(settings, conn, hash_embedder, key) as b:
+        # Through the app's pool: the test's connection is the app's, lent to one task at a time.
+        async with b.app.state.pool.acquire() as lent:
+            assert await revoke_key(lent, key)
+        revoked = await b.client.call_tool("list_conflicts", {"subject_id": "maya"})
+        assert revoked.is_error and text_of(revoked) == "unauthorized: Unknown or revoked API key."
+        b.reach.inner = httpx2.MockTransport(error_page)
+        gateway = await b.client.call_tool("list_conflicts", {"subject_id": "maya"})
+        assert gateway.is_error
+        assert (
+            text_of(gateway) == f"unavailable: {b.url} answered HTTP 502 <html> <h1>Bad Gateway</h1> </html>"
+        )
+        b.reach.inner = httpx2.MockTransport(anything_ok)
+        with pytest.raises(ConfigError, match="is not a Haki MCP server: it answered an MCP ping with 'ok'"):
+            await check_endpoint(b.http, "http://haki.test", b.url)
 
 
 async def test_tool_calls_follow_the_read_routing_of_the_routes(

@@ -23,9 +23,9 @@ import sys
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, cast
 from uuid import UUID
 
 import httpx2
@@ -35,9 +35,18 @@ from mcp.server.lowlevel import Server
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools import Tool as McpTool
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    create_model,
+    field_validator,
+)
 
 from service import __version__
 from service.api.auth import Principal, authenticate
@@ -49,7 +58,14 @@ from service.api.memory import get_conflicts, post_events, post_facts, post_reso
 from service.constants import MAX_PAGE_LIMIT
 from service.context import inspection
 from service.context.render import render
-from service.errors import HakiError, InvalidBody, database_unavailable, send_error, unavailable_message
+from service.errors import (
+    ErrorBody,
+    HakiError,
+    InvalidBody,
+    database_unavailable,
+    send_error,
+    unavailable_message,
+)
 from service.memory import writes as memory
 from service.repository import traces
 from service.scope_id import scope_id_problem
@@ -102,11 +118,19 @@ def bare_id(value: str) -> str:
     return m.group("id") if m is not None and m.group("id") else value
 
 
-def tool_error(exc: HakiError) -> ToolError:
-    """The API's error, as the model should read it: code, message and the offending field."""
-    field = (exc.details or {}).get("field")
-    where = f" (field {field})" if isinstance(field, str) and field not in exc.message else ""
-    return ToolError(f"{exc.code}: {exc.message}{where}")
+# A prefix of the route's field names, and the tool's for it: ("events[0].", "") for `record_event`.
+Renamed = tuple[str, str]
+
+
+def tool_error(exc: HakiError, renamed: Renamed | None = None) -> ToolError:
+    """The API's error, as the model should read it: code, message and the offending field, the
+    route's names of fields replaced by the tool's (`renamed`) wherever they appear."""
+    message, field = exc.message, (exc.details or {}).get("field")
+    if renamed is not None:
+        message = message.replace(*renamed)
+        field = field.replace(*renamed) if isinstance(field, str) else field
+    where = f" (field {field})" if isinstance(field, str) and field not in message else ""
+    return ToolError(f"{exc.code}: {message}{where}")
 
 
 def _path(loc: tuple[int | str, ...]) -> str:
@@ -127,29 +151,25 @@ def argument_error(exc: ValidationError) -> ToolError:
 
 @dataclass(frozen=True)
 class Call:
-    """One tool call: the app it runs in, the key McpEndpoint checked, and the project the calls
-    are about (the key's own, or the `?project_id=` the client pinned, which the service layer
-    refuses with `forbidden` when it is another project's)."""
+    """One tool call: the app it runs in, the key McpEndpoint checked, the project the calls are
+    about (the key's own, or the `?project_id=` the client pinned, which `caller` refuses with
+    `forbidden` when it is another project's), and the route's field names the tool renames in
+    every error (`renamed`: `events[0].content` is `record_event`'s `content`)."""
 
     app: Litestar
     principal: Principal
     project_id: str
+    renamed: Renamed | None = None
 
-    def request(self, kind: type[S], renamed: tuple[str, str] | None = None, **fields: Any) -> S:
+    def request(self, kind: type[S], **fields: Any) -> S:
         """The route's request Struct from the tool's arguments: input the route would refuse is
-        the same `validation_error`, naming the field; `renamed` maps the route's name of a field
-        back to the tool's (`events[0].content` is `record_event`'s `content`)."""
+        the same `validation_error`, naming the field."""
         if issubclass(kind, ScopedRequest):
             fields = {"project_id": self.project_id, **fields}
         try:
             return msgspec.convert(fields, kind)
         except msgspec.ValidationError as exc:
-            error = InvalidBody.of(exc)
-            field = (error.details or {}).get("field")
-            if renamed is not None and isinstance(field, str) and field.startswith(renamed[0]):
-                tool_field = renamed[1] + field.removeprefix(renamed[0])
-                error = InvalidBody(error.message.replace(field, tool_field, 1), field=tool_field)
-            raise tool_error(error) from exc
+            raise tool_error(InvalidBody.of(exc), self.renamed) from exc
 
     async def run(self, work: Callable[[RouteDeps], Awaitable[R]], *, reads: bool = False) -> R:
         """`work` as a route would run it (api.deps.in_process); its errors as tool errors with
@@ -157,7 +177,7 @@ class Call:
         try:
             return await in_process(self.app, self.principal, work, reads=reads)
         except HakiError as exc:
-            raise tool_error(exc) from exc
+            raise tool_error(exc, self.renamed) from exc
         except Exception as exc:
             if database_unavailable(exc):
                 log.warning("database unavailable in an MCP tool call: %r", exc)
@@ -166,13 +186,19 @@ class Call:
             raise ToolError("internal: Internal server error.") from exc
 
 
-def caller(ctx: Context) -> Call:
+def caller(ctx: Context, renamed: Renamed | None = None) -> Call:
+    """The call McpEndpoint checked, for every tool: a pinned project other than the key's is
+    refused here, once, whatever the tool (some take no project through their route's Struct)."""
     request = ctx.request_context.request
     scope = getattr(request, "scope", None)
     found = None if scope is None else scope.get("state", {}).get(CALLER_STATE)
     if not isinstance(found, Call):  # pragma: no cover - McpEndpoint puts it on every request
         raise ToolError("unauthorized: no Haki key checked for this request")
-    return found
+    try:
+        found.principal.require(found.project_id)
+    except HakiError as exc:
+        raise tool_error(exc) from exc
+    return found if renamed is None else replace(found, renamed=renamed)
 
 
 def _uuid(value: str, field: str) -> UUID:
@@ -218,10 +244,22 @@ def _id_or_none(value: Any) -> Any:
     return bare_id(value) if isinstance(value, str) else value
 
 
-class FactItem(BaseModel):
-    """One fact of `remember`; the server checks the bounds and names the field it refuses."""
+class Arguments(BaseModel):
+    """What a tool's arguments are checked as: JSON values of the schema's types, as the routes'
+    Structs decode a body (pydantic's lax mode reads `true` or `"900"` as a number and a number as
+    a date), and no argument outside the schema (an ignored `project_id` would answer another
+    project's question)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+# RFC 3339 text, parsed by the route's Struct as the route parses it: pydantic reads digits as
+# Unix time, which the route refuses.
+Timestamp = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
+
+
+class FactItem(Arguments):
+    """One fact of `remember`; the server checks the bounds and names the field it refuses."""
 
     content: str = Field(description="One short self-contained sentence, e.g. 'Alice works at Acme.'")
     key: str | None = Field(
@@ -237,21 +275,21 @@ class FactItem(BaseModel):
     volatility: Literal["stable", "volatile"] = Field(
         default="stable", description="`volatile`: expected to change within weeks; it goes stale."
     )
-    valid_from: datetime | None = Field(default=None, description="When it became true, if known (RFC 3339).")
-    valid_to: datetime | None = Field(default=None, description="When it stopped being true, if known.")
+    valid_from: Timestamp | None = Field(
+        default=None, description="When it became true, if known (RFC 3339)."
+    )
+    valid_to: Timestamp | None = Field(default=None, description="When it stopped being true, if known.")
 
     # A recalled line's `[fact_id: <id>]` copied whole is still that id.
     _supersedes_id = field_validator("supersedes", mode="before")(_id_or_none)
 
 
-class MessageItem(BaseModel):
+class MessageItem(Arguments):
     """One chat message of `remember_messages`."""
-
-    model_config = ConfigDict(extra="forbid")
 
     role: Literal["user", "assistant", "system", "tool", "developer"] = Field(description="Who said it.")
     content: str = Field(description="What was said.")
-    occurred_at: datetime | None = Field(
+    occurred_at: Timestamp | None = Field(
         default=None, description="When (RFC 3339 with an offset); omitted: the time of the call."
     )
 
@@ -457,13 +495,15 @@ async def record_event(
     subject_id: Subject,
     content: Annotated[str, Field(min_length=1, max_length=8000, description="What happened.")],
     occurred_at: Annotated[
-        datetime | None,
+        Timestamp | None,
         Field(description="When it happened (RFC 3339 with an offset); omitted: now."),
     ] = None,
 ) -> types.CallToolResult:
-    call = caller(ctx)
-    event = {"content": content, "occurred_at": occurred_at or datetime.now().astimezone()}
-    data = call.request(WriteEventsRequest, ("events[0].", ""), subject_id=subject_id, events=[event])
+    call = caller(ctx, renamed=("events[0].", ""))
+    # Omitted is now; anything given (even "") is the route's Struct's to accept or refuse.
+    when = datetime.now().astimezone() if occurred_at is None else occurred_at
+    event = {"content": content, "occurred_at": when}
+    data = call.request(WriteEventsRequest, subject_id=subject_id, events=[event])
     return result((await call.run(lambda deps: post_events(deps, data))).body)
 
 
@@ -622,6 +662,10 @@ class HakiServer(MCPServer):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> types.CallToolResult | types.InputRequiredResult:
+        names = [spec.fn.__name__ for spec in TOOLS]
+        if name not in names:
+            # As the API answers a path it does not serve; the list is what the model can call.
+            raise ToolError(f"not_found: No tool named {name!r}; the tools are {', '.join(names)}.")
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
@@ -638,6 +682,12 @@ def build_server() -> MCPServer:
     tools = []
     for spec in TOOLS:
         built = McpTool.from_function(spec.fn, description=spec.description, annotations=spec.annotations)
+        # The SDK's model of the signature, checked as `Arguments` are (the SDK has no option for
+        # it); the published input schema then says `additionalProperties: false` too.
+        loose = built.fn_metadata.arg_model
+        strict = cast("type[ArgModelBase]", create_model(loose.__name__, __base__=(loose, Arguments)))
+        built.fn_metadata.arg_model = strict
+        built.parameters = strict.model_json_schema(by_alias=True)
         # The structured answer is the route's (or the tool's own) msgspec Struct: its schema is
         # published as is (the SDK derives output schemas from pydantic types only).
         built.fn_metadata.output_schema = output_schema(spec.output)
@@ -719,15 +769,32 @@ def mcp_url(url: str, project_id: str | None) -> str:
     return f"{url}/mcp{query}"
 
 
-# The header of ReachServer's own answer when no server was reached.
+# The header of ReachServer's own answer when no Haki server answered: none was reached, or
+# another server refused (a proxy's error page, a server without /mcp).
 UNREACHABLE = "haki-mcp-unreachable"
+# How every error of a Haki server reads: `<code>: <message>`.
+CODED = re.compile(r"^[a-z_]+: ")
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """What a server said, on one line and cut short, for a message."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[:limit] + "..."
+
+
+def rpc_error(status: int, message: str, headers: dict[str, str] | None = None) -> httpx2.Response:
+    """A JSON-RPC error answer: the SDK's client reads its message as the request's error."""
+    body = {"jsonrpc": "2.0", "id": None, "error": {"code": INTERNAL_ERROR, "message": message}}
+    return httpx2.Response(status, json=body, headers=headers)
 
 
 class ReachServer(httpx2.AsyncBaseTransport):
     """The bridge's HTTP transport. A request that finds no server (stopped, restarting, network
     gone) answers the JSON-RPC error of that request: the MCP SDK's client would let the failure
     end its task group, and `haki mcp` with it; this way the call fails, and the next one finds
-    the server again (it keeps no session: /mcp is stateless)."""
+    the server again (it keeps no session: /mcp is stateless). A refusal (a revoked key, a 503)
+    answers `<code>: <message>` of Haki's error body, which the SDK's client would read as a bare
+    "Server returned an error response"."""
 
     def __init__(self, url: str, inner: httpx2.AsyncBaseTransport | None = None) -> None:
         self.url = url
@@ -736,15 +803,22 @@ class ReachServer(httpx2.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         try:
             response = await self.inner.handle_async_request(request)
-            if request.method == "POST":
-                # /mcp answers a POST with JSON (json_response): read whole here, where a broken
-                # connection is still this request's error.
-                await response.aread()
-            return response
+            if request.method != "POST":
+                return response
+            # /mcp answers a POST with JSON (json_response): read whole here, where a broken
+            # connection is still this request's error.
+            await response.aread()
         except httpx2.TransportError as exc:
             message = f"unavailable: no Haki server answers at HAKI_URL={self.url}: {exc!r}"
-            body = {"jsonrpc": "2.0", "id": None, "error": {"code": INTERNAL_ERROR, "message": message}}
-            return httpx2.Response(503, json=body, headers={UNREACHABLE: "1"})
+            return rpc_error(503, message, {UNREACHABLE: "1"})
+        if response.is_success:
+            return response
+        try:
+            refused = msgspec.json.decode(response.content, type=ErrorBody)
+        except msgspec.DecodeError:
+            said = f"{request.url} answered HTTP {response.status_code} {one_line(response.text)}"
+            return rpc_error(response.status_code, f"unavailable: {said}", {UNREACHABLE: "1"})
+        return rpc_error(response.status_code, f"{refused.code}: {refused.message}")
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -752,15 +826,34 @@ class ReachServer(httpx2.AsyncBaseTransport):
 
 async def check_endpoint(http: httpx2.AsyncClient, url: str, endpoint: str) -> None:
     """One MCP `ping` to the server's /mcp with the key, before the MCP client talks: a wrong URL,
-    a refused key or a server without /mcp is a clear message rather than a failed handshake."""
+    a refused key, a server without /mcp or one that does not speak MCP there is a clear message
+    rather than a failed handshake."""
     ping = {"jsonrpc": "2.0", "id": 0, "method": "ping"}
     r = await http.post(endpoint, json=ping, headers={"Accept": "application/json, text/event-stream"})
+    try:
+        answer = types.jsonrpc_message_adapter.validate_json(r.content, by_name=False)
+    except ValidationError:
+        answer = None
+    said = answer.error.message if isinstance(answer, types.JSONRPCError) else one_line(r.text)
     if UNREACHABLE in r.headers:
-        raise ConfigError(r.json()["error"]["message"].removeprefix("unavailable: "))
+        raise ConfigError(said.removeprefix("unavailable: "))
     if r.status_code in (401, 403):
-        raise ConfigError(f"{url} refused the key: HTTP {r.status_code} {r.text[:200]}")
+        raise ConfigError(f"{url} refused the key: HTTP {r.status_code} {said}")
     if r.status_code != 200:
-        raise ConfigError(f"{endpoint} answered HTTP {r.status_code} {r.text[:200]}")
+        raise ConfigError(f"{endpoint} answered HTTP {r.status_code} {said}")
+    if not isinstance(answer, types.JSONRPCResponse) or answer.id != 0:
+        raise ConfigError(f"{endpoint} is not a Haki MCP server: it answered an MCP ping with {said!r}")
+
+
+def start_failure(exc: BaseException, endpoint: str) -> str:
+    """Why `haki mcp` could not start, on one line: the check's reason, or the first failure of
+    the MCP handshake (the SDK's client raises it inside exception groups)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, ConfigError):
+        return str(exc)
+    said = exc.message if isinstance(exc, MCPError) else repr(exc)
+    return f"{endpoint} did not complete the MCP handshake: {one_line(said)}"
 
 
 def bridge(remote: ClientSession) -> Server[Any]:
@@ -772,10 +865,11 @@ def bridge(remote: ClientSession) -> Server[Any]:
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         try:
             return await remote.call_tool(params.name, params.arguments)
-        except MCPError as exc:  # the server not reached: an error the model reads, as a tool's
-            return types.CallToolResult(
-                content=[types.TextContent(type="text", text=exc.message)], is_error=True
-            )
+        except MCPError as exc:  # the server not reached or refusing: an error the model reads
+            # ReachServer's errors read `<code>: `; the SDK client's own (an answer that is not
+            # JSON-RPC) do not.
+            text = exc.message if CODED.match(exc.message) else f"unavailable: {exc.message}"
+            return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
     info = remote.server_info
     return Server(
@@ -796,20 +890,33 @@ async def serve_stdio(url: str, api_key: str, project_id: str | None) -> int:
     # The MCP SDK's client timeouts: a tool call may wait for the server's extraction model.
     timeout = httpx2.Timeout(30.0, read=300.0)
     headers = {"Authorization": f"Bearer {api_key}"}
-    async with httpx2.AsyncClient(headers=headers, timeout=timeout, transport=ReachServer(url)) as http:
-        try:
+    # The SDK's client logs a failed handshake (with a traceback) before raising it: until the
+    # bridge serves, the one line printed below says why instead.
+    sdk_log = logging.getLogger("mcp.client")
+    level = sdk_log.level
+    sdk_log.setLevel(logging.CRITICAL)
+    serving = False
+    try:
+        async with httpx2.AsyncClient(headers=headers, timeout=timeout, transport=ReachServer(url)) as http:
             await check_endpoint(http, url, endpoint)
-        except ConfigError as exc:
-            print(f"haki mcp: {exc}", file=sys.stderr)
-            return 2
-        async with (
-            streamable_http_client(endpoint, http_client=http) as (read, write),
-            ClientSession(read, write) as remote,
-        ):
-            await remote.initialize()
-            server = bridge(remote)
-            async with stdio_server() as (stdin, stdout):
-                await server.run(stdin, stdout, server.create_initialization_options())
+            async with (
+                streamable_http_client(endpoint, http_client=http) as (read, write),
+                ClientSession(read, write) as remote,
+            ):
+                await remote.initialize()
+                serving = True
+                sdk_log.setLevel(level)
+                server = bridge(remote)
+                async with stdio_server() as (stdin, stdout):
+                    await server.run(stdin, stdout, server.create_initialization_options())
+    except Exception as exc:
+        # Before serving, any failure is the configuration's or the server's: exit 2 with why.
+        if serving:
+            raise
+        print(f"haki mcp: {start_failure(exc, endpoint)}", file=sys.stderr)
+        return 2
+    finally:
+        sdk_log.setLevel(level)
     return 0
 
 
