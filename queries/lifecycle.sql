@@ -78,10 +78,11 @@ gone_keys AS (
     DELETE FROM idempotency_keys AS k
     WHERE k.project_id = :project_id
       AND EXISTS (
+          -- Both arrays: an extraction's answer names its events beside its (maybe no) facts.
           SELECT 1
-          FROM jsonb_array_elements(
-                   CASE WHEN jsonb_typeof(k.response -> 'facts') = 'array' THEN k.response -> 'facts'
-                        WHEN jsonb_typeof(k.response -> 'events') = 'array' THEN k.response -> 'events'
+          FROM unnest(ARRAY['facts', 'events']) AS a(name)
+          CROSS JOIN LATERAL jsonb_array_elements(
+                   CASE WHEN jsonb_typeof(k.response -> a.name) = 'array' THEN k.response -> a.name
                         ELSE '[]'::jsonb END
                ) AS r(item)
           WHERE coalesce(r.item ->> 'fact_id', r.item ->> 'event_id') IN (

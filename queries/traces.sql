@@ -138,6 +138,10 @@ FROM (
            coalesce(avg((c.status = 'degraded')::int), 0)::float8 AS degraded_rate
     FROM context_calls AS c
     WHERE c.project_id = :project_id
+      -- The agents' own calls: as-of calls and replays are traced but not counted as usage,
+      -- as in what each fact is worth (docs/time-travel.md).
+      AND c.as_of IS NULL
+      AND c.replay_of IS NULL
 ) AS calls
 CROSS JOIN (
     SELECT count(*) FILTER (WHERE f.status = 'active') AS facts_active, count(*) AS facts_total

@@ -130,6 +130,19 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             value = getattr(self, field)
             if value < low or (high is not None and value > high):
                 raise SettingsError(f"{env_name(field)} must be {why}")
+        for field in HEADER_SECRETS:
+            secret = getattr(self, field)
+            if secret is not None and not _VISIBLE_ASCII.fullmatch(secret):
+                # The value is a secret: the error names the variable, never what it holds.
+                raise SettingsError(
+                    f"{env_name(field)} must be visible ASCII characters: it is sent as a bearer token"
+                )
+
+
+# Keys sent in an Authorization header, which holds ASCII only: another character failed every
+# request that sent it (a 500), long after the start.
+HEADER_SECRETS = ("embed_api_key", "extract_api_key")
+_VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
 
 
 def env_name(field: str) -> str:
@@ -169,14 +182,16 @@ SETTING_BOUNDS: dict[str, tuple[float, float | None, str]] = {
     "embed_chars_per_minute": (0, None, ">= 0 (0 turns the limit off)"),
     "embed_concurrency": (1, None, ">= 1"),
     "extract_timeout_seconds": (1e-9, None, "positive"),
-    "trace_retention_days": (0, None, ">= 0 (0 keeps traces for ever)"),
+    # 100 years at most: the purge's cut-off, now minus the days, must stay a timestamp.
+    "trace_retention_days": (0, 36500, "within [0, 36500] (0 keeps traces for ever)"),
     "trace_purge_interval_seconds": (1e-9, None, "positive"),
     "trace_purge_batch": (1, None, ">= 1"),
     "erasure_timeout_ms": (1, None, ">= 1"),
     "write_timeout_per_item_ms": (0, None, ">= 0 (0: the statement timeout alone)"),
     "read_max_lag_ms": (0, None, ">= 0"),
     "read_check_interval_ms": (1, None, ">= 1"),
-    # Bounded below the idle-in-transaction timeout: a delivery holds its row lock while it waits.
+    # Bounded: an attempt holds a place in flight, and its lease (the timeout and a margin) holds
+    # back the subject's next events.
     "webhook_timeout_seconds": (1e-9, 30, "within (0, 30]"),
     "webhook_max_attempts": (1, None, ">= 1"),
     "webhook_retry_base_seconds": (1e-9, None, "positive"),

@@ -18,6 +18,7 @@ from service.errors import Conflict
 from service.memory import export, retention
 from service.memory.importer import detect_kind
 from service.observability.metrics import Metrics
+from service.repository import idempotency
 from service.settings import Settings
 from tests.helpers import (
     PROJECT,
@@ -161,6 +162,20 @@ async def reads_of(
     export_lines = (await client.get(f"/v1/subjects/{subject}/export", headers=h)).content.splitlines()
     out["export"] = export_lines[1:]  # the header carries the instant of the export
     return out
+
+
+async def test_subject_erase_takes_the_key_of_an_extraction_that_wrote_no_fact(
+    client: httpx.AsyncClient, conn: asyncpg.Connection, key: str
+) -> None:
+    """An extraction's answer names its events beside its facts (none here): its key names the
+    subject's event, and a replay of it would repeat the erased messages' proposals."""
+    (event_id,) = await write_events(client, key, [("Zoe said her SSN", "2024-05-01T10:00:00Z")], "zoe")
+    answer = {"facts": [], "events": [{"event_id": event_id}], "proposals": [{"content": "Zoe's SSN"}]}
+    assert await idempotency.claim_idempotency_key(conn, PROJECT, "extract-1", b"x" * 32, 3600)
+    await idempotency.store_idempotent_response(conn, PROJECT, "extract-1", 201, answer)
+    r = await client.delete("/v1/subjects/zoe", params={"project_id": PROJECT}, headers=bearer(key))
+    assert r.status_code == 200 and r.json()["idempotency_keys"] == 1, r.text
+    assert await idempotency.find_idempotent_response(conn, PROJECT, "extract-1") is None
 
 
 async def test_subject_erase_leaves_nothing_of_the_scope(

@@ -101,6 +101,15 @@ def test_each_bound_is_enforced_and_named(field: str) -> None:
             Settings.from_env({env_name(field): str(kind(high + 1))})
 
 
+@pytest.mark.parametrize("variable", ["HAKI_EXTRACT_API_KEY", "HAKI_EMBED_API_KEY"])
+@pytest.mark.parametrize("secret", ["sk-clé", "sk one", "sk-\t"])
+def test_a_key_sent_in_a_header_is_visible_ascii_and_never_echoed(variable: str, secret: str) -> None:
+    with pytest.raises(SettingsError, match=variable) as refused:
+        Settings.from_env({variable: secret})
+    assert secret not in str(refused.value)
+    assert Settings.from_env({variable: "sk-ok_123"}) is not None
+
+
 def test_a_batch_write_gets_its_allowance_and_no_limit_stays_none() -> None:
     base = Settings.from_env({"HAKI_STATEMENT_TIMEOUT_MS": "5000", "HAKI_WRITE_TIMEOUT_PER_ITEM_MS": "20"})
     assert write_timeout_ms(base, 1000) == 25_000

@@ -498,6 +498,9 @@ async def test_fact_stats_match_a_count_from_the_raw_traces(client: httpx.AsyncC
     assert {f["fact_id"]: worth(f)[:2] for f in r.json()["facts"]} == {
         i: (served[i], excluded[i]) for i in ids
     }
+    # The overview counts the same calls.
+    r = await client.get("/v1/stats/overview", params={"project_id": PROJECT}, headers=bearer(key))
+    assert r.status_code == 200 and r.json()["context_calls"] == len(live), r.text
 
     async def stats_facts(order: str) -> list[dict[str, Any]]:
         r = await client.get(
