@@ -27,10 +27,11 @@ from service.constants import IMPORT_CONCURRENCY, IMPORT_MAX_CONCURRENCY
 from service.db import connect, init_connection
 from service.db.embedded import DataDirVersionError
 from service.db.migrations import MigrationError, migrate
+from service.db.pools import DatabaseUnreachable
 from service.repository import health as health_repo
 from service.repository import keys as keys_repo
 from service.scope_id import scope_id_problem
-from service.settings import Settings, SettingsError
+from service.settings import SETTING_BOUNDS, Settings, SettingsError
 
 T = TypeVar("T")
 
@@ -134,7 +135,8 @@ def _doctor(settings: Settings, args: argparse.Namespace) -> int:
 
     checks = asyncio.run(doctor.run_checks(settings))
     for check in checks:
-        print(f"{'ok' if check.ok else 'FAIL':<5} {check.name:<13} {check.detail}")
+        status = "ok" if check.ok else "skip" if check.skipped else "FAIL"
+        print(f"{status:<5} {check.name:<13} {check.detail}")
     return 0 if all(c.ok for c in checks) else 1
 
 
@@ -281,8 +283,9 @@ def _purge(settings: Settings, args: argparse.Namespace) -> int:
     from service.memory import retention
 
     if args.days is not None:
-        if args.days < 0:
-            print("haki purge: --days must be >= 0", file=sys.stderr)
+        lowest, highest, rule = SETTING_BOUNDS["trace_retention_days"]
+        if not lowest <= args.days <= (highest or args.days):
+            print(f"haki purge: --days must be {rule}", file=sys.stderr)
             return 2
         settings = msgspec.structs.replace(settings, trace_retention_days=args.days)
     if settings.trace_retention_days == 0:
@@ -690,7 +693,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = Settings.from_env()
         code: int = args.func(settings, args)
-    except (SettingsError, MigrationError, DataDirVersionError) as exc:
+    # A database that cannot be reached is a start-up refusal like a bad setting: every command
+    # that connects (service/db/pools.py `connect`) ends here with the reason, not a traceback.
+    except (SettingsError, MigrationError, DataDirVersionError, DatabaseUnreachable) as exc:
         print(f"haki: {exc}", file=sys.stderr)
         return 2
     return code

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import platform
-import urllib.parse
 from pathlib import Path
 from typing import Final
 
@@ -19,6 +18,7 @@ import msgspec
 
 from service.db import connect
 from service.db.migrations import MigrationError, pending_migrations
+from service.db.pools import DatabaseUnreachable, redacted
 from service.embedding.embedder import build_embedder, check_embedder
 from service.repository import health
 from service.settings import Settings
@@ -31,6 +31,9 @@ EMBEDDED_X86_FEATURES: Final = ("avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "a
 PROBE_NEAREST_ID: Final = 3
 # How much of the embedded server's log a refusal quotes.
 LOG_TAIL_BYTES: Final = 20_000
+# The checks that need the database, in the order they print: each still prints a line, as
+# skipped, when the database check failed.
+DATABASE_CHECKS: Final = ("pgvector", "migrations", "vector probe")
 
 
 class Check(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,6 +42,7 @@ class Check(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     ok: bool
     detail: str
+    skipped: bool = False  # not run (ok is False): what it needs failed first
 
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str] | None:
@@ -104,15 +108,6 @@ def crash_explanation(settings: Settings) -> str:
     )
 
 
-def redacted(url: str) -> str:
-    """A database URL without its password, for messages."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
-
-
 async def check_vectors(settings: Settings) -> Check:
     """The vector probe (repository.health.probe_vectors) on a connection of its own."""
     name = "vector probe"
@@ -139,7 +134,9 @@ async def check_database(settings: Settings) -> list[Check]:
     where = redacted(settings.database_url) if settings.database_url else f"embedded, in {settings.data_dir}"
     try:
         conn = await connect(settings)
-    except Exception as exc:  # any failure to reach it is the finding
+    except DatabaseUnreachable as exc:
+        return [Check(name="database", ok=False, detail=f"{where}: {exc.reason}")]
+    except Exception as exc:  # the embedded server that cannot start: any failure is the finding
         return [Check(name="database", ok=False, detail=f"{where}: {type(exc).__name__}: {exc}")]
     try:
         version = conn.get_settings().server_version  # the server's own string, "18.4" say
@@ -178,9 +175,12 @@ async def check_model(settings: Settings) -> Check:
 
 
 async def run_checks(settings: Settings) -> list[Check]:
-    """Every check of `haki doctor`; the vector probe only where the database answers."""
+    """Every check of `haki doctor`; those that need the database skipped where it does not answer."""
     checks = await check_database(settings)
     if checks[0].ok:
         checks.append(await check_vectors(settings))
+    else:
+        detail = "skipped: needs the database, whose check failed"
+        checks += [Check(name=name, ok=False, detail=detail, skipped=True) for name in DATABASE_CHECKS]
     checks.append(await check_model(settings))
     return checks

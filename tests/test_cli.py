@@ -57,16 +57,17 @@ def stop_embedded(data_dir: Path) -> None:
     shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def cli_env(data_dir: Path) -> dict[str, str]:
+def cli_env(data_dir: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HAKI_")}
-    env.update(HAKI_DATA_DIR=str(data_dir), HAKI_EMBED_PROVIDER="hash", PYTHONUNBUFFERED="1")
+    env.update(HAKI_DATA_DIR=str(data_dir), HAKI_EMBED_PROVIDER="hash", PYTHONUNBUFFERED="1", **extra)
     return env
 
 
-def run_cli(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def run_cli(data_dir: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`haki ARGS...` on `data_dir`, with the HAKI_ variables of `env` set too."""
     return subprocess.run(
         [sys.executable, "-m", "service.cli", *args],
-        env=cli_env(data_dir),
+        env=cli_env(data_dir, **env),
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -135,6 +136,16 @@ def test_keys_create_refuses_a_label_that_would_break_keys_list(data_dir: Path, 
     res = run_cli(data_dir, "keys", "create", "proj-x", "--label", label)
     assert res.returncode == 2, res.stderr
     assert res.stdout == "" and "--label" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("days", ["-1", "36501", "3000000"])
+def test_purge_refuses_days_out_of_range(data_dir: Path, days: str) -> None:
+    """The cut-off, now minus the days, must stay a timestamp: 3,000,000 days was a traceback."""
+    res = run_cli(data_dir, "purge", "--days", days)
+    assert (res.returncode, res.stderr) == (
+        2,
+        "haki purge: --days must be within [0, 36500] (0 keeps traces for ever)\n",
+    )
 
 
 @pytest.mark.parametrize("dry_run", [(), ("--dry-run",)])
@@ -211,6 +222,56 @@ async def test_keys_list_without_a_project_lists_every_project(data_dir: Path) -
     rows = {line.split("\t")[1]: line.split("\t") for line in lines[1:]}
     assert rows[x_id][0] == "proj-x" and rows[z_id][0] == "proj-z"
     assert rows[x_id][3] == "live"
+
+
+# --- a database that cannot be reached ----------------------------------------------------------
+
+# Nothing listens on port 1: the connection is refused at once. Its password must not be printed.
+UNREACHABLE_URL = "postgresql://u:hunter2@127.0.0.1:1/x"
+UNREACHABLE_LINE = (
+    "haki: cannot connect to the database at postgresql://u:***@127.0.0.1:1/x: connection refused"
+)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["serve", "--port", "0"],
+        ["migrate"],
+        ["keys", "create", "proj-x"],
+        ["keys", "list"],
+        ["keys", "revoke", "hk_not_a_key"],
+        ["import", "{facts}", "--kind", "facts", "--project", "p", "--subject", "s"],
+        ["import", "{export}", "--project", "p", "--subject", "s"],
+        ["reembed", "--project", "p"],
+        ["purge"],
+    ],
+    ids=" ".join,
+)
+def test_every_command_refuses_an_unreachable_database_in_one_line(
+    tmp_path: Path, command: list[str]
+) -> None:
+    files = {"facts": tmp_path / "facts.jsonl", "export": tmp_path / "export.jsonl"}
+    files["facts"].write_text('{"content": "never written"}\n')
+    header = '{"haki_export": 1, "project_id": "p", "subject_id": "s", "exported_at": "2026-01-01T00:00:00Z"}'
+    files["export"].write_text(header + "\n")
+    argv = [a.format(**files) for a in command]
+    res = run_cli(tmp_path, *argv, HAKI_DATABASE_URL=UNREACHABLE_URL)
+    assert res.returncode == 2, res.stderr
+    (line,) = res.stderr.splitlines()  # one line, no traceback
+    assert line.startswith(UNREACHABLE_LINE), line
+    assert "hunter2" not in res.stdout + res.stderr
+
+
+def test_doctor_prints_every_check_when_the_database_is_unreachable(tmp_path: Path) -> None:
+    res = run_cli(tmp_path, "doctor", HAKI_DATABASE_URL=f"{UNREACHABLE_URL}?sslpassword=hunter2")
+    assert res.returncode == 1, res.stderr
+    rows = [line.split(None, 1) for line in res.stdout.splitlines()]
+    statuses = [(status, rest.split("  ")[0]) for status, rest in rows]
+    skipped = [("skip", name) for name in ("pgvector", "migrations", "vector probe")]
+    assert statuses == [("FAIL", "database"), *skipped, ("ok", "model")], res.stdout
+    assert "connection refused" in res.stdout and "sslpassword=***" in res.stdout
+    assert "hunter2" not in res.stdout + res.stderr
 
 
 # --- haki serve --------------------------------------------------------------------------------

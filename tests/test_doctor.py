@@ -4,6 +4,9 @@ tests/test_portability.py."""
 
 from __future__ import annotations
 
+import errno
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +15,10 @@ import asyncpg
 import pytest
 
 from service import doctor
+from service.db import connect
 from service.db.embedded import DataDirVersionError, check_data_dir_version
 from service.db.migrations import pending_migrations
+from service.db.pools import UNPARSABLE_URL, DatabaseUnreachable, redacted, unreachable_reason
 from service.repository import health
 from service.settings import Settings
 from tests.helpers.server import REPO, scratch_data_dir, server_env
@@ -47,8 +52,61 @@ def test_the_refusal_names_the_cause_and_the_fix(tmp_path: Path) -> None:
 
 
 def test_database_urls_lose_their_password() -> None:
-    assert doctor.redacted("postgresql://haki:s3cret@db:5432/haki") == "postgresql://haki:***@db:5432/haki"
-    assert doctor.redacted("postgresql:///haki?host=/tmp") == "postgresql:///haki?host=/tmp"
+    assert redacted("postgresql://haki:s3cret@db:5432/haki") == "postgresql://haki:***@db:5432/haki"
+    assert redacted("postgresql:///haki?host=/tmp") == "postgresql:///haki?host=/tmp"
+    # libpq's (and asyncpg's) query parameters hold passwords too.
+    assert redacted("postgresql://u@db/x?password=s3cret") == "postgresql://u@db/x?password=***"
+    assert (
+        redacted("postgresql://u:a@db/x?sslmode=require&sslpassword=s3cret&Password=b")
+        == "postgresql://u:***@db/x?sslmode=require&sslpassword=***&Password=***"
+    )
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql://u@[::1/db", "postgresql://u:s3cret@[db/x", "host=db password=s3cret", ""]
+)
+def test_a_url_that_cannot_be_parsed_is_not_quoted(url: str) -> None:
+    assert redacted(url) == UNPARSABLE_URL
+
+
+@pytest.mark.parametrize(
+    ("exc", "reason"),
+    [
+        (ConnectionRefusedError(errno.ECONNREFUSED, "refused"), "connection refused: is PostgreSQL"),
+        (socket.gaierror(socket.EAI_NONAME, "Name or service not known"), "unknown host (Name or service"),
+        (TimeoutError(), "no answer within 5 s (HAKI_CONNECT_TIMEOUT_SECONDS)"),
+        (OSError(errno.EHOSTUNREACH, "failed"), f"unreachable ({os.strerror(errno.EHOSTUNREACH)})"),
+        (asyncpg.InvalidPasswordError("password authentication failed"), "authentication failed: password"),
+        (asyncpg.InvalidAuthorizationSpecificationError('role "u" does not exist'), "access refused: role"),
+        (asyncpg.InvalidCatalogNameError('database "x" does not exist'), 'database missing: database "x"'),
+        (asyncpg.TooManyConnectionsError("too many clients"), "the server refused the connection: too many"),
+        (ValueError("Invalid IPv6 URL"), "malformed URL: Invalid IPv6 URL"),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else None,
+)
+def test_a_failed_connection_is_named_in_one_line(exc: Exception, reason: str) -> None:
+    said = unreachable_reason(exc, timeout=5.0)
+    assert said.startswith(reason) and "\n" not in said, said
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql://u@127.0.0.1:1/x?password=s3cret", "postgresql://u:s3cret@[::1/x"]
+)
+async def test_every_check_has_its_line_when_the_database_cannot_be_reached(url: str) -> None:
+    checks = await doctor.run_checks(Settings(database_url=url, embed_provider="hash"))
+    assert [(c.name, c.ok, c.skipped) for c in checks] == [
+        ("database", False, False),
+        ("pgvector", False, True),
+        ("migrations", False, True),
+        ("vector probe", False, True),
+        ("model", True, False),
+    ]
+    assert all(c.detail.startswith("skipped: ") for c in checks[1:4])
+    assert "s3cret" not in checks[0].detail
+    with pytest.raises(DatabaseUnreachable) as refused:  # what every other command prints
+        await connect(Settings(database_url=url))
+    message = str(refused.value)
+    assert message.startswith("cannot connect to the database at ") and "s3cret" not in message
 
 
 def test_a_data_directory_of_another_major_version_is_refused_with_what_to_do(tmp_path: Path) -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import urllib.parse
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol, TypeAlias
+from typing import Any, Final, Protocol, TypeAlias
 
 import asyncpg
 import msgspec
@@ -29,6 +32,74 @@ class Lent(Protocol):
 # One connection of a pool, borrowed for a block (`pool.acquire` with its time-out bound): where
 # a context call whose retrieval ran on the standby writes its trace (service/db/replica.py).
 Acquire: TypeAlias = Callable[[], AbstractAsyncContextManager[asyncpg.Connection]]
+
+
+# The query parameters of a database URL that hold a secret (libpq's, which asyncpg reads too).
+SECRET_PARAMETERS: Final = frozenset({"password", "sslpassword"})
+# What a URL that cannot be parsed prints as: where its password lies is unknown.
+UNPARSABLE_URL: Final = "<unparsable URL>"
+
+
+def redacted(url: str) -> str:
+    """A database URL without its passwords (the userinfo's, ?password=, ?sslpassword=), for
+    messages. Never raises: a URL that cannot be parsed prints as UNPARSABLE_URL."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:  # "Invalid IPv6 URL": an unbalanced bracket
+        return UNPARSABLE_URL
+    if not parts.scheme or not url.lstrip().lower().startswith(f"{parts.scheme}://"):
+        # Not a URL asyncpg takes (a libpq keyword string, say): its password is anywhere in it.
+        return UNPARSABLE_URL
+    userinfo, at, host = parts.netloc.rpartition("@")
+    user, colon, _ = userinfo.partition(":")
+    netloc = f"{user}:***@{host}" if colon else f"{userinfo}{at}{host}"
+    params = [p.partition("=") for p in parts.query.split("&")] if parts.query else []
+    query = "&".join(
+        f"{name}=***"
+        if urllib.parse.unquote_plus(name).lower() in SECRET_PARAMETERS
+        else f"{name}{eq}{value}"
+        for name, eq, value in params
+    )
+    fragment = f"#{parts.fragment}" if parts.fragment else ""
+    return f"{parts.scheme}://{netloc}{parts.path}{'?' if query else ''}{query}{fragment}"
+
+
+# How a failure to open a connection is named, by its class (the first that matches).
+CONNECT_PROBLEMS: Final[tuple[tuple[type[Exception] | tuple[type[Exception], ...], str], ...]] = (
+    (asyncpg.InvalidPasswordError, "authentication failed"),
+    (asyncpg.InvalidAuthorizationSpecificationError, "access refused"),  # no such role, pg_hba.conf
+    (asyncpg.InvalidCatalogNameError, "database missing"),
+    (asyncpg.PostgresError, "the server refused the connection"),  # starting up, too many clients
+    ((ValueError, OverflowError), "malformed URL"),  # asyncpg's ClientConfigurationError included
+)
+
+
+def unreachable_reason(exc: Exception, timeout: float) -> str:
+    """Why asyncpg could not open a connection, in one line that names the problem."""
+    said = " ".join(str(exc).split())
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {timeout:g} s (HAKI_CONNECT_TIMEOUT_SECONDS)"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused: is PostgreSQL running and listening on that host and port?"
+    if isinstance(exc, socket.gaierror):
+        return f"unknown host ({exc.strerror})"
+    if isinstance(exc, OSError):
+        # asyncpg's own strerror repeats the address ("Connect call failed ('10.0.0.1', 5432)").
+        return f"unreachable ({os.strerror(exc.errno) if exc.errno else said})"
+    for kinds, problem in CONNECT_PROBLEMS:
+        if isinstance(exc, kinds):
+            return f"{problem}: {said}"
+    return f"{type(exc).__name__}: {said}"
+
+
+class DatabaseUnreachable(ConnectionError):
+    """A connection to the database could not be opened. A ConnectionError: the service's
+    handlers (service/errors.py) take it for a database that is down, as they took asyncpg's."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        self.where = redacted(url)
+        self.reason = reason
+        super().__init__(f"cannot connect to the database at {self.where}: {reason}")
 
 
 def database_url(settings: Settings) -> str:
@@ -96,9 +167,13 @@ async def create_pool(settings: Settings, url: str | None = None) -> asyncpg.Poo
 
 
 async def connect(settings: Settings, url: str | None = None) -> asyncpg.Connection:
-    conn: asyncpg.Connection = await asyncpg.connect(
-        url or database_url(settings), **_connect_options(settings)
-    )
+    """One connection of its own; DatabaseUnreachable, with the reason in words, when it cannot
+    be opened (every command's first connection: `haki` prints the reason, no traceback)."""
+    target = url or database_url(settings)
+    try:
+        conn: asyncpg.Connection = await asyncpg.connect(target, **_connect_options(settings))
+    except Exception as exc:  # opening is all asyncpg.connect does: any failure is the finding
+        raise DatabaseUnreachable(target, unreachable_reason(exc, settings.connect_timeout_seconds)) from exc
     return conn
 
 
