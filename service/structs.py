@@ -802,8 +802,10 @@ RefusalReason = Literal[
     "unknown_source_message",
     "unknown_supersedes",
     "supersedes_taken",
+    "supersedes_future",
     "invalid_content",
     "invalid_key",
+    "batch_full",
 ]
 
 
@@ -813,10 +815,13 @@ class RefusedFact(Response, frozen=True, kw_only=True):
     reason: Annotated[
         RefusalReason,
         Meta(
-            description="`duplicate` (an active fact or an earlier proposal says the same), "
+            description="`duplicate` (an active fact of the scope says the same, word for word; or "
+            "a fact shown to the model or an earlier proposal, ignoring case and spacing), "
             "`unknown_source_message` / `unknown_supersedes` (an index out of range), "
             "`supersedes_taken` (an earlier proposal already replaces that fact), "
-            "`invalid_content` / `invalid_key` (empty, too long, or NUL)."
+            "`supersedes_future` (that fact's `valid_from` is not before now, when the new fact "
+            "starts), `invalid_content` / `invalid_key` (empty, too long, or NUL), `batch_full` "
+            f"(the proposals before it already make {MAX_BATCH} facts, the most one write takes)."
         ),
     ]
     message: Annotated[str, Meta(description="Why, for humans.")]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -15,6 +16,7 @@ import pytest
 from haki_client import AsyncHaki, ExtractMessage
 
 from service.app import create_app
+from service.constants import MAX_BATCH
 from service.embedding.embedder import Embedder
 from service.settings import Settings
 from service.structs import RefusalReason
@@ -172,11 +174,13 @@ async def test_known_facts_let_the_model_supersede_and_conflict(
 async def test_refused_proposals_are_listed_with_their_reason(
     ext: httpx.AsyncClient, key: str, chat: FakeChat
 ) -> None:
-    await ext.post(
+    later = {"content": "Alice works at Initech.", "key": "job", "valid_from": "2030-01-01T00:00:00Z"}
+    written = await ext.post(
         "/v1/facts",
-        json={"subject_id": SUBJECT, "facts": [{"content": "Alice is vegetarian.", "key": "diet"}]},
+        json={"subject_id": SUBJECT, "facts": [{"content": "Alice is vegetarian.", "key": "diet"}, later]},
         headers=bearer(key),
     )
+    # Known facts: 0 is Initech (keyed, newest), 1 vegetarian.
     chat.then(
         answer(
             {"content": "Alice works at Globex.", "key": "employer", "source_message": 0},
@@ -184,8 +188,10 @@ async def test_refused_proposals_are_listed_with_their_reason(
             {"content": "Alice works at  Globex.", "source_message": 0},
             {"content": "Alice likes tea.", "source_message": 7},
             {"content": "Alice lives in Berlin.", "source_message": 2, "supersedes": 5},
-            {"content": "Alice eats fish.", "source_message": 2, "supersedes": 0},
-            {"content": "Alice eats meat.", "source_message": 2, "supersedes": 0},
+            {"content": "Alice eats fish.", "source_message": 2, "supersedes": 1},
+            {"content": "Alice eats meat.", "source_message": 2, "supersedes": 1},
+            # Its successor would start now, before 2030: a refusal, not the write's 422.
+            {"content": "Alice left Initech.", "key": "job", "source_message": 0, "supersedes": 0},
             {"content": "   ", "source_message": 0},
             {"content": "Alice has a cat.", "key": "k" * 201, "source_message": 0},
             {"content": "Alice has a dog.", "key": "", "source_message": 2},
@@ -200,10 +206,14 @@ async def test_refused_proposals_are_listed_with_their_reason(
         ("Alice has a dog.", None),
     ]
     # Every refusal reason of the contract, in its declared order (two duplicates: an active fact
-    # and an earlier proposal): a reason added to RefusalReason needs a proposal here.
-    assert [x["reason"] for x in out["refused"]] == ["duplicate", *get_args(RefusalReason)]
+    # and an earlier proposal): a reason added to RefusalReason needs a proposal here, or a test
+    # of its own (`batch_full`: test_one_extraction_writes_at_most_max_batch_facts).
+    reasons = [r for r in get_args(RefusalReason) if r != "batch_full"]
+    assert [x["reason"] for x in out["refused"]] == ["duplicate", *reasons]
     assert all(x["message"] for x in out["refused"])
-    assert await counts(ext, key) == (4, 3)
+    assert await counts(ext, key) == (5, 3)
+    initech = written.json()["facts"][1]["fact_id"]
+    assert (await ext.get(f"/v1/facts/{initech}", headers=bearer(key))).json()["status"] == "active"
 
 
 async def test_dry_run_writes_nothing(ext: httpx.AsyncClient, key: str, chat: FakeChat) -> None:
@@ -263,17 +273,53 @@ async def test_model_time_out_is_504_and_writes_nothing(
     chat.then(Step(answer={"facts": []}, delay=3.0))
     body = assert_error(await extract(ext, key), 504, "extractor_timeout")
     assert "HAKI_EXTRACT_TIMEOUT_SECONDS" in body["message"]
+    assert "127.0.0.1" not in str(body)
     assert await counts(ext, key) == (0, 0)
 
 
-async def test_unreachable_model_is_502(
-    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str
+SECRET_URL = "http://admin:s3cret@127.0.0.1:{port}/v1"
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        None,  # nothing listens on the port
+        Step(status=401, body=b'{"error": "key sk-test refused by gateway 10.9.8.7"}'),
+        Step(body=b"<html>10.9.8.7 sk-test</html>"),
+    ],
+    ids=["unreachable", "http-error", "not-a-completion"],
+)
+async def test_extractor_errors_show_tenants_no_operator_secret(
+    settings: Settings,
+    conn: asyncpg.Connection,
+    hash_embedder: Embedder,
+    key: str,
+    chat: FakeChat,
+    step: Step | None,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """The model's URL (its userinfo, its host) and what the endpoint itself answered are the
+    operator's: the server logs them, redacted, and the client reads neither."""
+    port = httpx.URL(chat.url).port if step is not None else 9
+    if step is not None:
+        chat.then(step)
+    base = SECRET_URL.format(port=port)
     async with make_client(
-        settings, conn, hash_embedder, extract_base_url="http://127.0.0.1:9/v1", extract_model="m"
+        settings, conn, hash_embedder, extract_base_url=base, extract_model="m", extract_api_key="sk-test"
     ) as c:
-        body = assert_error(await extract(c, key), 502, "extractor_error")
-        assert "127.0.0.1:9" in body["message"]
+        # Building the app configured logging anew, without caplog's handler on the root.
+        logger = logging.getLogger("haki.extraction")
+        logger.addHandler(caplog.handler)
+        try:
+            r = await extract(c, key)
+        finally:
+            logger.removeHandler(caplog.handler)
+    assert_error(r, 502, "extractor_error")
+    for secret in ("s3cret", "admin", "127.0.0.1", "10.9.8.7", "sk-test"):
+        assert secret not in r.text, r.text
+    logged = [m.getMessage() for m in caplog.records if m.name == "haki.extraction"]
+    assert any(f"http://127.0.0.1:{port}/v1/chat/completions" in m for m in logged), logged
+    assert not any("s3cret" in m for m in logged), logged
 
 
 async def test_another_projects_key_is_403(
@@ -304,6 +350,84 @@ async def test_bad_input_names_the_field(
     assert r.status_code == 400, r.text
     assert r.json()["details"]["field"] == field
     assert chat.requests == []
+
+
+@pytest.mark.parametrize("write", [True, False])
+@pytest.mark.parametrize(
+    "instant", ["0001-01-01T00:00:00Z", "9999-12-31T23:59:59.999999Z", "0001-01-01T00:30:00+01:00"]
+)
+async def test_an_unstorable_occurred_at_is_422_before_the_model(
+    ext: httpx.AsyncClient, key: str, chat: FakeChat, instant: str, write: bool
+) -> None:
+    messages = [MESSAGES[1], {**MESSAGES[0], "occurred_at": instant}]
+    r = await extract(ext, key, messages=messages, write=write)
+    assert_error(r, 422, "validation_error", field="messages[1].occurred_at")
+    assert chat.requests == []
+
+
+async def test_duplicate_covers_every_active_fact_of_the_scope(
+    ext: httpx.AsyncClient, key: str, chat: FakeChat
+) -> None:
+    """The model sees 100 facts of the scope; a restated fact beyond them is still one it holds."""
+    for facts in (
+        [{"content": "Alice plays chess."}],
+        [{"content": f"Alice read book {i}."} for i in range(100)],
+    ):
+        body = {"subject_id": SUBJECT, "facts": facts}
+        assert (await ext.post("/v1/facts", json=body, headers=bearer(key))).status_code == 201
+    chat.then(
+        answer(
+            {"content": " Alice plays chess. ", "source_message": 2},
+            {"content": "Alice plays go.", "source_message": 2},
+        )
+    )
+    r = await extract(ext, key)
+    assert r.status_code == 201, r.text
+    assert "Alice plays chess." not in [k["content"] for k in chat.user_payload()["known_facts"]]
+    assert [f["content"] for f in r.json()["facts"]] == ["Alice plays go."]
+    assert [x["reason"] for x in r.json()["refused"]] == ["duplicate"]
+    assert await counts(ext, key) == (102, 3)
+
+
+async def test_one_extraction_writes_at_most_max_batch_facts(
+    ext: httpx.AsyncClient, key: str, chat: FakeChat
+) -> None:
+    """POST /v1/facts takes 1..MAX_BATCH facts; so does the write of one extraction."""
+    chat.then(
+        answer(*({"content": f"Alice owns book {i}.", "source_message": 0} for i in range(MAX_BATCH + 500)))
+    )
+    r = await extract(ext, key)
+    assert r.status_code == 201, r.text
+    out = r.json()
+    assert len(out["facts"]) == MAX_BATCH
+    assert out["facts"][-1]["content"] == f"Alice owns book {MAX_BATCH - 1}."
+    assert {x["reason"] for x in out["refused"]} == {"batch_full"} and len(out["refused"]) == 500
+    assert await counts(ext, key) == (MAX_BATCH, 3)
+
+
+async def test_the_embedding_budget_charges_an_extraction_once(
+    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str, chat: FakeChat
+) -> None:
+    """Events and facts (1,106 characters) against 1,000 a minute: a full budget lets them
+    through, as it does a POST /v1/facts larger than the budget. Charged in two parts, the
+    events' part passed and the facts' was refused, on every retry for ever."""
+    chat.then(
+        answer({"content": "y" * 600, "source_message": 0}), answer({"content": "z", "source_message": 0})
+    )
+    async with make_client(
+        settings,
+        conn,
+        hash_embedder,
+        extract_base_url=chat.url,
+        extract_model="m",
+        embed_chars_per_minute=1000,
+    ) as c:
+        messages = [{"role": "user", "content": "x" * 500}]
+        r = await extract(c, key, messages=messages)
+        assert r.status_code == 201, r.text
+        # Overdrawn now: the next extraction is refused whole.
+        assert_error(await extract(c, key, messages=messages), 429, "rate_limited")
+        assert await counts(c, key) == (1, 1)
 
 
 async def test_idempotency_key_replays_the_first_answer(

@@ -4,10 +4,11 @@
    answers in a JSON schema (`ANSWER_SCHEMA`);
 2. the answer is decoded strictly (msgspec): anything else is a 502 `extractor_error`, a model
    that does not answer in HAKI_EXTRACT_TIMEOUT_SECONDS a 504 `extractor_timeout`; neither
-   writes anything;
-3. each proposal is checked against the messages and the known facts: refused ones are listed
-   with their reason, the others become facts whose `source_event_id` is the event of their
-   message;
+   writes anything, and neither shows the client the model's URL or what its endpoint answered
+   (the server logs them);
+3. each proposal is checked against the messages, the known facts and the scope's active facts:
+   refused ones are listed with their reason, the others (at most MAX_BATCH) become facts whose
+   `source_event_id` is the event of their message;
 4. one transaction writes the events (one per message) and then the facts through
    `memory.store_facts`, so supersedes, conflicts and source checks are those of POST /v1/facts.
 
@@ -17,29 +18,33 @@ The model runs before any transaction, like the embedder (service/memory/idempot
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
+import urllib.parse
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from importlib import resources
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 from uuid import UUID
 
 import httpx
 import msgspec
 
 from service.api.auth import Principal
-from service.constants import EXTRACT_KNOWN_FACTS, EXTRACT_PROMPT_VERSION, MAX_CONTENT_CHARS
+from service.constants import EXTRACT_KNOWN_FACTS, EXTRACT_PROMPT_VERSION, MAX_BATCH, MAX_CONTENT_CHARS
 from service.db import Lent
 from service.embedding.embedder import Embedder
 from service.errors import ExtractorFailed, ExtractorTimeout, Unavailable
+from service.instants import check_storable
 from service.memory import writes as memory
 from service.repository import Conn
 from service.repository import webhooks as webhooks_repo
-from service.repository.extraction import KnownFact, known_facts
+from service.repository.extraction import KnownFact, active_contents, known_facts
 from service.scope_id import scope_id_problem
 from service.settings import Settings
 from service.structs import (
+    Content,
     EventIn,
     EventWriteResult,
     ExtractedFact,
@@ -55,6 +60,9 @@ from service.structs import (
 )
 
 PROMPT_FILE = f"prompt_{EXTRACT_PROMPT_VERSION}.md"
+
+log = logging.getLogger("haki.extraction")
+S = TypeVar("S", bound=msgspec.Struct)
 
 
 @cache
@@ -149,6 +157,15 @@ def _snippet(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+def _redacted(url: str) -> str:
+    """The model's URL for the server's log: no userinfo (a password) and no query (a key)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:  # an unbalanced IPv6 bracket: where a secret lies is unknown
+        return "<unparsable URL>"
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
+
+
 async def ask_model(settings: Settings, system: str, user: str) -> ModelAnswer:
     """One chat completion; every way it can fail is a 502 or a 504, never a 500."""
     base_url, model = _configured(settings)
@@ -164,33 +181,44 @@ async def ask_model(settings: Settings, system: str, user: str) -> ModelAnswer:
     headers = {"Authorization": f"Bearer {settings.extract_api_key}"} if settings.extract_api_key else {}
     timeout = settings.extract_timeout_seconds
     url = f"{base_url}/chat/completions"
+    where = _redacted(url)
     try:
         # httpx's timeout bounds each read; asyncio.timeout bounds the whole call (a server that
         # trickles bytes would otherwise hold the request for ever).
         async with asyncio.timeout(timeout), httpx.AsyncClient(timeout=timeout) as http:
             response = await http.post(url, json=body, headers=headers)
     except (TimeoutError, httpx.TimeoutException) as exc:
+        log.warning("extraction model at %s: no answer within %g s", where, timeout)
         raise ExtractorTimeout(
             f"The extraction model did not answer within {timeout:g} s (HAKI_EXTRACT_TIMEOUT_SECONDS); "
             "nothing was written.",
             timeout_seconds=timeout,
         ) from exc
-    except httpx.HTTPError as exc:
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        # The URL is the operator's (userinfo, internal hosts), and so is an error's text.
+        log.warning("extraction model at %s unreachable: %s: %s", where, type(exc).__name__, exc)
         raise ExtractorFailed(
-            f"Could not reach the extraction model at {url}: {exc!r}; nothing was written.", url=url
+            f"Could not reach the extraction model ({type(exc).__name__}); nothing was written."
         ) from exc
+    # The endpoint's own body stays in the log: a gateway's error page can name internal hosts or
+    # echo the key.
     if response.status_code != 200:
+        log.warning(
+            "extraction model at %s answered HTTP %d: %s",
+            where,
+            response.status_code,
+            _snippet(response.text),
+        )
         raise ExtractorFailed(
             f"The extraction model answered HTTP {response.status_code}; nothing was written.",
             upstream_status=response.status_code,
-            upstream_body=_snippet(response.text),
         )
     try:
         completion = msgspec.json.decode(response.content, type=_ChatCompletion)
     except msgspec.DecodeError as exc:
+        log.warning("extraction model at %s: not a chat completion: %s", where, _snippet(response.text))
         raise ExtractorFailed(
-            f"The extraction endpoint's answer is not a chat completion: {exc}; nothing was written.",
-            upstream_body=_snippet(response.text),
+            f"The extraction endpoint's answer is not a chat completion: {exc}; nothing was written."
         ) from exc
     if not completion.choices:
         raise ExtractorFailed("The extraction model returned no choice; nothing was written.")
@@ -231,7 +259,36 @@ class Checked:
     refused: list[RefusedFact]
 
 
-def check_proposals(answer: ModelAnswer, n_messages: int, known: list[KnownFact], model: str) -> Checked:
+def _validated(kind: type[S], **fields: Any) -> S:
+    """`kind` built as if decoded from a body: its Meta bounds (MAX_BATCH, a content's length, a
+    key's) hold as on POST /v1/facts, where a constructor would skip them."""
+    return msgspec.convert(fields, kind)
+
+
+def _is_content(text: str) -> bool:
+    try:
+        msgspec.convert(text, Content)
+    except msgspec.ValidationError:
+        return False
+    return True
+
+
+def proposed_contents(answer: ModelAnswer) -> list[str]:
+    """The texts the proposals would be written with."""
+    return [p.content.strip() for p in answer.facts]
+
+
+def check_proposals(
+    answer: ModelAnswer,
+    n_messages: int,
+    known: list[KnownFact],
+    model: str,
+    *,
+    active: set[str],
+    now: datetime,
+) -> Checked:
+    """`active`: the proposed texts an active fact of the scope holds word for word; `now`: when
+    an accepted fact starts (it has no valid_from), so a fact it supersedes must start before."""
     accepted: list[Accepted] = []
     refused: list[RefusedFact] = []
     seen = {_same_text(f.content) for f in known}
@@ -240,35 +297,44 @@ def check_proposals(answer: ModelAnswer, n_messages: int, known: list[KnownFact]
     def refuse(p: ProposedFact, reason: RefusalReason, message: str) -> None:
         refused.append(RefusedFact(content=_snippet(p.content), key=p.key, reason=reason, message=message))
 
-    for p in answer.facts:
-        content = p.content.strip()
+    for p, content in zip(answer.facts, proposed_contents(answer), strict=True):
         key = p.key.strip() if p.key is not None else None
         key = key or None  # models write "" for "no key"
-        if not content or len(content) > MAX_CONTENT_CHARS or "\x00" in content:
+        old = known[p.supersedes] if p.supersedes is not None and 0 <= p.supersedes < len(known) else None
+        if not _is_content(content):
             refuse(p, "invalid_content", f"content must be 1..{MAX_CONTENT_CHARS} characters without NUL")
         elif key is not None and (problem := scope_id_problem(key)) is not None:
             refuse(p, "invalid_key", f"key {problem}")
         elif not 0 <= p.source_message < n_messages:
             refuse(p, "unknown_source_message", f"source_message {p.source_message} is not a message index")
-        elif p.supersedes is not None and not 0 <= p.supersedes < len(known):
+        elif p.supersedes is not None and old is None:
             refuse(p, "unknown_supersedes", f"supersedes {p.supersedes} is not a known fact index")
         elif p.supersedes is not None and p.supersedes in taken:
             refuse(p, "supersedes_taken", f"an earlier fact already replaces known fact {p.supersedes}")
-        elif _same_text(content) in seen:
+        elif old is not None and old.valid_from is not None and old.valid_from >= now:
+            refuse(
+                p,
+                "supersedes_future",
+                f"known fact {p.supersedes} starts at {old.valid_from.isoformat()}, not before this "
+                "fact, which starts now",
+            )
+        elif _same_text(content) in seen or content in active:
             refuse(p, "duplicate", "an active fact or an earlier proposal already says this")
+        elif len(accepted) == MAX_BATCH:
+            refuse(p, "batch_full", f"one extraction writes at most {MAX_BATCH} facts (MAX_BATCH)")
         else:
             seen.add(_same_text(content))
-            old = known[p.supersedes].fact_id if p.supersedes is not None else None
             if p.supersedes is not None:
                 taken.add(p.supersedes)
-            fact = FactIn(
+            fact = _validated(
+                FactIn,
                 content=content,
                 key=key,
                 volatility=p.volatility,
-                supersedes=old,
+                supersedes=old.fact_id if old is not None else None,
                 metadata={"extracted_by": model, "prompt_version": EXTRACT_PROMPT_VERSION},
             )
-            accepted.append(Accepted(fact=fact, source_message=p.source_message, supersedes=old))
+            accepted.append(Accepted(fact=fact, source_message=p.source_message, supersedes=fact.supersedes))
     return Checked(accepted=accepted, refused=refused)
 
 
@@ -298,34 +364,45 @@ async def prepare(
     req: ExtractRequest,
 ) -> Plan:
     """Outside any transaction: the scope's known facts, then the model, the checks of its answer
-    and (when writing) the embedder, with the request's connection back in the pool meanwhile:
-    they need no database, and a model may think for seconds (docs/reliability.md)."""
+    and (when writing) the embedder, with the request's connection back in the pool while the
+    model and the embedder work: they need no database, and a model may think for seconds
+    (docs/reliability.md)."""
     principal.require(req.project_id)
+    # Before the model is asked, in both modes: the events would be refused after it.
+    for i, m in enumerate(req.messages):
+        check_storable(f"messages[{i}].occurred_at", m.occurred_at)
     _, model = _configured(settings)
-    times = message_times(req.messages, datetime.now(UTC))
+    now = datetime.now(UTC)
+    times = message_times(req.messages, now)
     known = await known_facts(lent.conn, req.project_id, req.subject_id, EXTRACT_KNOWN_FACTS)
     async with lent.set_aside():
         answer = await ask_model(settings, system_prompt(), user_prompt(req.messages, times, known))
-        checked = check_proposals(answer, len(req.messages), known, model)
-        events = facts = None
-        if req.write:
-            events_req = WriteEventsRequest(
-                project_id=req.project_id,
-                subject_id=req.subject_id,
-                events=[
-                    EventIn(content=f"{m.role}: {m.content}", occurred_at=t, metadata={"role": m.role})
-                    for m, t in zip(req.messages, times, strict=True)
-                ],
-            )
-            events = await memory.prepare_events(embedder, settings, principal, events_req)
-            if checked.accepted:
-                facts_req = WriteFactsRequest(
-                    project_id=req.project_id,
-                    subject_id=req.subject_id,
-                    facts=[a.fact for a in checked.accepted],
-                )
-                facts = await memory.prepare_facts(embedder, settings, principal, facts_req)
-    return Plan(req=req, model=model, checked=checked, events=events, facts=facts)
+    contents = proposed_contents(answer)
+    # lent.conn is read again: it is another connection after set_aside.
+    active = await active_contents(lent.conn, req.project_id, req.subject_id, contents) if contents else set()
+    checked = check_proposals(answer, len(req.messages), known, model, active=active, now=now)
+    if not req.write:
+        return Plan(req=req, model=model, checked=checked, events=None, facts=None)
+    events_req = _validated(
+        WriteEventsRequest,
+        project_id=req.project_id,
+        subject_id=req.subject_id,
+        events=[
+            _validated(EventIn, content=f"{m.role}: {m.content}", occurred_at=t, metadata={"role": m.role})
+            for m, t in zip(req.messages, times, strict=True)
+        ],
+    )
+    facts_req = None
+    if checked.accepted:
+        facts = [a.fact for a in checked.accepted]
+        facts_req = _validated(
+            WriteFactsRequest, project_id=req.project_id, subject_id=req.subject_id, facts=facts
+        )
+    async with lent.set_aside():
+        events, prepared = await memory.prepare_extraction(
+            embedder, settings, principal, events_req, facts_req
+        )
+    return Plan(req=req, model=model, checked=checked, events=events, facts=prepared)
 
 
 def dry_run(plan: Plan) -> ExtractResponse:

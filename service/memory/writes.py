@@ -120,8 +120,14 @@ async def prepare_facts(
     a slow provider (a transaction held across it was killed by idle_in_transaction_session_timeout)."""
     principal.require(req.project_id)
     _check_fact_items(req)
+    embeddings = await embed_or_unavailable(embedder, [f.content for f in req.facts], principal.project_id)
+    return _prepared_facts(settings, req, embeddings, embedder.name)
+
+
+def _prepared_facts(
+    settings: Settings, req: WriteFactsRequest, embeddings: list[Any], model: str
+) -> PreparedFacts:
     facts = req.facts
-    embeddings = await embed_or_unavailable(embedder, [f.content for f in facts], principal.project_id)
     fact_ids = uuid7_batch(len(facts))
     columns: dict[str, list[Any]] = {
         "fact_ids": fact_ids,
@@ -145,7 +151,7 @@ async def prepare_facts(
         req=req,
         fact_ids=fact_ids,
         columns=columns,
-        model=embedder.name,
+        model=model,
         timeout_ms=write_timeout_ms(settings, len(facts)),
     )
 
@@ -286,13 +292,22 @@ async def prepare_events(
     embedder: Embedder, settings: Settings, principal: Principal, req: WriteEventsRequest
 ) -> PreparedEvents:
     principal.require(req.project_id)
-    events = req.events
-    for i, e in enumerate(events):
+    _check_event_items(req)
+    embeddings = await embed_or_unavailable(embedder, [e.content for e in req.events], principal.project_id)
+    return _prepared_events(settings, req, embeddings, embedder.name)
+
+
+def _check_event_items(req: WriteEventsRequest) -> None:
+    for i, e in enumerate(req.events):
         check_storable(f"events[{i}].occurred_at", e.occurred_at)
         _check_metadata(f"events[{i}].metadata", e.metadata)
-    embeddings = await embed_or_unavailable(embedder, [e.content for e in events], principal.project_id)
-    timeout_ms = write_timeout_ms(settings, len(events))
-    return PreparedEvents(req=req, embeddings=embeddings, model=embedder.name, timeout_ms=timeout_ms)
+
+
+def _prepared_events(
+    settings: Settings, req: WriteEventsRequest, embeddings: list[Any], model: str
+) -> PreparedEvents:
+    timeout_ms = write_timeout_ms(settings, len(req.events))
+    return PreparedEvents(req=req, embeddings=embeddings, model=model, timeout_ms=timeout_ms)
 
 
 async def store_events(conn: Conn, prepared: PreparedEvents) -> WriteEventsResponse:
@@ -347,6 +362,30 @@ async def resolve_conflict(
 
 
 # --- extraction (POST /v1/extract, service/extraction) -----------------------------------------
+
+
+async def prepare_extraction(
+    embedder: Embedder,
+    settings: Settings,
+    principal: Principal,
+    events: WriteEventsRequest,
+    facts: WriteFactsRequest | None,
+) -> tuple[PreparedEvents, PreparedFacts | None]:
+    """An extraction's events and facts, checked, then embedded in one call: the embedding budget
+    takes the whole extraction at once, so one larger than the budget passes a full one (charged
+    in two parts, the events' passed and the facts' was refused, on every retry)."""
+    principal.require(events.project_id)
+    _check_event_items(events)
+    texts = [e.content for e in events.events]
+    if facts is not None:
+        _check_fact_items(facts)
+        texts += [f.content for f in facts.facts]
+    vectors = await embed_or_unavailable(embedder, texts, principal.project_id)
+    n = len(events.events)
+    prepared = _prepared_events(settings, events, vectors[:n], embedder.name)
+    if facts is None:
+        return prepared, None
+    return prepared, _prepared_facts(settings, facts, vectors[n:], embedder.name)
 
 
 def with_source_events(prepared: PreparedFacts, source_event_ids: list[UUID]) -> PreparedFacts:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime
 from uuid import UUID
 
 import msgspec
 
-from service.repository.base import Conn, as_structs, q
+from service.repository.base import Conn, as_structs, collect, q
 
 
 class KnownFact(msgspec.Struct, frozen=True, kw_only=True):
@@ -14,6 +16,7 @@ class KnownFact(msgspec.Struct, frozen=True, kw_only=True):
     key: str | None
     content: str
     volatility: str
+    valid_from: datetime | None
 
 
 async def known_facts(conn: Conn, project_id: str, subject_id: str, max_facts: int) -> list[KnownFact]:
@@ -21,3 +24,13 @@ async def known_facts(conn: Conn, project_id: str, subject_id: str, max_facts: i
         KnownFact,
         q().list_extract_known_facts(conn, project_id=project_id, subject_id=subject_id, max_facts=max_facts),
     )
+
+
+async def active_contents(conn: Conn, project_id: str, subject_id: str, contents: Sequence[str]) -> set[str]:
+    """The texts among `contents` that an active fact of the scope holds, word for word."""
+    rows = await collect(
+        q().list_extract_active_contents(
+            conn, project_id=project_id, subject_id=subject_id, contents=list(contents)
+        )
+    )
+    return {r["content"] for r in rows}

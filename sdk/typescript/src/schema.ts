@@ -1169,10 +1169,10 @@ export interface components {
             /** @description The key it proposed, if any. */
             key: string | null;
             /**
-             * @description `duplicate` (an active fact or an earlier proposal says the same), `unknown_source_message` / `unknown_supersedes` (an index out of range), `supersedes_taken` (an earlier proposal already replaces that fact), `invalid_content` / `invalid_key` (empty, too long, or NUL).
+             * @description `duplicate` (an active fact of the scope says the same, word for word; or a fact shown to the model or an earlier proposal, ignoring case and spacing), `unknown_source_message` / `unknown_supersedes` (an index out of range), `supersedes_taken` (an earlier proposal already replaces that fact), `supersedes_future` (that fact's `valid_from` is not before now, when the new fact starts), `invalid_content` / `invalid_key` (empty, too long, or NUL), `batch_full` (the proposals before it already make 1000 facts, the most one write takes).
              * @enum {string}
              */
-            reason: "duplicate" | "unknown_source_message" | "unknown_supersedes" | "supersedes_taken" | "invalid_content" | "invalid_key";
+            reason: "duplicate" | "unknown_source_message" | "unknown_supersedes" | "supersedes_taken" | "supersedes_future" | "invalid_content" | "invalid_key" | "batch_full";
             /** @description Why, for humans. */
             message: string;
         };
