@@ -163,6 +163,8 @@ async def test_a_request_failing_mid_batch_writes_nothing(
     r = await post_facts(openai_client, key, contents, subject_id="doomed")
     assert r.status_code == 503, r.text
     assert r.json()["code"] == "unavailable"
+    # The provider's address (and any credentials in it) stays in the server's log.
+    assert f":{embeddings_server.port}" not in r.text and "127.0.0.1" not in r.text, r.text
     assert await list_all_facts(openai_client, key, subject_id="doomed") == []
     # The failure stops the batch: its requests not yet sent are never sent.
     assert len(embeddings_server.inputs) < -(-MAX_BATCH // Settings().embed_batch_size)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -35,12 +36,20 @@ from service.structs import (
     WriteFactsResponse,
 )
 
+log = logging.getLogger("haki.writes")
+
 
 async def embed_or_unavailable(embedder: Embedder, texts: list[str], project: str | None = None) -> list[Any]:
     try:
         return await embedder.embed(texts, purpose="write", project=project)
     except EmbedderError as exc:
-        raise Unavailable(f"The embedder is unavailable: {exc}", embedder=embedder.name) from exc
+        # The cause names the provider's URL (its credentials too) and its reply: the operator's
+        # log has it, a tenant's answer does not.
+        log.warning("embedding a write failed (%s): %s", embedder.name, exc)
+        raise Unavailable(
+            "The embedder is unavailable; retry shortly (the server's log has the cause).",
+            embedder=embedder.name,
+        ) from exc
 
 
 def _has_nul(value: Any) -> bool:
