@@ -304,6 +304,7 @@ def test_a_call_the_server_cannot_deduplicate_is_not_resent_after_a_lost_answer(
         assert len(requests) == 1 and "idempotency-key" not in requests[0].headers
         assert isinstance(error, HakiConnectionError) and error.code == "connection_error"
         assert "outcome is unknown" in error.message and "may have applied it" in error.message
+        assert error.details == {"outcome_unknown": True}
     for first in _nothing_done():
         requests, error = _attempts(NOT_REPLAYABLE[name], first)
         assert len(requests) == 2 and error.code == "invalid_response", first

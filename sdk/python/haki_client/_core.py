@@ -205,7 +205,8 @@ def connection_error(call: Call[Any], exc: httpx.TransportError) -> HakiConnecti
         return HakiConnectionError(f"{where}: no answer from Haki: {exc!r}")
     return HakiConnectionError(
         f"{where}: the answer was lost ({exc!r}): the outcome is unknown, Haki may have applied "
-        "it; check (GET the item) before sending it again"
+        "it; check (GET the item) before sending it again",
+        details={"outcome_unknown": True},
     )
 
 

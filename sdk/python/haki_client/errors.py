@@ -96,7 +96,8 @@ class Unavailable(HakiError):
 class HakiConnectionError(HakiError):
     """No HTTP answer (connection refused, reset, timed out) after the retries ran out, or at
     once for a call that is not replayable whose request may have reached the server: its
-    message then says the outcome is unknown (RetryPolicy)."""
+    message then says the outcome is unknown, and `details["outcome_unknown"]` is true
+    (RetryPolicy)."""
 
     code = "connection_error"
 
