@@ -18,7 +18,8 @@ from service import doctor
 from service.db import connect
 from service.db.embedded import DataDirVersionError, check_data_dir_version
 from service.db.migrations import pending_migrations
-from service.db.pools import UNPARSABLE_URL, DatabaseUnreachable, redacted, unreachable_reason
+from service.db.pools import DatabaseUnreachable, unreachable_reason
+from service.redaction import UNPARSABLE_URL, redacted_database_url
 from service.repository import health
 from service.settings import Settings
 from tests.helpers.server import REPO, scratch_data_dir, server_env
@@ -52,12 +53,12 @@ def test_the_refusal_names_the_cause_and_the_fix(tmp_path: Path) -> None:
 
 
 def test_database_urls_lose_their_password() -> None:
-    assert redacted("postgresql://haki:s3cret@db:5432/haki") == "postgresql://haki:***@db:5432/haki"
-    assert redacted("postgresql:///haki?host=/tmp") == "postgresql:///haki?host=/tmp"
+    assert redacted_database_url("postgresql://haki:s3cret@db:5432/haki") == "postgresql://haki:***@db:5432/haki"
+    assert redacted_database_url("postgresql:///haki?host=/tmp") == "postgresql:///haki?host=/tmp"
     # libpq's (and asyncpg's) query parameters hold passwords too.
-    assert redacted("postgresql://u@db/x?password=s3cret") == "postgresql://u@db/x?password=***"
+    assert redacted_database_url("postgresql://u@db/x?password=s3cret") == "postgresql://u@db/x?password=***"
     assert (
-        redacted("postgresql://u:a@db/x?sslmode=require&sslpassword=s3cret&Password=b")
+        redacted_database_url("postgresql://u:a@db/x?sslmode=require&sslpassword=s3cret&Password=b")
         == "postgresql://u:***@db/x?sslmode=require&sslpassword=***&Password=***"
     )
 
@@ -66,7 +67,7 @@ def test_database_urls_lose_their_password() -> None:
     "url", ["postgresql://u@[::1/db", "postgresql://u:s3cret@[db/x", "host=db password=s3cret", ""]
 )
 def test_a_url_that_cannot_be_parsed_is_not_quoted(url: str) -> None:
-    assert redacted(url) == UNPARSABLE_URL
+    assert redacted_database_url(url) == UNPARSABLE_URL
 
 
 @pytest.mark.parametrize(

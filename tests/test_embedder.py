@@ -607,6 +607,21 @@ async def test_openai_timeout_is_quick(fake_server: FakeEmbeddingServer) -> None
     assert time.perf_counter() - started < 3.0
 
 
+async def test_openai_errors_keep_the_url_credentials_out(fake_server: FakeEmbeddingServer) -> None:
+    """Its errors reach the server's log (writes, context calls): the host, never the userinfo."""
+    fake_server.status = 500
+    url = f"http://haki:pw-s3cret@127.0.0.1:{fake_server.port}/v1"
+    async with openai_embedder(fake_server.port, embed_base_url=url) as embedder:
+        with pytest.raises(EmbedderError) as answered:
+            await embedder.embed(["boom"])
+    async with openai_embedder(1, embed_base_url="http://haki:pw-s3cret@127.0.0.1:1/v1") as embedder:
+        with pytest.raises(EmbedderError) as refused:
+            await embedder.embed(["nobody listens"])
+    for info in (answered, refused):
+        assert "pw-s3cret" not in str(info.value) and "haki:" not in str(info.value)
+        assert "127.0.0.1" in str(info.value) and "/v1/embeddings" in str(info.value)
+
+
 async def test_openai_unreachable_server_names_the_env_vars() -> None:
     async with openai_embedder(1, embed_timeout_seconds=0.5) as embedder:
         with pytest.raises(EmbedderConfigError, match="HAKI_EMBED_BASE_URL"):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import socket
-import urllib.parse
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final, Protocol, TypeAlias
@@ -15,6 +14,7 @@ from pgvector.asyncpg import register_vector
 
 from service.db.connection import CLIENT_GRACE_SECONDS, HakiConnection
 from service.db.embedded import embedded_url
+from service.redaction import redacted_database_url
 from service.settings import Settings
 
 
@@ -32,36 +32,6 @@ class Lent(Protocol):
 # One connection of a pool, borrowed for a block (`pool.acquire` with its time-out bound): where
 # a context call whose retrieval ran on the standby writes its trace (service/db/replica.py).
 Acquire: TypeAlias = Callable[[], AbstractAsyncContextManager[asyncpg.Connection]]
-
-
-# The query parameters of a database URL that hold a secret (libpq's, which asyncpg reads too).
-SECRET_PARAMETERS: Final = frozenset({"password", "sslpassword"})
-# What a URL that cannot be parsed prints as: where its password lies is unknown.
-UNPARSABLE_URL: Final = "<unparsable URL>"
-
-
-def redacted(url: str) -> str:
-    """A database URL without its passwords (the userinfo's, ?password=, ?sslpassword=), for
-    messages. Never raises: a URL that cannot be parsed prints as UNPARSABLE_URL."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:  # "Invalid IPv6 URL": an unbalanced bracket
-        return UNPARSABLE_URL
-    if not parts.scheme or not url.lstrip().lower().startswith(f"{parts.scheme}://"):
-        # Not a URL asyncpg takes (a libpq keyword string, say): its password is anywhere in it.
-        return UNPARSABLE_URL
-    userinfo, at, host = parts.netloc.rpartition("@")
-    user, colon, _ = userinfo.partition(":")
-    netloc = f"{user}:***@{host}" if colon else f"{userinfo}{at}{host}"
-    params = [p.partition("=") for p in parts.query.split("&")] if parts.query else []
-    query = "&".join(
-        f"{name}=***"
-        if urllib.parse.unquote_plus(name).lower() in SECRET_PARAMETERS
-        else f"{name}{eq}{value}"
-        for name, eq, value in params
-    )
-    fragment = f"#{parts.fragment}" if parts.fragment else ""
-    return f"{parts.scheme}://{netloc}{parts.path}{'?' if query else ''}{query}{fragment}"
 
 
 # How a failure to open a connection is named, by its class (the first that matches).
@@ -97,7 +67,7 @@ class DatabaseUnreachable(ConnectionError):
     handlers (service/errors.py) take it for a database that is down, as they took asyncpg's."""
 
     def __init__(self, url: str, reason: str) -> None:
-        self.where = redacted(url)
+        self.where = redacted_database_url(url)
         self.reason = reason
         super().__init__(f"cannot connect to the database at {self.where}: {reason}")
 

@@ -34,6 +34,7 @@ import numpy.typing as npt
 from service.api.ratelimit import WorkRateLimiter
 from service.constants import EMBED_DIM
 from service.embedding.scheduler import FairScheduler, Purpose
+from service.redaction import redacted_http_url
 from service.settings import LocalBackend, Settings
 
 Vector = npt.NDArray[np.float32]
@@ -530,6 +531,8 @@ class OpenAIEmbedder:
         # The vector columns are fixed-width, so anything else is unusable whatever the model says.
         self.dim = EMBED_DIM
         self._url = f"{settings.embed_base_url.rstrip('/')}/embeddings"
+        # Its errors reach the server's log: no key from a userinfo or query part.
+        self._where = redacted_http_url(self._url)
         self._batch_size = max(1, settings.embed_batch_size)
         self._timeout = settings.embed_timeout_seconds
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -607,19 +610,22 @@ class OpenAIEmbedder:
             async with asyncio.timeout(self._timeout):
                 response = await self._client.post(self._url, content=body)
         except (TimeoutError, httpx.TimeoutException) as exc:
-            raise _RetryableError(f"{self.name}: no answer from {self._url} within {self._timeout}s") from exc
+            raise _RetryableError(
+                f"{self.name}: no answer from {self._where} within {self._timeout}s"
+            ) from exc
         except httpx.HTTPError as exc:
-            raise _RetryableError(f"{self.name}: request to {self._url} failed: {exc!r}") from exc
+            failed = f"{type(exc).__name__}: {exc}"
+            raise _RetryableError(f"{self.name}: request to {self._where} failed: {failed}") from exc
         status = response.status_code
         if status == 429 or status >= 500:
-            raise _RetryableError(f"{self.name}: {self._url} answered HTTP {status}: {_snippet(response)}")
+            raise _RetryableError(f"{self.name}: {self._where} answered HTTP {status}: {_snippet(response)}")
         if not 200 <= status < 300:
-            raise EmbedderError(f"{self.name}: {self._url} answered HTTP {status}: {_snippet(response)}")
+            raise EmbedderError(f"{self.name}: {self._where} answered HTTP {status}: {_snippet(response)}")
         try:
             parsed = _RESPONSE_DECODER.decode(response.content)
         except msgspec.DecodeError as exc:
             raise EmbedderError(
-                f"{self.name}: malformed response from {self._url} (HTTP {status}): {exc}"
+                f"{self.name}: malformed response from {self._where} (HTTP {status}): {exc}"
             ) from exc
         return self._vectors(parsed, expected)
 

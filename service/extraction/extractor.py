@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import urllib.parse
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -38,6 +37,7 @@ from service.embedding.embedder import Embedder
 from service.errors import ExtractorFailed, ExtractorTimeout, Unavailable
 from service.instants import check_storable
 from service.memory import writes as memory
+from service.redaction import redacted_http_url
 from service.repository import Conn
 from service.repository import webhooks as webhooks_repo
 from service.repository.extraction import KnownFact, active_contents, known_facts
@@ -157,15 +157,6 @@ def _snippet(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _redacted(url: str) -> str:
-    """The model's URL for the server's log: no userinfo (a password) and no query (a key)."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:  # an unbalanced IPv6 bracket: where a secret lies is unknown
-        return "<unparsable URL>"
-    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
-
-
 async def ask_model(settings: Settings, system: str, user: str) -> ModelAnswer:
     """One chat completion; every way it can fail is a 502 or a 504, never a 500."""
     base_url, model = _configured(settings)
@@ -181,7 +172,7 @@ async def ask_model(settings: Settings, system: str, user: str) -> ModelAnswer:
     headers = {"Authorization": f"Bearer {settings.extract_api_key}"} if settings.extract_api_key else {}
     timeout = settings.extract_timeout_seconds
     url = f"{base_url}/chat/completions"
-    where = _redacted(url)
+    where = redacted_http_url(url)
     try:
         # httpx's timeout bounds each read; asyncio.timeout bounds the whole call (a server that
         # trickles bytes would otherwise hold the request for ever).
