@@ -1,12 +1,14 @@
 -- name: list_extract_known_facts(project_id, subject_id, max_facts)
 -- The active facts of one scope shown to the extraction model (POST /v1/extract): keyed facts
 -- first (they are the slots a new fact may conflict with or replace), then the newest; valid_from
--- tells which of them a proposal may supersede (a successor starts when it is written).
+-- tells which of them a proposal may supersede (a successor starts when it is written), `stale`
+-- which are volatile facts no longer served (haki_fact_stale), which a restatement renews.
 -- Two bounded reads, each newest first, then merged: one sort over the whole scope took 68-71 ms
 -- on a 100k-fact scope (1 % keyed), these 3.5-6.2 ms (benchmarks/extract_known_facts.py).
-SELECT k.fact_id, k.key, k.content, k.volatility, k.valid_from
+SELECT k.fact_id, k.key, k.content, k.volatility, k.valid_from,
+       public.haki_fact_stale(k.volatility, k.valid_from, k.recorded_from, k.stale_after, NULL) AS stale
 FROM (
-    (SELECT f.fact_id, f.key, f.content, f.volatility, f.valid_from
+    (SELECT f.fact_id, f.key, f.content, f.volatility, f.valid_from, f.recorded_from, f.stale_after
      FROM facts AS f
      WHERE f.project_id = :project_id
        AND f.subject_id = :subject_id
@@ -15,7 +17,7 @@ FROM (
      ORDER BY f.fact_id DESC
      LIMIT :max_facts)
     UNION ALL
-    (SELECT f.fact_id, f.key, f.content, f.volatility, f.valid_from
+    (SELECT f.fact_id, f.key, f.content, f.volatility, f.valid_from, f.recorded_from, f.stale_after
      FROM facts AS f
      WHERE f.project_id = :project_id
        AND f.subject_id = :subject_id
@@ -29,12 +31,18 @@ LIMIT :max_facts;
 
 -- name: list_extract_active_contents(project_id, subject_id, contents)
 -- Which of the proposed texts an active fact of the scope holds word for word: the extraction's
--- `duplicate` beyond the facts shown to the model. No index holds content, so it reads the scope's
--- facts: 93-112 ms for a 100k-fact scope (2026-12-06, 2 cores shared with a CI run); the same
--- match ignoring case and spacing, lower(regexp_replace(...)) on every row, took 650-940 ms.
-SELECT DISTINCT f.content
+-- `duplicate` beyond the facts shown to the model, unless every fact holding it is stale
+-- (haki_fact_stale): then `renews` is the newest of them, which the restatement supersedes. No
+-- index holds content, so it reads the scope's facts: 93-112 ms for a 100k-fact scope
+-- (2026-12-06, 2 cores shared with a CI run); the same match ignoring case and spacing,
+-- lower(regexp_replace(...)) on every row, took 650-940 ms.
+SELECT f.content,
+       CASE WHEN bool_and(public.haki_fact_stale(f.volatility, f.valid_from, f.recorded_from,
+                                                 f.stale_after, NULL))
+            THEN (array_agg(f.fact_id ORDER BY f.fact_id DESC))[1] END AS renews
 FROM facts AS f
 WHERE f.project_id = :project_id
   AND f.subject_id = :subject_id
   AND f.status = 'active'
-  AND f.content = ANY(:contents::text[]);
+  AND f.content = ANY(:contents::text[])
+GROUP BY f.content;

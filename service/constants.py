@@ -114,4 +114,4 @@ MAX_JSON_DEPTH: Final = 64
 # first, then the newest), which bounds the prompt whatever the scope's size.
 EXTRACT_MAX_MESSAGES: Final = 100
 EXTRACT_KNOWN_FACTS: Final = 100
-EXTRACT_PROMPT_VERSION: Final = "v1"
+EXTRACT_PROMPT_VERSION: Final = "v2"

@@ -88,7 +88,7 @@ async def test_writes_events_and_linked_facts(ext: httpx.AsyncClient, key: str, 
     r = await extract(ext, key)
     assert r.status_code == 201, r.text
     out = r.json()
-    assert out["written"] is True and out["model"] == "fake-model" and out["prompt_version"] == "v1"
+    assert out["written"] is True and out["model"] == "fake-model" and out["prompt_version"] == "v2"
     assert out["refused"] == []
     events = [e["event_id"] for e in out["events"]]
     assert len(events) == 3
@@ -98,7 +98,7 @@ async def test_writes_events_and_linked_facts(ext: httpx.AsyncClient, key: str, 
     stored = (await ext.get(f"/v1/facts/{facts[2]['fact_id']}", headers=bearer(key))).json()
     assert stored["source_event_id"] == events[2]
     assert stored["volatility"] == "volatile" and stored["stale_after_seconds"] > 0
-    assert stored["metadata"] == {"extracted_by": "fake-model", "prompt_version": "v1"}
+    assert stored["metadata"] == {"extracted_by": "fake-model", "prompt_version": "v2"}
     assert await counts(ext, key) == (3, 3)
 
     # What the model was sent: the schema, the model, the key, the dated messages.
@@ -387,6 +387,48 @@ async def test_duplicate_covers_every_active_fact_of_the_scope(
     assert [f["content"] for f in r.json()["facts"]] == ["Alice plays go."]
     assert [x["reason"] for x in r.json()["refused"]] == ["duplicate"]
     assert await counts(ext, key) == (102, 3)
+
+
+async def test_restating_a_stale_fact_renews_it(ext: httpx.AsyncClient, key: str, chat: FakeChat) -> None:
+    """A stale volatile fact is not served, so saying it again is no duplicate: the restatement is
+    written and supersedes it, whether the model was shown it (marked stale) or not."""
+    stale = {"volatility": "volatile", "stale_after_seconds": 1, "valid_from": "2020-01-01T00:00:00Z"}
+    for facts in (
+        [{"content": "Alice is in Lisbon.", **stale}, {"content": "Alice is in Rome.", **stale}],
+        [{"content": f"Alice read book {i}.", "key": f"book_{i}"} for i in range(99)],
+        [
+            {"content": "Alice is in Oslo.", "volatility": "volatile"},
+            {"content": "Alice is in Porto.", **stale},
+        ],
+    ):
+        body = {"subject_id": SUBJECT, "facts": facts}
+        assert (await ext.post("/v1/facts", json=body, headers=bearer(key))).status_code == 201
+    listed = (await ext.get(f"/v1/facts?subject_id={SUBJECT}&limit=500", headers=bearer(key))).json()
+    ids = {f["content"]: f["fact_id"] for f in listed["facts"]}
+    chat.then(
+        answer(
+            {"content": "Alice is in Porto.", "source_message": 2, "volatility": "volatile"},
+            {"content": "Alice is in Lisbon.", "source_message": 2, "volatility": "volatile"},
+            {"content": "Alice is in Oslo.", "source_message": 2, "volatility": "volatile"},
+            {"content": "alice is in  porto.", "source_message": 2, "volatility": "volatile"},
+        )
+    )
+    r = await extract(ext, key)
+    assert r.status_code == 201, r.text
+    shown = {k["content"]: k["stale"] for k in chat.user_payload()["known_facts"]}
+    # 99 keyed facts, then the newest unkeyed one: Porto is shown, marked stale; the rest are not.
+    assert shown["Alice is in Porto."] is True and len(shown) == 100
+    written = {f["content"]: f["supersedes"] for f in r.json()["facts"]}
+    assert written == {
+        "Alice is in Porto.": ids["Alice is in Porto."],
+        "Alice is in Lisbon.": ids["Alice is in Lisbon."],
+    }
+    # Oslo is still served: a duplicate; so is Porto said again, by the earlier proposal.
+    assert [x["reason"] for x in r.json()["refused"]] == ["duplicate", "duplicate"]
+    for content, status in (("Alice is in Porto.", "superseded"), ("Alice is in Lisbon.", "superseded"),
+                            ("Alice is in Rome.", "active")):  # fmt: skip
+        fact = (await ext.get(f"/v1/facts/{ids[content]}", headers=bearer(key))).json()
+        assert fact["status"] == status, content
 
 
 async def test_one_extraction_writes_at_most_max_batch_facts(

@@ -142,7 +142,7 @@ def _configured(settings: Settings) -> tuple[str, str]:
 def user_prompt(messages: list[ExtractMessage], times: list[datetime], known: list[KnownFact]) -> str:
     payload = {
         "known_facts": [
-            {"index": i, "key": f.key, "content": f.content, "volatility": f.volatility}
+            {"index": i, "key": f.key, "content": f.content, "volatility": f.volatility, "stale": f.stale}
             for i, f in enumerate(known)
         ],
         "messages": [
@@ -275,15 +275,19 @@ def check_proposals(
     known: list[KnownFact],
     model: str,
     *,
-    active: set[str],
+    active: dict[str, UUID | None],
     now: datetime,
 ) -> Checked:
-    """`active`: the proposed texts an active fact of the scope holds word for word; `now`: when
-    an accepted fact starts (it has no valid_from), so a fact it supersedes must start before."""
+    """`active`: the proposed texts an active fact of the scope holds word for word, each with
+    the stale fact a restatement renews (None: a fact still served says it, a duplicate); `now`:
+    when an accepted fact starts (it has no valid_from), so a fact it supersedes must start
+    before. A stale volatile fact is not served, so saying it again renews it: the restatement is
+    written and supersedes it, unless the proposal supersedes another fact itself."""
     accepted: list[Accepted] = []
     refused: list[RefusedFact] = []
-    seen = {_same_text(f.content) for f in known}
-    taken: set[int] = set()
+    seen = {_same_text(f.content) for f in known if not f.stale}
+    stale = {_same_text(f.content): f.fact_id for f in known if f.stale}
+    taken: set[UUID] = set()
 
     def refuse(p: ProposedFact, reason: RefusalReason, message: str) -> None:
         refused.append(RefusedFact(content=_snippet(p.content), key=p.key, reason=reason, message=message))
@@ -292,6 +296,7 @@ def check_proposals(
         key = p.key.strip() if p.key is not None else None
         key = key or None  # models write "" for "no key"
         old = known[p.supersedes] if p.supersedes is not None and 0 <= p.supersedes < len(known) else None
+        renews = None if p.supersedes is not None else active.get(content) or stale.get(_same_text(content))
         if not _is_content(content):
             refuse(p, "invalid_content", f"content must be 1..{MAX_CONTENT_CHARS} characters without NUL")
         elif key is not None and (problem := scope_id_problem(key)) is not None:
@@ -300,7 +305,7 @@ def check_proposals(
             refuse(p, "unknown_source_message", f"source_message {p.source_message} is not a message index")
         elif p.supersedes is not None and old is None:
             refuse(p, "unknown_supersedes", f"supersedes {p.supersedes} is not a known fact index")
-        elif p.supersedes is not None and p.supersedes in taken:
+        elif old is not None and old.fact_id in taken:
             refuse(p, "supersedes_taken", f"an earlier fact already replaces known fact {p.supersedes}")
         elif old is not None and old.valid_from is not None and old.valid_from >= now:
             refuse(
@@ -309,20 +314,23 @@ def check_proposals(
                 f"known fact {p.supersedes} starts at {old.valid_from.isoformat()}, not before this "
                 "fact, which starts now",
             )
-        elif _same_text(content) in seen or content in active:
+        elif _same_text(content) in seen or (content in active and active[content] is None):
             refuse(p, "duplicate", "an active fact or an earlier proposal already says this")
+        elif renews is not None and renews in taken:
+            refuse(p, "supersedes_taken", "an earlier fact already replaces the stale fact this restates")
         elif len(accepted) == MAX_BATCH:
             refuse(p, "batch_full", f"one extraction writes at most {MAX_BATCH} facts (MAX_BATCH)")
         else:
             seen.add(_same_text(content))
-            if p.supersedes is not None:
-                taken.add(p.supersedes)
+            replaced = old.fact_id if old is not None else renews
+            if replaced is not None:
+                taken.add(replaced)
             fact = _validated(
                 FactIn,
                 content=content,
                 key=key,
                 volatility=p.volatility,
-                supersedes=old.fact_id if old is not None else None,
+                supersedes=replaced,
                 metadata={"extracted_by": model, "prompt_version": EXTRACT_PROMPT_VERSION},
             )
             accepted.append(Accepted(fact=fact, source_message=p.source_message, supersedes=fact.supersedes))
@@ -370,7 +378,7 @@ async def prepare(
         answer = await ask_model(settings, system_prompt(), user_prompt(req.messages, times, known))
     contents = proposed_contents(answer)
     # lent.conn is read again: it is another connection after set_aside.
-    active = await active_contents(lent.conn, req.project_id, req.subject_id, contents) if contents else set()
+    active = await active_contents(lent.conn, req.project_id, req.subject_id, contents) if contents else {}
     checked = check_proposals(answer, len(req.messages), known, model, active=active, now=now)
     if not req.write:
         return Plan(req=req, model=model, checked=checked, events=None, facts=None)

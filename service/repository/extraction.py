@@ -17,6 +17,7 @@ class KnownFact(msgspec.Struct, frozen=True, kw_only=True):
     content: str
     volatility: str
     valid_from: datetime | None
+    stale: bool
 
 
 async def known_facts(conn: Conn, project_id: str, subject_id: str, max_facts: int) -> list[KnownFact]:
@@ -26,11 +27,14 @@ async def known_facts(conn: Conn, project_id: str, subject_id: str, max_facts: i
     )
 
 
-async def active_contents(conn: Conn, project_id: str, subject_id: str, contents: Sequence[str]) -> set[str]:
-    """The texts among `contents` that an active fact of the scope holds, word for word."""
+async def active_contents(
+    conn: Conn, project_id: str, subject_id: str, contents: Sequence[str]
+) -> dict[str, UUID | None]:
+    """The texts among `contents` that an active fact of the scope holds, word for word, each
+    with the stale fact a restatement renews, or None when a fact still served holds it."""
     rows = await collect(
         q().list_extract_active_contents(
             conn, project_id=project_id, subject_id=subject_id, contents=list(contents)
         )
     )
-    return {r["content"] for r in rows}
+    return {r["content"]: r["renews"] for r in rows}
