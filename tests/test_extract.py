@@ -572,3 +572,45 @@ async def test_the_model_is_asked_without_a_connection(
             assert (s["facts_total"], s["events_total"]) == (1, 3)
     finally:
         hold.set()
+
+
+async def test_concurrent_extractions_write_a_fact_once(
+    settings: Settings, migrated: str, hash_embedder: Embedder, chat: FakeChat
+) -> None:
+    """Two extractions of the same messages, both checked before either wrote: the second to
+    write finds the first's fact (lock_extraction_scope) and refuses it as a duplicate, and still
+    writes its other proposal. Before, both wrote it."""
+    app_settings = msgspec.structs.replace(
+        settings,
+        extract_base_url=chat.url,
+        extract_model="fake-model",
+        extract_timeout_seconds=30.0,
+        rate_limit_per_minute=0,
+        pool_min_size=0,
+        pool_max_size=4,
+    )
+    project = f"ext-{uuid.uuid4().hex[:12]}"
+    key = await migrated_key(app_settings, project)
+    hold = threading.Event()
+    for other in ("Alice drinks tea.", "Alice drinks coffee."):
+        both = answer(
+            {"content": "Alice is vegetarian.", "source_message": 2}, {"content": other, "source_message": 2}
+        )
+        chat.then(Step(answer=both.answer, hold=hold))
+    try:
+        async with pooled_client(app_settings, hash_embedder) as (client, _):
+            runs = [asyncio.create_task(extract(client, key, project_id=project)) for _ in range(2)]
+            for _ in runs:
+                assert await asyncio.to_thread(chat.arrived.acquire, True, 30), "the model was never asked"
+            hold.set()
+            answers = [(await run).json() for run in runs]
+            listed = await client.get(
+                "/v1/facts", params={"project_id": project, "subject_id": SUBJECT}, headers=bearer(key)
+            )
+    finally:
+        hold.set()
+    contents = sorted(f["content"] for f in listed.json()["facts"])
+    assert contents == ["Alice drinks coffee.", "Alice drinks tea.", "Alice is vegetarian."]
+    refused = [x for a in answers for x in a["refused"]]
+    assert [(x["content"], x["reason"]) for x in refused] == [("Alice is vegetarian.", "duplicate")]
+    assert sorted(len(a["facts"]) for a in answers) == [1, 2]

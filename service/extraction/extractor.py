@@ -18,6 +18,7 @@ The model runs before any transaction, like the embedder (service/memory/idempot
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from service.memory import writes as memory
 from service.redaction import redacted_http_url
 from service.repository import Conn
 from service.repository import webhooks as webhooks_repo
-from service.repository.extraction import KnownFact, active_contents, known_facts
+from service.repository.extraction import KnownFact, active_contents, known_facts, lock_extraction_scope
 from service.scope_id import scope_id_problem
 from service.settings import Settings
 from service.structs import (
@@ -408,11 +409,41 @@ def dry_run(plan: Plan) -> ExtractResponse:
     return _response(plan, None, None)
 
 
+async def written_meanwhile(conn: Conn, plan: Plan) -> Plan:
+    """The plan without the proposals that a fact still served says now: a concurrent extraction
+    of the scope wrote it since they were checked (under lock_extraction_scope, so its write has
+    committed). They become `duplicate` refusals; the rest keep their vectors."""
+    if plan.facts is None:
+        return plan
+    accepted = plan.checked.accepted
+    contents = [a.fact.content for a in accepted]
+    held = await active_contents(conn, plan.req.project_id, plan.req.subject_id, contents)
+    keep = [i for i, c in enumerate(contents) if c not in held or held[c] is not None]
+    if len(keep) == len(accepted):
+        return plan
+    late = [
+        RefusedFact(
+            content=_snippet(a.fact.content),
+            key=a.fact.key,
+            reason="duplicate",
+            message="a concurrent extraction wrote this fact first",
+        )
+        for i, a in enumerate(accepted)
+        if i not in keep
+    ]
+    checked = Checked(accepted=[accepted[i] for i in keep], refused=[*plan.checked.refused, *late])
+    facts = memory.only_facts(plan.facts, keep) if keep else None
+    return dataclasses.replace(plan, checked=checked, facts=facts)
+
+
 async def store(conn: Conn, plan: Plan) -> ExtractResponse:
     """One transaction: the events, then the facts linked to them; a refused write undoes both."""
-    assert plan.events is not None
+    prepared_events = plan.events
+    assert prepared_events is not None
     async with conn.transaction():
-        events = await memory.store_events(conn, plan.events)
+        await lock_extraction_scope(conn, plan.req.project_id, plan.req.subject_id)
+        plan = await written_meanwhile(conn, plan)
+        events = await memory.store_events(conn, prepared_events)
         event_ids = [e.event_id for e in events.events]
         written = None
         if plan.facts is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -395,6 +396,14 @@ async def prepare_extraction(
     if facts is None:
         return prepared, None
     return prepared, _prepared_facts(settings, facts, vectors[n:], embedder.name)
+
+
+def only_facts(prepared: PreparedFacts, keep: Sequence[int]) -> PreparedFacts:
+    """The same embedded batch with only the facts at these indexes (in their order): an
+    extraction drops the proposals a concurrent one wrote first, without embedding again."""
+    req = msgspec.structs.replace(prepared.req, facts=[prepared.req.facts[i] for i in keep])
+    columns = {name: [values[i] for i in keep] for name, values in prepared.columns.items()}
+    return dataclasses.replace(prepared, req=req, fact_ids=columns["fact_ids"], columns=columns)
 
 
 def with_source_events(prepared: PreparedFacts, source_event_ids: list[UUID]) -> PreparedFacts:

@@ -38,3 +38,7 @@ async def active_contents(
         )
     )
     return {r["content"]: r["renews"] for r in rows}
+
+
+async def lock_extraction_scope(conn: Conn, project_id: str, subject_id: str) -> None:
+    await q().lock_extraction_scope(conn, project_id=project_id, subject_id=subject_id)
