@@ -1441,6 +1441,33 @@ $$;
 COMMENT ON FUNCTION public.haki_recency(dated_at timestamp with time zone, tau_seconds double precision, at timestamp with time zone) IS 'Rule: recency at an instant (docs/spec/context-assembler.md, "Hybrid score"). Written and explained in migrations/rules.sql.';
 
 --
+-- Name: haki_response_names(jsonb, uuid[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.haki_response_names(response jsonb, ids uuid[]) RETURNS TABLE(item_id text)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+SELECT n.item_id
+FROM pg_catalog.unnest(ARRAY['facts', 'events']) AS a(name)
+CROSS JOIN LATERAL pg_catalog.jsonb_array_elements(
+         CASE WHEN pg_catalog.jsonb_typeof(response OPERATOR(pg_catalog.->) a.name)
+                   OPERATOR(pg_catalog.=) 'array'
+              THEN response OPERATOR(pg_catalog.->) a.name
+              ELSE '[]'::jsonb END
+     ) AS r(item)
+CROSS JOIN LATERAL (
+    SELECT coalesce(r.item OPERATOR(pg_catalog.->>) 'fact_id', r.item OPERATOR(pg_catalog.->>) 'event_id')
+) AS n(item_id)
+WHERE n.item_id OPERATOR(pg_catalog.=) ANY (SELECT g.id::text FROM pg_catalog.unnest(ids) AS g(id))
+$$;
+
+--
+-- Name: FUNCTION haki_response_names(response jsonb, ids uuid[]); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.haki_response_names(response jsonb, ids uuid[]) IS 'The ids of ids that a stored Idempotency-Key response names: the records an erasure takes (docs/spec/api.md, "Memory lifecycle"; migration 0042).';
+
+--
 -- Name: haki_scope_bucket(text, text); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -2308,7 +2335,8 @@ CREATE TABLE public.idempotency_keys (
     status_code integer,
     response jsonb,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
-    expires_at timestamp with time zone NOT NULL
+    expires_at timestamp with time zone NOT NULL,
+    subject_id text
 );
 
 --
@@ -2988,6 +3016,12 @@ CREATE INDEX facts_source_event ON public.facts USING btree (project_id, source_
 --
 
 CREATE INDEX idempotency_keys_expiry ON public.idempotency_keys USING btree (project_id, expires_at);
+
+--
+-- Name: idempotency_keys_scope; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX idempotency_keys_scope ON public.idempotency_keys USING btree (project_id, subject_id);
 
 --
 -- Name: ui_sessions_expiry; Type: INDEX; Schema: public; Owner: -

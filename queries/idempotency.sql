@@ -9,17 +9,19 @@ WHERE project_id = :project_id
   AND expires_at > now()
   AND status_code IS NOT NULL;
 
--- name: claim_idempotency_key(project_id, idempotency_key, request_sha256, ttl_seconds)$
+-- name: claim_idempotency_key(project_id, subject_id, idempotency_key, request_sha256, ttl_seconds)$
 -- Claims a key for the current transaction (new, or expired and reused); NULL when a live record
 -- exists. A concurrent claim of the same key waits on the unique index until this transaction
--- ends, and the conflicting row stays locked even when the WHERE clause skips the update.
-INSERT INTO idempotency_keys (project_id, idempotency_key, request_sha256, expires_at)
+-- ends, and the conflicting row stays locked even when the WHERE clause skips the update. The
+-- record keeps the write's scope, where the erasures that may take it look (migration 0042).
+INSERT INTO idempotency_keys (project_id, subject_id, idempotency_key, request_sha256, expires_at)
 VALUES (
-    :project_id, :idempotency_key, :request_sha256,
+    :project_id, :subject_id, :idempotency_key, :request_sha256,
     now() + make_interval(secs => :ttl_seconds::float8)
 )
 ON CONFLICT (project_id, idempotency_key) DO UPDATE
-SET request_sha256 = EXCLUDED.request_sha256,
+SET subject_id = EXCLUDED.subject_id,
+    request_sha256 = EXCLUDED.request_sha256,
     status_code = NULL,
     response = NULL,
     created_at = now(),

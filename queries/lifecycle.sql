@@ -29,9 +29,10 @@ FROM (
 -- name: erase_subject(project_id, subject_id, erasure_id, key_id)^
 -- Erases every row of one scope in one statement and audits it: conflict members and sets,
 -- facts, events, context calls and their decisions, and the Idempotency-Key records whose
--- stored response names one of the scope's facts or events (a write batch is one scope, so a
--- record names only ids of that scope). Foreign keys are checked at the end of the statement,
--- when the members and the facts they reference are both gone. Returns the counts per kind.
+-- stored response names one of the scope's facts or events (haki_response_names; a write
+-- batch is one scope, so a record names only ids of that scope). Foreign keys are checked
+-- at the end of the statement, when the members and the facts they reference are both gone.
+-- Returns the counts per kind.
 WITH gone_members AS (
     DELETE FROM conflict_members AS cm
     USING conflict_sets AS cs
@@ -74,22 +75,24 @@ gone_decisions AS (
       AND t.trace_id = g.trace_id
     RETURNING t.ord
 ),
+gone_ids AS (
+    -- A column, so haki_response_names (migration 0042) inlines; read once, so it is an InitPlan
+    -- and its ids are hashed once for all the project's records.
+    SELECT ARRAY(
+               SELECT gf.fact_id FROM gone_facts AS gf
+               UNION ALL
+               SELECT ge.event_id FROM gone_events AS ge
+           ) AS ids
+),
 gone_keys AS (
     DELETE FROM idempotency_keys AS k
     WHERE k.project_id = :project_id
+      -- The scope's records, and those claimed before migration 0042, which have no scope.
+      AND (k.subject_id = :subject_id OR k.subject_id IS NULL)
       AND EXISTS (
-          -- Both arrays: an extraction's answer names its events beside its (maybe no) facts.
           SELECT 1
-          FROM unnest(ARRAY['facts', 'events']) AS a(name)
-          CROSS JOIN LATERAL jsonb_array_elements(
-                   CASE WHEN jsonb_typeof(k.response -> a.name) = 'array' THEN k.response -> a.name
-                        ELSE '[]'::jsonb END
-               ) AS r(item)
-          WHERE coalesce(r.item ->> 'fact_id', r.item ->> 'event_id') IN (
-              SELECT gf.fact_id::text FROM gone_facts AS gf
-              UNION ALL
-              SELECT ge.event_id::text FROM gone_events AS ge
-          )
+          FROM gone_ids AS g
+          CROSS JOIN LATERAL public.haki_response_names(k.response, g.ids) AS n
       )
     RETURNING k.idempotency_key
 ),
@@ -146,7 +149,8 @@ CROSS JOIN audit AS a;
 -- (an open set left with fewer than two claims, haki_conflict_claims, is resolved; a set left
 -- empty goes) and the `supersedes` links that point at it (null); the facts extracted from an
 -- event keep their text and lose the link (source_event_id null), and the event after it loses
--- its vector in context. NULL when no such memory.
+-- its vector in context. The Idempotency-Key records whose stored response names it go too, as
+-- in erase_subject: a retry of its write or extraction would replay it. NULL when no such memory.
 -- Keeps a copy of open conflict: it does not ask whether a fact is held back by an open set, it
 -- closes the set the erasure leaves with fewer than two claims, so it reads the set's status itself.
 WITH locked_fact AS (
@@ -332,6 +336,18 @@ gone_notices AS (
       AND x.item_id = ANY (o.fact_ids)
     RETURNING o.event_id
 ),
+gone_keys AS (
+    DELETE FROM idempotency_keys AS k
+    USING target AS x
+    WHERE k.project_id = :project_id
+      -- The scope's records, and those claimed before migration 0042, which have no scope.
+      AND (k.subject_id = x.subject_id OR k.subject_id IS NULL)
+      AND EXISTS (
+          SELECT 1
+          FROM public.haki_response_names(k.response, ARRAY[x.item_id]) AS n
+      )
+    RETURNING k.idempotency_key
+),
 gone AS (
     SELECT g.subject_id FROM gone_facts AS g
     UNION ALL
@@ -340,13 +356,14 @@ gone AS (
 audit AS (
     INSERT INTO erasures (
         project_id, erasure_id, subject_id, kind, facts, events, conflict_sets, conflict_members,
-        decisions, key_id
+        decisions, idempotency_keys, key_id
     )
     SELECT :project_id, :erasure_id, g.subject_id, :kind, (SELECT count(*) FROM gone_facts),
            (SELECT count(*) FROM gone_events), (SELECT count(*) FROM gone_sets),
            (SELECT count(*) FROM gone_members),
            (SELECT count(*) FROM gone_old_decisions)
-               + (SELECT coalesce(sum(p.removed), 0) FROM pruned_calls AS p)::bigint, :key_id
+               + (SELECT coalesce(sum(p.removed), 0) FROM pruned_calls AS p)::bigint,
+           (SELECT count(*) FROM gone_keys), :key_id
     FROM gone AS g
     RETURNING erased_at, subject_id
 )
@@ -357,7 +374,7 @@ SELECT (SELECT count(*) FROM gone_members) AS conflict_members,
        (SELECT count(*) FROM unlinked_sources) AS facts_unlinked,
        (SELECT count(*) FROM gone_old_decisions)
            + (SELECT coalesce(sum(p.removed), 0) FROM pruned_calls AS p)::bigint AS decisions,
-       a.erased_at, a.subject_id
+       (SELECT count(*) FROM gone_keys) AS idempotency_keys, a.erased_at, a.subject_id
 FROM audit AS a;
 
 -- name: list_context_call_projects()

@@ -904,6 +904,9 @@ class FactErasure(Response, frozen=True, kw_only=True):
     conflict_sets: Annotated[int, Meta(description="Conflict sets left empty, erased.")]
     supersedes_unlinked: Annotated[int, Meta(description="Facts whose `supersedes` named it, now null.")]
     decisions: Annotated[int, Meta(description="Trace decisions that named it, erased.")]
+    idempotency_keys: Annotated[
+        int, Meta(description="Idempotency-Key records whose stored response named it, erased.")
+    ]
 
 
 class EventErasure(Response, frozen=True, kw_only=True):
@@ -912,6 +915,9 @@ class EventErasure(Response, frozen=True, kw_only=True):
     erased_at: ErasedAt
     facts_unlinked: Annotated[int, Meta(description="Facts whose `source_event_id` named it, now null.")]
     decisions: Annotated[int, Meta(description="Trace decisions that named it, erased.")]
+    idempotency_keys: Annotated[
+        int, Meta(description="Idempotency-Key records whose stored response named it, erased.")
+    ]
 
 
 # --- the memory browser (/ui, service/api/ui.py): rows of its pages, not JSON bodies -----------

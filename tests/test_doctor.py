@@ -53,7 +53,9 @@ def test_the_refusal_names_the_cause_and_the_fix(tmp_path: Path) -> None:
 
 
 def test_database_urls_lose_their_password() -> None:
-    assert redacted_database_url("postgresql://haki:s3cret@db:5432/haki") == "postgresql://haki:***@db:5432/haki"
+    assert (
+        redacted_database_url("postgresql://haki:s3cret@db:5432/haki") == "postgresql://haki:***@db:5432/haki"
+    )
     assert redacted_database_url("postgresql:///haki?host=/tmp") == "postgresql:///haki?host=/tmp"
     # libpq's (and asyncpg's) query parameters hold passwords too.
     assert redacted_database_url("postgresql://u@db/x?password=s3cret") == "postgresql://u@db/x?password=***"

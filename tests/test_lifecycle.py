@@ -171,7 +171,7 @@ async def test_subject_erase_takes_the_key_of_an_extraction_that_wrote_no_fact(
     subject's event, and a replay of it would repeat the erased messages' proposals."""
     (event_id,) = await write_events(client, key, [("Zoe said her SSN", "2024-05-01T10:00:00Z")], "zoe")
     answer = {"facts": [], "events": [{"event_id": event_id}], "proposals": [{"content": "Zoe's SSN"}]}
-    assert await idempotency.claim_idempotency_key(conn, PROJECT, "extract-1", b"x" * 32, 3600)
+    assert await idempotency.claim_idempotency_key(conn, PROJECT, "zoe", "extract-1", b"x" * 32, 3600)
     await idempotency.store_idempotent_response(conn, PROJECT, "extract-1", 201, answer)
     r = await client.delete("/v1/subjects/zoe", params={"project_id": PROJECT}, headers=bearer(key))
     assert r.status_code == 200 and r.json()["idempotency_keys"] == 1, r.text

@@ -141,6 +141,7 @@ async def run_batch(
         deps.settings,
         deps.principal,
         project_id=data.project_id,
+        subject_id=data.subject_id,
         key=idempotency_key,
         route=route,
         request=data,

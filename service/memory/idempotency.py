@@ -71,6 +71,7 @@ async def run_once(
     principal: Principal,
     *,
     project_id: str,
+    subject_id: str,
     key: str | None,
     route: str,
     request: msgspec.Struct,
@@ -80,7 +81,8 @@ async def run_once(
     write: Callable[[P], Awaitable[T]],
 ) -> Outcome[T]:
     """`prepare` (checks, embedding) runs outside any transaction; `write(prepared)` inside the
-    one that claims the key, on the connection `lent` holds then."""
+    one that claims the key, on the connection `lent` holds then. The record keeps the write's
+    scope (`subject_id`), where an erasure of it looks."""
     # Before any lookup: another project's key must not replay this project's responses.
     principal.require(project_id)
     if key is None:
@@ -95,7 +97,7 @@ async def run_once(
     async with conn.transaction():
         await idempotency_repo.purge_idempotency_keys(conn, project_id, PURGE_BATCH)
         claimed = await idempotency_repo.claim_idempotency_key(
-            conn, project_id, key, digest, float(settings.idempotency_ttl_seconds)
+            conn, project_id, subject_id, key, digest, float(settings.idempotency_ttl_seconds)
         )
         if not claimed:
             # A concurrent request with this key committed first; its record is now visible.

@@ -358,7 +358,7 @@ async def _store_once(
     as_cli = Principal(project_id=request.project_id, key_id=CLI_KEY_ID)
     once = functools.partial(idempotency.run_once, _Held(conn), settings, as_cli, status_code=201)
     outcome = await once(
-        project_id=request.project_id, key=key, route=route, request=request,
+        project_id=request.project_id, subject_id=request.subject_id, key=key, route=route, request=request,
         response_type=response_type, prepare=ready, write=functools.partial(store, conn),
     )  # fmt: skip
     return outcome.replayed

@@ -17,11 +17,17 @@ async def find_idempotent_response(
 
 
 async def claim_idempotency_key(
-    conn: Conn, project_id: str, idempotency_key: str, request_sha256: bytes, ttl_seconds: float
+    conn: Conn,
+    project_id: str,
+    subject_id: str,
+    idempotency_key: str,
+    request_sha256: bytes,
+    ttl_seconds: float,
 ) -> bool:
     claimed = await q().claim_idempotency_key(
         conn,
         project_id=project_id,
+        subject_id=subject_id,
         idempotency_key=idempotency_key,
         request_sha256=request_sha256,
         ttl_seconds=ttl_seconds,

@@ -52,3 +52,11 @@ FROM context_calls AS c
 WHERE c.project_id = :project_id
   AND c.trace_id = :trace_id
 FOR UPDATE;
+
+-- name: test_set_idempotency_subject(project_id, idempotency_key, subject_id)!
+-- Moves an Idempotency-Key record to another scope, or to none (a record claimed before
+-- migration 0042 kept no subject).
+UPDATE idempotency_keys
+SET subject_id = :subject_id
+WHERE project_id = :project_id
+  AND idempotency_key = :idempotency_key;

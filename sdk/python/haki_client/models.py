@@ -400,6 +400,8 @@ class FactErasure(_Out, frozen=True, kw_only=True):
     decisions: int
     # The erased item's subject. Required of the server; None only from one that predates it.
     subject_id: str | None = None
+    # The Idempotency-Key records naming it that went with it (0 from a server that predates it).
+    idempotency_keys: int = 0
 
 
 class EventErasure(_Out, frozen=True, kw_only=True):
@@ -408,6 +410,7 @@ class EventErasure(_Out, frozen=True, kw_only=True):
     facts_unlinked: int
     decisions: int
     subject_id: str | None = None  # as in FactErasure
+    idempotency_keys: int = 0  # as in FactErasure
 
 
 # --- webhooks (docs/webhooks.md) ---------------------------------------------------------------

@@ -663,6 +663,8 @@ export interface components {
             facts_unlinked: number;
             /** @description Trace decisions that named it, erased. */
             decisions: number;
+            /** @description Idempotency-Key records whose stored response named it, erased. */
+            idempotency_keys: number;
         };
         /** EventIn */
         EventIn: {
@@ -885,6 +887,8 @@ export interface components {
             supersedes_unlinked: number;
             /** @description Trace decisions that named it, erased. */
             decisions: number;
+            /** @description Idempotency-Key records whose stored response named it, erased. */
+            idempotency_keys: number;
         };
         /** FactIn */
         FactIn: {
