@@ -2,9 +2,11 @@
 -- Marks the facts named by `supersedes` as superseded (locking them); returns those it changed.
 -- A fact is only superseded when it is active in this scope and starts before its successor.
 -- It stops being believed now (recorded_to, migration 0012), with the valid_to it had until then.
+-- It ends where its successor starts, or earlier if it had already ended: a supersession never
+-- makes a fact true for longer than it was said to be (as a conflict's resolution, conflicts.sql).
 UPDATE facts AS f
 SET status = 'superseded',
-    valid_to = s.ends_at,
+    valid_to = least(f.valid_to, s.ends_at),
     recorded_to = now(),
     believed_valid_to = f.valid_to
 FROM (
@@ -116,7 +118,9 @@ WHERE r.project_id = :project_id
 ORDER BY r.fact_id;
 
 -- name: patch_fact(project_id, fact_id, retract, valid_to)$
--- Retracts a fact and/or sets its valid_to; returns the fact id, or NULL when there is none.
+-- Retracts a fact and/or sets its valid_to; returns the fact id, or NULL when there is none or
+-- it is not active (the caller tells which): a superseded or retracted fact's history is kept as
+-- it was, except that retracting a retracted fact again changes nothing and succeeds.
 -- A retraction of a believed fact ends its belief now (recorded_to, migration 0012), with the
 -- valid_to it had until then; a fact that was no longer believed keeps both.
 UPDATE facts
@@ -127,6 +131,7 @@ SET status = CASE WHEN :retract::boolean THEN 'retracted' ELSE status END,
                              THEN valid_to ELSE believed_valid_to END
 WHERE project_id = :project_id
   AND fact_id = :fact_id
+  AND (status = 'active' OR (status = 'retracted' AND :retract::boolean AND :valid_to::timestamptz IS NULL))
 RETURNING fact_id;
 
 -- name: fact_keys(project_id, subject_id, fact_ids)

@@ -257,6 +257,31 @@ async def test_supersede_without_valid_from_closes_the_old_fact_now(
     assert abs(datetime.now(UTC) - valid_to) < timedelta(minutes=5)
 
 
+async def test_supersede_keeps_an_earlier_end(client: httpx.AsyncClient, key: str) -> None:
+    """A fact that had already ended is not made true until its successor starts."""
+    (old,) = await write_facts(
+        client,
+        key,
+        [
+            {
+                "content": "Bob lived in Lyon",
+                "valid_from": "2020-01-01T00:00:00Z",
+                "valid_to": "2021-01-01T00:00:00Z",
+            }
+        ],
+        subject_id="sup4",
+    )
+    body = {
+        "content": "Bob lives in Nice",
+        "valid_from": "2023-01-01T00:00:00Z",
+        "supersedes": old["fact_id"],
+    }
+    await write_facts(client, key, [body], subject_id="sup4")
+    old_fact = await get_fact(client, key, old["fact_id"])
+    assert old_fact["status"] == "superseded"
+    assert ts(old_fact["valid_to"]) == datetime(2021, 1, 1, tzinfo=UTC)
+
+
 @pytest.mark.parametrize(
     "case", ["unknown", "other_subject", "already_superseded", "retracted", "starts_later"]
 )
@@ -340,6 +365,33 @@ async def test_patch_retract(client: httpx.AsyncClient, key: str) -> None:
     assert [
         x["fact_id"] for x in await list_all_facts(client, key, subject_id="patch", status="retracted")
     ] == [f["fact_id"]]
+
+
+async def test_patch_changes_only_an_active_fact(client: httpx.AsyncClient, key: str) -> None:
+    """A superseded fact keeps its status and its end (409, naming its status); a retracted one
+    may be retracted again, which changes nothing."""
+    (old, gone) = await write_facts(
+        client, key, [{"content": "Ann uses vim"}, {"content": "Ann uses tabs"}], "p2"
+    )
+    await write_facts(client, key, [{"content": "Ann uses emacs", "supersedes": old["fact_id"]}], "p2")
+    before = await get_fact(client, key, old["fact_id"])
+    for body in ({"status": "retracted"}, {"valid_to": "2099-01-01T00:00:00Z"}):
+        r = await client.patch(f"/v1/facts/{old['fact_id']}", json=body, headers=bearer(key))
+        problem = assert_error(r, 409, "conflict")
+        assert problem["details"] == {
+            "fact_id": old["fact_id"],
+            "status": "superseded",
+            "reason": "fact_not_active",
+        }
+    assert await get_fact(client, key, old["fact_id"]) == before
+    retract = {"status": "retracted"}
+    first = await client.patch(f"/v1/facts/{gone['fact_id']}", json=retract, headers=bearer(key))
+    again = await client.patch(f"/v1/facts/{gone['fact_id']}", json=retract, headers=bearer(key))
+    assert first.status_code == again.status_code == 200 and again.json() == first.json()
+    r = await client.patch(
+        f"/v1/facts/{gone['fact_id']}", json={"valid_to": "2099-01-01T00:00:00Z"}, headers=bearer(key)
+    )
+    assert assert_error(r, 409, "conflict")["details"]["status"] == "retracted"
 
 
 async def test_patch_valid_to(client: httpx.AsyncClient, key: str) -> None:

@@ -316,9 +316,14 @@ async def import_document(
         retracted = 0
         for f in doc.facts:
             if f.status == "retracted":
-                await memory.patch_fact(
-                    conn, principal, fact_ids[f.fact_id], PatchFactRequest(status="retracted")
-                )
+                try:
+                    await memory.patch_fact(
+                        conn, principal, fact_ids[f.fact_id], PatchFactRequest(status="retracted")
+                    )
+                except Conflict:
+                    # Superseded by an exported successor: retracted after it, before PATCH kept
+                    # a superseded fact as it was. Its successor already ended its belief.
+                    continue
                 retracted += 1
         await _supersede_orphans(conn, project_id, subject_id, doc.facts, fact_ids)
     return ImportSummary(

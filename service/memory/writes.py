@@ -275,7 +275,16 @@ async def patch_fact(conn: Conn, principal: Principal, fact_id: UUID, req: Patch
             conn, principal.project_id, fact_id, retract=retract, valid_to=req.valid_to
         )
         if not found:
-            raise NotFound("No fact with this id in the key's project.", fact_id=str(fact_id))
+            fact = await facts_repo.get_fact(conn, principal.project_id, fact_id)
+            if fact is None:
+                raise NotFound("No fact with this id in the key's project.", fact_id=str(fact_id))
+            raise Conflict(
+                f"This fact is {fact.status}: only an active fact is retracted or given a valid_to "
+                "(a retracted one may be retracted again).",
+                fact_id=str(fact_id),
+                status=fact.status,
+                reason="fact_not_active",
+            )
         if retract:
             await conflicts_repo.resolve_left_conflict_sets(conn, principal.project_id, [fact_id])
     return await get_fact(conn, principal, fact_id)
