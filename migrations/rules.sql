@@ -56,7 +56,8 @@ $$;
 COMMENT ON FUNCTION public.haki_fact_valid(timestamptz, timestamptz, timestamptz, timestamptz) IS
 'Rule: business validity at an instant (docs/spec/context-assembler.md, "Hard filters"). Written and explained in migrations/rules.sql.';
 
--- Staleness, blocked `volatility_expired` (docs/spec/context-assembler.md, "Hard filters").
+-- Staleness, blocked `volatility_expired` (docs/spec/context-assembler.md, "Hard filters"): a
+-- fact *older than* its stale_after, so it is still served at the very instant it reaches it.
 -- `volatility = 'volatile'` stays a conjunct of its own: facts_scope_volatile_active names it.
 CREATE OR REPLACE FUNCTION public.haki_fact_stale(
     volatility text, valid_from timestamptz, recorded_from timestamptz, stale_after interval,
@@ -64,7 +65,7 @@ CREATE OR REPLACE FUNCTION public.haki_fact_stale(
 ) RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
 SELECT volatility = 'volatile'
-   AND coalesce(valid_from, recorded_from) + stale_after <= coalesce(at, pg_catalog.now())
+   AND coalesce(valid_from, recorded_from) + stale_after < coalesce(at, pg_catalog.now())
 $$;
 COMMENT ON FUNCTION public.haki_fact_stale(text, timestamptz, timestamptz, interval, timestamptz) IS
 'Rule: a volatile fact gone stale by an instant (docs/spec/context-assembler.md, "Hard filters"). Written and explained in migrations/rules.sql.';

@@ -1085,7 +1085,7 @@ CREATE FUNCTION public.haki_fact_stale(volatility text, valid_from timestamp wit
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
 SELECT volatility = 'volatile'
-   AND coalesce(valid_from, recorded_from) + stale_after <= coalesce(at, pg_catalog.now())
+   AND coalesce(valid_from, recorded_from) + stale_after < coalesce(at, pg_catalog.now())
 $$;
 
 --

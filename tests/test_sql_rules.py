@@ -16,12 +16,13 @@ migrations/rules.sql, and every statement and every other function calls them.
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import asyncpg
 import pytest
 
-from tests.helpers.sql import REPO, SQL_FOLDERS, Statement, all_statements, strip_comments
+from tests.helpers.sql import REPO, SQL_FOLDERS, Statement, all_statements, load_test_queries, strip_comments
 
 RULES_SQL = REPO / "migrations" / "rules.sql"
 RULE_FUNCTION = re.compile(r"^CREATE OR REPLACE FUNCTION public\.(?P<name>\w+)\(", re.M)
@@ -454,3 +455,14 @@ async def test_no_index_or_constraint_is_built_on_a_rule_function(conn: asyncpg.
 
     assert await built_on(["haki_scope_keyed_vector"])
     assert await built_on(rule_functions()) == []
+
+
+async def test_a_fact_is_stale_once_older_than_its_stale_after(conn: asyncpg.Connection) -> None:
+    """ "Older than its stale_after_seconds" (docs/spec/api.md): at the very instant it reaches
+    that age a volatile fact is still served; a microsecond later it is not."""
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    q = load_test_queries()
+    reached = start + timedelta(seconds=3600)
+    assert await q.test_fact_stale_at(conn, valid_from=start, stale_after_seconds=3600, at=reached) is False
+    later = reached + timedelta(microseconds=1)
+    assert await q.test_fact_stale_at(conn, valid_from=start, stale_after_seconds=3600, at=later) is True

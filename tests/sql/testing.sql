@@ -283,3 +283,8 @@ LIMIT :max_rows;
 -- The texts of a scope's statistics sample now (haki_scope_sample, the simple configuration).
 SELECT s.sv::text AS words
 FROM public.haki_scope_sample(:project_id, :subject_id, 'simple'::regconfig, :sample_docs, NULL) AS s;
+
+-- name: test_fact_stale_at(valid_from, stale_after_seconds, at)$
+-- Whether a volatile fact starting at valid_from is stale at an instant (haki_fact_stale).
+SELECT public.haki_fact_stale('volatile', :valid_from::timestamptz, :valid_from::timestamptz,
+                              make_interval(secs => :stale_after_seconds::float8), :at::timestamptz);
