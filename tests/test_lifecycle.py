@@ -13,6 +13,7 @@ import msgspec
 import pytest
 
 from service.api.auth import Principal
+from service.constants import MAX_SCOPE_CHARS
 from service.embedding.embedder import Embedder
 from service.errors import Conflict
 from service.memory import export, retention
@@ -474,6 +475,20 @@ async def test_events_and_subjects_page_by_cursor(client: httpx.AsyncClient, key
             ("u1", 2, 5),
         ], limit
         assert all(s["last_write_at"] for s in subjects)
+
+
+async def test_the_longest_subject_id_pages_on(client: httpx.AsyncClient, key: str) -> None:
+    """A subject id of 200 four-byte characters makes the longest cursor (1,068 characters); the
+    route takes back every cursor it issues."""
+    longest = ["\U0001f600" * MAX_SCOPE_CHARS, "\U0001f601" * MAX_SCOPE_CHARS]
+    for subject in longest:
+        await write_facts(client, key, ["a fact"], subject_id=subject)
+    page = (await client.get("/v1/subjects", params={"limit": 1}, headers=bearer(key))).json()
+    assert page["subjects"][0]["subject_id"] == longest[0] and len(page["next_cursor"]) == 1068
+    params = {"limit": 1, "cursor": page["next_cursor"]}
+    r = await client.get("/v1/subjects", params=params, headers=bearer(key))
+    assert r.status_code == 200, r.text
+    assert [s["subject_id"] for s in r.json()["subjects"]] == longest[1:]
 
 
 def _comparable(lines: list[bytes]) -> list[dict[str, Any]]:

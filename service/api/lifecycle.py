@@ -14,6 +14,7 @@ from service.api.memory import PageLimit, ProjectQuery, subject_id_parameter
 from service.constants import DEFAULT_PAGE_LIMIT
 from service.db.replica import READS
 from service.memory import erasure, export
+from service.memory.cursors import SUBJECT_CURSOR_MAX_CHARS
 from service.structs import SubjectErasure, SubjectPage
 
 SubjectPath = Annotated[
@@ -28,7 +29,11 @@ SubjectParam = Annotated[
 ]
 Cursor = Annotated[
     str | None,
-    Parameter(query="cursor", max_length=400, description="`next_cursor` of the previous page."),
+    Parameter(
+        query="cursor",
+        max_length=SUBJECT_CURSOR_MAX_CHARS,
+        description="`next_cursor` of the previous page.",
+    ),
 ]
 
 
