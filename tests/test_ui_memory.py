@@ -207,6 +207,22 @@ async def test_subjects_are_listed_with_counts_searchable_and_paged(client: Any,
     assert seen == rows
 
 
+async def test_the_subjects_page_follows_the_longest_cursor(client: Any, key: str) -> None:
+    """A subject id of 200 four-byte characters makes the longest cursor the page links to."""
+    longest = ["\U0001f600" * 200, "\U0001f601" * 200]
+    for subject in longest:
+        await write_facts(client, key, ["a fact"], subject)
+    session = await ui_login(client, key)
+    r = await client.get("/ui/subjects", params={"limit": 1}, headers=session.headers)
+    more = re.search(r'id="next-page" href="/ui/subjects\?cursor=([^&"]+)', r.text)
+    assert more is not None and len(more.group(1)) == 1068
+    r = await client.get(
+        "/ui/subjects", params={"limit": 1, "cursor": more.group(1)}, headers=session.headers
+    )
+    assert r.status_code == 200, r.text
+    assert re.findall(r'data-subject-id="([^"]+)"', r.text) == longest[1:]
+
+
 async def test_a_subject_page_shows_facts_events_conflicts_and_calls(ui: Seeded) -> None:
     client, _, ids, session = ui
     r = await client.get("/ui/subject", params={"subject_id": SUBJECT}, headers=session.headers)

@@ -469,7 +469,9 @@ class TraceInspector(Controller):
         request: Request[Any, Any, Any],
         conn: ConnDep,
         q: Annotated[str | None, Parameter(query="q", max_length=MAX_SEARCH_CHARS)] = None,
-        cursor: Annotated[str | None, Parameter(query="cursor", max_length=400)] = None,
+        cursor: Annotated[
+            str | None, Parameter(query="cursor", max_length=cursors.SUBJECT_CURSOR_MAX_CHARS)
+        ] = None,
         limit: Annotated[int, Parameter(query="limit", ge=1, le=RECENT_CALLS_MAX)] = SUBJECTS_PAGE,
     ) -> Response[Any]:
         visitor = await _session(request, conn)
