@@ -661,6 +661,27 @@ async def test_multi_hop_rows_are_never_gated(
     assert packet["empty_reason"] is None
 
 
+@pytest.mark.model
+async def test_multi_hop_serves_a_linked_candidate_the_gate_left_out(
+    settings: Settings, conn: Any, local_embedder: Embedder, key: str
+) -> None:
+    """Multi-hop rows are never gated, so a linked fact is served whether or not the vector side
+    happened to reach it: one that is a candidate, left out by the gate, comes back as a
+    multi_hop_expansion, decided once. Before, only linked facts beyond the top K could."""
+    gate, subject = 0.65, "multi-hop-gated-candidate"
+    async with make_client(settings, conn, local_embedder, recall_max_distance=gate) as client:
+        alice, lyon = await fact_ids(client, key, [ALICE, LYON], subject)
+        packet, trace = await context_and_trace(
+            client, key, MULTI_HOP_QUERY, subject, include_episodes=False, budget_tokens=2000
+        )
+    decided = by_item(trace)  # each item once
+    assert decided[alice]["reason_code"] == "packed"
+    assert decided[lyon]["cosine_distance"] > gate and decided[lyon]["rank"] > 2
+    assert (decided[lyon]["decision"], decided[lyon]["reason_code"]) == ("included", "multi_hop_expansion")
+    assert [f["fact_id"] for f in packet["facts"]] == [alice, lyon]
+    assert_packet_matches_trace(packet, trace)
+
+
 async def test_multi_hop_is_skipped_when_no_budget_remains(client: httpx.AsyncClient, key: str) -> None:
     subject = "multi-hop-full"
     fact = "Henri works at Initech."  # 23 chars -> 5 tokens

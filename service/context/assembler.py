@@ -271,11 +271,13 @@ async def assemble_facts_first(
         # "After the main pack, if budget remains": one hop from the packed facts.
         entities = entities_of(packed.kept, call.query, MULTI_HOP_MAX_ENTITIES)
         if packed.remaining > 0 and entities:
-            exclude = [c.item_id for c in retrieved.facts]
+            # A candidate the gate left out may come back linked: multi-hop rows are never gated,
+            # so one in the vector top-K is served as one beyond it would be, and decided once.
+            gated = {d.item_id for d in packed.decisions if d.reason_code == "below_relevance_floor"}
+            exclude = [c.item_id for c in retrieved.facts if c.item_id not in gated]
             expansion = await repo.multi_hop_facts(conn, probe, entities=entities, exclude_ids=exclude)
-            packed = packed.then(
-                pack(expansion, packed.remaining, gate, dedupe=False, first_rank=len(retrieved.facts) + 1)
-            )
+            hops = pack(expansion, packed.remaining, gate, dedupe=False, first_rank=len(retrieved.facts) + 1)
+            packed = packed.without(gated & {d.item_id for d in hops.decisions}).then(hops)
     with timer.stage("episodes"):
         # "Facts first, episodes with what's left."
         packed = packed.then(pack(episodes, packed.remaining, gate, dedupe=False))

@@ -110,6 +110,14 @@ class Packed(msgspec.Struct, frozen=True, kw_only=True):
     def remaining(self) -> int:
         return self.budget_tokens - self.used_tokens
 
+    def without(self, item_ids: set[UUID]) -> Packed:
+        """This pack less its decisions about these items, which were gated: they are decided
+        again later in the call (facts_first's multi-hop, which is never gated)."""
+        kept = [d for d in self.decisions if d.item_id not in item_ids]
+        return msgspec.structs.replace(
+            self, decisions=kept, gated=self.gated - (len(self.decisions) - len(kept))
+        )
+
     def then(self, later: Packed) -> Packed:
         """This pack followed by one made with what it left of the budget."""
         return Packed(
