@@ -161,6 +161,12 @@ def label_arg(value: str) -> str:
     return value
 
 
+def new_project_id_arg(value: str) -> str:
+    """The project of a new key, the only way a project comes to be: a project id that `keys list`
+    can print in its tab-separated lines (usage error, 2)."""
+    return label_arg(project_id_arg(value))
+
+
 def _keys_create(settings: Settings, args: argparse.Namespace) -> int:
     project_id: str = args.project_id
     key_id, key = asyncio.run(
@@ -525,7 +531,7 @@ COMMANDS: tuple[Command, ...] = (
         _keys_create,
         help="print a new API key for PROJECT_ID (only its hash is stored)",
         args=(
-            arg("project_id", metavar="PROJECT_ID", type=project_id_arg),
+            arg("project_id", metavar="PROJECT_ID", type=new_project_id_arg),
             arg("--label", default=None, type=label_arg, help="a note to tell keys apart"),
         ),
     ),

@@ -124,7 +124,7 @@ def test_keys_create_prints_exactly_the_key(data_dir: Path) -> None:
     assert len(key) >= 40
 
 
-@pytest.mark.parametrize("project_id", ["", "p" * 201])
+@pytest.mark.parametrize("project_id", ["", "p" * 201, "a\tb", "two\nlines"])
 def test_keys_create_refuses_bad_project_ids(data_dir: Path, project_id: str) -> None:
     res = run_cli(data_dir, "keys", "create", project_id)
     assert res.returncode == 2
