@@ -1,25 +1,63 @@
--- name: list_conflicts(project_id, subject_id, status, conflict_set_id)
--- The conflict sets of a project (optionally one subject, status or set), one row per member.
-SELECT cs.conflict_set_id, cs.project_id, cs.subject_id, cs.key, cs.status, cs.created_at,
-       cs.resolved_at,
-       f.fact_id, f.content, f.status AS fact_status, f.valid_from, f.recorded_from
-FROM conflict_sets AS cs
-JOIN conflict_members AS cm
-  ON cm.project_id = cs.project_id AND cm.conflict_set_id = cs.conflict_set_id
-JOIN facts AS f
-  ON f.project_id = cm.project_id AND f.fact_id = cm.fact_id
-WHERE cs.project_id = :project_id
-  AND (:subject_id::text IS NULL OR cs.subject_id = :subject_id)
-  AND (:status::text IS NULL OR cs.status = :status)
-  AND (:conflict_set_id::uuid IS NULL OR cs.conflict_set_id = :conflict_set_id)
-ORDER BY cs.created_at DESC, cs.conflict_set_id, f.fact_id
-LIMIT 10000;
+-- name: list_conflicts(project_id, subject_id, status, conflict_set_id, before_created_at, before_set_id, page_members)
+-- One page of a project's conflict sets (optionally one subject, status or set), newest first
+-- and after the cursor (the last set of the page before), one row per member. A page holds
+-- whole sets until the next would take it past page_members rows; a first set larger than that
+-- comes alone, whole. `more` says a set follows the page.
+WITH candidates AS (
+    -- Each set takes a row at least: no page holds more sets than this.
+    SELECT cs.conflict_set_id, cs.project_id, cs.subject_id, cs.key, cs.status, cs.created_at,
+           cs.resolved_at
+    FROM conflict_sets AS cs
+    WHERE cs.project_id = :project_id
+      AND (:subject_id::text IS NULL OR cs.subject_id = :subject_id)
+      AND (:status::text IS NULL OR cs.status = :status)
+      AND (:conflict_set_id::uuid IS NULL OR cs.conflict_set_id = :conflict_set_id)
+      AND (:before_created_at::timestamptz IS NULL
+           OR cs.created_at < :before_created_at
+           OR (cs.created_at = :before_created_at AND cs.conflict_set_id > :before_set_id::uuid))
+    ORDER BY cs.created_at DESC, cs.conflict_set_id
+    LIMIT :page_members::integer + 1
+),
+sized AS (
+    -- The rows the page holds up to each set (an empty set's row lists it, empty).
+    SELECT c.conflict_set_id, c.project_id, c.subject_id, c.key, c.status, c.created_at,
+           c.resolved_at,
+           row_number() OVER w AS place,
+           sum(greatest(m.member_count, 1)) OVER w AS rows_through
+    FROM candidates AS c
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS member_count
+        FROM conflict_members AS cm
+        WHERE cm.project_id = :project_id AND cm.conflict_set_id = c.conflict_set_id
+    ) AS m
+    WINDOW w AS (ORDER BY c.created_at DESC, c.conflict_set_id ROWS UNBOUNDED PRECEDING)
+),
+page AS (
+    SELECT s.conflict_set_id, s.project_id, s.subject_id, s.key, s.status, s.created_at,
+           s.resolved_at
+    FROM sized AS s
+    WHERE s.place = 1 OR s.rows_through <= :page_members::integer
+)
+SELECT p.conflict_set_id, p.project_id, p.subject_id, p.key, p.status, p.created_at,
+       p.resolved_at,
+       f.fact_id, f.content, f.status AS fact_status, f.valid_from, f.recorded_from,
+       (SELECT count(*) FROM sized) > (SELECT count(*) FROM page) AS more
+FROM page AS p
+LEFT JOIN (
+    conflict_members AS cm
+    JOIN facts AS f ON f.project_id = cm.project_id AND f.fact_id = cm.fact_id
+) ON cm.project_id = :project_id AND cm.conflict_set_id = p.conflict_set_id
+ORDER BY p.created_at DESC, p.conflict_set_id, f.fact_id;
 
 -- name: get_conflict_set_scope(project_id, conflict_set_id)^
 -- The subject and key of one conflict set (neither ever changes): a resolution takes that key's
--- lock (lock_fact_keys) before it locks the set, so a write of the key waits for it.
+-- lock (lock_fact_keys) before it locks the set, so a write of the key waits for it. With its
+-- member count, by which the resolution's statement timeout grows (members become superseded).
 SELECT cs.subject_id AS subject_id,
-       cs.key AS key
+       cs.key AS key,
+       (SELECT count(*)
+        FROM conflict_members AS cm
+        WHERE cm.project_id = cs.project_id AND cm.conflict_set_id = cs.conflict_set_id) AS members
 FROM conflict_sets AS cs
 WHERE cs.project_id = :project_id
   AND cs.conflict_set_id = :conflict_set_id;

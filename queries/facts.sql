@@ -40,6 +40,8 @@ FROM unnest(
 -- name: detect_conflicts(project_id, subject_id, fact_ids)
 -- Opens (or joins) one ConflictSet per key where a new fact disagrees with another active fact
 -- of the same key and scope; returns each new fact that landed in a set, with the set id.
+-- A successor is checked too: the fact it supersedes is no longer active, so never its rival.
+-- Each key's active facts are read twice, never paired with each new fact (that was quadratic).
 WITH new_facts AS (
     SELECT f.fact_id, f.key, f.content
     FROM facts AS f
@@ -47,24 +49,47 @@ WITH new_facts AS (
       AND f.subject_id = :subject_id
       AND f.fact_id = ANY(:fact_ids::uuid[])
       AND f.key IS NOT NULL
-      AND f.supersedes IS NULL
       AND f.status = 'active'
 ),
-clashes AS (
-    SELECT DISTINCT n.key, x.fact_id
+new_keys AS (
+    -- The one content a key's new facts share, NULL when they say several things.
+    SELECT n.key,
+           CASE WHEN min(n.content) = max(n.content) THEN min(n.content) END AS only_content
     FROM new_facts AS n
+    GROUP BY n.key
+),
+clashing_keys AS (
+    -- A key clashes when its active facts, the new ones among them, say more than one thing.
+    SELECT k.key, k.only_content
+    FROM new_keys AS k
     JOIN facts AS o
       ON o.project_id = :project_id
      AND o.subject_id = :subject_id
-     AND o.key = n.key
+     AND o.key = k.key
      AND o.status = 'active'
-     AND o.content <> n.content
-    CROSS JOIN LATERAL (VALUES (n.fact_id), (o.fact_id)) AS x(fact_id)
+    GROUP BY k.key, k.only_content
+    HAVING min(o.content) <> max(o.content)
+),
+clashes AS (
+    -- Every new fact of a clashing key, and each of its active facts that some new fact
+    -- contradicts: all of them, unless the new facts share the content it has.
+    SELECT n.key, n.fact_id
+    FROM new_facts AS n
+    JOIN clashing_keys AS k USING (key)
+    UNION
+    SELECT k.key, o.fact_id
+    FROM clashing_keys AS k
+    JOIN facts AS o
+      ON o.project_id = :project_id
+     AND o.subject_id = :subject_id
+     AND o.key = k.key
+     AND o.status = 'active'
+     AND (k.only_content IS NULL OR o.content <> k.only_content)
 ),
 opened AS (
     INSERT INTO conflict_sets (project_id, conflict_set_id, subject_id, key)
-    SELECT :project_id, gen_random_uuid(), :subject_id, s.key
-    FROM (SELECT DISTINCT key FROM clashes) AS s
+    SELECT :project_id, gen_random_uuid(), :subject_id, k.key
+    FROM clashing_keys AS k
     ON CONFLICT (project_id, subject_id, key) WHERE status = 'open'
     DO UPDATE SET key = EXCLUDED.key
     RETURNING conflict_set_id, key
@@ -78,8 +103,7 @@ joined AS (
 )
 SELECT n.fact_id, o.conflict_set_id
 FROM new_facts AS n
-JOIN opened AS o USING (key)
-WHERE n.fact_id IN (SELECT c.fact_id FROM clashes AS c);
+JOIN opened AS o USING (key);
 
 -- name: get_fact(project_id, fact_id)^
 -- One fact of a project, with the open ConflictSet it sits in, if any, and what it is worth

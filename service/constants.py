@@ -92,6 +92,9 @@ MAX_QUERY_CHARS: Final = 4000
 MAX_SCOPE_CHARS: Final = 200
 MAX_PAGE_LIMIT: Final = 500
 DEFAULT_PAGE_LIMIT: Final = 50
+# GET /v1/conflicts: a page holds whole sets up to this many members (a larger set comes alone),
+# then `next_cursor`; the bound the listing had as a silent LIMIT on its member rows.
+CONFLICT_PAGE_MEMBERS: Final = 10_000
 # Events' vectors in context (docs/spec/context-profiles.md, rule 8), made by a background
 # worker: the events it embeds at once, and its wait once nothing is pending.
 EVENT_CONTEXT_BATCH: Final = 64

@@ -383,6 +383,7 @@ class ConflictSet(Response, frozen=True, kw_only=True):
 
 class ConflictList(Response, frozen=True, kw_only=True):
     conflicts: Annotated[list[ConflictSet], Meta(description="Conflict sets, newest first.")]
+    next_cursor: NextCursor = None
 
 
 class ResolveConflictRequest(Request):

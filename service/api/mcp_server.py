@@ -550,12 +550,18 @@ async def list_facts(
     output=ConflictList,
     read_only=True,
 )
-async def list_conflicts(ctx: Context, subject_id: Subject) -> types.CallToolResult:
+async def list_conflicts(
+    ctx: Context,
+    subject_id: Subject,
+    cursor: Annotated[
+        str | None, Field(max_length=64, description="The previous page's `next_cursor`.")
+    ] = None,
+) -> types.CallToolResult:
     call = caller(ctx)
     scope = call.request(ScopedRequest, subject_id=subject_id)
     return result(
         await call.run(
-            lambda deps: get_conflicts(deps, scope.project_id, scope.subject_id, "open"), reads=True
+            lambda deps: get_conflicts(deps, scope.project_id, scope.subject_id, "open", cursor), reads=True
         )
     )
 

@@ -84,7 +84,8 @@ def subject_id_parameter(description: str, *, query: str | None = None) -> Any:
 SubjectQuery = Annotated[str | None, subject_id_parameter("Only this subject.", query="subject_id")]
 
 
-# The keyset pagination of GET /v1/facts and /v1/events (GET /v1/subjects takes the same limit).
+# The keyset pagination of GET /v1/facts and /v1/events (GET /v1/subjects takes the same limit;
+# GET /v1/conflicts the cursor, its pages bounded by members).
 PageLimit = Annotated[
     int, Parameter(query="limit", ge=1, le=MAX_PAGE_LIMIT, description="Page size, 1..500.")
 ]
@@ -207,14 +208,20 @@ async def post_events(
 
 
 async def get_conflicts(
-    deps: RouteDeps, project_id: str, subject_id: str | None, status: Literal["open", "resolved"] | None
+    deps: RouteDeps,
+    project_id: str,
+    subject_id: str | None,
+    status: Literal["open", "resolved"] | None,
+    cursor: str | None = None,
 ) -> ConflictList:
     deps.reads.fresh(project_id, subject_id)
-    return await memory.list_conflicts(deps.conn, deps.principal, project_id, subject_id, status)
+    return await memory.list_conflicts(deps.conn, deps.principal, project_id, subject_id, status, cursor)
 
 
 async def post_resolve(deps: RouteDeps, conflict_set_id: UUID, data: ResolveConflictRequest) -> ConflictSet:
-    return await deps.noted(await memory.resolve_conflict(deps.conn, deps.principal, conflict_set_id, data))
+    return await deps.noted(
+        await memory.resolve_conflict(deps.conn, deps.principal, conflict_set_id, data, deps.settings)
+    )
 
 
 async def update_fact(deps: RouteDeps, fact_id: UUID, data: PatchFactRequest) -> Fact:
@@ -330,8 +337,9 @@ class ConflictsController(Controller):
         status: Annotated[
             Literal["open", "resolved"] | None, Parameter(query="status", description="Only this status.")
         ] = None,
+        cursor: PageCursor = None,
     ) -> ConflictList:
-        return await get_conflicts(deps, project_id, subject_id, status)
+        return await get_conflicts(deps, project_id, subject_id, status, cursor)
 
     @post(
         "/{conflict_set_id:uuid}/resolve",

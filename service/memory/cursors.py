@@ -1,12 +1,14 @@
 """The keyset cursors of the list routes (docs/spec/api.md: a cursor this route did not issue is
 a 422). A cursor is the url-safe base64 of a one-byte tag naming the kind of row it pages
-(facts, events, subjects) and the last row's key, so one route's cursor never pages another.
+(facts, events, subjects, conflict sets) and the last row's key, so one route's cursor never
+pages another.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+from datetime import UTC, datetime, timedelta
 from typing import Final, Literal
 from uuid import UUID
 
@@ -14,8 +16,10 @@ from service.constants import MAX_SCOPE_CHARS
 from service.errors import InvalidInput
 from service.scope_id import scope_id_problem
 
-CursorKind = Literal["facts", "events", "subjects"]
-_TAGS: Final[dict[CursorKind, bytes]] = {"facts": b"f", "events": b"e", "subjects": b"s"}
+CursorKind = Literal["facts", "events", "subjects", "conflicts"]
+_TAGS: Final[dict[CursorKind, bytes]] = {"facts": b"f", "events": b"e", "subjects": b"s", "conflicts": b"c"}
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND: Final = timedelta(microseconds=1)
 
 
 def _encode(kind: CursorKind, key: bytes) -> str:
@@ -66,3 +70,21 @@ def decode_subject_cursor(cursor: str) -> str:
     if scope_id_problem(subject_id) is not None:
         raise _refused()
     return subject_id
+
+
+def encode_conflict_cursor(created_at: datetime, conflict_set_id: UUID) -> str:
+    """The last set of a page of conflict sets (newest first): its creation, to the microsecond
+    PostgreSQL keeps, then its id, which orders the sets created at the same instant."""
+    micros = (created_at - _EPOCH) // _MICROSECOND
+    return _encode("conflicts", micros.to_bytes(8, "big", signed=True) + conflict_set_id.bytes)
+
+
+def decode_conflict_cursor(cursor: str) -> tuple[datetime, UUID]:
+    key = _decode("conflicts", cursor)
+    if len(key) != 24:
+        raise _refused()
+    try:
+        created_at = _EPOCH + int.from_bytes(key[:8], "big", signed=True) * _MICROSECOND
+    except OverflowError as exc:
+        raise _refused() from exc
+    return created_at, UUID(bytes=key[8:])

@@ -12,11 +12,17 @@ from uuid import UUID
 import msgspec
 
 from service.api.auth import Principal
+from service.constants import CONFLICT_PAGE_MEMBERS
 from service.embedding.embedder import Embedder, EmbedderError
 from service.errors import Conflict, InvalidInput, NotFound, Unavailable
 from service.ids import uuid7_batch
 from service.instants import check_storable
-from service.memory.cursors import decode_id_cursor, encode_id_cursor
+from service.memory.cursors import (
+    decode_conflict_cursor,
+    decode_id_cursor,
+    encode_conflict_cursor,
+    encode_id_cursor,
+)
 from service.repository import Conn, embedding_model, long_transaction
 from service.repository import conflicts as conflicts_repo
 from service.repository import events as events_repo
@@ -199,7 +205,6 @@ async def store_facts(conn: Conn, prepared: PreparedFacts) -> WriteFactsResponse
                         "is not an active fact of this scope, or it does not start before the new fact",
                         fact_id=str(old_id),
                     )
-            await conflicts_repo.resolve_left_conflict_sets(conn, req.project_id, list(changed))
         sources = {f.source_event_id for f in facts if f.source_event_id is not None}
         if sources:
             missing = await facts_repo.missing_events(conn, req.project_id, req.subject_id, list(sources))
@@ -212,11 +217,14 @@ async def store_facts(conn: Conn, prepared: PreparedFacts) -> WriteFactsResponse
                     )
         await facts_repo.insert_facts(conn, req.project_id, req.subject_id, columns)
         in_conflict: dict[UUID, UUID] = {}
-        keyed = [
-            fid for fid, f in zip(fact_ids, facts, strict=True) if f.key is not None and not f.supersedes
-        ]
+        # A successor too: it replaces one claim of its key, not the key's other claims.
+        keyed = [fid for fid, f in zip(fact_ids, facts, strict=True) if f.key is not None]
         if keyed:
             in_conflict = await facts_repo.detect_conflicts(conn, req.project_id, req.subject_id, keyed)
+        if superseded:
+            # After detection (each was superseded, or the batch was refused): a set that a
+            # successor joins keeps two claims and stays open.
+            await conflicts_repo.resolve_left_conflict_sets(conn, req.project_id, superseded)
     return WriteFactsResponse(
         facts=[
             FactWriteResult(fact_id=fid, status="active", conflict_set_id=in_conflict.get(fid))
@@ -339,23 +347,50 @@ async def store_events(conn: Conn, prepared: PreparedEvents) -> WriteEventsRespo
 
 
 async def list_conflicts(
-    conn: Conn, principal: Principal, project_id: str, subject_id: str | None, status: str | None
+    conn: Conn,
+    principal: Principal,
+    project_id: str,
+    subject_id: str | None,
+    status: str | None,
+    cursor: str | None = None,
 ) -> ConflictList:
+    """One page: whole sets, CONFLICT_PAGE_MEMBERS members at most (a larger set alone), then
+    `next_cursor`: a silent bound on member rows hid a big set's members and older sets."""
     principal.require(project_id)
-    return ConflictList(conflicts=await conflicts_repo.list_conflicts(conn, project_id, subject_id, status))
+    after = decode_conflict_cursor(cursor) if cursor else None
+    sets, more = await conflicts_repo.conflict_page(
+        conn, project_id, subject_id, status, after=after, page_members=CONFLICT_PAGE_MEMBERS
+    )
+    last = sets[-1] if more and sets else None
+    return ConflictList(
+        conflicts=sets,
+        next_cursor=encode_conflict_cursor(last.created_at, last.conflict_set_id) if last else None,
+    )
 
 
 async def resolve_conflict(
-    conn: Conn, principal: Principal, conflict_set_id: UUID, req: ResolveConflictRequest
+    conn: Conn,
+    principal: Principal,
+    conflict_set_id: UUID,
+    req: ResolveConflictRequest,
+    settings: Settings | None = None,
 ) -> ConflictSet:
+    """Resolves an open set. With `settings`, each statement may take write_timeout_ms of the
+    set's size, as a batch write of that many facts: every member not kept is superseded, its
+    indexes written again (an import passes none: its transaction keeps its batches' timeout)."""
     project_id = principal.project_id
-    async with conn.transaction():
+    # Read before the transaction, whose timeout it sets: the subject and key never change.
+    scope = await conflicts_repo.conflict_set_scope(conn, project_id, conflict_set_id)
+    size = scope[2] if scope is not None else 0
+    transaction = (
+        conn.transaction() if settings is None else long_transaction(conn, write_timeout_ms(settings, size))
+    )
+    async with transaction:
         # The key's lock first, as a write of that key takes it (store_facts), then the set's
         # row: a write racing the resolution sees its members either all before it or all after
         # it. Without it, a write of the key that read the members before the resolution
         # committed opened a new set listing the ones it had just superseded
         # (tests/test_write_races.py).
-        scope = await conflicts_repo.conflict_set_scope(conn, project_id, conflict_set_id)
         if scope is not None:
             await facts_repo.lock_fact_keys(conn, project_id, scope[0], [scope[1]])
         locked = await conflicts_repo.lock_conflict_set(conn, project_id, conflict_set_id)

@@ -3,20 +3,29 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from service.constants import CONFLICT_PAGE_MEMBERS
 from service.repository.base import Conn, collect, q
 from service.structs import ConflictMember, ConflictSet
 
 
-async def list_conflicts(
+async def conflict_page(
     conn: Conn,
     project_id: str,
     subject_id: str | None,
     status: str | None,
     conflict_set_id: UUID | None = None,
-) -> list[ConflictSet]:
+    *,
+    after: tuple[datetime, UUID] | None = None,
+    page_members: int = CONFLICT_PAGE_MEMBERS,
+) -> tuple[list[ConflictSet], bool]:
+    """One page of conflict sets, newest first after `after` (the last set of the page before:
+    its created_at and id), whole sets of page_members members at most (a larger set alone);
+    and whether another set follows."""
+    before_created_at, before_set_id = after if after is not None else (None, None)
     rows = await collect(
         q().list_conflicts(
             conn,
@@ -24,6 +33,9 @@ async def list_conflicts(
             subject_id=subject_id,
             status=status,
             conflict_set_id=conflict_set_id,
+            before_created_at=before_created_at,
+            before_set_id=before_set_id,
+            page_members=page_members,
         )
     )
     sets: dict[UUID, tuple[dict[str, Any], list[ConflictMember]]] = {}
@@ -43,24 +55,40 @@ async def list_conflicts(
                 )
             }
             entry = sets[r["conflict_set_id"]] = (head, [])
-        entry[1].append(
-            ConflictMember(
-                fact_id=r["fact_id"],
-                content=r["content"],
-                status=r["fact_status"],
-                valid_from=r["valid_from"],
-                recorded_from=r["recorded_from"],
+        if r["fact_id"] is not None:  # a set without members is listed, empty
+            entry[1].append(
+                ConflictMember(
+                    fact_id=r["fact_id"],
+                    content=r["content"],
+                    status=r["fact_status"],
+                    valid_from=r["valid_from"],
+                    recorded_from=r["recorded_from"],
+                )
             )
-        )
-    return [ConflictSet(**head, members=members) for head, members in sets.values()]
+    listed = [ConflictSet(**head, members=members) for head, members in sets.values()]
+    return listed, bool(rows and rows[0]["more"])
 
 
-async def conflict_set_scope(conn: Conn, project_id: str, conflict_set_id: UUID) -> tuple[str, str] | None:
-    """The (subject_id, key) of a conflict set, None when the project has no such set."""
+async def list_conflicts(
+    conn: Conn,
+    project_id: str,
+    subject_id: str | None,
+    status: str | None,
+    conflict_set_id: UUID | None = None,
+) -> list[ConflictSet]:
+    """The first page of conflict_page; one set (conflict_set_id) is always listed whole."""
+    return (await conflict_page(conn, project_id, subject_id, status, conflict_set_id))[0]
+
+
+async def conflict_set_scope(
+    conn: Conn, project_id: str, conflict_set_id: UUID
+) -> tuple[str, str, int] | None:
+    """The (subject_id, key, member count) of a conflict set, None when the project has no such
+    set."""
     row = await q().get_conflict_set_scope(conn, project_id=project_id, conflict_set_id=conflict_set_id)
     if row is None:
         return None
-    return row["subject_id"], row["key"]
+    return row["subject_id"], row["key"], row["members"]
 
 
 async def lock_conflict_set(

@@ -351,10 +351,16 @@ class Core:
         return Call("POST", "/v1/events", WriteEventsResponse, body=body, timeout=timeout)
 
     def list_conflicts(
-        self, subject_id: str | None, status: str | None, project_id: str | None
+        self, subject_id: str | None, status: str | None, cursor: str | None, project_id: str | None
     ) -> Call[ConflictList]:
         return self._scoped(
-            "GET", "/v1/conflicts", ConflictList, project_id, subject_id=subject_id, status=status
+            "GET",
+            "/v1/conflicts",
+            ConflictList,
+            project_id,
+            subject_id=subject_id,
+            status=status,
+            cursor=cursor,
         )
 
     def resolve_conflict(self, conflict_set_id: UUID | str, keep: Sequence[UUID | str]) -> Call[ConflictSet]:

@@ -186,9 +186,10 @@ class Haki:
         subject_id: str | None = None,
         *,
         status: str | None = None,
+        cursor: str | None = None,
         project_id: str | None = None,
     ) -> models.ConflictList:
-        return self._run(self._core.list_conflicts(subject_id, status, project_id))
+        return self._run(self._core.list_conflicts(subject_id, status, cursor, project_id))
 
     def resolve_conflict(
         self, conflict_set_id: UUID | str, keep: Sequence[UUID | str]

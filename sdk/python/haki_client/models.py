@@ -131,6 +131,8 @@ class ConflictSet(_Out, frozen=True, kw_only=True):
 
 class ConflictList(_Out, frozen=True, kw_only=True):
     conflicts: list[ConflictSet]
+    # Pass it back as `cursor` for the next page; None on the last (or from a server before pages).
+    next_cursor: str | None = None
 
 
 # --- read side -------------------------------------------------------------------------------

@@ -452,9 +452,9 @@ export class Haki {
 
   async listConflicts(
     subjectId?: string,
-    options: { status?: "open" | "resolved"; projectId?: string } = {},
+    options: { status?: "open" | "resolved"; cursor?: string; projectId?: string } = {},
   ): Promise<ConflictList> {
-    const params = { subject_id: subjectId, status: options.status };
+    const params = { subject_id: subjectId, status: options.status, cursor: options.cursor };
     return this.#run(this.#scoped("GET", "/v1/conflicts", options.projectId, params));
   }
 
