@@ -445,10 +445,10 @@ class PacketFact(ItemResponse, frozen=True, kw_only=True):
     score: Score
     tokens: Tokens
     reason_code: Annotated[
-        Literal["packed", "multi_hop_expansion", "stand_in"],
+        Literal["packed", "multi_hop_expansion"],
         Meta(
-            description="`packed` (ranked by score), `multi_hop_expansion` (linked by an entity) or "
-            "`stand_in` (`unified`: served in place of its turn's episode, at the episode's score)."
+            description="`packed` (ranked by score; under `unified`, also a fact served in place of "
+            "its turn's episode, at the episode's score) or `multi_hop_expansion` (linked by an entity)."
         ),
     ]
     valid_from: ValidFrom
@@ -499,10 +499,11 @@ class Decision(ItemResponse, frozen=True, kw_only=True):
     reason_code: Annotated[
         str,
         Meta(
-            description="`packed`, `multi_hop_expansion`, `stand_in` (included); `over_budget`, "
+            description="`packed`, `multi_hop_expansion` (included; `stand_in` in traces made before "
+            "2026-12-07); `over_budget`, "
             "`below_relevance_floor`, `already_served` (excluded: `unified` only, the item's event "
             "or the same text is already in the packet), `replaced_by_stand_in` (excluded: "
-            "`unified` only, a cheaper fact of the episode's turn was served at its rank); "
+            "`unified` only, a cheaper fact of the episode's turn was packed at its rank); "
             "`conflict_open`, `volatility_expired` (blocked)."
         ),
     ]
@@ -513,9 +514,9 @@ class Decision(ItemResponse, frozen=True, kw_only=True):
             description="The hybrid score that ranked the item; null when blocked. A `unified` "
             "multi_hop_expansion ranks at the score of the best kept item naming its entity when "
             "that is higher than its own (similarity, text_rank and recency stay its own); one that "
-            "is not served keeps the reason it was left out for. A `stand_in` fact carries the score "
-            "of the episode it replaced (the decision beside it, at the same rank); its other parts "
-            "stay its own."
+            "is not served keeps the reason it was left out for. A fact packed in place of an episode "
+            "carries that episode's score (the `replaced_by_stand_in` decision beside it, at the same "
+            "rank); its other parts stay its own."
         ),
     ]
     similarity: Annotated[

@@ -624,8 +624,9 @@ def _item(
 
 def test_a_stand_in_takes_its_episodes_rank_and_score_and_is_decided_once() -> None:
     """An episode about to be served is replaced by the cheaper fact of its turn: the episode is
-    traced `replaced_by_stand_in`, the fact `stand_in` at the same rank and the episode's score;
-    the fact's own later place is not decided again, and the tokens saved serve one more item."""
+    traced `replaced_by_stand_in`, the fact `packed` (a served fact's reason is one of the
+    contract's two) at the same rank and the episode's score; the fact's own later place is not
+    decided again, and the tokens saved serve one more item."""
     episode = _item("episode", 1, 30, 0.9)
     fact = _item("fact", 2, 10, 0.2, event=1)
     other = _item("episode", 3, 25, 0.5)
@@ -637,13 +638,13 @@ def test_a_stand_in_takes_its_episodes_rank_and_score_and_is_decided_once() -> N
     decided = outcomes(items, 40, 0.0, dedupe=True, stand_ins={episode.item_id: fact})
     assert [(o.item.item_id, o.reason_code, o.rank) for o in decided] == [
         (episode.item_id, "replaced_by_stand_in", 1),
-        (fact.item_id, "stand_in", 1),
+        (fact.item_id, "packed", 1),
         (other.item_id, "packed", 2),
     ]
     served = decided[1].item
     assert (served.score, served.similarity, served.tokens, served.stands_in) == (0.9, 0.5, 10, True)
     packed = pack(items, 40, 0.0, dedupe=True, stand_ins={episode.item_id: fact})
-    assert [f.reason_code for f in packed.facts] == ["stand_in"] and packed.used_tokens == 35
+    assert [f.reason_code for f in packed.facts] == ["packed"] and packed.used_tokens == 35
 
 
 def test_a_stand_in_is_used_only_when_cheaper_fitting_and_new() -> None:
@@ -659,7 +660,7 @@ def test_a_stand_in_is_used_only_when_cheaper_fitting_and_new() -> None:
 
     assert reasons(_item("fact", 2, 20, 0.1, event=1), 100) == ["packed"]
     assert reasons(_item("fact", 2, 5, 0.1, event=1), 4) == ["over_budget"]
-    assert reasons(_item("fact", 2, 5, 0.1, event=1), 10) == ["replaced_by_stand_in", "stand_in"]
+    assert reasons(_item("fact", 2, 5, 0.1, event=1), 10) == ["replaced_by_stand_in", "packed"]
     gated = _item("fact", 2, 5, 0.95, event=1)
     assert outcomes([gated, episode], 100, 0.4, dedupe=True, stand_ins={episode.item_id: gated})[
         0
@@ -696,10 +697,10 @@ async def test_stand_ins_serve_a_turn_through_its_cheapest_servable_fact(
     packet, trace = await context_and_trace(client, key, query, subject)
     decided = by_item(trace)
     assert packet["episodes"] == []
-    assert packet["facts"][0]["fact_id"] == cheapest and packet["facts"][0]["reason_code"] == "stand_in"
+    assert packet["facts"][0]["fact_id"] == cheapest and packet["facts"][0]["reason_code"] == "packed"
     replaced, stand_in = decided[event], decided[cheapest]
     assert (replaced["decision"], replaced["reason_code"]) == ("excluded", "replaced_by_stand_in")
-    assert (stand_in["decision"], stand_in["reason_code"]) == ("included", "stand_in")
+    assert (stand_in["decision"], stand_in["reason_code"]) == ("included", "packed")
     assert stand_in["rank"] == replaced["rank"] == 1
     assert stand_in["score"] == replaced["score"] > stand_in["similarity"] * UNIFIED_WEIGHT_SIMILARITY
     assert decided[longer]["reason_code"] == "already_served" and retracted not in decided

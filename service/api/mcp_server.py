@@ -362,7 +362,7 @@ class Explained(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     reason: Annotated[
         str,
         msgspec.Meta(
-            description="packed, multi_hop_expansion, stand_in (served); over_budget, "
+            description="packed, multi_hop_expansion (served); over_budget, "
             "below_relevance_floor, already_served, replaced_by_stand_in (left out); conflict_open, "
             "volatility_expired (blocked)."
         ),

@@ -121,7 +121,7 @@ SECTIONS: Final = (
         "Candidates ranked out: over_budget (did not fit in what was left), below_relevance_floor "
         "(farther from the query than HAKI_RECALL_MAX_DISTANCE), already_served (its event or "
         "its text was already in the packet) or replaced_by_stand_in (a cheaper fact of the "
-        "episode's turn was served at its rank).",
+        "episode's turn was packed at its rank).",
     ),
     (
         "blocked",

@@ -174,9 +174,11 @@ def decision(
     )
 
 
-def served_reason(c: Candidate) -> Literal["packed", "multi_hop_expansion", "stand_in"]:
-    """Why a served item is in the packet."""
-    return "stand_in" if c.stands_in else "multi_hop_expansion" if c.expansion else "packed"
+def served_reason(c: Candidate) -> Literal["packed", "multi_hop_expansion"]:
+    """Why a served item is in the packet: the contract's two reasons (docs/spec/api.md). A stand-in
+    is `packed`; the `replaced_by_stand_in` decision of its episode, at the same rank, says whose
+    place it took."""
+    return "multi_hop_expansion" if c.expansion else "packed"
 
 
 def _served_fact(c: Candidate) -> PacketFact:

@@ -399,6 +399,8 @@ export interface components {
         ConflictList: {
             /** @description Conflict sets, newest first. */
             conflicts: components["schemas"]["ConflictSet"][];
+            /** @description Pass as `cursor` for the next page; null on the last page. */
+            next_cursor?: string | null;
         };
         /** ConflictMember */
         ConflictMember: {
@@ -570,11 +572,11 @@ export interface components {
              * @enum {string}
              */
             decision: "included" | "excluded" | "blocked";
-            /** @description `packed`, `multi_hop_expansion`, `stand_in` (included); `over_budget`, `below_relevance_floor`, `already_served` (excluded: `unified` only, the item's event or the same text is already in the packet), `replaced_by_stand_in` (excluded: `unified` only, a cheaper fact of the episode's turn was served at its rank); `conflict_open`, `volatility_expired` (blocked). */
+            /** @description `packed`, `multi_hop_expansion` (included; `stand_in` in traces made before 2026-12-07); `over_budget`, `below_relevance_floor`, `already_served` (excluded: `unified` only, the item's event or the same text is already in the packet), `replaced_by_stand_in` (excluded: `unified` only, a cheaper fact of the episode's turn was packed at its rank); `conflict_open`, `volatility_expired` (blocked). */
             reason_code: string;
             /** @description 1-based position in score order; null when blocked. */
             rank: number | null;
-            /** @description The hybrid score that ranked the item; null when blocked. A `unified` multi_hop_expansion ranks at the score of the best kept item naming its entity when that is higher than its own (similarity, text_rank and recency stay its own); one that is not served keeps the reason it was left out for. A `stand_in` fact carries the score of the episode it replaced (the decision beside it, at the same rank); its other parts stay its own. */
+            /** @description The hybrid score that ranked the item; null when blocked. A `unified` multi_hop_expansion ranks at the score of the best kept item naming its entity when that is higher than its own (similarity, text_rank and recency stay its own); one that is not served keeps the reason it was left out for. A fact packed in place of an episode carries that episode's score (the `replaced_by_stand_in` decision beside it, at the same rank); its other parts stay its own. */
             score: number | null;
             /** @description 1 - cosine distance to the query; null without an embedding. */
             similarity: number | null;
@@ -1136,10 +1138,10 @@ export interface components {
             /** @description Estimated tokens of the content: max(1, len(content) // 4). */
             tokens: number;
             /**
-             * @description `packed` (ranked by score), `multi_hop_expansion` (linked by an entity) or `stand_in` (`unified`: served in place of its turn's episode, at the episode's score).
+             * @description `packed` (ranked by score; under `unified`, also a fact served in place of its turn's episode, at the episode's score) or `multi_hop_expansion` (linked by an entity).
              * @enum {string}
              */
-            reason_code: "packed" | "multi_hop_expansion" | "stand_in";
+            reason_code: "packed" | "multi_hop_expansion";
             /** @description Start of business validity (when the fact became true); null: unknown. */
             valid_from: string | null;
             /** @description End of business validity; null: still valid (open-ended). */
@@ -2709,6 +2711,8 @@ export interface operations {
                 subject_id?: string | null;
                 /** @description Only this status. */
                 status?: "open" | "resolved" | null;
+                /** @description `next_cursor` of the previous page. */
+                cursor?: string | null;
             };
             header?: never;
             path?: never;
