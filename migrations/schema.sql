@@ -1771,7 +1771,9 @@ SELECT u.ord::bigint, k.item_type, u.item_id, k.decision, k.reason_code, u.rank:
        public.haki_trace_value(u.similarity, public.haki_trace_similarity(u.distance)),
        u.text_rank, u.recency, u.distance, u.tokens::integer
 FROM public.context_calls AS c
-CROSS JOIN LATERAL unnest(c.decision_ids, c.decision_positions, c.decision_codes, c.decision_ranks,
+CROSS JOIN LATERAL unnest(c.decision_ids,
+                          coalesce(c.decision_positions_wide, c.decision_positions::integer[]),
+                          c.decision_codes, c.decision_ranks,
                           c.decision_tokens, c.decision_distances, c.decision_text_ranks,
                           c.decision_recencies, c.decision_scores, c.decision_similarities)
     AS u(item_id, ord, code, rank, tokens, distance, text_rank, recency, score, similarity)
@@ -2252,6 +2254,7 @@ CREATE TABLE public.context_calls (
     decision_served smallint,
     decision_over_budget smallint,
     decision_below_floor smallint,
+    decision_positions_wide integer[],
     CONSTRAINT context_calls_decision_codes_known CHECK ((array_position(decision_codes, NULL::smallint) IS NULL)),
     CONSTRAINT context_calls_profile_check CHECK ((profile = ANY (ARRAY['unified'::text, 'facts_first'::text]))),
     CONSTRAINT context_calls_status_check CHECK ((status = ANY (ARRAY['ok'::text, 'degraded'::text])))

@@ -260,7 +260,7 @@ pruned AS (
     CROSS JOIN LATERAL (
         SELECT cardinality(c.decision_ids) - count(*) AS removed,
                coalesce(array_agg(u.item_id ORDER BY u.n), '{}'::uuid[]) AS ids,
-               coalesce(array_agg(u.position ORDER BY u.n), '{}'::smallint[]) AS positions,
+               coalesce(array_agg(u.position ORDER BY u.n), '{}'::integer[]) AS positions,
                coalesce(array_agg(u.code ORDER BY u.n), '{}'::smallint[]) AS codes,
                coalesce(array_agg(u.rank ORDER BY u.n), '{}'::smallint[]) AS ranks,
                coalesce(array_agg(u.tokens ORDER BY u.n), '{}'::smallint[]) AS tokens,
@@ -272,7 +272,9 @@ pruned AS (
                count(*) FILTER (WHERE tc.part = 1) AS served,
                count(*) FILTER (WHERE tc.part = 2) AS over_budget,
                count(*) FILTER (WHERE tc.part = 3) AS below_floor
-        FROM unnest(c.decision_ids, c.decision_positions, c.decision_codes, c.decision_ranks,
+        FROM unnest(c.decision_ids,
+                    coalesce(c.decision_positions_wide, c.decision_positions::integer[]),
+                    c.decision_codes, c.decision_ranks,
                     c.decision_tokens, c.decision_distances, c.decision_text_ranks,
                     c.decision_recencies, c.decision_scores, c.decision_similarities)
             WITH ORDINALITY AS u(item_id, position, code, rank, tokens, distance, text_rank,
@@ -286,7 +288,11 @@ pruned AS (
 ),
 pruned_calls AS (
     UPDATE context_calls AS c
-    SET decision_ids = p.ids, decision_positions = p.positions, decision_codes = p.codes,
+    SET decision_ids = p.ids,
+        -- In the column it came from (migration 0043).
+        decision_positions = CASE WHEN c.decision_positions_wide IS NULL THEN p.positions::smallint[] END,
+        decision_positions_wide = CASE WHEN c.decision_positions_wide IS NOT NULL THEN p.positions END,
+        decision_codes = p.codes,
         decision_ranks = p.ranks, decision_tokens = p.tokens, decision_distances = p.distances,
         decision_text_ranks = p.text_ranks, decision_recencies = p.recencies,
         decision_scores = p.scores, decision_similarities = p.similarities,

@@ -13,7 +13,7 @@ SELECT k.code, k.item_type, k.decision, k.reason_code, k.part
 FROM public.haki_trace_codes() AS k
 ORDER BY k.code;
 
--- name: insert_context_trace(project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status, warnings, empty_reason, facts_served, episodes_served, include_episodes, recall_max_distance, text_search_config, weights, as_of, replay_of, item_ids, positions, codes, ranks, tokens, cosine_distances, text_ranks, recencies, scores, similarities, served, over_budget, below_floor)!
+-- name: insert_context_trace(project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status, warnings, empty_reason, facts_served, episodes_served, include_episodes, recall_max_distance, text_search_config, weights, as_of, replay_of, item_ids, positions, positions_wide, codes, ranks, tokens, cosine_distances, text_ranks, recencies, scores, similarities, served, over_budget, below_floor)!
 -- Persists one context call with every decision of it, one row in one round trip. The client
 -- sends the decisions as the row's parallel arrays, already coded and grouped by part
 -- (list_trace_codes), so the server parses no JSON and sorts nothing (docs/performance.md,
@@ -22,20 +22,22 @@ ORDER BY k.code;
 -- compared with the derived ones, to store the exceptions alone. The call keeps the text search
 -- configuration and the weights it ranked with, which a replay uses (migration 0019); its
 -- decisions count in what each fact is worth when it was made at the current instant and is no
--- replay (the partial indexes of migration 0026).
+-- replay (the partial indexes of migration 0026). A call of more decisions than a smallint
+-- counts sends its positions as positions_wide instead (migration 0043).
 INSERT INTO context_calls (
     project_id, trace_id, subject_id, query, profile, budget_tokens, used_tokens, status,
     warnings, empty_reason, facts_served, episodes_served, include_episodes,
     recall_max_distance, text_search_config, weights, as_of, replay_of,
-    decision_ids, decision_positions, decision_codes, decision_ranks, decision_tokens,
-    decision_distances, decision_text_ranks, decision_recencies, decision_scores,
+    decision_ids, decision_positions, decision_positions_wide, decision_codes, decision_ranks,
+    decision_tokens, decision_distances, decision_text_ranks, decision_recencies, decision_scores,
     decision_similarities, decision_served, decision_over_budget, decision_below_floor
 )
 SELECT :project_id, :trace_id, :subject_id, :query, :profile, :budget_tokens, :used_tokens, :status,
        :warnings::text[], :empty_reason, :facts_served, :episodes_served, :include_episodes,
        :recall_max_distance, :text_search_config, :weights::float8[], :as_of::timestamptz,
        :replay_of::uuid,
-       :item_ids::uuid[], :positions::smallint[], :codes::smallint[], :ranks::smallint[],
+       :item_ids::uuid[], :positions::smallint[], :positions_wide::integer[], :codes::smallint[],
+       :ranks::smallint[],
        :tokens::smallint[], :cosine_distances::float8[], :text_ranks::float8[], :recencies::float8[],
        -- No exception (the common case): no array at all.
        CASE WHEN bool_or(e.score IS NOT NULL) THEN array_agg(e.score ORDER BY e.i) END,
@@ -72,7 +74,8 @@ WHERE project_id = :project_id
 SELECT c.trace_id, c.project_id, c.subject_id, c.query, c.profile, c.created_at, c.budget_tokens,
        c.used_tokens, c.status, c.warnings, c.empty_reason, c.include_episodes,
        c.recall_max_distance, c.text_search_config, c.weights, c.as_of, c.replay_of,
-       c.decision_positions AS positions, c.decision_codes AS codes, c.decision_ids AS item_ids,
+       coalesce(c.decision_positions_wide, c.decision_positions::integer[]) AS positions,
+       c.decision_codes AS codes, c.decision_ids AS item_ids,
        c.decision_ranks AS ranks, c.decision_tokens AS tokens,
        c.decision_distances AS cosine_distances, c.decision_text_ranks AS text_ranks,
        c.decision_recencies AS recencies,

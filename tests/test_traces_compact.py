@@ -324,3 +324,32 @@ async def test_the_trace_commits_durably_with_the_call(conn: asyncpg.Connection)
         await assembler.open_context_call(conn)
         row = await load_test_queries().test_call_settings(conn)
         assert row is not None and row["synchronous_commit"] == "on"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("profile", ["unified", "facts_first"])
+async def test_a_call_of_more_decisions_than_a_smallint_counts(
+    client: httpx.AsyncClient, conn: asyncpg.Connection, key: str, profile: str
+) -> None:
+    """Every blocked fact is traced: a scope of 33,000 stale facts made every call a 500 (its
+    positions overflowed smallint[]). Such a call keeps them in decision_positions_wide (migration
+    0043); inspect reads them in the assembler's order, and erasing one of its facts prunes them."""
+    subject = f"stale-{profile}"
+    stale = repo.SMALLINT_MAX + 233
+    t = load_test_queries()
+    await t.test_prepare_bulk_load(conn)
+    await t.test_drop_fact_vector_index(conn)  # back with the test's rollback
+    await t.test_seed_stale_facts(conn, project_id=PROJECT, subject_id=subject, n=stale)
+    (kept,) = await write_facts(client, key, ["the one fresh fact"], subject)
+    packet = await context(client, key, "the one fresh fact", subject, profile=profile)
+    assert [f["fact_id"] for f in packet["facts"]] == [kept["fact_id"]]
+    assert packet["warnings"] == [
+        f"volatility_expired: {stale} fact(s) hidden because their volatile information is stale"
+    ]
+    decisions = (await inspect(client, key, packet["trace_id"]))["decisions"]
+    assert len(decisions) == stale + 1 and decisions[0]["item_id"] == kept["fact_id"]
+    assert {d["reason_code"] for d in decisions[1:]} == {"volatility_expired"}
+    gone = decisions[-1]["item_id"]
+    assert (await client.delete(f"/v1/facts/{gone}", headers=bearer(key))).status_code == 200
+    after = (await inspect(client, key, packet["trace_id"]))["decisions"]
+    assert after == decisions[:-1]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 from uuid import UUID
 
 import msgspec
@@ -334,6 +334,10 @@ async def trace_codes(conn: Conn) -> dict[tuple[str, str, str], tuple[int, int]]
     return _TRACE_CODES
 
 
+# The largest value of PostgreSQL's smallint, the type of a trace's small arrays.
+SMALLINT_MAX: Final = 32_767
+
+
 def trace_columns(
     decisions: Sequence[Decision], codes: dict[tuple[str, str, str], tuple[int, int]]
 ) -> dict[str, Any]:
@@ -347,9 +351,14 @@ def trace_columns(
         parts[part].append((position, code, d))
     rows = [row for part in sorted(parts) for row in parts[part]]
     kept = [d for _, _, d in rows]
+    positions = [position for position, _, _ in rows]
+    # smallint[] holds the positions of nearly every call; one of more decisions (a scope of
+    # 40,000 stale facts, each traced blocked) keeps them in integer[] (migration 0043).
+    wide = len(positions) > SMALLINT_MAX
     return {
         "item_ids": [d.item_id for d in kept],
-        "positions": [position for position, _, _ in rows],
+        "positions": None if wide else positions,
+        "positions_wide": positions if wide else None,
         "codes": [code for _, code, _ in rows],
         "ranks": [d.rank for d in kept],
         "tokens": [d.tokens for d in kept],

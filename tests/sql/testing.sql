@@ -288,3 +288,13 @@ FROM public.haki_scope_sample(:project_id, :subject_id, 'simple'::regconfig, :sa
 -- Whether a volatile fact starting at valid_from is stale at an instant (haki_fact_stale).
 SELECT public.haki_fact_stale('volatile', :valid_from::timestamptz, :valid_from::timestamptz,
                               make_interval(secs => :stale_after_seconds::float8), :at::timestamptz);
+
+-- name: test_seed_stale_facts(project_id, subject_id, n)!
+-- Bulk-seeds n volatile facts of one scope that went stale years ago, one shared vector: each is
+-- traced blocked `volatility_expired` by every context call of the scope. Seed after
+-- test_drop_fact_vector_index: one by one, the HNSW inserts take minutes.
+INSERT INTO facts (project_id, fact_id, subject_id, content, volatility, stale_after, valid_from,
+                   embedding)
+SELECT :project_id, uuidv7(), :subject_id, 'stale state ' || g.i, 'volatile', interval '1 day',
+       timestamptz '2020-01-01', array_fill(0.05::real, ARRAY[384])::vector(384)
+FROM generate_series(1, :n::integer) AS g(i);
