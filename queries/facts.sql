@@ -41,7 +41,7 @@ FROM unnest(
 -- Opens (or joins) one ConflictSet per key where a new fact disagrees with another active fact
 -- of the same key and scope; returns each new fact that landed in a set, with the set id.
 -- A successor is checked too: the fact it supersedes is no longer active, so never its rival.
--- Each key's active facts are read twice, never paired with each new fact (that was quadratic).
+-- Each key's active facts are read once, never paired with each new fact (that was quadratic).
 WITH new_facts AS (
     SELECT f.fact_id, f.key, f.content
     FROM facts AS f
@@ -58,16 +58,21 @@ new_keys AS (
     FROM new_facts AS n
     GROUP BY n.key
 ),
-clashing_keys AS (
-    -- A key clashes when its active facts, the new ones among them, say more than one thing.
-    SELECT k.key, k.only_content
+key_facts AS MATERIALIZED (
+    -- The active facts of the new facts' keys, the new ones among them.
+    SELECT k.key, k.only_content, o.fact_id, o.content
     FROM new_keys AS k
     JOIN facts AS o
       ON o.project_id = :project_id
      AND o.subject_id = :subject_id
      AND o.key = k.key
      AND o.status = 'active'
-    GROUP BY k.key, k.only_content
+),
+clashing_keys AS (
+    -- A key clashes when its active facts say more than one thing.
+    SELECT o.key, o.only_content
+    FROM key_facts AS o
+    GROUP BY o.key, o.only_content
     HAVING min(o.content) <> max(o.content)
 ),
 clashes AS (
@@ -77,14 +82,10 @@ clashes AS (
     FROM new_facts AS n
     JOIN clashing_keys AS k USING (key)
     UNION
-    SELECT k.key, o.fact_id
-    FROM clashing_keys AS k
-    JOIN facts AS o
-      ON o.project_id = :project_id
-     AND o.subject_id = :subject_id
-     AND o.key = k.key
-     AND o.status = 'active'
-     AND (k.only_content IS NULL OR o.content <> k.only_content)
+    SELECT o.key, o.fact_id
+    FROM key_facts AS o
+    JOIN clashing_keys AS k USING (key)
+    WHERE k.only_content IS NULL OR o.content <> k.only_content
 ),
 opened AS (
     INSERT INTO conflict_sets (project_id, conflict_set_id, subject_id, key)

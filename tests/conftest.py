@@ -26,7 +26,8 @@ from service.db.embedded import bin_dir, embedded_url
 from service.db.migrations import migrate
 from service.embedding.embedder import Embedder, HashEmbedder, LocalEmbedder
 from service.settings import Settings
-from tests.helpers.app import SharedApp
+from tests.helpers.app import SharedApp, make_client
+from tests.helpers.fake_chat import FakeChat, fake_chat
 from tests.helpers.server import Server, running_server, scratch_data_dir
 from tests.helpers.serving import new_project, serve_for_races
 
@@ -174,6 +175,30 @@ def race_server(settings: Settings, migrated: str) -> Iterator[str]:
 async def race_project(settings: Settings, migrated: str) -> tuple[str, str]:
     """A project of the test's own, with a key, committed: (project id, key)."""
     return await new_project(settings, "race")
+
+
+@pytest.fixture
+def chat() -> Iterator[FakeChat]:
+    """A scripted OpenAI-compatible chat model (tests/helpers/fake_chat.py), for POST /v1/extract."""
+    with fake_chat() as c:
+        yield c
+
+
+@pytest.fixture
+async def ext(
+    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, chat: FakeChat
+) -> AsyncIterator[Any]:
+    """A client of an app whose extraction model is `chat`, on the test's connection."""
+    async with make_client(
+        settings,
+        conn,
+        hash_embedder,
+        extract_base_url=chat.url,
+        extract_model="fake-model",
+        extract_api_key="sk-test",
+        extract_timeout_seconds=1.0,
+    ) as c:
+        yield c
 
 
 @pytest.fixture(scope="session")

@@ -4,20 +4,16 @@ extraction, under the same key then runs again instead of replaying the erased m
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import asyncpg
 import httpx
 import pytest
 
-from service.embedding.embedder import Embedder
 from service.ids import uuid7
 from service.repository import idempotency
-from service.settings import Settings
 from tests.helpers import PROJECT, bearer
-from tests.helpers.app import make_client
-from tests.helpers.fake_chat import FakeChat, answer, fake_chat
+from tests.helpers.fake_chat import FakeChat, answer
 from tests.helpers.sql import load_test_queries
 
 SUBJECT = "keys"
@@ -85,22 +81,6 @@ async def test_erasing_a_memory_takes_the_keys_naming_it(
     # The second erasure of the first batch finds its record gone already.
     r = await client.delete(f"/v1/{plural}/{ids[1]}", headers=bearer(key))
     assert r.status_code == 200 and r.json()["idempotency_keys"] == 0, r.text
-
-
-@pytest.fixture
-def chat() -> Iterator[FakeChat]:
-    with fake_chat() as c:
-        yield c
-
-
-@pytest.fixture
-async def ext(
-    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, chat: FakeChat
-) -> AsyncIterator[httpx.AsyncClient]:
-    async with make_client(
-        settings, conn, hash_embedder, extract_base_url=chat.url, extract_model="fake-model"
-    ) as c:
-        yield c
 
 
 async def test_erasing_an_extracted_event_takes_the_extraction_key(

@@ -6,7 +6,6 @@ import asyncio
 import logging
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator
 from typing import Any, get_args
 
 import asyncpg
@@ -22,7 +21,7 @@ from service.settings import Settings
 from service.structs import RefusalReason
 from tests.helpers import assert_error, bearer, stats
 from tests.helpers.app import SingleConnectionPool, asgi_transport, make_client, migrated_key, pooled_client
-from tests.helpers.fake_chat import FakeChat, Step, answer, fake_chat
+from tests.helpers.fake_chat import FakeChat, Step, answer
 
 SUBJECT = "alice"
 MESSAGES = [
@@ -31,28 +30,6 @@ MESSAGES = [
     {"role": "assistant", "content": "Congratulations! How is Berlin treating you?"},
     {"role": "user", "content": "Great, I love living in Berlin. Also I am vegetarian now."},
 ]  # fmt: skip
-
-
-@pytest.fixture
-def chat() -> Iterator[FakeChat]:
-    with fake_chat() as c:
-        yield c
-
-
-@pytest.fixture
-async def ext(
-    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, chat: FakeChat
-) -> AsyncIterator[httpx.AsyncClient]:
-    async with make_client(
-        settings,
-        conn,
-        hash_embedder,
-        extract_base_url=chat.url,
-        extract_model="fake-model",
-        extract_api_key="sk-test",
-        extract_timeout_seconds=1.0,
-    ) as c:
-        yield c
 
 
 async def extract(client: httpx.AsyncClient, key: str, **body: Any) -> httpx.Response:
@@ -530,12 +507,9 @@ async def test_the_model_sees_only_the_keys_project(
     assert [f["content"] for f in chat.user_payload()["known_facts"]] == ["Alice works at Initech."]
 
 
-async def test_the_model_is_asked_without_a_connection(
-    settings: Settings, migrated: str, hash_embedder: Embedder, chat: FakeChat
-) -> None:
-    """On a pool of one connection, while the model thinks, the scope is still read. Until the
-    extraction gave its connection back for the model's answer, a pool of 10 was 10 slow
-    extractions, and every other request of the deployment waited, then got a 503."""
+async def pooled_project(settings: Settings, chat: FakeChat, **pool: Any) -> tuple[Settings, str, str]:
+    """Settings of an app on a real pool (`pool`: its size...) whose model is `chat`, and a fresh
+    project with its key, committed: the app's connections see it."""
     app_settings = msgspec.structs.replace(
         settings,
         extract_base_url=chat.url,
@@ -544,11 +518,21 @@ async def test_the_model_is_asked_without_a_connection(
         extract_timeout_seconds=30.0,
         rate_limit_per_minute=0,
         pool_min_size=0,
-        pool_max_size=1,
-        pool_acquire_timeout_seconds=3.0,
+        **pool,
     )
     project = f"ext-{uuid.uuid4().hex[:12]}"
-    key = await migrated_key(app_settings, project)
+    return app_settings, project, await migrated_key(app_settings, project)
+
+
+async def test_the_model_is_asked_without_a_connection(
+    settings: Settings, migrated: str, hash_embedder: Embedder, chat: FakeChat
+) -> None:
+    """On a pool of one connection, while the model thinks, the scope is still read. Until the
+    extraction gave its connection back for the model's answer, a pool of 10 was 10 slow
+    extractions, and every other request of the deployment waited, then got a 503."""
+    app_settings, project, key = await pooled_project(
+        settings, chat, pool_max_size=1, pool_acquire_timeout_seconds=3.0
+    )
     hold = threading.Event()
     chat.then(
         Step(
@@ -580,17 +564,7 @@ async def test_concurrent_extractions_write_a_fact_once(
     """Two extractions of the same messages, both checked before either wrote: the second to
     write finds the first's fact (lock_extraction_scope) and refuses it as a duplicate, and still
     writes its other proposal. Before, both wrote it."""
-    app_settings = msgspec.structs.replace(
-        settings,
-        extract_base_url=chat.url,
-        extract_model="fake-model",
-        extract_timeout_seconds=30.0,
-        rate_limit_per_minute=0,
-        pool_min_size=0,
-        pool_max_size=4,
-    )
-    project = f"ext-{uuid.uuid4().hex[:12]}"
-    key = await migrated_key(app_settings, project)
+    app_settings, project, key = await pooled_project(settings, chat, pool_max_size=4)
     hold = threading.Event()
     for other in ("Alice drinks tea.", "Alice drinks coffee."):
         both = answer(

@@ -372,9 +372,7 @@ def _without(prepared: Prepared, i: int) -> Prepared:
         return values[:i] + values[i + 1 :]
 
     if isinstance(prepared, memory.PreparedFacts):
-        facts_req = msgspec.structs.replace(prepared.req, facts=drop(prepared.req.facts))
-        columns = {name: drop(values) for name, values in prepared.columns.items()}
-        return dataclasses.replace(prepared, req=facts_req, fact_ids=drop(prepared.fact_ids), columns=columns)
+        return memory.only_facts(prepared, [j for j in range(len(prepared.fact_ids)) if j != i])
     events_req = msgspec.structs.replace(prepared.req, events=drop(prepared.req.events))
     return dataclasses.replace(prepared, req=events_req, embeddings=drop(prepared.embeddings))
 

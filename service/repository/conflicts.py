@@ -11,6 +11,9 @@ from service.constants import CONFLICT_PAGE_MEMBERS
 from service.repository.base import Conn, collect, q
 from service.structs import ConflictMember, ConflictSet
 
+# A set's own columns of list_conflicts' rows (the others are its member's).
+_SET_COLUMNS = ("conflict_set_id", "project_id", "subject_id", "key", "status", "created_at", "resolved_at")
+
 
 async def conflict_page(
     conn: Conn,
@@ -42,18 +45,7 @@ async def conflict_page(
     for r in rows:
         entry = sets.get(r["conflict_set_id"])
         if entry is None:
-            head = {
-                k: r[k]
-                for k in (
-                    "conflict_set_id",
-                    "project_id",
-                    "subject_id",
-                    "key",
-                    "status",
-                    "created_at",
-                    "resolved_at",
-                )
-            }
+            head = {k: r[k] for k in _SET_COLUMNS}
             entry = sets[r["conflict_set_id"]] = (head, [])
         if r["fact_id"] is not None:  # a set without members is listed, empty
             entry[1].append(
