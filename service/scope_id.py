@@ -44,6 +44,9 @@ SCOPE_ID_JSON_SCHEMA: Final[dict[str, Any]] = {
 
 SCOPE_ID_PROBLEM: Final = f"must be 1..{MAX_SCOPE_CHARS} characters without NUL"
 
+# The most UTF-8 bytes a scope id takes (four a character): what bounds a key built of one.
+SCOPE_ID_MAX_BYTES: Final = 4 * MAX_SCOPE_CHARS
+
 
 def scope_id_problem(value: str) -> str | None:
     """None if `value` is a scope id, else what is wrong with it (callers prefix the name)."""

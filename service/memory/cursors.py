@@ -12,9 +12,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Final, Literal
 from uuid import UUID
 
-from service.constants import MAX_SCOPE_CHARS
 from service.errors import InvalidInput
-from service.scope_id import scope_id_problem
+from service.scope_id import SCOPE_ID_MAX_BYTES, scope_id_problem
 
 CursorKind = Literal["facts", "events", "subjects", "conflicts"]
 _TAGS: Final[dict[CursorKind, bytes]] = {"facts": b"f", "events": b"e", "subjects": b"s", "conflicts": b"c"}
@@ -26,9 +25,9 @@ def _encode(kind: CursorKind, key: bytes) -> str:
     return base64.urlsafe_b64encode(_TAGS[kind] + key).rstrip(b"=").decode()
 
 
-# The longest cursor GET /v1/subjects issues: a subject id of MAX_SCOPE_CHARS characters of four
-# UTF-8 bytes each (1,068 characters); a route's bound on its cursor parameter must admit it.
-SUBJECT_CURSOR_MAX_CHARS: Final = len(_encode("subjects", bytes(4 * MAX_SCOPE_CHARS)))
+# The longest cursor GET /v1/subjects issues: a subject id of SCOPE_ID_MAX_BYTES (1,068
+# characters); a route's bound on its cursor parameter must admit it.
+SUBJECT_CURSOR_MAX_CHARS: Final = len(_encode("subjects", bytes(SCOPE_ID_MAX_BYTES)))
 
 
 def _refused() -> InvalidInput:
