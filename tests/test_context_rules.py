@@ -29,8 +29,10 @@ from service.constants import (
     WEIGHT_RECENCY,
     WEIGHT_TEXT_RANK,
 )
+from service.context import assembler
 from service.context.entities import extract_entities
 from service.embedding.embedder import Embedder, EmbedderError, Vector
+from service.repository import conflicts as conflicts_repo
 from service.settings import Settings
 from tests.helpers import (
     ONE_HIT_TEXT_RANK,
@@ -680,6 +682,32 @@ async def test_multi_hop_serves_a_linked_candidate_the_gate_left_out(
     assert (decided[lyon]["decision"], decided[lyon]["reason_code"]) == ("included", "multi_hop_expansion")
     assert [f["fact_id"] for f in packet["facts"]] == [alice, lyon]
     assert_packet_matches_trace(packet, trace)
+
+
+async def test_a_fact_decided_blocked_is_not_found_again_by_multi_hop(
+    client: httpx.AsyncClient, conn: Any, key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """facts_first reads the scope in several statements: a conflict resolved after the call
+    traced its members blocked must not let multi-hop serve one of them (decided twice, and
+    served while its warning calls it hidden). The resolution is made to land between them."""
+    subject = "multi-hop-blocked"
+    await write_facts(client, key, ["Alice works at Acme."], subject)
+    claims = [{"content": f"Acme is in {city}.", "key": "hq"} for city in ("Lyon", "Paris")]
+    lyon, _ = await fact_ids(client, key, claims, subject)
+    listed = await client.get("/v1/conflicts", params={"subject_id": subject}, headers=bearer(key))
+    (conflict,) = listed.json()["conflicts"]
+    set_id, multi_hop_facts = uuid.UUID(conflict["conflict_set_id"]), assembler.repo.multi_hop_facts
+
+    async def resolved_first(c: Any, *args: Any, **kwargs: Any) -> Any:
+        await conflicts_repo.resolve_conflict_set(c, PROJECT, set_id, [uuid.UUID(lyon)])
+        return await multi_hop_facts(c, *args, **kwargs)
+
+    monkeypatch.setattr(assembler.repo, "multi_hop_facts", resolved_first)
+    query = "Where does Alice work?"
+    packet, trace = await context_and_trace(client, key, query, subject, profile="facts_first")
+    decided = by_item(trace)  # each item once
+    assert (decided[lyon]["decision"], decided[lyon]["reason_code"]) == ("blocked", "conflict_open")
+    assert lyon not in {f["fact_id"] for f in packet["facts"]}
 
 
 async def test_multi_hop_is_skipped_when_no_budget_remains(client: httpx.AsyncClient, key: str) -> None:

@@ -275,6 +275,8 @@ async def assemble_facts_first(
             # so one in the vector top-K is served as one beyond it would be, and decided once.
             gated = {d.item_id for d in packed.decisions if d.reason_code == "below_relevance_floor"}
             exclude = [c.item_id for c in retrieved.facts if c.item_id not in gated]
+            # Decided blocked already: a set resolved since the call read it must not serve one.
+            exclude += [b.fact_id for b in retrieved.blocked]
             expansion = await repo.multi_hop_facts(conn, probe, entities=entities, exclude_ids=exclude)
             hops = pack(expansion, packed.remaining, gate, dedupe=False, first_rank=len(retrieved.facts) + 1)
             packed = packed.without(gated & {d.item_id for d in hops.decisions}).then(hops)
