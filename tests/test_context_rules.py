@@ -29,10 +29,10 @@ from service.constants import (
     WEIGHT_RECENCY,
     WEIGHT_TEXT_RANK,
 )
-from service.context import assembler
 from service.context.entities import extract_entities
 from service.embedding.embedder import Embedder, EmbedderError, Vector
 from service.repository import conflicts as conflicts_repo
+from service.repository import context as context_repo
 from service.settings import Settings
 from tests.helpers import (
     ONE_HIT_TEXT_RANK,
@@ -696,13 +696,13 @@ async def test_a_fact_decided_blocked_is_not_found_again_by_multi_hop(
     lyon, _ = await fact_ids(client, key, claims, subject)
     listed = await client.get("/v1/conflicts", params={"subject_id": subject}, headers=bearer(key))
     (conflict,) = listed.json()["conflicts"]
-    set_id, multi_hop_facts = uuid.UUID(conflict["conflict_set_id"]), assembler.repo.multi_hop_facts
+    set_id, multi_hop_facts = uuid.UUID(conflict["conflict_set_id"]), context_repo.multi_hop_facts
 
     async def resolved_first(c: Any, *args: Any, **kwargs: Any) -> Any:
         await conflicts_repo.resolve_conflict_set(c, PROJECT, set_id, [uuid.UUID(lyon)])
         return await multi_hop_facts(c, *args, **kwargs)
 
-    monkeypatch.setattr(assembler.repo, "multi_hop_facts", resolved_first)
+    monkeypatch.setattr(context_repo, "multi_hop_facts", resolved_first)
     query = "Where does Alice work?"
     packet, trace = await context_and_trace(client, key, query, subject, profile="facts_first")
     decided = by_item(trace)  # each item once

@@ -192,6 +192,10 @@ async def check_json_body(request: Request[Any, Any, Any]) -> None:
     if not body.strip():
         target, optional = body_type(request)
         if optional:
+            if body:
+                # Whitespace is no body: Litestar would decode it and answer "Input data was
+                # truncated". Its cached body (request's and connection's) becomes empty.
+                request._body = request._connection_state.body = b""
             return
         name = target.__name__ if isinstance(target, type) else "the request"
         raise ClientException(
