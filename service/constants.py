@@ -37,6 +37,13 @@ MULTI_HOP_ENTITY_CANDIDATES: Final = 4 * MULTI_HOP_MAX_ENTITIES
 # cost 0.32 ms more than 64 + 64 on the CI guard's world; LoCoMo dev is identical with either.
 ENTITY_SAMPLE_DOCS: Final = 64
 
+# The `facts_first` text side ranks with ts_rank_cd(search_vector, websearch_to_tsquery(query))
+# (docs/spec/context-assembler.md, "2. Hybrid score"), whose cost grows faster than the query's
+# words: over 64 texts, 256 words took 46 ms and 660 words 2.4 s, so a legal 4,000-character
+# query held a connection past the statement timeout. It reads the query's first
+# FACTS_FIRST_QUERY_MAX_WORDS words: its words are ANDed, and no stored text holds 64 of them.
+FACTS_FIRST_QUERY_MAX_WORDS: Final = 64
+
 # The `unified` profile's text side (docs/spec/context-profiles.md, rule 1). Its costs grow with the
 # words of a query and never with the scope. A query's words beyond the first
 # TEXT_QUERY_MAX_WORDS are not ranked (a 4,000-character query would otherwise probe the index

@@ -23,6 +23,7 @@ import pytest
 from service.constants import (
     CANDIDATE_LIMIT,
     EPISODE_TOP_K,
+    FACTS_FIRST_QUERY_MAX_WORDS,
     MULTI_HOP_MAX_ENTITIES,
     MULTI_HOP_MAX_PER_ENTITY,
     RETRIEVAL_TOP_K,
@@ -682,6 +683,18 @@ async def test_multi_hop_serves_a_linked_candidate_the_gate_left_out(
     assert (decided[lyon]["decision"], decided[lyon]["reason_code"]) == ("included", "multi_hop_expansion")
     assert [f["fact_id"] for f in packet["facts"]] == [alice, lyon]
     assert_packet_matches_trace(packet, trace)
+
+
+async def test_facts_first_ranks_a_query_by_its_first_words(client: httpx.AsyncClient, key: str) -> None:
+    """The text side reads FACTS_FIRST_QUERY_MAX_WORDS words of a query (its cost grows faster
+    than its words): a fact holding those words matches a longer query, whose later words it
+    lacks; with every word ANDed it would rank 0."""
+    subject = "long-query"
+    words = [f"w{i}x" for i in range(FACTS_FIRST_QUERY_MAX_WORDS + 36)]
+    (held,) = await fact_ids(client, key, [" ".join(words[:FACTS_FIRST_QUERY_MAX_WORDS])], subject)
+    packet, trace = await context_and_trace(client, key, " ".join(words), subject, profile="facts_first")
+    assert by_item(trace)[held]["text_rank"] > 0
+    assert [f["fact_id"] for f in packet["facts"]] == [held]
 
 
 async def test_a_fact_decided_blocked_is_not_found_again_by_multi_hop(

@@ -18,6 +18,7 @@ from service.constants import (
     CANDIDATE_LIMIT,
     ENTITY_SAMPLE_DOCS,
     EXACT_SCAN_MIN_FACTS,
+    FACTS_FIRST_QUERY_MAX_WORDS,
     IDF_SAMPLE_DOCS,
     MULTI_HOP_MAX_ENTITIES,
     MULTI_HOP_MAX_MATCHES_PER_ENTITY,
@@ -157,12 +158,20 @@ def _probe_args(probe: Probe, *, text: bool = True, scoring: bool = True) -> dic
     return args
 
 
+def _facts_first_args(probe: Probe) -> dict[str, Any]:
+    """_probe_args with the query's text bounded as `facts_first` ranks it
+    (FACTS_FIRST_QUERY_MAX_WORDS)."""
+    args = _probe_args(probe)
+    args["query_text"] = " ".join(probe.query.split()[:FACTS_FIRST_QUERY_MAX_WORDS])
+    return args
+
+
 async def fact_candidates(conn: Conn, probe: Probe) -> Retrieved:
     """`facts_first` phases 1 (the fact walk and the text side) and 2, and the blocked facts."""
     row = one_row(
         await q().fact_candidates(
             conn,
-            **_probe_args(probe),
+            **_facts_first_args(probe),
             top_k=RETRIEVAL_TOP_K,
             candidate_limit=CANDIDATE_LIMIT,
             exact_scan_min=EXACT_SCAN_MIN_FACTS,
@@ -246,7 +255,7 @@ async def multi_hop_facts(
     rows = await collect(
         q().multi_hop_facts(
             conn,
-            **_probe_args(probe),
+            **_facts_first_args(probe),
             entities=list(entities),
             exclude_ids=list(exclude_ids),
             per_entity=per_entity,
