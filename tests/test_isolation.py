@@ -126,12 +126,26 @@ PROBES: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
         probe("/v1/facts", params={"project_id": B}, expected=200, check=only_b_facts),
         probe("/v1/facts", params=scoped(B), expected=200, check=only_b_facts),
     ],
-    ("GET", "/v1/facts/{fact_id}"): lambda w: [probe(f"/v1/facts/{f}") for f in w.a_fact_ids],
-    ("PATCH", "/v1/facts/{fact_id}"): lambda w: [
-        probe(f"/v1/facts/{f}", body=body)
-        for f in w.a_fact_ids
-        for body in ({"status": "retracted"}, {"valid_to": "2030-01-01T00:00:00Z"})
+    # A route of one item takes `?project_id=` too: naming A is a 403, even for B's own item.
+    ("GET", "/v1/facts/{fact_id}"): lambda w: [
+        *(probe(f"/v1/facts/{f}") for f in w.a_fact_ids),
+        probe(f"/v1/facts/{w.b_fact_id}", params={"project_id": A}, expected=403),
     ],
+    ("PATCH", "/v1/facts/{fact_id}"): lambda w: (
+        [
+            probe(f"/v1/facts/{f}", body=body)
+            for f in w.a_fact_ids
+            for body in ({"status": "retracted"}, {"valid_to": "2030-01-01T00:00:00Z"})
+        ]
+        + [
+            probe(
+                f"/v1/facts/{w.b_fact_id}",
+                params={"project_id": A},
+                body={"status": "retracted"},
+                expected=403,
+            )
+        ]
+    ),
     ("POST", "/v1/events"): lambda w: [
         probe(
             "/v1/events",
@@ -146,6 +160,12 @@ PROBES: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
     ],
     ("POST", "/v1/conflicts/{conflict_set_id}/resolve"): lambda w: [
         probe(f"/v1/conflicts/{w.a_conflict_set_id}/resolve", body={"keep": [w.a_fact_ids[0]]}),
+        probe(
+            f"/v1/conflicts/{w.a_conflict_set_id}/resolve",
+            params={"project_id": A},
+            body={"keep": [w.a_fact_ids[0]]},
+            expected=403,
+        ),
         probe(f"/v1/conflicts/{w.a_conflict_set_id}/resolve", body={"keep": [w.b_fact_id]}),
     ],
     ("POST", "/v1/context"): lambda w: [
@@ -157,13 +177,17 @@ PROBES: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
             check=b_packet_only,
         ),
     ],
-    ("GET", "/v1/inspect/{trace_id}"): lambda w: [probe(f"/v1/inspect/{w.a_trace_id}")],
+    ("GET", "/v1/inspect/{trace_id}"): lambda w: [
+        probe(f"/v1/inspect/{w.a_trace_id}"),
+        probe(f"/v1/inspect/{w.a_trace_id}", params={"project_id": A}, expected=403),
+    ],
     ("GET", "/v1/stats/overview"): lambda w: [
         probe("/v1/stats/overview", params={"project_id": A}, expected=403),
         probe("/v1/stats/overview", params={"project_id": B}, expected=200, check=b_stats_only),
     ],
     ("POST", "/v1/inspect/{trace_id}/replay"): lambda w: [
         probe(f"/v1/inspect/{w.a_trace_id}/replay"),
+        probe(f"/v1/inspect/{w.a_trace_id}/replay", params={"project_id": A}, expected=403),
         probe(f"/v1/inspect/{w.a_trace_id}/replay", body={"budget_tokens": 100000, "profile": "facts_first"}),
     ],
     ("GET", "/v1/stats/facts"): lambda w: [
@@ -199,14 +223,23 @@ PROBES: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
         probe("/v1/subjects/export", params=scoped(A), expected=403),
         probe("/v1/subjects/export", params={"subject_id": SUBJECT}, expected=200),
     ],
-    ("DELETE", "/v1/facts/{fact_id}"): lambda w: [probe(f"/v1/facts/{f}") for f in w.a_fact_ids],
-    ("DELETE", "/v1/events/{event_id}"): lambda w: [probe(f"/v1/events/{w.a_event_id}")],
+    ("DELETE", "/v1/facts/{fact_id}"): lambda w: [
+        probe(f"/v1/facts/{w.b_fact_id}", params={"project_id": A}, expected=403),
+        *(probe(f"/v1/facts/{f}") for f in w.a_fact_ids),
+    ],
+    ("DELETE", "/v1/events/{event_id}"): lambda w: [
+        probe(f"/v1/events/{w.a_event_id}"),
+        probe(f"/v1/events/{w.a_event_id}", params={"project_id": A}, expected=403),
+    ],
     ("GET", "/v1/events"): lambda w: [
         probe("/v1/events", params={"project_id": A}, expected=403),
         probe("/v1/events", params=scoped(A), expected=403),
         probe("/v1/events", params=scoped(B), expected=200, check=no_events),
     ],
-    ("GET", "/v1/events/{event_id}"): lambda w: [probe(f"/v1/events/{w.a_event_id}")],
+    ("GET", "/v1/events/{event_id}"): lambda w: [
+        probe(f"/v1/events/{w.a_event_id}"),
+        probe(f"/v1/events/{w.a_event_id}", params={"project_id": A}, expected=403),
+    ],
     ("GET", "/v1/subjects"): lambda w: [
         probe("/v1/subjects", params={"project_id": A}, expected=403),
         probe("/v1/subjects", params={"project_id": B}, expected=200, check=only_b_subject),
@@ -230,9 +263,13 @@ PROBES: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
             check=lambda body, w: None if body == {"webhooks": []} else pytest.fail(str(body)),
         ),
     ],
-    ("DELETE", "/v1/webhooks/{webhook_id}"): lambda w: [probe(f"/v1/webhooks/{uuid.uuid4()}")],
+    ("DELETE", "/v1/webhooks/{webhook_id}"): lambda w: [
+        probe(f"/v1/webhooks/{uuid.uuid4()}"),
+        probe(f"/v1/webhooks/{uuid.uuid4()}", params={"project_id": A}, expected=403),
+    ],
     ("GET", "/v1/webhooks/{webhook_id}/deliveries"): lambda w: [
-        probe(f"/v1/webhooks/{uuid.uuid4()}/deliveries")
+        probe(f"/v1/webhooks/{uuid.uuid4()}/deliveries"),
+        probe(f"/v1/webhooks/{uuid.uuid4()}/deliveries", params={"project_id": A}, expected=403),
     ],
     ("GET", "/v1/subjects/{subject_id}/export"): lambda w: [
         probe(f"/v1/subjects/{SUBJECT}/export", params={"project_id": A}, expected=403),

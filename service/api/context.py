@@ -94,7 +94,7 @@ class ContextController(Controller):
         summary="Every decision of one context call",
         opt={READS: True},
     )
-    async def inspect(self, deps: Deps, trace_id: TraceIdPath) -> Inspection:
+    async def inspect(self, deps: Deps, trace_id: TraceIdPath, project_id: ProjectQuery) -> Inspection:
         return await inspection.inspect(deps.conn, deps.principal, trace_id)
 
     @get("/v1/stats/overview", responses=ERRORS, summary="Usage overview of a project", opt={READS: True})
@@ -118,7 +118,11 @@ class ContextController(Controller):
         "index, or when the embedder changed (docs/time-travel.md).",
     )
     async def replay(
-        self, deps: Deps, trace_id: TraceIdPath, data: ReplayRequest | None = None
+        self,
+        deps: Deps,
+        trace_id: TraceIdPath,
+        project_id: ProjectQuery,
+        data: ReplayRequest | None = None,
     ) -> ReplayResponse:
         overrides = data or ReplayRequest()
         return await replay.replay(

@@ -37,7 +37,8 @@ from service.structs import (
 
 # `?project_id=` is optional on every route: the key already names its project. A dependency (not
 # a plain query parameter) so that the default and the 403 live in one place for every handler
-# that declares `project_id: ProjectQuery`; registered app-wide in service/app.py.
+# that declares `project_id: ProjectQuery`; registered app-wide in service/app.py. A route of one
+# item by id declares it unused: naming another project is a 403 there too, never ignored.
 ProjectQuery = Annotated[str, Dependency(skip_validation=True)]
 
 
@@ -264,12 +265,14 @@ class FactsController(Controller):
         )
 
     @get("/{fact_id:uuid}", responses=ERRORS, summary="Read one fact", opt={READS: True})
-    async def get_fact(self, deps: Deps, fact_id: FactIdPath) -> Fact:
+    async def get_fact(self, deps: Deps, fact_id: FactIdPath, project_id: ProjectQuery) -> Fact:
         deps.reads.fresh(deps.principal.project_id)
         return await memory.get_fact(deps.conn, deps.principal, fact_id)
 
     @patch("/{fact_id:uuid}", responses=ERRORS, summary="Retract a fact or set its valid_to")
-    async def patch_fact(self, data: PatchFactRequest, deps: Deps, fact_id: FactIdPath) -> Fact:
+    async def patch_fact(
+        self, data: PatchFactRequest, deps: Deps, fact_id: FactIdPath, project_id: ProjectQuery
+    ) -> Fact:
         return await update_fact(deps, fact_id, data)
 
     @delete(
@@ -281,7 +284,7 @@ class FactsController(Controller):
         "is resolved, keeping it) and the trace decisions that name it; `supersedes` links that "
         "pointed at it become null. To stop serving a fact while keeping it, PATCH it `retracted`.",
     )
-    async def erase_fact(self, deps: Deps, fact_id: FactIdPath) -> FactErasure:
+    async def erase_fact(self, deps: Deps, fact_id: FactIdPath, project_id: ProjectQuery) -> FactErasure:
         return await deps.noted(await erasure.erase_fact(deps.conn, deps.principal, fact_id))
 
 
@@ -308,7 +311,7 @@ class EventsController(Controller):
         return await erasure.list_events(deps.conn, deps.principal, project_id, subject_id, limit, cursor)
 
     @get("/{event_id:uuid}", responses=ERRORS, summary="Read one event", opt={READS: True})
-    async def get_event(self, deps: Deps, event_id: EventIdPath) -> Event:
+    async def get_event(self, deps: Deps, event_id: EventIdPath, project_id: ProjectQuery) -> Event:
         deps.reads.fresh(deps.principal.project_id)
         return await erasure.get_event(deps.conn, deps.principal, event_id)
 
@@ -320,7 +323,7 @@ class EventsController(Controller):
         description="Removes the event and the trace decisions that name it; facts extracted from "
         "it keep their text and their `source_event_id` becomes null.",
     )
-    async def erase_event(self, deps: Deps, event_id: EventIdPath) -> EventErasure:
+    async def erase_event(self, deps: Deps, event_id: EventIdPath, project_id: ProjectQuery) -> EventErasure:
         return await deps.noted(await erasure.erase_event(deps.conn, deps.principal, event_id))
 
 
@@ -348,6 +351,10 @@ class ConflictsController(Controller):
         summary="Resolve a conflict set: kept facts stay active, the others become superseded",
     )
     async def resolve_conflict(
-        self, data: ResolveConflictRequest, deps: Deps, conflict_set_id: ConflictSetIdPath
+        self,
+        data: ResolveConflictRequest,
+        deps: Deps,
+        conflict_set_id: ConflictSetIdPath,
+        project_id: ProjectQuery,
     ) -> ConflictSet:
         return await post_resolve(deps, conflict_set_id, data)

@@ -52,7 +52,9 @@ class WebhooksController(Controller):
         responses=ERRORS,
         summary="Delete a webhook and its deliveries",
     )
-    async def delete_webhook(self, deps: Deps, webhook_id: WebhookIdPath) -> structs.WebhookDeleted:
+    async def delete_webhook(
+        self, deps: Deps, webhook_id: WebhookIdPath, project_id: ProjectQuery
+    ) -> structs.WebhookDeleted:
         return await subscriptions.delete_webhook(deps.conn, deps.principal, webhook_id)
 
     @get(
@@ -64,6 +66,7 @@ class WebhooksController(Controller):
         self,
         deps: Deps,
         webhook_id: WebhookIdPath,
+        project_id: ProjectQuery,
         status: Annotated[
             structs.DeliveryStatus | None,
             Parameter(query="status", description="Only deliveries with this status."),

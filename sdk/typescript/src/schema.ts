@@ -1580,7 +1580,10 @@ export interface operations {
     };
     V1FactsFactIdGetFact: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Project id. Optional: omitted, it is the key's project; another project is a 403 `forbidden`. */
+                project_id?: string | null;
+            };
             header?: never;
             path: {
                 /** @description A fact_id of the key's project. */
@@ -1702,7 +1705,10 @@ export interface operations {
     };
     V1FactsFactIdEraseFact: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Project id. Optional: omitted, it is the key's project; another project is a 403 `forbidden`. */
+                project_id?: string | null;
+            };
             header?: never;
             path: {
                 /** @description A fact_id of the key's project. */
@@ -1824,7 +1830,10 @@ export interface operations {
     };
     V1FactsFactIdPatchFact: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Project id. Optional: omitted, it is the key's project; another project is a 403 `forbidden`. */
+                project_id?: string | null;
+            };
             header?: never;
             path: {
                 /** @description A fact_id of the key's project. */
@@ -2206,7 +2215,10 @@ export interface operations {
     };
     V1EventsEventIdGetEvent: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Project id. Optional: omitted, it is the key's project; another project is a 403 `forbidden`. */
+                project_id?: string | null;
+            };
             header?: never;
             path: {
                 /** @description An event_id of the key's project. */
@@ -2328,7 +2340,10 @@ export interface operations {
     };
     V1EventsEventIdEraseEvent: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Project id. Optional: omitted, it is the key's project; another project is a 403 `forbidden`. */
+                project_id?: string | null;
+            };
             header?: never;
             path: {
                 /** @description An event_id of the key's project. */
@@ -2832,7 +2847,10 @@ export interface operations {
     };
     V1ConflictsConflictSetIdResolveResolveConflict: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Project id. Optional: omitted, it is the key's project; another project is a 403 `forbidden`. */
+                project_id?: string | null;
+            };
             header?: never;
             path: {
                 /** @description A conflict_set_id of the key's project. */
@@ -3209,7 +3227,10 @@ export interface operations {
     };
     V1InspectTraceIdInspect: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Project id. Optional: omitted, it is the key's project; another project is a 403 `forbidden`. */
+                project_id?: string | null;
+            };
             header?: never;
             path: {
                 /** @description The trace_id of a ContextPacket. */
@@ -3331,7 +3352,10 @@ export interface operations {
     };
     V1InspectTraceIdReplayReplay: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Project id. Optional: omitted, it is the key's project; another project is a 403 `forbidden`. */
+                project_id?: string | null;
+            };
             header?: never;
             path: {
                 /** @description The trace_id of a ContextPacket. */
@@ -4601,7 +4625,10 @@ export interface operations {
     };
     V1WebhooksWebhookIdDeleteWebhook: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Project id. Optional: omitted, it is the key's project; another project is a 403 `forbidden`. */
+                project_id?: string | null;
+            };
             header?: never;
             path: {
                 /** @description A webhook_id of the key's project. */
@@ -4724,6 +4751,8 @@ export interface operations {
     V1WebhooksWebhookIdDeliveriesListDeliveries: {
         parameters: {
             query?: {
+                /** @description Project id. Optional: omitted, it is the key's project; another project is a 403 `forbidden`. */
+                project_id?: string | null;
                 /** @description Only deliveries with this status. */
                 status?: "pending" | "delivered" | "dead" | null;
                 /** @description At most this many, 1..500. */
