@@ -10,10 +10,14 @@
 -- then (recorded_from, recorded_to), validity, staleness and recency at that instant, the
 -- conflicts open then, the events held then.
 
--- name: open_context_call(ef_search, project_id)$
+-- name: open_context_call(ef_search, project_id, subject_id)$
 -- The terms of one context call, for its transaction only, in one round trip, and the model the
 -- project's vectors were made with (NULL before its first write), which the caller compares with
 -- its embedder's before any retrieval (migration 0030):
+-- - the scope's erasure lock, shared, until the transaction ends (lock_erasure_scope): an erasure
+--   of the scope waits for the call's trace and then erases it, and a call waits for an erasure,
+--   then retrieves in a snapshot taken after it. A null subject_id (a standby's retrieval, a
+--   benchmark) takes none: the function is strict, so it is not called;
 -- - the plan mode: HNSW may return K rows (ef_search defaults to 40) and keeps scanning past rows
 --   that the scope filter rejects (iterative scan), and every statement of the call runs under
 --   its generic plan. Each has one right plan for every scope (the walks by construction,
@@ -26,7 +30,8 @@
 SELECT (SELECT m.model FROM project_embedding_models AS m WHERE m.project_id = :project_id) AS embedding_model,
        set_config('hnsw.ef_search', :ef_search::integer::text, true) AS ef_search,
        set_config('hnsw.iterative_scan', 'relaxed_order', true) AS iterative_scan,
-       set_config('plan_cache_mode', 'force_generic_plan', true) AS plan_cache_mode;
+       set_config('plan_cache_mode', 'force_generic_plan', true) AS plan_cache_mode,
+       pg_advisory_xact_lock_shared(hashtext(:project_id), hashtext(:subject_id)) AS scope_lock;
 
 -- name: fact_candidates(project_id, subject_id, query_embedding, query_text, top_k, candidate_limit, exact_scan_min, w_similarity, w_text_rank, w_recency, tau_seconds, as_of)^
 -- Phase 1 (the vector top-K of haki_fact_walk UNION the top-K by full-text rank via GIN) and

@@ -50,9 +50,10 @@ GROUP BY f.content;
 -- name: lock_extraction_scope(project_id, subject_id)!
 -- Serialises the writes of extractions into one scope (project, subject) until the transaction
 -- ends, so that an extraction sees what a concurrent one wrote before it checks its proposals
--- again (list_extract_active_contents): without it both wrote the same fact. Taken before any
--- other lock of the write; direct writes, erasures and context calls never wait here. The key is
--- in the bigint space of lock_fact_keys, under its own seed: a collision only shares a lock.
+-- again (list_extract_active_contents): without it both wrote the same fact. Taken after the
+-- scope's erasure lock (share_erasure_scope), before any other lock of the write; direct writes,
+-- erasures and context calls never wait here. The key is in the bigint space of lock_fact_keys,
+-- under its own seed: a collision only shares a lock.
 SELECT pg_advisory_xact_lock(
     hashtextextended(:subject_id, hashtextextended(:project_id, hashtextextended('extraction', 0)))
 );

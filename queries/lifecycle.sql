@@ -1,11 +1,17 @@
 -- Memory lifecycle (migration 0014): erasure, trace retention, listing and export.
 
 -- name: lock_erasure_scope(project_id, kind, subject_id, item_id)!
--- Serialises the erasures of one scope (project, subject) until the transaction ends; taken
--- before erase_subject or erase_memory, which lock rows the scope's other erasures lock too (a
--- trace naming both items, an event and the one after it) in no common order: two of them
--- deadlocked. The scope is subject_id's (kind `subject`) or that of the fact or event item_id
--- (nothing is locked when there is none). Other scopes, writes and context calls never wait here.
+-- The scope's lock (project, subject), exclusive, until the transaction ends; taken before
+-- erase_subject or erase_memory. Erasures of one scope run one at a time: they lock rows the
+-- scope's other erasures lock too (a trace naming both items, an event and the one after it) in
+-- no common order, and two of them deadlocked. Context calls (open_context_call), writes, PATCH,
+-- resolutions, extractions (share_erasure_scope) and the event context worker
+-- (share_event_scopes) hold it shared, each before any other lock of theirs: the erasure waits
+-- for those in flight and its statement, whose snapshot is taken after, sees all they committed
+-- (a trace, a conflict member); those that come later wait for it. Without it a trace outlived
+-- its subject's erasure, a write's conflict member named an erased fact (a foreign key error)
+-- and the worker deadlocked with the erasure. The scope is subject_id's (kind `subject`) or that
+-- of the fact or event item_id (nothing is locked when there is none). Other scopes never wait.
 -- The two-integer key space of advisory locks is apart from the bigint one of lock_migrations and
 -- lock_fact_keys; a hash collision only makes two scopes share a lock.
 SELECT pg_advisory_xact_lock(hashtext(:project_id), hashtext(s.subject_id))
@@ -25,6 +31,26 @@ FROM (
       AND e.project_id = :project_id
       AND e.event_id = :item_id
 ) AS s;
+
+-- name: share_erasure_scope(project_id, subject_id)!
+-- The scope's lock of lock_erasure_scope, shared, until the transaction ends: a write of the scope
+-- (facts, events, PATCH, a resolution, an extraction) takes it before any other lock, so that no
+-- erasure of the scope runs beside it. Shared holders never wait for each other.
+SELECT pg_advisory_xact_lock_shared(hashtext(:project_id), hashtext(:subject_id));
+
+-- name: share_event_scopes(project_id, event_ids)!
+-- The shared scope lock (share_erasure_scope) of every scope holding one of these events, for the
+-- event context worker, whose batch may span scopes: taken in one order (of the lock key), as
+-- shared requests queue behind a waiting erasure, and two batches taking two scopes crosswise
+-- with erasures queued on both would wait for each other. An event already gone locks nothing.
+SELECT pg_advisory_xact_lock_shared(hashtext(:project_id), k.subject_key)
+FROM (
+    SELECT DISTINCT hashtext(e.subject_id) AS subject_key
+    FROM events AS e
+    WHERE e.project_id = :project_id
+      AND e.event_id = ANY (:event_ids::uuid[])
+    ORDER BY subject_key
+) AS k;
 
 -- name: erase_subject(project_id, subject_id, erasure_id, key_id)^
 -- Erases every row of one scope in one statement and audits it: conflict members and sets,

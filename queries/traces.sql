@@ -55,6 +55,19 @@ FROM (
          WITH ORDINALITY AS u(score, similarity, distance, text_rank, recency, i)
 ) AS e;
 
+-- name: count_erased_trace_items(project_id, subject_id, item_ids)$
+-- How many of the items a call's decisions name are no longer a fact or an event of its scope:
+-- erased since its retrieval read them on a standby (or before, on a standby behind). Its trace
+-- is not written then, and the call runs again on the primary (service/db/call_runner.py).
+SELECT count(*) AS erased
+FROM unnest(:item_ids::uuid[]) AS t(item_id)
+LEFT JOIN facts AS f
+  ON f.project_id = :project_id AND f.subject_id = :subject_id AND f.fact_id = t.item_id
+LEFT JOIN events AS e
+  ON e.project_id = :project_id AND e.subject_id = :subject_id AND e.event_id = t.item_id
+WHERE f.fact_id IS NULL
+  AND e.event_id IS NULL;
+
 -- name: get_context_call(project_id, trace_id)^
 -- One logged context call of a project (GET /v1/inspect/{trace_id}, and what a replay rebuilds).
 SELECT trace_id, project_id, subject_id, query, profile, created_at, budget_tokens, used_tokens,

@@ -282,6 +282,9 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     asyncpg.ConnectionFailureError,
     asyncpg.DeadlockDetectedError,
     asyncpg.SerializationError,
+    # A row a statement references was deleted by a concurrent transaction (an erasure): every
+    # reference a request names is checked first, so only a race gets here, and a retry sees it.
+    asyncpg.ForeignKeyViolationError,
     ConnectionError,
     TimeoutError,
     asyncio.TimeoutError,
@@ -295,10 +298,12 @@ def database_unavailable(exc: BaseException) -> bool:
 
 
 def unavailable_message(exc: BaseException) -> str:
-    """The message of a `database_unavailable` failure. A deadlock or serialization failure is a
-    503 too (the SDKs retry it, where a 409 `conflict` means a retry cannot succeed), but the
-    database is up: it says so."""
-    if isinstance(exc, asyncpg.DeadlockDetectedError | asyncpg.SerializationError):
+    """The message of a `database_unavailable` failure. A deadlock, serialization failure or
+    foreign key race is a 503 too (the SDKs retry it, where a 409 `conflict` means a retry cannot
+    succeed), but the database is up: it says so."""
+    if isinstance(
+        exc, asyncpg.DeadlockDetectedError | asyncpg.SerializationError | asyncpg.ForeignKeyViolationError
+    ):
         return "A concurrent change conflicted with this request; retry shortly."
     return "The database is unavailable; retry shortly."
 

@@ -50,6 +50,8 @@ def test_litestar_http_errors_take_their_code_from_the_table() -> None:
     [
         (asyncpg.DeadlockDetectedError("deadlock detected"), "A concurrent change conflicted"),
         (asyncpg.SerializationError("could not serialize access"), "A concurrent change conflicted"),
+        # A write racing an erasure (tests/test_erasure_scope_lock.py), should the lock miss one.
+        (asyncpg.ForeignKeyViolationError("violates foreign key"), "A concurrent change conflicted"),
         (asyncpg.QueryCanceledError("canceling statement due to statement timeout"), "The database is"),
         (ConnectionRefusedError(), "The database is"),
     ],

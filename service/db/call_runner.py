@@ -14,7 +14,12 @@ writes the trace where it belongs:
   transaction, and the trace is written afterwards on the primary in a transaction of its own;
   otherwise the trace commits with the retrieval, in one transaction. Either way the trace is
   committed before the packet is returned, and durably: the call's terms leave synchronous_commit
-  on, so the commit waits for the WAL flush (docs/spec/context-profiles.md).
+  on, so the commit waits for the WAL flush (docs/spec/context-profiles.md);
+- the transaction that writes the trace holds the scope's erasure lock, shared, from its first
+  statement (open_context_call): an erasure of the scope waits for the trace, then erases it. On
+  the primary the retrieval is inside that transaction; after a standby's retrieval, an erasure
+  may have committed between the two, so a trace naming an item no longer in the scope is not
+  written, and the call runs again on the primary (`ErasedSinceRetrieval`).
 """
 
 from __future__ import annotations
@@ -29,8 +34,9 @@ from service.context import assembler
 from service.context.call import ContextCall
 from service.db.pools import Acquire, Lent
 from service.embedding.embedder import Embedder
+from service.errors import Unavailable
 from service.observability.timing import StageTimer
-from service.repository import Conn
+from service.repository import Conn, embedding_model
 from service.repository import context as repo
 from service.structs import ContextPacket
 
@@ -58,8 +64,11 @@ async def run_context_call(
         while True:
             try:
                 async with conn.transaction(readonly=primary is not None):
-                    # Refuses a call whose embedder did not make the project's vectors.
-                    await assembler.open_context_call(conn, call.project_id, embedder.name)
+                    # Refuses a call whose embedder did not make the project's vectors; on the
+                    # primary, holds the scope's erasure lock (a standby's is not the primary's).
+                    scope = call.subject_id if primary is None else None
+                    recorded = await repo.open_context_call(conn, assembler.EF_SEARCH, call.project_id, scope)
+                    embedding_model.require_model(call.project_id, recorded, embedder.name)
                     if lent is not None and not await finished(embedding, CONTEXT_EMBED_PATIENCE_SECONDS):
                         raise _EmbedderSlow  # rolls the transaction back: it has only read
                     assembled = await assembler.assemble(conn, call, await embedding, timer)
@@ -77,12 +86,25 @@ async def run_context_call(
         if primary is not None:
             with timer.stage("trace"):
                 async with primary() as on_primary, on_primary.transaction():
-                    await assembler.open_context_call(on_primary)  # the terms of the trace's own transaction
+                    # The terms of the trace's own transaction, and the scope's lock: no erasure
+                    # of the scope runs between the check below and the commit.
+                    await repo.open_context_call(
+                        on_primary, assembler.EF_SEARCH, call.project_id, call.subject_id
+                    )
+                    if await repo.count_erased_items(on_primary, call, assembled.decisions):
+                        raise ErasedSinceRetrieval("An erasure of this subject ran during the call; retry.")
                     await repo.insert_context_trace(on_primary, call, assembled.packet, assembled.decisions)
     finally:
         if not embedding.done():  # the database failed first: the vector is not needed
             embedding.cancel()
     return assembled.packet
+
+
+class ErasedSinceRetrieval(Unavailable, status=503, code="unavailable"):
+    """Internal control flow: the standby served an item that an erasure has removed from the
+    primary since (or that a lagging standby still held). Neither the trace nor the packet may
+    leave: the read replica's hook runs the call again on the primary (service/db/replica.py);
+    a 503 `unavailable` if it ever reached a client."""
 
 
 class _EmbedderSlow(Exception):
@@ -95,4 +117,4 @@ async def finished(task: asyncio.Task[Any], seconds: float) -> bool:
     return bool(done)
 
 
-__all__ = ["run_context_call"]
+__all__ = ["ErasedSinceRetrieval", "run_context_call"]

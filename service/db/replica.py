@@ -19,7 +19,9 @@ Three rules keep the standby's answers those the primary would give:
 - **The primary answers whatever the standby could not.** A standby that is down, lagging or
   promoted is not used; a read whose standby connection died mid-request, or whose answer was a
   404 / 401 that lag can explain (a trace or a key written a moment ago), or which was cancelled
-  by a recovery conflict, is run again on the primary before anything reaches the client.
+  by a recovery conflict, or a context call that served a memory erased before its trace was
+  written (service/db/call_runner.py), is run again on the primary before anything reaches the
+  client.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from litestar.utils.scope.state import CONNECTION_STATE_KEY, ScopeState
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from service.db import Acquire, connect, database_url
+from service.db.call_runner import ErasedSinceRetrieval
 from service.errors import CONNECTION_LOST, NotFound, Unauthorized, Unavailable
 from service.repository import replica as rrepo
 from service.repository.base import Conn
@@ -109,7 +112,7 @@ class ReplicaMetrics:
             "haki_read_replica_fallbacks",
             "Read requests sent to the primary instead of the replica, by reason: down, lagging, "
             "starting, not_standby, unchecked, connection_lost, pool_timeout, unreplayed_write, not_found, "
-            "unknown_key, recovery_conflict, read_only, schema_behind.",
+            "unknown_key, recovery_conflict, read_only, schema_behind, erased_meanwhile.",
             ["reason"],
             registry=registry,
         )
@@ -349,6 +352,8 @@ def rerun_reason(exc: BaseException) -> str | None:
     """Why an error answered on the standby is worth running again on the primary."""
     if isinstance(exc, ReadOnPrimary):
         return "unreplayed_write"
+    if isinstance(exc, ErasedSinceRetrieval):
+        return "erased_meanwhile"  # a context call read a memory erased before its trace
     if isinstance(exc, NotFound):
         return "not_found"  # e.g. the trace of a context call made a moment ago
     if isinstance(exc, Unauthorized):

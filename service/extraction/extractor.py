@@ -42,6 +42,7 @@ from service.redaction import redacted_http_url
 from service.repository import Conn
 from service.repository import webhooks as webhooks_repo
 from service.repository.extraction import KnownFact, active_contents, known_facts, lock_extraction_scope
+from service.repository.lifecycle import share_erasure_scope
 from service.scope_id import scope_id_problem
 from service.settings import Settings
 from service.structs import (
@@ -441,6 +442,9 @@ async def store(conn: Conn, plan: Plan) -> ExtractResponse:
     prepared_events = plan.events
     assert prepared_events is not None
     async with conn.transaction():
+        # The scope's erasure lock first, as every write of the scope takes it (store_events
+        # takes it again, at no cost), then the extraction's.
+        await share_erasure_scope(conn, plan.req.project_id, plan.req.subject_id)
         await lock_extraction_scope(conn, plan.req.project_id, plan.req.subject_id)
         plan = await written_meanwhile(conn, plan)
         events = await memory.store_events(conn, prepared_events)

@@ -3,7 +3,9 @@ GET /v1/events, /v1/events/{id}, /v1/subjects.
 
 An erasure is one statement in one transaction: every row of its kind goes at commit, or none.
 Erasures of one scope run one at a time (the transaction takes the scope's lock first,
-lock_erasure_scope), so they never deadlock on the rows they share. It is audited in `erasures`
+lock_erasure_scope), so they never deadlock on the rows they share, and beside none of the scope's
+context calls and writes, which hold that lock shared: the erasure's statement sees what they
+committed (a trace, a conflict member), and later ones wait for it. It is audited in `erasures`
 (counts, time, key id; no content). What it does not reach: the write-ahead log and backups keep
 the rows until they rotate (docs/reliability.md, "Erasure").
 """

@@ -29,6 +29,7 @@ from service.embedding.embedder import Embedder
 from service.errors import EmbeddingModelMismatch
 from service.repository import embedding_model
 from service.repository import events as events_repo
+from service.repository import lifecycle as lifecycle_repo
 from service.repository.events import PendingContext
 
 log = logging.getLogger("haki.event_context")
@@ -65,6 +66,9 @@ async def store_pending(
     """Stores the batch under the project's model record; returns how many were stored (fewer
     than read when a predecessor changed meanwhile: those stay pending)."""
     async with conn.transaction():
+        # First, the erasure locks of the batch's scopes, shared and in one order: an erasure of
+        # one of them changes these events' rows too, in another order (they deadlocked).
+        await lifecycle_repo.share_event_scopes(conn, project_id, [p.event_id for p in pending])
         await embedding_model.hold_model(conn, project_id, embedder.name)
         return await events_repo.set_event_contexts(conn, project_id, pending, embeddings)
 

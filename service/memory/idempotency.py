@@ -27,6 +27,7 @@ from service.db import Lent
 from service.errors import IDEMPOTENCY_KEY_IN_PROGRESS, Conflict, IdempotencyKeyReused
 from service.repository import Conn
 from service.repository import idempotency as idempotency_repo
+from service.repository import lifecycle as lifecycle_repo
 from service.settings import Settings
 
 T = TypeVar("T", bound=msgspec.Struct)
@@ -95,6 +96,9 @@ async def run_once(
     prepared = await prepare()
     conn = lent.conn
     async with conn.transaction():
+        # The scope's lock before the records' rows, as the write takes it first (its store takes
+        # it again, at no cost): an erasure deletes records too.
+        await lifecycle_repo.share_erasure_scope(conn, project_id, subject_id)
         await idempotency_repo.purge_idempotency_keys(conn, project_id, PURGE_BATCH)
         claimed = await idempotency_repo.claim_idempotency_key(
             conn, project_id, subject_id, key, digest, float(settings.idempotency_ttl_seconds)

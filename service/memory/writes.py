@@ -27,6 +27,7 @@ from service.repository import Conn, embedding_model, long_transaction
 from service.repository import conflicts as conflicts_repo
 from service.repository import events as events_repo
 from service.repository import facts as facts_repo
+from service.repository import lifecycle as lifecycle_repo
 from service.settings import Settings
 from service.structs import (
     ConflictList,
@@ -176,10 +177,13 @@ async def store_facts(conn: Conn, prepared: PreparedFacts) -> WriteFactsResponse
     req, fact_ids, columns = prepared.req, prepared.fact_ids, prepared.columns
     facts = req.facts
     async with long_transaction(conn, prepared.timeout_ms):
-        # Before any other lock: a re-embedding's switch waits for this write, or this write for it.
+        # First: no erasure of the scope runs beside the write (whose conflict members named the
+        # facts an erasure deleted meanwhile: a foreign key error, tests/test_erasure_scope_lock.py).
+        await lifecycle_repo.share_erasure_scope(conn, req.project_id, req.subject_id)
+        # Before the rest: a re-embedding's switch waits for this write, or this write for it.
         if prepared.model is not None:
             await embedding_model.hold_model(conn, req.project_id, prepared.model)
-        # First, before any row lock: a concurrent write of one of these keys commits before this
+        # Then, before any row lock: a concurrent write of one of these keys commits before this
         # one goes on, so detect_conflicts below sees its facts (without it, racing
         # writes escaped detection: tests/test_write_races.py).
         keys = [f.key for f in facts if f.key is not None]
@@ -273,12 +277,14 @@ async def patch_fact(conn: Conn, principal: Principal, fact_id: UUID, req: Patch
     check_storable("valid_to", req.valid_to)
     retract = req.status == "retracted"
     async with conn.transaction():
-        if retract:
-            # The key's lock first, as writes and resolutions of the key take it: a conflict set
+        fact = await facts_repo.get_fact(conn, principal.project_id, fact_id)
+        if fact is not None:
+            # The scope's lock, as every write takes it first: no erasure runs beside the patch.
+            await lifecycle_repo.share_erasure_scope(conn, principal.project_id, fact.subject_id)
+        if retract and fact is not None and fact.key is not None:
+            # The key's lock next, as writes and resolutions of the key take it: a conflict set
             # holding the fact may resolve below, and sees a concurrent change of another member.
-            fact = await facts_repo.get_fact(conn, principal.project_id, fact_id)
-            if fact is not None and fact.key is not None:
-                await facts_repo.lock_fact_keys(conn, principal.project_id, fact.subject_id, [fact.key])
+            await facts_repo.lock_fact_keys(conn, principal.project_id, fact.subject_id, [fact.key])
         found = await facts_repo.patch_fact(
             conn, principal.project_id, fact_id, retract=retract, valid_to=req.valid_to
         )
@@ -340,6 +346,9 @@ def _prepared_events(
 async def store_events(conn: Conn, prepared: PreparedEvents) -> WriteEventsResponse:
     event_ids = uuid7_batch(len(prepared.req.events))
     async with long_transaction(conn, prepared.timeout_ms):
+        # First, as store_facts: no erasure of the scope runs beside the write (both change
+        # the vectors in context of the events after theirs).
+        await lifecycle_repo.share_erasure_scope(conn, prepared.req.project_id, prepared.req.subject_id)
         if prepared.model is not None:
             await embedding_model.hold_model(conn, prepared.req.project_id, prepared.model)
         await events_repo.insert_events(conn, prepared.req, event_ids, prepared.embeddings)
@@ -386,12 +395,13 @@ async def resolve_conflict(
         conn.transaction() if settings is None else long_transaction(conn, write_timeout_ms(settings, size))
     )
     async with transaction:
-        # The key's lock first, as a write of that key takes it (store_facts), then the set's
-        # row: a write racing the resolution sees its members either all before it or all after
-        # it. Without it, a write of the key that read the members before the resolution
-        # committed opened a new set listing the ones it had just superseded
-        # (tests/test_write_races.py).
+        # The scope's lock first and the key's next, as a write of that key takes them
+        # (store_facts), then the set's row: a write racing the resolution sees its members
+        # either all before it or all after it. Without the key's, a write of the key that read
+        # the members before the resolution committed opened a new set listing the ones it had
+        # just superseded (tests/test_write_races.py).
         if scope is not None:
+            await lifecycle_repo.share_erasure_scope(conn, project_id, scope[0])
             await facts_repo.lock_fact_keys(conn, project_id, scope[0], [scope[1]])
         locked = await conflicts_repo.lock_conflict_set(conn, project_id, conflict_set_id)
         if locked is None:

@@ -137,9 +137,14 @@ def _stand_ins(row: Any) -> dict[UUID, Candidate]:
     }
 
 
-async def open_context_call(conn: Conn, ef_search: int, project_id: str | None = None) -> str | None:
-    """Sets the call's terms; returns the embedding model recorded for `project_id`, if any."""
-    model: str | None = await q().open_context_call(conn, ef_search=ef_search, project_id=project_id)
+async def open_context_call(
+    conn: Conn, ef_search: int, project_id: str | None = None, subject_id: str | None = None
+) -> str | None:
+    """Sets the call's terms, and with `subject_id` holds the scope's erasure lock, shared;
+    returns the embedding model recorded for `project_id`, if any."""
+    model: str | None = await q().open_context_call(
+        conn, ef_search=ef_search, project_id=project_id, subject_id=subject_id
+    )
     return model
 
 
@@ -413,6 +418,19 @@ async def insert_context_trace(
     await q().insert_context_trace(
         conn, **trace_call_columns(call, packet), **trace_columns(decisions, await trace_codes(conn))
     )
+
+
+async def count_erased_items(conn: Conn, call: ContextCall, decisions: Sequence[Decision]) -> int:
+    """How many of the items `decisions` name are no longer a fact or an event of the call's scope."""
+    if not decisions:
+        return 0
+    erased: int = await q().count_erased_trace_items(
+        conn,
+        project_id=call.project_id,
+        subject_id=call.subject_id,
+        item_ids=list({d.item_id for d in decisions}),
+    )
+    return erased
 
 
 # The call's own columns of get_inspection's row (the rest are its decisions' arrays).

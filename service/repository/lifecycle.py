@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -22,6 +23,16 @@ async def lock_erasure_scope(
     await q().lock_erasure_scope(
         conn, project_id=project_id, kind=kind, subject_id=subject_id, item_id=item_id
     )
+
+
+async def share_erasure_scope(conn: Conn, project_id: str, subject_id: str) -> None:
+    """Holds the scope's erasure lock, shared, until the transaction ends (a write of the scope)."""
+    await q().share_erasure_scope(conn, project_id=project_id, subject_id=subject_id)
+
+
+async def share_event_scopes(conn: Conn, project_id: str, event_ids: Sequence[UUID]) -> None:
+    """Holds, shared, the erasure lock of every scope holding one of these events, in one order."""
+    await q().share_event_scopes(conn, project_id=project_id, event_ids=list(event_ids))
 
 
 async def erase_subject(

@@ -72,14 +72,22 @@ async def new_project(settings: Settings, prefix: str) -> tuple[str, str]:
 
 
 @asynccontextmanager
+async def sessions(settings: Settings, n: int) -> AsyncIterator[list[asyncpg.Connection]]:
+    """`n` sessions of their own, as the service opens them, to force an interleaving: one holds
+    a lock or a row, the others run into it, one watches pg_stat_activity."""
+    opened: list[asyncpg.Connection] = []
+    try:
+        for _ in range(n):
+            opened.append(await connect(settings))
+            await init_connection(opened[-1])
+        yield opened
+    finally:
+        for conn in opened:
+            await conn.close()
+
+
+@asynccontextmanager
 async def two_sessions(settings: Settings) -> AsyncIterator[tuple[asyncpg.Connection, asyncpg.Connection]]:
     """Two sessions of their own, as the service opens them: one holds a lock, the other tries it."""
-    holder = await connect(settings)
-    other = await connect(settings)
-    try:
-        await init_connection(holder)
-        await init_connection(other)
+    async with sessions(settings, 2) as (holder, other):
         yield holder, other
-    finally:
-        await holder.close()
-        await other.close()

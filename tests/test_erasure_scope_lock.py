@@ -1,0 +1,248 @@
+"""Erasures racing the context calls and writes of their scope: the scope's lock.
+
+Erasures hold their scope's lock (lock_erasure_scope) exclusively; context calls
+(open_context_call), writes (share_erasure_scope) and the event context worker
+(share_event_scopes) hold it shared, before any other lock. Each test forces one interleaving
+that went wrong without it, with sessions of their own (tests/helpers/serving.py `sessions`): a
+step runs until it ends or waits on a lock (pg_stat_activity), then the next one starts. Data is
+committed, each test in a project of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+import pytest
+
+from service.api.auth import Principal
+from service.context.call import ContextCall
+from service.db.call_runner import ErasedSinceRetrieval, run_context_call
+from service.db.replica import rerun_reason
+from service.embedding.embedder import HashEmbedder
+from service.memory import erasure, event_context
+from service.memory import writes as memory
+from service.repository import context as context_repo
+from service.repository import lifecycle as lifecycle_repo
+from service.settings import Settings
+from service.structs import ContextRequest, EventIn, FactIn, WriteEventsRequest, WriteFactsRequest
+from tests.helpers.serving import sessions
+
+
+async def waits_or_ends(
+    observer: asyncpg.Connection, task: asyncio.Task[Any], conn: asyncpg.Connection
+) -> bool:
+    """Whether `conn`'s statement waits on a lock (False: `task` ended first)."""
+    pid = conn.get_server_pid()
+    deadline = asyncio.get_running_loop().time() + 10
+    while not task.done():
+        waiting = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1"
+        if await observer.fetchval(waiting, pid):
+            return True
+        assert asyncio.get_running_loop().time() < deadline, "neither ended nor waited on a lock"
+        await asyncio.sleep(0.01)
+    return False
+
+
+def scope_of(project_id: str) -> tuple[Principal, HashEmbedder]:
+    return Principal(project_id=project_id, key_id=uuid.uuid4()), HashEmbedder()
+
+
+async def remember(
+    conn: asyncpg.Connection,
+    settings: Settings,
+    principal: Principal,
+    facts: list[FactIn],
+    events: list[EventIn],
+) -> tuple[list[uuid.UUID], list[uuid.UUID]]:
+    """Facts and events of (the principal's project, `s`), committed; their ids."""
+    embedder, project_id = HashEmbedder(), principal.project_id
+    fact_ids = []
+    if facts:
+        req = WriteFactsRequest(project_id=project_id, subject_id="s", facts=facts)
+        fact_ids = [
+            f.fact_id for f in (await memory.write_facts(conn, embedder, settings, principal, req)).facts
+        ]
+    event_ids = []
+    if events:
+        ereq = WriteEventsRequest(project_id=project_id, subject_id="s", events=events)
+        written = await memory.write_events(conn, embedder, settings, principal, ereq)
+        event_ids = [e.event_id for e in written.events]
+    return fact_ids, event_ids
+
+
+def erasing(
+    conn: asyncpg.Connection, settings: Settings, principal: Principal, kind: str, item: uuid.UUID
+) -> Any:
+    """The erasure of `kind` (the subject `s`, or the item), as its route runs it."""
+    if kind == "subject":
+        return erasure.erase_subject(conn, principal, settings, principal.project_id, "s")
+    if kind == "fact":
+        return erasure.erase_fact(conn, principal, item)
+    return erasure.erase_event(conn, principal, item)
+
+
+@pytest.mark.parametrize("kind", ["subject", "fact", "event"])
+async def test_an_erasure_during_a_context_call_erases_its_trace(
+    settings: Settings, migrated: str, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """The erasure runs after the call's retrieval, before its trace: it waits for the trace, then
+    erases it (the subject's) or the decisions naming the item. Before the scope lock the erasure
+    committed first and the trace outlived it, naming the item (every run)."""
+    principal, embedder = scope_of(f"race-{uuid.uuid4().hex[:12]}")
+    async with sessions(settings, 3) as (caller, eraser, observer):
+        (fact,), (event,) = await remember(
+            observer, settings, principal, [FactIn(content="cats purr")],
+            [EventIn(content="cats slept", occurred_at=datetime(2026, 1, 1, tzinfo=UTC))],
+        )  # fmt: skip
+        item = event if kind == "event" else fact
+        insert = context_repo.insert_context_trace
+        erasures: list[asyncio.Task[Any]] = []
+
+        async def erase_then_insert(conn: Any, call: Any, packet: Any, decisions: Any) -> None:
+            assert {fact, event} <= {d.item_id for d in decisions}
+            erasures.append(asyncio.create_task(erasing(eraser, settings, principal, kind, item)))
+            await waits_or_ends(observer, erasures[0], eraser)
+            await insert(conn, call, packet, decisions)
+
+        monkeypatch.setattr(context_repo, "insert_context_trace", erase_then_insert)
+        request = ContextRequest(project_id=principal.project_id, subject_id="s", query="cats")
+        packet = await run_context_call(caller, embedder, ContextCall.of(request, settings))
+        await erasures[0]
+        traced = await context_repo.get_inspection(observer, principal.project_id, packet.trace_id)
+        if kind == "subject":
+            assert traced is None
+        else:
+            assert traced is not None
+            assert item not in {d.item_id for d in traced.decisions}
+
+
+async def test_a_trace_after_a_standby_retrieval_names_no_memory_erased_meanwhile(
+    settings: Settings, migrated: str
+) -> None:
+    """On a read replica the retrieval and the trace are two transactions (two servers): a fact
+    erased between them on the primary keeps the trace from being written, and the call runs
+    again on the primary (the replica's rerun reason). Before, the trace named the erased fact."""
+    principal, embedder = scope_of(f"race-{uuid.uuid4().hex[:12]}")
+    async with sessions(settings, 3) as (standby, eraser, on_primary):
+        (fact,), _ = await remember(on_primary, settings, principal, [FactIn(content="cats purr")], [])
+
+        @asynccontextmanager
+        async def primary() -> AsyncIterator[asyncpg.Connection]:
+            await erasure.erase_fact(eraser, principal, fact)  # after the retrieval, before the trace
+            yield on_primary
+
+        request = ContextRequest(project_id=principal.project_id, subject_id="s", query="cats")
+        with pytest.raises(ErasedSinceRetrieval) as raised:
+            await run_context_call(standby, embedder, ContextCall.of(request, settings), primary=primary)
+        assert rerun_reason(raised.value) == "erased_meanwhile"
+        traces = "SELECT count(*) FROM context_calls WHERE project_id = $1"
+        assert await on_primary.fetchval(traces, principal.project_id) == 0
+
+
+@pytest.mark.parametrize("kind", ["subject", "fact"])
+async def test_a_keyed_write_racing_an_erasure_of_its_scope_fails_on_no_foreign_key(
+    settings: Settings, migrated: str, kind: str
+) -> None:
+    """A write of `city` reads the key's facts (Lyon), then waits on an open set of the key that
+    another session is inserting; meanwhile Lyon is erased; the write then joined Lyon to its set:
+    a foreign key violation, a 500 (every run). With the scope lock the erasure waits for the
+    write, and erases what it committed."""
+    principal, embedder = scope_of(f"race-{uuid.uuid4().hex[:12]}")
+    async with sessions(settings, 4) as (writer, eraser, holder, observer):
+        (lyon,), _ = await remember(observer, settings, principal, [FactIn(content="Lyon", key="city")], [])
+        oslo = WriteFactsRequest(
+            project_id=principal.project_id, subject_id="s", facts=[FactIn(content="Oslo", key="city")]
+        )
+        held = holder.transaction()
+        await held.start()
+        await holder.execute(
+            "INSERT INTO conflict_sets (project_id, conflict_set_id, subject_id, key) "
+            "VALUES ($1, gen_random_uuid(), 's', 'city')",
+            principal.project_id,
+        )
+        write = asyncio.create_task(memory.write_facts(writer, embedder, settings, principal, oslo))
+        assert await waits_or_ends(observer, write, writer), "the write did not wait on the open set"
+        erase = asyncio.create_task(erasing(eraser, settings, principal, kind, lyon))
+        await waits_or_ends(observer, erase, eraser)
+        await held.rollback()
+        await write
+        await erase
+        left = "SELECT array_agg(content ORDER BY content) FROM facts WHERE project_id = $1"
+        assert await observer.fetchval(left, principal.project_id) == (
+            None if kind == "subject" else ["Oslo"]
+        )
+
+
+@pytest.mark.parametrize("kind", ["event", "subject"])
+async def test_the_event_context_worker_and_an_event_erasure_do_not_deadlock(
+    settings: Settings, migrated: str, kind: str
+) -> None:
+    """The worker stores the vectors in context of N, then A (id order); erasing A locks A, then
+    sets N's back to pending (N is the event after A: A was written later, but happened before).
+    A third session holds A until both wait; then they deadlocked (a 503, every run). With the
+    scope lock the worker waits for the erasure, and skips the two events it changed."""
+    principal, embedder = scope_of(f"race-{uuid.uuid4().hex[:12]}")
+    project_id = principal.project_id
+    async with sessions(settings, 4) as (worker, eraser, holder, observer):
+        day = datetime(2026, 1, 1, tzinfo=UTC)
+        _, (after,) = await remember(
+            observer, settings, principal, [], [EventIn(content="N", occurred_at=day)]
+        )
+        _, (erased,) = await remember(
+            observer, settings, principal, [], [EventIn(content="A", occurred_at=day - timedelta(hours=1))]
+        )
+        pending = await event_context.read_pending(worker, embedder, project_id, 10)
+        assert [p.event_id for p in pending] == [after, erased]
+        vectors = await event_context.embed_pending(embedder, project_id, pending)
+        held = holder.transaction()
+        await held.start()
+        await holder.execute(
+            "SELECT 1 FROM events WHERE project_id = $1 AND event_id = $2 FOR UPDATE", project_id, erased
+        )
+        erase = asyncio.create_task(erasing(eraser, settings, principal, kind, erased))
+        assert await waits_or_ends(observer, erase, eraser)
+        store = asyncio.create_task(
+            event_context.store_pending(worker, embedder, project_id, pending, vectors)
+        )
+        assert await waits_or_ends(observer, store, worker)
+        await held.commit()
+        assert await store == 0
+        await erase
+
+
+async def test_calls_and_writes_share_the_scope_lock_that_an_erasure_takes_alone(
+    settings: Settings, migrated: str
+) -> None:
+    """A context call and a write of the scope hold its lock at once; an erasure waits for them
+    (here: gives up after its lock_timeout), and they for it. A standby's retrieval (no subject)
+    takes none."""
+    project_id = f"race-{uuid.uuid4().hex[:12]}"
+    async with sessions(settings, 2) as (holder, other):
+
+        async def blocked(statement: Any) -> bool:
+            try:
+                async with other.transaction():
+                    await other.execute("SET LOCAL lock_timeout = '200ms'")
+                    await statement
+            except asyncpg.LockNotAvailableError:
+                return True
+            return False
+
+        async with holder.transaction():
+            await context_repo.open_context_call(holder, 40, project_id, "s")
+            assert not await blocked(lifecycle_repo.share_erasure_scope(other, project_id, "s"))
+            assert await blocked(
+                lifecycle_repo.lock_erasure_scope(other, project_id, "subject", subject_id="s")
+            )
+        async with holder.transaction():
+            await lifecycle_repo.lock_erasure_scope(holder, project_id, "subject", subject_id="s")
+            assert await blocked(context_repo.open_context_call(other, 40, project_id, "s"))
+            assert await blocked(lifecycle_repo.share_erasure_scope(other, project_id, "s"))
+            assert not await blocked(context_repo.open_context_call(other, 40, project_id, None))
+            assert not await blocked(lifecycle_repo.share_erasure_scope(other, project_id, "s2"))
