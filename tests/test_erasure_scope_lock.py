@@ -49,8 +49,14 @@ async def waits_or_ends(
     return False
 
 
-def scope_of(project_id: str) -> tuple[Principal, HashEmbedder]:
-    return Principal(project_id=project_id, key_id=uuid.uuid4()), HashEmbedder()
+@pytest.fixture
+async def scope(settings: Settings, migrated: str) -> AsyncIterator[tuple[Principal, HashEmbedder]]:
+    """A project of the test's own, its subject `s` erased afterwards: what the test committed
+    would otherwise stay, its events' vectors in context pending for another test's worker."""
+    principal = Principal(project_id=f"race-{uuid.uuid4().hex[:12]}", key_id=uuid.uuid4())
+    yield principal, HashEmbedder()
+    async with sessions(settings, 1) as (conn,):
+        await erasure.erase_subject(conn, principal, settings, principal.project_id, "s")
 
 
 async def remember(
@@ -89,12 +95,12 @@ def erasing(
 
 @pytest.mark.parametrize("kind", ["subject", "fact", "event"])
 async def test_an_erasure_during_a_context_call_erases_its_trace(
-    settings: Settings, migrated: str, monkeypatch: pytest.MonkeyPatch, kind: str
+    settings: Settings, scope: tuple[Principal, HashEmbedder], monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
     """The erasure runs after the call's retrieval, before its trace: it waits for the trace, then
     erases it (the subject's) or the decisions naming the item. Before the scope lock the erasure
     committed first and the trace outlived it, naming the item (every run)."""
-    principal, embedder = scope_of(f"race-{uuid.uuid4().hex[:12]}")
+    principal, embedder = scope
     async with sessions(settings, 3) as (caller, eraser, observer):
         (fact,), (event,) = await remember(
             observer, settings, principal, [FactIn(content="cats purr")],
@@ -123,12 +129,12 @@ async def test_an_erasure_during_a_context_call_erases_its_trace(
 
 
 async def test_a_trace_after_a_standby_retrieval_names_no_memory_erased_meanwhile(
-    settings: Settings, migrated: str
+    settings: Settings, scope: tuple[Principal, HashEmbedder]
 ) -> None:
     """On a read replica the retrieval and the trace are two transactions (two servers): a fact
     erased between them on the primary keeps the trace from being written, and the call runs
     again on the primary (the replica's rerun reason). Before, the trace named the erased fact."""
-    principal, embedder = scope_of(f"race-{uuid.uuid4().hex[:12]}")
+    principal, embedder = scope
     async with sessions(settings, 3) as (standby, eraser, on_primary):
         (fact,), _ = await remember(on_primary, settings, principal, [FactIn(content="cats purr")], [])
 
@@ -147,13 +153,13 @@ async def test_a_trace_after_a_standby_retrieval_names_no_memory_erased_meanwhil
 
 @pytest.mark.parametrize("kind", ["subject", "fact"])
 async def test_a_keyed_write_racing_an_erasure_of_its_scope_fails_on_no_foreign_key(
-    settings: Settings, migrated: str, kind: str
+    settings: Settings, scope: tuple[Principal, HashEmbedder], kind: str
 ) -> None:
     """A write of `city` reads the key's facts (Lyon), then waits on an open set of the key that
     another session is inserting; meanwhile Lyon is erased; the write then joined Lyon to its set:
     a foreign key violation, a 500 (every run). With the scope lock the erasure waits for the
     write, and erases what it committed."""
-    principal, embedder = scope_of(f"race-{uuid.uuid4().hex[:12]}")
+    principal, embedder = scope
     async with sessions(settings, 4) as (writer, eraser, holder, observer):
         (lyon,), _ = await remember(observer, settings, principal, [FactIn(content="Lyon", key="city")], [])
         oslo = WriteFactsRequest(
@@ -181,13 +187,13 @@ async def test_a_keyed_write_racing_an_erasure_of_its_scope_fails_on_no_foreign_
 
 @pytest.mark.parametrize("kind", ["event", "subject"])
 async def test_the_event_context_worker_and_an_event_erasure_do_not_deadlock(
-    settings: Settings, migrated: str, kind: str
+    settings: Settings, scope: tuple[Principal, HashEmbedder], kind: str
 ) -> None:
     """The worker stores the vectors in context of N, then A (id order); erasing A locks A, then
     sets N's back to pending (N is the event after A: A was written later, but happened before).
     A third session holds A until both wait; then they deadlocked (a 503, every run). With the
     scope lock the worker waits for the erasure, and skips the two events it changed."""
-    principal, embedder = scope_of(f"race-{uuid.uuid4().hex[:12]}")
+    principal, embedder = scope
     project_id = principal.project_id
     async with sessions(settings, 4) as (worker, eraser, holder, observer):
         day = datetime(2026, 1, 1, tzinfo=UTC)
