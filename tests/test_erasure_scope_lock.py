@@ -32,6 +32,7 @@ from service.repository import lifecycle as lifecycle_repo
 from service.settings import Settings
 from service.structs import ContextRequest, EventIn, FactIn, WriteEventsRequest, WriteFactsRequest
 from tests.helpers.serving import sessions
+from tests.helpers.sql import load_test_queries
 
 
 async def waits_or_ends(
@@ -41,8 +42,7 @@ async def waits_or_ends(
     pid = conn.get_server_pid()
     deadline = asyncio.get_running_loop().time() + 10
     while not task.done():
-        waiting = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1"
-        if await observer.fetchval(waiting, pid):
+        if await load_test_queries().test_waits_on_a_lock(observer, pid=pid):
             return True
         assert asyncio.get_running_loop().time() < deadline, "neither ended nor waited on a lock"
         await asyncio.sleep(0.01)
@@ -147,8 +147,8 @@ async def test_a_trace_after_a_standby_retrieval_names_no_memory_erased_meanwhil
         with pytest.raises(ErasedSinceRetrieval) as raised:
             await run_context_call(standby, embedder, ContextCall.of(request, settings), primary=primary)
         assert rerun_reason(raised.value) == "erased_meanwhile"
-        traces = "SELECT count(*) FROM context_calls WHERE project_id = $1"
-        assert await on_primary.fetchval(traces, principal.project_id) == 0
+        t = load_test_queries()
+        assert await t.test_count_context_calls(on_primary, project_id=principal.project_id) == 0
 
 
 @pytest.mark.parametrize("kind", ["subject", "fact"])
@@ -167,10 +167,8 @@ async def test_a_keyed_write_racing_an_erasure_of_its_scope_fails_on_no_foreign_
         )
         held = holder.transaction()
         await held.start()
-        await holder.execute(
-            "INSERT INTO conflict_sets (project_id, conflict_set_id, subject_id, key) "
-            "VALUES ($1, gen_random_uuid(), 's', 'city')",
-            principal.project_id,
+        await load_test_queries().test_open_conflict_set(
+            holder, project_id=principal.project_id, subject_id="s", key="city"
         )
         write = asyncio.create_task(memory.write_facts(writer, embedder, settings, principal, oslo))
         assert await waits_or_ends(observer, write, writer), "the write did not wait on the open set"
@@ -179,10 +177,8 @@ async def test_a_keyed_write_racing_an_erasure_of_its_scope_fails_on_no_foreign_
         await held.rollback()
         await write
         await erase
-        left = "SELECT array_agg(content ORDER BY content) FROM facts WHERE project_id = $1"
-        assert await observer.fetchval(left, principal.project_id) == (
-            None if kind == "subject" else ["Oslo"]
-        )
+        left = await load_test_queries().test_fact_contents(observer, project_id=principal.project_id)
+        assert left == (None if kind == "subject" else ["Oslo"])
 
 
 @pytest.mark.parametrize("kind", ["event", "subject"])
@@ -208,9 +204,7 @@ async def test_the_event_context_worker_and_an_event_erasure_do_not_deadlock(
         vectors = await event_context.embed_pending(embedder, project_id, pending)
         held = holder.transaction()
         await held.start()
-        await holder.execute(
-            "SELECT 1 FROM events WHERE project_id = $1 AND event_id = $2 FOR UPDATE", project_id, erased
-        )
+        await load_test_queries().test_lock_event(holder, project_id=project_id, event_id=erased)
         erase = asyncio.create_task(erasing(eraser, settings, principal, kind, erased))
         assert await waits_or_ends(observer, erase, eraser)
         store = asyncio.create_task(
@@ -234,7 +228,7 @@ async def test_calls_and_writes_share_the_scope_lock_that_an_erasure_takes_alone
         async def blocked(statement: Any) -> bool:
             try:
                 async with other.transaction():
-                    await other.execute("SET LOCAL lock_timeout = '200ms'")
+                    await load_test_queries().test_lock_timeout(other, milliseconds=200)
                     await statement
             except asyncpg.LockNotAvailableError:
                 return True

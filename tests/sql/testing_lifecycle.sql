@@ -60,3 +60,32 @@ UPDATE idempotency_keys
 SET subject_id = :subject_id
 WHERE project_id = :project_id
   AND idempotency_key = :idempotency_key;
+
+-- name: test_waits_on_a_lock(pid)$
+-- Whether the session `pid` is waiting on a lock now (pg_stat_activity), to force an interleaving.
+SELECT a.wait_event_type = 'Lock' AS waiting
+FROM pg_stat_activity AS a
+WHERE a.pid = :pid;
+
+-- name: test_open_conflict_set(project_id, subject_id, key)!
+-- Inserts an open conflict set of a key (held uncommitted by a test, a write of the key waits on it).
+INSERT INTO conflict_sets (project_id, conflict_set_id, subject_id, key)
+VALUES (:project_id, gen_random_uuid(), :subject_id, :key);
+
+-- name: test_fact_contents(project_id)$
+-- The contents of a project's facts, in order, NULL for none.
+SELECT array_agg(f.content ORDER BY f.content) AS contents
+FROM facts AS f
+WHERE f.project_id = :project_id;
+
+-- name: test_lock_event(project_id, event_id)!
+-- Locks one event's row until the transaction ends.
+SELECT 1 AS locked
+FROM events AS e
+WHERE e.project_id = :project_id
+  AND e.event_id = :event_id
+FOR UPDATE;
+
+-- name: test_lock_timeout(milliseconds)!
+-- How long the transaction's statements wait for a lock (then LockNotAvailableError).
+SELECT set_config('lock_timeout', :milliseconds::integer || 'ms', true) AS lock_timeout;
