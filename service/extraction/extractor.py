@@ -271,6 +271,12 @@ def proposed_contents(answer: ModelAnswer) -> list[str]:
     return [p.content.strip() for p in answer.facts]
 
 
+def _served_says(active: dict[str, UUID | None], content: str) -> bool:
+    """Whether a fact still served holds `content` word for word (active_contents: a stale one
+    maps to itself, which a restatement renews)."""
+    return content in active and active[content] is None
+
+
 def check_proposals(
     answer: ModelAnswer,
     n_messages: int,
@@ -316,7 +322,7 @@ def check_proposals(
                 f"known fact {p.supersedes} starts at {old.valid_from.isoformat()}, not before this "
                 "fact, which starts now",
             )
-        elif _same_text(content) in seen or (content in active and active[content] is None):
+        elif _same_text(content) in seen or _served_says(active, content):
             refuse(p, "duplicate", "an active fact or an earlier proposal already says this")
         elif renews is not None and renews in taken:
             refuse(p, "supersedes_taken", "an earlier fact already replaces the stale fact this restates")
@@ -419,7 +425,7 @@ async def written_meanwhile(conn: Conn, plan: Plan) -> Plan:
     accepted = plan.checked.accepted
     contents = [a.fact.content for a in accepted]
     held = await active_contents(conn, plan.req.project_id, plan.req.subject_id, contents)
-    keep = [i for i, c in enumerate(contents) if c not in held or held[c] is not None]
+    keep = [i for i, c in enumerate(contents) if not _served_says(held, c)]
     if len(keep) == len(accepted):
         return plan
     late = [
@@ -429,8 +435,8 @@ async def written_meanwhile(conn: Conn, plan: Plan) -> Plan:
             reason="duplicate",
             message="a concurrent extraction wrote this fact first",
         )
-        for i, a in enumerate(accepted)
-        if i not in keep
+        for a, c in zip(accepted, contents, strict=True)
+        if _served_says(held, c)
     ]
     checked = Checked(accepted=[accepted[i] for i in keep], refused=[*plan.checked.refused, *late])
     facts = memory.only_facts(plan.facts, keep) if keep else None

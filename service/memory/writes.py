@@ -276,12 +276,14 @@ async def patch_fact(conn: Conn, principal: Principal, fact_id: UUID, req: Patch
         raise InvalidInput("status", "send `status: retracted` and/or `valid_to`")
     check_storable("valid_to", req.valid_to)
     retract = req.status == "retracted"
+    missing = NotFound("No fact with this id in the key's project.", fact_id=str(fact_id))
     async with conn.transaction():
         fact = await facts_repo.get_fact(conn, principal.project_id, fact_id)
-        if fact is not None:
-            # The scope's lock, as every write takes it first: no erasure runs beside the patch.
-            await lifecycle_repo.share_erasure_scope(conn, principal.project_id, fact.subject_id)
-        if retract and fact is not None and fact.key is not None:
+        if fact is None:
+            raise missing
+        # The scope's lock, as every write takes it first: no erasure runs beside the patch.
+        await lifecycle_repo.share_erasure_scope(conn, principal.project_id, fact.subject_id)
+        if retract and fact.key is not None:
             # The key's lock next, as writes and resolutions of the key take it: a conflict set
             # holding the fact may resolve below, and sees a concurrent change of another member.
             await facts_repo.lock_fact_keys(conn, principal.project_id, fact.subject_id, [fact.key])
@@ -289,9 +291,10 @@ async def patch_fact(conn: Conn, principal: Principal, fact_id: UUID, req: Patch
             conn, principal.project_id, fact_id, retract=retract, valid_to=req.valid_to
         )
         if not found:
+            # Read again: its status now, after the locks (or gone, erased before them).
             fact = await facts_repo.get_fact(conn, principal.project_id, fact_id)
             if fact is None:
-                raise NotFound("No fact with this id in the key's project.", fact_id=str(fact_id))
+                raise missing
             raise Conflict(
                 f"This fact is {fact.status}: only an active fact is retracted or given a valid_to "
                 "(a retracted one may be retracted again).",
