@@ -172,7 +172,8 @@ def _keys_create(settings: Settings, args: argparse.Namespace) -> int:
     key_id, key = asyncio.run(
         _with_migrated_conn(settings, lambda conn: auth.create_key(conn, project_id, args.label))
     )
-    print(f"key id {key_id} for project {project_id!r}", file=sys.stderr)
+    # The CLI writes where its own environment points, which may not be the server's database.
+    print(f"key id {key_id} for project {project_id!r} in {settings.database_where()}", file=sys.stderr)
     print(key)
     return 0
 

@@ -20,7 +20,6 @@ from service.db import connect
 from service.db.migrations import MigrationError, pending_migrations
 from service.db.pools import DatabaseUnreachable
 from service.embedding.embedder import build_embedder, check_embedder
-from service.redaction import redacted_database_url
 from service.repository import health
 from service.settings import Settings
 
@@ -132,8 +131,7 @@ async def check_vectors(settings: Settings) -> Check:
 
 async def check_database(settings: Settings) -> list[Check]:
     """Reachable, pgvector's version, migrations current: each on one short connection."""
-    url = settings.database_url
-    where = redacted_database_url(url) if url else f"embedded, in {settings.data_dir}"
+    where = settings.database_where()
     try:
         conn = await connect(settings)
     except DatabaseUnreachable as exc:

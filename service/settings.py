@@ -11,6 +11,8 @@ from typing import Literal
 import msgspec
 import platformdirs
 
+from service.redaction import redacted_database_url
+
 EmbedProvider = Literal["local", "openai", "hash"]
 ContextProfile = Literal["unified", "facts_first"]
 TextSearchConfig = Literal["english", "simple"]
@@ -119,6 +121,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             raise SettingsError(_name_the_variable(str(exc), raw)) from exc
         settings.check()
         return settings
+
+    def database_where(self) -> str:
+        """Which database the settings name, as `doctor` and the CLI print it: the URL without its
+        passwords, or the embedded server's data directory."""
+        url = self.database_url
+        return redacted_database_url(url) if url else f"embedded, in {self.data_dir}"
 
     def check(self) -> None:
         """The rules between fields, and the bounds of each (SETTING_BOUNDS)."""

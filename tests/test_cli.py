@@ -87,6 +87,8 @@ def create_key(data_dir: Path, project_id: str) -> tuple[str, str]:
     assert key.startswith("hk_")
     m = KEY_ID_LINE.search(res.stderr)
     assert m is not None, res.stderr
+    # It names the database it wrote to: the CLI's own environment may point elsewhere than a server's.
+    assert f"in embedded, in {data_dir}" in res.stderr, res.stderr
     return key, m.group("key_id")
 
 
