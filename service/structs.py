@@ -658,6 +658,8 @@ class ReplayRequest(Request):
             Meta(
                 ge=0.0,
                 le=2.0,
+                # Litestar drops a falsy bound from the schema: `minimum` 0 comes through `schema_extra`.
+                extra_json_schema={"extra": {"minimum": 0.0}},
                 description="Recall floor: candidates farther than this cosine distance are excluded "
                 "`below_relevance_floor`; 0 turns the floor off (default: the original call's).",
             ),
