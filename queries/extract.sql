@@ -47,6 +47,16 @@ WHERE f.project_id = :project_id
   AND f.content = ANY(:contents::text[])
 GROUP BY f.content;
 
+-- name: count_extract_erased_known(project_id, subject_id, fact_ids)$
+-- How many of the facts shown to the model (list_extract_known_facts) are gone since: erased
+-- while the model answered. An extraction whose model read an erased fact writes and answers
+-- nothing, as its proposals and refusals may restate it; read under the scope's erasure lock.
+SELECT cardinality(:fact_ids::uuid[]) - count(*) AS erased
+FROM facts AS f
+WHERE f.project_id = :project_id
+  AND f.subject_id = :subject_id
+  AND f.fact_id = ANY (:fact_ids::uuid[]);
+
 -- name: lock_extraction_scope(project_id, subject_id)!
 -- Serialises the writes of extractions into one scope (project, subject) until the transaction
 -- ends, so that an extraction sees what a concurrent one wrote before it checks its proposals

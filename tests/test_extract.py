@@ -588,3 +588,41 @@ async def test_concurrent_extractions_write_a_fact_once(
     refused = [x for a in answers for x in a["refused"]]
     assert [(x["content"], x["reason"]) for x in refused] == [("Alice is vegetarian.", "duplicate")]
     assert sorted(len(a["facts"]) for a in answers) == [1, 2]
+
+
+@pytest.mark.parametrize("write", [True, False])
+async def test_a_fact_erased_while_the_model_answers_is_never_restated(
+    settings: Settings, migrated: str, hash_embedder: Embedder, chat: FakeChat, write: bool
+) -> None:
+    """The model read a fact that an erasure took while it answered: its restatement would come
+    back as a `duplicate` refusal holding the erased text (or as a new fact, merged with other
+    words), after the erasure returned. The extraction answers a retryable 503 and writes nothing;
+    the retry asks the model without the fact."""
+    app_settings, project, key = await pooled_project(settings, chat, pool_max_size=4)
+    erased = "Alice is allergic to peanuts."
+    hold = threading.Event()
+    chat.then(Step(answer=answer({"content": erased, "source_message": 2}).answer, hold=hold))
+    try:
+        async with pooled_client(app_settings, hash_embedder) as (client, _):
+            body = {"project_id": project, "subject_id": SUBJECT, "facts": [{"content": erased}]}
+            written = await client.post("/v1/facts", json=body, headers=bearer(key))
+            assert written.status_code == 201, written.text
+            fact_id = written.json()["facts"][0]["fact_id"]
+            extraction = asyncio.create_task(extract(client, key, project_id=project, write=write))
+            assert await asyncio.to_thread(chat.arrived.acquire, True, 30), "the model was never asked"
+            gone = await client.delete(
+                f"/v1/facts/{fact_id}", params={"project_id": project}, headers=bearer(key)
+            )
+            assert gone.status_code == 200, gone.text
+            hold.set()
+            r = await extraction
+            assert erased not in r.text
+            assert_error(r, 503, "unavailable")
+            assert "erased" in r.json()["message"]
+            s = (await stats(client, key, project)).json()
+            assert (s["facts_total"], s["events_total"]) == (0, 0)
+            retried = await extract(client, key, project_id=project, write=write)
+            assert retried.status_code == (201 if write else 200), retried.text
+            assert chat.user_payload()["known_facts"] == []
+    finally:
+        hold.set()

@@ -71,7 +71,8 @@ async def post_extract(
         return extractor.prepare(deps.lease, deps.embedder, deps.settings, deps.principal, data)
 
     if not data.write:
-        return Outcome(body=extractor.dry_run(await prepare()), status_code=200, replayed=False)
+        plan = await prepare()  # before deps.conn is read: the model's wait lends another one
+        return Outcome(body=await extractor.dry_run(deps.conn, plan), status_code=200, replayed=False)
     return await run_batch(
         deps,
         data,

@@ -41,7 +41,13 @@ from service.memory import writes as memory
 from service.redaction import redacted_http_url
 from service.repository import Conn
 from service.repository import webhooks as webhooks_repo
-from service.repository.extraction import KnownFact, active_contents, known_facts, lock_extraction_scope
+from service.repository.extraction import (
+    KnownFact,
+    active_contents,
+    count_erased_known,
+    known_facts,
+    lock_extraction_scope,
+)
 from service.repository.lifecycle import share_erasure_scope
 from service.scope_id import scope_id_problem
 from service.settings import Settings
@@ -357,6 +363,8 @@ class Plan:
     checked: Checked
     events: memory.PreparedEvents | None
     facts: memory.PreparedFacts | None
+    # The facts shown to the model: erased meanwhile, they make the extraction answer nothing.
+    shown: tuple[UUID, ...] = ()
 
 
 def message_times(messages: list[ExtractMessage], now: datetime) -> list[datetime]:
@@ -388,8 +396,9 @@ async def prepare(
     # lent.conn is read again: it is another connection after set_aside.
     active = await active_contents(lent.conn, req.project_id, req.subject_id, contents) if contents else {}
     checked = check_proposals(answer, len(req.messages), known, model, active=active, now=now)
+    shown = tuple(k.fact_id for k in known)
     if not req.write:
-        return Plan(req=req, model=model, checked=checked, events=None, facts=None)
+        return Plan(req=req, model=model, checked=checked, events=None, facts=None, shown=shown)
     events_req = _validated(
         WriteEventsRequest,
         project_id=req.project_id,
@@ -409,11 +418,22 @@ async def prepare(
         events, prepared = await memory.prepare_extraction(
             embedder, settings, principal, events_req, facts_req
         )
-    return Plan(req=req, model=model, checked=checked, events=events, facts=prepared)
+    return Plan(req=req, model=model, checked=checked, events=events, facts=prepared, shown=shown)
 
 
-def dry_run(plan: Plan) -> ExtractResponse:
+async def dry_run(conn: Conn, plan: Plan) -> ExtractResponse:
+    await none_erased(conn, plan)
     return _response(plan, None, None)
+
+
+async def none_erased(conn: Conn, plan: Plan) -> None:
+    """Refuses a plan whose model read a fact erased since: its proposals and refusals may
+    restate what the erasure took. A 503, so that a client's retry asks the model again."""
+    if plan.shown and await count_erased_known(conn, plan.req.project_id, plan.req.subject_id, plan.shown):
+        raise Unavailable(
+            "A fact shown to the extraction model was erased while it answered: nothing was "
+            "written. Retry: the model is asked again without it."
+        )
 
 
 async def written_meanwhile(conn: Conn, plan: Plan) -> Plan:
@@ -452,6 +472,7 @@ async def store(conn: Conn, plan: Plan) -> ExtractResponse:
         # takes it again, at no cost), then the extraction's.
         await share_erasure_scope(conn, plan.req.project_id, plan.req.subject_id)
         await lock_extraction_scope(conn, plan.req.project_id, plan.req.subject_id)
+        await none_erased(conn, plan)
         plan = await written_meanwhile(conn, plan)
         events = await memory.store_events(conn, prepared_events)
         event_ids = [e.event_id for e in events.events]

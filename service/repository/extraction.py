@@ -40,5 +40,13 @@ async def active_contents(
     return {r["content"]: r["renews"] for r in rows}
 
 
+async def count_erased_known(conn: Conn, project_id: str, subject_id: str, fact_ids: Sequence[UUID]) -> int:
+    """How many of `fact_ids` (the facts shown to the model) the scope no longer holds."""
+    erased: int = await q().count_extract_erased_known(
+        conn, project_id=project_id, subject_id=subject_id, fact_ids=list(fact_ids)
+    )
+    return erased
+
+
 async def lock_extraction_scope(conn: Conn, project_id: str, subject_id: str) -> None:
     await q().lock_extraction_scope(conn, project_id=project_id, subject_id=subject_id)
