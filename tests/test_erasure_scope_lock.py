@@ -246,3 +246,34 @@ async def test_calls_and_writes_share_the_scope_lock_that_an_erasure_takes_alone
             assert await blocked(lifecycle_repo.share_erasure_scope(other, project_id, "s"))
             assert not await blocked(context_repo.open_context_call(other, 40, project_id, None))
             assert not await blocked(lifecycle_repo.share_erasure_scope(other, project_id, "s2"))
+
+
+async def test_an_event_written_before_a_pending_one_during_its_store_keeps_it_pending(
+    settings: Settings, scope: tuple[Principal, HashEmbedder]
+) -> None:
+    """The worker read S with its predecessor P and embedded them; a write of X between P and S,
+    not yet committed, holds S's row. The store leaves S pending, and the next read pairs it with
+    X. Before, the write skipped a pending S and the store, blind to X, kept S's vector made from
+    P for good (a write shares the scope's lock with the worker: it does not exclude it)."""
+    principal, embedder = scope
+    project_id = principal.project_id
+    at = [datetime(2026, 1, 1, tzinfo=UTC) + timedelta(hours=h) for h in range(3)]
+    async with sessions(settings, 3) as (worker, writer, observer):
+        _, (p, s) = await remember(
+            observer, settings, principal, [], [EventIn(content="P", occurred_at=at[0]),
+                                                EventIn(content="S", occurred_at=at[2])]
+        )  # fmt: skip
+        pending = await event_context.read_pending(worker, embedder, project_id, 10)
+        assert [(x.event_id, x.before_id) for x in pending] == [(p, None), (s, p)]
+        vectors = await event_context.embed_pending(embedder, project_id, pending)
+        async with writer.transaction():
+            _, (x,) = await remember(
+                writer, settings, principal, [], [EventIn(content="X", occurred_at=at[1])]
+            )
+            store = asyncio.create_task(
+                event_context.store_pending(worker, embedder, project_id, pending, vectors)
+            )
+            assert not await waits_or_ends(observer, store, worker), "the store waited for the write"
+            assert await store == 1
+        again = await event_context.read_pending(worker, embedder, project_id, 10)
+        assert {y.event_id: y.before_id for y in again} == {x: p, s: x}

@@ -12,7 +12,8 @@ that changes an event's predecessor, and a re-embedding's switch, set the vector
 Each batch is read with a connection (`read_pending`), embedded with none held (`embed_pending`:
 the write lane of the embedder's scheduler, behind queries), and stored under the project's model
 record (`store_pending`, hold_model), so a vector is never stored for a project whose vectors
-another model made, nor across a switch.
+another model made, nor across a switch. The store locks its rows first and skips those an
+uncommitted write holds: that write may give them another predecessor, which the store cannot see.
 """
 
 from __future__ import annotations
@@ -70,7 +71,14 @@ async def store_pending(
         # one of them changes these events' rows too, in another order (they deadlocked).
         await lifecycle_repo.share_event_scopes(conn, project_id, [p.event_id for p in pending])
         await embedding_model.hold_model(conn, project_id, embedder.name)
-        return await events_repo.set_event_contexts(conn, project_id, pending, embeddings)
+        # A row an uncommitted write holds may be getting a new predecessor: it stays pending.
+        locked = await events_repo.lock_pending_contexts(conn, project_id, [p.event_id for p in pending])
+        kept = [i for i, p in enumerate(pending) if p.event_id in locked]
+        if not kept:
+            return 0
+        return await events_repo.set_event_contexts(
+            conn, project_id, [pending[i] for i in kept], [embeddings[i] for i in kept]
+        )
 
 
 async def make_written(lent: Any, embedder: Embedder, project_id: str, event_ids: Sequence[UUID]) -> int:
