@@ -186,6 +186,7 @@ ORDER BY l.event_seq;
 -- again after a delay that doubles with each attempt (capped at an hour), or dead after
 -- max_attempts. `attempts` (the claim's count) names the claim: no row when the webhook or the
 -- event was deleted meanwhile, or when the lease ran out and another claim took the delivery over.
+-- The doubling stops at 2^64, past the hour for any base: a larger power overflows float8.
 UPDATE webhook_deliveries AS d
 SET last_attempt_at = clock_timestamp(),
     last_status = :http_status::integer,
@@ -196,7 +197,7 @@ SET last_attempt_at = clock_timestamp(),
     delivered_at = CASE WHEN :error::text IS NULL THEN clock_timestamp() END,
     next_attempt_at = CASE WHEN :error::text IS NULL THEN clock_timestamp()
                            ELSE clock_timestamp() + make_interval(
-                               secs => least(:retry_base_seconds::float8 * power(2, d.attempts - 1), 3600))
+                               secs => least(:retry_base_seconds::float8 * power(2, least(d.attempts - 1, 64)), 3600))
                       END
 WHERE d.project_id = :project_id
   AND d.webhook_id = :webhook_id

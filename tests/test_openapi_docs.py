@@ -130,5 +130,7 @@ def test_every_numeric_bound_of_a_struct_is_published(spec: dict[str, Any]) -> N
             published = schema["properties"][field.encode_name]
             for keyword, bound in numeric_bounds(field.type).items():
                 if published.get(keyword) != bound:
-                    unpublished.append(f"{name}.{field.encode_name} {keyword} {bound}: {published.get(keyword)}")
+                    unpublished.append(
+                        f"{name}.{field.encode_name} {keyword} {bound}: {published.get(keyword)}"
+                    )
     assert not unpublished, "bounds missing from the OpenAPI document: " + ", ".join(unpublished)

@@ -27,6 +27,7 @@ from tests.helpers import PROJECT, assert_error, bearer, metric, post_facts, wri
 from tests.helpers.app import SingleConnectionPool, make_client
 from tests.helpers.chromium import ui_login
 from tests.helpers.receiver import Receiver, receiving
+from tests.helpers.sql import load_test_queries
 
 VECTORS = json.loads((Path(__file__).resolve().parents[1] / "sdk" / "webhook_vectors.json").read_text())
 ALL_KINDS = [
@@ -540,3 +541,22 @@ async def test_a_claim_leases_its_delivery_and_a_late_record_changes_nothing(
     r = await wclient.get(f"/v1/webhooks/{hook['webhook_id']}/deliveries", headers=bearer(key))
     (row,) = r.json()["deliveries"]
     assert (row["status"], row["attempts"], row["last_status"]) == ("delivered", 2, 200)
+
+
+async def test_a_delivery_past_a_thousand_attempts_is_retried_an_hour_later(
+    wclient: httpx.AsyncClient, key: str, conn: asyncpg.Connection, receiver: Receiver
+) -> None:
+    """HAKI_WEBHOOK_MAX_ATTEMPTS has no ceiling: the doubling delay stops growing at the hour.
+    Before, 2^(attempts - 1) overflowed float8 past attempt 1,025 and every record failed, the
+    delivery never dead nor delivered."""
+    await subscribe(wclient, key, receiver.url, ["fact.retracted"])
+    (a,) = await write_facts(wclient, key, ["Jo dives"], "s12")
+    await wclient.patch(f"/v1/facts/{a['fact_id']}", json={"status": "retracted"}, headers=bearer(key))
+    assert await repo.fan_out(conn, PROJECT, 10) == 1
+    (claimed,) = await repo.claim(conn, PROJECT, 10, lease_seconds=0)
+    await load_test_queries().test_set_delivery_attempts(
+        conn, project_id=PROJECT, event_id=claimed.event_id, attempts=2000
+    )
+    failed = Attempt(claimed.webhook_id, claimed.event_id, 2000, 500, "HTTP 500")
+    assert await repo.record_attempt(conn, PROJECT, failed, 5000, 2.0) == "pending"
+    assert await repo.claim(conn, PROJECT, 10, lease_seconds=0) == []  # not due for the hour

@@ -298,3 +298,10 @@ INSERT INTO facts (project_id, fact_id, subject_id, content, volatility, stale_a
 SELECT :project_id, uuidv7(), :subject_id, 'stale state ' || g.i, 'volatile', interval '1 day',
        timestamptz '2020-01-01', array_fill(0.05::real, ARRAY[384])::vector(384)
 FROM generate_series(1, :n::integer) AS g(i);
+
+-- name: test_set_delivery_attempts(project_id, event_id, attempts)!
+-- Gives one event's deliveries as many attempts as a long-lived failing receiver would have.
+UPDATE webhook_deliveries AS d
+SET attempts = :attempts::integer
+WHERE d.project_id = :project_id
+  AND d.event_id = :event_id;
