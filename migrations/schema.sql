@@ -2609,10 +2609,22 @@ CREATE UNIQUE INDEX api_keys_key_hash ON public.api_keys USING btree (key_hash);
 CREATE INDEX conflict_members_fact ON public.conflict_members USING btree (project_id, fact_id);
 
 --
+-- Name: conflict_sets_newest; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX conflict_sets_newest ON public.conflict_sets USING btree (project_id, created_at DESC, conflict_set_id);
+
+--
 -- Name: conflict_sets_one_open_per_key; Type: INDEX; Schema: public; Owner: -
 --
 
 CREATE UNIQUE INDEX conflict_sets_one_open_per_key ON public.conflict_sets USING btree (project_id, subject_id, key) WHERE (status = 'open'::text);
+
+--
+-- Name: conflict_sets_scope; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX conflict_sets_scope ON public.conflict_sets USING btree (project_id, subject_id, created_at DESC, conflict_set_id);
 
 --
 -- Name: context_calls_below_floor_facts; Type: INDEX; Schema: public; Owner: -

@@ -523,6 +523,13 @@ WHERE f.project_id = :project_id
 ORDER BY f.fact_id
 LIMIT :page_size;
 
+-- name: use_custom_plans()$
+-- Plans the rest of the current transaction's statements for their parameters (repository.base
+-- custom_plans): a statement whose right index depends on which of its optional filters is given
+-- (list_conflicts) could get a generic plan from the connection's plan cache after five calls,
+-- a seq scan and a sort of the whole project (benchmarks/conflict_sets.py); planning is cheaper.
+SELECT set_config('plan_cache_mode', 'force_custom_plan', true) AS plan_cache_mode;
+
 -- name: extend_statement_timeout(timeout_ms)$
 -- Raises statement_timeout for the rest of the current transaction only, for work that grows
 -- with its input (repository.base.long_transaction: an erasure, a batch write, a re-embedding).

@@ -27,7 +27,7 @@ from tests.helpers import (
     ts,
     write_facts,
 )
-from tests.helpers.sql import parameter_order
+from tests.helpers.sql import load_test_queries, parameter_order
 
 
 async def list_conflicts(client: httpx.AsyncClient, key: str, **params: Any) -> list[dict[str, Any]]:
@@ -503,3 +503,20 @@ async def test_resolve_unknown_set_is_404(client: httpx.AsyncClient, key: str) -
     _, a, _ = await open_conflict(client, key, subject_id="unknown")
     r = await resolve(client, key, str(uuid.uuid4()), [a])
     assert_error(r, 404, "not_found")
+
+
+async def test_the_conflict_list_is_planned_for_its_filters_every_time(
+    client: httpx.AsyncClient, key: str, conn: asyncpg.Connection
+) -> None:
+    """Whether a subject (or a status, a set, a cursor) is given decides the right index; the plan
+    cache could give a generic plan after five calls on a connection: a seq scan and a sort of
+    every set of the project (benchmarks/conflict_sets.py)."""
+    facts = [{"content": f"Ann works at {w}", "key": "employer"} for w in "ab"]
+    await write_facts(client, key, facts, "plan")
+    for i in range(8):
+        sets = await list_conflicts(client, key, **({"subject_id": "plan"} if i % 2 else {}))
+        assert len(sets) == 1
+    statement: Any = load_queries().list_conflicts
+    plans = await load_test_queries().test_prepared_plans(conn, statement=statement.sql)
+    assert plans is not None, "the list is a prepared statement of the connection"
+    assert (plans["generic_plans"], plans["custom_plans"]) == (0, 8)

@@ -44,6 +44,15 @@ async def long_transaction(conn: Conn, timeout_ms: int) -> AsyncIterator[None]:
             set_wait(outer)
 
 
+@asynccontextmanager
+async def custom_plans(conn: Conn) -> AsyncIterator[None]:
+    """A transaction (a savepoint inside one) whose statements are planned for their parameters,
+    never from a cached generic plan (queries/lifecycle.sql, use_custom_plans)."""
+    async with conn.transaction():
+        await q().use_custom_plans(conn)
+        yield
+
+
 async def collect(rows: AsyncIterator[Any]) -> list[Any]:
     return [r async for r in rows]
 

@@ -8,7 +8,7 @@ from typing import Any
 from uuid import UUID
 
 from service.constants import CONFLICT_PAGE_MEMBERS
-from service.repository.base import Conn, collect, q
+from service.repository.base import Conn, collect, custom_plans, q
 from service.structs import ConflictMember, ConflictSet
 
 # A set's own columns of list_conflicts' rows (the others are its member's).
@@ -29,18 +29,20 @@ async def conflict_page(
     its created_at and id), whole sets of page_members members at most (a larger set alone);
     and whether another set follows."""
     before_created_at, before_set_id = after if after is not None else (None, None)
-    rows = await collect(
-        q().list_conflicts(
-            conn,
-            project_id=project_id,
-            subject_id=subject_id,
-            status=status,
-            conflict_set_id=conflict_set_id,
-            before_created_at=before_created_at,
-            before_set_id=before_set_id,
-            page_members=page_members,
+    # Its right index depends on which filters are given: planned for them on every call.
+    async with custom_plans(conn):
+        rows = await collect(
+            q().list_conflicts(
+                conn,
+                project_id=project_id,
+                subject_id=subject_id,
+                status=status,
+                conflict_set_id=conflict_set_id,
+                before_created_at=before_created_at,
+                before_set_id=before_set_id,
+                page_members=page_members,
+            )
         )
-    )
     sets: dict[UUID, tuple[dict[str, Any], list[ConflictMember]]] = {}
     for r in rows:
         entry = sets.get(r["conflict_set_id"])

@@ -305,3 +305,9 @@ UPDATE webhook_deliveries AS d
 SET attempts = :attempts::integer
 WHERE d.project_id = :project_id
   AND d.event_id = :event_id;
+
+-- name: test_prepared_plans(statement)^
+-- How the connection's prepared statement of this text was planned: generic and custom plans.
+SELECT p.generic_plans AS generic_plans, p.custom_plans AS custom_plans
+FROM pg_prepared_statements AS p
+WHERE p.statement = :statement;
