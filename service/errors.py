@@ -226,6 +226,11 @@ class EmbeddingModelMismatch(HakiError, status=409, code="embedding_model_mismat
         )
 
 
+class PayloadTooLarge(HakiError, status=413, code="payload_too_large"):
+    """A body past HAKI_MAX_BODY_BYTES where Haki reads it itself (the /mcp mount); Litestar's
+    routes answer theirs through the table's Litestar mapping."""
+
+
 class TooManyRequests(HakiError, status=429, code="rate_limited"):
     pass
 

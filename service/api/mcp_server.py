@@ -21,6 +21,7 @@ import os
 import re
 import sys
 import urllib.parse
+from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
@@ -62,6 +63,7 @@ from service.errors import (
     ErrorBody,
     HakiError,
     InvalidBody,
+    PayloadTooLarge,
     database_unavailable,
     send_error,
     unavailable_message,
@@ -715,8 +717,36 @@ def pinned_project(query_string: bytes) -> str | None:
     return project
 
 
+async def within_body_limit(scope: Any, receive: Any, limit: int) -> Any:
+    """`receive` replaying the request's body, read whole here: PayloadTooLarge past `limit` bytes,
+    announced (Content-Length) or streamed. Litestar's request_max_body_size only bounds the
+    bodies its routes read, never an ASGI mount's."""
+    refused = PayloadTooLarge(f"the body exceeds HAKI_MAX_BODY_BYTES ({limit} bytes)")
+    for k, v in scope["headers"]:
+        if k.lower() == b"content-length" and v.strip().isdigit() and int(v) > limit:
+            raise refused
+    held: deque[Any] = deque()
+    size = 0
+    while True:
+        message = await receive()
+        held.append(message)
+        if message["type"] != "http.request":  # a disconnect: the app reads it after the body
+            break
+        size += len(message.get("body", b""))
+        if size > limit:
+            raise refused
+        if not message.get("more_body", False):
+            break
+
+    async def replay() -> Any:
+        return held.popleft() if held else await receive()
+
+    return replay
+
+
 class McpEndpoint:
-    """The MCP streamable HTTP app behind Haki's own key check, for `asgi` mounting at /mcp."""
+    """The MCP streamable HTTP app behind Haki's own body limit and key check, for `asgi` mounting
+    at /mcp."""
 
     def __init__(self) -> None:
         from mcp.server.transport_security import TransportSecuritySettings
@@ -731,6 +761,9 @@ class McpEndpoint:
             stateless_http=True,
             json_response=True,
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+            # HAKI_MAX_BODY_BYTES, checked in __call__, is the only limit (as on every route): the
+            # SDK's own (4 MiB by default, a plain-text 413) never binds.
+            max_request_body_size=sys.maxsize,
         )
 
     def lifespan(self) -> AbstractAsyncContextManager[None]:
@@ -743,6 +776,9 @@ class McpEndpoint:
             if k.lower() == b"authorization":
                 authorization = v.decode("latin-1")
         try:
+            # The body's size before the key, as on the routes (docs/spec/api.md, order of checks).
+            if scope["type"] == "http":
+                receive = await within_body_limit(scope, receive, app.state.settings.max_body_bytes)
             wait = app.state.settings.pool_acquire_timeout_seconds
             async with app.state.pool.acquire(timeout=wait) as conn:
                 principal = await authenticate(conn, authorization)

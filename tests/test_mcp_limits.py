@@ -1,0 +1,80 @@
+"""/mcp's body limit is HAKI_MAX_BODY_BYTES, as on every route (docs/spec/api.md, Limits): checked
+by Haki before the key and answered with the contract's error body; the MCP SDK's own limit
+(a plain-text 413 over 4 MiB by default) never binds. In process, with the app's lifespan run."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import asyncpg
+import httpx
+import msgspec
+from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
+
+from service.embedding.embedder import Embedder
+from service.settings import Settings
+from tests.helpers import assert_error, bearer
+from tests.helpers.app import asgi_transport
+from tests.helpers.mcp_sessions import mcp_in_process
+
+PING = b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}'
+ACCEPT = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+
+def ping_of(size: int) -> bytes:
+    """An MCP ping of exactly `size` bytes: JSON takes any whitespace after its value."""
+    return PING + b" " * (size - len(PING))
+
+
+@asynccontextmanager
+async def limited_client(
+    settings: Settings, conn: asyncpg.Connection, embedder: Embedder, key: str, max_body_bytes: int
+) -> AsyncIterator[httpx.AsyncClient]:
+    """An httpx client (no key of its own) on an app with HAKI_MAX_BODY_BYTES=`max_body_bytes`
+    whose lifespan built the /mcp server."""
+    limited = msgspec.structs.replace(settings, max_body_bytes=max_body_bytes)
+    async with (
+        mcp_in_process(limited, conn, embedder, key) as (app, _, _),
+        httpx.AsyncClient(transport=asgi_transport(app), base_url="http://haki.test") as client,
+    ):
+        yield client
+
+
+async def test_a_body_over_max_body_bytes_is_a_413_in_the_error_shape(
+    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str
+) -> None:
+    async with limited_client(settings, conn, hash_embedder, key, max_body_bytes=300) as client:
+        r = await client.post("/mcp", content=ping_of(300), headers={**ACCEPT, **bearer(key)})
+        assert r.status_code == 200 and r.json() == {"jsonrpc": "2.0", "id": 1, "result": {}}, r.text
+        r = await client.post("/mcp", content=ping_of(301), headers={**ACCEPT, **bearer(key)})
+        assert "HAKI_MAX_BODY_BYTES" in assert_error(r, 413, "payload_too_large")["message"]
+
+        # Before the key is looked up, as on the routes.
+        for path in ("/v1/facts", "/mcp"):
+            r = await client.post(path, content=ping_of(301), headers=ACCEPT)
+            assert_error(r, 413, "payload_too_large")
+
+        async def chunks() -> AsyncIterator[bytes]:
+            # No Content-Length: the limit holds while the body streams in.
+            raw = ping_of(301)
+            for i in range(0, len(raw), 100):
+                yield raw[i : i + 100]
+
+        r = await client.post("/mcp", content=chunks(), headers={**ACCEPT, **bearer(key)})
+        assert_error(r, 413, "payload_too_large")
+
+
+async def test_the_limit_is_haki_s_not_the_mcp_sdk_s(
+    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str
+) -> None:
+    # A body the SDK's default limit refuses is served under a larger HAKI_MAX_BODY_BYTES, and
+    # that limit, not the SDK's, is where the 413 starts.
+    limit = 2 * DEFAULT_MAX_REQUEST_BODY_SIZE
+    async with limited_client(settings, conn, hash_embedder, key, max_body_bytes=limit) as client:
+        r = await client.post(
+            "/mcp", content=ping_of(DEFAULT_MAX_REQUEST_BODY_SIZE + 1), headers={**ACCEPT, **bearer(key)}
+        )
+        assert r.status_code == 200 and r.json() == {"jsonrpc": "2.0", "id": 1, "result": {}}, r.text
+        r = await client.post("/mcp", content=ping_of(limit + 1), headers={**ACCEPT, **bearer(key)})
+        assert_error(r, 413, "payload_too_large")
