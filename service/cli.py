@@ -105,6 +105,8 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
         port=args.port,
         log_level=args.log_level,
         access_log=args.access_log,
+        # Bounded: one client that never finishes its body kept the process from stopping.
+        timeout_graceful_shutdown=settings.shutdown_timeout_seconds,
     )
     return 0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -57,6 +58,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     connect_timeout_seconds: float = 5.0
     torch_threads: int = 0
     max_body_bytes: int = 16 * 1024 * 1024
+    # How long `haki serve` drains its requests after SIGTERM before it closes the rest and stops:
+    # within the 30 s an orchestrator waits by default before it kills (Kubernetes, systemd 90 s).
+    shutdown_timeout_seconds: int = 20
     metrics_token: str | None = None
     pool_acquire_timeout_seconds: float = 5.0
     # 0 behind pgBouncer < 1.21 in transaction mode: a prepared statement lives on one server
@@ -136,7 +140,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             raise SettingsError("HAKI_POOL_MAX_SIZE must be >= max(1, HAKI_POOL_MIN_SIZE)")
         for field, (low, high, why) in SETTING_BOUNDS.items():
             value = getattr(self, field)
-            if value < low or (high is not None and value > high):
+            # NaN compares false with every bound: it is refused by name.
+            if math.isnan(value) or value < low or (high is not None and value > high):
                 raise SettingsError(f"{env_name(field)} must be {why}")
         for field in HEADER_SECRETS:
             secret = getattr(self, field)
@@ -176,8 +181,21 @@ def _name_the_variable(message: str, raw: Mapping[str, str]) -> str:
     return f"{env_name(field)}={raw.get(field)!r}: {message[: m.start()].strip()}"
 
 
-# field -> (lowest, highest or None, the rule as the error says it).
+# The largest statement_timeout PostgreSQL takes, in ms (an int4 GUC).
+PG_MAX_TIMEOUT_MS = 2**31 - 1
+
+# field -> (lowest, highest or None, the rule as the error says it). Every int and float setting
+# has its bounds (tests/test_settings.py): one without them started, then failed each request.
 SETTING_BOUNDS: dict[str, tuple[float, float | None, str]] = {
+    "embed_timeout_seconds": (1e-9, None, "positive"),
+    "embed_batch_size": (1, None, ">= 1"),
+    "pool_max_size": (1, None, ">= 1"),
+    "statement_timeout_ms": (1, PG_MAX_TIMEOUT_MS, f"within [1, {PG_MAX_TIMEOUT_MS}]"),
+    "connect_timeout_seconds": (1e-9, None, "positive"),
+    "torch_threads": (0, None, ">= 0 (0: torch's own choice)"),
+    "max_body_bytes": (1, None, ">= 1"),
+    "shutdown_timeout_seconds": (1, None, ">= 1"),
+    "pool_acquire_timeout_seconds": (1e-9, None, "positive"),
     "recall_max_distance": (0, 2, "within [0, 2] (cosine distance)"),
     "pool_min_size": (0, None, ">= 0"),
     "volatile_stale_after_seconds": (1, None, "positive"),
@@ -194,7 +212,7 @@ SETTING_BOUNDS: dict[str, tuple[float, float | None, str]] = {
     "trace_retention_days": (0, 36500, "within [0, 36500] (0 keeps traces for ever)"),
     "trace_purge_interval_seconds": (1e-9, None, "positive"),
     "trace_purge_batch": (1, None, ">= 1"),
-    "erasure_timeout_ms": (1, None, ">= 1"),
+    "erasure_timeout_ms": (1, PG_MAX_TIMEOUT_MS, f"within [1, {PG_MAX_TIMEOUT_MS}]"),
     "write_timeout_per_item_ms": (0, None, ">= 0 (0: the statement timeout alone)"),
     "read_max_lag_ms": (0, None, ">= 0"),
     "read_check_interval_ms": (1, None, ">= 1"),

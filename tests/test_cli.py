@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -25,7 +26,15 @@ from service.db.embedded import embedded_server
 from service.errors import Unauthorized
 from service.repository import keys as keys_repo
 from service.settings import Settings
-from tests.helpers.server import free_port, postmaster_pid, scratch_data_dir, short_tmp_dir, stop_process
+from tests.helpers.server import (
+    free_port,
+    postmaster_pid,
+    scratch_data_dir,
+    server_env,
+    short_tmp_dir,
+    spawn_serve,
+    stop_process,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -345,3 +354,25 @@ def test_two_serve_processes_share_one_embedded_server() -> None:
         for p in procs:
             stop_process(p, timeout=30)
         stop_embedded(data_dir)
+
+
+def test_sigterm_stops_serve_within_its_shutdown_timeout_despite_a_stalled_client() -> None:
+    """A client that never finishes its body kept `haki serve` draining for ever after SIGTERM,
+    until the orchestrator's SIGKILL orphaned the embedded PostgreSQL. The drain is bounded
+    (HAKI_SHUTDOWN_TIMEOUT_SECONDS), then the process stops cleanly, its database too."""
+    with scratch_data_dir("haki-term-", stop_embedded) as data_dir:
+        port = free_port()
+        env = server_env(data_dir, HAKI_SHUTDOWN_TIMEOUT_SECONDS="1")
+        proc = spawn_serve(env, port, data_dir / "serve.log")
+        try:
+            with socket.create_connection(("127.0.0.1", port)) as stalled:
+                stalled.sendall(
+                    b"POST /v1/facts HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b'Content-Length: 1000\r\n\r\n{"facts": ['
+                )
+                time.sleep(0.5)
+                proc.send_signal(signal.SIGTERM)
+                assert proc.wait(timeout=30) == 0
+            assert wait_stopped(data_dir, 15), "the embedded PostgreSQL outlived the server"
+        finally:
+            stop_process(proc)

@@ -136,8 +136,13 @@ async def test_failing_migration_is_rolled_back_and_not_recorded(
     await migrate(fresh_conn, migrations_copy)
     broken = migrations_copy / "0901_broken.sql"
     broken.write_text("CREATE TABLE half_done (x int);\nTHIS IS NOT SQL;\n")
-    with pytest.raises(asyncpg.PostgresSyntaxError):
+    # A MigrationError naming the file and the server's reason: `haki migrate` and `haki serve`
+    # print it as `haki: ...` and exit 2 (a traceback and exit 1 before).
+    with pytest.raises(
+        MigrationError, match=r"migration 0901_broken cannot apply: PostgresSyntaxError"
+    ) as raised:
         await migrate(fresh_conn, migrations_copy)
+    assert isinstance(raised.value.__cause__, asyncpg.PostgresSyntaxError)
     assert "0901_broken" not in await applied(fresh_conn)
     broken.write_text("CREATE TABLE half_done (x int);\n")
     assert await migrate(fresh_conn, migrations_copy) == ["0901_broken", RULES_VERSION]
@@ -235,7 +240,7 @@ async def test_rules_are_applied_again_only_when_they_change(
         original.replace("SELECT greatest(1, pg_catalog.char_length(content) / 4)", "SELECT 7")
         + "\nNOT SQL;\n"
     )
-    with pytest.raises(asyncpg.PostgresSyntaxError):
+    with pytest.raises(MigrationError, match="migration rules cannot apply: PostgresSyntaxError"):
         await migrate(fresh_conn, migrations_copy)
     assert await rule_functions(fresh_conn) == before  # one transaction: nothing of it stayed
     assert (await applied(fresh_conn))[RULES_VERSION] == changed.sha256
@@ -257,7 +262,7 @@ async def test_a_numbered_migration_never_has_the_last_word_over_a_rule(
     rules = migrations_copy / RULES
     original = rules.read_text()
     rules.write_text(original + "\nNOT SQL;\n")
-    with pytest.raises(asyncpg.PostgresSyntaxError):
+    with pytest.raises(MigrationError, match="migration rules cannot apply"):
         await migrate(fresh_conn, migrations_copy)
     assert RULES_VERSION not in await applied(fresh_conn)  # the numbered migration forgot it
     rules.write_text(original)

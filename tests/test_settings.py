@@ -101,6 +101,21 @@ def test_each_bound_is_enforced_and_named(field: str) -> None:
             Settings.from_env({env_name(field): str(kind(high + 1))})
 
 
+def test_every_number_has_its_bounds() -> None:
+    """A negative timeout or body limit started the server, then failed every request as if the
+    database were down (or every body as too large)."""
+    numbers = {f.name for f in msgspec.structs.fields(Settings) if f.type in (int, float)}
+    assert numbers - set(SETTING_BOUNDS) == set()
+
+
+@pytest.mark.parametrize(
+    "field", sorted(f for f in SETTING_BOUNDS if isinstance(getattr(Settings(), f), float))
+)
+def test_nan_is_refused_by_name(field: str) -> None:
+    with pytest.raises(SettingsError, match=env_name(field)):
+        Settings.from_env({env_name(field): "nan"})
+
+
 @pytest.mark.parametrize("variable", ["HAKI_EXTRACT_API_KEY", "HAKI_EMBED_API_KEY"])
 @pytest.mark.parametrize("secret", ["sk-clé", "sk one", "sk-\t"])
 def test_a_key_sent_in_a_header_is_visible_ascii_and_never_echoed(variable: str, secret: str) -> None:

@@ -32,7 +32,8 @@ _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 
 class MigrationError(RuntimeError):
-    """The migrations folder and the database disagree; the service must not start."""
+    """The migrations folder and the database disagree, or the database refused a migration: the
+    service must not start."""
 
 
 class Migration:
@@ -109,6 +110,7 @@ async def migrate(conn: asyncpg.Connection, directory: Path | None = None) -> li
     migrations = discover(directory)
     rules = rules_file(directory)
     await q.lock_migrations(conn)
+    step = "schema_migrations"
     try:
         await q.create_schema_migrations(conn)
         applied = {r["version"]: r["sha256"] async for r in q.applied_migrations(conn)}
@@ -116,6 +118,7 @@ async def migrate(conn: asyncpg.Connection, directory: Path | None = None) -> li
         due = _rules_due(rules, applied, numbered)
         done: list[str] = []
         for m in numbered:
+            step = m.version
             async with conn.transaction():
                 await conn.execute(m.sql)
                 await q.record_migration(conn, version=m.version, sha256=m.sha256)
@@ -123,10 +126,15 @@ async def migrate(conn: asyncpg.Connection, directory: Path | None = None) -> li
                 await q.forget_rules(conn, version=RULES_VERSION)
             done.append(m.version)
         if due and rules is not None:
+            step = RULES_VERSION
             async with conn.transaction():
                 await conn.execute(rules.sql)
                 await q.record_rules(conn, version=RULES_VERSION, sha256=rules.sha256)
             done.append(RULES_VERSION)
         return done
+    except asyncpg.PostgresError as exc:
+        # The server refused a statement (a role without CREATE, an object in the way): the CLI
+        # prints `haki: <reason>` and exits 2, as for any migration that cannot apply.
+        raise MigrationError(f"migration {step} cannot apply: {type(exc).__name__}: {exc}") from exc
     finally:
         await q.unlock_migrations(conn)
