@@ -14,6 +14,16 @@ SELECT coalesce(
     (SELECT m.model FROM project_embedding_models AS m WHERE m.project_id = :project_id FOR SHARE)
 ) AS model;
 
+-- name: share_embedding_model(project_id)!
+-- A share lock on the project's model record until the transaction ends, for a change that embeds
+-- nothing but deletes or rewrites rows that a re-embedding's swap rewrites (an erasure, a conflict
+-- resolution): the switch waits for it and it for the switch, so the swap meets every row it
+-- counted, in one order. Taken after the scope's erasure lock, as writes take hold_embedding_model.
+SELECT m.project_id
+FROM project_embedding_models AS m
+WHERE m.project_id = :project_id
+FOR SHARE;
+
 -- name: get_embedding_model(project_id)$
 -- The model a project's vectors were made with; NULL before its first write.
 SELECT m.model AS model
@@ -66,11 +76,14 @@ LIMIT :batch_size;
 
 -- name: insert_reembedded_facts(project_id, model, fact_ids, embeddings)!
 -- One batch of the new model's fact vectors, beside the served ones (a leftover of another model
--- is overwritten). Facts erased since they were read are skipped.
+-- is overwritten). Facts erased since they were read are skipped, those an erasure is deleting
+-- too: the facts are locked (key share) before the insert, which waits for the erasure and then
+-- skips them (its foreign key check failed on them).
 INSERT INTO reembedded_facts (project_id, fact_id, model, embedding)
 SELECT :project_id, t.fact_id, :model, t.embedding
 FROM unnest(:fact_ids::uuid[], :embeddings::vector[]) AS t(fact_id, embedding)
 JOIN facts AS f ON f.project_id = :project_id AND f.fact_id = t.fact_id
+FOR KEY SHARE OF f
 ON CONFLICT (project_id, fact_id) DO UPDATE SET model = excluded.model, embedding = excluded.embedding;
 
 -- name: insert_reembedded_events(project_id, model, event_ids, embeddings)!
@@ -79,6 +92,7 @@ INSERT INTO reembedded_events (project_id, event_id, model, embedding)
 SELECT :project_id, t.event_id, :model, t.embedding
 FROM unnest(:event_ids::uuid[], :embeddings::vector[]) AS t(event_id, embedding)
 JOIN events AS e ON e.project_id = :project_id AND e.event_id = t.event_id
+FOR KEY SHARE OF e
 ON CONFLICT (project_id, event_id) DO UPDATE SET model = excluded.model, embedding = excluded.embedding;
 
 -- name: swap_reembedded_vectors(project_id, model)^

@@ -28,6 +28,7 @@ from service.embedding.embedder import HashEmbedder
 from service.memory import erasure, event_context
 from service.memory import writes as memory
 from service.repository import context as context_repo
+from service.repository import embedding_model
 from service.repository import lifecycle as lifecycle_repo
 from service.settings import Settings
 from service.structs import ContextRequest, EventIn, FactIn, WriteEventsRequest, WriteFactsRequest
@@ -277,3 +278,45 @@ async def test_an_event_written_before_a_pending_one_during_its_store_keeps_it_p
             assert await store == 1
         again = await event_context.read_pending(worker, embedder, project_id, 10)
         assert {y.event_id: y.before_id for y in again} == {x: p, s: x}
+
+
+@pytest.mark.parametrize("kind", ["subject", "fact"])
+async def test_an_erasure_waits_for_a_reembed_switch(
+    settings: Settings, scope: tuple[Principal, HashEmbedder], kind: str
+) -> None:
+    """A re-embedding's switch counts the project's rows, then swaps each one's vector: an erasure
+    committed between them made it refuse its own partial swap (a traceback, every run that
+    overlapped). An erasure holds the project's model record as writes do, so it waits."""
+    principal, embedder = scope
+    async with sessions(settings, 3) as (switcher, eraser, observer):
+        (fact,), _ = await remember(observer, settings, principal, [FactIn(content="cats purr")], [])
+        async with switcher.transaction():
+            await embedding_model.switch_model(switcher, principal.project_id, embedder.name)
+            erase = asyncio.create_task(erasing(eraser, settings, principal, kind, fact))
+            assert await waits_or_ends(observer, erase, eraser), "the erasure ran inside the switch"
+        await erase
+
+
+async def test_a_reembed_batch_skips_the_facts_an_erasure_is_deleting(
+    settings: Settings, scope: tuple[Principal, HashEmbedder]
+) -> None:
+    """The batch read its facts before an erasure took one; its insert waits for the erasure and
+    skips the fact. Before, its foreign key check failed once the erasure committed, and the
+    re-embedding stopped."""
+    principal, embedder = scope
+    async with sessions(settings, 3) as (reembedder, eraser, observer):
+        (gone, kept), _ = await remember(
+            observer, settings, principal, [FactIn(content="cats purr"), FactIn(content="dogs bark")], []
+        )
+        vectors = await embedder.embed(["cats purr", "dogs bark"])
+        async with eraser.transaction():
+            await erasing(eraser, settings, principal, "fact", gone)
+            insert = asyncio.create_task(
+                embedding_model.insert_vectors(
+                    reembedder, "fact", principal.project_id, "model-b", [gone, kept], vectors
+                )
+            )
+            await waits_or_ends(observer, insert, reembedder)
+        await insert
+        counts = await embedding_model.count_pending(observer, principal.project_id, "model-b")
+        assert (counts.facts, counts.facts_done) == (1, 1)

@@ -23,7 +23,7 @@ from service.memory.cursors import (
     encode_id_cursor,
     encode_subject_cursor,
 )
-from service.repository import Conn, long_transaction
+from service.repository import Conn, embedding_model, long_transaction
 from service.repository import lifecycle as repo
 from service.settings import Settings
 from service.structs import Event, EventErasure, EventPage, FactErasure, SubjectErasure, SubjectPage
@@ -37,6 +37,7 @@ async def erase_subject(
     principal.require(project_id)
     async with long_transaction(conn, settings.erasure_timeout_ms):
         await repo.lock_erasure_scope(conn, project_id, "subject", subject_id=subject_id)
+        await embedding_model.share_model(conn, project_id)
         return await repo.erase_subject(conn, project_id, subject_id, uuid7(), principal.key_id)
 
 
@@ -54,6 +55,7 @@ async def _erase_memory(conn: Conn, principal: Principal, answer: type[repo.E], 
     # sees what the scope's previous erasure committed (the event after an erased one, say).
     async with conn.transaction():
         await repo.lock_erasure_scope(conn, principal.project_id, kind, item_id=item_id)
+        await embedding_model.share_model(conn, principal.project_id)
         erased = await repo.erase_memory(
             conn, answer, principal.project_id, item_id, uuid7(), principal.key_id
         )

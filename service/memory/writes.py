@@ -405,6 +405,7 @@ async def resolve_conflict(
         # just superseded (tests/test_write_races.py).
         if scope is not None:
             await lifecycle_repo.share_erasure_scope(conn, project_id, scope[0])
+            await embedding_model.share_model(conn, project_id)
             await facts_repo.lock_fact_keys(conn, project_id, scope[0], [scope[1]])
         locked = await conflicts_repo.lock_conflict_set(conn, project_id, conflict_set_id)
         if locked is None:

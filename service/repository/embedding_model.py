@@ -68,6 +68,12 @@ async def hold_model(conn: Conn, project_id: str, model: str) -> None:
     raise RuntimeError(f"hold_embedding_model found no model for {project_id!r} twice")
 
 
+async def share_model(conn: Conn, project_id: str) -> None:
+    """Inside an erasure's or a resolution's transaction: the project's model record held (share
+    lock) until it ends, so that a re-embedding's switch and it never interleave."""
+    await q().share_embedding_model(conn, project_id=project_id)
+
+
 async def get_model(conn: Conn, project_id: str) -> str | None:
     model: str | None = await q().get_embedding_model(conn, project_id=project_id)
     return model
