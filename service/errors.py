@@ -237,12 +237,13 @@ class TooManyRequests(HakiError, status=429, code="rate_limited"):
 
 class Unavailable(HakiError, status=503, code="unavailable"):
     """Worth retrying (the embedder, the database): `Retry-After` says when. One that names a
-    missing `setting` (extraction not configured) is `permanent`: no retry succeeds until the
-    deployment changes, so it carries `details.permanent` and no `Retry-After`."""
+    missing `setting` (extraction not configured), or says it is `permanent` (an embedder that
+    refuses the key), is not: no retry succeeds until the deployment changes, so it carries
+    `details.permanent` and no `Retry-After`."""
 
     def __init__(self, message: str, **details: Any) -> None:
-        if "setting" in details:
-            details.setdefault("permanent", True)
+        if "setting" in details or details.get("permanent"):
+            details["permanent"] = True
         else:
             details.setdefault("retry_after_seconds", UNAVAILABLE_RETRY_AFTER_SECONDS)
         super().__init__(message, **details)

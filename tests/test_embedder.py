@@ -34,6 +34,8 @@ from service.embedding.embedder import (
     check_embedder,
     resolve_local_model_dir,
 )
+from service.errors import Unavailable
+from service.memory.writes import embed_or_unavailable
 from service.settings import Settings
 from tests.helpers.stub_http import serve_posts
 
@@ -454,18 +456,20 @@ class FakeEmbeddingServer:
     delay: float = 0.0
     shuffle: bool = False
     malformed: bool = False
+    retry_after: str | None = None
     requests: list[dict[str, Any]] = field(default_factory=list)
     port: int = 0
     in_flight: int = 0
     max_in_flight: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def handle(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes]:
+    def handle(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes, dict[str, str]]:
         with self.lock:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
-            return self._handle(path, headers, body)
+            status, answer = self._handle(path, headers, body)
+            return status, answer, ({"Retry-After": self.retry_after} if self.retry_after else {})
         finally:
             with self.lock:
                 self.in_flight -= 1
@@ -621,6 +625,34 @@ async def test_openai_errors_keep_the_url_credentials_out(fake_server: FakeEmbed
     for info in (answered, refused):
         assert "pw-s3cret" not in str(info.value) and "haki:" not in str(info.value)
         assert "127.0.0.1" in str(info.value) and "/v1/embeddings" in str(info.value)
+
+
+async def test_a_rate_limited_provider_is_not_asked_again_and_its_wait_is_passed_on(
+    fake_server: FakeEmbeddingServer,
+) -> None:
+    """A 429 with Retry-After 7 was retried 0.1 s later, then answered as a 503 asking the client
+    to retry in 1 s: the provider got three times the traffic it had asked to stop."""
+    fake_server.status, fake_server.retry_after = 429, "7"
+    async with openai_embedder(fake_server.port) as embedder:
+        with pytest.raises(Unavailable) as raised:
+            await embed_or_unavailable(embedder, ["busy"])
+    assert len(fake_server.requests) == 1
+    details = raised.value.details or {}
+    assert details["retry_after_seconds"] == 7 and "permanent" not in details
+
+
+@pytest.mark.parametrize(("status", "dim"), [(401, EMBED_DIM), (404, EMBED_DIM), (200, 768)])
+async def test_a_provider_that_refuses_the_request_is_permanent(
+    fake_server: FakeEmbeddingServer, status: int, dim: int
+) -> None:
+    """A refused key, an unknown model or vectors of another dimension: the same request gets the
+    same answer, so the 503 says `permanent` and asks no retry (the SDKs retry none)."""
+    fake_server.status, fake_server.dim = status, dim
+    async with openai_embedder(fake_server.port) as embedder:
+        with pytest.raises(Unavailable) as raised:
+            await embed_or_unavailable(embedder, ["refused"])
+    details = raised.value.details or {}
+    assert details["permanent"] is True and "retry_after_seconds" not in details
 
 
 @pytest.mark.parametrize("level", ["info", "debug"])

@@ -78,14 +78,21 @@ _CHECK_ENV_HINT: Final = (
 
 
 class EmbedderError(RuntimeError):
-    """The embedder failed or timed out at runtime; callers degrade or answer 503."""
+    """The embedder failed or timed out at runtime; callers degrade or answer 503. `retry_after`:
+    the seconds the provider asked to wait (429 with Retry-After); `permanent`: no retry succeeds
+    until the deployment changes (a refused key, a model of another dimension)."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.permanent = permanent
 
 
 class EmbedderDimensionError(EmbedderError):
     """The embedder produced vectors of the wrong length."""
 
     def __init__(self, message: str, *, expected: int, got: int) -> None:
-        super().__init__(message)
+        super().__init__(message, permanent=True)
         self.expected = expected
         self.got = got
 
@@ -599,8 +606,11 @@ class OpenAIEmbedder:
             try:
                 return await self._post(body, len(texts))
             except _RetryableError as exc:
-                if attempt == self.MAX_ATTEMPTS:
-                    raise EmbedderError(str(exc)) from exc.__cause__
+                # A provider that asks for longer than our pause is not asked again within the
+                # request: the caller's 503 passes its Retry-After on.
+                waits = exc.retry_after is not None and exc.retry_after > self.RETRY_DELAY_SECONDS
+                if attempt == self.MAX_ATTEMPTS or waits:
+                    raise EmbedderError(str(exc), retry_after=exc.retry_after) from exc.__cause__
             await asyncio.sleep(self.RETRY_DELAY_SECONDS)
         raise AssertionError("unreachable")
 
@@ -617,10 +627,12 @@ class OpenAIEmbedder:
             failed = f"{type(exc).__name__}: {exc}"
             raise _RetryableError(f"{self.name}: request to {self._where} failed: {failed}") from exc
         status = response.status_code
-        if status == 429 or status >= 500:
-            raise _RetryableError(f"{self.name}: {self._where} answered HTTP {status}: {_snippet(response)}")
+        answered = f"{self.name}: {self._where} answered HTTP {status}: {_snippet(response)}"
+        if status in RETRYABLE_STATUSES or status >= 500:
+            raise _RetryableError(answered, retry_after=_retry_after(response))
         if not 200 <= status < 300:
-            raise EmbedderError(f"{self.name}: {self._where} answered HTTP {status}: {_snippet(response)}")
+            # The key, the model name or the request itself: the same request gets the same answer.
+            raise EmbedderError(answered, permanent=400 <= status < 500)
         try:
             parsed = _RESPONSE_DECODER.decode(response.content)
         except msgspec.DecodeError as exc:
@@ -652,6 +664,21 @@ class OpenAIEmbedder:
         matrix /= norms[:, None]
         matrix.flags.writeable = False
         return list(matrix)
+
+
+# Statuses a later attempt may pass: timeout, conflict, too early, rate limited (and every 5xx).
+RETRYABLE_STATUSES: Final = frozenset({408, 409, 425, 429})
+# The longest provider's Retry-After passed on to a client.
+MAX_RETRY_AFTER_SECONDS: Final = 3600.0
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """The provider's Retry-After in seconds, when it gives one as a number (bounded)."""
+    try:
+        seconds = float(response.headers.get("retry-after", ""))
+    except ValueError:
+        return None
+    return min(seconds, MAX_RETRY_AFTER_SECONDS) if math.isfinite(seconds) and seconds >= 0 else None
 
 
 def _snippet(response: httpx.Response, limit: int = 200) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,9 +55,18 @@ async def embed_or_unavailable(embedder: Embedder, texts: list[str], project: st
         # The cause names the provider's URL (its credentials too) and its reply: the operator's
         # log has it, a tenant's answer does not.
         log.warning("embedding a write failed (%s): %s", embedder.name, exc)
+        if exc.permanent:
+            raise Unavailable(
+                "The embedder refused the request; a retry gets the same answer until its "
+                "configuration changes (the server's log has the cause).",
+                embedder=embedder.name,
+                permanent=True,
+            ) from exc
+        wait = {} if exc.retry_after is None else {"retry_after_seconds": max(1, math.ceil(exc.retry_after))}
         raise Unavailable(
             "The embedder is unavailable; retry shortly (the server's log has the cause).",
             embedder=embedder.name,
+            **wait,
         ) from exc
 
 

@@ -10,12 +10,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
-def reply_json(handler: BaseHTTPRequestHandler, status: int, body: bytes) -> None:
-    """Writes a JSON response; a caller that already gave up (a time-out test) is not an error."""
+def reply_json(
+    handler: BaseHTTPRequestHandler, status: int, body: bytes, headers: dict[str, str] | None = None
+) -> None:
+    """Writes a JSON response (with `headers` besides); a caller that already gave up (a time-out
+    test) is not an error."""
     try:
         handler.send_response(status)
         handler.send_header("Content-Type", "application/json")
         handler.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            handler.send_header(name, value)
         handler.end_headers()
         handler.wfile.write(body)
     except (BrokenPipeError, ConnectionResetError):
@@ -39,9 +44,11 @@ def stub_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
 
 
 @contextmanager
-def serve_posts(answer: Callable[[str, dict[str, str], bytes], tuple[int, bytes]]) -> Iterator[int]:
-    """`stub_server` answering each POST with `answer(path, headers, body)`: a status and a JSON
-    body. The header names are lower-cased. Yields the port."""
+def serve_posts(
+    answer: Callable[[str, dict[str, str], bytes], tuple[int, bytes] | tuple[int, bytes, dict[str, str]]],
+) -> Iterator[int]:
+    """`stub_server` answering each POST with `answer(path, headers, body)`: a status, a JSON
+    body and maybe response headers. The request's header names are lower-cased. Yields the port."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
