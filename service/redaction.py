@@ -1,4 +1,5 @@
-"""URLs as the server prints them: in logs, CLI lines and error messages, never a secret.
+"""URLs as the server prints them: in logs, CLI lines and error messages, never a secret; and a
+model server's endpoints, built from its base URL.
 
 A database URL keeps its user and host and masks its passwords, so `doctor` still says where it
 looked; a model's HTTP URL (embedder, extraction) keeps scheme, host and path only, as any
@@ -53,3 +54,10 @@ def redacted_http_url(url: str) -> str:
     if parts is None:
         return UNPARSABLE_URL
     return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
+
+
+def endpoint_url(base_url: str, path: str) -> str:
+    """`path` (`/embeddings`) after the base URL's own path, its query kept after it: a gateway's
+    `?api-version=...` or `?key=...` went into the path's place (`/v1?key=K/embeddings`)."""
+    parts = urllib.parse.urlsplit(base_url)
+    return urllib.parse.urlunsplit(parts._replace(path=parts.path.rstrip("/") + path))

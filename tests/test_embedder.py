@@ -476,7 +476,10 @@ class FakeEmbeddingServer:
 
     def _handle(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes]:
         payload = json.loads(body)
-        self.requests.append({"path": path, "authorization": headers.get("authorization"), "json": payload})
+        path, _, query = path.partition("?")
+        self.requests.append(
+            {"path": path, "query": query, "authorization": headers.get("authorization"), "json": payload}
+        )
         if self.delay:
             time.sleep(self.delay)
         if path != "/v1/embeddings":
@@ -653,6 +656,15 @@ async def test_a_provider_that_refuses_the_request_is_permanent(
             await embed_or_unavailable(embedder, ["refused"])
     details = raised.value.details or {}
     assert details["permanent"] is True and "retry_after_seconds" not in details
+
+
+async def test_a_base_url_with_a_query_keeps_it_after_the_endpoint(fake_server: FakeEmbeddingServer) -> None:
+    """A gateway's `?api-version=` went into the path's place: POST /v1?api-version=2/embeddings."""
+    url = f"http://127.0.0.1:{fake_server.port}/v1/?api-version=2024-02-01"
+    async with openai_embedder(fake_server.port, embed_base_url=url) as embedder:
+        await embedder.embed(["hello"])
+    (sent,) = fake_server.requests
+    assert (sent["path"], sent["query"]) == ("/v1/embeddings", "api-version=2024-02-01")
 
 
 @pytest.mark.parametrize("level", ["info", "debug"])

@@ -34,7 +34,7 @@ import numpy.typing as npt
 from service.api.ratelimit import WorkRateLimiter
 from service.constants import EMBED_DIM
 from service.embedding.scheduler import FairScheduler, Purpose
-from service.redaction import redacted_http_url
+from service.redaction import endpoint_url, redacted_http_url
 from service.settings import LocalBackend, Settings
 
 Vector = npt.NDArray[np.float32]
@@ -537,7 +537,7 @@ class OpenAIEmbedder:
         self.name = f"openai:{self.model}"
         # The vector columns are fixed-width, so anything else is unusable whatever the model says.
         self.dim = EMBED_DIM
-        self._url = f"{settings.embed_base_url.rstrip('/')}/embeddings"
+        self._url = endpoint_url(settings.embed_base_url, "/embeddings")
         # Its errors reach the server's log: no key from a userinfo or query part.
         self._where = redacted_http_url(self._url)
         self._batch_size = max(1, settings.embed_batch_size)

@@ -38,7 +38,7 @@ from service.embedding.embedder import Embedder
 from service.errors import ExtractorFailed, ExtractorTimeout, Unavailable
 from service.instants import check_storable
 from service.memory import writes as memory
-from service.redaction import redacted_http_url
+from service.redaction import endpoint_url, redacted_http_url
 from service.repository import Conn
 from service.repository import webhooks as webhooks_repo
 from service.repository.extraction import (
@@ -179,7 +179,7 @@ async def ask_model(settings: Settings, system: str, user: str) -> ModelAnswer:
     }
     headers = {"Authorization": f"Bearer {settings.extract_api_key}"} if settings.extract_api_key else {}
     timeout = settings.extract_timeout_seconds
-    url = f"{base_url}/chat/completions"
+    url = endpoint_url(base_url, "/chat/completions")
     where = redacted_http_url(url)
     try:
         # httpx's timeout bounds each read; asyncio.timeout bounds the whole call (a server that
