@@ -390,9 +390,19 @@ async def _run_reembed(settings: Settings, args: argparse.Namespace, project: st
             console=console,
         )
         task = bar.add_task(f"re-embedding {project}", total=None)
+        # Without a terminal (a job's log) the bar draws nothing until the end: a line a tenth.
+        tenths_told = [-1] if not console.is_terminal else None
 
         def on_plan(where: reembed.ReembedPlan) -> None:
             bar.update(task, total=where.counts.total, completed=where.counts.done)
+
+        def on_batch(n: int) -> None:
+            bar.advance(task, n)
+            done, total = int(bar.tasks[0].completed), int(bar.tasks[0].total or 0)
+            tenth = 10 * done // total if total else 0
+            if tenths_told is not None and tenth > tenths_told[0]:
+                tenths_told[0] = tenth
+                print(f"re-embedding {project}: {done}/{total} text(s)", file=sys.stderr, flush=True)
 
         try:
             with bar:
@@ -402,9 +412,9 @@ async def _run_reembed(settings: Settings, args: argparse.Namespace, project: st
                     project,
                     batch_size=args.batch,
                     on_plan=on_plan,
-                    on_batch=lambda n: bar.advance(task, n),
+                    on_batch=on_batch,
                 )
-        except (EmbedderError, asyncpg.PostgresError, OSError) as exc:
+        except (EmbedderError, asyncpg.PostgresError, OSError, reembed.PartialSwap) as exc:
             print(
                 f"haki reembed: stopped ({exc}); what was embedded is kept, the same command resumes",
                 file=sys.stderr,
@@ -415,11 +425,11 @@ async def _run_reembed(settings: Settings, args: argparse.Namespace, project: st
         if not result.switched:
             print(f"{project}: its vectors are already {result.plan.model}: nothing to do")
             return 0
-        was, counts = result.plan, result.plan.counts
+        was = result.plan
         print(
             f"{project}: switched from {was.previous_model or 'unrecorded'} to {was.model}: "
-            f"{counts.facts} fact(s) and {counts.events} event(s) ({result.embedded} embedded now, "
-            f"{counts.done} from an earlier run, {result.caught_up} written meanwhile); serve with "
+            f"{result.facts} fact(s) and {result.events} event(s) ({result.embedded} embedded now, "
+            f"{was.counts.done} from an earlier run, {result.caught_up} written meanwhile); serve with "
             "this HAKI_EMBED_MODEL from now on"
         )
         return 0

@@ -166,6 +166,20 @@ def test_reembed_of_a_project_never_written_exits_1(data_dir: Path, dry_run: tup
     assert "'no-such-project' holds no facts or events" in res.stderr and "--project" in res.stderr
 
 
+def test_reembed_tells_a_log_its_progress_and_counts_what_it_switched(data_dir: Path, tmp_path: Path) -> None:
+    """Without a terminal (a job's log) the progress bar drew nothing until the end: a line every
+    tenth of the texts. The summary counts what the switch swapped, not what the plan found."""
+    facts = tmp_path / "facts.jsonl"
+    facts.write_text("".join(f'{{"content": "reembed fact {i}"}}\n' for i in range(20)))
+    loaded = run_cli(data_dir, "import", str(facts), "--project", "re-p", "--subject", "s")
+    assert loaded.returncode == 0, loaded.stderr
+    res = run_cli(data_dir, "reembed", "--project", "re-p", "--batch", "1", HAKI_EMBED_MODEL="other")
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    progress = re.findall(r"re-embedding re-p: (\d+)/20 text\(s\)", res.stderr)
+    assert [int(n) for n in progress] == [1, *range(2, 21, 2)], res.stderr
+    assert "switched from hash to hash:other: 20 fact(s) and 0 event(s)" in res.stdout, res.stdout
+
+
 async def test_keys_revoke_and_list(data_dir: Path) -> None:
     key, key_id = await asyncio.to_thread(create_key, data_dir, "proj-x")
     assert await authenticates(data_dir, key)

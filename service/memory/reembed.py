@@ -25,7 +25,7 @@ import msgspec
 from service.embedding.embedder import Embedder
 from service.repository import Conn, long_transaction
 from service.repository import embedding_model as repo
-from service.repository.embedding_model import ItemKind, PendingText, ReembedCounts
+from service.repository.embedding_model import ItemKind, PendingText, ReembedCounts, Swapped
 
 KINDS: tuple[ItemKind, ...] = ("fact", "event")
 # The dry run's sample: enough texts for a steady per-text figure, a few seconds at most.
@@ -63,12 +63,20 @@ class ReembedPlan(msgspec.Struct, frozen=True, kw_only=True):
 
 class ReembedResult(msgspec.Struct, frozen=True, kw_only=True):
     """A run: the plan it started from (`plan.counts.done` were found from an earlier run), what
-    its pass embedded, what the switch embedded (written meanwhile), and whether it switched."""
+    its pass embedded, what the switch embedded (written meanwhile), whether it switched, and the
+    facts and events it switched (the plan's less what was erased meanwhile, plus new writes)."""
 
     plan: ReembedPlan
     embedded: int
     caught_up: int
     switched: bool
+    facts: int = 0
+    events: int = 0
+
+
+class PartialSwap(RuntimeError):
+    """The swap would have left vectors of another model: the switch rolled back, nothing changed
+    (the same command runs it again). Not expected: erasures and writes wait for the switch."""
 
 
 class DryRun(msgspec.Struct, frozen=True, kw_only=True):
@@ -137,13 +145,20 @@ async def reembed(
             after = rows[-1].item_id
             if on_batch is not None:
                 on_batch(len(rows))
-    caught_up = await _switch(conn, embedder, project_id, batch_size)
-    return ReembedResult(plan=where, embedded=embedded, caught_up=caught_up, switched=True)
+    caught_up, swapped = await _switch(conn, embedder, project_id, batch_size)
+    return ReembedResult(
+        plan=where,
+        embedded=embedded,
+        caught_up=caught_up,
+        switched=True,
+        facts=swapped.facts,
+        events=swapped.events,
+    )
 
 
-async def _switch(conn: Conn, embedder: Embedder, project_id: str, batch_size: int) -> int:
+async def _switch(conn: Conn, embedder: Embedder, project_id: str, batch_size: int) -> tuple[int, Swapped]:
     """The one transaction that makes the new vectors the served ones; returns how many texts it
-    embedded (the writes that landed after the pass read them)."""
+    embedded (the writes that landed after the pass read them) and what it swapped."""
     model = embedder.name
     caught_up = 0
     # The swap rewrites every vector of the project (and its HNSW entries): no statement timeout
@@ -157,10 +172,8 @@ async def _switch(conn: Conn, embedder: Embedder, project_id: str, batch_size: i
         swapped = await repo.swap_vectors(conn, project_id, model)
         if swapped.facts_swapped != swapped.facts or swapped.events_swapped != swapped.events:
             # Cannot happen under the switch's lock; a partial swap would mix two models.
-            raise RuntimeError(
-                f"the switch of {project_id!r} would leave vectors of another model: {swapped}"
-            )
-    return caught_up
+            raise PartialSwap(f"the switch of {project_id!r} would leave vectors of another model: {swapped}")
+    return caught_up, swapped
 
 
 async def _store(
