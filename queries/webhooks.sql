@@ -2,6 +2,12 @@
 -- deliveries, and the delivery worker's claims. The outbox rows of fact and conflict changes are
 -- written by the migration's triggers, in the change's own transaction.
 
+-- name: lock_project_webhooks(project_id)!
+-- Serialises a project's new subscriptions until the transaction ends, so that insert_webhook's
+-- count sees a concurrent one's (two that both counted max_webhooks - 1 were both stored). The key
+-- is in the bigint space of lock_fact_keys, under its own seed: a collision only shares a lock.
+SELECT pg_advisory_xact_lock(hashtextextended(:project_id, hashtextextended('webhooks', 0)));
+
 -- name: insert_webhook(project_id, webhook_id, url, events, include_content, secret, max_webhooks)^
 -- Subscribes a URL to event kinds, unless the project holds max_webhooks already (no row then).
 INSERT INTO webhook_subscriptions (project_id, webhook_id, url, events, include_content, secret)

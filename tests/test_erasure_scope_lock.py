@@ -32,22 +32,8 @@ from service.repository import embedding_model
 from service.repository import lifecycle as lifecycle_repo
 from service.settings import Settings
 from service.structs import ContextRequest, EventIn, FactIn, WriteEventsRequest, WriteFactsRequest
-from tests.helpers.serving import sessions
+from tests.helpers.serving import sessions, waits_or_ends
 from tests.helpers.sql import load_test_queries
-
-
-async def waits_or_ends(
-    observer: asyncpg.Connection, task: asyncio.Task[Any], conn: asyncpg.Connection
-) -> bool:
-    """Whether `conn`'s statement waits on a lock (False: `task` ended first)."""
-    pid = conn.get_server_pid()
-    deadline = asyncio.get_running_loop().time() + 10
-    while not task.done():
-        if await load_test_queries().test_waits_on_a_lock(observer, pid=pid):
-            return True
-        assert asyncio.get_running_loop().time() < deadline, "neither ended nor waited on a lock"
-        await asyncio.sleep(0.01)
-    return False
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ erasure takes the pending events that carry its content; URLs on other addresses
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
@@ -27,6 +28,7 @@ from tests.helpers import PROJECT, assert_error, bearer, metric, post_facts, wri
 from tests.helpers.app import SingleConnectionPool, make_client
 from tests.helpers.chromium import ui_login
 from tests.helpers.receiver import Receiver, receiving
+from tests.helpers.serving import sessions, waits_or_ends
 from tests.helpers.sql import load_test_queries
 
 VECTORS = json.loads((Path(__file__).resolve().parents[1] / "sdk" / "webhook_vectors.json").read_text())
@@ -560,3 +562,28 @@ async def test_a_delivery_past_a_thousand_attempts_is_retried_an_hour_later(
     failed = Attempt(claimed.webhook_id, claimed.event_id, 2000, 500, "HTTP 500")
     assert await repo.record_attempt(conn, PROJECT, failed, 5000, 2.0) == "pending"
     assert await repo.claim(conn, PROJECT, 10, lease_seconds=0) == []  # not due for the hour
+
+
+async def test_two_subscriptions_racing_for_the_last_place_store_one(
+    settings: Settings, migrated: str
+) -> None:
+    """Both counted the project's webhooks before either was stored, and both were: the project's
+    lock makes the second count after the first commits."""
+    project = f"hooks-{uuid7().hex[:12]}"
+
+    def subscribe_to(conn: asyncpg.Connection) -> Any:
+        return repo.insert_webhook(
+            conn, project, uuid7(), "https://example.com/h", ["fact.retracted"], False, "s", 1
+        )
+
+    async with sessions(settings, 3) as (first, second, observer):
+        try:
+            async with first.transaction():
+                assert await subscribe_to(first) is not None
+                racing = asyncio.create_task(subscribe_to(second))
+                assert await waits_or_ends(observer, racing, second), "it counted before the first committed"
+            assert await racing is None
+            assert len(await repo.list_webhooks(observer, project)) == 1
+        finally:
+            for hook in await repo.list_webhooks(observer, project):
+                await repo.delete_webhook(observer, project, hook.webhook_id)

@@ -21,17 +21,19 @@ async def insert_webhook(
     secret: str,
     max_webhooks: int,
 ) -> Webhook | None:
-    """None when the project holds max_webhooks already."""
-    row = await q().insert_webhook(
-        conn,
-        project_id=project_id,
-        webhook_id=webhook_id,
-        url=url,
-        events=events,
-        include_content=include_content,
-        secret=secret,
-        max_webhooks=max_webhooks,
-    )
+    """None when the project holds max_webhooks already (counted under the project's lock)."""
+    async with conn.transaction():
+        await q().lock_project_webhooks(conn, project_id=project_id)
+        row = await q().insert_webhook(
+            conn,
+            project_id=project_id,
+            webhook_id=webhook_id,
+            url=url,
+            events=events,
+            include_content=include_content,
+            secret=secret,
+            max_webhooks=max_webhooks,
+        )
     return as_struct(Webhook, row)
 
 

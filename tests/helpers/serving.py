@@ -6,6 +6,7 @@ tests reach it over real HTTP and the test's event loop stays free to stop the d
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -22,6 +23,7 @@ from service.api import auth
 from service.app import create_app
 from service.db import connect, init_connection
 from service.settings import Settings
+from tests.helpers.sql import load_test_queries
 
 
 @contextmanager
@@ -91,3 +93,18 @@ async def two_sessions(settings: Settings) -> AsyncIterator[tuple[asyncpg.Connec
     """Two sessions of their own, as the service opens them: one holds a lock, the other tries it."""
     async with sessions(settings, 2) as (holder, other):
         yield holder, other
+
+
+async def waits_or_ends(
+    observer: asyncpg.Connection, task: asyncio.Task[Any], conn: asyncpg.Connection
+) -> bool:
+    """Whether `conn`'s statement waits on a lock (False: `task` ended first), as `observer` sees
+    it in pg_stat_activity: a race test's step runs until it ends or waits, then the next starts."""
+    pid = conn.get_server_pid()
+    deadline = asyncio.get_running_loop().time() + 10
+    while not task.done():
+        if await load_test_queries().test_waits_on_a_lock(observer, pid=pid):
+            return True
+        assert asyncio.get_running_loop().time() < deadline, "neither ended nor waited on a lock"
+        await asyncio.sleep(0.01)
+    return False
