@@ -227,8 +227,12 @@ class EmbeddingModelMismatch(HakiError, status=409, code="embedding_model_mismat
 
 
 class PayloadTooLarge(HakiError, status=413, code="payload_too_large"):
-    """A body past HAKI_MAX_BODY_BYTES where Haki reads it itself (the /mcp mount); Litestar's
-    routes answer theirs through the table's Litestar mapping."""
+    """A body past HAKI_MAX_BODY_BYTES: the routes' (Litestar's 413, reworded in
+    handle_exception) and the /mcp mount's."""
+
+    @classmethod
+    def past(cls, limit: int) -> PayloadTooLarge:
+        return cls(f"The body exceeds HAKI_MAX_BODY_BYTES ({limit} bytes).", max_body_bytes=limit)
 
 
 class TooManyRequests(HakiError, status=429, code="rate_limited"):
@@ -441,6 +445,9 @@ def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Respons
         malformed = malformed_path_id(request)
         if malformed is not None:
             return error_response(400, malformed)
+    if isinstance(exc, HTTPException) and exc.status_code == 413:
+        # Litestar's own words ("Request Entity Too Large") named neither the limit nor its setting.
+        return handle_exception(request, PayloadTooLarge.past(request.app.state.settings.max_body_bytes))
     if isinstance(exc, HTTPException):
         code = _HTTP_CODES.get(exc.status_code, "error" if exc.status_code < 500 else "internal")
         extra = exc.extra if isinstance(exc.extra, dict) else None

@@ -49,7 +49,9 @@ async def test_body_over_max_body_bytes_is_a_413_in_the_error_shape(
         body = assert_error(
             await client.post("/v1/facts", json=big, headers=bearer(key)), 413, "payload_too_large"
         )
-        assert body["message"]
+        # The limit and the setting that sets it, not Litestar's "Request Entity Too Large".
+        assert "HAKI_MAX_BODY_BYTES (4096 bytes)" in body["message"]
+        assert body["details"] == {"max_body_bytes": 4096}
 
         async def chunks() -> AsyncIterator[bytes]:
             # No Content-Length: the limit holds while the body streams in.

@@ -721,7 +721,7 @@ async def within_body_limit(scope: Any, receive: Any, limit: int) -> Any:
     """`receive` replaying the request's body, read whole here: PayloadTooLarge past `limit` bytes,
     announced (Content-Length) or streamed. Litestar's request_max_body_size only bounds the
     bodies its routes read, never an ASGI mount's."""
-    refused = PayloadTooLarge(f"the body exceeds HAKI_MAX_BODY_BYTES ({limit} bytes)")
+    refused = PayloadTooLarge.past(limit)
     for k, v in scope["headers"]:
         if k.lower() == b"content-length" and v.strip().isdigit() and int(v) > limit:
             raise refused
