@@ -17,12 +17,13 @@ SELECT coalesce(
 -- name: share_embedding_model(project_id)!
 -- A share lock on the project's model record until the transaction ends, for a change that embeds
 -- nothing but deletes or rewrites rows that a re-embedding's swap rewrites (an erasure, a conflict
--- resolution): the switch waits for it and it for the switch, so the swap meets every row it
--- counted, in one order. Taken after the scope's erasure lock, as writes take hold_embedding_model.
+-- resolution): the switch waits for it, so the swap meets every row it counted. Taken after the
+-- scope's erasure lock, as writes take hold_embedding_model; NOWAIT: during a switch it fails at
+-- once (a retryable 503) rather than hold the scope's lock, and every call of the scope, meanwhile.
 SELECT m.project_id
 FROM project_embedding_models AS m
 WHERE m.project_id = :project_id
-FOR SHARE;
+FOR SHARE NOWAIT;
 
 -- name: get_embedding_model(project_id)$
 -- The model a project's vectors were made with; NULL before its first write.

@@ -292,6 +292,8 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     asyncpg.ConnectionFailureError,
     asyncpg.DeadlockDetectedError,
     asyncpg.SerializationError,
+    # A lock taken NOWAIT (share_embedding_model during a re-embedding's switch) or past lock_timeout.
+    asyncpg.LockNotAvailableError,
     # A row a statement references was deleted by a concurrent transaction (an erasure): every
     # reference a request names is checked first, so only a race gets here, and a retry sees it.
     asyncpg.ForeignKeyViolationError,
@@ -312,7 +314,11 @@ def unavailable_message(exc: BaseException) -> str:
     foreign key race is a 503 too (the SDKs retry it, where a 409 `conflict` means a retry cannot
     succeed), but the database is up: it says so."""
     if isinstance(
-        exc, asyncpg.DeadlockDetectedError | asyncpg.SerializationError | asyncpg.ForeignKeyViolationError
+        exc,
+        asyncpg.DeadlockDetectedError
+        | asyncpg.SerializationError
+        | asyncpg.ForeignKeyViolationError
+        | asyncpg.LockNotAvailableError,
     ):
         return "A concurrent change conflicted with this request; retry shortly."
     return "The database is unavailable; retry shortly."

@@ -25,6 +25,7 @@ from service.context.call import ContextCall
 from service.db.call_runner import ErasedSinceRetrieval, run_context_call
 from service.db.replica import rerun_reason
 from service.embedding.embedder import HashEmbedder
+from service.errors import database_unavailable
 from service.memory import erasure, event_context
 from service.memory import writes as memory
 from service.repository import context as context_repo
@@ -267,20 +268,23 @@ async def test_an_event_written_before_a_pending_one_during_its_store_keeps_it_p
 
 
 @pytest.mark.parametrize("kind", ["subject", "fact"])
-async def test_an_erasure_waits_for_a_reembed_switch(
+async def test_an_erasure_during_a_reembed_switch_is_a_retryable_503_at_once(
     settings: Settings, scope: tuple[Principal, HashEmbedder], kind: str
 ) -> None:
     """A re-embedding's switch counts the project's rows, then swaps each one's vector: an erasure
     committed between them made it refuse its own partial swap (a traceback, every run that
-    overlapped). An erasure holds the project's model record as writes do, so it waits."""
+    overlapped). An erasure holds the project's model record as writes do; during a switch it
+    fails at once, its scope's lock given back, instead of holding every call of the scope."""
     principal, embedder = scope
     async with sessions(settings, 3) as (switcher, eraser, observer):
         (fact,), _ = await remember(observer, settings, principal, [FactIn(content="cats purr")], [])
         async with switcher.transaction():
             await embedding_model.switch_model(switcher, principal.project_id, embedder.name)
-            erase = asyncio.create_task(erasing(eraser, settings, principal, kind, fact))
-            assert await waits_or_ends(observer, erase, eraser), "the erasure ran inside the switch"
-        await erase
+            with pytest.raises(asyncpg.LockNotAvailableError) as refused:
+                await erasing(eraser, settings, principal, kind, fact)
+            assert database_unavailable(refused.value)  # a 503 with Retry-After
+            await context_repo.open_context_call(observer, 40, principal.project_id, "s")  # not held
+        await erasing(eraser, settings, principal, kind, fact)
 
 
 async def test_a_reembed_batch_skips_the_facts_an_erasure_is_deleting(
@@ -302,7 +306,7 @@ async def test_a_reembed_batch_skips_the_facts_an_erasure_is_deleting(
                     reembedder, "fact", principal.project_id, "model-b", [gone, kept], vectors
                 )
             )
-            await waits_or_ends(observer, insert, reembedder)
+            assert await waits_or_ends(observer, insert, reembedder), "the insert did not wait"
         await insert
         counts = await embedding_model.count_pending(observer, principal.project_id, "model-b")
         assert (counts.facts, counts.facts_done) == (1, 1)

@@ -70,7 +70,8 @@ async def hold_model(conn: Conn, project_id: str, model: str) -> None:
 
 async def share_model(conn: Conn, project_id: str) -> None:
     """Inside an erasure's or a resolution's transaction: the project's model record held (share
-    lock) until it ends, so that a re-embedding's switch and it never interleave."""
+    lock) until it ends, so that a re-embedding's switch and it never interleave; during a switch,
+    asyncpg.LockNotAvailableError at once (a retryable 503)."""
     await q().share_embedding_model(conn, project_id=project_id)
 
 
