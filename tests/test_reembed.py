@@ -32,8 +32,14 @@ class Recording:
     """The new model, counting the texts it embeds; `fail_at` raises on that embed call (1-based),
     `before` runs before a call (a write landing while the job runs)."""
 
-    def __init__(self, fail_at: int | None = None, before: Callable[[int], Awaitable[None]] | None = None):
+    def __init__(
+        self,
+        fail_at: int | None = None,
+        before: Callable[[int], Awaitable[None]] | None = None,
+        retry_after: float | None = None,
+    ):
         self.inner = NEW
+        self.retry_after = retry_after
         self.name = NEW.name
         self.dim = NEW.dim
         self.texts: list[str] = []
@@ -47,6 +53,8 @@ class Recording:
         self.calls += 1
         if self.before is not None:
             await self.before(self.calls)
+        if self.fail_at is not None and self.calls <= self.fail_at and self.retry_after is not None:
+            raise EmbedderError("HTTP 429", retry_after=self.retry_after)
         if self.calls == self.fail_at:
             raise EmbedderError("the model process died")
         self.texts += texts
@@ -211,3 +219,18 @@ async def test_a_written_project_is_not_unknown(
 ) -> None:
     await seed(client, key)
     assert not (await reembed.plan(conn, NEW, PROJECT)).unknown
+
+
+async def test_a_pass_waits_out_a_rate_limited_provider() -> None:
+    """A 429 with Retry-After stops a request at once (its 503 passes the wait on), but a pass is
+    a long job: it waits as asked, up to RATE_LIMIT_WAITS times a batch, then the error stops it."""
+    paced = Recording(fail_at=2, retry_after=0.01)
+    assert len(await reembed._embed_paced(paced, ["a", "b"], PROJECT)) == 2
+    assert paced.calls == 3
+    limited = Recording(fail_at=reembed.RATE_LIMIT_WAITS + 1, retry_after=0.01)
+    with pytest.raises(EmbedderError, match="429"):
+        await reembed._embed_paced(limited, ["a"], PROJECT)
+    died = Recording(fail_at=1)
+    with pytest.raises(EmbedderError, match="died"):
+        await reembed._embed_paced(died, ["a"], PROJECT)
+    assert died.calls == 1

@@ -16,13 +16,15 @@ A dry run embeds a sample of the missing texts and extrapolates the time of the 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
+from typing import Any
 from uuid import UUID
 
 import msgspec
 
-from service.embedding.embedder import Embedder
+from service.embedding.embedder import Embedder, EmbedderError
 from service.repository import Conn, long_transaction
 from service.repository import embedding_model as repo
 from service.repository.embedding_model import ItemKind, PendingText, ReembedCounts, Swapped
@@ -138,7 +140,7 @@ async def reembed(
     for kind in KINDS:
         after: UUID | None = None
         while rows := await repo.pending_texts(conn, kind, project_id, model, after, batch_size):
-            vectors = await embedder.embed([r.content for r in rows], purpose="write", project=project_id)
+            vectors = await _embed_paced(embedder, [r.content for r in rows], project_id)
             async with conn.transaction():
                 await repo.insert_vectors(conn, kind, project_id, model, [r.item_id for r in rows], vectors)
             embedded += len(rows)
@@ -174,6 +176,23 @@ async def _switch(conn: Conn, embedder: Embedder, project_id: str, batch_size: i
             # Cannot happen under the switch's lock; a partial swap would mix two models.
             raise PartialSwap(f"the switch of {project_id!r} would leave vectors of another model: {swapped}")
     return caught_up, swapped
+
+
+# How many times a pass waits out a provider's rate limit (its Retry-After) for one batch.
+RATE_LIMIT_WAITS = 5
+
+
+async def _embed_paced(embedder: Embedder, texts: list[str], project_id: str) -> list[Any]:
+    """The batch's vectors; a provider that rate-limits with a Retry-After is waited for (a pass
+    is a long job, unlike a request), up to RATE_LIMIT_WAITS times, then its error stops the run."""
+    for _ in range(RATE_LIMIT_WAITS):
+        try:
+            return await embedder.embed(texts, purpose="write", project=project_id)
+        except EmbedderError as exc:
+            if exc.retry_after is None:
+                raise
+            await asyncio.sleep(exc.retry_after)
+    return await embedder.embed(texts, purpose="write", project=project_id)
 
 
 async def _store(
