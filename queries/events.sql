@@ -66,14 +66,15 @@ LIMIT :batch_size;
 -- name: lock_pending_event_contexts(project_id, event_ids)
 -- The batch's events still pending, locked for its store, in id order; a row an uncommitted write
 -- holds is skipped, left pending: that write may make another event its predecessor, which
--- set_event_contexts, reading before it commits, would not see.
+-- set_event_contexts, reading before it commits, would not see. NO KEY UPDATE, the lock of the
+-- store's own UPDATE: a foreign key check (a fact naming the event) neither waits nor is skipped.
 SELECT e.event_id AS event_id
 FROM events AS e
 WHERE e.project_id = :project_id
   AND e.event_id = ANY (:event_ids::uuid[])
   AND e.context_embedding IS NULL
 ORDER BY e.event_id
-FOR UPDATE SKIP LOCKED;
+FOR NO KEY UPDATE SKIP LOCKED;
 
 -- name: set_event_contexts(project_id, event_ids, before_ids, embeddings)$
 -- Stores one batch of vectors in context; a null vector (a scope's first event) takes the event's

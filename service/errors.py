@@ -472,11 +472,16 @@ def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Respons
 
 
 async def send_error(
-    send: Any, status: int, code: str, message: str, headers: list[tuple[bytes, bytes]] | None = None
+    send: Any,
+    status: int,
+    code: str,
+    message: str,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    details: dict[str, Any] | None = None,
 ) -> None:
     """The contract's error body from a raw ASGI app (the /mcp mount, which Litestar's exception
     handling does not wrap)."""
-    body = msgspec.json.encode(ErrorBody(code=code, message=message))
+    body = msgspec.json.encode(ErrorBody(code=code, message=message, details=details))
     head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": head + (headers or [])})
     await send({"type": "http.response.body", "body": body})

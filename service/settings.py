@@ -190,7 +190,7 @@ SETTING_BOUNDS: dict[str, tuple[float, float | None, str]] = {
     "embed_timeout_seconds": (1e-9, None, "positive"),
     "embed_batch_size": (1, None, ">= 1"),
     "pool_max_size": (1, None, ">= 1"),
-    "statement_timeout_ms": (1, PG_MAX_TIMEOUT_MS, f"within [1, {PG_MAX_TIMEOUT_MS}]"),
+    "statement_timeout_ms": (0, PG_MAX_TIMEOUT_MS, f"within [0, {PG_MAX_TIMEOUT_MS}] (0: no limit)"),
     "connect_timeout_seconds": (1e-9, None, "positive"),
     "torch_threads": (0, None, ">= 0 (0: torch's own choice)"),
     "max_body_bytes": (1, None, ">= 1"),

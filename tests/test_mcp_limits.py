@@ -48,7 +48,10 @@ async def test_a_body_over_max_body_bytes_is_a_413_in_the_error_shape(
         r = await client.post("/mcp", content=ping_of(300), headers={**ACCEPT, **bearer(key)})
         assert r.status_code == 200 and r.json() == {"jsonrpc": "2.0", "id": 1, "result": {}}, r.text
         r = await client.post("/mcp", content=ping_of(301), headers={**ACCEPT, **bearer(key)})
-        assert "HAKI_MAX_BODY_BYTES" in assert_error(r, 413, "payload_too_large")["message"]
+        body = assert_error(r, 413, "payload_too_large")
+        assert "HAKI_MAX_BODY_BYTES (300 bytes)" in body["message"] and body["details"] == {
+            "max_body_bytes": 300
+        }
 
         # Before the key is looked up, as on the routes.
         for path in ("/v1/facts", "/mcp"):

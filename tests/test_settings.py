@@ -8,6 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from service.db.pools import _pool_options, server_settings
 from service.memory.writes import write_timeout_ms
 from service.settings import SETTING_BOUNDS, Settings, SettingsError, env_name
 
@@ -106,6 +107,14 @@ def test_every_number_has_its_bounds() -> None:
     database were down (or every body as too large)."""
     numbers = {f.name for f in msgspec.structs.fields(Settings) if f.type in (int, float)}
     assert numbers - set(SETTING_BOUNDS) == set()
+
+
+def test_a_statement_timeout_of_0_is_no_limit_on_either_side() -> None:
+    """Documented as "0 no limit": the server's statement_timeout, and the client's wait (it
+    cancelled after 5 s)."""
+    settings = Settings.from_env({"HAKI_STATEMENT_TIMEOUT_MS": "0"})
+    assert server_settings(settings)["statement_timeout"] == "0"
+    assert _pool_options(settings)["command_timeout"] is None
 
 
 @pytest.mark.parametrize(

@@ -785,7 +785,7 @@ class McpEndpoint:
             project = pinned_project(scope.get("query_string", b"")) or principal.project_id
         except HakiError as exc:
             challenge = [(b"www-authenticate", b'Bearer realm="haki"')] if exc.status_code == 401 else None
-            await send_error(send, exc.status_code, exc.code, exc.message, challenge)
+            await send_error(send, exc.status_code, exc.code, exc.message, challenge, exc.details)
             return
         scope.setdefault("state", {})[CALLER_STATE] = Call(app, principal, project)
         await self.app(scope, receive, send)

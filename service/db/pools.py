@@ -124,7 +124,12 @@ def _pool_options(settings: Settings) -> dict[str, Any]:
         **_connect_options(settings),
         "max_size": settings.pool_max_size,
         "init": init_connection,
-        "command_timeout": settings.statement_timeout_ms / 1000 + CLIENT_GRACE_SECONDS,
+        # 0, no statement timeout: the client waits as long (asyncpg's None).
+        "command_timeout": (
+            settings.statement_timeout_ms / 1000 + CLIENT_GRACE_SECONDS
+            if settings.statement_timeout_ms
+            else None
+        ),
         "reset": keep_session,
     }
 

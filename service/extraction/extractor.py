@@ -422,7 +422,10 @@ async def prepare(
 
 
 async def dry_run(conn: Conn, plan: Plan) -> ExtractResponse:
-    await none_erased(conn, plan)
+    # Under the scope's erasure lock, as a write checks: an erasure under way commits first.
+    async with conn.transaction():
+        await share_erasure_scope(conn, plan.req.project_id, plan.req.subject_id)
+        await none_erased(conn, plan)
     return _response(plan, None, None)
 
 
