@@ -25,6 +25,32 @@ FROM unnest(
     :embeddings::vector[]
 ) AS t(event_id, content, occurred_at, metadata, embedding);
 
+-- name: lock_event_order(project_id, subject_id)!
+-- Serialises the event writes of one scope until the transaction ends, and the event context
+-- worker's stores of its vectors with them (share_event_orders): a write then sees the events an
+-- earlier one committed (insert_events sets back to pending the one after its own), and a store
+-- runs before a write or after its commit, never reading predecessors while one is uncommitted.
+-- Two writes of events into a scope, both between the same two stored ones, otherwise left the
+-- later's vector made from the wrong event. The key is in the bigint space of lock_fact_keys,
+-- under its own seed: a collision only shares a lock.
+SELECT pg_advisory_xact_lock(
+    hashtextextended(:subject_id, hashtextextended(:project_id, hashtextextended('event order', 0)))
+);
+
+-- name: share_event_orders(project_id, event_ids)!
+-- lock_event_order's lock, shared, of every scope holding one of these events, for the event
+-- context worker's store, in one order (of the lock key), as share_event_scopes.
+SELECT pg_advisory_xact_lock_shared(k.lock_id)
+FROM (
+    SELECT DISTINCT
+        hashtextextended(e.subject_id, hashtextextended(:project_id, hashtextextended('event order', 0)))
+            AS lock_id
+    FROM events AS e
+    WHERE e.project_id = :project_id
+      AND e.event_id = ANY (:event_ids::uuid[])
+    ORDER BY lock_id
+) AS k;
+
 -- name: missing_events(project_id, subject_id, event_ids)
 -- The ids among event_ids that are not events of this scope (for source_event_id checks).
 SELECT t.event_id

@@ -239,10 +239,10 @@ async def test_calls_and_writes_share_the_scope_lock_that_an_erasure_takes_alone
 async def test_an_event_written_before_a_pending_one_during_its_store_keeps_it_pending(
     settings: Settings, scope: tuple[Principal, HashEmbedder]
 ) -> None:
-    """The worker read S with its predecessor P and embedded them; a write of X between P and S,
-    not yet committed, holds S's row. The store leaves S pending, and the next read pairs it with
-    X. Before, the write skipped a pending S and the store, blind to X, kept S's vector made from
-    P for good (a write shares the scope's lock with the worker: it does not exclude it)."""
+    """The worker read S with its predecessor P and embedded them; a write of X between P and S
+    is not committed yet. The store waits for it, then leaves S pending, and the next read pairs
+    it with X. Before, the store, blind to X, kept S's vector made from P for good (a write shares
+    the scope's erasure lock with the worker: it does not exclude it)."""
     principal, embedder = scope
     project_id = principal.project_id
     at = [datetime(2026, 1, 1, tzinfo=UTC) + timedelta(hours=h) for h in range(3)]
@@ -261,8 +261,8 @@ async def test_an_event_written_before_a_pending_one_during_its_store_keeps_it_p
             store = asyncio.create_task(
                 event_context.store_pending(worker, embedder, project_id, pending, vectors)
             )
-            assert not await waits_or_ends(observer, store, worker), "the store waited for the write"
-            assert await store == 1
+            assert await waits_or_ends(observer, store, worker), "the store ran beside the write"
+        assert await store == 1
         again = await event_context.read_pending(worker, embedder, project_id, 10)
         assert {y.event_id: y.before_id for y in again} == {x: p, s: x}
 
@@ -310,3 +310,47 @@ async def test_a_reembed_batch_skips_the_facts_an_erasure_is_deleting(
         await insert
         counts = await embedding_model.count_pending(observer, principal.project_id, "model-b")
         assert (counts.facts, counts.facts_done) == (1, 1)
+
+
+async def test_two_event_writes_between_the_same_events_leave_the_later_one_pending(
+    settings: Settings, scope: tuple[Principal, HashEmbedder]
+) -> None:
+    """Y is written after P, and X between them by a write whose snapshot was taken before Y's
+    committed: it never set Y back to pending, and the worker, storing Y's vector while X was
+    uncommitted, made it from P for good. Event writes of a scope take turns (lock_event_order),
+    and the worker's store waits for the one in flight."""
+    principal, embedder = scope
+    project_id = principal.project_id
+    at = [datetime(2026, 1, 1, tzinfo=UTC) + timedelta(hours=h) for h in range(3)]
+    async with sessions(settings, 4) as (writes_y, writes_x, worker, observer):
+        _, (p,) = await remember(observer, settings, principal, [], [EventIn(content="P", occurred_at=at[0])])
+        release_x = asyncio.Event()
+
+        async def write_x() -> uuid.UUID:
+            async with writes_x.transaction():
+                _, (x,) = await remember(
+                    writes_x, settings, principal, [], [EventIn(content="X", occurred_at=at[1])]
+                )
+                await release_x.wait()
+            return x
+
+        try:
+            async with writes_y.transaction():
+                _, (y,) = await remember(
+                    writes_y, settings, principal, [], [EventIn(content="Y", occurred_at=at[2])]
+                )
+                x_task = asyncio.create_task(write_x())
+                assert await waits_or_ends(observer, x_task, writes_x), "X's write ran beside Y's"
+            pending = await event_context.read_pending(worker, embedder, project_id, 10)
+            assert {e.event_id: e.before_id for e in pending}[y] == p  # X is not committed yet
+            vectors = await event_context.embed_pending(embedder, project_id, pending)
+            store = asyncio.create_task(
+                event_context.store_pending(worker, embedder, project_id, pending, vectors)
+            )
+            assert await waits_or_ends(observer, store, worker), "the store ran beside X's write"
+        finally:
+            release_x.set()
+        x = await x_task
+        await store
+        again = await event_context.read_pending(worker, embedder, project_id, 10)
+        assert {e.event_id: e.before_id for e in again}[y] == x

@@ -12,8 +12,9 @@ that changes an event's predecessor, and a re-embedding's switch, set the vector
 Each batch is read with a connection (`read_pending`), embedded with none held (`embed_pending`:
 the write lane of the embedder's scheduler, behind queries), and stored under the project's model
 record (`store_pending`, hold_model), so a vector is never stored for a project whose vectors
-another model made, nor across a switch. The store locks its rows first and skips those an
-uncommitted write holds: that write may give them another predecessor, which the store cannot see.
+another model made, nor across a switch. The store waits for the scopes' event writes in flight
+(lock_event_order), so it never reads a predecessor while another may be uncommitted, and skips
+the rows a write still holds.
 """
 
 from __future__ import annotations
@@ -71,8 +72,11 @@ async def store_pending(
         # one of them changes these events' rows too, in another order (they deadlocked).
         await lifecycle_repo.share_event_scopes(conn, project_id, [p.event_id for p in pending])
         await embedding_model.hold_model(conn, project_id, embedder.name)
+        # After the scopes' event writes in flight (lock_event_order), before the next ones.
+        ids = [p.event_id for p in pending]
+        await events_repo.share_event_orders(conn, project_id, ids)
         # A row an uncommitted write holds may be getting a new predecessor: it stays pending.
-        locked = await events_repo.lock_pending_contexts(conn, project_id, [p.event_id for p in pending])
+        locked = await events_repo.lock_pending_contexts(conn, project_id, ids)
         kept = [i for i, p in enumerate(pending) if p.event_id in locked]
         if not kept:
             return 0

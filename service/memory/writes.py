@@ -364,6 +364,7 @@ async def store_events(conn: Conn, prepared: PreparedEvents) -> WriteEventsRespo
         await lifecycle_repo.share_erasure_scope(conn, prepared.req.project_id, prepared.req.subject_id)
         if prepared.model is not None:
             await embedding_model.hold_model(conn, prepared.req.project_id, prepared.model)
+        await events_repo.lock_event_order(conn, prepared.req.project_id, prepared.req.subject_id)
         await events_repo.insert_events(conn, prepared.req, event_ids, prepared.embeddings)
     return WriteEventsResponse(events=[EventWriteResult(event_id=eid) for eid in event_ids])
 

@@ -54,6 +54,16 @@ async def pending_event_contexts(
     ]
 
 
+async def lock_event_order(conn: Conn, project_id: str, subject_id: str) -> None:
+    """An event write's lock of its scope's order, until its transaction ends."""
+    await q().lock_event_order(conn, project_id=project_id, subject_id=subject_id)
+
+
+async def share_event_orders(conn: Conn, project_id: str, event_ids: Sequence[UUID]) -> None:
+    """The worker's store: the order locks of the batch's scopes, shared."""
+    await q().share_event_orders(conn, project_id=project_id, event_ids=list(event_ids))
+
+
 async def lock_pending_contexts(conn: Conn, project_id: str, event_ids: Sequence[UUID]) -> set[UUID]:
     """The events among `event_ids` still pending that no uncommitted write holds, locked."""
     rows = q().lock_pending_event_contexts(conn, project_id=project_id, event_ids=list(event_ids))
