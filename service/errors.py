@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any
 from uuid import UUID
 
@@ -303,6 +304,37 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
 )
 
 
+class LogThrottle:
+    """At most one line a `period` seconds, the next one counting those left out: an outage of
+    the database made a warning of each request (982 in 2.5 s under four clients)."""
+
+    def __init__(self, period: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._period, self._clock = period, clock
+        self._next = float("-inf")
+        self._left_out = 0
+
+    def admit(self) -> int | None:
+        """None: leave this line out; else how many were left out since the last one."""
+        now = self._clock()
+        if now < self._next:
+            self._left_out += 1
+            return None
+        self._next = now + self._period
+        left_out, self._left_out = self._left_out, 0
+        return left_out
+
+
+# The "database unavailable" warnings of every request and tool call of the process.
+UNAVAILABLE_LOG = LogThrottle(period=1.0)
+
+
+def log_unavailable(where: str, exc: BaseException) -> None:
+    left_out = UNAVAILABLE_LOG.admit()
+    if left_out is not None:
+        more = f" ({left_out} more since the last line)" if left_out else ""
+        log.warning("database unavailable on %s: %r%s", where, exc, more)
+
+
 def database_unavailable(exc: BaseException) -> bool:
     """The database cannot answer now (connection lost, server busy, statement timeout): a 503
     `unavailable`, not a bug."""
@@ -461,7 +493,7 @@ def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Respons
             exc.status_code, ErrorBody(code=code, message=exc.detail, details=extra), exc.headers
         )
     if database_unavailable(exc):
-        log.warning("database unavailable on %s %s: %r", request.method, request.url.path, exc)
+        log_unavailable(f"{request.method} {request.url.path}", exc)
         return error_response(
             503,
             ErrorBody(code="unavailable", message=unavailable_message(exc)),

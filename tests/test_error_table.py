@@ -9,7 +9,14 @@ import pytest
 from litestar.exceptions import HTTPException
 
 from service.api.deps import ERRORS
-from service.errors import ERROR_TABLE, HakiError, error_code, handle_exception, openapi_responses
+from service.errors import (
+    ERROR_TABLE,
+    HakiError,
+    LogThrottle,
+    error_code,
+    handle_exception,
+    openapi_responses,
+)
 
 
 def all_subclasses(cls: type[HakiError]) -> set[type[HakiError]]:
@@ -67,3 +74,16 @@ def test_a_conflict_with_a_concurrent_change_is_a_retryable_503_that_says_so(
     assert response.headers["Retry-After"] == "1"
     assert response.content.code == "unavailable"
     assert response.content.message.startswith(message), response.content
+
+
+def test_an_outage_logs_a_line_a_second_counting_the_rest() -> None:
+    """Every request of an outage logged its own warning (982 in 2.5 s under four clients)."""
+    now = [100.0]
+    throttle = LogThrottle(period=1.0, clock=lambda: now[0])
+    assert throttle.admit() == 0
+    for _ in range(5):
+        now[0] += 0.1
+        assert throttle.admit() is None
+    now[0] += 0.6
+    assert throttle.admit() == 5
+    assert throttle.admit() is None

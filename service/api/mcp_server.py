@@ -65,6 +65,7 @@ from service.errors import (
     InvalidBody,
     PayloadTooLarge,
     database_unavailable,
+    log_unavailable,
     send_error,
     unavailable_message,
 )
@@ -182,7 +183,7 @@ class Call:
             raise tool_error(exc, self.renamed) from exc
         except Exception as exc:
             if database_unavailable(exc):
-                log.warning("database unavailable in an MCP tool call: %r", exc)
+                log_unavailable("an MCP tool call", exc)
                 raise ToolError(f"unavailable: {unavailable_message(exc)}") from exc
             log.exception("unhandled error in an MCP tool call", exc_info=exc)
             raise ToolError("internal: Internal server error.") from exc
