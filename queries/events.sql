@@ -1,9 +1,8 @@
 -- name: insert_events(project_id, subject_id, event_ids, contents, occurred_ats, metadatas, embeddings)!
 -- Writes a whole batch of events in one statement (arrays unnested in input order). An event
 -- written before one already stored becomes that one's predecessor: the stored one's vector in
--- context goes, for the event context worker to make again (migration 0035). A pending one's row
--- is updated too: the worker skips a row a write holds (lock_pending_event_contexts), or the
--- write waits for its store, then sets it back to pending.
+-- context goes, for the event context worker to make again (migration 0035). A pending one needs
+-- nothing: the worker's store waits for the write (lock_event_order) and reads its predecessor then.
 WITH successors AS (
     UPDATE events AS s
     SET context_embedding = NULL
@@ -15,6 +14,7 @@ WITH successors AS (
     ) AS n
     WHERE s.project_id = :project_id
       AND s.event_id = n.event_id
+      AND s.context_embedding IS NOT NULL
     RETURNING s.event_id
 )
 INSERT INTO events (project_id, event_id, subject_id, content, occurred_at, metadata, embedding)
@@ -88,19 +88,6 @@ WHERE e.project_id = :project_id
   AND (:event_ids::uuid[] IS NULL OR e.event_id = ANY (:event_ids::uuid[]))
 ORDER BY e.event_id
 LIMIT :batch_size;
-
--- name: lock_pending_event_contexts(project_id, event_ids)
--- The batch's events still pending, locked for its store, in id order; a row an uncommitted write
--- holds is skipped, left pending: that write may make another event its predecessor, which
--- set_event_contexts, reading before it commits, would not see. NO KEY UPDATE, the lock of the
--- store's own UPDATE: a foreign key check (a fact naming the event) neither waits nor is skipped.
-SELECT e.event_id AS event_id
-FROM events AS e
-WHERE e.project_id = :project_id
-  AND e.event_id = ANY (:event_ids::uuid[])
-  AND e.context_embedding IS NULL
-ORDER BY e.event_id
-FOR NO KEY UPDATE SKIP LOCKED;
 
 -- name: set_event_contexts(project_id, event_ids, before_ids, embeddings)$
 -- Stores one batch of vectors in context; a null vector (a scope's first event) takes the event's

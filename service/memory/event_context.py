@@ -13,8 +13,7 @@ Each batch is read with a connection (`read_pending`), embedded with none held (
 the write lane of the embedder's scheduler, behind queries), and stored under the project's model
 record (`store_pending`, hold_model), so a vector is never stored for a project whose vectors
 another model made, nor across a switch. The store waits for the scopes' event writes in flight
-(lock_event_order), so it never reads a predecessor while another may be uncommitted, and skips
-the rows a write still holds.
+(lock_event_order), so it never reads a predecessor while another may be uncommitted.
 """
 
 from __future__ import annotations
@@ -72,17 +71,10 @@ async def store_pending(
         # one of them changes these events' rows too, in another order (they deadlocked).
         await lifecycle_repo.share_event_scopes(conn, project_id, [p.event_id for p in pending])
         await embedding_model.hold_model(conn, project_id, embedder.name)
-        # After the scopes' event writes in flight (lock_event_order), before the next ones.
-        ids = [p.event_id for p in pending]
-        await events_repo.share_event_orders(conn, project_id, ids)
-        # A row an uncommitted write holds may be getting a new predecessor: it stays pending.
-        locked = await events_repo.lock_pending_contexts(conn, project_id, ids)
-        kept = [i for i, p in enumerate(pending) if p.event_id in locked]
-        if not kept:
-            return 0
-        return await events_repo.set_event_contexts(
-            conn, project_id, [pending[i] for i in kept], [embeddings[i] for i in kept]
-        )
+        # After the scopes' event writes in flight (lock_event_order), before the next ones: the
+        # predecessors it compares are then committed ones.
+        await events_repo.share_event_orders(conn, project_id, [p.event_id for p in pending])
+        return await events_repo.set_event_contexts(conn, project_id, pending, embeddings)
 
 
 async def make_written(lent: Any, embedder: Embedder, project_id: str, event_ids: Sequence[UUID]) -> int:

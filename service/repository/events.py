@@ -64,12 +64,6 @@ async def share_event_orders(conn: Conn, project_id: str, event_ids: Sequence[UU
     await q().share_event_orders(conn, project_id=project_id, event_ids=list(event_ids))
 
 
-async def lock_pending_contexts(conn: Conn, project_id: str, event_ids: Sequence[UUID]) -> set[UUID]:
-    """The events among `event_ids` still pending that no uncommitted write holds, locked."""
-    rows = q().lock_pending_event_contexts(conn, project_id=project_id, event_ids=list(event_ids))
-    return {r["event_id"] async for r in rows}
-
-
 async def set_event_contexts(
     conn: Conn,
     project_id: str,
