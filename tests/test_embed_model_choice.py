@@ -6,7 +6,7 @@ under another name (`hash:<model>`), as a second real model would be.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import asyncpg
@@ -18,22 +18,48 @@ from service.context import assembler
 from service.embedding.embedder import (
     LOCAL_MODEL_NAME,
     HashEmbedder,
+    Vector,
     build_embedder,
     local_model_label,
 )
 from service.errors import EmbeddingModelMismatch
 from service.repository import embedding_model
 from service.settings import Settings
-from tests.helpers import PROJECT, assert_error, context, post_context, post_events, post_facts, write_facts
+from tests.helpers import (
+    PROJECT,
+    assert_error,
+    bearer,
+    context,
+    post_context,
+    post_events,
+    post_facts,
+    write_facts,
+)
 from tests.helpers.app import SharedApp
 from tests.helpers.sql import load_test_queries
 
 MODEL_B = "model-b"
 
 
+class CountingEmbedder(HashEmbedder):
+    """The second model, counting the texts it is asked to embed for writes (a provider bills them)."""
+
+    written = 0
+
+    async def embed(self, texts: Sequence[str], **kw: Any) -> list[Vector]:
+        if kw.get("purpose") == "write":
+            self.written += len(texts)
+        return await super().embed(texts, **kw)
+
+
 @pytest.fixture(scope="module")
-def app_b(settings: Settings) -> SharedApp:
-    return SharedApp(settings, HashEmbedder(model=MODEL_B))
+def embedder_b() -> CountingEmbedder:
+    return CountingEmbedder(model=MODEL_B)
+
+
+@pytest.fixture(scope="module")
+def app_b(settings: Settings, embedder_b: CountingEmbedder) -> SharedApp:
+    return SharedApp(settings, embedder_b)
 
 
 @pytest.fixture
@@ -105,6 +131,23 @@ async def test_a_write_with_another_model_is_refused_and_writes_nothing(
     events = [("Bob ordered coffee", "2024-03-01T09:30:00Z")]
     assert_error(await post_events(client_b, key, events), 409, "embedding_model_mismatch")
     assert [r["item_id"] async for r in vectors(conn, project_id=PROJECT)] == before
+
+
+async def test_a_refused_write_costs_no_embedding_and_a_replay_is_still_answered(
+    client: httpx.AsyncClient, client_b: httpx.AsyncClient, key: str, embedder_b: CountingEmbedder
+) -> None:
+    body = {"project_id": PROJECT, "subject_id": "u1", "facts": [{"content": "Alice likes green tea"}]}
+    first = await client.post("/v1/facts", json=body, headers={**bearer(key), "Idempotency-Key": "k-1"})
+    assert first.status_code == 201
+    before = embedder_b.written
+    assert_error(await post_facts(client_b, key, ["Bob likes coffee"] * 50), 409, "embedding_model_mismatch")
+    events = [("Bob ordered coffee", "2024-03-01T09:30:00Z")] * 50
+    assert_error(await post_events(client_b, key, events), 409, "embedding_model_mismatch")
+    assert embedder_b.written == before  # refused before the provider was called
+    # The record of a write made under the project's model answers a retry on any server.
+    again = await client_b.post("/v1/facts", json=body, headers={**bearer(key), "Idempotency-Key": "k-1"})
+    assert again.status_code == 201 and again.headers["Idempotent-Replayed"] == "true"
+    assert again.json() == first.json()
 
 
 async def test_a_project_without_a_record_is_served_and_recorded_by_its_next_write(

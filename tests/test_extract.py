@@ -16,7 +16,7 @@ from haki_client import AsyncHaki, ExtractMessage
 
 from service.app import create_app
 from service.constants import MAX_BATCH
-from service.embedding.embedder import Embedder
+from service.embedding.embedder import Embedder, HashEmbedder
 from service.settings import Settings
 from service.structs import RefusalReason
 from tests.helpers import assert_error, bearer, stats
@@ -305,6 +305,27 @@ async def test_another_projects_key_is_403(
     r = await extract(ext, other_key, project_id="proj-a")
     assert_error(r, 403, "forbidden")
     assert chat.requests == []  # the model never saw proj-a's facts
+
+
+async def test_a_write_on_another_model_is_409_before_the_model_is_asked(
+    ext: httpx.AsyncClient, settings: Settings, conn: asyncpg.Connection, key: str, chat: FakeChat
+) -> None:
+    written = await ext.post(
+        "/v1/facts", json={"subject_id": SUBJECT, "facts": [{"content": "x"}]}, headers=bearer(key)
+    )
+    assert written.status_code == 201, written.text  # the project's vectors are the hash model's
+    async with make_client(
+        settings,
+        conn,
+        HashEmbedder(model="model-b"),
+        extract_base_url=chat.url,
+        extract_model="fake-model",
+        extract_api_key="sk-test",
+    ) as other:
+        r = await extract(other, key)
+    assert_error(r, 409, "embedding_model_mismatch")
+    assert chat.requests == []  # neither the chat model nor the embedder was billed
+    assert await counts(ext, key) == (1, 0)
 
 
 @pytest.mark.parametrize(

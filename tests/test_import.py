@@ -41,8 +41,8 @@ def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     embedded_server(data_dir).cleanup()
 
 
-def haki_import(database: str, *args: str | Path, wait: bool = True) -> Any:
-    env = server_env(Path("/nonexistent"), HAKI_DATABASE_URL=database)
+def haki_import(database: str, *args: str | Path, wait: bool = True, **extra_env: str) -> Any:
+    env = server_env(Path("/nonexistent"), HAKI_DATABASE_URL=database, **extra_env)
     cmd = [sys.executable, "-m", "service.cli", "import", *map(str, args)]
     if not wait:
         return subprocess.Popen(
@@ -198,6 +198,25 @@ async def test_a_killed_import_never_writes_a_committed_batch_again(database: st
     assert "16 facts written" in resumed.stdout, resumed.stdout
     assert await _counts(database, "killed") == {"facts": 16, "distinct_contents": 16, "events": 0}
     assert saved_progress(path)["committed_ahead"] == []
+
+
+def test_an_import_on_another_model_is_refused_before_any_line_is_embedded(
+    database: str, tmp_path: Path
+) -> None:
+    path = write_lines(tmp_path / "facts.jsonl", [json.dumps({"content": f"fact {i}"}) for i in range(3)])
+    first = haki_import(database, path, "--project", PROJECT, "--subject", "models")
+    assert first.returncode == 0, first.stderr
+    other = write_lines(tmp_path / "other.jsonl", [json.dumps({"content": "fact on model b"})])
+    refused = haki_import(
+        database, other, "--project", PROJECT, "--subject", "models", HAKI_EMBED_MODEL="model-b"
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert "haki import: nothing written: The vectors of project" in refused.stderr, refused.stderr
+    assert "haki reembed --project" in refused.stderr and "Traceback" not in refused.stderr
+    assert counts(database, "models") == {"facts": 3, "distinct_contents": 3, "events": 0}
+    # Nothing was written, so the same file on the project's model starts from its first line.
+    resumed = haki_import(database, other, "--project", PROJECT, "--subject", "models")
+    assert resumed.returncode == 0 and "1 facts written" in resumed.stdout, resumed.stdout
 
 
 def test_usage_errors(database: str, tmp_path: Path) -> None:

@@ -137,7 +137,13 @@ async def run_batch(
     """A batch write of one scope (POST /v1/facts, /v1/events, /v1/extract): run at most once per
     Idempotency-Key, noted for read-your-writes on a standby, and counted (`adds`: the table and
     its new rows) for the planner statistics keeper. `data` is in the key's project already
-    (in_key_project)."""
+    (in_key_project). A server on another model than the project's is refused before `prepare`
+    calls a provider; a replay is still answered."""
+
+    async def checked() -> P:
+        await memory.refuse_other_model(deps.conn, deps.embedder, data.project_id)
+        return await prepare()
+
     outcome = await idempotency.run_once(
         deps.lease,
         deps.settings,
@@ -149,7 +155,7 @@ async def run_batch(
         request=data,
         status_code=201,
         response_type=response_type,
-        prepare=prepare,
+        prepare=checked,
         write=write,
     )
     await deps.noted(data)

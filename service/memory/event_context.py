@@ -49,8 +49,7 @@ async def read_pending(
     """The project's next pending events (of `event_ids` only, when given). Raises
     EmbeddingModelMismatch for a project whose vectors another model made: refused before
     embedding, not after, or such a project would cost a batch every round."""
-    recorded = await embedding_model.get_model(conn, project_id)
-    embedding_model.require_model(project_id, recorded, embedder.name)
+    await embedding_model.check_model(conn, project_id, embedder.name)
     return await events_repo.pending_event_contexts(conn, project_id, batch_size, event_ids)
 
 

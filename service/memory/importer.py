@@ -67,7 +67,7 @@ from service.constants import IMPORT_CONCURRENCY, IMPORT_MAX_CONCURRENCY, MAX_BA
 from service.db import connect, create_pool
 from service.db.migrations import migrate
 from service.embedding.embedder import Embedder, build_embedder, check_embedder
-from service.errors import IDEMPOTENCY_KEY_REUSED, IdempotencyKeyReused, InvalidInput
+from service.errors import IDEMPOTENCY_KEY_REUSED, EmbeddingModelMismatch, IdempotencyKeyReused, InvalidInput
 from service.ids import uuid7
 from service.memory import idempotency
 from service.memory import writes as memory
@@ -448,7 +448,9 @@ class _LocalWriter:
         self._refreshing = asyncio.Lock()  # batches stored at once: one ANALYZE for all of them
 
     @classmethod
-    async def open(cls, settings: Settings) -> _LocalWriter:
+    async def open(cls, settings: Settings, project_id: str) -> _LocalWriter:
+        """Raises EmbeddingModelMismatch before any line is embedded when the project's vectors
+        were made by another model than this one."""
         conn = await connect(settings)
         try:
             await migrate(conn)
@@ -457,7 +459,13 @@ class _LocalWriter:
         embedder = build_embedder(settings)
         await check_embedder(embedder)
         writer = cls(settings, embedder, await create_pool(settings))
-        await writer.statistics.load_estimates()
+        try:
+            async with writer.pool.acquire() as conn:
+                await memory.refuse_other_model(conn, embedder, project_id)
+            await writer.statistics.load_estimates()
+        except BaseException:
+            await writer.aclose()
+            raise
         return writer
 
     def start(self, opts: ImportOptions, batch: _Batch) -> Ahead:
@@ -705,7 +713,11 @@ async def run_import(settings: Settings, opts: ImportOptions) -> int:
             err.print(f"haki import: {exc}", highlight=False, markup=False)
             return Exit.USAGE
     else:
-        writer = await _LocalWriter.open(settings)
+        try:
+            writer = await _LocalWriter.open(settings, opts.project_id)
+        except EmbeddingModelMismatch as exc:
+            err.print(f"haki import: nothing written: {exc.message}", highlight=False, markup=False)
+            return Exit.USAGE
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -70,6 +70,13 @@ async def embed_or_unavailable(embedder: Embedder, texts: list[str], project: st
         ) from exc
 
 
+async def refuse_other_model(conn: Conn, embedder: Embedder, project_id: str) -> None:
+    """A server on another model than the project's vectors is refused (409
+    embedding_model_mismatch) before its embedder, or a chat model, is called and billed for a
+    write that would be refused anyway; the store checks again under the record's lock."""
+    await embedding_model.check_model(conn, project_id, embedder.name)
+
+
 def _has_nul(value: Any) -> bool:
     """PostgreSQL jsonb cannot hold \\u0000 in any string, keys included."""
     stack = [value]

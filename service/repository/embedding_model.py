@@ -55,6 +55,13 @@ def require_model(project_id: str, recorded: str | None, model: str) -> None:
         raise EmbeddingModelMismatch(project_id, recorded, model)
 
 
+async def check_model(conn: Conn, project_id: str, model: str) -> None:
+    """Before an embedder (or a chat model) is called for the project: refuses `model` as
+    require_model does, so that a refused write or batch costs no provider call. The write's
+    transaction checks again (hold_model): a switch may come between."""
+    require_model(project_id, await get_model(conn, project_id), model)
+
+
 async def hold_model(conn: Conn, project_id: str, model: str) -> None:
     """Inside a write's transaction: records `model` as the project's if it has none, refuses
     another, and holds the record (share lock) until the transaction ends, so that a re-embedding's
