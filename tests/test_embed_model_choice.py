@@ -6,7 +6,7 @@ under another name (`hash:<model>`), as a second real model would be.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -18,7 +18,6 @@ from service.context import assembler
 from service.embedding.embedder import (
     LOCAL_MODEL_NAME,
     HashEmbedder,
-    Vector,
     build_embedder,
     local_model_label,
 )
@@ -27,6 +26,7 @@ from service.repository import embedding_model
 from service.settings import Settings
 from tests.helpers import (
     PROJECT,
+    CountingEmbedder,
     assert_error,
     bearer,
     context,
@@ -39,17 +39,6 @@ from tests.helpers.app import SharedApp
 from tests.helpers.sql import load_test_queries
 
 MODEL_B = "model-b"
-
-
-class CountingEmbedder(HashEmbedder):
-    """The second model, counting the texts it is asked to embed for writes (a provider bills them)."""
-
-    written = 0
-
-    async def embed(self, texts: Sequence[str], **kw: Any) -> list[Vector]:
-        if kw.get("purpose") == "write":
-            self.written += len(texts)
-        return await super().embed(texts, **kw)
 
 
 @pytest.fixture(scope="module")

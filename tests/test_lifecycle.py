@@ -15,7 +15,7 @@ import pytest
 from service.api.auth import Principal
 from service.constants import MAX_SCOPE_CHARS
 from service.embedding.embedder import Embedder
-from service.errors import Conflict
+from service.errors import Conflict, EmbeddingModelMismatch
 from service.memory import export, retention
 from service.memory.importer import detect_kind
 from service.observability.metrics import Metrics
@@ -23,6 +23,7 @@ from service.repository import idempotency
 from service.settings import Settings
 from tests.helpers import (
     PROJECT,
+    CountingEmbedder,
     assert_error,
     bearer,
     context,
@@ -603,6 +604,18 @@ async def test_an_export_is_imported_only_into_an_empty_subject(
     with pytest.raises(Conflict, match="empty subject"):
         await _import_export(conn, hash_embedder, settings, lines, "ann")
     assert len(await list_all_facts(client, key, subject_id="ann-copy")) == 2
+
+
+async def test_an_export_on_another_model_is_refused_before_it_is_embedded(
+    client: httpx.AsyncClient, conn: asyncpg.Connection, key: str, settings: Settings
+) -> None:
+    await write_facts(client, key, ["Bo works at Acme"], subject_id="bo")
+    lines = (await client.get("/v1/subjects/bo/export", headers=bearer(key))).content.splitlines()
+    other = CountingEmbedder(model="model-b")
+    with pytest.raises(EmbeddingModelMismatch):
+        await _import_export(conn, other, settings, lines, "bo-copy")
+    assert other.written == 0
+    assert await list_all_facts(client, key, subject_id="bo-copy") == []
 
 
 async def test_a_fact_superseded_by_an_erased_fact_is_imported_superseded(

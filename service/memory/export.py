@@ -261,6 +261,7 @@ async def import_document(
     transaction. Every text is embedded first, outside it (the write path's `prepare_*`): a
     transaction held across the embedder was killed by idle_in_transaction_session_timeout."""
     await _check_empty(conn, project_id, subject_id)
+    await memory.refuse_other_model(conn, embedder, project_id)  # before a whole document is embedded
     event_batches = []
     for start in range(0, len(doc.events), MAX_BATCH):
         chunk = doc.events[start : start + MAX_BATCH]

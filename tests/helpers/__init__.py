@@ -21,9 +21,20 @@ import numpy as np
 import pytest
 
 from service.constants import WEIGHT_RECENCY, WEIGHT_SIMILARITY, WEIGHT_TEXT_RANK
-from service.embedding.embedder import Embedder
+from service.embedding.embedder import Embedder, HashEmbedder, Vector
 
 PROJECT = "proj-a"
+
+
+class CountingEmbedder(HashEmbedder):
+    """A hash model that counts the texts it is asked to embed for writes (a provider bills them)."""
+
+    written = 0
+
+    async def embed(self, texts: Sequence[str], **kw: Any) -> list[Vector]:
+        if kw.get("purpose") == "write":
+            self.written += len(texts)
+        return await super().embed(texts, **kw)
 
 
 def bearer(k: str) -> dict[str, str]:
