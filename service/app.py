@@ -7,7 +7,7 @@ from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
-from litestar import Litestar
+from litestar import Litestar, Request, Response
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
@@ -35,7 +35,7 @@ from service.api.memory import (
 )
 from service.api.ratelimit import RateLimiter, WorkRateLimiter
 from service.api.strict_body import check_json_body
-from service.api.ui import TraceInspector
+from service.api.ui import TraceInspector, handle_ui_exception, is_ui_path
 from service.api.webhooks import WebhooksController
 from service.db import create_pool, create_read_pool
 from service.db.embedded import Supervisor
@@ -55,6 +55,14 @@ async def _stopped(task: asyncio.Task[Any] | None) -> None:
         task.cancel()
         with suppress(asyncio.CancelledError):
             await task
+
+
+def _handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    """The contract's JSON error body, but under /ui (an id that is not a UUID, an unknown page,
+    a wrong method) the browser's error page with the pages' security headers."""
+    if is_ui_path(request.url.path):
+        return handle_ui_exception(request, exc)
+    return handle_exception(request, exc)
 
 
 def create_app(
@@ -184,7 +192,7 @@ def create_app(
             "project_id": Provide(provide_project_id),
             "deps": Provide(provide_deps, sync_to_thread=False),
         },
-        exception_handlers={Exception: handle_exception},
+        exception_handlers={Exception: _handle_exception},
         # Media type, nesting depth and JSON syntax of a body, before it is decoded or the key read.
         before_request=check_json_body,
         after_exception=[release_after_exception]

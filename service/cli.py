@@ -534,10 +534,10 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         ("doctor",),
         _doctor,
-        help="check that Haki can run here: database, pgvector, vector probe, migrations, model",
+        help="check that Haki can run here: database, pgvector, migrations, vector probe, model",
         description="Runs the checks of `haki serve`'s start-up on demand, one line each: the "
-        "database answers, pgvector's version, the vector probe (distances and HNSW on 384 "
-        "dimensions, the work a pgvector built for another CPU dies on), migrations current, the "
+        "database answers, pgvector's version, migrations current, the vector probe (distances and "
+        "HNSW on 384 dimensions, the work a pgvector built for another CPU dies on), the "
         "embedding model loads. Applies nothing.",
         epilog="Exit status: 0 every check passed; 1 one failed.",
     ),
@@ -612,12 +612,12 @@ COMMANDS: tuple[Command, ...] = (
         ("mcp",),
         _mcp,
         help="serve Haki's MCP tools over stdio, for an MCP client (Claude Desktop, Cursor...)",
-        description="An MCP server on stdin/stdout that forwards an MCP client's requests to the /mcp "
-        "endpoint of a running Haki, whose tools (recall, remember, record_event, list_conflicts, "
-        "resolve_conflict, inspect, remember_messages, forget) answer them: HAKI_URL (default "
-        "http://127.0.0.1:8000) with the key in HAKI_API_KEY; HAKI_PROJECT_ID is optional (default: "
-        "the key's project). Exits with status 2 when the key is missing or refused or no server "
-        "answers. Logs go to stderr.",
+        description="An MCP server on stdin/stdout that forwards an MCP client's requests to the "
+        "/mcp endpoint of a running Haki, whose tools (recall, remember, record_event, list_facts, "
+        "list_conflicts, resolve_conflict, inspect, remember_messages, forget) answer them: "
+        "HAKI_URL (default http://127.0.0.1:8000) with the key in HAKI_API_KEY; HAKI_PROJECT_ID "
+        "is optional (default: the key's project). Exits with status 2 when the key is missing or "
+        "refused or no server answers. Logs go to stderr.",
     ),
     Command(
         ("reembed",),

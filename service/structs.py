@@ -319,7 +319,10 @@ class FactPage(Response, frozen=True, kw_only=True):
 class PatchFactRequest(Request):
     status: Annotated[
         Literal["retracted"] | None,
-        Meta(description="Only `retracted`: facts are never deleted.", examples=["retracted"]),
+        Meta(
+            description="Only `retracted`: the fact is kept, no longer served (DELETE erases it).",
+            examples=["retracted"],
+        ),
     ] = None
     valid_to: Annotated[
         Timestamp | None,
@@ -903,7 +906,7 @@ class FactErasure(Response, frozen=True, kw_only=True):
     erased_at: ErasedAt
     conflict_members: Annotated[int, Meta(description="Conflict memberships removed.")]
     conflict_sets_resolved: Annotated[
-        int, Meta(description="Open conflict sets left with one member, now resolved keeping it.")
+        int, Meta(description="Open conflict sets left with fewer than two active members, now resolved.")
     ]
     conflict_sets: Annotated[int, Meta(description="Conflict sets left empty, erased.")]
     supersedes_unlinked: Annotated[int, Meta(description="Facts whose `supersedes` named it, now null.")]

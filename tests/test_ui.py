@@ -136,3 +136,35 @@ async def test_stylesheet_is_served_without_a_key(client: Any) -> None:
     r = await client.get("/ui/assets/haki.css")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/css")
     assert "section.decisions.blocked" in r.text
+
+
+async def test_what_no_page_answers_is_an_error_page_with_the_pages_headers(client: Any, key: str) -> None:
+    cookie = await login(client, key)
+    for method, path, status in [
+        ("GET", "/ui/facts/zz%3Cx%3E", 400),  # not a UUID: named, escaped
+        ("GET", "/ui/traces/not-a-trace", 400),
+        ("GET", "/ui/no-such-page%3Cb%3E", 404),
+        ("GET", "/ui/logout", 405),
+    ]:
+        r = await client.request(method, path, headers=cookie)
+        assert r.status_code == status, (path, r.text)
+        assert r.headers["content-type"].startswith("text/html"), (path, r.headers)
+        assert "<x>" not in r.text and "<b>" not in r.text, r.text
+        assert "default-src 'none'" in r.headers["content-security-policy"], path
+        assert r.headers["x-content-type-options"] == "nosniff" and r.headers["cache-control"] == "no-store"
+    assert "fact_id" in (await client.get("/ui/facts/zz", headers=cookie)).text
+    index = await client.get("/ui", headers=cookie)
+    assert index.status_code == 303 and index.headers["x-frame-options"] == "DENY"
+    # The JSON API's errors are unchanged.
+    api = await client.get("/v1/facts/zz", headers=bearer(key))
+    assert api.status_code == 400 and api.json()["details"]["field"] == "fact_id"
+
+
+async def test_a_bidi_control_in_a_subject_id_cannot_reorder_the_page(client: Any, key: str) -> None:
+    await write_facts(client, key, [{"content": "x", "key": "plan\u202e"}], "user-42\u202e")
+    cookie = await login(client, key)
+    page = await client.get("/ui/subject", params={"subject_id": "user-42\u202e"}, headers=cookie)
+    assert page.status_code == 200
+    assert "<title>Subject \u2068user-42\u202e\u2069 ·" in page.text
+    css = (await client.get("/ui/assets/haki.css")).text
+    assert re.search(r"(^|[\s,])code[\s,][^{]*\{[^}]*unicode-bidi: isolate", css, re.M), css

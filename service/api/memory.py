@@ -286,8 +286,8 @@ class FactsController(Controller):
         status_code=200,
         responses=ERRORS,
         summary="Erase one fact",
-        description="Removes the fact, its conflict memberships (an open set left with one member "
-        "is resolved, keeping it) and the trace decisions that name it; `supersedes` links that "
+        description="Removes the fact, its conflict memberships (an open set left with fewer than two "
+        "active members is resolved) and the trace decisions that name it; `supersedes` links that "
         "pointed at it become null. To stop serving a fact while keeping it, PATCH it `retracted`.",
     )
     async def erase_fact(self, deps: Deps, fact_id: FactIdPath, project_id: ProjectQuery) -> FactErasure:

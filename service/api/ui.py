@@ -155,6 +155,8 @@ def _environment() -> Environment:
     env.filters["when"] = _when
     env.filters["num"] = _num
     env.filters["urlencode"] = lambda s: quote(str(s), safe="")
+    # A tenant's value in a <title> (no CSS there): a bidi control in it cannot reorder the rest.
+    env.filters["isolate"] = lambda s: f"\u2068{s}\u2069"
     return env
 
 
@@ -291,12 +293,23 @@ def _answered(_: Request[Any, Any, Any], exc: _Answered) -> Response[Any]:
 
 def _refused(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     """A page's request refused by the API's rules (a bad cursor or id): the API's status and
-    message on an error page, not in its JSON body."""
+    message on an error page, not in its JSON body. A 5xx keeps its JSON body (and Retry-After)."""
     answer = handle_exception(request, exc)
     status, body = answer.status_code or 500, answer.content
     if status >= 500 or not isinstance(body, ErrorBody):
+        answer.headers.update(SECURITY_HEADERS)
         return answer
     return _error(None, status, "Refused", body.message)
+
+
+def is_ui_path(path: str) -> bool:
+    return path == "/ui" or path.startswith("/ui/")
+
+
+def handle_ui_exception(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    """The app's handler for what no controller handler caught under /ui (an id that is not a
+    UUID, an unknown page, a wrong method): an error page with the pages' headers."""
+    return _refused(request, exc)
 
 
 @contextmanager
@@ -402,7 +415,7 @@ class TraceInspector(Controller):
 
     @get("/", media_type=MediaType.HTML)
     async def index(self) -> Redirect:
-        return Redirect("/ui/subjects", status_code=303)
+        return Redirect("/ui/subjects", status_code=303, headers=SECURITY_HEADERS)
 
     @get("/assets/haki.css", media_type="text/css")
     async def stylesheet(self) -> Response[bytes]:

@@ -43,7 +43,8 @@ class Haki:
     `api_key` defaults to $HAKI_API_KEY and `base_url` to $HAKI_BASE_URL (else
     http://127.0.0.1:8000). `project_id` is optional: without it, calls name no project and the
     server uses the key's (a key reaches one project only); given, it is the default of every
-    call, and each method also takes it.
+    call that names a project, and each such method also takes it. Calls by id (`get_fact`,
+    `inspect`, `resolve_conflict`...) act on the key's project.
     """
 
     def __init__(

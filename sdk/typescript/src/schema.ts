@@ -35,7 +35,7 @@ export interface paths {
         post?: never;
         /**
          * Erase one fact
-         * @description Removes the fact, its conflict memberships (an open set left with one member is resolved, keeping it) and the trace decisions that name it; `supersedes` links that pointed at it become null. To stop serving a fact while keeping it, PATCH it `retracted`.
+         * @description Removes the fact, its conflict memberships (an open set left with fewer than two active members is resolved) and the trace decisions that name it; `supersedes` links that pointed at it become null. To stop serving a fact while keeping it, PATCH it `retracted`.
          */
         delete: operations["V1FactsFactIdEraseFact"];
         options?: never;
@@ -881,7 +881,7 @@ export interface components {
             erased_at: string;
             /** @description Conflict memberships removed. */
             conflict_members: number;
-            /** @description Open conflict sets left with one member, now resolved keeping it. */
+            /** @description Open conflict sets left with fewer than two active members, now resolved. */
             conflict_sets_resolved: number;
             /** @description Conflict sets left empty, erased. */
             conflict_sets: number;
@@ -1157,7 +1157,7 @@ export interface components {
         /** PatchFactRequest */
         PatchFactRequest: {
             /**
-             * @description Only `retracted`: facts are never deleted.
+             * @description Only `retracted`: the fact is kept, no longer served (DELETE erases it).
              * @example retracted
              * @enum {null|string}
              */
