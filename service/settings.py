@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 import msgspec
 import platformdirs
@@ -143,6 +144,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             # NaN compares false with every bound: it is refused by name.
             if math.isnan(value) or value < low or (high is not None and value > high):
                 raise SettingsError(f"{env_name(field)} must be {why}")
+        for url_field, key_field in KEYED_URLS:
+            url, key = getattr(self, url_field), getattr(self, key_field)
+            if url and key and urlsplit(url).username is not None:
+                # httpx turns a URL's userinfo into Basic auth, which replaces the key's bearer header.
+                raise SettingsError(
+                    f"{env_name(url_field)} holds credentials (user@ or user:password@) and "
+                    f"{env_name(key_field)} is set: only one of them can be sent; drop one"
+                )
         for field in HEADER_SECRETS:
             secret = getattr(self, field)
             if secret is not None and not _VISIBLE_ASCII.fullmatch(secret):
@@ -155,6 +164,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 # Keys sent in an Authorization header, which holds ASCII only: another character failed every
 # request that sent it (a 500), long after the start.
 HEADER_SECRETS = ("embed_api_key", "extract_api_key")
+KEYED_URLS = (("embed_base_url", "embed_api_key"), ("extract_base_url", "extract_api_key"))
 _VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
 
 

@@ -134,6 +134,18 @@ def test_a_key_sent_in_a_header_is_visible_ascii_and_never_echoed(variable: str,
     assert Settings.from_env({variable: "sk-ok_123"}) is not None
 
 
+@pytest.mark.parametrize("kind", ["EMBED", "EXTRACT"])
+def test_a_url_with_credentials_and_a_key_is_refused_naming_both(kind: str) -> None:
+    url, key = f"HAKI_{kind}_BASE_URL", f"HAKI_{kind}_API_KEY"
+    for userinfo in ("user:s3cret@", "token@"):
+        with pytest.raises(SettingsError, match=f"{url} holds credentials .* {key} is set") as refused:
+            Settings.from_env({url: f"https://{userinfo}models.example/v1", key: "sk-ok"})
+        assert "s3cret" not in str(refused.value) and "sk-ok" not in str(refused.value)
+    # Either alone is fine: userinfo is then the endpoint's Basic auth.
+    assert Settings.from_env({url: "https://user:pw@models.example/v1"}) is not None
+    assert Settings.from_env({url: "https://models.example/v1", key: "sk-ok"}) is not None
+
+
 def test_a_batch_write_gets_its_allowance_and_no_limit_stays_none() -> None:
     base = Settings.from_env({"HAKI_STATEMENT_TIMEOUT_MS": "5000", "HAKI_WRITE_TIMEOUT_PER_ITEM_MS": "20"})
     assert write_timeout_ms(base, 1000) == 25_000
