@@ -34,7 +34,7 @@ from service.api.memory import (
     provide_project_id,
 )
 from service.api.ratelimit import RateLimiter, WorkRateLimiter
-from service.api.strict_body import check_json_body
+from service.api.strict_body import check_request
 from service.api.ui import TraceInspector, handle_ui_exception, is_ui_path
 from service.api.webhooks import WebhooksController
 from service.db import create_pool, create_read_pool
@@ -193,8 +193,9 @@ def create_app(
             "deps": Provide(provide_deps, sync_to_thread=False),
         },
         exception_handlers={Exception: _handle_exception},
-        # Media type, nesting depth and JSON syntax of a body, before it is decoded or the key read.
-        before_request=check_json_body,
+        # The URL's percent-escapes, then media type, nesting depth and JSON syntax of a body, before
+        # it is decoded or the key read.
+        before_request=check_request,
         after_exception=[release_after_exception]
         + ([rerun_after_replica_error] if router is not None else []),
         request_max_body_size=settings.max_body_bytes,

@@ -972,8 +972,9 @@ WebhookUrl = Annotated[
         min_length=1,
         max_length=2048,
         # No control character (C0, DEL, C1): PostgreSQL text cannot hold NUL, and URL parsers
-        # drop or refuse the others, so the URL called would not be the URL shown.
-        pattern=r"^[^\x00-\x1f\x7f-\x9f]*$",
+        # drop or refuse the others, so the URL called would not be the URL shown. `(?!\n)`: Python's
+        # `$` also matches before a final newline.
+        pattern=r"^[^\x00-\x1f\x7f-\x9f]*$(?!\n)",
         description="The receiver: an http(s) URL without control characters whose host resolves to "
         "public addresses only, or a host listed in HAKI_WEBHOOK_ALLOWED_HOSTS.",
         examples=["https://hooks.example.com/haki"],

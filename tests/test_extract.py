@@ -193,6 +193,22 @@ async def test_refused_proposals_are_listed_with_their_reason(
     assert (await ext.get(f"/v1/facts/{initech}", headers=bearer(key))).json()["status"] == "active"
 
 
+@pytest.mark.parametrize("write", [True, False])
+async def test_a_proposal_holding_nul_is_refused_not_looked_up(
+    ext: httpx.AsyncClient, key: str, chat: FakeChat, write: bool
+) -> None:
+    chat.then(
+        answer(
+            {"content": "a\u0000b", "source_message": 0}, {"content": "Alice likes tea.", "source_message": 0}
+        )
+    )
+    r = await extract(ext, key, write=write)
+    assert r.status_code == (201 if write else 200), r.text
+    out = r.json()
+    assert [f["content"] for f in out["facts"]] == ["Alice likes tea."]
+    assert [x["reason"] for x in out["refused"]] == ["invalid_content"]
+
+
 async def test_dry_run_writes_nothing(ext: httpx.AsyncClient, key: str, chat: FakeChat) -> None:
     chat.then(answer({"content": "Alice works at Globex.", "key": "employer", "source_message": 0}))
     r = await extract(ext, key, write=False)
@@ -219,6 +235,10 @@ async def test_dry_run_writes_nothing(ext: httpx.AsyncClient, key: str, chat: Fa
         Step(status=429),
         Step(body=b"<html>gateway</html>"),
         Step(body=b'{"choices": []}'),
+        Step(
+            body=b'{"choices": [{"message": {"content": "{}"}}], "usage": ' + b"[" * 3000 + b"]" * 3000 + b"}"
+        ),
+        Step(content='{"facts": ' + "[" * 3000 + "]" * 3000 + "}"),
     ],
     ids=[
         "prose",
@@ -232,6 +252,8 @@ async def test_dry_run_writes_nothing(ext: httpx.AsyncClient, key: str, chat: Fa
         "http-429",
         "not-json",
         "no-choice",
+        "nested-past-the-decoder",
+        "nested-answer",
     ],
 )
 async def test_malformed_answer_is_502_and_writes_nothing(

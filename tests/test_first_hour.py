@@ -68,6 +68,32 @@ async def test_every_uuid_path_route_is_covered_by_the_central_rule(
     assert checked >= 4
 
 
+@pytest.mark.parametrize(
+    ("method", "url", "field"),
+    [
+        ("DELETE", "/v1/subjects?subject_id=%FF", "subject_id"),
+        ("GET", "/v1/facts?subject_id=a%C0%AF", "subject_id"),
+        ("GET", "/v1/facts?sub%FFject=a", "sub\ufffdject"),
+        ("GET", "/v1/subjects/%ED%A0%80/export", "subject_id"),
+        ("DELETE", "/v1/subjects/x%FF", "subject_id"),
+    ],
+)
+async def test_percent_escapes_that_are_not_utf8_are_refused_naming_the_parameter(
+    client: httpx.AsyncClient, key: str, method: str, url: str, field: str
+) -> None:
+    """Read with U+FFFD in their place, they named another subject (`%FF`: the subject "\ufffd")."""
+    await client.post(
+        "/v1/facts", json={"subject_id": "\ufffd", "facts": [{"content": "kept"}]}, headers=bearer(key)
+    )
+    r = await client.request(method, url, headers=bearer(key))
+    assert r.status_code == 400, r.text
+    assert r.json()["code"] == "validation_error" and r.json()["details"]["field"] == field, r.text
+    held = await client.get("/v1/facts", params={"subject_id": "\ufffd"}, headers=bearer(key))
+    assert [f["content"] for f in held.json()["facts"]] == ["kept"]
+    # The subject's own id, percent-encoded as UTF-8, reaches it.
+    assert (await client.get("/v1/subjects/%EF%BF%BD/export", headers=bearer(key))).status_code == 200
+
+
 async def test_unknown_route_is_still_a_plain_not_found(client: httpx.AsyncClient, key: str) -> None:
     r = await client.get("/v1/nothing-here/garbage", headers=bearer(key))
     assert r.status_code == 404

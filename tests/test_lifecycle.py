@@ -757,6 +757,10 @@ async def test_a_subject_id_with_a_slash_is_erased_and_exported_by_query(
     assert (
         len((await client.get("/v1/facts", params={"subject_id": "export"}, headers=h)).json()["facts"]) == 1
     )
+    # The subject `export` is erased in the query form: its path is the query form's export.
+    assert_error(await client.delete("/v1/subjects/export", headers=h), 405, "method_not_allowed")
+    r = await client.delete("/v1/subjects", params={"subject_id": "export"}, headers=h)
+    assert r.status_code == 200 and r.json()["facts"] == 1, r.text
 
 
 async def test_retention_runs_beside_context_calls_and_never_waits_on_them(

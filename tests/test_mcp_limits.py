@@ -81,3 +81,22 @@ async def test_the_limit_is_haki_s_not_the_mcp_sdk_s(
         assert r.status_code == 200 and r.json() == {"jsonrpc": "2.0", "id": 1, "result": {}}, r.text
         r = await client.post("/mcp", content=ping_of(limit + 1), headers={**ACCEPT, **bearer(key)})
         assert_error(r, 413, "payload_too_large")
+
+
+async def test_what_the_stateless_endpoint_cannot_answer_is_refused_in_the_error_shape(
+    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str
+) -> None:
+    """A GET would open an event stream on which nothing is ever sent (the client waited for
+    ever); the SDK's own refusals were JSON-RPC or plain text."""
+    async with limited_client(settings, conn, hash_embedder, key, max_body_bytes=1 << 20) as client:
+        for method in ("GET", "DELETE", "PUT", "PATCH", "OPTIONS"):
+            r = await client.request(method, "/mcp", headers={**ACCEPT, **bearer(key)}, timeout=5)
+            assert_error(r, 405, "method_not_allowed")
+            assert r.headers["allow"] == "POST"
+        for content_type in ("text/plain", "", "application/x-www-form-urlencoded"):
+            headers = {**ACCEPT, **bearer(key), "Content-Type": content_type}
+            assert_error(
+                await client.post("/mcp", content=PING, headers=headers), 415, "unsupported_media_type"
+            )
+        charset = {**ACCEPT, **bearer(key), "Content-Type": "application/json; charset=utf-8"}
+        assert (await client.post("/mcp", content=PING, headers=charset)).status_code == 200

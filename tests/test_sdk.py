@@ -700,8 +700,8 @@ def test_every_model_has_every_field_the_server_serves(server: Server) -> None:
 
 def test_subject_ids_dot_and_dot_dot(haki: Haki) -> None:
     """`.` and `..` are subject ids like any other: written, exported and erased (a URL path
-    would drop them as segments)."""
-    for subject in (".", ".."):
+    would drop them as segments); so is `export`, whose erasure path is the export's query form."""
+    for subject in (".", "..", "export"):
         haki.write_facts(subject, [f"The subject {subject} holds one fact."])
         document = list(haki.export_subject(subject))
         assert document[0]["subject_id"] == subject and [d["kind"] for d in document[1:]] == ["fact"]

@@ -16,7 +16,16 @@ import asyncpg
 import pytest
 
 from service.api import auth
-from tests.helpers import bearer, context, get_fact, inspect, json_of, write_events, write_facts
+from tests.helpers import (
+    bearer,
+    context,
+    get_fact,
+    inspect,
+    json_of,
+    list_all_facts,
+    write_events,
+    write_facts,
+)
 from tests.helpers.chromium import UI_COOKIE, UiSession, ui_login
 
 SUBJECT = "mia/support"  # a `/`: the subject travels in the query, never in the path
@@ -388,6 +397,18 @@ async def test_erase_a_subject_and_see_the_counts(ui: Seeded, caplog: pytest.Log
     assert (await client.get(f"/v1/inspect/{ids['trace']}", headers=bearer(key))).status_code == 404
     gone = await client.get("/ui/subject", params={"subject_id": SUBJECT}, headers=session.headers)
     assert gone.status_code == 404
+
+
+async def test_erase_takes_the_subject_id_as_written_spaces_included(ui: Seeded) -> None:
+    client, key, _, session = ui
+    await write_facts(client, key, ["kept"], subject_id="victim")
+    await write_facts(client, key, ["erased"], subject_id="victim ")
+    done = await client.post(
+        "/ui/subject/erase", data=session.form(subject_id="victim ", confirm="yes"), headers=session.headers
+    )
+    assert done.status_code == 200, done.text
+    assert [f["content"] for f in await list_all_facts(client, key, subject_id="victim")] == ["kept"]
+    assert await list_all_facts(client, key, subject_id="victim ") == []
 
 
 # --- isolation ------------------------------------------------------------------------------

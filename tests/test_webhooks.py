@@ -189,7 +189,9 @@ async def test_bad_bodies_name_their_field(wclient: httpx.AsyncClient, key: str,
         assert_error(r, 400, "validation_error", field=field)
 
 
-@pytest.mark.parametrize("tail", ["/\x00", "/?a=\x00", "/a\r\nb", "/a\tb", "/\x1b", "/\x7f", "/\x85"])
+@pytest.mark.parametrize(
+    "tail", ["/\x00", "/?a=\x00", "/a\r\nb", "/a\tb", "/\x1b", "/\x7f", "/\x85", "/nl\n", "/crlf\r\n"]
+)
 async def test_a_url_with_a_control_character_is_refused(
     wclient: httpx.AsyncClient, key: str, receiver: Receiver, tail: str
 ) -> None:

@@ -745,6 +745,22 @@ async def within_body_limit(scope: Any, receive: Any, limit: int) -> Any:
     return replay
 
 
+def refused_request(scope: Any) -> tuple[int, str, str, list[tuple[bytes, bytes]]] | None:
+    """What the stateless JSON endpoint cannot answer: another method than POST (a GET would
+    open an event stream on which nothing is ever sent, a DELETE names no session), or a body
+    that is not application/json."""
+    if scope["method"] != "POST":
+        message = "/mcp takes POST only: it is stateless and answers in JSON (no event stream, no session)."
+        return 405, "method_not_allowed", message, [(b"allow", b"POST")]
+    content_type = next(
+        (v.decode("latin-1") for k, v in scope["headers"] if k.lower() == b"content-type"), ""
+    )
+    if content_type.split(";", 1)[0].strip().lower() != "application/json":
+        shown = content_type.split(";", 1)[0].strip() or "(none)"
+        return 415, "unsupported_media_type", f"Content-Type {shown} is not JSON; send application/json.", []
+    return None
+
+
 class McpEndpoint:
     """The MCP streamable HTTP app behind Haki's own body limit and key check, for `asgi` mounting
     at /mcp."""
@@ -777,8 +793,14 @@ class McpEndpoint:
             if k.lower() == b"authorization":
                 authorization = v.decode("latin-1")
         try:
-            # The body's size before the key, as on the routes (docs/spec/api.md, order of checks).
+            # The method, the media type and the body's size before the key, as on the routes
+            # (docs/spec/api.md, order of checks), and in the contract's error body.
             if scope["type"] == "http":
+                refused = refused_request(scope)
+                if refused is not None:
+                    status, code, message, headers = refused
+                    await send_error(send, status, code, message, headers)
+                    return
                 receive = await within_body_limit(scope, receive, app.state.settings.max_body_bytes)
             wait = app.state.settings.pool_acquire_timeout_seconds
             async with app.state.pool.acquire(timeout=wait) as conn:

@@ -1,4 +1,4 @@
-"""Strict decoding of JSON request bodies.
+"""Strict decoding of JSON request bodies, and of the URL's percent-escapes.
 
 Litestar converts a body to its Struct in msgspec's lax mode, which turns `"900"` into 900, `0`
 into false and `0` into 1970-01-01T00:00:00Z. The contract says otherwise (`budget_tokens` must
@@ -13,6 +13,7 @@ import logging
 import re
 from types import UnionType
 from typing import Any, Union, get_args, get_origin
+from urllib.parse import unquote, unquote_to_bytes
 
 import msgspec
 import numpy as np
@@ -20,7 +21,7 @@ from litestar import Request
 from litestar.exceptions import ClientException, HTTPException, ValidationException
 
 from service.constants import MAX_JSON_DEPTH
-from service.errors import BudgetExceeded
+from service.errors import BudgetExceeded, InvalidBody
 
 log = logging.getLogger("haki.body")
 
@@ -171,6 +172,37 @@ def _not_json(body: bytes, exc: msgspec.DecodeError) -> ClientException:
     return ClientException(
         detail=f"the request body is not valid JSON: {reason}", extra={"reason": "malformed"}
     )
+
+
+def _is_utf8(raw: bytes) -> bool:
+    try:
+        unquote_to_bytes(raw).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def check_url_text(request: Request[Any, Any, Any]) -> None:
+    """A path or query value whose percent-escapes are not UTF-8 (`%FF`) is refused, naming the
+    parameter: the server would read it with U+FFFD in their place, another subject's id."""
+    raw_path: bytes = request.scope.get("raw_path") or b""
+    if not _is_utf8(raw_path):
+        field = next(
+            (k for k, v in request.path_params.items() if isinstance(v, str) and "\ufffd" in v), "path"
+        )
+        raise InvalidBody(f"{field}: its percent-escapes are not UTF-8", field=field)
+    query: bytes = request.scope.get("query_string") or b""
+    for part in query.split(b"&") if query else ():
+        name, _, value = part.replace(b"+", b" ").partition(b"=")
+        if not (_is_utf8(name) and _is_utf8(value)):
+            field = unquote(name.decode("latin-1"))
+            raise InvalidBody(f"{field}: its percent-escapes are not UTF-8", field=field)
+
+
+async def check_request(request: Request[Any, Any, Any]) -> None:
+    """The app-wide before_request hook: the URL's text, then the body."""
+    check_url_text(request)
+    await check_json_body(request)
 
 
 async def check_json_body(request: Request[Any, Any, Any]) -> None:

@@ -277,6 +277,12 @@ def _text(form: Any, name: str) -> str:
     return raw.strip() if isinstance(raw, str) else ""
 
 
+def _id(form: Any, name: str) -> str:
+    """An id as the page sent it: never stripped, or `victim ` would erase `victim`."""
+    raw = form.get(name)
+    return raw if isinstance(raw, str) else ""
+
+
 class _Answered(Exception):
     """A page that answers before the handler's end (the login page, a refusal, a 404, an
     action's error page): raised by the helpers below so that each handler reads straight
@@ -709,7 +715,7 @@ class TraceInspector(Controller):
     @post("/subject/erase", media_type=MediaType.HTML, status_code=200)
     async def erase(self, request: Request[Any, Any, Any], conn: ConnDep, state: State) -> Response[Any]:
         visitor, form = await _posted(request, conn)
-        subject_id = _text(form, "subject_id")
+        subject_id = _id(form, "subject_id")
         if (problem := scope_id_problem(subject_id)) is not None:
             return _error(visitor, 400, "Erase", f"subject_id: {problem}")
         project_id = visitor.principal.project_id

@@ -214,7 +214,7 @@ async def ask_model(settings: Settings, system: str, user: str) -> ModelAnswer:
         )
     try:
         completion = msgspec.json.decode(response.content, type=_ChatCompletion)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:  # nesting past msgspec's depth: RecursionError
         log.warning("extraction model at %s: not a chat completion: %s", where, _snippet(response.text))
         raise ExtractorFailed(
             f"The extraction endpoint's answer is not a chat completion: {exc}; nothing was written."
@@ -228,7 +228,7 @@ async def ask_model(settings: Settings, system: str, user: str) -> ModelAnswer:
         )
     try:
         return msgspec.json.decode(message.content or "", type=ModelAnswer)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
         raise ExtractorFailed(
             f"The extraction model's answer does not follow the schema: {exc}; nothing was written.",
             errors=str(exc),
@@ -392,7 +392,8 @@ async def prepare(
     known = await known_facts(lent.conn, req.project_id, req.subject_id, EXTRACT_KNOWN_FACTS)
     async with lent.set_aside():
         answer = await ask_model(settings, system_prompt(), user_prompt(req.messages, times, known))
-    contents = proposed_contents(answer)
+    # A text PostgreSQL cannot hold (NUL) is not looked up: check_proposals refuses it.
+    contents = [c for c in proposed_contents(answer) if _is_content(c)]
     # lent.conn is read again: it is another connection after set_aside.
     active = await active_contents(lent.conn, req.project_id, req.subject_id, contents) if contents else {}
     checked = check_proposals(answer, len(req.messages), known, model, active=active, now=now)

@@ -294,8 +294,9 @@ class Core:
     ) -> Call[T]:
         """A call of /v1/subjects/{subject_id}{suffix}; a subject id a path segment cannot carry
         goes in the query form of the route, /v1/subjects{suffix}: one with a `/`, and `.` and
-        `..`, which URL normalisation drops (RFC 3986 §5.2.4), httpx included."""
-        if "/" in subject_id or subject_id in (".", ".."):
+        `..`, which URL normalisation drops (RFC 3986 §5.2.4), httpx included. So does the
+        erasure of `export`: /v1/subjects/export is the query form's export."""
+        if "/" in subject_id or subject_id in (".", "..") or (subject_id == "export" and not suffix):
             return self._scoped(method, f"/v1/subjects{suffix}", out, project_id, subject_id=subject_id)
         return self._scoped(method, f"/v1/subjects/{_segment(subject_id)}{suffix}", out, project_id)
 
