@@ -146,7 +146,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 raise SettingsError(f"{env_name(field)} must be {why}")
         for url_field, key_field in KEYED_URLS:
             url, key = getattr(self, url_field), getattr(self, key_field)
-            if url and key and urlsplit(url).username is not None:
+            try:
+                parts = urlsplit(url or "")
+            except ValueError as exc:  # a malformed [host]
+                raise SettingsError(f"{env_name(url_field)} is not a URL: {exc}") from exc
+            if key and (parts.username or parts.password):
                 # httpx turns a URL's userinfo into Basic auth, which replaces the key's bearer header.
                 raise SettingsError(
                     f"{env_name(url_field)} holds credentials (user@ or user:password@) and "

@@ -214,6 +214,7 @@ def test_an_import_on_another_model_is_refused_before_any_line_is_embedded(
     assert "haki import: nothing written: The vectors of project" in refused.stderr, refused.stderr
     assert "haki reembed --project" in refused.stderr and "Traceback" not in refused.stderr
     assert counts(database, "models") == {"facts": 3, "distinct_contents": 3, "events": 0}
+    assert not Path(f"{other}.haki-progress").exists()  # the file may go to another scope as is
     # Nothing was written, so the same file on the project's model starts from its first line.
     resumed = haki_import(database, other, "--project", PROJECT, "--subject", "models")
     assert resumed.returncode == 0 and "1 facts written" in resumed.stdout, resumed.stdout

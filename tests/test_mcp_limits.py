@@ -98,5 +98,9 @@ async def test_what_the_stateless_endpoint_cannot_answer_is_refused_in_the_error
             assert_error(
                 await client.post("/mcp", content=PING, headers=headers), 415, "unsupported_media_type"
             )
-        charset = {**ACCEPT, **bearer(key), "Content-Type": "application/json; charset=utf-8"}
-        assert (await client.post("/mcp", content=PING, headers=charset)).status_code == 200
+        for content_type in ("application/json; charset=utf-8", "Application/JSON"):
+            headers = {**ACCEPT, **bearer(key), "Content-Type": content_type}
+            assert (await client.post("/mcp", content=PING, headers=headers)).status_code == 200
+        # A pin that is not UTF-8 once percent-decoded, as on the routes (it read as "\ufffd").
+        r = await client.post("/mcp?project_id=%FF", content=PING, headers={**ACCEPT, **bearer(key)})
+        assert_error(r, 400, "validation_error", field="project_id")

@@ -141,6 +141,8 @@ def test_a_url_with_credentials_and_a_key_is_refused_naming_both(kind: str) -> N
         with pytest.raises(SettingsError, match=f"{url} holds credentials .* {key} is set") as refused:
             Settings.from_env({url: f"https://{userinfo}models.example/v1", key: "sk-ok"})
         assert "s3cret" not in str(refused.value) and "sk-ok" not in str(refused.value)
+    with pytest.raises(SettingsError, match=f"{url} is not a URL"):
+        Settings.from_env({url: "http://[::1/v1"})
     # Either alone is fine: userinfo is then the endpoint's Basic auth.
     assert Settings.from_env({url: "https://user:pw@models.example/v1"}) is not None
     assert Settings.from_env({url: "https://models.example/v1", key: "sk-ok"}) is not None

@@ -153,6 +153,7 @@ async def test_what_no_page_answers_is_an_error_page_with_the_pages_headers(clie
         assert "default-src 'none'" in r.headers["content-security-policy"], path
         assert r.headers["x-content-type-options"] == "nosniff" and r.headers["cache-control"] == "no-store"
     assert "fact_id" in (await client.get("/ui/facts/zz", headers=cookie)).text
+    assert "POST" in (await client.get("/ui/logout", headers=cookie)).headers["allow"]
     index = await client.get("/ui", headers=cookie)
     assert index.status_code == 303 and index.headers["x-frame-options"] == "DENY"
     # The JSON API's errors are unchanged.

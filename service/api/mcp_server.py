@@ -56,6 +56,7 @@ from service.api.deps import RouteDeps, in_process
 from service.api.extract import post_extract
 from service.api.lifecycle import delete_subject
 from service.api.memory import get_conflicts, post_events, post_facts, post_resolve
+from service.api.strict_body import check_query_text
 from service.constants import MAX_PAGE_LIMIT
 from service.context import inspection
 from service.context.render import render
@@ -801,6 +802,11 @@ class McpEndpoint:
                     status, code, message, headers = refused
                     await send_error(send, status, code, message, headers)
                     return
+                check_query_text(scope.get("query_string", b""))
+                # A media type is case-insensitive; the SDK compares `application/json` as written.
+                scope["headers"] = [
+                    (k, v.lower() if k.lower() == b"content-type" else v) for k, v in scope["headers"]
+                ]
                 receive = await within_body_limit(scope, receive, app.state.settings.max_body_bytes)
             wait = app.state.settings.pool_acquire_timeout_seconds
             async with app.state.pool.acquire(timeout=wait) as conn:

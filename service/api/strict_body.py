@@ -191,7 +191,11 @@ def check_url_text(request: Request[Any, Any, Any]) -> None:
             (k for k, v in request.path_params.items() if isinstance(v, str) and "\ufffd" in v), "path"
         )
         raise InvalidBody(f"{field}: its percent-escapes are not UTF-8", field=field)
-    query: bytes = request.scope.get("query_string") or b""
+    check_query_text(request.scope.get("query_string") or b"")
+
+
+def check_query_text(query: bytes) -> None:
+    """check_url_text's rule for a query string (the /mcp mount's too, which no hook reaches)."""
     for part in query.split(b"&") if query else ():
         name, _, value = part.replace(b"+", b" ").partition(b"=")
         if not (_is_utf8(name) and _is_utf8(value)):

@@ -305,7 +305,10 @@ def _refused(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     if status >= 500 or not isinstance(body, ErrorBody):
         answer.headers.update(SECURITY_HEADERS)
         return answer
-    return _error(None, status, "Refused", body.message)
+    page = _error(None, status, "Refused", body.message)
+    # A 405's Allow (RFC 9110), a 429's Retry-After: what the JSON answer said beside its body.
+    page.headers.update({k: v for k, v in answer.headers.items() if k.lower() in ("allow", "retry-after")})
+    return page
 
 
 def is_ui_path(path: str) -> bool:

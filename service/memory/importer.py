@@ -698,6 +698,7 @@ async def run_import(settings: Settings, opts: ImportOptions) -> int:
         return Exit.REJECTED if progress.rejected_count else Exit.OK
     if progress.line or progress.committed_ahead:
         err.print(f"resuming after line {progress.line} ({progress.written} {opts.kind} already written)")
+    fresh = not progress_path(opts.path).exists()
     try:
         # The run's id is on disk before any batch can commit under a key derived from it.
         _save_progress(opts, progress)
@@ -706,18 +707,17 @@ async def run_import(settings: Settings, opts: ImportOptions) -> int:
         return Exit.USAGE
 
     writer: _LocalWriter | _RemoteWriter
-    if opts.remote is not None:
-        try:
+    try:
+        if opts.remote is not None:
             writer = await _RemoteWriter.open(opts.remote, opts)
-        except ImportAborted as exc:
-            err.print(f"haki import: {exc}", highlight=False, markup=False)
-            return Exit.USAGE
-    else:
-        try:
+        else:
             writer = await _LocalWriter.open(settings, opts.project_id)
-        except EmbeddingModelMismatch as exc:
-            err.print(f"haki import: nothing written: {exc.message}", highlight=False, markup=False)
-            return Exit.USAGE
+    except (ImportAborted, EmbeddingModelMismatch) as exc:
+        said = exc.message if isinstance(exc, EmbeddingModelMismatch) else str(exc)
+        err.print(f"haki import: nothing written: {said}", highlight=False, markup=False)
+        if fresh:  # nothing began: the file may go to another scope without --restart
+            progress_path(opts.path).unlink(missing_ok=True)
+        return Exit.USAGE
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
