@@ -92,7 +92,7 @@ def test_sdk_quick_start_runs_as_written(server: Server) -> None:
     done = subprocess.run(
         [str(REPO / ".venv/bin/python"), "-c", on_server(quick_start, server)],
         cwd=REPO,
-        env={**server.env, "HAKI_API_KEY": api_key},
+        env={**server.env, "HAKI_API_KEY": api_key, "HAKI_BASE_URL": server.url},
         capture_output=True,
         text=True,
         timeout=120,
