@@ -293,3 +293,10 @@ async def test_sdk_tells_nothing_known_from_held_back_on_a_real_packet(
     assert render(held) == "" == render(unknown)
     assert "2 fact(s)" in render(held, state_warnings=True)
     assert render(unknown, state_warnings=True) == ""
+
+
+async def test_an_unknown_key_says_where_keys_live(client: httpx.AsyncClient) -> None:
+    """The usual cause beside a typo: `haki keys create` run against another database."""
+    r = await client.get("/v1/subjects", headers=bearer("hk_" + "A" * 43))
+    assert r.status_code == 401 and r.json()["code"] == "unauthorized"
+    assert "HAKI_DATA_DIR" in r.json()["message"] and "HAKI_DATABASE_URL" in r.json()["message"]

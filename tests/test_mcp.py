@@ -580,7 +580,7 @@ async def test_the_stdio_bridge_reads_every_refusal_as_a_code(
         async with b.app.state.pool.acquire() as lent:
             assert await revoke_key(lent, key)
         revoked = await b.client.call_tool("list_conflicts", {"subject_id": "maya"})
-        assert revoked.is_error and text_of(revoked) == "unauthorized: Unknown or revoked API key."
+        assert revoked.is_error and text_of(revoked).startswith("unauthorized: Unknown or revoked API key (")
         b.reach.inner = httpx2.MockTransport(error_page)
         gateway = await b.client.call_tool("list_conflicts", {"subject_id": "maya"})
         assert gateway.is_error

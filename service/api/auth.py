@@ -6,6 +6,7 @@ import base64
 import hashlib
 import hmac
 import secrets
+from typing import Final
 from uuid import UUID
 
 import msgspec
@@ -52,12 +53,19 @@ def bearer_token(authorization: str | None) -> str:
     return token
 
 
+# The usual cause beside a typo: a key made by `haki keys create` against another database.
+UNKNOWN_KEY: Final = (
+    "Unknown or revoked API key (a key is known to the database it was created in: `haki keys "
+    "create` under the server's HAKI_DATABASE_URL or HAKI_DATA_DIR)."
+)
+
+
 async def authenticate(conn: Conn, authorization: str | None) -> Principal:
     token = bearer_token(authorization)
     digest = hash_key(token)
     found = await keys_repo.find_api_key(conn, digest)
     if found is None or not hmac.compare_digest(found[2], digest):
-        raise Unauthorized("Unknown or revoked API key.")
+        raise Unauthorized(UNKNOWN_KEY)
     return Principal(project_id=found[0], key_id=found[1])
 
 

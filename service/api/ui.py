@@ -452,7 +452,7 @@ class TraceInspector(Controller):
         try:
             principal = await auth.authenticate(conn, f"Bearer {key}")
         except Unauthorized:
-            return _page("login.html", status_code=401, error="Unknown or revoked API key.")
+            return _page("login.html", status_code=401, error=auth.UNKNOWN_KEY)
         secret = secrets.token_urlsafe(32)
         expires_at = datetime.now(UTC) + timedelta(seconds=SESSION_SECONDS)
         await ui_repo.create_session(
