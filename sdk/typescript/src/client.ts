@@ -276,6 +276,15 @@ export interface ExtractOptions {
   timeoutMs?: number;
 }
 
+/** A v4 UUID for an Idempotency-Key: Node 18 keeps `randomUUID` in node:crypto only. */
+async function randomUuid(): Promise<string> {
+  const found = (globalThis as { crypto?: Crypto }).crypto;
+  if (typeof found?.randomUUID === "function") return found.randomUUID();
+  // A name in a variable keeps bundlers and the type checker (no Node types here) from resolving it.
+  const module = "node:crypto";
+  return ((await import(module)) as { randomUUID(): string }).randomUUID();
+}
+
 export class Haki {
   readonly baseUrl: string;
   readonly projectId: string | undefined;
@@ -356,7 +365,7 @@ export class Haki {
       headers["Content-Type"] = "application/json";
     }
     // One key for every attempt of a deduplicated write: the server applies it once.
-    if (deduplicated(call)) headers["Idempotency-Key"] = crypto.randomUUID();
+    if (deduplicated(call)) headers["Idempotency-Key"] = await randomUuid();
     const replayable = isReplayable(call);
     let unsent = true; // no attempt so far can have reached the server
     const url = this.#url(call);
@@ -579,8 +588,9 @@ export class Haki {
 
   /**
    * The subject's export document, line by line as it streams: the header, then every event and
-   * every fact (`line.kind`). `haki import FILE` reads the lines back. As in Python, one attempt
-   * (a stream is not retried); `timeoutMs` bounds the wait for each chunk, not the whole document.
+   * every fact (`line.kind`). `haki import FILE` reads the lines back. One attempt (Python's client
+   * also retries the request until its headers arrive); `timeoutMs` bounds each wait for a chunk,
+   * not the whole document nor the caller's work on the lines.
    */
   async *exportSubject(
     subjectId: string,
@@ -631,12 +641,14 @@ export class Haki {
       let pending = "";
       for (;;) {
         let chunk: ReadableStreamReadResult<Uint8Array>;
+        arm();
         try {
           chunk = await reader.read();
         } catch (error) {
           throw lost(error);
         }
-        arm();
+        // Not while the caller works on the lines: the wait is the server's only.
+        clearTimeout(timer);
         if (chunk.done) break;
         pending += decoder.decode(chunk.value, { stream: true });
         const lines = pending.split("\n");

@@ -557,7 +557,8 @@ describe("lifecycle and extraction calls on the wire", () => {
     }
   });
 
-  test("exportSubject: JSON Lines parsed as they stream, across chunk boundaries; errors are typed", async () => {
+  // A stream the client aborts for good can leave the test waiting: it fails at its timeout instead.
+  test("exportSubject: JSON Lines parsed as they stream, across chunk boundaries; errors are typed", { timeout: 30_000 }, async () => {
     const lines = [
       { haki_export: 1, project_id: "p", subject_id: "team/alice", exported_at: "2026-01-01T00:00:00Z" },
       { kind: "event", event_id: "e1", content: "caf\u00e9 \u2615" },
@@ -609,6 +610,13 @@ describe("lifecycle and extraction calls on the wire", () => {
         ["GET", "/v1/subjects/export?project_id=p&subject_id=alice", undefined],
         ["GET", "/v1/subjects/export?project_id=p&subject_id=missing", undefined],
       ]);
+      // timeoutMs bounds the server's waits only: a caller slower than it on each line is fine.
+      const slow = [];
+      for await (const line of new Haki({ baseUrl: url, projectId: "p", timeoutMs: 100 }).exportSubject("a")) {
+        slow.push(line);
+        await new Promise((resolve) => setTimeout(resolve, 250));
+      }
+      assert.deepEqual(slow, lines);
     } finally {
       server.closeAllConnections();
       await new Promise((resolve) => server.close(resolve));
