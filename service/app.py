@@ -35,7 +35,7 @@ from service.api.memory import (
 )
 from service.api.ratelimit import RateLimiter, WorkRateLimiter
 from service.api.strict_body import check_request
-from service.api.ui import TraceInspector, handle_ui_exception, is_ui_path
+from service.api.ui import TraceInspector, is_ui_path, refused_page
 from service.api.webhooks import WebhooksController
 from service.db import create_pool, create_read_pool
 from service.db.embedded import Supervisor
@@ -61,7 +61,7 @@ def _handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Respon
     """The contract's JSON error body, but under /ui (an id that is not a UUID, an unknown page,
     a wrong method) the browser's error page with the pages' security headers."""
     if is_ui_path(request.url.path):
-        return handle_ui_exception(request, exc)
+        return refused_page(request, exc)
     return handle_exception(request, exc)
 
 

@@ -756,9 +756,10 @@ def refused_request(scope: Any) -> tuple[int, str, str, list[tuple[bytes, bytes]
     content_type = next(
         (v.decode("latin-1") for k, v in scope["headers"] if k.lower() == b"content-type"), ""
     )
-    if content_type.split(";", 1)[0].strip().lower() != "application/json":
-        shown = content_type.split(";", 1)[0].strip() or "(none)"
-        return 415, "unsupported_media_type", f"Content-Type {shown} is not JSON; send application/json.", []
+    media = content_type.split(";", 1)[0].strip()
+    if media.lower() != "application/json":
+        message = f"Content-Type {media or '(none)'} is not JSON; send application/json."
+        return 415, "unsupported_media_type", message, []
     return None
 
 

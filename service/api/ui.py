@@ -49,7 +49,6 @@ import msgspec
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from litestar import Controller, MediaType, Request, Response, get, post
 from litestar.datastructures import Cookie, State
-from litestar.exceptions import ValidationException
 from litestar.params import Parameter
 from litestar.response import Redirect
 
@@ -297,9 +296,11 @@ def _answered(_: Request[Any, Any, Any], exc: _Answered) -> Response[Any]:
     return exc.response
 
 
-def _refused(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
-    """A page's request refused by the API's rules (a bad cursor or id): the API's status and
-    message on an error page, not in its JSON body. A 5xx keeps its JSON body (and Retry-After)."""
+def refused_page(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    """The app's exception handler under /ui (is_ui_path): a request refused by the API's rules (a
+    bad cursor or id, an unknown page, a wrong method) gets the API's status and message on an
+    error page with the pages' headers, not its JSON body. A 5xx keeps its JSON body (and
+    Retry-After)."""
     answer = handle_exception(request, exc)
     status, body = answer.status_code or 500, answer.content
     if status >= 500 or not isinstance(body, ErrorBody):
@@ -313,12 +314,6 @@ def _refused(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
 
 def is_ui_path(path: str) -> bool:
     return path == "/ui" or path.startswith("/ui/")
-
-
-def handle_ui_exception(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
-    """The app's handler for what no controller handler caught under /ui (an id that is not a
-    UUID, an unknown page, a wrong method): an error page with the pages' headers."""
-    return _refused(request, exc)
 
 
 @contextmanager
@@ -420,7 +415,8 @@ DoneQuery = Annotated[str | None, Parameter(query="done", max_length=20)]
 class TraceInspector(Controller):
     path = "/ui"
     include_in_schema = False
-    exception_handlers = {_Answered: _answered, HakiError: _refused, ValidationException: _refused}
+    # Every other exception under /ui reaches refused_page through the app's handler.
+    exception_handlers = {_Answered: _answered}
 
     @get("/", media_type=MediaType.HTML)
     async def index(self) -> Redirect:
