@@ -192,6 +192,72 @@ def test_a_batch_write_waits_longer_than_a_read() -> None:
     assert waits == [pytest.approx(2.0 + 1000 * WRITE_TIMEOUT_PER_ITEM_SECONDS), pytest.approx(2.05), 2.0]
 
 
+def test_resolving_a_conflict_waits_a_batch_write_s_time_per_kept_id() -> None:
+    """The server gives a resolution's statements HAKI_WRITE_TIMEOUT_PER_ITEM_MS a member, as a
+    batch write of that many facts (docs/spec/api.md, "Conflicts"): the client waits its timeout
+    plus WRITE_TIMEOUT_PER_ITEM_SECONDS per kept id (the set's member count is not known to it)."""
+    script = Script(*[httpx.Response(200, json={}) for _ in range(2)])
+    keep = [uuid.uuid4() for _ in range(10)]
+    with _client(script, timeout=2.0) as haki:
+        for ids in (keep, keep[:1]):
+            with pytest.raises(HakiError):  # `{}` decodes as no ConflictSet: only the request matters
+                haki.resolve_conflict(uuid.uuid4(), ids)
+    waits = [r.extensions["timeout"]["read"] for r in script.requests]
+    assert waits == [
+        pytest.approx(2.0 + 10 * WRITE_TIMEOUT_PER_ITEM_SECONDS),
+        pytest.approx(2.0 + WRITE_TIMEOUT_PER_ITEM_SECONDS),
+    ]
+
+
+BAD_BASE_URLS = [
+    "localhost:8000",  # no scheme: `localhost` reads as one
+    "127.0.0.1:8000",
+    "ftp://haki.test",
+    "file:///tmp/haki",
+    "not a url",
+    "http://",
+    "http://haki.test:port",
+    "http://haki.test/?project=p",
+    "http://haki.test/#top",
+]
+BAD_API_KEYS = ["hk_a\nb", "hk_\u20ac", "hk_cl\u00e9", " hk_x", "hk x", "hk_x\r\n"]
+
+
+@pytest.mark.parametrize("client", [Haki, AsyncHaki])
+def test_a_base_url_or_api_key_no_request_can_carry_is_refused_at_construction(
+    client: type[Haki | AsyncHaki], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each would fail every request (httpx's UnsupportedProtocol, a header it cannot encode):
+    a ValueError naming the option (or its variable) at once, never the key itself."""
+    for base_url in BAD_BASE_URLS:
+        with pytest.raises(ValueError, match=r"^base_url: "):
+            client(base_url, "hk_test")
+    with pytest.raises(ValueError, match=r"^base_url: holds credentials") as credentials:
+        client("http://user:s3cret@haki.test")
+    assert "s3cret" not in str(credentials.value)
+    for api_key in BAD_API_KEYS:
+        with pytest.raises(ValueError, match=r"^api_key: must be visible ASCII") as info:
+            client("http://haki.test", api_key)
+        assert api_key.strip() not in str(info.value)
+    with pytest.raises(TypeError, match=r"^base_url: a str is expected"):
+        client(b"http://haki.test")  # type: ignore[arg-type]
+    monkeypatch.setenv("HAKI_BASE_URL", "localhost:8000")
+    with pytest.raises(ValueError, match=r"^base_url \(from \$HAKI_BASE_URL\): "):
+        client()
+    monkeypatch.setenv("HAKI_BASE_URL", "http://haki.test")
+    monkeypatch.setenv("HAKI_API_KEY", "hk_\nx")
+    with pytest.raises(ValueError, match=r"^api_key \(from \$HAKI_API_KEY\): "):
+        client()
+    # What httpx takes: http or https, any case, a path prefix; an empty key sends none.
+    with Haki("HTTPS://haki.test/prefix/", "") as haki:
+        assert (
+            haki._core.base_url == "HTTPS://haki.test/prefix"
+            and haki._core.headers().get("Authorization") is None
+        )
+    with Haki("http://[::1]:8000", "hk_AZaz09-_~+/=") as haki:
+        assert haki._core.headers()["Authorization"] == "Bearer hk_AZaz09-_~+/="
+
+
 def test_reads_carry_no_idempotency_key() -> None:
     script = Script(httpx.Response(200, json={"status": "ok", "database": "ok", "embedder": "hash"}))
     with _client(script) as haki:
@@ -386,6 +452,60 @@ async def test_async_export_raises_the_sdk_s_errors_not_httpx_s() -> None:
     async with _async_client(Script(httpx.ConnectError("refused")), max_retries=0) as haki:
         with pytest.raises(HakiConnectionError):
             [item async for item in haki.export_subject("s")]
+
+
+class _Streamed(httpx.SyncByteStream, httpx.AsyncByteStream):
+    """A body read as it streams, as a connection's is (httpx reads a `json=` body at once)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield self.data
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield self.data
+
+
+def _streamed(status: int, body: dict[str, Any] | str, retry_after: str | None = None) -> httpx.Response:
+    headers = {"Retry-After": retry_after} if retry_after is not None else {}
+    data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+    return httpx.Response(status, headers=headers, stream=_Streamed(data))
+
+
+def _streamed_answers() -> Script:
+    """A 503 worth retrying and a 429, streamed, then the export; then a permanent 503 and a 404."""
+    return Script(
+        _streamed(503, {"code": "unavailable", "message": "db down"}, "0"),
+        _streamed(429, {"code": "rate_limited", "message": "slow"}, "0"),
+        _streamed(200, '{"haki_export": 1}\n'),
+        _streamed(503, {"code": "unavailable", "message": "no", "details": {"permanent": True}}, "0"),
+        _streamed(404, {"code": "not_found", "message": "No fact or event of this subject."}),
+    )
+
+
+def test_export_retries_a_streamed_503_like_a_get() -> None:
+    """An export's error answer streams like its lines: its body is read before deciding whether
+    to retry (a 503's `details.permanent`), not left unread (httpx's ResponseNotRead)."""
+    script = _streamed_answers()
+    with _client(script, backoff=0.001) as haki:
+        assert list(haki.export_subject("s")) == [{"haki_export": 1}]
+        with pytest.raises(Unavailable):
+            list(haki.export_subject("s"))
+        with pytest.raises(NotFound, match="No fact or event"):
+            list(haki.export_subject("s"))
+    assert len(script.requests) == 5
+
+
+async def test_async_export_retries_a_streamed_503_like_a_get() -> None:
+    script = _streamed_answers()
+    async with _async_client(script, backoff=0.001) as haki:
+        assert [item async for item in haki.export_subject("s")] == [{"haki_export": 1}]
+        with pytest.raises(Unavailable):
+            [item async for item in haki.export_subject("s")]
+        with pytest.raises(NotFound, match="No fact or event"):
+            [item async for item in haki.export_subject("s")]
+    assert len(script.requests) == 5
 
 
 def test_non_contract_error_bodies_still_map_to_a_code() -> None:

@@ -100,6 +100,13 @@ class AsyncHaki:
         while True:
             try:
                 response = await self._http.send(request, stream=stream)
+                if stream and not response.is_success:
+                    # An error answer is read whole: should_retry reads a 503's body, a failure
+                    # reading it is retried as the request's own, and the caller raises from it.
+                    try:
+                        await response.aread()
+                    finally:
+                        await response.aclose()
             except TRANSPORT_ERRORS as exc:
                 if not may_resend(call, exc) or attempt >= retry.max_retries:
                     raise connection_error(call, exc) from exc

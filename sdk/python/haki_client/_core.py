@@ -9,6 +9,7 @@ from __future__ import annotations
 import email.utils
 import os
 import random
+import re
 import time
 import urllib.parse
 import uuid
@@ -241,6 +242,57 @@ ERASURE_TIMEOUT_SECONDS = 125.0
 WRITE_TIMEOUT_PER_ITEM_SECONDS = 0.05
 
 
+def _shown(value: str) -> str:
+    """`value` for an error message: at most 60 characters, nothing after an `@` (credentials)."""
+    text = value.split("@", 1)[0] + "@..." if "@" in value else value
+    return repr(text if len(text) <= 60 else text[:60] + "...")
+
+
+def _check_base_url(value: object, option: str) -> str:
+    """`value` without its trailing `/`, when it is an http:// or https:// URL with a host, and no
+    credentials, query or fragment; else a ValueError naming `option`. Without a scheme,
+    "localhost:8000" reads as the scheme `localhost`: no request could be sent."""
+    if not isinstance(value, str):
+        raise TypeError(f"{option}: a str is expected, got {type(value).__name__}")
+    try:
+        url = httpx.URL(value)
+    except httpx.InvalidURL as exc:
+        raise ValueError(f"{option}: not a URL ({exc}): {_shown(value)}") from None
+    if url.scheme not in ("http", "https"):
+        raise ValueError(
+            f"{option}: an http:// or https:// URL is expected (e.g. {DEFAULT_BASE_URL}), got "
+            f"{_shown(value)} (its scheme reads as {url.scheme!r})"
+        )
+    if not url.host or "%" in url.host:
+        raise ValueError(f"{option}: the URL has no valid host: {_shown(value)}")
+    if url.userinfo:
+        raise ValueError(
+            f"{option}: holds credentials (user@ or user:password@): pass the key as api_key instead"
+        )
+    if "?" in value or "#" in value:
+        raise ValueError(
+            f"{option}: a query (?) or fragment (#) cannot prefix the routes, got {_shown(value)}"
+        )
+    return value.rstrip("/")
+
+
+# An API key travels in the Authorization header: visible ASCII only (as the server's own keys are).
+_VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
+
+
+def _check_api_key(value: object, option: str) -> None:
+    """An API key a header can carry; the message never shows the key. None or "": none is sent."""
+    if value is None or value == "":
+        return
+    if not isinstance(value, str):
+        raise TypeError(f"{option}: a str is expected, got {type(value).__name__}")
+    if not _VISIBLE_ASCII.fullmatch(value):
+        raise ValueError(
+            f"{option}: must be visible ASCII characters (no space, newline or other character): "
+            "it is sent in the Authorization header"
+        )
+
+
 class Core:
     """Configuration and request building shared by both clients."""
 
@@ -252,8 +304,10 @@ class Core:
         retry: RetryPolicy,
         timeout: float,
     ) -> None:
-        self.base_url = (base_url or os.environ.get("HAKI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        url = base_url or os.environ.get("HAKI_BASE_URL") or DEFAULT_BASE_URL
+        self.base_url = _check_base_url(url, "base_url" if base_url else "base_url (from $HAKI_BASE_URL)")
         self.api_key = api_key if api_key is not None else os.environ.get("HAKI_API_KEY")
+        _check_api_key(self.api_key, "api_key" if api_key is not None else "api_key (from $HAKI_API_KEY)")
         self.project_id = project_id
         self.retry = retry
         self.timeout = timeout
@@ -365,9 +419,13 @@ class Core:
         )
 
     def resolve_conflict(self, conflict_set_id: UUID | str, keep: Sequence[UUID | str]) -> Call[ConflictSet]:
-        body = {"keep": [str(_uuid(k, f"keep[{i}]")) for i, k in enumerate(_items(keep, "keep"))]}
+        """The server gives a resolution's statements HAKI_WRITE_TIMEOUT_PER_ITEM_MS a member, as a
+        batch write: the client waits its batch timeout per kept id (it does not know the set's
+        member count)."""
+        ids = [str(_uuid(k, f"keep[{i}]")) for i, k in enumerate(_items(keep, "keep"))]
         path = f"/v1/conflicts/{_uuid(conflict_set_id, 'conflict_set_id')}/resolve"
-        return Call("POST", path, ConflictSet, body=msgspec.json.encode(body))
+        body = msgspec.json.encode({"keep": ids})
+        return Call("POST", path, ConflictSet, body=body, timeout=self.batch_timeout(len(ids)))
 
     def context(
         self,

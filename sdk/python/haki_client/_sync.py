@@ -104,6 +104,13 @@ class Haki:
         while True:
             try:
                 response = self._http.send(request, stream=stream)
+                if stream and not response.is_success:
+                    # An error answer is read whole: should_retry reads a 503's body, a failure
+                    # reading it is retried as the request's own, and the caller raises from it.
+                    try:
+                        response.read()
+                    finally:
+                        response.close()
             except TRANSPORT_ERRORS as exc:
                 if not may_resend(call, exc) or attempt >= retry.max_retries:
                     raise connection_error(call, exc) from exc

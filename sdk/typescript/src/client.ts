@@ -276,6 +276,54 @@ export interface ExtractOptions {
   timeoutMs?: number;
 }
 
+/** `what` shown in an error message: at most 60 characters, and nothing after an `@` (credentials). */
+function shown(what: string): string {
+  const text = what.includes("@") ? `${what.slice(0, what.indexOf("@"))}@...` : what;
+  return JSON.stringify(text.length > 60 ? `${text.slice(0, 60)}...` : text);
+}
+
+/**
+ * `baseUrl` as fetch needs it: an absolute http: or https: URL with a host. Without a scheme
+ * ("localhost:8000" reads as the scheme `localhost:`), with another one, or with credentials
+ * (fetch refuses a URL holding `user@`), every request would fail before reaching any server.
+ */
+function checkBaseUrl(value: unknown, option: string): void {
+  if (typeof value !== "string") throw new TypeError(`${option}: a string is expected, got ${typeof value}`);
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new TypeError(`${option}: not a URL: ${shown(value)}; expected http://host:port or https://host`);
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") {
+    throw new TypeError(
+      `${option}: an http:// or https:// URL is expected (e.g. ${DEFAULT_BASE_URL}), got ${shown(value)}` +
+        ` (its scheme reads as ${JSON.stringify(url.protocol)})`,
+    );
+  }
+  if (url.username || url.password) {
+    throw new TypeError(`${option}: holds credentials (user@ or user:password@): pass the key as apiKey instead`);
+  }
+  if (url.search || url.hash || value.includes("?") || value.includes("#")) {
+    throw new TypeError(`${option}: a query (?) or fragment (#) cannot prefix the routes, got ${shown(value)}`);
+  }
+}
+
+// An API key travels in the Authorization header: visible ASCII only (as the server's own keys are).
+const VISIBLE_ASCII = /^[\x21-\x7e]+$/;
+
+/** An API key a header can carry; the message never shows the key. Empty or absent: no key is sent. */
+function checkApiKey(value: unknown, option: string): void {
+  if (value === undefined || value === null || value === "") return;
+  if (typeof value !== "string") throw new TypeError(`${option}: a string is expected, got ${typeof value}`);
+  if (!VISIBLE_ASCII.test(value)) {
+    throw new TypeError(
+      `${option}: must be visible ASCII characters (no space, newline or other character): ` +
+        "it is sent in the Authorization header",
+    );
+  }
+}
+
 /** A v4 UUID for an Idempotency-Key: Node 18 keeps `randomUUID` in node:crypto only. */
 async function randomUuid(): Promise<string> {
   const found = (globalThis as { crypto?: Crypto }).crypto;
@@ -293,9 +341,17 @@ export class Haki {
   readonly #timeoutMs: number;
   readonly #fetch: FetchLike;
 
+  /**
+   * Throws a `TypeError` naming the option (or its environment variable) when `baseUrl` is not an
+   * http: or https: URL with a host (no credentials, query or fragment) or `apiKey` is not
+   * visible ASCII: fetch would refuse every request, which is no lost connection to retry.
+   */
   constructor(options: HakiOptions = {}) {
-    this.baseUrl = (options.baseUrl || env("HAKI_BASE_URL") || DEFAULT_BASE_URL).replace(/\/+$/, "");
+    const baseUrl = options.baseUrl || env("HAKI_BASE_URL") || DEFAULT_BASE_URL;
+    checkBaseUrl(baseUrl, options.baseUrl ? "baseUrl" : "baseUrl (from $HAKI_BASE_URL)");
+    this.baseUrl = baseUrl.replace(/\/+$/, "");
     this.#apiKey = options.apiKey !== undefined ? options.apiKey : env("HAKI_API_KEY");
+    checkApiKey(this.#apiKey, options.apiKey !== undefined ? "apiKey" : "apiKey (from $HAKI_API_KEY)");
     this.projectId = options.projectId;
     this.retry = new RetryPolicy(options.maxRetries ?? 3, options.backoffMs ?? 250, options.maxWaitMs ?? 10_000);
     this.#timeoutMs = options.timeoutMs ?? 10_000;
@@ -467,9 +523,16 @@ export class Haki {
     return this.#run(this.#scoped("GET", "/v1/conflicts", options.projectId, params));
   }
 
+  /**
+   * Keeps the `keep` members of an open conflict set and supersedes the others. The server gives
+   * its statements HAKI_WRITE_TIMEOUT_PER_ITEM_MS a member, as a batch write: an attempt waits
+   * `timeoutMs` plus WRITE_TIMEOUT_PER_ITEM_MS per kept id (the set's member count is not known
+   * here). Not replayable: a lost answer throws with the outcome unknown.
+   */
   async resolveConflict(conflictSetId: string, keep: ReadonlyArray<string>): Promise<ConflictSet> {
     const path = `/v1/conflicts/${normaliseUuid(conflictSetId, "conflict_set_id")}/resolve`;
-    return this.#run({ method: "POST", path, body: { keep: keep.map((id, i) => normaliseUuid(id, `keep[${i}]`)) } });
+    const body = { keep: keep.map((id, i) => normaliseUuid(id, `keep[${i}]`)) };
+    return this.#run({ method: "POST", path, body, timeoutMs: this.#batchTimeoutMs(body.keep.length) });
   }
 
   // --- read side ----------------------------------------------------------------------------
@@ -587,56 +650,73 @@ export class Haki {
   }
 
   /**
+   * The answer to a streamed GET, as #run would get it: sent again after a failure (a GET is
+   * replayable), a 429 or a 503 worth retrying, until an answer's headers arrive. An answer that
+   * is not a 200 stream is read whole here (`text`), so a failure reading it is retried too; a
+   * 200 stream is returned unread with the controller that aborts it. Each attempt waits
+   * `timeoutMs` at most.
+   */
+  async #openStream(call: Call): Promise<{ response: Response; text: string | null; controller: AbortController }> {
+    const url = this.#url(call);
+    const headers = this.#headers();
+    let unsent = true; // no attempt so far can have reached the server
+    for (let attempt = 0; ; attempt += 1) {
+      const controller = new AbortController();
+      const timer = setTimeout(() => controller.abort(timeoutError(this.#timeoutMs)), this.#timeoutMs);
+      let response: Response;
+      let text: string | null = null;
+      try {
+        response = await this.#fetch(url, { method: call.method, headers, signal: controller.signal });
+        if (response.status !== 200 || response.body === null) text = await response.text();
+      } catch (error) {
+        if (!isTransportError(error)) throw error;
+        unsent &&= neverSent(error);
+        if (attempt >= this.retry.maxRetries) throw connectionError(call, error, unsent);
+        await sleep(this.retry.delay(attempt, null));
+        continue;
+      } finally {
+        clearTimeout(timer);
+      }
+      if (text !== null && shouldRetry(response, text) && attempt < this.retry.maxRetries) {
+        await sleep(this.retry.delay(attempt, parseRetryAfter(response.headers.get("retry-after"))));
+        continue;
+      }
+      return { response, text, controller };
+    }
+  }
+
+  /**
    * The subject's export document, line by line as it streams: the header, then every event and
-   * every fact (`line.kind`). `haki import FILE` reads the lines back. One attempt (Python's client
-   * also retries the request until its headers arrive); `timeoutMs` bounds each wait for a chunk,
-   * not the whole document nor the caller's work on the lines.
+   * every fact (`line.kind`). `haki import FILE` reads the lines back. The request is retried as
+   * a GET (as Python's client does) until its answer's headers arrive, never once lines stream:
+   * a stream that breaks off throws `HakiConnectionError`. `timeoutMs` bounds each attempt's wait
+   * for the headers and each wait for a chunk, not the whole document nor the caller's work on
+   * the lines.
    */
   async *exportSubject(
     subjectId: string,
     options: { projectId?: string } = {},
   ): AsyncGenerator<ExportLine, void, undefined> {
     const call = this.#subject("GET", subjectId, "/export", options.projectId);
-    const controller = new AbortController();
+    const { response, text, controller } = await this.#openStream(call);
+    if (text !== null) {
+      if (response.status !== 200) throw errorFrom(response, text);
+      for (const line of text.split("\n")) {
+        const item = exportLine(call, line);
+        if (item !== null) yield item;
+      }
+      return;
+    }
     let timer: ReturnType<typeof setTimeout> | undefined;
     const arm = (): void => {
       clearTimeout(timer);
-      timer = setTimeout(
-        () => controller.abort(new DOMException(`no data within ${this.#timeoutMs} ms`, "TimeoutError")),
-        this.#timeoutMs,
-      );
+      timer = setTimeout(() => controller.abort(timeoutError(this.#timeoutMs)), this.#timeoutMs);
     };
     const lost = (error: unknown): unknown => (isTransportError(error) ? connectionError(call, error) : error);
-    let reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
+    // Headers arrived: from here on nothing is sent again, lines may have been yielded.
+    const reader = (response.body as ReadableStream<Uint8Array>).getReader();
     let done = false;
-    arm();
     try {
-      let response: Response;
-      try {
-        response = await this.#fetch(this.#url(call), {
-          method: call.method,
-          headers: this.#headers(),
-          signal: controller.signal,
-        });
-      } catch (error) {
-        throw lost(error);
-      }
-      if (response.status !== 200 || response.body === null) {
-        let text: string;
-        try {
-          text = await response.text();
-        } catch (error) {
-          throw lost(error);
-        }
-        if (response.status !== 200) throw errorFrom(response, text);
-        for (const line of text.split("\n")) {
-          const item = exportLine(call, line);
-          if (item !== null) yield item;
-        }
-        done = true;
-        return;
-      }
-      reader = response.body.getReader();
       const decoder = new TextDecoder();
       let pending = "";
       for (;;) {
@@ -664,7 +744,7 @@ export class Haki {
     } finally {
       clearTimeout(timer);
       // The caller stopped early (or an error): release the connection.
-      if (!done) await reader?.cancel().catch(() => undefined);
+      if (!done) await reader.cancel().catch(() => undefined);
     }
   }
 
@@ -719,6 +799,11 @@ function connectionError(call: Call, error: unknown, unsent = neverSent(error)):
       "check (GET the item) before sending it again",
     { cause: error, details: { outcome_unknown: true } },
   );
+}
+
+/** The reason an attempt is aborted after `ms`: a `TimeoutError`, as `AbortSignal.timeout` gives. */
+function timeoutError(ms: number): DOMException {
+  return new DOMException(`no data within ${ms} ms`, "TimeoutError");
 }
 
 /** One line of an export document, parsed; null for a blank line. */

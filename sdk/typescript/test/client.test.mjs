@@ -161,6 +161,53 @@ describe("client pieces", () => {
     assert.equal(err.status, null);
     assert.ok(err.message.startsWith("trace_id: a UUID is expected"), err.message);
   });
+
+  test("a baseUrl fetch cannot use, or an apiKey no header can carry, throws at construction naming the option", () => {
+    let sent = 0;
+    const fetch = async () => {
+      sent += 1;
+      throw new TypeError("fetch failed");
+    };
+    const refused = (options, option, secret) => {
+      assert.throws(
+        () => new Haki({ fetch, ...options }),
+        (e) =>
+          e instanceof TypeError &&
+          e.message.startsWith(`${option}: `) &&
+          (secret === undefined || !e.message.includes(secret)),
+        JSON.stringify(options),
+      );
+    };
+    const badUrls = [
+      "localhost:8000", // no scheme: `localhost:` reads as one
+      "127.0.0.1:8000",
+      "ftp://haki.example",
+      "file:///tmp/haki",
+      "not a url",
+      "http://",
+      "http://haki.example/?project=p",
+      "http://haki.example/#top",
+    ];
+    for (const baseUrl of badUrls) refused({ baseUrl }, "baseUrl");
+    refused({ baseUrl: "http://user:s3cret@haki.example" }, "baseUrl", "s3cret");
+    for (const apiKey of ["hk_a\nb", "hk_\u20ac", "hk_cl\u00e9", " hk_x", "hk x", "hk_x\r\n"]) refused({ apiKey }, "apiKey", apiKey.trim());
+    const saved = { url: process.env.HAKI_BASE_URL, key: process.env.HAKI_API_KEY };
+    const restore = (name, value) => (value === undefined ? delete process.env[name] : (process.env[name] = value));
+    try {
+      process.env.HAKI_BASE_URL = "localhost:8000";
+      refused({}, "baseUrl (from $HAKI_BASE_URL)");
+      process.env.HAKI_BASE_URL = "http://127.0.0.1:8000";
+      process.env.HAKI_API_KEY = "hk_\nx";
+      refused({}, "apiKey (from $HAKI_API_KEY)");
+    } finally {
+      restore("HAKI_BASE_URL", saved.url);
+      restore("HAKI_API_KEY", saved.key);
+    }
+    assert.equal(sent, 0, "nothing was sent, nothing retried");
+    // What fetch takes: http or https, any case, a path prefix; an empty key sends none.
+    assert.equal(new Haki({ fetch, baseUrl: "HTTPS://haki.example/prefix/", apiKey: "" }).baseUrl, "HTTPS://haki.example/prefix");
+    assert.equal(new Haki({ fetch, baseUrl: "http://[::1]:8000", apiKey: "hk_AZaz09-_~+/=" }).baseUrl, "http://[::1]:8000");
+  });
 });
 
 describe("retries, idempotency keys and errors on the wire", () => {
@@ -525,6 +572,77 @@ describe("lifecycle and extraction calls on the wire", () => {
       await assert.rejects(() => haki.stats(), HakiConnectionError);
     } finally {
       await server.close();
+    }
+  });
+
+  test("resolveConflict waits timeoutMs plus WRITE_TIMEOUT_PER_ITEM_MS per kept id, as the server gives it a member", async () => {
+    // Every answer comes after 300 ms: past timeoutMs (100) and one kept id's 150, within ten's 600.
+    const server = await slowServer(300, 200, "{}");
+    try {
+      const haki = new Haki({ baseUrl: server.url, timeoutMs: 100, maxRetries: 0 });
+      const keep = Array.from({ length: 10 }, (_, i) => `${ID.slice(0, -2)}${String(i).padStart(2, "0")}`);
+      assert.deepEqual(await haki.resolveConflict(ID, keep), {});
+      await assert.rejects(() => haki.resolveConflict(ID, [ID]), HakiConnectionError);
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("exportSubject resends its request until the headers arrive, as Python does; never once lines stream", { timeout: 30_000 }, async () => {
+    const json = { "content-type": "application/json" };
+    const lines = [{ haki_export: 1, subject_id: "alice" }, { kind: "fact", fact_id: "f1" }];
+    const body = lines.map((l) => JSON.stringify(l)).join("\n") + "\n";
+    // [what each attempt gets]: lost before the headers, 429, no answer within timeoutMs, a 503
+    // with Retry-After, then the document; then a stream that breaks off after its first line.
+    const script = [
+      "reset",
+      [429, { ...json, "retry-after": "0" }, errorBody("rate_limited", "slow")],
+      "hang",
+      [503, { ...json, "retry-after": "0" }, errorBody("unavailable", "db down")],
+      [200, { "content-type": "application/x-ndjson" }, body],
+      "broken",
+    ];
+    let seen = 0;
+    const server = http.createServer((req, res) => {
+      const action = script[seen++] ?? [500, json, errorBody("internal", "unexpected attempt")];
+      if (action === "hang") return;
+      if (action === "reset") return req.socket.destroy();
+      if (action === "broken") {
+        res.writeHead(200, { "content-type": "application/x-ndjson" });
+        res.write(JSON.stringify(lines[0]) + "\n");
+        setTimeout(() => req.socket.destroy(), 100);
+        return;
+      }
+      res.writeHead(action[0], action[1]);
+      res.end(action[2]);
+    });
+    await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+    try {
+      const url = `http://127.0.0.1:${server.address().port}`;
+      const haki = new Haki({ baseUrl: url, projectId: "p", timeoutMs: 300, backoffMs: 1, maxRetries: 4 });
+      const got = [];
+      for await (const line of haki.exportSubject("alice")) got.push(line);
+      assert.deepEqual(got, lines);
+      assert.equal(seen, 5, "four failed attempts before the headers, each sent again");
+      const partial = [];
+      const err = await (async () => {
+        for await (const line of haki.exportSubject("alice")) partial.push(line);
+      })().catch((e) => e);
+      assert.ok(err instanceof HakiConnectionError, String(err));
+      assert.deepEqual(partial, [lines[0]]);
+      assert.equal(seen, 6, "a stream that broke off is not sent again");
+      // Past maxRetries, the last failure is thrown: a lost answer of a read.
+      seen = 0;
+      script.splice(0, script.length, "reset", "reset");
+      const once = new Haki({ baseUrl: url, projectId: "p", backoffMs: 1, maxRetries: 1 });
+      const lost = await (async () => {
+        for await (const _ of once.exportSubject("alice")) void _;
+      })().catch((e) => e);
+      assert.ok(lost instanceof HakiConnectionError && /no answer from Haki/.test(lost.message), String(lost));
+      assert.equal(seen, 2);
+    } finally {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
     }
   });
 
