@@ -575,12 +575,40 @@ def test_a_linked_fact_is_lifted_by_the_best_kept_item_naming_its_entity_as_a_wo
 
     kept = [item("Annabel met Bruno's sister", 0.9, n=1), item("Ann and Bruno", 0.4, n=2)]
     ann, bruno = item("Ann lives in Lyon", 0.2, n=3), item("Bruno lives in Oslo", 0.1, n=4)
-    ranked = assembler.lift_linked(kept, [("Ann", ann), ("Bruno", bruno)], kept)
+    ranked = assembler.lift_linked(kept, [("Ann", ann), ("Bruno", bruno)], kept, 0.0)
     by_id = {c.item_id: c for c in ranked}
     assert (by_id[bruno.item_id].score, by_id[bruno.item_id].expansion) == (0.9, True)
     # Ann is a word only of the 0.4 item: lifted to that, not to Annabel's 0.9.
     assert (by_id[ann.item_id].score, by_id[ann.item_id].expansion) == (0.4, True)
     assert [c.item_id for c in ranked] == [kept[0].item_id, bruno.item_id, kept[1].item_id, ann.item_id]
+
+
+def test_a_linked_candidate_the_gate_would_leave_out_is_served_as_an_expansion() -> None:
+    """Linked facts are never gated (unified rule 5, as facts_first's multi-hop rows): a
+    candidate that ranks above the kept item naming its entity, on its own words, but lies past
+    the recall floor is served as a `multi_hop_expansion` at its own score. Not linked, or with
+    the gate off, it stays an ordinary candidate."""
+
+    def item(content: str, score: float, distance: float, *, n: int) -> Candidate:
+        return Candidate(
+            item_type="fact", item_id=uuid.UUID(int=n), content=content, tokens=5, score=score,
+            similarity=1 - distance, text_rank=None, recency=None, cosine_distance=distance,
+        )  # fmt: skip
+
+    kept = item("Alice met Bruno at the office", 0.5, 0.3, n=1)
+    far = item("Bruno ordered forty office chairs", 0.7, 0.9, n=2)
+    gate = 0.6
+    by_id = {c.item_id: c for c in assembler.lift_linked([kept, far], [("Bruno", far)], [kept], gate)}
+    assert (by_id[far.item_id].score, by_id[far.item_id].expansion) == (0.7, True)
+    decided = {o.item.item_id: o for o in outcomes(list(by_id.values()), 100, gate, dedupe=True)}
+    assert (decided[far.item_id].decision, decided[far.item_id].reason_code) == (
+        "included",
+        "multi_hop_expansion",
+    )
+    assert not assembler.lift_linked([kept, far], [("Bruno", far)], [kept], 0.0)[0].expansion
+    unlinked = assembler.lift_linked([kept, far], [], [kept], gate)
+    decided = {o.item.item_id: o for o in outcomes(unlinked, 100, gate, dedupe=True)}
+    assert decided[far.item_id].reason_code == "below_relevance_floor"
 
 
 async def test_multi_hop_under_a_full_budget_serves_linked_facts(client: httpx.AsyncClient, key: str) -> None:

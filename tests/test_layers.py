@@ -25,6 +25,7 @@ LAYERS: dict[str, int] = {
     "service.db.sql": 0,
     "service.queries_protocol": 0,
     "service.api.strict_body": 0,
+    "service.api.strict_query": 0,  # a /v1 query string decoded as strictly as a body
     "service.api.ratelimit": 0,
     "service.db.embedded": 0,
     "service.db.connection": 0,  # asyncpg's connection class, whose wait long_transaction raises

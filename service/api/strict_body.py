@@ -20,6 +20,7 @@ import numpy as np
 from litestar import Request
 from litestar.exceptions import ClientException, HTTPException, ValidationException
 
+from service.api.strict_query import check_query
 from service.constants import MAX_JSON_DEPTH
 from service.errors import BudgetExceeded, InvalidBody
 
@@ -204,8 +205,9 @@ def check_query_text(query: bytes) -> None:
 
 
 async def check_request(request: Request[Any, Any, Any]) -> None:
-    """The app-wide before_request hook: the URL's text, then the body."""
+    """The app-wide before_request hook: the URL's text and query parameters, then the body."""
     check_url_text(request)
+    check_query(request)
     await check_json_body(request)
 
 

@@ -36,7 +36,17 @@ from service.constants import (
 )
 from service.context.call import ContextCall
 from service.context.entities import ENTITY_PATTERN, extract_entities
-from service.context.model import Assembled, Candidate, Packed, Probe, Retrieved, decision, pack, preview
+from service.context.model import (
+    Assembled,
+    Candidate,
+    Packed,
+    Probe,
+    Retrieved,
+    below_floor,
+    decision,
+    pack,
+    preview,
+)
 from service.embedding.embedder import Embedder
 from service.ids import uuid7
 from service.observability.timing import StageTimer
@@ -203,11 +213,15 @@ def ranking_key(c: Candidate) -> tuple[float, bool, bool, UUID]:
 
 
 def lift_linked(
-    candidates: Sequence[Candidate], linked: Sequence[tuple[str, Candidate]], kept: Sequence[Candidate]
+    candidates: Sequence[Candidate],
+    linked: Sequence[tuple[str, Candidate]],
+    kept: Sequence[Candidate],
+    gate: float,
 ) -> list[Candidate]:
     """Unified rule 5: an entity-linked fact joins the one ranking at the better of its own score
     and the score of the best kept item that names its entity, so it can be served inside the
-    budget next to what led to it. A candidate lifted that way becomes an expansion too."""
+    budget next to what led to it. A candidate lifted that way becomes an expansion too, and so
+    does one the gate would leave out: linked facts are never gated (as in facts_first)."""
     by_id = {c.item_id: c for c in candidates}
     # entity -> score of the best kept item naming it, for the linked entities only: a kept item
     # is tokenised only when it holds one as a substring, since a packet keeps about a hundred.
@@ -228,6 +242,8 @@ def lift_linked(
             lifted[fact.item_id] = msgspec.structs.replace(base, score=parent, expansion=True)
         elif fact.item_id not in by_id:
             lifted.setdefault(fact.item_id, fact)
+        elif not base.expansion and below_floor(base, gate):
+            lifted[fact.item_id] = msgspec.structs.replace(base, expansion=True)
     merged = [lifted.pop(c.item_id, c) for c in candidates]
     return sorted([*merged, *lifted.values()], key=ranking_key)
 
@@ -242,7 +258,7 @@ async def assemble_unified(
         provisional = preview(retrieved.candidates, call.budget_tokens, gate, retrieved.stand_ins)
         linked = await link_entities(conn, probe, provisional, retrieved)
     with timer.stage("pack"):
-        ranked = lift_linked(retrieved.candidates, linked, provisional)
+        ranked = lift_linked(retrieved.candidates, linked, provisional, gate)
         packed = pack(ranked, call.budget_tokens, gate, dedupe=True, stand_ins=retrieved.stand_ins)
     return retrieved, packed
 

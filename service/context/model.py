@@ -174,6 +174,12 @@ def decision(
     )
 
 
+def below_floor(c: Candidate, max_distance: float) -> bool:
+    """The recall gate's test (`below_relevance_floor`): a cosine distance above max_distance when
+    it is > 0. Expansion facts are never gated; the caller skips them."""
+    return max_distance > 0 and c.cosine_distance is not None and c.cosine_distance > max_distance
+
+
 def served_reason(c: Candidate) -> Literal["packed", "multi_hop_expansion"]:
     """Why a served item is in the packet: the contract's two reasons (docs/spec/api.md). A stand-in
     is `packed`; the `replaced_by_stand_in` decision of its episode, at the same rank, says whose
@@ -277,13 +283,7 @@ def outcomes(
         rank += 1
         event = c.event_id
         text = text_key(c.content) if dedupe else ""
-        gated = (
-            not c.expansion
-            and max_distance > 0
-            and c.cosine_distance is not None
-            and c.cosine_distance > max_distance
-        )
-        if gated:
+        if not c.expansion and below_floor(c, max_distance):
             out.append(Outcome(c, "excluded", "below_relevance_floor", rank))
             continue
         if dedupe and ((event is not None and event in served_events) or text in served_texts):
