@@ -25,9 +25,10 @@ from service import __version__
 from service.api import auth
 from service.constants import IMPORT_CONCURRENCY, IMPORT_MAX_CONCURRENCY
 from service.db import connect, init_connection
-from service.db.embedded import DataDirVersionError
+from service.db.embedded import DataDirError
 from service.db.migrations import MigrationError, migrate
 from service.db.pools import DatabaseUnreachable
+from service.errors import EmbedderConfigError
 from service.repository import health as health_repo
 from service.repository import keys as keys_repo
 from service.scope_id import scope_id_problem
@@ -124,7 +125,22 @@ async def _start_up(settings: Settings) -> str | None:
     if not probe.ok:
         return probe.detail
     await _migrate_only(settings)
+    await _check_embedder_settings(settings)
     return None
+
+
+async def _check_embedder_settings(settings: Settings) -> None:
+    """The embedder's settings before uvicorn starts, so that a model directory that does not
+    exist or a provider that does not answer is `haki: <reason>`, exit 2, not a traceback of the
+    app's start-up. The local model itself is loaded once, by the app."""
+    from service.embedding.embedder import LocalEmbedder, build_embedder, check_embedder
+
+    embedder = build_embedder(settings)
+    try:
+        if not isinstance(embedder, LocalEmbedder):
+            await check_embedder(embedder)
+    finally:
+        await embedder.aclose()
 
 
 async def _migrate_only(settings: Settings) -> list[str]:
@@ -265,7 +281,8 @@ def _import(settings: Settings, args: argparse.Namespace) -> int:
         api_key = os.environ.get("HAKI_API_KEY", "")
         if not api_key:
             print(
-                "haki import: HAKI_URL is set, so HAKI_API_KEY must hold a key of the project",
+                f"haki import: {'--url is given' if args.url else 'HAKI_URL is set'}, so HAKI_API_KEY "
+                "must hold a key of the project",
                 file=sys.stderr,
             )
             return 2
@@ -351,7 +368,7 @@ async def _run_reembed(settings: Settings, args: argparse.Namespace, project: st
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
-    from service.embedding.embedder import EmbedderConfigError, EmbedderError, build_embedder, check_embedder
+    from service.embedding.embedder import EmbedderError, build_embedder, check_embedder
     from service.memory import reembed
 
     embedder = build_embedder(settings)
@@ -455,17 +472,24 @@ def _import_export_document(settings: Settings, args: argparse.Namespace, path: 
         return 1
     if args.url or os.environ.get("HAKI_URL"):
         print(
-            "haki import: an export document is imported straight into the database (unset HAKI_URL)",
+            "haki import: an export document is imported straight into the database "
+            f"({'leave out --url' if args.url else 'unset HAKI_URL'})",
             file=sys.stderr,
         )
         return 2
-    from service.errors import HakiError
+    from service.errors import EmbeddingModelMismatch, HakiError
 
     try:
         summary = asyncio.run(export.import_file(settings, doc, args.project, args.subject))
+    except EmbeddingModelMismatch as exc:  # as a facts or events import: a refusal, exit 2
+        print(f"haki import: {path}: nothing written: {exc.message}", file=sys.stderr)
+        return 2
     except HakiError as exc:
         print(f"haki import: {path}: nothing written: {exc.message}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"haki import: {path}: interrupted; nothing written (all or nothing)", file=sys.stderr)
+        return 130
     print(
         f"{path}: {summary.events} event(s) and {summary.facts} fact(s) written into "
         f"{args.project}/{args.subject} ({summary.retracted} retracted, "
@@ -492,6 +516,17 @@ class Arg:
 
 def arg(*names: str, **options: Any) -> Arg:
     return Arg(names, options)
+
+
+def tcp_port(text: str) -> int:
+    """--port: 0..65535, 0 any free one (uvicorn took 99999 modulo 65536 and logged 99999)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0..65535)")
+    return port
 
 
 def log_level(default: str, help: str) -> Arg:
@@ -523,7 +558,7 @@ COMMANDS: tuple[Command, ...] = (
         "HAKI_DATA_DIR.",
         args=(
             arg("--host", default="127.0.0.1", help="interface to listen on (0.0.0.0: all)"),
-            arg("--port", type=int, default=8000, help="TCP port to listen on"),
+            arg("--port", type=tcp_port, default=8000, help="TCP port, 0..65535 (0: any free one)"),
             log_level(
                 "info", "log level of the server; `debug` also shows the embedded PostgreSQL's start and stop"
             ),
@@ -711,7 +746,15 @@ def configure_logging(level: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
+    # Python hands bytes that are not UTF-8 over as lone surrogates, which no database text holds.
+    for value in given:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            print(f"haki: the argument {value!r} is not valid UTF-8", file=sys.stderr)
+            return 2
+    args = build_parser().parse_args(given)
     configure_logging(args.log_level)
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
     try:
@@ -719,7 +762,7 @@ def main(argv: list[str] | None = None) -> int:
         code: int = args.func(settings, args)
     # A database that cannot be reached is a start-up refusal like a bad setting: every command
     # that connects (service/db/pools.py `connect`) ends here with the reason, not a traceback.
-    except (SettingsError, MigrationError, DataDirVersionError, DatabaseUnreachable) as exc:
+    except (SettingsError, MigrationError, DataDirError, DatabaseUnreachable, EmbedderConfigError) as exc:
         print(f"haki: {exc}", file=sys.stderr)
         return 2
     return code

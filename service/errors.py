@@ -138,6 +138,11 @@ class ErrorBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 UNAVAILABLE_RETRY_AFTER_SECONDS = 1
 
 
+class EmbedderConfigError(RuntimeError):
+    """The embedder cannot work with this configuration (service/embedding); raised at start-up,
+    and by a command as `haki: <reason>`, exit 2."""
+
+
 class HakiError(Exception):
     """A domain error: raised by the repository and service layers, never an HTTP exception.
     A subclass names its row of ERROR_TABLE (`class X(HakiError, status=..., code=...)`); a row

@@ -68,7 +68,8 @@ def stop_embedded(data_dir: Path) -> None:
 
 def cli_env(data_dir: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HAKI_")}
-    env.update(HAKI_DATA_DIR=str(data_dir), HAKI_EMBED_PROVIDER="hash", PYTHONUNBUFFERED="1", **extra)
+    env.update(HAKI_DATA_DIR=str(data_dir), HAKI_EMBED_PROVIDER="hash", PYTHONUNBUFFERED="1")
+    env.update(extra)  # the hash embedder unless told otherwise
     return env
 
 
@@ -286,6 +287,89 @@ def test_every_command_refuses_an_unreachable_database_in_one_line(
     (line,) = res.stderr.splitlines()  # one line, no traceback
     assert line.startswith(UNREACHABLE_LINE), line
     assert "hunter2" not in res.stdout + res.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "embedder"),
+    [
+        (["import", "{facts}", "--project", "p", "--subject", "s"], "no_model"),
+        (["reembed", "--project", "p", "--dry-run"], "no_model"),
+        (["serve", "--port", "{port}"], "no_model"),
+        (["serve", "--port", "{port}"], "no_answer"),
+    ],
+    ids=["import", "reembed", "serve", "serve-openai"],
+)
+def test_an_embedder_that_cannot_start_is_one_line_exit_2(
+    data_dir: Path, tmp_path: Path, command: list[str], embedder: str
+) -> None:
+    """A model directory that does not exist, or an OpenAI-compatible server that does not answer,
+    is a configuration error: `haki: <reason>`, exit 2 (a traceback, exit 1, and `haki serve`
+    exited 3 after uvicorn's start-up traceback)."""
+    facts = tmp_path / "facts.jsonl"
+    facts.write_text('{"content": "never written"}\n')
+    argv = [a.format(facts=facts, port=free_port()) for a in command]
+    env = (
+        {"HAKI_EMBED_PROVIDER": "local", "HAKI_EMBED_MODEL": str(tmp_path / "no-such-model")}
+        if embedder == "no_model"
+        else {"HAKI_EMBED_PROVIDER": "openai", "HAKI_EMBED_BASE_URL": f"http://127.0.0.1:{free_port()}/v1",
+              "HAKI_EMBED_TIMEOUT_SECONDS": "2"}
+    )  # fmt: skip
+    res = run_cli(data_dir, *argv, **env)
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr, res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("haki: "), res.stderr
+    assert ("HAKI_EMBED_MODEL" if embedder == "no_model" else "HAKI_EMBED_BASE_URL") in last, last
+    assert not Path(f"{facts}.haki-progress").exists()
+
+
+def test_a_data_dir_that_cannot_be_one_is_one_line_exit_2(tmp_path: Path) -> None:
+    taken = tmp_path / "a-file"
+    taken.write_text("not a directory")
+    for where in (taken, taken / "below"):
+        res = run_cli(where, "migrate")
+        assert res.returncode == 2, res.stderr
+        (line,) = res.stderr.splitlines()
+        assert line.startswith(f"haki: HAKI_DATA_DIR={where} cannot hold the embedded PostgreSQL"), line
+
+
+@pytest.mark.parametrize("port", ["65536", "99999", "-1", "http"])
+def test_serve_refuses_a_port_that_is_not_one(tmp_path: Path, port: str) -> None:
+    """uvicorn listened on 99999 modulo 65536 while logging 99999; -1 was called an unknown host."""
+    res = run_cli(tmp_path, "serve", "--port", port)
+    assert res.returncode == 2 and "is not a TCP port (0..65535)" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("argv", [["keys", "create", "p\udcff"], ["keys", "list", "p\udcff"]])
+def test_an_argument_that_is_not_utf8_is_one_line_exit_2(tmp_path: Path, argv: list[str]) -> None:
+    """Bytes that are not UTF-8 (`$'p\\xff'`) reach Python as a lone surrogate: refused before
+    anything runs (it was a traceback from the database driver)."""
+    res = run_cli(tmp_path, *argv)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr == "haki: the argument 'p\\udcff' is not valid UTF-8\n", res.stderr
+
+
+def test_ctrl_c_in_an_export_document_import_exits_130(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The document is written in one transaction, so an interrupted import wrote nothing: it
+    says so and exits 130, as the other imports (it was a KeyboardInterrupt traceback, exit 1)."""
+    from service import cli
+    from service.memory import export
+
+    async def interrupted(*args: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(export, "import_file", interrupted)
+    for name in [k for k in os.environ if k.startswith("HAKI_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HAKI_EMBED_PROVIDER", "hash")
+    doc = tmp_path / "export.jsonl"
+    doc.write_text(
+        '{"haki_export": 1, "project_id": "p", "subject_id": "s", "exported_at": "2026-01-01T00:00:00Z"}\n'
+    )
+    assert cli.main(["import", str(doc), "--project", "p", "--subject", "s"]) == 130
+    assert capsys.readouterr().err.endswith("interrupted; nothing written (all or nothing)\n")
 
 
 def test_doctor_prints_every_check_when_the_database_is_unreachable(tmp_path: Path) -> None:

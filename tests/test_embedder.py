@@ -25,7 +25,6 @@ import pytest_asyncio
 from service.cli import configure_logging
 from service.constants import EMBED_DIM
 from service.embedding.embedder import (
-    EmbedderConfigError,
     EmbedderError,
     HashEmbedder,
     LocalEmbedder,
@@ -34,7 +33,7 @@ from service.embedding.embedder import (
     check_embedder,
     resolve_local_model_dir,
 )
-from service.errors import Unavailable
+from service.errors import EmbedderConfigError, Unavailable
 from service.memory.writes import embed_or_unavailable
 from service.settings import Settings
 from tests.helpers.stub_http import serve_posts

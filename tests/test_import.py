@@ -7,6 +7,7 @@ per module, reached through HAKI_DATABASE_URL) with the hash embedder.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import json
 import re
 import signal
@@ -218,6 +219,38 @@ def test_an_import_on_another_model_is_refused_before_any_line_is_embedded(
     # Nothing was written, so the same file on the project's model starts from its first line.
     resumed = haki_import(database, other, "--project", PROJECT, "--subject", "models")
     assert resumed.returncode == 0 and "1 facts written" in resumed.stdout, resumed.stdout
+
+
+def test_a_byte_order_mark_before_line_1_is_read_past(database: str, tmp_path: Path) -> None:
+    """Windows editors start a UTF-8 file with a byte order mark: line 1 was invalid JSON, and an
+    events file was taken for facts (every line rejected)."""
+    events = tmp_path / "events.jsonl"
+    lines = [json.dumps({"content": f"event {i}", "occurred_at": "2024-01-01T00:00:00Z"}) for i in range(3)]
+    events.write_bytes(codecs.BOM_UTF8 + "".join(line + "\n" for line in lines).encode())
+    res = haki_import(database, events, "--project", PROJECT, "--subject", "bom")
+    assert res.returncode == 0, res.stderr
+    assert "importing events" in res.stderr and "0 line(s) rejected" in res.stdout, res.stdout
+    facts = tmp_path / "facts.jsonl"
+    facts.write_bytes(codecs.BOM_UTF8 + b'{"content": "a fact after a BOM"}\n')
+    res = haki_import(database, facts, "--project", PROJECT, "--subject", "bom")
+    assert res.returncode == 0 and "1 facts written" in res.stdout, res.stdout + res.stderr
+    assert counts(database, "bom") == {"facts": 1, "distinct_contents": 1, "events": 3}
+
+
+def test_an_import_stopped_before_it_began_leaves_no_progress_file(database: str, tmp_path: Path) -> None:
+    """An embedder that cannot start (here a model directory that does not exist) stops the
+    import before its first batch: one line, exit 2, and no progress file tying the file to the
+    scope (the next run could not go to another subject without --restart)."""
+    path = write_lines(tmp_path / "facts.jsonl", [json.dumps({"content": "never written"})])
+    res = haki_import(
+        database, path, "--project", PROJECT, "--subject", "no-model",
+        HAKI_EMBED_PROVIDER="local", HAKI_EMBED_MODEL=str(tmp_path / "no-such-model"),
+    )  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    last = res.stderr.splitlines()[-1]
+    assert last.startswith("haki: HAKI_EMBED_MODEL=") and "Traceback" not in res.stderr, res.stderr
+    assert not Path(f"{path}.haki-progress").exists()
+    assert counts(database, "no-model")["facts"] == 0
 
 
 def test_usage_errors(database: str, tmp_path: Path) -> None:

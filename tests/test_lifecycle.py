@@ -3,6 +3,7 @@ an event; listing of events and subjects; export and its re-import; trace retent
 
 from __future__ import annotations
 
+import codecs
 import re
 import uuid
 from typing import Any
@@ -882,3 +883,16 @@ async def test_the_background_task_purges_and_counts_on_metrics(
             await lifecycle_repo.erase_subject(c, project, "u1", uuid.uuid4(), uuid.uuid4())
             await auth.revoke_key_id(c, project, key_id)
         await pool.close()
+
+
+def test_an_export_document_with_a_byte_order_mark_is_read() -> None:
+    """A Windows editor's UTF-8 byte order mark before line 1 is no part of the header."""
+    header = (
+        b'{"haki_export": 1, "project_id": "p", "subject_id": "s", "exported_at": "2024-01-01T00:00:00Z"}'
+    )
+    fact = msgspec.json.encode({"kind": "fact", "fact_id": str(uuid.uuid4()), "content": "fine"})
+    doc = export.parse_document([codecs.BOM_UTF8 + header, fact])
+    assert doc.header is not None and doc.header.subject_id == "s"
+    assert [f.content for f in doc.facts] == ["fine"]
+    with pytest.raises(ValueError, match="line 2"):  # only line 1 may carry it
+        export.parse_document([header, codecs.BOM_UTF8 + fact])

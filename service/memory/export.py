@@ -19,6 +19,7 @@ own.
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import AsyncIterator, Iterable
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
@@ -157,7 +158,8 @@ def parse_document(lines: Iterable[bytes]) -> ExportDocument:
     event_ids: set[UUID] = set()
     fact_ids: set[UUID] = set()
     for n, raw in enumerate(lines, start=1):
-        text = raw.strip()
+        # A UTF-8 byte order mark (Windows editors write one) is no part of line 1's JSON.
+        text = (raw.removeprefix(codecs.BOM_UTF8) if n == 1 else raw).strip()
         if not text:
             continue
         try:

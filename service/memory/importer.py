@@ -33,6 +33,7 @@ HAKI_IDEMPOTENCY_TTL_SECONDS). `--restart` ignores a saved position and starts a
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import dataclasses
 import functools
@@ -287,7 +288,8 @@ def _batches(
                 break
             offset += len(raw)
             line_no += 1
-            text = raw.strip()
+            # A UTF-8 byte order mark (Windows editors write one) is no part of line 1's JSON.
+            text = (raw.removeprefix(codecs.BOM_UTF8) if line_no == 1 else raw).strip()
             if text:
                 try:
                     batch.items.append((line_no, decoder.decode(text)))
@@ -426,9 +428,10 @@ def detect_kind(path: Path) -> Kind | Literal["export"]:
     has it, no fact does), else `facts`; an unreadable first line is left to the import to report."""
     try:
         with path.open("rb") as f:
-            for raw in f:
-                if raw.strip():
-                    first = msgspec.json.decode(raw)
+            for n, raw in enumerate(f):
+                text = (raw.removeprefix(codecs.BOM_UTF8) if n == 0 else raw).strip()
+                if text:
+                    first = msgspec.json.decode(text)
                     if isinstance(first, dict) and "haki_export" in first:
                         return "export"
                     return "events" if isinstance(first, dict) and "occurred_at" in first else "facts"
@@ -707,17 +710,22 @@ async def run_import(settings: Settings, opts: ImportOptions) -> int:
         return Exit.USAGE
 
     writer: _LocalWriter | _RemoteWriter
+    opened = False
     try:
         if opts.remote is not None:
             writer = await _RemoteWriter.open(opts.remote, opts)
         else:
             writer = await _LocalWriter.open(settings, opts.project_id)
+        opened = True
     except (ImportAborted, EmbeddingModelMismatch) as exc:
         said = exc.message if isinstance(exc, EmbeddingModelMismatch) else str(exc)
         err.print(f"haki import: nothing written: {said}", highlight=False, markup=False)
-        if fresh:  # nothing began: the file may go to another scope without --restart
-            progress_path(opts.path).unlink(missing_ok=True)
         return Exit.USAGE
+    finally:
+        # Whatever stopped the start (a refusal, the database or the embedder, Ctrl-C), nothing
+        # began: the file may go to another scope without --restart.
+        if not opened and fresh:
+            progress_path(opts.path).unlink(missing_ok=True)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -795,5 +803,8 @@ def main_sync(settings: Settings, opts: ImportOptions) -> int:
     try:
         return asyncio.run(run_import(settings, opts))
     except KeyboardInterrupt:
-        print("haki import: aborted; the batches in flight were rolled back", file=sys.stderr)
+        print(
+            "haki import: aborted; a batch in flight was rolled back, the same command resumes",
+            file=sys.stderr,
+        )
         return Exit.INTERRUPTED
