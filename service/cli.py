@@ -264,6 +264,9 @@ def _import(settings: Settings, args: argparse.Namespace) -> int:
     from service.memory import importer
 
     path = Path(args.file)
+    if args.file == "-" and not path.exists():
+        print("haki import: reading standard input is not supported: give the file's path", file=sys.stderr)
+        return int(importer.Exit.USAGE)
     if not path.is_file():
         print(f"haki import: {path}: {'not a file' if path.exists() else 'no such file'}", file=sys.stderr)
         return int(importer.Exit.USAGE)
@@ -734,6 +737,9 @@ def build_parser() -> argparse.ArgumentParser:
             groups[command.path] = sub.add_subparsers(dest=f"{name}_command", required=True)
         else:
             sub.set_defaults(func=command.handler)
+    for path, subparsers in groups.items():
+        # argparse names a missing subcommand by its dest ("required: keys_command"): the choices.
+        subparsers.metavar = "{" + ",".join(c.path[-1] for c in COMMANDS if c.path[:-1] == path) + "}"
     return parser
 
 

@@ -259,6 +259,8 @@ def test_usage_errors(database: str, tmp_path: Path) -> None:
         missing.returncode == 2
         and missing.stderr == f"haki import: {tmp_path / 'nope.jsonl'}: no such file\n"
     )
+    stdin = haki_import(database, "-", "--project", PROJECT, "--subject", "s")
+    assert stdin.returncode == 2 and "standard input is not supported" in stdin.stderr, stdin.stderr
     path = write_lines(tmp_path / "one.jsonl", [json.dumps({"content": "x"})])
     bad_scope = haki_import(database, path, "--project", "", "--subject", "s")
     assert bad_scope.returncode == 2
