@@ -2124,13 +2124,15 @@ BEGIN
                    'conflict_set_id', NEW.conflict_set_id, 'subject_id', NEW.subject_id, 'key', NEW.key,
                    'member_fact_ids', coalesce(m.ids, '{}'),
                    'kept_fact_ids', coalesce(m.kept, '{}'),
-                   'superseded_fact_ids', coalesce(m.dropped, '{}')),
+                   'superseded_fact_ids', coalesce(m.superseded, '{}'),
+                   'retracted_fact_ids', coalesce(m.retracted, '{}')),
                CASE WHEN wants THEN jsonb_build_object('member_contents', coalesce(m.contents, '{}')) END,
                coalesce(m.ids, '{}')
         FROM (
             SELECT array_agg(f.fact_id ORDER BY f.fact_id) AS ids,
                    array_agg(f.fact_id ORDER BY f.fact_id) FILTER (WHERE f.status = 'active') AS kept,
-                   array_agg(f.fact_id ORDER BY f.fact_id) FILTER (WHERE f.status <> 'active') AS dropped,
+                   array_agg(f.fact_id ORDER BY f.fact_id) FILTER (WHERE f.status = 'superseded') AS superseded,
+                   array_agg(f.fact_id ORDER BY f.fact_id) FILTER (WHERE f.status = 'retracted') AS retracted,
                    jsonb_object_agg(f.fact_id, f.content) AS contents
             FROM public.conflict_members AS cm
             JOIN public.facts AS f ON f.project_id = cm.project_id AND f.fact_id = cm.fact_id

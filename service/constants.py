@@ -102,6 +102,11 @@ DEFAULT_PAGE_LIMIT: Final = 50
 # GET /v1/conflicts: a page holds whole sets up to this many members (a larger set comes alone),
 # then `next_cursor`; the bound the listing had as a silent LIMIT on its member rows.
 CONFLICT_PAGE_MEMBERS: Final = 10_000
+# The MCP tools that list many memories (inspect, list_conflicts) answer a model, whose context
+# they must not flood: a memory's text is cut to this many characters (with an ellipsis), and a
+# conflicts page holds this many members (a larger set still comes whole, alone).
+MCP_CONTENT_CHARS: Final = 300
+MCP_CONFLICT_PAGE_MEMBERS: Final = 100
 # Events' vectors in context (docs/spec/context-profiles.md, rule 8), made by a background
 # worker: the events it embeds at once, and its wait once nothing is pending.
 EVENT_CONTEXT_BATCH: Final = 64

@@ -158,7 +158,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 )
         for field in HEADER_SECRETS:
             secret = getattr(self, field)
-            if secret is not None and not _VISIBLE_ASCII.fullmatch(secret):
+            if secret is not None and not VISIBLE_ASCII.fullmatch(secret):
                 # The value is a secret: the error names the variable, never what it holds.
                 raise SettingsError(
                     f"{env_name(field)} must be visible ASCII characters: it is sent as a bearer token"
@@ -169,7 +169,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 # request that sent it (a 500), long after the start.
 HEADER_SECRETS = ("embed_api_key", "extract_api_key")
 KEYED_URLS = (("embed_base_url", "embed_api_key"), ("extract_base_url", "extract_api_key"))
-_VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
+VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
 
 
 def env_name(field: str) -> str:

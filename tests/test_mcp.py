@@ -35,6 +35,7 @@ from service.api.mcp_server import INSTRUCTIONS, ConfigError, ReachServer, bridg
 from service.api.memory import get_conflicts, post_facts
 from service.api.ratelimit import RateLimiter
 from service.app import create_app
+from service.constants import MCP_CONTENT_CHARS
 from service.context import inspection
 from service.db.replica import ReadRouter
 from service.embedding.embedder import Embedder
@@ -46,7 +47,7 @@ from service.structs import ExtractResponse, FactIn, WriteFactsRequest, WriteFac
 from tests.helpers import PROJECT, assert_error, bearer
 from tests.helpers.app import SingleConnectionPool
 from tests.helpers.fake_chat import FakeChat, answer, fake_chat
-from tests.helpers.mcp_sessions import TRANSPORTS, mcp_in_process, over_stdio, session_on, tool_session
+from tests.helpers.mcp_sessions import TRANSPORTS, mcp_in_process, session_on, tool_session
 from tests.helpers.server import REPO, Server, free_port, running_server
 from tests.helpers.stub_http import serve_posts
 
@@ -236,11 +237,24 @@ def test_http_transport_needs_a_key(world: World) -> None:
         assert r.headers["www-authenticate"].startswith("Bearer")
 
 
-async def test_stdio_pins_the_project_it_is_given(world: World) -> None:
-    # HAKI_PROJECT_ID naming another project than the key's: every call is a 403 the model reads.
-    async with over_stdio(world.server, world.key_b, HAKI_PROJECT_ID="mcp-a") as session:
-        refused = await call_error(session, "recall", subject_id="alice-http", query="Where does Alice work?")
-        assert "forbidden" in refused
+def test_stdio_refuses_a_pinned_project_the_key_may_not_reach(world: World) -> None:
+    """HAKI_PROJECT_ID naming another project than the key's: `haki mcp` started, and every tool
+    call was then a 403; it is refused at start, exit 2, as a refused key is."""
+    env = {"HAKI_URL": world.server.url, "HAKI_API_KEY": world.key_b, "HAKI_PROJECT_ID": "mcp-a"}
+    done = haki_mcp({**world.server.env, **env})
+    assert done.returncode == 2, done.stderr
+    said = done.stderr.splitlines()[-1]
+    assert said.startswith("haki mcp: HAKI_PROJECT_ID='mcp-a' was refused: forbidden: "), said
+
+
+@pytest.mark.parametrize("tail", ["\n", " ", "\u043a"])
+def test_stdio_refuses_a_key_no_header_carries_and_never_prints_it(world: World, tail: str) -> None:
+    """A key with a line end (read from a file) or a pasted character was sent, and its refusal
+    quoted the whole key on stderr, which MCP clients keep in their logs."""
+    done = haki_mcp({**world.server.env, "HAKI_URL": world.server.url, "HAKI_API_KEY": world.key_a + tail})
+    assert done.returncode == 2, done.stderr
+    assert "HAKI_API_KEY must be visible ASCII characters" in done.stderr
+    assert world.key_a not in done.stderr and world.key_a[3:20] not in done.stderr
 
 
 def haki_mcp(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -626,3 +640,29 @@ async def test_tool_calls_follow_the_read_routing_of_the_routes(
     )
     assert listed.conflicts == []
     assert sample("haki_read_replica_fallbacks_total", reason="unreplayed_write") == 1
+
+
+async def test_tools_that_list_many_memories_cut_each_text(
+    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str
+) -> None:
+    """`inspect` and `list_conflicts` answer a model: a memory's text is cut to MCP_CONTENT_CHARS
+    (an 8,000-character fact is not repeated whole for every decision or member)."""
+    long_a, long_b = "Maya lives in Lyon. " + "a" * 2000, "Maya lives in Oslo. " + "b" * 2000
+    async with tool_session(settings, conn, hash_embedder, key) as (_, session):
+        await call(session, "remember", subject_id="long", facts=[{"content": "Maya reads. " + "c" * 2000}])
+        await call(
+            session, "remember", subject_id="long",
+            facts=[{"content": long_a, "key": "city"}, {"content": long_b, "key": "city"}],
+        )  # fmt: skip
+        recalled = await session.call_tool("recall", {"subject_id": "long", "query": "What does Maya read?"})
+        assert isinstance(recalled.structured_content, dict)
+        explained = await call_json(session, "inspect", trace_id=recalled.structured_content["trace_id"])
+        contents = [i["content"] for i in explained["items"]]
+        assert len(contents) == 3
+        assert all(len(c) == MCP_CONTENT_CHARS and c.endswith("\u2026") for c in contents), contents
+        listed = await call_json(session, "list_conflicts", subject_id="long")
+        (members,) = [c["members"] for c in listed["conflicts"]]
+        assert sorted(m["content"] for m in members) == [
+            long_a[: MCP_CONTENT_CHARS - 1] + "\u2026",
+            long_b[: MCP_CONTENT_CHARS - 1] + "\u2026",
+        ]

@@ -341,6 +341,7 @@ async def test_each_committed_change_delivers_exactly_its_events(
     assert dropped["data"]["fact_id"] == a["fact_id"]
     assert resolved["data"]["kept_fact_ids"] == [b["fact_id"]]
     assert resolved["data"]["superseded_fact_ids"] == [a["fact_id"]]
+    assert resolved["data"]["retracted_fact_ids"] == []
     assert superseded["data"]["fact_id"] == c["fact_id"] and superseded["data"]["key"] == "city"
     assert retracted["data"]["fact_id"] == d["fact_id"]
     assert erased["data"]["facts"] == 4 and erased["data"]["conflict_sets"] == 1
@@ -355,6 +356,28 @@ async def test_each_committed_change_delivers_exactly_its_events(
     assert (await deliver(conn, wsettings)).delivered == 0
     listed = (await wclient.get("/v1/webhooks", headers=bearer(key))).json()["webhooks"][0]
     assert (listed["pending"], listed["delivered"], listed["dead"], listed["last_status"]) == (0, 6, 0, 200)
+
+
+async def test_a_set_resolved_by_a_retraction_lists_the_member_retracted(
+    wclient: httpx.AsyncClient, key: str, conn: asyncpg.Connection, wsettings: Settings, receiver: Receiver
+) -> None:
+    """A set left with one claim because a member was retracted is resolved; its
+    `conflict.resolved` listed the retracted member among `superseded_fact_ids`, although the fact
+    is `retracted` (its own event says so)."""
+    await subscribe(wclient, key, receiver.url, ["conflict.resolved", "fact.retracted"])
+    (a,) = await write_facts(wclient, key, [{"content": "Bo works at Acme", "key": "employer"}], "s-ret")
+    (b,) = await write_facts(wclient, key, [{"content": "Bo works at Globex", "key": "employer"}], "s-ret")
+    r = await wclient.patch(f"/v1/facts/{a['fact_id']}", json={"status": "retracted"}, headers=bearer(key))
+    assert r.status_code == 200, r.text
+    await deliver(conn, wsettings, rounds=4)
+    resolved = next(d.event for d in receiver.deliveries if d.event["type"] == "conflict.resolved")
+    data = resolved["data"]
+    assert data["conflict_set_id"] == b["conflict_set_id"]
+    assert (data["kept_fact_ids"], data["superseded_fact_ids"], data["retracted_fact_ids"]) == (
+        [b["fact_id"]],
+        [],
+        [a["fact_id"]],
+    )
 
 
 async def test_a_subscription_gets_only_its_kinds_and_content_when_asked(

@@ -57,7 +57,7 @@ from service.api.extract import post_extract
 from service.api.lifecycle import delete_subject
 from service.api.memory import get_conflicts, post_events, post_facts, post_resolve
 from service.api.strict_body import check_query_text
-from service.constants import MAX_PAGE_LIMIT
+from service.constants import MAX_PAGE_LIMIT, MCP_CONFLICT_PAGE_MEMBERS, MCP_CONTENT_CHARS
 from service.context import inspection
 from service.context.render import render
 from service.errors import (
@@ -73,6 +73,7 @@ from service.errors import (
 from service.memory import writes as memory
 from service.repository import traces
 from service.scope_id import scope_id_problem
+from service.settings import VISIBLE_ASCII
 from service.structs import (
     ConflictList,
     ConflictSet,
@@ -450,7 +451,13 @@ async def recall(
         Field(min_length=1, max_length=4000, description="The question you are about to answer."),
     ],
     budget_tokens: Annotated[
-        int, Field(ge=1, le=100_000, description="Most tokens the block may take.")
+        int,
+        Field(
+            ge=1,
+            le=100_000,
+            description="Most tokens the memories' text may take (4 characters a token); the "
+            "block adds up to about 20 tokens a fact (its dates and id), 5 an episode.",
+        ),
     ] = 900,
 ) -> types.CallToolResult:
     call = caller(ctx)
@@ -548,8 +555,9 @@ async def list_facts(
 
 
 @tool(
-    "List the open conflicts of a subject, with their member facts' ids and content, to decide "
-    "what to pass to `resolve_conflict`.",
+    "List the open conflicts of a subject, with their member facts' ids and content (cut to "
+    f"{MCP_CONTENT_CHARS} characters), to decide what to pass to `resolve_conflict`. A page "
+    f"holds whole sets, about {MCP_CONFLICT_PAGE_MEMBERS} members; pass `next_cursor` for more.",
     title="List open conflicts",
     output=ConflictList,
     read_only=True,
@@ -563,11 +571,26 @@ async def list_conflicts(
 ) -> types.CallToolResult:
     call = caller(ctx)
     scope = call.request(ScopedRequest, subject_id=subject_id)
-    return result(
-        await call.run(
-            lambda deps: get_conflicts(deps, scope.project_id, scope.subject_id, "open", cursor), reads=True
-        )
+    page = await call.run(
+        lambda deps: get_conflicts(
+            deps, scope.project_id, scope.subject_id, "open", cursor, MCP_CONFLICT_PAGE_MEMBERS
+        ),
+        reads=True,
     )
+    previewed = [
+        msgspec.structs.replace(
+            c, members=[msgspec.structs.replace(m, content=preview(m.content)) for m in c.members]
+        )
+        for c in page.conflicts
+    ]
+    return result(msgspec.structs.replace(page, conflicts=previewed))
+
+
+def preview(text: str | None) -> str | None:
+    """A memory's text in a tool that lists many: MCP_CONTENT_CHARS at most, cut with an ellipsis."""
+    if text is None or len(text) <= MCP_CONTENT_CHARS:
+        return text
+    return text[: MCP_CONTENT_CHARS - 1] + "\u2026"
 
 
 @tool(
@@ -592,10 +615,10 @@ async def resolve_conflict(
 
 
 @tool(
-    "Explain one `recall`: every memory it considered, with its content, and whether it was "
-    "served, left out (over the budget, not relevant enough) or blocked (open conflict, stale), "
-    "and why. Pass the trace id from the end of a `recall` answer; `scores: true` adds each "
-    "item's rank and scores.",
+    "Explain one `recall`: every memory it considered, with its content (cut to "
+    f"{MCP_CONTENT_CHARS} characters), and whether it was served, left out (over the budget, not "
+    "relevant enough) or blocked (open conflict, stale), and why. Pass the trace id from the end "
+    "of a `recall` answer; `scores: true` adds each item's rank and scores.",
     title="Explain a recall",
     output=Explanation,
     read_only=True,
@@ -618,7 +641,7 @@ async def inspect(
         Explained(
             item_type=d.item_type,
             item_id=d.item_id,
-            content=contents.get(d.item_id),
+            content=preview(contents.get(d.item_id)),
             decision=DECIDED[d.decision],  # type: ignore[arg-type]  # the three decisions, renamed
             reason=d.reason_code,
             scores=msgspec.convert(d, Scores, from_attributes=True) if scores else None,
@@ -630,11 +653,11 @@ async def inspect(
 
 
 @tool(
-    "Hand Haki the raw messages of a conversation: each is stored as a dated event, and the "
-    "server's extraction model (if the deployment configured one) stores the durable facts they "
-    "state, with consistent keys, replacing facts they update. Use it at the end of a "
-    "conversation instead of many `remember` calls. `write: false` only shows what would be "
-    "stored.",
+    "Hand Haki the raw messages of a conversation: the server's extraction model stores each "
+    "as a dated event and the durable facts they state, with consistent keys, replacing facts "
+    "they update. Use it at the end of a conversation instead of many `remember` calls. It needs "
+    "the deployment's extraction model: without one it answers `unavailable` and stores nothing "
+    "(use `remember` and `record_event`). `write: false` only shows what would be stored.",
     title="Remember a conversation",
     output=ExtractResponse,
 )
@@ -833,6 +856,13 @@ def _stdio_config(env: dict[str, str]) -> tuple[str, str, str | None]:
     api_key = env.get("HAKI_API_KEY", "")
     if not api_key:
         raise ConfigError("HAKI_API_KEY must hold a key of the project (haki keys create PROJECT_ID)")
+    if not VISIBLE_ASCII.fullmatch(api_key):
+        # A newline from a key file, a pasted character: no header carries it. The message never
+        # shows the key (MCP clients keep stderr in their logs).
+        raise ConfigError(
+            "HAKI_API_KEY must be visible ASCII characters, as `haki keys create` prints it "
+            "(no spaces or line ends around it)"
+        )
     return url.rstrip("/"), api_key, env.get("HAKI_PROJECT_ID") or None
 
 
@@ -896,10 +926,12 @@ class ReachServer(httpx2.AsyncBaseTransport):
         await self.inner.aclose()
 
 
-async def check_endpoint(http: httpx2.AsyncClient, url: str, endpoint: str) -> None:
+async def check_endpoint(
+    http: httpx2.AsyncClient, url: str, endpoint: str, project_id: str | None = None
+) -> None:
     """One MCP `ping` to the server's /mcp with the key, before the MCP client talks: a wrong URL,
     a refused key, a server without /mcp or one that does not speak MCP there is a clear message
-    rather than a failed handshake."""
+    rather than a failed handshake; so is a pinned project the key may not reach."""
     ping = {"jsonrpc": "2.0", "id": 0, "method": "ping"}
     r = await http.post(endpoint, json=ping, headers={"Accept": "application/json, text/event-stream"})
     try:
@@ -915,6 +947,16 @@ async def check_endpoint(http: httpx2.AsyncClient, url: str, endpoint: str) -> N
         raise ConfigError(f"{endpoint} answered HTTP {r.status_code} {said}")
     if not isinstance(answer, types.JSONRPCResponse) or answer.id != 0:
         raise ConfigError(f"{endpoint} is not a Haki MCP server: it answered an MCP ping with {said!r}")
+    if project_id is not None:
+        # The ping does not read the pin; a page of one fact does, as every tool would.
+        page = await http.get(f"{url}/v1/facts", params={"project_id": project_id, "limit": 1})
+        if page.status_code != 200:
+            try:
+                refused = msgspec.json.decode(page.content, type=ErrorBody)
+                said = f"{refused.code}: {refused.message}"
+            except msgspec.DecodeError:
+                said = f"HTTP {page.status_code} {one_line(page.text)}"
+            raise ConfigError(f"HAKI_PROJECT_ID={project_id!r} was refused: {said}")
 
 
 def start_failure(exc: BaseException, endpoint: str) -> str:
@@ -970,7 +1012,7 @@ async def serve_stdio(url: str, api_key: str, project_id: str | None) -> int:
     serving = False
     try:
         async with httpx2.AsyncClient(headers=headers, timeout=timeout, transport=ReachServer(url)) as http:
-            await check_endpoint(http, url, endpoint)
+            await check_endpoint(http, url, endpoint, project_id)
             async with (
                 streamable_http_client(endpoint, http_client=http) as (read, write),
                 ClientSession(read, write) as remote,
@@ -985,7 +1027,8 @@ async def serve_stdio(url: str, api_key: str, project_id: str | None) -> int:
         # Before serving, any failure is the configuration's or the server's: exit 2 with why.
         if serving:
             raise
-        print(f"haki mcp: {start_failure(exc, endpoint)}", file=sys.stderr)
+        # A failure's repr may quote the request's header: never the key.
+        print(f"haki mcp: {start_failure(exc, endpoint).replace(api_key, '<HAKI_API_KEY>')}", file=sys.stderr)
         return 2
     finally:
         sdk_log.setLevel(level)

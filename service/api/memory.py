@@ -220,9 +220,12 @@ async def get_conflicts(
     subject_id: str | None,
     status: Literal["open", "resolved"] | None,
     cursor: str | None = None,
+    page_members: int | None = None,
 ) -> ConflictList:
     deps.reads.fresh(project_id, subject_id)
-    return await memory.list_conflicts(deps.conn, deps.principal, project_id, subject_id, status, cursor)
+    return await memory.list_conflicts(
+        deps.conn, deps.principal, project_id, subject_id, status, cursor, page_members
+    )
 
 
 async def post_resolve(deps: RouteDeps, conflict_set_id: UUID, data: ResolveConflictRequest) -> ConflictSet:

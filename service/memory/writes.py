@@ -383,13 +383,15 @@ async def list_conflicts(
     subject_id: str | None,
     status: str | None,
     cursor: str | None = None,
+    page_members: int | None = None,
 ) -> ConflictList:
-    """One page: whole sets, CONFLICT_PAGE_MEMBERS members at most (a larger set alone), then
-    `next_cursor`: a silent bound on member rows hid a big set's members and older sets."""
+    """One page: whole sets, `page_members` (CONFLICT_PAGE_MEMBERS) members at most (a larger set
+    alone), then `next_cursor`: a silent bound on member rows hid a big set's members and older sets."""
     principal.require(project_id)
     after = decode_conflict_cursor(cursor) if cursor else None
+    bound = CONFLICT_PAGE_MEMBERS if page_members is None else page_members
     sets, more = await conflicts_repo.conflict_page(
-        conn, project_id, subject_id, status, after=after, page_members=CONFLICT_PAGE_MEMBERS
+        conn, project_id, subject_id, status, after=after, page_members=bound
     )
     last = sets[-1] if more and sets else None
     return ConflictList(
