@@ -47,6 +47,9 @@ from service.db.embedded import embedded_server, embedded_standby, embedded_url
 from service.db.migrations import migrate
 from service.repository import replica as replica_repo
 
+# B's /metrics token: /metrics is closed without one.
+METRICS_TOKEN = "replica-bench-metrics"
+
 
 def fallbacks(metrics: str) -> dict[str, float]:
     found = re.findall(r'^haki_read_replica_fallbacks_total\{reason="(\w+)"\} (\S+)$', metrics, re.MULTILINE)
@@ -177,9 +180,10 @@ async def run(
                 errors += s["errors"]
         mixed: dict[str, dict[str, Any]] = {}
         for name, client in (("A", ca), ("B", cb)):
-            before = (await cb.get("/metrics")).text
+            scrape = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+            before = (await cb.get("/metrics", headers=scrape)).text
             out = await measure(client, key, args, 0.2)
-            after = (await cb.get("/metrics")).text
+            after = (await cb.get("/metrics", headers=scrape)).text
             note = ""
             if name == "B":
                 fb = {k: v - fallbacks(before).get(k, 0.0) for k, v in fallbacks(after).items()}
@@ -248,7 +252,11 @@ def main(argv: list[str] | None = None) -> int:
         a.start()
         b = Server(
             args.embed,
-            env={"HAKI_DATABASE_URL": primary_url, "HAKI_DATABASE_READ_URL": standby_url},
+            env={
+                "HAKI_DATABASE_URL": primary_url,
+                "HAKI_DATABASE_READ_URL": standby_url,
+                "HAKI_METRICS_TOKEN": METRICS_TOKEN,
+            },
             project=PROJECT,
         )
         servers.append(b)

@@ -161,13 +161,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             if secret is not None and not VISIBLE_ASCII.fullmatch(secret):
                 # The value is a secret: the error names the variable, never what it holds.
                 raise SettingsError(
-                    f"{env_name(field)} must be visible ASCII characters: it is sent as a bearer token"
+                    f"{env_name(field)} must be visible ASCII characters: it is a bearer token"
                 )
 
 
-# Keys sent in an Authorization header, which holds ASCII only: another character failed every
-# request that sent it (a 500), long after the start.
-HEADER_SECRETS = ("embed_api_key", "extract_api_key")
+# Keys sent or received in an Authorization header, which holds ASCII only: another character
+# failed every request that sent it (a 500), long after the start, or could never be sent.
+HEADER_SECRETS = ("embed_api_key", "extract_api_key", "metrics_token")
 KEYED_URLS = (("embed_base_url", "embed_api_key"), ("extract_base_url", "extract_api_key"))
 VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
 

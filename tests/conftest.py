@@ -26,6 +26,7 @@ from service.db.embedded import bin_dir, embedded_url
 from service.db.migrations import migrate
 from service.embedding.embedder import Embedder, HashEmbedder, LocalEmbedder
 from service.settings import Settings
+from tests.helpers import METRICS_TOKEN
 from tests.helpers.app import SharedApp, make_client
 from tests.helpers.fake_chat import FakeChat, fake_chat
 from tests.helpers.server import Server, running_server, scratch_data_dir
@@ -96,7 +97,12 @@ def pg_data_dir() -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def settings(pg_data_dir: Path) -> Settings:
-    return Settings(data_dir=pg_data_dir, embed_provider="hash", database_url=embedded_url(pg_data_dir))
+    return Settings(
+        data_dir=pg_data_dir,
+        embed_provider="hash",
+        database_url=embedded_url(pg_data_dir),
+        metrics_token=METRICS_TOKEN,
+    )
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,8 @@ how it authenticates and how it is scoped:
 - `cookie`: the HTML pages under /ui (a browser cannot send a Bearer header on navigation): no
   live session in its cookie (none, a raw key, junk, a logged-out or revoked key's) -> 303 to
   /ui/login; another project's object -> 404. Their POSTs carry the session's CSRF token.
+- `token`: `/metrics`, Prometheus's scrape of every project's aggregates: its own bearer
+  (HAKI_METRICS_TOKEN), never a project key; closed when the server has none.
 - `public`: the documented exceptions, each with its reason (they serve no tenant data).
 /healthz and the OpenAPI pages under /docs are public by the spec and not listed.
 """
@@ -33,7 +35,7 @@ from service.embedding.embedder import HashEmbedder
 from service.errors import Unauthorized
 from service.repository import keys as keys_repo
 from service.settings import Settings
-from tests.helpers import PROJECT, assert_error, bearer, get_fact, post_facts
+from tests.helpers import METRICS_AUTH, PROJECT, assert_error, bearer, get_fact, post_facts
 from tests.helpers.chromium import UI_COOKIE, ui_login
 
 OTHER_PROJECT = "proj-b"
@@ -60,7 +62,7 @@ Request = tuple[str, dict[str, Any] | None, dict[str, Any] | None]  # url, query
 
 @dataclass(frozen=True)
 class Route:
-    auth: Literal["bearer", "cookie", "public"]
+    auth: Literal["bearer", "cookie", "token", "public"]
     scope: Literal["project", "id", "none"]  # names a project / addresses an object by id / neither
     build: Callable[[Objects, str], Request]
     ok_status: int = 200
@@ -188,13 +190,8 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("POST", "/ui/subject/erase"): Route(
         "cookie", "id", _url("/ui/subject/erase"), form={"subject_id": "auth"}
     ),
+    ("GET", "/metrics"): Route("token", "none", _url("/metrics")),
     # --- documented public routes ---
-    ("GET", "/metrics"): Route(
-        "public",
-        "none",
-        _url("/metrics"),
-        why_public="Prometheus scrape: aggregates with no tenant label, for an internal network",
-    ),
     ("GET", "/ui"): Route("public", "none", _url("/ui"), 303, why_public="redirect to /ui/subjects"),
     ("GET", "/ui/assets/haki.css"): Route(
         "public", "none", _url("/ui/assets/haki.css"), why_public="stylesheet"
@@ -573,6 +570,16 @@ async def test_public_routes_serve_no_tenant_data(
         for secret in (PROJECT, "Alice works at", objects.fact_id, objects.trace_id, key):
             assert secret not in r.text, (method, path, secret)
     client.cookies.clear()
+
+
+@pytest.mark.parametrize(("method", "path"), routes_where(auth="token"), ids=ids(routes_where(auth="token")))
+async def test_token_routes_take_their_token_and_no_project_key(
+    client: httpx.AsyncClient, key: str, objects: Objects, method: str, path: str
+) -> None:
+    request = ROUTES[(method, path)].build(objects, PROJECT)
+    for headers in ({}, bearer(key), {"Authorization": "Bearer not-the-token"}):
+        assert_error(await send(client, method, request, headers), 401, "unauthorized")
+    assert (await send(client, method, request, METRICS_AUTH)).status_code == 200
 
 
 # --- key storage -------------------------------------------------------------------------------

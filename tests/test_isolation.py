@@ -333,7 +333,8 @@ OFF_SCHEMA: dict[tuple[str, str], Callable[[World], list[Probe]]] = {
     ("POST", "/ui/traces/{trace_id}/replay"): lambda w: [
         probe(f"/ui/traces/{w.a_trace_id}/replay", form={"budget_tokens": "100000", "profile": ""})
     ],
-    ("GET", "/metrics"): lambda w: [probe("/metrics", expected=200)],
+    # Its own token (HAKI_METRICS_TOKEN): a project key never opens the cross-project aggregates.
+    ("GET", "/metrics"): lambda w: [probe("/metrics", expected=401)],
     ("GET", "/docs"): lambda w: [probe("/docs", expected=200)],
     ("GET", "/docs/openapi.json"): lambda w: [probe("/docs/openapi.json", expected=200)],
     ("GET", "/docs/swagger"): lambda w: [probe("/docs/swagger", expected=200)],

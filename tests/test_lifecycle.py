@@ -23,6 +23,7 @@ from service.observability.metrics import Metrics
 from service.repository import idempotency
 from service.settings import Settings
 from tests.helpers import (
+    METRICS_AUTH,
     PROJECT,
     CountingEmbedder,
     assert_error,
@@ -737,7 +738,7 @@ async def test_retention_purges_exactly_the_expired_calls_in_batches(
 
 
 async def test_metrics_page_lists_purged_rows(client: httpx.AsyncClient) -> None:
-    text = (await client.get("/metrics")).text
+    text = (await client.get("/metrics", headers=METRICS_AUTH)).text
     assert 'haki_trace_rows_purged_total{table="context_calls"}' in text
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers import bearer, post_facts, write_events
+from tests.helpers import METRICS_AUTH, bearer, post_facts, write_events
 
 PROJECT = "proj-a"
 # The stages of the default `unified` profile (facts_first also times "episodes").
@@ -14,7 +14,7 @@ STAGES = ("embed", "candidates", "multi_hop", "pack", "trace")
 
 
 async def scrape(client: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    r = await client.get("/metrics")  # no key: see docs/scaling.md, "Metrics"
+    r = await client.get("/metrics", headers=METRICS_AUTH)  # its own token: docs/scaling.md, "Metrics"
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith("text/plain")
     samples: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
@@ -121,6 +121,21 @@ async def test_metrics_is_not_in_the_api_schema(client: Any) -> None:
     spec = (await client.get("/docs/openapi.json")).json()
     assert "/metrics" not in spec["paths"]
     assert not any(p.startswith("/ui") for p in spec["paths"])
+
+
+async def test_metrics_is_closed_without_a_token(
+    settings: Any, conn: Any, hash_embedder: Any, key: str
+) -> None:
+    """Every route but /healthz and the API docs needs a bearer (docs/spec/api.md): without
+    HAKI_METRICS_TOKEN /metrics answers no one (it was open), and a project key never opens it."""
+    from tests.helpers.app import make_client
+
+    async with make_client(settings, conn, hash_embedder, metrics_token=None) as c:
+        for headers in ({}, bearer(key), METRICS_AUTH):
+            r = await c.get("/metrics", headers=headers)
+            assert r.status_code == 401 and r.json()["code"] == "unauthorized", r.text
+            assert "set HAKI_METRICS_TOKEN" in r.json()["message"]
+            assert "haki_" not in r.text
 
 
 async def test_metrics_token_when_configured(settings: Any, conn: Any, hash_embedder: Any) -> None:

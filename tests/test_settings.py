@@ -125,7 +125,7 @@ def test_nan_is_refused_by_name(field: str) -> None:
         Settings.from_env({env_name(field): "nan"})
 
 
-@pytest.mark.parametrize("variable", ["HAKI_EXTRACT_API_KEY", "HAKI_EMBED_API_KEY"])
+@pytest.mark.parametrize("variable", ["HAKI_EXTRACT_API_KEY", "HAKI_EMBED_API_KEY", "HAKI_METRICS_TOKEN"])
 @pytest.mark.parametrize("secret", ["sk-clé", "sk one", "sk-\t"])
 def test_a_key_sent_in_a_header_is_visible_ascii_and_never_echoed(variable: str, secret: str) -> None:
     with pytest.raises(SettingsError, match=variable) as refused:

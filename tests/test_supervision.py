@@ -22,6 +22,7 @@ import psutil
 import pytest
 
 from service.db.embedded import restart_backoff_seconds
+from tests.helpers import METRICS_AUTH
 from tests.helpers.server import (
     free_port,
     postmaster_pid,
@@ -100,7 +101,7 @@ def supervisor_lines(log: Path) -> str:
 
 
 def restarts_counted(url: str) -> float:
-    text = httpx.get(f"{url}/metrics", timeout=10).text
+    text = httpx.get(f"{url}/metrics", headers=METRICS_AUTH, timeout=10).text
     for line in text.splitlines():
         if line.startswith("haki_embedded_postgres_restarts_total "):
             return float(line.split()[1])

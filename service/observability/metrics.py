@@ -257,17 +257,23 @@ def observe_context(state: State, timer: StageTimer, packet: ContextPacket) -> N
     "/metrics",
     include_in_schema=False,
     media_type=CONTENT_TYPE_LATEST,
-    summary="Prometheus metrics (HAKI_METRICS_TOKEN when set; else serve on an internal network only)",
+    summary="Prometheus metrics, with `Authorization: Bearer <HAKI_METRICS_TOKEN>`",
 )
 async def metrics_endpoint(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
     metrics = metrics_of(state)
     if metrics is None:
         return Response(b"", status_code=404, media_type=CONTENT_TYPE_LATEST)
     token = state.settings.metrics_token
-    if token is not None:
-        # Project keys never open /metrics: it aggregates every project, so it has its own token.
-        given = request.headers.get("authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-            raise Unauthorized("GET /metrics needs `Authorization: Bearer <HAKI_METRICS_TOKEN>`.")
+    # Every route but /healthz and the API docs needs a bearer (docs/spec/api.md). Project keys
+    # never open /metrics: it aggregates every project, so it has its own token, and is closed
+    # without one.
+    if token is None:
+        raise Unauthorized(
+            "GET /metrics is closed: set HAKI_METRICS_TOKEN on the server and send it as "
+            "`Authorization: Bearer <token>`."
+        )
+    given = request.headers.get("authorization", "")
+    if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+        raise Unauthorized("GET /metrics needs `Authorization: Bearer <HAKI_METRICS_TOKEN>`.")
     await metrics.refresh(state)
     return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

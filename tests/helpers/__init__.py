@@ -42,6 +42,9 @@ def bearer(k: str) -> dict[str, str]:
 
 
 OTHER_PROJECT = "proj-b"
+# The test apps' HAKI_METRICS_TOKEN (tests/conftest.py `settings`): /metrics is closed without one.
+METRICS_TOKEN = "test-metrics-token"
+METRICS_AUTH = {"Authorization": f"Bearer {METRICS_TOKEN}"}
 DAY = 24 * 3600.0
 
 # ts_rank_cd of a one-word query against a text holding it once: the D-weight 0.1 of one cover,
@@ -312,6 +315,6 @@ def metric_sample(text: str, name: str, **labels: str) -> float:
 
 async def metric(client: httpx.AsyncClient, name: str, **labels: str) -> float:
     """One sample of the client's app's GET /metrics (0 when absent)."""
-    r = await client.get("/metrics")
+    r = await client.get("/metrics", headers=METRICS_AUTH)
     assert r.status_code == 200, r.text
     return metric_sample(r.text, name, **labels)

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.helpers import METRICS_TOKEN
+
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_SECONDS = 120.0
 
@@ -115,6 +117,7 @@ def server_env(data_dir: Path, **extra: str) -> dict[str, str]:
         **env,
         "HAKI_DATA_DIR": str(data_dir),
         "HAKI_EMBED_PROVIDER": "hash",
+        "HAKI_METRICS_TOKEN": METRICS_TOKEN,
         "PYTHONUNBUFFERED": "1",
         **extra,
     }
