@@ -3,6 +3,7 @@ real `haki serve` subprocess."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import time
@@ -25,6 +26,7 @@ from haki_client import (
     Haki,
     HakiConnectionError,
     HakiError,
+    InvalidArgument,
     NotFound,
     PacketEpisode,
     PacketFact,
@@ -35,9 +37,10 @@ from haki_client import (
     models,
     render,
 )
-from haki_client._core import WRITE_TIMEOUT_PER_ITEM_SECONDS
+from haki_client._core import CONTEXT_TIMEOUT_SECONDS, WRITE_TIMEOUT_PER_ITEM_SECONDS
 from haki_client.webhooks import verify_signature
 
+from service.settings import Settings
 from tests.helpers import load_file_module
 from tests.helpers.receiver import Receiver, receiving
 from tests.helpers.server import Server, running_server
@@ -266,12 +269,13 @@ def test_reads_carry_no_idempotency_key() -> None:
 
 
 def test_retry_after_is_honoured_but_bounded() -> None:
-    # A server asking for an hour must not park the caller for an hour: max_wait caps it.
+    # A server asking for an hour must not park the caller for an hour: past max_wait, the error
+    # comes at once, carrying the server's Retry-After.
     script = Script(_error(503, "unavailable", "3600"), _write_ok())
     started = time.monotonic()
-    with _client(script, max_wait=0.05) as haki:
+    with _client(script, max_wait=0.05) as haki, pytest.raises(Unavailable) as info:
         haki.write_facts("s", ["x"])
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 2.0 and info.value.retry_after == 3600.0
     # Retry-After as an HTTP date is understood too.
     script = Script(_error(429, "rate_limited", "Wed, 21 Oct 2015 07:28:00 GMT"), _write_ok())
     with _client(script) as haki:
@@ -561,6 +565,224 @@ def test_query_parameters_and_subject_routes_as_sent() -> None:
         ("GET", "http://haki.test/v1/subjects/export?project_id=p&subject_id=a%2Fb"),
         ("GET", "http://haki.test/v1/subjects/export?project_id=p&subject_id=.."),
     ]
+
+
+# --- what the review of the retry loop found (scripted transport) ---------------------------
+
+
+def test_an_answer_lost_once_leaves_the_outcome_unknown_whatever_the_later_attempts_got() -> None:
+    """The first attempt reached the server (its answer was lost: it may have committed), the
+    retries could not even connect: the error must not say "nothing was done"."""
+    lost_then_refused = [httpx.ReadTimeout("slow"), *[httpx.ConnectError("refused") for _ in range(3)]]
+    with (
+        _client(Script(*lost_then_refused), backoff=0.001) as haki,
+        pytest.raises(HakiConnectionError) as info,
+    ):
+        haki.write_facts("s", ["x"])
+    assert info.value.details == {"outcome_unknown": True}
+    assert "outcome is unknown" in info.value.message and "nothing was done" not in info.value.message
+    # A read says it got no answer; only attempts that all failed to connect did nothing.
+    with (
+        _client(Script(*lost_then_refused), backoff=0.001) as haki,
+        pytest.raises(HakiConnectionError) as read,
+    ):
+        haki.context("s", "q")
+    assert "no answer from Haki" in read.value.message and read.value.details == {}
+    refused = [httpx.ConnectError("refused") for _ in range(4)]
+    with _client(Script(*refused), backoff=0.001) as haki, pytest.raises(HakiConnectionError) as never:
+        haki.write_facts("s", ["x"])
+    assert "nothing was done" in never.value.message and never.value.details == {}
+
+
+async def test_async_an_answer_lost_once_leaves_the_outcome_unknown() -> None:
+    script = Script(httpx.RemoteProtocolError("cut"), httpx.ConnectError("refused"))
+    async with _async_client(script, max_retries=1, backoff=0.001) as haki:
+        with pytest.raises(HakiConnectionError) as info:
+            await haki.write_events("s", [EventIn(content="e", occurred_at=datetime.now(UTC))])
+    assert info.value.details == {"outcome_unknown": True} and len(script.requests) == 2
+
+
+def test_context_and_replay_wait_out_the_server_s_degraded_answer() -> None:
+    """The server answers a degraded packet after its embed timeout, then a pool wait and its
+    statements: with its defaults, well within CONTEXT_TIMEOUT_SECONDS, which a context call and
+    a replay wait (or the client's timeout when longer), not the client's default 10 s."""
+    server = Settings()
+    worst = server.embed_timeout_seconds + server.pool_acquire_timeout_seconds
+    assert worst + server.statement_timeout_ms / 1000 < CONTEXT_TIMEOUT_SECONDS == 30.0
+    waits = []
+    for timeout in (10.0, 300.0):
+        script = Script(*[httpx.Response(200, json={}) for _ in range(3)])
+        with _client(script, timeout=timeout) as haki:
+            for call in (REPLAYABLE["context"], REPLAYABLE["replay"], REPLAYABLE["get_fact"]):
+                with pytest.raises(HakiError):  # `{}` decodes as neither: only the request matters
+                    call(haki)
+        waits += [r.extensions["timeout"]["read"] for r in script.requests]
+    assert waits == [30.0, 30.0, 10.0, 300.0, 300.0, 300.0]
+
+
+WRITES_WITH_KEY: dict[str, Callable[[Haki, Any], object]] = {
+    "write_facts": lambda h, key: h.write_facts("s", ["x"], idempotency_key=key),
+    "write_events": lambda h, key: h.write_events(
+        "s", [EventIn(content="e", occurred_at=datetime.now(UTC))], idempotency_key=key
+    ),
+    "extract": lambda h, key: h.extract("s", [{"role": "user", "content": "x"}], idempotency_key=key),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRITES_WITH_KEY))
+def test_a_write_sends_the_caller_s_idempotency_key_in_every_attempt(name: str) -> None:
+    """So a caller can send the call again after the retries ran out without writing twice."""
+    key = "order-42:" + "k" * 246  # 255 visible ASCII characters, the server's bound
+    script = Script(httpx.ReadTimeout("slow"), _error(503, "unavailable", "0"), httpx.Response(200, json={}))
+    with _client(script, backoff=0.001) as haki, pytest.raises(HakiError):  # `{}`: only the requests matter
+        WRITES_WITH_KEY[name](haki, key)
+    assert [r.headers["idempotency-key"] for r in script.requests] == [key] * 3
+    bad_keys: list[object] = ["", "a b", "k" * 256, "cl\u00e9", "a\n", 42]
+    with _client(Script()) as haki:
+        for bad in bad_keys:
+            with pytest.raises(InvalidArgument) as info:
+                WRITES_WITH_KEY[name](haki, bad)
+            assert info.value.field == "idempotency_key" and info.value.message.startswith(
+                "idempotency_key: "
+            )
+
+
+async def test_async_write_sends_the_caller_s_idempotency_key() -> None:
+    script = Script(_error(429, "rate_limited", "0"), _write_ok())
+    async with _async_client(script) as haki:
+        await haki.write_facts("s", ["x"], idempotency_key="my-key")
+        with pytest.raises(InvalidArgument):
+            await haki.write_facts("s", ["x"], idempotency_key="my key")
+    assert [r.headers["idempotency-key"] for r in script.requests] == ["my-key", "my-key"]
+
+
+def test_a_retry_after_past_max_wait_is_raised_at_once_not_cut_short() -> None:
+    """A resend before the server's Retry-After would be refused again: the error comes at once,
+    carrying how long the server asked to wait; one within max_wait is waited out."""
+    for status, code, cls in ((429, "rate_limited", RateLimited), (503, "unavailable", Unavailable)):
+        script = Script(_error(status, code, "60"), _write_ok())
+        started = time.monotonic()
+        with _client(script, max_wait=10.0) as haki, pytest.raises(cls) as info:
+            haki.write_facts("s", ["x"])
+        assert time.monotonic() - started < 2.0 and len(script.requests) == 1
+        assert info.value.retry_after == 60.0
+    script = Script(_error(429, "rate_limited", "0.05"), _write_ok())
+    with _client(script, max_wait=0.05) as haki:
+        haki.write_facts("s", ["x"])
+    assert len(script.requests) == 2
+
+
+async def test_async_a_retry_after_past_max_wait_is_raised_at_once() -> None:
+    script = Script(_streamed(503, {"code": "unavailable", "message": "down"}, "3600"))
+    async with _async_client(script) as haki:
+        with pytest.raises(Unavailable) as info:
+            [item async for item in haki.export_subject("s")]
+    assert info.value.retry_after == 3600.0 and len(script.requests) == 1
+
+
+class _Lines(httpx.SyncByteStream, httpx.AsyncByteStream):
+    """An export body of many lines that records when it is closed."""
+
+    def __init__(self, lines: list[bytes]) -> None:
+        self.lines = lines
+        self.closed = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self.lines
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for line in self.lines:
+            yield line
+
+    def close(self) -> None:
+        self.closed = True
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def _export_lines(*lines: bytes) -> tuple[Script, _Lines]:
+    body = _Lines(list(lines) or [b'{"haki_export": 1}\n', *[b'{"kind": "fact"}\n'] * 100])
+    return Script(httpx.Response(200, stream=body)), body
+
+
+def test_an_export_stopped_early_closes_its_response_at_once() -> None:
+    script, body = _export_lines()
+    with _client(script) as haki:
+        with contextlib.closing(haki.export_subject("s")) as lines:
+            for item in lines:
+                assert item == {"haki_export": 1}
+                break
+            assert not body.closed
+        assert body.closed, "leaving closing() closed the stream"
+
+
+async def test_async_export_stopped_early_closes_its_response_at_once() -> None:
+    script, body = _export_lines()
+    async with _async_client(script) as haki:
+        async with contextlib.aclosing(haki.export_subject("s")) as lines:
+            async for item in lines:
+                assert item == {"haki_export": 1}
+                break
+            assert not body.closed
+        assert body.closed, "leaving aclosing() closed the stream"
+
+
+@pytest.mark.parametrize("line", [b"{not json", b"[1, 2]", b'"text"', b"42"])
+def test_a_malformed_export_line_is_an_invalid_response(line: bytes) -> None:
+    script, body = _export_lines(b'{"haki_export": 1}\n', line + b"\n")
+    items: list[dict[str, Any]] = []
+    with _client(script) as haki, pytest.raises(HakiError) as info:
+        items.extend(haki.export_subject("s"))
+    assert type(info.value) is HakiError and info.value.code == "invalid_response"
+    assert info.value.status_code == 200
+    assert info.value.message.startswith("unexpected export line for GET /v1/subjects/s/export: ")
+    assert items == [{"haki_export": 1}] and body.closed
+
+
+async def test_async_a_malformed_export_line_is_an_invalid_response() -> None:
+    script, _ = _export_lines(b"[]\n")
+    async with _async_client(script) as haki:
+        with pytest.raises(HakiError) as info:
+            [item async for item in haki.export_subject("s")]
+    assert info.value.code == "invalid_response"
+
+
+def test_extract_waits_the_longer_of_its_own_timeout_and_the_client_s() -> None:
+    waits = []
+    for timeout, asked in ((10.0, None), (300.0, None), (300.0, 5.0)):
+        script = Script(httpx.Response(200, json={}))
+        with _client(script, timeout=timeout) as haki, pytest.raises(HakiError):
+            haki.extract("s", [{"role": "user", "content": "x"}], timeout=asked)
+        waits.append(script.requests[0].extensions["timeout"]["read"])
+    assert waits == [120.0, 300.0, 5.0]
+
+
+def _in_progress() -> httpx.Response:
+    details = {"idempotency_key": "k", "reason": "idempotency_key_in_progress"}
+    body = {"code": "conflict", "message": "in progress; retry.", "details": details}
+    return httpx.Response(409, json=body)
+
+
+def test_a_key_in_progress_is_retried_with_the_same_key() -> None:
+    """docs/spec/api.md, "Idempotency": a 409 `idempotency_key_in_progress` says retry (it has
+    no Retry-After: the backoff's wait); a key reused with another body is not retried."""
+    script = Script(_in_progress(), _in_progress(), _write_ok())
+    with _client(script, backoff=0.001) as haki:
+        haki.write_facts("s", ["x"])
+    assert len(script.requests) == 3 and len({r.headers["idempotency-key"] for r in script.requests}) == 1
+    reused = _error(409, "conflict")
+    with _client(Script(reused), backoff=0.001) as haki, pytest.raises(ConflictError):
+        haki.write_facts("s", ["x"])
+    script = Script(*[_in_progress() for _ in range(2)])
+    with _client(script, max_retries=1, backoff=0.001) as haki, pytest.raises(ConflictError) as info:
+        haki.extract("s", [{"role": "user", "content": "x"}])
+    assert info.value.details["reason"] == "idempotency_key_in_progress"
+    # A write under the key was in flight: if the retries then cannot connect, it may have committed.
+    script = Script(_in_progress(), *[httpx.ConnectError("refused") for _ in range(3)])
+    with _client(script, backoff=0.001) as haki, pytest.raises(HakiConnectionError) as lost:
+        haki.write_facts("s", ["x"], idempotency_key="k")
+    assert lost.value.details == {"outcome_unknown": True}
 
 
 # --- the blocking client is generated from the asyncio one ----------------------------------

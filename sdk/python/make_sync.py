@@ -28,6 +28,7 @@ RENAMES = {
     "AsyncClient": "Client",
     "AsyncBaseTransport": "BaseTransport",
     "AsyncIterator": "Iterator",
+    "AsyncGenerator": "Generator",  # Generator[Y, None]: its return type defaults to None
     "aclose": "close",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",

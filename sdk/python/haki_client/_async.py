@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
@@ -14,6 +14,7 @@ import httpx
 from haki_client import models
 from haki_client._core import (
     TRANSPORT_ERRORS,
+    UNSENT_ERRORS,
     Call,
     Core,
     RetryPolicy,
@@ -22,8 +23,8 @@ from haki_client._core import (
     decode_response,
     error_from,
     extract_call,
+    key_in_progress,
     may_resend,
-    new_idempotency_key,
     parse_retry_after,
     request_headers,
     request_options,
@@ -93,10 +94,11 @@ class AsyncHaki:
             call.path,
             params=call.params,
             content=call.body,
-            headers=request_headers(call, new_idempotency_key() if call.deduplicated else None),
+            headers=request_headers(call),
             **request_options(call),
         )
         attempt = 0
+        unsent = True  # no attempt so far can have reached the server
         while True:
             try:
                 response = await self._http.send(request, stream=stream)
@@ -108,16 +110,21 @@ class AsyncHaki:
                     finally:
                         await response.aclose()
             except TRANSPORT_ERRORS as exc:
+                # An attempt whose answer was lost may have applied the call: whatever the later
+                # attempts got, its outcome stays unknown.
+                unsent = unsent and isinstance(exc, UNSENT_ERRORS)
                 if not may_resend(call, exc) or attempt >= retry.max_retries:
-                    raise connection_error(call, exc) from exc
+                    raise connection_error(call, exc, unsent) from exc
                 await asyncio.sleep(retry.delay(attempt, None))
                 attempt += 1
                 continue
-            if should_retry(response) and attempt < retry.max_retries:
+            retry_after = parse_retry_after(response.headers.get("retry-after"))
+            # A Retry-After past max_wait is not cut short: the error is raised, carrying it.
+            if should_retry(response) and attempt < retry.max_retries and retry.waits_for(retry_after):
+                # A write under this key is in flight: it may commit.
+                unsent = unsent and not key_in_progress(response)
                 await response.aclose()
-                await asyncio.sleep(
-                    retry.delay(attempt, parse_retry_after(response.headers.get("retry-after")))
-                )
+                await asyncio.sleep(retry.delay(attempt, retry_after))
                 attempt += 1
                 continue
             return response
@@ -130,9 +137,15 @@ class AsyncHaki:
         facts: Sequence[models.FactIn | str | Mapping[str, Any]],
         *,
         project_id: str | None = None,
+        idempotency_key: str | None = None,
     ) -> models.WriteFactsResponse:
-        """Writes 1..1000 facts atomically; a plain string is a fact with only `content`."""
-        return await self._run(self._core.write_facts(subject_id, facts, project_id))
+        """Writes 1..1000 facts atomically; a plain string is a fact with only `content`.
+
+        `idempotency_key` (1..255 visible ASCII characters, e.g. a UUID) is sent with every
+        attempt instead of a key of the client's own: sending the same call again with it, after
+        the retries ran out, gets the first answer back if it was written, and writes nothing
+        twice (docs/spec/api.md, "Idempotency"). As do `write_events` and `extract`."""
+        return await self._run(self._core.write_facts(subject_id, facts, project_id, idempotency_key))
 
     async def get_fact(self, fact_id: UUID | str) -> models.Fact:
         return await self._run(self._core.get_fact(fact_id))
@@ -182,8 +195,9 @@ class AsyncHaki:
         events: Sequence[models.EventIn | Mapping[str, Any]],
         *,
         project_id: str | None = None,
+        idempotency_key: str | None = None,
     ) -> models.WriteEventsResponse:
-        return await self._run(self._core.write_events(subject_id, events, project_id))
+        return await self._run(self._core.write_events(subject_id, events, project_id, idempotency_key))
 
     async def list_conflicts(
         self,
@@ -219,6 +233,10 @@ class AsyncHaki:
         leaves the deployment default (HAKI_CONTEXT_PROFILE). The packet says which one built it.
         `as_of` (a timezone-aware datetime, not in the future) asks for the packet the memory
         would have given at that instant (docs/time-travel.md).
+
+        An attempt waits CONTEXT_TIMEOUT_SECONDS (30 s), or the client's timeout when longer: on a
+        slow embedder the server answers a `degraded` packet after its HAKI_EMBED_TIMEOUT_SECONDS
+        (10 s), which the client's default 10 s would not wait for. As does `replay`.
         """
         return await self._run(
             self._core.context(subject_id, query, budget_tokens, include_episodes, profile, project_id, as_of)
@@ -271,12 +289,16 @@ class AsyncHaki:
         write: bool = True,
         project_id: str | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 (httpx's per-request timeout, as documented)
+        idempotency_key: str | None = None,
     ) -> models.ExtractResult:
         """Stores each chat message as an event and the durable facts the server's chat model
         (HAKI_EXTRACT_*) finds in them, linked to their events; `write=False` is a dry run.
         `result.refused` lists what the model proposed and Haki refused, and why. `timeout`
-        defaults to 120 s: the server waits for its model."""
-        return await self._run(extract_call(self._core, subject_id, messages, write, project_id, timeout))
+        defaults to 120 s, or the client's timeout when longer: the server waits for its model.
+        `idempotency_key`: as in `write_facts`."""
+        return await self._run(
+            extract_call(self._core, subject_id, messages, write, project_id, timeout, idempotency_key)
+        )
 
     # --- memory lifecycle: erasure, listing, export --------------------------------------------
 
@@ -327,10 +349,15 @@ class AsyncHaki:
 
     async def export_subject(
         self, subject_id: str, project_id: str | None = None
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """The subject's export document, line by line as it streams: the header, then every event
         and every fact (`item["kind"]`). `haki import FILE` reads the lines back (one JSON object
-        per line)."""
+        per line); a line that is not one raises `HakiError` `invalid_response`.
+
+        To stop before the end, iterate inside `contextlib.aclosing(...)` (`contextlib.closing`
+        for `Haki`): leaving its block closes the response at once, where an abandoned generator
+        keeps it open until it is garbage collected, and the server its connection and
+        transaction with it."""
         call = self._core.export_subject(subject_id, project_id)
         response = await self._send(call, stream=True)
         try:
@@ -338,7 +365,7 @@ class AsyncHaki:
                 await response.aread()
                 raise error_from(response)
             async for line in response.aiter_lines():
-                item = decode_export_line(line)
+                item = decode_export_line(call, line)
                 if item is not None:
                     yield item
         except TRANSPORT_ERRORS as exc:  # the stream broke off: not resent, lines were yielded

@@ -80,14 +80,27 @@ class RetryPolicy:
     a webhook) whose answer was lost raises `HakiConnectionError` saying its outcome is
     unknown: the server may have applied it, so check (GET the item) before sending it again.
 
+    A 409 `conflict` whose `details.reason` is `idempotency_key_in_progress` (the key's first
+    request has not committed yet) is retried too, with backoff and the same key: the server
+    then answers the first request's response (docs/spec/api.md, "Idempotency").
+
     The wait before retry n (0-based) is the server's `Retry-After` when it sends one, else
-    `backoff * 2**n` with jitter; either way at most `max_wait` seconds, so a misbehaving server
-    cannot park a caller for an hour.
+    `backoff * 2**n` with jitter. A `Retry-After` longer than `max_wait` seconds is not cut
+    short (a resend before it would be refused again): the error is raised at once, carrying
+    `retry_after`, so a misbehaving server cannot park a caller for an hour either.
+
+    When the retries run out without an answer, the error says "nothing was done" only if no
+    attempt may have reached the server (each failed before sending); else the outcome of a
+    write is unknown (`details.outcome_unknown`), whichever failure came last.
     """
 
     max_retries: int = 3
     backoff: float = 0.25
     max_wait: float = 10.0
+
+    def waits_for(self, retry_after: float | None) -> bool:
+        """Whether the client may wait out the server's `Retry-After` (none, or within max_wait)."""
+        return retry_after is None or retry_after <= self.max_wait
 
     def delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
@@ -107,6 +120,8 @@ class Call(Generic[T]):
     # Seconds this call may take, when it is not the client's timeout (POST /v1/extract waits
     # for a chat model, an erasure for its long transaction).
     timeout: float | None = None
+    # The caller's Idempotency-Key of a deduplicated write; None: the client makes one per call.
+    idempotency_key: str | None = None
 
     @property
     def reads_only(self) -> bool:
@@ -174,6 +189,24 @@ def new_idempotency_key() -> str:
     return str(uuid.uuid4())
 
 
+# What the server takes as an Idempotency-Key (docs/spec/api.md, "Idempotency").
+_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+
+
+def check_idempotency_key(value: object) -> str | None:
+    """A caller's Idempotency-Key, checked before anything is sent: 1..255 visible ASCII
+    characters, else `InvalidArgument` naming `idempotency_key`. None: the client makes one."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _IDEMPOTENCY_KEY.fullmatch(value):
+        shown = repr(value) if len(repr(value)) <= 66 else repr(value)[:66] + "..."
+        raise InvalidArgument(
+            f"idempotency_key: 1..255 visible ASCII characters (no space) are expected, got {shown}",
+            field="idempotency_key",
+        )
+    return value
+
+
 def decode_response(call: Call[T], response: httpx.Response) -> T:
     if 200 <= response.status_code < 300:
         try:
@@ -197,10 +230,17 @@ def error_from(response: httpx.Response) -> HakiError:
     return error_for(response.status_code, body.code, body.message, body.details, retry_after)
 
 
-def connection_error(call: Call[Any], exc: httpx.TransportError) -> HakiConnectionError:
-    """The SDK's error for a call left without an answer, by both clients and every route."""
+def connection_error(
+    call: Call[Any], exc: httpx.TransportError, unsent: bool | None = None
+) -> HakiConnectionError:
+    """The SDK's error for a call left without an answer, by both clients and every route.
+    `unsent`: no attempt of the call can have reached the server (by default, `exc`'s alone):
+    an earlier attempt whose answer was lost may have applied a write that later attempts could
+    not even send."""
     where = f"{call.method} {call.path}"
-    if isinstance(exc, UNSENT_ERRORS):
+    if unsent is None:
+        unsent = isinstance(exc, UNSENT_ERRORS)
+    if unsent:
         return HakiConnectionError(f"{where}: Haki was not reached, nothing was done: {exc!r}")
     if call.reads_only:
         return HakiConnectionError(f"{where}: no answer from Haki: {exc!r}")
@@ -235,6 +275,14 @@ def _items(items: Sequence[T], name: str) -> list[T]:
 # An erasure's transaction may run HAKI_ERASURE_TIMEOUT_MS (120 s by default): the client waits
 # that long and a little more, so it does not give up on an erasure the server completes.
 ERASURE_TIMEOUT_SECONDS = 125.0
+
+
+# A context call (and a replay, which runs one) waits for its query's vector up to the server's
+# HAKI_EMBED_TIMEOUT_SECONDS (10 s by default), then answers a `degraded` packet from full text:
+# after that wait it may wait for a connection again (HAKI_POOL_ACQUIRE_TIMEOUT_SECONDS, 5 s) and
+# run its statements (HAKI_STATEMENT_TIMEOUT_MS, 5 s), 20 s in all. The client waits 30 s, so it
+# does not give up (and ask again, and trace again) just before the degraded answer comes.
+CONTEXT_TIMEOUT_SECONDS = 30.0
 
 
 # A batch write's server embeds each text, then gives its store HAKI_WRITE_TIMEOUT_PER_ITEM_MS
@@ -317,6 +365,11 @@ class Core:
         WRITE_TIMEOUT_PER_ITEM_SECONDS an item."""
         return self.timeout + items * WRITE_TIMEOUT_PER_ITEM_SECONDS
 
+    def context_timeout(self) -> float:
+        """What an attempt of a context call or a replay may take: CONTEXT_TIMEOUT_SECONDS, or the
+        client's timeout when longer."""
+        return max(CONTEXT_TIMEOUT_SECONDS, self.timeout)
+
     def _erasure(self, call: Call[T]) -> Call[T]:
         """`call` with an erasure's wait: ERASURE_TIMEOUT_SECONDS, or the client's when longer."""
         return replace(call, timeout=max(ERASURE_TIMEOUT_SECONDS, self.timeout))
@@ -361,11 +414,13 @@ class Core:
         subject_id: str,
         facts: Sequence[FactIn | str | Mapping[str, Any]],
         project_id: str | None,
+        idempotency_key: str | None = None,
     ) -> Call[WriteFactsResponse]:
+        key = check_idempotency_key(idempotency_key)
         items = [_fact_item(f) for f in _items(facts, "facts")]
         body = self._body(project_id, subject_id=subject_id, facts=items)
         timeout = self.batch_timeout(len(items))
-        return Call("POST", "/v1/facts", WriteFactsResponse, body=body, timeout=timeout)
+        return Call("POST", "/v1/facts", WriteFactsResponse, body=body, timeout=timeout, idempotency_key=key)
 
     def get_fact(self, fact_id: UUID | str) -> Call[Fact]:
         return Call("GET", f"/v1/facts/{_uuid(fact_id, 'fact_id')}", Fact)
@@ -398,12 +453,19 @@ class Core:
         return Call("PATCH", f"/v1/facts/{_uuid(fact_id, 'fact_id')}", Fact, body=msgspec.json.encode(body))
 
     def write_events(
-        self, subject_id: str, events: Sequence[EventIn | Mapping[str, Any]], project_id: str | None
+        self,
+        subject_id: str,
+        events: Sequence[EventIn | Mapping[str, Any]],
+        project_id: str | None,
+        idempotency_key: str | None = None,
     ) -> Call[WriteEventsResponse]:
+        key = check_idempotency_key(idempotency_key)
         items = _items(events, "events")
         body = self._body(project_id, subject_id=subject_id, events=items)
         timeout = self.batch_timeout(len(items))
-        return Call("POST", "/v1/events", WriteEventsResponse, body=body, timeout=timeout)
+        return Call(
+            "POST", "/v1/events", WriteEventsResponse, body=body, timeout=timeout, idempotency_key=key
+        )
 
     def list_conflicts(
         self, subject_id: str | None, status: str | None, cursor: str | None, project_id: str | None
@@ -446,7 +508,8 @@ class Core:
             body["profile"] = profile
         if as_of is not None:
             body["as_of"] = as_of
-        return Call("POST", "/v1/context", ContextPacket, body=self._body(project_id, **body))
+        encoded = self._body(project_id, **body)
+        return Call("POST", "/v1/context", ContextPacket, body=encoded, timeout=self.context_timeout())
 
     def inspect(self, trace_id: UUID | str) -> Call[Inspection]:
         return Call("GET", f"/v1/inspect/{_uuid(trace_id, 'trace_id')}", Inspection)
@@ -473,7 +536,9 @@ class Core:
         }
         body = {name: value for name, value in overrides.items() if value is not None}
         path = f"/v1/inspect/{_uuid(trace_id, 'trace_id')}/replay"
-        return Call("POST", path, ReplayResult, body=msgspec.json.encode(body))
+        return Call(
+            "POST", path, ReplayResult, body=msgspec.json.encode(body), timeout=self.context_timeout()
+        )
 
     def fact_stats(
         self, subject_id: str | None, order: str | None, limit: int | None, project_id: str | None
@@ -552,16 +617,27 @@ def _segment(value: str) -> str:
     return urllib.parse.quote(value, safe="")
 
 
-def decode_export_line(line: str | bytes) -> dict[str, Any] | None:
-    """One line of an export document as a dict; None for a blank line."""
+def decode_export_line(call: Call[Any], line: str | bytes) -> dict[str, Any] | None:
+    """One line of an export document as a dict; None for a blank line. A line that is not a
+    JSON object is a `HakiError` `invalid_response`, as a broken answer of any call."""
     if not line.strip():
         return None
-    item: dict[str, Any] = msgspec.json.decode(line)
+    try:
+        item = msgspec.json.decode(line)
+        if not isinstance(item, dict):
+            raise TypeError(f"not a JSON object: {type(item).__name__}")
+    except (msgspec.DecodeError, TypeError) as exc:
+        raise HakiError(
+            f"unexpected export line for {call.method} {call.path}: {exc}",
+            code="invalid_response",
+            status_code=200,
+        ) from exc
     return item
 
 
 # POST /v1/extract waits for the server's chat model (HAKI_EXTRACT_TIMEOUT_SECONDS, 60 s by
-# default) and then the embedder: the client's own 10 s would give up first.
+# default) and then the embedder: the client's own 10 s would give up first. A client whose
+# timeout is longer waits that.
 EXTRACT_TIMEOUT_SECONDS = 120.0
 
 
@@ -572,14 +648,17 @@ def extract_call(
     write: bool,
     project_id: str | None,
     timeout: float | None,
+    idempotency_key: str | None = None,
 ) -> Call[ExtractResult]:
+    key = check_idempotency_key(idempotency_key)
     body = core._body(project_id, subject_id=subject_id, messages=_items(messages, "messages"), write=write)
     return Call(
         "POST",
         "/v1/extract",
         ExtractResult,
         body=body,
-        timeout=timeout or EXTRACT_TIMEOUT_SECONDS,
+        timeout=timeout or max(EXTRACT_TIMEOUT_SECONDS, core.timeout),
+        idempotency_key=key,
     )
 
 
@@ -588,19 +667,35 @@ def request_options(call: Call[Any]) -> dict[str, Any]:
     return {} if call.timeout is None else {"timeout": call.timeout}
 
 
-def request_headers(call: Call[Any], idempotency_key: str | None) -> dict[str, str]:
+def request_headers(call: Call[Any]) -> dict[str, str]:
+    """The call's own headers, built once for all its attempts: a deduplicated write's one
+    Idempotency-Key (the caller's, else a new one) is the same in every attempt."""
     headers: dict[str, str] = {}
     if call.body is not None:
         headers["Content-Type"] = "application/json"
-    if idempotency_key is not None:
-        headers["Idempotency-Key"] = idempotency_key
+    if call.deduplicated:
+        headers["Idempotency-Key"] = call.idempotency_key or new_idempotency_key()
     return headers
 
 
+def key_in_progress(response: httpx.Response) -> bool:
+    """A 409 saying the Idempotency-Key's first request has not committed yet: retry it."""
+    if response.status_code != 409:
+        return False
+    try:
+        details = _ERROR_DECODER.decode(response.content).details or {}
+    except msgspec.DecodeError:
+        return False
+    return details.get("reason") == "idempotency_key_in_progress"
+
+
 def should_retry(response: httpx.Response) -> bool:
-    """429 always; a 503 only when the server sent `Retry-After` and did not mark it permanent."""
+    """429 always; a 503 only when the server sent `Retry-After` and did not mark it permanent;
+    a 409 `idempotency_key_in_progress`."""
     if response.status_code == 429:
         return True
+    if response.status_code == 409:
+        return key_in_progress(response)
     if response.status_code != 503 or parse_retry_after(response.headers.get("retry-after")) is None:
         return False
     try:

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
@@ -18,6 +18,7 @@ import httpx
 from haki_client import models
 from haki_client._core import (
     TRANSPORT_ERRORS,
+    UNSENT_ERRORS,
     Call,
     Core,
     RetryPolicy,
@@ -26,8 +27,8 @@ from haki_client._core import (
     decode_response,
     error_from,
     extract_call,
+    key_in_progress,
     may_resend,
-    new_idempotency_key,
     parse_retry_after,
     request_headers,
     request_options,
@@ -97,10 +98,11 @@ class Haki:
             call.path,
             params=call.params,
             content=call.body,
-            headers=request_headers(call, new_idempotency_key() if call.deduplicated else None),
+            headers=request_headers(call),
             **request_options(call),
         )
         attempt = 0
+        unsent = True  # no attempt so far can have reached the server
         while True:
             try:
                 response = self._http.send(request, stream=stream)
@@ -112,16 +114,21 @@ class Haki:
                     finally:
                         response.close()
             except TRANSPORT_ERRORS as exc:
+                # An attempt whose answer was lost may have applied the call: whatever the later
+                # attempts got, its outcome stays unknown.
+                unsent = unsent and isinstance(exc, UNSENT_ERRORS)
                 if not may_resend(call, exc) or attempt >= retry.max_retries:
-                    raise connection_error(call, exc) from exc
+                    raise connection_error(call, exc, unsent) from exc
                 time.sleep(retry.delay(attempt, None))
                 attempt += 1
                 continue
-            if should_retry(response) and attempt < retry.max_retries:
+            retry_after = parse_retry_after(response.headers.get("retry-after"))
+            # A Retry-After past max_wait is not cut short: the error is raised, carrying it.
+            if should_retry(response) and attempt < retry.max_retries and retry.waits_for(retry_after):
+                # A write under this key is in flight: it may commit.
+                unsent = unsent and not key_in_progress(response)
                 response.close()
-                time.sleep(
-                    retry.delay(attempt, parse_retry_after(response.headers.get("retry-after")))
-                )
+                time.sleep(retry.delay(attempt, retry_after))
                 attempt += 1
                 continue
             return response
@@ -134,9 +141,15 @@ class Haki:
         facts: Sequence[models.FactIn | str | Mapping[str, Any]],
         *,
         project_id: str | None = None,
+        idempotency_key: str | None = None,
     ) -> models.WriteFactsResponse:
-        """Writes 1..1000 facts atomically; a plain string is a fact with only `content`."""
-        return self._run(self._core.write_facts(subject_id, facts, project_id))
+        """Writes 1..1000 facts atomically; a plain string is a fact with only `content`.
+
+        `idempotency_key` (1..255 visible ASCII characters, e.g. a UUID) is sent with every
+        attempt instead of a key of the client's own: sending the same call again with it, after
+        the retries ran out, gets the first answer back if it was written, and writes nothing
+        twice (docs/spec/api.md, "Idempotency"). As do `write_events` and `extract`."""
+        return self._run(self._core.write_facts(subject_id, facts, project_id, idempotency_key))
 
     def get_fact(self, fact_id: UUID | str) -> models.Fact:
         return self._run(self._core.get_fact(fact_id))
@@ -186,8 +199,9 @@ class Haki:
         events: Sequence[models.EventIn | Mapping[str, Any]],
         *,
         project_id: str | None = None,
+        idempotency_key: str | None = None,
     ) -> models.WriteEventsResponse:
-        return self._run(self._core.write_events(subject_id, events, project_id))
+        return self._run(self._core.write_events(subject_id, events, project_id, idempotency_key))
 
     def list_conflicts(
         self,
@@ -223,6 +237,10 @@ class Haki:
         leaves the deployment default (HAKI_CONTEXT_PROFILE). The packet says which one built it.
         `as_of` (a timezone-aware datetime, not in the future) asks for the packet the memory
         would have given at that instant (docs/time-travel.md).
+
+        An attempt waits CONTEXT_TIMEOUT_SECONDS (30 s), or the client's timeout when longer: on a
+        slow embedder the server answers a `degraded` packet after its HAKI_EMBED_TIMEOUT_SECONDS
+        (10 s), which the client's default 10 s would not wait for. As does `replay`.
         """
         return self._run(
             self._core.context(subject_id, query, budget_tokens, include_episodes, profile, project_id, as_of)
@@ -275,12 +293,16 @@ class Haki:
         write: bool = True,
         project_id: str | None = None,
         timeout: float | None = None,
+        idempotency_key: str | None = None,
     ) -> models.ExtractResult:
         """Stores each chat message as an event and the durable facts the server's chat model
         (HAKI_EXTRACT_*) finds in them, linked to their events; `write=False` is a dry run.
         `result.refused` lists what the model proposed and Haki refused, and why. `timeout`
-        defaults to 120 s: the server waits for its model."""
-        return self._run(extract_call(self._core, subject_id, messages, write, project_id, timeout))
+        defaults to 120 s, or the client's timeout when longer: the server waits for its model.
+        `idempotency_key`: as in `write_facts`."""
+        return self._run(
+            extract_call(self._core, subject_id, messages, write, project_id, timeout, idempotency_key)
+        )
 
     # --- memory lifecycle: erasure, listing, export --------------------------------------------
 
@@ -331,10 +353,15 @@ class Haki:
 
     def export_subject(
         self, subject_id: str, project_id: str | None = None
-    ) -> Iterator[dict[str, Any]]:
+    ) -> Generator[dict[str, Any], None]:
         """The subject's export document, line by line as it streams: the header, then every event
         and every fact (`item["kind"]`). `haki import FILE` reads the lines back (one JSON object
-        per line)."""
+        per line); a line that is not one raises `HakiError` `invalid_response`.
+
+        To stop before the end, iterate inside `contextlib.aclosing(...)` (`contextlib.closing`
+        for `Haki`): leaving its block closes the response at once, where an abandoned generator
+        keeps it open until it is garbage collected, and the server its connection and
+        transaction with it."""
         call = self._core.export_subject(subject_id, project_id)
         response = self._send(call, stream=True)
         try:
@@ -342,7 +369,7 @@ class Haki:
                 response.read()
                 raise error_from(response)
             for line in response.iter_lines():
-                item = decode_export_line(line)
+                item = decode_export_line(call, line)
                 if item is not None:
                     yield item
         except TRANSPORT_ERRORS as exc:  # the stream broke off: not resent, lines were yielded

@@ -50,6 +50,12 @@ export const EXTRACT_TIMEOUT_MS = 120_000;
 export const WRITE_TIMEOUT_PER_ITEM_MS = 50;
 // An erasure may run up to the server's HAKI_ERASURE_TIMEOUT_MS (120 s by default), plus margin.
 export const ERASURE_TIMEOUT_MS = 125_000;
+// A context call (and a replay, which runs one) waits for its query's vector up to the server's
+// HAKI_EMBED_TIMEOUT_SECONDS (10 s by default), then answers a `degraded` packet from full text:
+// after that wait it may wait for a connection again (HAKI_POOL_ACQUIRE_TIMEOUT_SECONDS, 5 s) and
+// run its statements (HAKI_STATEMENT_TIMEOUT_MS, 5 s), 20 s in all. The client waits 30 s (or
+// timeoutMs when longer), so it does not give up and ask again just before that answer (as in Python).
+export const CONTEXT_TIMEOUT_MS = 30_000;
 
 type FetchLike = (input: string, init: RequestInit) => Promise<Response>;
 
@@ -84,9 +90,13 @@ export interface HakiOptions {
  * replayable call (a GET, `POST /v1/context`, a replay, a deduplicated write); any other call then throws
  * `HakiConnectionError` with an unknown outcome.
  *
+ * A 409 `conflict` whose `details.reason` is `idempotency_key_in_progress` (the key's first
+ * request has not committed yet) is retried too, with backoff and the same key.
+ *
  * The wait before retry n (0-based) is the server's `Retry-After` when it sends one, else
- * `backoff * 2**n` with jitter; either way at most `maxWait`, so a misbehaving server cannot
- * park a caller for an hour.
+ * `backoff * 2**n` with jitter. A `Retry-After` longer than `maxWait` is not cut short (a resend
+ * before it would be refused again): the error is thrown at once, carrying `retryAfter`, so a
+ * misbehaving server cannot park a caller for an hour either.
  */
 export class RetryPolicy {
   constructor(
@@ -94,6 +104,11 @@ export class RetryPolicy {
     readonly backoffMs = 250,
     readonly maxWaitMs = 10_000,
   ) {}
+
+  /** Whether the client may wait out the server's `Retry-After` (seconds): none, or within maxWaitMs. */
+  waitsFor(retryAfter: number | null): boolean {
+    return retryAfter === null || retryAfter * 1000 <= this.maxWaitMs;
+  }
 
   /** Milliseconds to wait before retry `attempt` (0-based); `retryAfter` in seconds. */
   delay(attempt: number, retryAfter: number | null): number {
@@ -138,9 +153,24 @@ export function normaliseUuid(value: string, field = "id"): string {
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
 }
 
-/** 429 always; a 503 only when the server sent `Retry-After` and did not mark it permanent. */
+/** A 409 saying the Idempotency-Key's first request has not committed yet: retry it. */
+function keyInProgress(response: Response, text: string): boolean {
+  if (response.status !== 409) return false;
+  try {
+    const body = JSON.parse(text) as { details?: { reason?: unknown } | null };
+    return body?.details?.reason === "idempotency_key_in_progress";
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * 429 always; a 503 only when the server sent `Retry-After` and did not mark it permanent; a 409
+ * `idempotency_key_in_progress`.
+ */
 function shouldRetry(response: Response, text: string): boolean {
   if (response.status === 429) return true;
+  if (response.status === 409) return keyInProgress(response, text);
   if (response.status !== 503 || parseRetryAfter(response.headers.get("retry-after")) === null) return false;
   try {
     const body = JSON.parse(text) as { details?: { permanent?: unknown } | null };
@@ -167,6 +197,40 @@ interface Call {
   body?: unknown;
   /** Milliseconds an attempt of this call may take, when it is not the client's timeoutMs. */
   timeoutMs?: number;
+  /** The caller's Idempotency-Key of a deduplicated write; absent, the client makes one per call. */
+  idempotencyKey?: string;
+}
+
+// What the server takes as an Idempotency-Key (docs/spec/api.md, "Idempotency").
+const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/;
+
+/**
+ * A caller's Idempotency-Key, checked before anything is sent: 1..255 visible ASCII characters,
+ * else `InvalidArgument` whose `field` is `idempotency_key`. Undefined: the client makes one.
+ */
+function checkIdempotencyKey(value: unknown): string | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== "string" || !IDEMPOTENCY_KEY.test(value)) {
+    const text = typeof value === "string" ? JSON.stringify(value) : String(value);
+    // Named as the id arguments are (`fact_id`, `keep[1]`), and as in Python.
+    const got = text.length > 66 ? `${text.slice(0, 66)}...` : text;
+    throw new InvalidArgument(
+      `idempotency_key: 1..255 visible ASCII characters (no space) are expected, got ${got}`,
+      "idempotency_key",
+    );
+  }
+  return value;
+}
+
+/** The options of a deduplicated write. */
+export interface WriteOptions {
+  projectId?: string;
+  /**
+   * Sent with every attempt instead of a key of the client's own (1..255 visible ASCII
+   * characters, e.g. a UUID): sending the same call again with it, after the retries ran out,
+   * gets the first answer back if it was written, and writes nothing twice.
+   */
+  idempotencyKey?: string;
 }
 
 /** A lost connection or a timed-out attempt: fetch rejects; the request may or may not have run. */
@@ -268,11 +332,13 @@ export interface ListWebhookDeliveriesOptions {
   limit?: number;
 }
 
-export interface ExtractOptions {
+export interface ExtractOptions extends WriteOptions {
   /** false: a dry run (the model is asked, nothing is written). Default true. */
   write?: boolean;
-  projectId?: string;
-  /** Per attempt, in milliseconds (default 120 000: the server waits for its chat model). */
+  /**
+   * Per attempt, in milliseconds (default 120 000, or the client's timeoutMs when longer: the
+   * server waits for its chat model).
+   */
   timeoutMs?: number;
 }
 
@@ -389,6 +455,11 @@ export class Haki {
     return this.#scoped(method, `/v1/subjects${suffix}`, projectId, { subject_id: subjectId });
   }
 
+  /** A context call's or a replay's wait: CONTEXT_TIMEOUT_MS, or timeoutMs when longer. */
+  #contextTimeoutMs(): number {
+    return Math.max(CONTEXT_TIMEOUT_MS, this.#timeoutMs);
+  }
+
   /** An erasure: it may take the server's HAKI_ERASURE_TIMEOUT_MS, so never less than ERASURE_TIMEOUT_MS. */
   #erasure(call: Call): Call {
     return { ...call, timeoutMs: Math.max(ERASURE_TIMEOUT_MS, this.#timeoutMs) };
@@ -421,7 +492,7 @@ export class Haki {
       headers["Content-Type"] = "application/json";
     }
     // One key for every attempt of a deduplicated write: the server applies it once.
-    if (deduplicated(call)) headers["Idempotency-Key"] = await randomUuid();
+    if (deduplicated(call)) headers["Idempotency-Key"] = call.idempotencyKey ?? (await randomUuid());
     const replayable = isReplayable(call);
     let unsent = true; // no attempt so far can have reached the server
     const url = this.#url(call);
@@ -444,8 +515,12 @@ export class Haki {
         await sleep(this.retry.delay(attempt, null));
         continue;
       }
-      if (shouldRetry(response, text) && attempt < this.retry.maxRetries) {
-        await sleep(this.retry.delay(attempt, parseRetryAfter(response.headers.get("retry-after"))));
+      const retryAfter = parseRetryAfter(response.headers.get("retry-after"));
+      // A Retry-After past maxWaitMs is not cut short: the error is thrown, carrying it.
+      if (shouldRetry(response, text) && attempt < this.retry.maxRetries && this.retry.waitsFor(retryAfter)) {
+        // A write under this key is in flight: it may commit.
+        unsent &&= !keyInProgress(response, text);
+        await sleep(this.retry.delay(attempt, retryAfter));
         continue;
       }
       return decode<T>(call, response, text);
@@ -454,17 +529,22 @@ export class Haki {
 
   // --- write side ---------------------------------------------------------------------------
 
-  /** Writes 1..1000 facts atomically; a plain string is a fact with only `content`. */
+  /**
+   * Writes 1..1000 facts atomically; a plain string is a fact with only `content`.
+   * `idempotencyKey`: the call's key for every attempt (WriteOptions), as for `writeEvents` and `extract`.
+   */
   async writeFacts(
     subjectId: string,
     facts: ReadonlyArray<FactIn | string>,
-    options: { projectId?: string } = {},
+    options: WriteOptions = {},
   ): Promise<WriteFactsResponse> {
+    const idempotencyKey = checkIdempotencyKey(options.idempotencyKey);
     const body = this.#body(options.projectId, {
       subject_id: subjectId,
       facts: facts.map((f) => (typeof f === "string" ? { content: f } : f)),
     });
-    return this.#run({ method: "POST", path: "/v1/facts", body, timeoutMs: this.#batchTimeoutMs(facts.length) });
+    const timeoutMs = this.#batchTimeoutMs(facts.length);
+    return this.#run({ method: "POST", path: "/v1/facts", body, timeoutMs, idempotencyKey });
   }
 
   async getFact(factId: string): Promise<Fact> {
@@ -509,10 +589,12 @@ export class Haki {
   async writeEvents(
     subjectId: string,
     events: ReadonlyArray<EventIn>,
-    options: { projectId?: string } = {},
+    options: WriteOptions = {},
   ): Promise<WriteEventsResponse> {
+    const idempotencyKey = checkIdempotencyKey(options.idempotencyKey);
     const body = this.#body(options.projectId, { subject_id: subjectId, events });
-    return this.#run({ method: "POST", path: "/v1/events", body, timeoutMs: this.#batchTimeoutMs(events.length) });
+    const timeoutMs = this.#batchTimeoutMs(events.length);
+    return this.#run({ method: "POST", path: "/v1/events", body, timeoutMs, idempotencyKey });
   }
 
   async listConflicts(
@@ -540,7 +622,9 @@ export class Haki {
   /**
    * The memory packet for `query`, within `budgetTokens`. `profile` picks the assembler's rules
    * for this call; absent, the deployment default applies. `asOf` asks for the packet the memory
-   * would have given at that instant (docs/time-travel.md).
+   * would have given at that instant (docs/time-travel.md). An attempt waits CONTEXT_TIMEOUT_MS
+   * (30 s), or timeoutMs when longer: on a slow embedder the server answers a `degraded` packet
+   * after its HAKI_EMBED_TIMEOUT_SECONDS (10 s), past the default timeoutMs. As does `replay`.
    */
   async context(subjectId: string, query: string, options: ContextOptions = {}): Promise<ContextPacket> {
     const fields: Record<string, unknown> = { subject_id: subjectId, query };
@@ -548,7 +632,8 @@ export class Haki {
     if (options.includeEpisodes !== undefined) fields["include_episodes"] = options.includeEpisodes;
     if (options.profile !== undefined) fields["profile"] = options.profile;
     if (options.asOf !== undefined) fields["as_of"] = iso(options.asOf);
-    return this.#run({ method: "POST", path: "/v1/context", body: this.#body(options.projectId, fields) });
+    const body = this.#body(options.projectId, fields);
+    return this.#run({ method: "POST", path: "/v1/context", body, timeoutMs: this.#contextTimeoutMs() });
   }
 
   async inspect(traceId: string): Promise<Inspection> {
@@ -574,7 +659,8 @@ export class Haki {
     if (options.profile !== undefined) body["profile"] = options.profile;
     if (options.recallMaxDistance !== undefined) body["recall_max_distance"] = options.recallMaxDistance;
     if (options.asOf !== undefined) body["as_of"] = iso(options.asOf);
-    return this.#run({ method: "POST", path: `/v1/inspect/${normaliseUuid(traceId, "trace_id")}/replay`, body });
+    const path = `/v1/inspect/${normaliseUuid(traceId, "trace_id")}/replay`;
+    return this.#run({ method: "POST", path, body, timeoutMs: this.#contextTimeoutMs() });
   }
 
   /** What each active fact is worth: `order` "never_served", "most_served" (the server's default) or "most_dropped". */
@@ -597,9 +683,10 @@ export class Haki {
     messages: ReadonlyArray<ExtractMessage>,
     options: ExtractOptions = {},
   ): Promise<ExtractResult> {
+    const idempotencyKey = checkIdempotencyKey(options.idempotencyKey);
     const body = this.#body(options.projectId, { subject_id: subjectId, messages, write: options.write ?? true });
-    const timeoutMs = options.timeoutMs || EXTRACT_TIMEOUT_MS;
-    return this.#run({ method: "POST", path: "/v1/extract", body, timeoutMs });
+    const timeoutMs = options.timeoutMs || Math.max(EXTRACT_TIMEOUT_MS, this.#timeoutMs);
+    return this.#run({ method: "POST", path: "/v1/extract", body, timeoutMs, idempotencyKey });
   }
 
   // --- memory lifecycle: erasure, listing, export -------------------------------------------
@@ -677,8 +764,9 @@ export class Haki {
       } finally {
         clearTimeout(timer);
       }
-      if (text !== null && shouldRetry(response, text) && attempt < this.retry.maxRetries) {
-        await sleep(this.retry.delay(attempt, parseRetryAfter(response.headers.get("retry-after"))));
+      const retryAfter = parseRetryAfter(response.headers.get("retry-after"));
+      if (text !== null && shouldRetry(response, text) && attempt < this.retry.maxRetries && this.retry.waitsFor(retryAfter)) {
+        await sleep(this.retry.delay(attempt, retryAfter));
         continue;
       }
       return { response, text, controller };

@@ -7,6 +7,7 @@
  *   console.log(render(await haki.context("alice", "Where does Alice work?")));
  */
 export {
+  CONTEXT_TIMEOUT_MS,
   DEFAULT_BASE_URL,
   ERASURE_TIMEOUT_MS,
   EXTRACT_TIMEOUT_MS,
@@ -29,6 +30,7 @@ export type {
   ListSubjectsOptions,
   ListWebhookDeliveriesOptions,
   ReplayOptions,
+  WriteOptions,
 } from "./client.js";
 export {
   BudgetExceeded,

@@ -11,6 +11,7 @@ import { fileURLToPath } from "node:url";
 
 import {
   BudgetExceeded,
+  CONTEXT_TIMEOUT_MS,
   ConflictError,
   ERASURE_TIMEOUT_MS,
   Forbidden,
@@ -460,6 +461,160 @@ describe("replayable calls, and calls whose outcome is unknown", () => {
         assert.deepEqual(await erase(), {});
       }
       await assert.rejects(() => haki.deleteWebhook(ID), HakiConnectionError);
+    } finally {
+      await server.close();
+    }
+  });
+});
+
+/** The per-attempt waits (ms) the client asks `AbortSignal.timeout` for while `run` runs. */
+async function attemptWaits(run) {
+  const original = AbortSignal.timeout;
+  const waits = [];
+  AbortSignal.timeout = (ms) => (waits.push(ms), original.call(AbortSignal, ms));
+  try {
+    await run();
+  } finally {
+    AbortSignal.timeout = original;
+  }
+  return waits;
+}
+
+const json = { "content-type": "application/json" };
+const inProgress = JSON.stringify({
+  code: "conflict",
+  message: "A request with this Idempotency-Key is in progress; retry.",
+  details: { idempotency_key: "k", reason: "idempotency_key_in_progress" },
+});
+
+describe("waits, caller keys and keys in progress", () => {
+  test(`context and replay wait CONTEXT_TIMEOUT_MS (${CONTEXT_TIMEOUT_MS} ms), past the server's degraded answer, or timeoutMs when longer`, async () => {
+    assert.equal(CONTEXT_TIMEOUT_MS, 30_000);
+    // Every answer comes after 300 ms: past the client's timeoutMs of 100, as a degraded packet
+    // comes after the server's 10 s embed timeout, past the default timeoutMs of 10 s.
+    const server = await slowServer(300, 200, "{}");
+    try {
+      const haki = new Haki({ baseUrl: server.url, projectId: "p", timeoutMs: 100, maxRetries: 0 });
+      assert.deepEqual(await haki.context("s", "q"), {});
+      assert.deepEqual(await haki.replay(ID), {});
+      await assert.rejects(() => haki.inspect(ID), HakiConnectionError);
+    } finally {
+      await server.close();
+    }
+    const fast = await scripted(() => [200, json, "{}"]);
+    try {
+      const waits = await attemptWaits(async () => {
+        for (const timeoutMs of [10_000, 300_000]) {
+          const haki = new Haki({ baseUrl: fast.url, timeoutMs });
+          await haki.context("s", "q");
+          await haki.replay(ID);
+          await haki.inspect(ID);
+        }
+      });
+      assert.deepEqual(waits, [30_000, 30_000, 10_000, 300_000, 300_000, 300_000]);
+    } finally {
+      await fast.close();
+    }
+  });
+
+  test("extract waits 120 s, or timeoutMs when longer; its own timeoutMs when given", async () => {
+    const server = await scripted(() => [200, json, "{}"]);
+    try {
+      const message = [{ role: "user", content: "hi" }];
+      const waits = await attemptWaits(async () => {
+        await new Haki({ baseUrl: server.url, timeoutMs: 10_000 }).extract("s", message);
+        await new Haki({ baseUrl: server.url, timeoutMs: 300_000 }).extract("s", message);
+        await new Haki({ baseUrl: server.url, timeoutMs: 300_000 }).extract("s", message, { timeoutMs: 5_000 });
+      });
+      assert.deepEqual(waits, [120_000, 300_000, 5_000]);
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("a caller's idempotencyKey is sent in every attempt of a write; a key the server refuses throws first", async () => {
+    const key = `order-42:${"k".repeat(246)}`; // 255 visible ASCII characters, the server's bound
+    const server = await scripted((attempt) =>
+      attempt % 2 === 0 ? [503, { ...json, "retry-after": "0" }, errorBody("unavailable", "db down")] : [201, json, "{}"],
+    );
+    try {
+      const haki = new Haki({ baseUrl: server.url, projectId: "p", backoffMs: 1 });
+      const writes = [
+        (k) => haki.writeFacts("s", ["f"], { idempotencyKey: k }),
+        (k) => haki.writeEvents("s", [{ content: "e", occurred_at: "2026-01-01T00:00:00Z" }], { idempotencyKey: k }),
+        (k) => haki.extract("s", [{ role: "user", content: "hi" }], { idempotencyKey: k }),
+      ];
+      for (const write of writes) assert.deepEqual(await write(key), {});
+      assert.deepEqual(
+        server.seen.map((s) => [s.url, s.headers["idempotency-key"]]),
+        ["/v1/facts", "/v1/facts", "/v1/events", "/v1/events", "/v1/extract", "/v1/extract"].map((u) => [u, key]),
+      );
+      for (const write of writes) {
+        for (const bad of ["", "a b", "k".repeat(256), "cl\u00e9", "a\n", 42]) {
+          await assert.rejects(
+            () => write(bad),
+            (e) => e instanceof InvalidArgument && e.field === "idempotency_key" && e.message.startsWith("idempotency_key: "),
+            JSON.stringify(bad),
+          );
+        }
+      }
+      assert.equal(server.seen.length, 6, "nothing sent for a refused key");
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("a 409 idempotency_key_in_progress is retried with the same key; a key reused with another body is not", async () => {
+    const server = await scripted((attempt) =>
+      attempt < 2 ? [409, json, inProgress] : attempt === 2 ? [201, json, "{}"] : [409, json, errorBody("conflict", "reused")],
+    );
+    try {
+      const haki = new Haki({ baseUrl: server.url, projectId: "p", backoffMs: 1 });
+      assert.deepEqual(await haki.writeFacts("s", ["f"]), {});
+      assert.equal(server.seen.length, 3);
+      assert.equal(new Set(server.seen.map((s) => s.headers["idempotency-key"])).size, 1);
+      const reused = await haki.writeFacts("s", ["f"]).catch((e) => e);
+      assert.ok(reused instanceof ConflictError, String(reused));
+      assert.equal(server.seen.length, 4);
+    } finally {
+      await server.close();
+    }
+    // A write under the key was in flight: if the retries then cannot connect, it may have committed.
+    const refused = Object.assign(new Error("ECONNREFUSED"), { code: "ECONNREFUSED" });
+    let calls = 0;
+    const fetch = async () => {
+      calls += 1;
+      if (calls === 1) return new Response(inProgress, { status: 409, headers: json });
+      throw new TypeError("fetch failed", { cause: refused });
+    };
+    const err = await new Haki({ baseUrl: "http://haki.invalid", backoffMs: 1, fetch })
+      .writeFacts("s", ["f"], { idempotencyKey: "k" })
+      .catch((e) => e);
+    assert.ok(err instanceof HakiConnectionError && err.details.outcome_unknown === true, String(err));
+    assert.equal(calls, 4);
+  });
+
+  test("a Retry-After longer than maxWaitMs throws at once, carrying it, instead of resending early", async () => {
+    const server = await scripted((attempt) =>
+      attempt === 0
+        ? [429, { ...json, "retry-after": "60" }, errorBody("rate_limited", "slow down")]
+        : attempt === 1
+          ? [503, { ...json, "retry-after": "3600" }, errorBody("unavailable", "down")]
+          : [200, json, "{}"],
+    );
+    try {
+      const haki = new Haki({ baseUrl: server.url, projectId: "p", maxWaitMs: 10_000 });
+      const started = Date.now();
+      const limited = await haki.writeFacts("s", ["f"]).catch((e) => e);
+      assert.ok(limited instanceof RateLimited, String(limited));
+      assert.equal(limited.retryAfter, 60);
+      const down = await (async () => {
+        for await (const _ of haki.exportSubject("s")) void _;
+      })().catch((e) => e);
+      assert.ok(down instanceof Unavailable, String(down));
+      assert.equal(down.retryAfter, 3600);
+      assert.equal(server.seen.length, 2, "neither was sent again");
+      assert.ok(Date.now() - started < 2_000);
     } finally {
       await server.close();
     }
