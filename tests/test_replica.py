@@ -38,7 +38,7 @@ from service.embedding.embedder import HashEmbedder
 from service.ids import uuid7
 from service.settings import Settings
 from service.structs import ContextRequest
-from tests.helpers import metric
+from tests.helpers import METRICS_TOKEN, metric
 from tests.helpers.app import asgi_transport
 from tests.helpers.sql import load_test_queries
 
@@ -99,6 +99,7 @@ async def haki(servers: Servers, **overrides: Any) -> AsyncIterator[tuple[Litest
         database_url=servers.primary_url,
         database_read_url=servers.standby_url,
         rate_limit_per_minute=0,
+        metrics_token=METRICS_TOKEN,
         **overrides,
     )
     app = create_app(settings)
