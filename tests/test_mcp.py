@@ -35,7 +35,7 @@ from service.api.mcp_server import INSTRUCTIONS, ConfigError, ReachServer, bridg
 from service.api.memory import get_conflicts, post_facts
 from service.api.ratelimit import RateLimiter
 from service.app import create_app
-from service.constants import MCP_CONTENT_CHARS
+from service.constants import MAX_BATCH, MAX_CONTENT_CHARS, MAX_SCOPE_CHARS, MCP_CONTENT_CHARS
 from service.context import inspection
 from service.db.replica import ReadRouter
 from service.embedding.embedder import Embedder
@@ -43,7 +43,7 @@ from service.errors import NotFound
 from service.ids import uuid7
 from service.observability.metrics import Metrics
 from service.settings import Settings
-from service.structs import ExtractResponse, FactIn, WriteFactsRequest, WriteFactsResponse
+from service.structs import MAX_MESSAGE_CHARS, ExtractResponse, FactIn, WriteFactsRequest, WriteFactsResponse
 from tests.helpers import PROJECT, assert_error, bearer
 from tests.helpers.app import SingleConnectionPool
 from tests.helpers.fake_chat import FakeChat, answer, fake_chat
@@ -666,3 +666,19 @@ async def test_tools_that_list_many_memories_cut_each_text(
             long_a[: MCP_CONTENT_CHARS - 1] + "\u2026",
             long_b[: MCP_CONTENT_CHARS - 1] + "\u2026",
         ]
+
+
+def test_input_schemas_carry_the_routes_bounds() -> None:
+    """A model reads a tool's bounds from its schema: the route's own (content, key, message
+    length, keep's size), while the route's Struct still checks them and names the field."""
+    import anyio
+
+    from service.api.mcp_server import build_server
+
+    schemas = {t.name: t.input_schema for t in anyio.run(build_server().list_tools)}
+    defs = schemas["remember"]["$defs"]["FactItem"]["properties"]
+    assert (defs["content"]["minLength"], defs["content"]["maxLength"]) == (1, MAX_CONTENT_CHARS)
+    assert defs["key"]["maxLength"] == MAX_SCOPE_CHARS
+    message = schemas["remember_messages"]["$defs"]["MessageItem"]["properties"]["content"]
+    assert message["maxLength"] == MAX_MESSAGE_CHARS
+    assert schemas["resolve_conflict"]["properties"]["keep"]["maxItems"] == MAX_BATCH

@@ -57,7 +57,13 @@ from service.api.extract import post_extract
 from service.api.lifecycle import delete_subject
 from service.api.memory import get_conflicts, post_events, post_facts, post_resolve
 from service.api.strict_body import check_query_text
-from service.constants import MAX_PAGE_LIMIT, MCP_CONFLICT_PAGE_MEMBERS, MCP_CONTENT_CHARS
+from service.constants import (
+    MAX_BATCH,
+    MAX_CONTENT_CHARS,
+    MAX_PAGE_LIMIT,
+    MCP_CONFLICT_PAGE_MEMBERS,
+    MCP_CONTENT_CHARS,
+)
 from service.context import inspection
 from service.context.render import render
 from service.errors import (
@@ -72,9 +78,10 @@ from service.errors import (
 )
 from service.memory import writes as memory
 from service.repository import traces
-from service.scope_id import scope_id_problem
+from service.scope_id import SCOPE_ID_JSON_SCHEMA, scope_id_problem
 from service.settings import VISIBLE_ASCII
 from service.structs import (
+    MAX_MESSAGE_CHARS,
     ConflictList,
     ConflictSet,
     ContextRequest,
@@ -263,14 +270,24 @@ class Arguments(BaseModel):
 Timestamp = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
 
 
+def bounded(**schema: Any) -> dict[str, Any]:
+    """The route's bounds in a tool's input schema, for the model to read; the route's Struct
+    checks them and names the field it refuses, as the API does."""
+    return schema
+
+
 class FactItem(Arguments):
     """One fact of `remember`; the server checks the bounds and names the field it refuses."""
 
-    content: str = Field(description="One short self-contained sentence, e.g. 'Alice works at Acme.'")
+    content: str = Field(
+        description="One short self-contained sentence, e.g. 'Alice works at Acme.'",
+        json_schema_extra=bounded(minLength=1, maxLength=MAX_CONTENT_CHARS),
+    )
     key: str | None = Field(
         default=None,
         description="Slot name (snake_case: employer, city, diet) when the fact holds one value at a "
         "time; omit for facts that can coexist (hobbies, friends).",
+        json_schema_extra=SCOPE_ID_JSON_SCHEMA,
     )
     supersedes: str | None = Field(
         default=None,
@@ -293,7 +310,9 @@ class MessageItem(Arguments):
     """One chat message of `remember_messages`."""
 
     role: Literal["user", "assistant", "system", "tool", "developer"] = Field(description="Who said it.")
-    content: str = Field(description="What was said.")
+    content: str = Field(
+        description="What was said.", json_schema_extra=bounded(minLength=1, maxLength=MAX_MESSAGE_CHARS)
+    )
     occurred_at: Timestamp | None = Field(
         default=None, description="When (RFC 3339 with an offset); omitted: the time of the call."
     )
@@ -606,7 +625,14 @@ def preview(text: str | None) -> str | None:
 async def resolve_conflict(
     ctx: Context,
     conflict_set_id: Annotated[str, Field(description="The conflict set's id (from `list_conflicts`).")],
-    keep: Annotated[list[str], Field(min_length=1, description="Ids of the facts that stay true.")],
+    keep: Annotated[
+        list[str],
+        Field(
+            min_length=1,
+            description="Ids of the facts that stay true.",
+            json_schema_extra=bounded(maxItems=MAX_BATCH),
+        ),
+    ],
 ) -> types.CallToolResult:
     call = caller(ctx)
     set_id = _uuid(conflict_set_id, "conflict_set_id")
