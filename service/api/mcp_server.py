@@ -270,18 +270,13 @@ class Arguments(BaseModel):
 Timestamp = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
 
 
-def bounded(**schema: Any) -> dict[str, Any]:
-    """The route's bounds in a tool's input schema, for the model to read; the route's Struct
-    checks them and names the field it refuses, as the API does."""
-    return schema
-
-
 class FactItem(Arguments):
-    """One fact of `remember`; the server checks the bounds and names the field it refuses."""
+    """One fact of `remember`. Its schema shows the route's bounds (`json_schema_extra`) for the
+    model to read; the route's Struct checks them and names the field it refuses, as the API does."""
 
     content: str = Field(
         description="One short self-contained sentence, e.g. 'Alice works at Acme.'",
-        json_schema_extra=bounded(minLength=1, maxLength=MAX_CONTENT_CHARS),
+        json_schema_extra={"minLength": 1, "maxLength": MAX_CONTENT_CHARS},
     )
     key: str | None = Field(
         default=None,
@@ -311,7 +306,7 @@ class MessageItem(Arguments):
 
     role: Literal["user", "assistant", "system", "tool", "developer"] = Field(description="Who said it.")
     content: str = Field(
-        description="What was said.", json_schema_extra=bounded(minLength=1, maxLength=MAX_MESSAGE_CHARS)
+        description="What was said.", json_schema_extra={"minLength": 1, "maxLength": MAX_MESSAGE_CHARS}
     )
     occurred_at: Timestamp | None = Field(
         default=None, description="When (RFC 3339 with an offset); omitted: the time of the call."
@@ -630,7 +625,7 @@ async def resolve_conflict(
         Field(
             min_length=1,
             description="Ids of the facts that stay true.",
-            json_schema_extra=bounded(maxItems=MAX_BATCH),
+            json_schema_extra={"maxItems": MAX_BATCH},
         ),
     ],
 ) -> types.CallToolResult:
@@ -941,15 +936,23 @@ class ReachServer(httpx2.AsyncBaseTransport):
             return rpc_error(503, message, {UNREACHABLE: "1"})
         if response.is_success:
             return response
-        try:
-            refused = msgspec.json.decode(response.content, type=ErrorBody)
-        except msgspec.DecodeError:
+        said = refusal(response)
+        if said is None:
             said = f"{request.url} answered HTTP {response.status_code} {one_line(response.text)}"
             return rpc_error(response.status_code, f"unavailable: {said}", {UNREACHABLE: "1"})
-        return rpc_error(response.status_code, f"{refused.code}: {refused.message}")
+        return rpc_error(response.status_code, said)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+def refusal(response: httpx2.Response) -> str | None:
+    """A Haki error body as `<code>: <message>`; None for any other answer (a proxy's page)."""
+    try:
+        refused = msgspec.json.decode(response.content, type=ErrorBody)
+    except msgspec.DecodeError:
+        return None
+    return f"{refused.code}: {refused.message}"
 
 
 async def check_endpoint(
@@ -977,11 +980,7 @@ async def check_endpoint(
         # The ping does not read the pin; a page of one fact does, as every tool would.
         page = await http.get(f"{url}/v1/facts", params={"project_id": project_id, "limit": 1})
         if page.status_code != 200:
-            try:
-                refused = msgspec.json.decode(page.content, type=ErrorBody)
-                said = f"{refused.code}: {refused.message}"
-            except msgspec.DecodeError:
-                said = f"HTTP {page.status_code} {one_line(page.text)}"
+            said = refusal(page) or f"HTTP {page.status_code} {one_line(page.text)}"
             raise ConfigError(f"HAKI_PROJECT_ID={project_id!r} was refused: {said}")
 
 

@@ -242,7 +242,7 @@ def lift_linked(
             lifted[fact.item_id] = msgspec.structs.replace(base, score=parent, expansion=True)
         elif fact.item_id not in by_id:
             lifted.setdefault(fact.item_id, fact)
-        elif not base.expansion and below_floor(base, gate):
+        elif below_floor(base, gate):
             lifted[fact.item_id] = msgspec.structs.replace(base, expansion=True)
     merged = [lifted.pop(c.item_id, c) for c in candidates]
     return sorted([*merged, *lifted.values()], key=ranking_key)

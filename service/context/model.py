@@ -176,8 +176,13 @@ def decision(
 
 def below_floor(c: Candidate, max_distance: float) -> bool:
     """The recall gate's test (`below_relevance_floor`): a cosine distance above max_distance when
-    it is > 0. Expansion facts are never gated; the caller skips them."""
-    return max_distance > 0 and c.cosine_distance is not None and c.cosine_distance > max_distance
+    it is > 0, never for an expansion fact (multi-hop rows are never gated)."""
+    return (
+        not c.expansion
+        and max_distance > 0
+        and c.cosine_distance is not None
+        and c.cosine_distance > max_distance
+    )
 
 
 def served_reason(c: Candidate) -> Literal["packed", "multi_hop_expansion"]:
@@ -283,7 +288,7 @@ def outcomes(
         rank += 1
         event = c.event_id
         text = text_key(c.content) if dedupe else ""
-        if not c.expansion and below_floor(c, max_distance):
+        if below_floor(c, max_distance):
             out.append(Outcome(c, "excluded", "below_relevance_floor", rank))
             continue
         if dedupe and ((event is not None and event in served_events) or text in served_texts):

@@ -149,6 +149,12 @@ def is_export_line(first: Any) -> bool:
     return isinstance(first, dict) and ("haki_export" in first or first.get("kind") in ("fact", "event"))
 
 
+def line_text(raw: bytes, first: bool) -> bytes:
+    """A JSON Lines line without its surrounding whitespace, and line 1 without a UTF-8 byte order
+    mark (Windows editors write one): it is no part of the JSON. `haki import` reads lines so."""
+    return (raw.removeprefix(codecs.BOM_UTF8) if first else raw).strip()
+
+
 def parse_document(lines: Iterable[bytes]) -> ExportDocument:
     """Reads an export document; raises ValueError naming the line of the first bad one."""
     header: ExportHeader | None = None
@@ -158,8 +164,7 @@ def parse_document(lines: Iterable[bytes]) -> ExportDocument:
     event_ids: set[UUID] = set()
     fact_ids: set[UUID] = set()
     for n, raw in enumerate(lines, start=1):
-        # A UTF-8 byte order mark (Windows editors write one) is no part of line 1's JSON.
-        text = (raw.removeprefix(codecs.BOM_UTF8) if n == 1 else raw).strip()
+        text = line_text(raw, n == 1)
         if not text:
             continue
         try:

@@ -33,7 +33,6 @@ HAKI_IDEMPOTENCY_TTL_SECONDS). `--restart` ignores a saved position and starts a
 from __future__ import annotations
 
 import asyncio
-import codecs
 import contextlib
 import dataclasses
 import functools
@@ -72,6 +71,7 @@ from service.errors import IDEMPOTENCY_KEY_REUSED, EmbeddingModelMismatch, Idemp
 from service.ids import uuid7
 from service.memory import idempotency
 from service.memory import writes as memory
+from service.memory.export import line_text
 from service.memory.statistics import StatisticsKeeper
 from service.repository.maintenance import MemoryTable
 from service.settings import Settings
@@ -288,8 +288,7 @@ def _batches(
                 break
             offset += len(raw)
             line_no += 1
-            # A UTF-8 byte order mark (Windows editors write one) is no part of line 1's JSON.
-            text = (raw.removeprefix(codecs.BOM_UTF8) if line_no == 1 else raw).strip()
+            text = line_text(raw, line_no == 1)
             if text:
                 try:
                     batch.items.append((line_no, decoder.decode(text)))
@@ -429,7 +428,7 @@ def detect_kind(path: Path) -> Kind | Literal["export"]:
     try:
         with path.open("rb") as f:
             for n, raw in enumerate(f):
-                text = (raw.removeprefix(codecs.BOM_UTF8) if n == 0 else raw).strip()
+                text = line_text(raw, n == 0)
                 if text:
                     first = msgspec.json.decode(text)
                     if isinstance(first, dict) and "haki_export" in first:
