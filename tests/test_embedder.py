@@ -283,6 +283,19 @@ async def test_a_query_graph_that_cannot_be_built_leaves_queries_in_fp32(
 
 
 @pytest.mark.model
+def test_an_unwritable_graph_cache_is_named_not_blamed_on_onnx_runtime(tmp_path: Path) -> None:
+    """The graph cache lives in HAKI_DATA_DIR: when it cannot be written, the error says so
+    instead of "cannot run the model through ONNX Runtime"."""
+    pytest.importorskip("onnxruntime")
+    data_dir = tmp_path / "a-file"
+    data_dir.write_text("not a directory")
+    emb = LocalEmbedder(Settings(embed_provider="local", embed_backend="onnx", data_dir=data_dir))
+    with pytest.raises(EmbedderConfigError, match=r"ONNX graph cache in .*HAKI_DATA_DIR") as info:
+        emb.load_sync()
+    assert "through ONNX Runtime" not in str(info.value)
+
+
+@pytest.mark.model
 async def test_int8_queries_only_beside_the_onnx_fp32_vectors(tmp_path: Path) -> None:
     """`onnx-int8` keeps its queries in its own (per-tensor int8) space, and torch has no ONNX graph:
     for both the setting changes nothing."""

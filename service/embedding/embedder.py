@@ -426,6 +426,11 @@ class LocalEmbedder:
                 f"HAKI_EMBED_BACKEND={self.backend} needs the optional extra: "
                 f"pip install 'haki[onnx]' ({exc})"
             ) from exc
+        except OSError as exc:  # the graph's cache, not ONNX Runtime: say where it is
+            raise EmbedderConfigError(
+                f"HAKI_EMBED_BACKEND={self.backend}: cannot write or read the ONNX graph cache in "
+                f"{self._cache_dir} ({exc}); it lives in HAKI_DATA_DIR, which must be writable"
+            ) from exc
         except Exception as exc:  # an export or session failure (e.g. a model ORT cannot run)
             raise EmbedderConfigError(
                 f"HAKI_EMBED_BACKEND={self.backend}: cannot run {self._model_dir} through ONNX Runtime "

@@ -201,8 +201,10 @@ interface Call {
   idempotencyKey?: string;
 }
 
-// What the server takes as an Idempotency-Key (docs/spec/api.md, "Idempotency").
-const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/;
+// What a header carries: an API key, and an Idempotency-Key of at most
+// MAX_IDEMPOTENCY_KEY_CHARS (docs/spec/api.md, "Idempotency").
+const VISIBLE_ASCII = /^[\x21-\x7e]+$/;
+const MAX_IDEMPOTENCY_KEY_CHARS = 255;
 
 /**
  * A caller's Idempotency-Key, checked before anything is sent: 1..255 visible ASCII characters,
@@ -210,7 +212,7 @@ const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/;
  */
 function checkIdempotencyKey(value: unknown): string | undefined {
   if (value === undefined) return undefined;
-  if (typeof value !== "string" || !IDEMPOTENCY_KEY.test(value)) {
+  if (typeof value !== "string" || value.length > MAX_IDEMPOTENCY_KEY_CHARS || !VISIBLE_ASCII.test(value)) {
     const text = typeof value === "string" ? JSON.stringify(value) : String(value);
     // Named as the id arguments are (`fact_id`, `keep[1]`), and as in Python.
     const got = text.length > 66 ? `${text.slice(0, 66)}...` : text;
@@ -375,9 +377,6 @@ function checkBaseUrl(value: unknown, option: string): void {
   }
 }
 
-// An API key travels in the Authorization header: visible ASCII only (as the server's own keys are).
-const VISIBLE_ASCII = /^[\x21-\x7e]+$/;
-
 /** An API key a header can carry; the message never shows the key. Empty or absent: no key is sent. */
 function checkApiKey(value: unknown, option: string): void {
   if (value === undefined || value === null || value === "") return;
@@ -493,37 +492,52 @@ export class Haki {
     }
     // One key for every attempt of a deduplicated write: the server applies it once.
     if (deduplicated(call)) headers["Idempotency-Key"] = call.idempotencyKey ?? (await randomUuid());
-    const replayable = isReplayable(call);
-    let unsent = true; // no attempt so far can have reached the server
     const url = this.#url(call);
-    for (let attempt = 0; ; attempt += 1) {
-      let response: Response;
-      let text: string;
+    const timeoutMs = call.timeoutMs ?? this.#timeoutMs;
+    const { response, text } = await this.#retried(call, isReplayable(call), async () => {
+      const init: RequestInit = { method: call.method, headers, signal: AbortSignal.timeout(timeoutMs) };
+      if (body !== undefined) init.body = body;
+      const response = await this.#fetch(url, init);
+      return { response, text: await response.text() };
+    });
+    return decode<T>(call, response, text);
+  }
+
+  /**
+   * Makes `attempt`s of `call` until one answers with no reason to retry: after a lost connection
+   * (only when `replayable`, or when it was never sent), a 429 or a 503 worth retrying (an answer
+   * whose `text` was read), within the retry policy. Throws `HakiConnectionError` past it.
+   */
+  async #retried<A extends { response: Response; text: string | null }>(
+    call: Call,
+    replayable: boolean,
+    attempt: () => Promise<A>,
+  ): Promise<A> {
+    let unsent = true; // no attempt so far can have reached the server
+    for (let n = 0; ; n += 1) {
+      let answer: A;
       try {
-        const timeoutMs = call.timeoutMs ?? this.#timeoutMs;
-        const init: RequestInit = { method: call.method, headers, signal: AbortSignal.timeout(timeoutMs) };
-        if (body !== undefined) init.body = body;
-        response = await this.#fetch(url, init);
-        text = await response.text();
+        answer = await attempt();
       } catch (error) {
         if (!isTransportError(error)) throw error;
         unsent &&= neverSent(error);
         // Not replayable and maybe applied: the server would take a second attempt for a new call.
-        if (attempt >= this.retry.maxRetries || !(replayable || neverSent(error))) {
+        if (n >= this.retry.maxRetries || !(replayable || neverSent(error))) {
           throw connectionError(call, error, unsent);
         }
-        await sleep(this.retry.delay(attempt, null));
+        await sleep(this.retry.delay(n, null));
         continue;
       }
+      const { response, text } = answer;
       const retryAfter = parseRetryAfter(response.headers.get("retry-after"));
       // A Retry-After past maxWaitMs is not cut short: the error is thrown, carrying it.
-      if (shouldRetry(response, text) && attempt < this.retry.maxRetries && this.retry.waitsFor(retryAfter)) {
+      if (text !== null && shouldRetry(response, text) && n < this.retry.maxRetries && this.retry.waitsFor(retryAfter)) {
         // A write under this key is in flight: it may commit.
         unsent &&= !keyInProgress(response, text);
-        await sleep(this.retry.delay(attempt, retryAfter));
+        await sleep(this.retry.delay(n, retryAfter));
         continue;
       }
-      return decode<T>(call, response, text);
+      return answer;
     }
   }
 
@@ -746,31 +760,17 @@ export class Haki {
   async #openStream(call: Call): Promise<{ response: Response; text: string | null; controller: AbortController }> {
     const url = this.#url(call);
     const headers = this.#headers();
-    let unsent = true; // no attempt so far can have reached the server
-    for (let attempt = 0; ; attempt += 1) {
+    return this.#retried(call, true, async () => {
       const controller = new AbortController();
       const timer = setTimeout(() => controller.abort(timeoutError(this.#timeoutMs)), this.#timeoutMs);
-      let response: Response;
-      let text: string | null = null;
       try {
-        response = await this.#fetch(url, { method: call.method, headers, signal: controller.signal });
-        if (response.status !== 200 || response.body === null) text = await response.text();
-      } catch (error) {
-        if (!isTransportError(error)) throw error;
-        unsent &&= neverSent(error);
-        if (attempt >= this.retry.maxRetries) throw connectionError(call, error, unsent);
-        await sleep(this.retry.delay(attempt, null));
-        continue;
+        const response = await this.#fetch(url, { method: call.method, headers, signal: controller.signal });
+        const text = response.status !== 200 || response.body === null ? await response.text() : null;
+        return { response, text, controller };
       } finally {
         clearTimeout(timer);
       }
-      const retryAfter = parseRetryAfter(response.headers.get("retry-after"));
-      if (text !== null && shouldRetry(response, text) && attempt < this.retry.maxRetries && this.retry.waitsFor(retryAfter)) {
-        await sleep(this.retry.delay(attempt, retryAfter));
-        continue;
-      }
-      return { response, text, controller };
-    }
+    });
   }
 
   /**
