@@ -15,6 +15,10 @@ EMBED_DIM: Final = 384
 # would otherwise hold a connection per call for HAKI_EMBED_TIMEOUT_SECONDS (10 s).
 CONTEXT_EMBED_PATIENCE_SECONDS: Final = 0.25
 
+# Runs of one context call on the primary: a write to the scope that commits while the call
+# reads makes it run again (service/db/call_runner.py); past this many, a 503 to retry.
+CONTEXT_CALL_RUNS: Final = 3
+
 # Context Assembler (docs/spec/context-assembler.md).
 RETRIEVAL_TOP_K: Final = 64
 CANDIDATE_LIMIT: Final = 256

@@ -19,7 +19,13 @@ writes the trace where it belongs:
   statement (open_context_call): an erasure of the scope waits for the trace, then erases it. On
   the primary the retrieval is inside that transaction; after a standby's retrieval, an erasure
   may have committed between the two, so a trace naming an item no longer in the scope is not
-  written, and the call runs again on the primary (`ErasedSinceRetrieval`).
+  written, and the call runs again on the primary (`ErasedSinceRetrieval`);
+- on the primary, a packet shows one state of its scope: each statement of the call reads what
+  had committed when it started (read committed), so a write that commits between two of them
+  (a rival of a served fact, its successor) could mix two states in one packet. Before its
+  trace, the call counts the served facts the hard filters would hide now, and runs again when
+  there is one (CONTEXT_CALL_RUNS at most). A standby's retrieval reads one snapshot (repeatable
+  read), as it takes no lock.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from typing import Any
 
 import asyncpg
 
-from service.constants import CONTEXT_EMBED_PATIENCE_SECONDS
+from service.constants import CONTEXT_CALL_RUNS, CONTEXT_EMBED_PATIENCE_SECONDS
 from service.context import assembler
 from service.context.call import ContextCall
 from service.db.pools import Acquire, Lent
@@ -60,10 +66,13 @@ async def run_context_call(
     lent: Lent | None = None if isinstance(held, asyncpg.Connection) else held
     conn: Conn = held if lent is None else lent.conn
     embedding = asyncio.create_task(assembler.timed_embedding(embedder, call, timer))
+    # A standby's retrieval takes no lock: one snapshot for all its statements.
+    isolation = None if primary is None else "repeatable_read"
+    changed_runs = 0
     try:
         while True:
             try:
-                async with conn.transaction(readonly=primary is not None):
+                async with conn.transaction(isolation=isolation, readonly=primary is not None):
                     # Refuses a call whose embedder did not make the project's vectors; on the
                     # primary, holds the scope's erasure lock (a standby's is not the primary's).
                     scope = call.subject_id if primary is None else None
@@ -74,8 +83,17 @@ async def run_context_call(
                     assembled = await assembler.assemble(conn, call, await embedding, timer)
                     if primary is None:
                         with timer.stage("trace"):
+                            if await repo.count_unservable_served(conn, call, assembled.packet):
+                                raise _ChangedDuringCall  # rolls back: nothing was written
                             await repo.insert_context_trace(conn, call, assembled.packet, assembled.decisions)
                 break
+            except _ChangedDuringCall:
+                changed_runs += 1
+                if changed_runs >= CONTEXT_CALL_RUNS:
+                    raise ScopeKeptChanging(
+                        "The subject's memories changed during each run of this call; retry.",
+                        subject_id=call.subject_id,
+                    ) from None
             except _EmbedderSlow:
                 assert lent is not None
                 # Back in the pool until the vector comes (or the embedder's time-out: a degraded
@@ -107,6 +125,15 @@ class ErasedSinceRetrieval(Unavailable, status=503, code="unavailable"):
     a 503 `unavailable` if it ever reached a client."""
 
 
+class ScopeKeptChanging(Unavailable, status=503, code="unavailable"):
+    """Writes to the scope committed during each of the call's CONTEXT_CALL_RUNS runs, each
+    hiding a fact it served: nothing was served nor traced; retrying is safe."""
+
+
+class _ChangedDuringCall(Exception):
+    """A fact the call served is hidden by a write committed since the call read it."""
+
+
 class _EmbedderSlow(Exception):
     """The query's vector did not come within CONTEXT_EMBED_PATIENCE_SECONDS."""
 
@@ -117,4 +144,4 @@ async def finished(task: asyncio.Task[Any], seconds: float) -> bool:
     return bool(done)
 
 
-__all__ = ["ErasedSinceRetrieval", "run_context_call"]
+__all__ = ["ErasedSinceRetrieval", "ScopeKeptChanging", "run_context_call"]

@@ -420,6 +420,20 @@ async def insert_context_trace(
     )
 
 
+async def count_unservable_served(conn: Conn, call: ContextCall, packet: ContextPacket) -> int:
+    """How many of the facts `packet` serves the hard filters would hide in a snapshot taken now."""
+    if not packet.facts:
+        return 0
+    unservable: int = await q().count_unservable_served(
+        conn,
+        project_id=call.project_id,
+        subject_id=call.subject_id,
+        fact_ids=[f.fact_id for f in packet.facts],
+        as_of=call.as_of,
+    )
+    return unservable
+
+
 async def count_erased_items(conn: Conn, call: ContextCall, decisions: Sequence[Decision]) -> int:
     """How many of the items `decisions` name are no longer a fact or an event of the call's scope."""
     if not decisions:
