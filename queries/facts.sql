@@ -147,13 +147,14 @@ ORDER BY r.fact_id;
 -- it is not active (the caller tells which): a superseded or retracted fact's history is kept as
 -- it was, except that retracting a retracted fact again changes nothing and succeeds.
 -- A retraction of a believed fact ends its belief now (recorded_to, migration 0012), with the
--- valid_to it had until then; a fact that was no longer believed keeps both.
+-- valid_to it had until then: the one this patch gives, if any (as a valid_to patched first and a
+-- retraction after: the correction is not versioned); a fact no longer believed keeps both.
 UPDATE facts
 SET status = CASE WHEN :retract::boolean THEN 'retracted' ELSE status END,
     valid_to = coalesce(:valid_to::timestamptz, valid_to),
     recorded_to = CASE WHEN :retract::boolean THEN coalesce(recorded_to, now()) ELSE recorded_to END,
     believed_valid_to = CASE WHEN :retract::boolean AND recorded_to IS NULL
-                             THEN valid_to ELSE believed_valid_to END
+                             THEN coalesce(:valid_to::timestamptz, valid_to) ELSE believed_valid_to END
 WHERE project_id = :project_id
   AND fact_id = :fact_id
   AND (status = 'active' OR (status = 'retracted' AND :retract::boolean AND :valid_to::timestamptz IS NULL))

@@ -21,18 +21,30 @@ import asyncpg
 import pytest
 
 from service.api.auth import Principal
+from service.context import replay
 from service.context.call import ContextCall
 from service.db.call_runner import ErasedSinceRetrieval, run_context_call
 from service.db.replica import rerun_reason
 from service.embedding.embedder import HashEmbedder
-from service.errors import database_unavailable
+from service.errors import NotFound, database_unavailable
 from service.memory import erasure, event_context
 from service.memory import writes as memory
+from service.repository import conflicts as conflicts_repo
 from service.repository import context as context_repo
 from service.repository import embedding_model
+from service.repository import facts as facts_repo
 from service.repository import lifecycle as lifecycle_repo
 from service.settings import Settings
-from service.structs import ContextRequest, EventIn, FactIn, WriteEventsRequest, WriteFactsRequest
+from service.structs import (
+    ContextRequest,
+    EventIn,
+    FactIn,
+    PatchFactRequest,
+    ReplayRequest,
+    ResolveConflictRequest,
+    WriteEventsRequest,
+    WriteFactsRequest,
+)
 from tests.helpers.serving import sessions, waits_or_ends
 from tests.helpers.sql import load_test_queries
 
@@ -167,6 +179,89 @@ async def test_a_keyed_write_racing_an_erasure_of_its_scope_fails_on_no_foreign_
         await erase
         left = await load_test_queries().test_fact_contents(observer, project_id=principal.project_id)
         assert left == (None if kind == "subject" else ["Oslo"])
+
+
+@pytest.mark.parametrize("change", ["resolve", "retract"])
+async def test_a_change_answers_what_it_committed_though_an_erasure_follows_at_once(
+    settings: Settings, scope: tuple[Principal, HashEmbedder], monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    """A resolution or a retraction reads its answer (the set, the fact) last; an erasure of the
+    scope fired just before that read waits for the change's commit. The read came after the
+    commit: the erasure went first, and the answer was a 500 (the resolution's: not enough values
+    to unpack) or a 404 (the retraction's) for a change that had committed."""
+    principal, _ = scope
+    async with sessions(settings, 3) as (changer, eraser, observer):
+        (tea, coffee), _ = await remember(
+            observer, settings, principal,
+            [FactIn(content="Likes tea", key="drink"), FactIn(content="Likes coffee", key="drink")], [],
+        )  # fmt: skip
+        # The answer is the resolution's first list_conflicts, the retraction's second get_fact.
+        repo, name, answer = (
+            (conflicts_repo, "list_conflicts", 1) if change == "resolve" else (facts_repo, "get_fact", 2)
+        )
+        read = getattr(repo, name)
+        reads: list[int] = []
+        erasures: list[asyncio.Task[Any]] = []
+
+        async def erase_then_read(*args: Any, **kwargs: Any) -> Any:
+            reads.append(1)
+            if len(reads) == answer:
+                erasures.append(asyncio.create_task(erasing(eraser, settings, principal, "subject", tea)))
+                await waits_or_ends(observer, erasures[0], eraser)
+            return await read(*args, **kwargs)
+
+        (open_set,) = await conflicts_repo.list_conflicts(observer, principal.project_id, "s", "open", None)
+        monkeypatch.setattr(repo, name, erase_then_read)
+        if change == "resolve":
+            resolved = await memory.resolve_conflict(
+                changer, principal, open_set.conflict_set_id, ResolveConflictRequest(keep=[tea])
+            )
+            assert resolved.status == "resolved"
+            assert {m.fact_id: m.status for m in resolved.members} == {tea: "active", coffee: "superseded"}
+        else:
+            fact = await memory.patch_fact(changer, principal, coffee, PatchFactRequest(status="retracted"))
+            assert (fact.fact_id, fact.status) == (coffee, "retracted")
+        assert erasures, "the erasure was not fired"
+        await erasures[0]
+        assert await load_test_queries().test_fact_contents(observer, project_id=principal.project_id) is None
+
+
+class KeptConnection:
+    """A request's lease that never gives its connection back (service/db/pools.py `Lent`)."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self.conn = conn
+
+    @asynccontextmanager
+    async def set_aside(self) -> AsyncIterator[None]:
+        yield
+
+
+async def test_a_replay_whose_subject_is_erased_as_it_ends_is_a_404(
+    settings: Settings, scope: tuple[Principal, HashEmbedder], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replay reads its own trace after its commit, for the diff: an erasure of the subject in
+    between left none, and an assertion made the answer a 500."""
+    principal, embedder = scope
+    async with sessions(settings, 2) as (caller, eraser):
+        await remember(caller, settings, principal, [FactIn(content="cats purr")], [])
+        request = ContextRequest(project_id=principal.project_id, subject_id="s", query="cats")
+        origin = await run_context_call(caller, embedder, ContextCall.of(request, settings))
+        reads: list[int] = []
+        read = context_repo.get_inspection
+
+        async def erase_then_read(*args: Any, **kwargs: Any) -> Any:
+            reads.append(1)
+            if len(reads) == 2:  # the replay's own trace (the first read is the origin's)
+                await erasure.erase_subject(eraser, principal, settings, principal.project_id, "s")
+            return await read(*args, **kwargs)
+
+        monkeypatch.setattr(context_repo, "get_inspection", erase_then_read)
+        with pytest.raises(NotFound, match="erased during its replay"):
+            await replay.replay(
+                KeptConnection(caller), embedder, settings, principal, origin.trace_id, ReplayRequest()
+            )
+        assert len(reads) == 2
 
 
 @pytest.mark.parametrize("kind", ["event", "subject"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import asyncpg
@@ -275,6 +275,30 @@ async def test_as_of_judges_validity_as_it_was_believed_then(
     assert past["facts"][0]["valid_to"] is None  # as it was served then, not today's row
 
 
+async def test_one_patch_that_retracts_and_ends_a_fact_is_the_two_in_turn(
+    conn: asyncpg.Connection, client: httpx.AsyncClient, key: str
+) -> None:
+    """A PATCH of both `status: retracted` and `valid_to` changes the past as a PATCH of the
+    valid_to and then one of the status: the correction is not versioned (docs/time-travel.md),
+    so a view of an earlier instant sees it. The single PATCH kept the valid_to of before as the
+    one believed: the fact was served as of then, open-ended."""
+    subject = "tt-patch"
+    both, in_turn = await fact_ids(
+        client, key, ["the user lives in madrid", "the user works in madrid"], subject
+    )
+    call = await context(client, key, "madrid", subject)
+    assert set(served(call)) == {both, in_turn}
+    await shift_an_hour_back(conn)
+    at = (await inspect(client, key, call["trace_id"]))["created_at"]
+    ended = "1927-01-01T00:00:00Z"
+    patches = [(both, {"status": "retracted", "valid_to": ended}), (in_turn, {"valid_to": ended}),
+               (in_turn, {"status": "retracted"})]  # fmt: skip
+    for fact_id, body in patches:
+        r = await client.patch(f"/v1/facts/{fact_id}", json=body, headers=bearer(key))
+        assert r.status_code == 200, r.text
+    assert served(await context(client, key, "madrid", subject, as_of=at)) == []
+
+
 async def test_as_of_in_the_future_is_a_validation_error(client: httpx.AsyncClient, key: str) -> None:
     future = iso(datetime.now(UTC) + timedelta(minutes=5))
     r = await post_context(client, key, "anything", "tt-future", as_of=future)
@@ -444,6 +468,19 @@ async def test_replay_refuses_bad_overrides(
     r = await replay(client, key, origin["trace_id"], body)
     assert r.status_code in (400, 422), r.text  # 422: well-formed, in the future
     assert r.json()["details"]["field"] == next(iter(body))
+
+
+async def test_a_replay_answers_its_instant_in_utc(client: httpx.AsyncClient, key: str) -> None:
+    """An `as_of` override in another offset comes back in UTC, as every instant the API answers
+    and as the replay's trace holds it; it came back in the caller's offset."""
+    await write_facts(client, key, ["the user drinks coffee"], "tt-utc")
+    origin = await context(client, key, "coffee", "tt-utc")
+    created = datetime.fromisoformat((await inspect(client, key, origin["trace_id"]))["created_at"])
+    local = created.astimezone(timezone(timedelta(hours=-7))).isoformat()
+    r = await replay(client, key, origin["trace_id"], {"as_of": local})
+    assert r.status_code == 200, r.text
+    assert r.json()["as_of"].endswith("Z")
+    assert datetime.fromisoformat(r.json()["as_of"]) == created
 
 
 # --- what each memory is worth ----------------------------------------------------------------

@@ -8,6 +8,7 @@ overrides, or what changed since, did to the packet.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC
 from uuid import UUID
 
 from service.api.auth import Principal
@@ -16,6 +17,7 @@ from service.context.inspection import inspect
 from service.db import Lent
 from service.db.call_runner import run_context_call
 from service.embedding.embedder import Embedder
+from service.errors import NotFound
 from service.repository import context as repo
 from service.settings import ContextProfile, Settings
 from service.structs import (
@@ -119,10 +121,12 @@ async def replay(
     assert call.as_of is not None  # a replay's instant is always set (replay_call)
     packet = await run_context_call(lent, embedder, call)
     replayed = await repo.get_inspection(lent.conn, principal.project_id, packet.trace_id)
-    assert replayed is not None  # written by the call above, in this project
+    if replayed is None:  # an erasure of the subject committed right after the replay's trace
+        raise NotFound("The subject of this trace was erased during its replay.", trace_id=str(trace_id))
     return ReplayResponse(
         origin_trace_id=trace_id,
-        as_of=call.as_of,
+        # In UTC, as every instant the API answers (an override keeps the caller's offset).
+        as_of=call.as_of.astimezone(UTC),
         packet=packet,
         diff=diff(origin.decisions, replayed.decisions),
     )

@@ -321,7 +321,8 @@ async def patch_fact(conn: Conn, principal: Principal, fact_id: UUID, req: Patch
             )
         if retract:
             await conflicts_repo.resolve_left_conflict_sets(conn, principal.project_id, [fact_id])
-    return await get_fact(conn, principal, fact_id)
+        # Read before the commit, under the scope's lock: an erasure after it would make it a 404.
+        return await get_fact(conn, principal, fact_id)
 
 
 async def write_events(
@@ -445,7 +446,9 @@ async def resolve_conflict(
                     fact_id=str(fact_id),
                 )
         await conflicts_repo.resolve_conflict_set(conn, project_id, conflict_set_id, req.keep)
-    (resolved,) = await conflicts_repo.list_conflicts(conn, project_id, None, None, conflict_set_id)
+        # Read before the commit, under the scope's lock: an erasure right after it left no set to
+        # read, a 500 for a resolution that had committed.
+        (resolved,) = await conflicts_repo.list_conflicts(conn, project_id, None, None, conflict_set_id)
     return resolved
 
 
