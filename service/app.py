@@ -33,6 +33,7 @@ from service.api.memory import (
     FactsController,
     provide_project_id,
 )
+from service.api.openapi_schema import StrictStructSchemaPlugin
 from service.api.ratelimit import RateLimiter, WorkRateLimiter
 from service.api.strict_body import check_request
 from service.api.ui import TraceInspector, is_ui_path, refused_page
@@ -170,6 +171,7 @@ def create_app(
             mcp_mount.handler(),
         ],
         lifespan=[lifespan],
+        plugins=[StrictStructSchemaPlugin()],
         middleware=[metrics.middleware] + ([rerun_on_primary] if router is not None else []),
         state=State(
             {

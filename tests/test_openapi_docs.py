@@ -16,8 +16,8 @@ from service import structs
 ERROR_REF = "#/components/schemas/ErrorBody"
 # Every keyed route can answer each of these with the contract's error body.
 REQUIRED_ERRORS = ("400", "401", "403", "404", "422", "503")
-# /healthz takes no key, no body and no parameter: only "unavailable" applies.
-NO_KEY_ROUTES = {("/healthz", "get"): ("503",)}
+# /healthz takes no key, no body and no parameter: "unavailable", and a URL not UTF-8 (400).
+NO_KEY_ROUTES = {("/healthz", "get"): ("400", "503")}
 
 
 @pytest.fixture
@@ -134,3 +134,33 @@ def test_every_numeric_bound_of_a_struct_is_published(spec: dict[str, Any]) -> N
                         f"{name}.{field.encode_name} {keyword} {bound}: {published.get(keyword)}"
                     )
     assert not unpublished, "bounds missing from the OpenAPI document: " + ", ".join(unpublished)
+
+
+def test_a_struct_that_refuses_unknown_fields_is_a_closed_object(spec: dict[str, Any]) -> None:
+    """A request body with a field its Struct does not have is a 400 `unknown field`: the
+    document says so (`additionalProperties: false`), and only there, so that a body it
+    validates is never refused for an extra field."""
+    wrong = []
+    for name, schema in spec["components"]["schemas"].items():
+        struct = getattr(structs, name, None)
+        if not (isinstance(struct, type) and issubclass(struct, msgspec.Struct)):
+            continue
+        closed = schema.get("additionalProperties") is False
+        if closed != struct.__struct_config__.forbid_unknown_fields:
+            wrong.append(name)
+    assert not wrong, "additionalProperties does not match forbid_unknown_fields: " + ", ".join(wrong)
+    assert spec["components"]["schemas"]["FactIn"]["additionalProperties"] is False
+
+
+def test_the_headers_of_a_success_are_documented(spec: dict[str, Any]) -> None:
+    """The contract's headers of a success (docs/spec/api.md): an SDK generated from the document
+    knows them."""
+    documented = {
+        (path, method, status): set(op["responses"][status].get("headers", {}))
+        for path, method, op in operations(spec)
+        for status in op["responses"]
+        if status.startswith("2")
+    }
+    assert "Server-Timing" in documented[("/v1/context", "post", "200")]
+    for path in ("/v1/facts", "/v1/events", "/v1/extract"):
+        assert "Idempotent-Replayed" in documented[(path, "post", "201")], path

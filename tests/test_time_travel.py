@@ -342,12 +342,14 @@ async def test_replay_without_overrides_reproduces_the_call(
     assert replay_trace["replay_of"] == origin["trace_id"]
     assert decisions_of(replay_trace) == decisions_of(origin_trace)
     assert decision_scores(replay_trace) == pytest.approx(decision_scores(origin_trace))
-    # An empty JSON object is no override either, nor a body of whitespace.
+    # An empty JSON object is no override either, nor a body of whitespace, nor JSON null (the
+    # OpenAPI document declares the body `ReplayRequest` or null).
     r = await replay(client, key, origin["trace_id"], {})
     assert r.status_code == 200 and r.json()["diff"] == body["diff"]
     blank = {**bearer(key), "content-type": "application/json"}
-    r = await client.post(f"/v1/inspect/{origin['trace_id']}/replay", content=b" \n", headers=blank)
-    assert r.status_code == 200 and r.json()["diff"] == body["diff"], r.text
+    for content in (b" \n", b"null"):
+        r = await client.post(f"/v1/inspect/{origin['trace_id']}/replay", content=content, headers=blank)
+        assert r.status_code == 200 and r.json()["diff"] == body["diff"], r.text
     # A replay of the replay runs as of the same instant (the replay's as_of), and changes nothing.
     again = await replay(client, key, packet["trace_id"])
     assert again.status_code == 200, again.text

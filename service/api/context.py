@@ -11,7 +11,7 @@ from litestar.datastructures import State
 from litestar.openapi.spec import Operation, RequestBody
 from litestar.params import Parameter
 
-from service.api.deps import ERRORS, Deps, RouteDeps, in_key_project
+from service.api.deps import ERRORS, SERVER_TIMING, Deps, RouteDeps, in_key_project
 from service.api.memory import ProjectQuery, SubjectQuery
 from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
 from service.context import inspection, replay
@@ -81,6 +81,7 @@ class ContextController(Controller):
         "facts by decreasing score, then multi-hop expansion and the closest episodes into what is "
         "left. Every decision is traced: see GET /v1/inspect/{trace_id}. The Server-Timing header "
         "gives the time per stage.",
+        response_headers=[SERVER_TIMING],
         opt={READS: True},
     )
     async def context(self, data: ContextRequest, deps: Deps, state: State) -> Response[ContextPacket]:

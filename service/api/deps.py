@@ -9,7 +9,7 @@ from typing import Annotated, Any, Protocol, TypeVar
 
 import asyncpg
 from litestar import Litestar, Request
-from litestar.datastructures import State
+from litestar.datastructures import ResponseHeader, State
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Dependency
 from litestar.types import Scope
@@ -278,3 +278,20 @@ async def in_process(
 
 # Every route's documented error responses, from the one error table (service/errors.py).
 ERRORS: dict[int, ResponseSpec] = openapi_responses()
+
+# The headers of a success that the document names (the routes set them on the Response); a
+# value gives the header its schema, a string.
+IDEMPOTENT_REPLAYED = ResponseHeader(
+    name="Idempotent-Replayed",
+    documentation_only=True,
+    value="true",
+    description="`true` when the answer is the replay of an earlier write under this Idempotency-Key: "
+    "nothing was written again. Absent otherwise.",
+)
+SERVER_TIMING = ResponseHeader(
+    name="Server-Timing",
+    documentation_only=True,
+    value="embed;dur=5.10, candidates;dur=3.20",
+    description="`name;dur=<milliseconds>` for each stage of the call: the query's embedding, the "
+    "assembler's stages, the trace.",
+)

@@ -7,7 +7,7 @@ from collections.abc import Awaitable
 from litestar import Controller, Response, post
 from litestar.openapi.datastructures import ResponseSpec
 
-from service.api.deps import ERRORS, Deps, RouteDeps, in_key_project
+from service.api.deps import ERRORS, IDEMPOTENT_REPLAYED, Deps, RouteDeps, in_key_project
 from service.api.memory import IdempotencyKey, batch_response, run_batch
 from service.errors import error_code, response_spec
 from service.extraction import extractor
@@ -53,6 +53,7 @@ class ExtractController(Controller):
         "are listed in `refused` with their reason. Events and facts are written in one "
         "transaction. `write: false` is a dry run (200): nothing is written. The quality of the "
         "facts depends on the model. Idempotency-Key works as on POST /v1/facts when writing.",
+        response_headers=[IDEMPOTENT_REPLAYED],
     )
     async def extract(
         self, data: ExtractRequest, deps: Deps, idempotency_key: IdempotencyKey = None

@@ -11,7 +11,8 @@ from service.repository import health as health_repo
 from service.structs import Health
 
 # The probe's two handlers share their path, tag and (no) key through the Router below.
-NOT_READY = {503: ERRORS[503]}
+# A 400 too: a URL whose percent-escapes are not UTF-8 is refused before any route (strict_body).
+NOT_READY = {400: ERRORS[400], 503: ERRORS[503]}
 
 
 @get(responses=NOT_READY, summary="Readiness probe (no key needed)")

@@ -10,7 +10,7 @@ from litestar import Controller, Response, delete, get, patch, post
 from litestar.exceptions import ValidationException
 from litestar.params import Dependency, Parameter
 
-from service.api.deps import ERRORS, Deps, RouteDeps, in_key_project
+from service.api.deps import ERRORS, IDEMPOTENT_REPLAYED, Deps, RouteDeps, in_key_project
 from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
 from service.db.replica import READS
 from service.memory import erasure, event_context, idempotency
@@ -249,6 +249,7 @@ class FactsController(Controller):
         summary="Write a batch of facts",
         description="1..1000 facts of one scope, written atomically: a failed batch writes nothing. "
         "Conflict detection by `key`, replacement by `supersedes`.",
+        response_headers=[IDEMPOTENT_REPLAYED],
     )
     async def write_facts(
         self, data: WriteFactsRequest, deps: Deps, idempotency_key: IdempotencyKey = None
@@ -301,7 +302,13 @@ class EventsController(Controller):
     path = "/v1/events"
     tags = ["events"]
 
-    @post("/", status_code=201, responses=ERRORS, summary="Write a batch of dated events")
+    @post(
+        "/",
+        status_code=201,
+        responses=ERRORS,
+        summary="Write a batch of dated events",
+        response_headers=[IDEMPOTENT_REPLAYED],
+    )
     async def write_events(
         self, data: WriteEventsRequest, deps: Deps, idempotency_key: IdempotencyKey = None
     ) -> Response[WriteEventsResponse]:

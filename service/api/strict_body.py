@@ -46,7 +46,8 @@ async def check_body(request: Request[Any, Any, Any]) -> None:
     if optional and not body.strip():
         return
     try:
-        msgspec.json.decode(body, type=target)
+        # An optional body may also be JSON null, as the OpenAPI document declares it.
+        msgspec.json.decode(body, type=target | None if optional else target)
     except msgspec.ValidationError as exc:
         budget = budget_problem(body, target)
         if budget is not None:

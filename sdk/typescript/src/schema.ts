@@ -1540,6 +1540,15 @@ export interface operations {
                     "application/json": components["schemas"]["Health"];
                 };
             };
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
             503: {
                 headers: {
@@ -1566,6 +1575,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description validation_error: malformed JSON, nested deeper than 64 levels, wrong type, out of range, or a malformed id in the path; `details.field` names the field; budget_exceeded: budget_tokens is not a positive integer */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
             };
             /** @description unavailable: database or embedder down, or a statement timeout: retry after `Retry-After` seconds; without `Retry-After` and with `details.permanent` (extraction not configured), a retry cannot succeed */
             503: {
@@ -2106,6 +2124,8 @@ export interface operations {
             /** @description Document created, URL follows */
             201: {
                 headers: {
+                    /** @description `true` when the answer is the replay of an earlier write under this Idempotency-Key: nothing was written again. Absent otherwise. */
+                    "Idempotent-Replayed"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2610,6 +2630,8 @@ export interface operations {
             /** @description Document created, URL follows */
             201: {
                 headers: {
+                    /** @description `true` when the answer is the replay of an earlier write under this Idempotency-Key: nothing was written again. Absent otherwise. */
+                    "Idempotent-Replayed"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2990,6 +3012,8 @@ export interface operations {
             /** @description Request fulfilled, document follows */
             200: {
                 headers: {
+                    /** @description `name;dur=<milliseconds>` for each stage of the call: the query's embedding, the assembler's stages, the trace. */
+                    "Server-Timing"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4253,6 +4277,8 @@ export interface operations {
             /** @description Document created, URL follows */
             201: {
                 headers: {
+                    /** @description `true` when the answer is the replay of an earlier write under this Idempotency-Key: nothing was written again. Absent otherwise. */
+                    "Idempotent-Replayed"?: string;
                     [name: string]: unknown;
                 };
                 content: {
