@@ -129,3 +129,21 @@ WHERE cs.project_id = :project_id
   )
   AND public.haki_conflict_claims(:project_id, cs.conflict_set_id, NULL::uuid) < 2
 RETURNING cs.conflict_set_id;
+
+-- name: restore_conflict_sets(project_id, subject_id, conflict_set_ids, keys, statuses, created_ats, resolved_ats)!
+-- Recreates an export's conflict sets as exported (`haki import` of a haki_export 2 document):
+-- key, status and times, which replaying the writes would guess (docs/lifecycle.md). A
+-- resolved set without its time is resolved at the import.
+INSERT INTO conflict_sets (project_id, conflict_set_id, subject_id, key, status, created_at, resolved_at)
+SELECT :project_id, t.conflict_set_id, :subject_id, t.key, t.status, coalesce(t.created_at, now()),
+       CASE WHEN t.status = 'resolved' THEN coalesce(t.resolved_at, now()) END
+FROM unnest(
+    :conflict_set_ids::uuid[], :keys::text[], :statuses::text[], :created_ats::timestamptz[],
+    :resolved_ats::timestamptz[]
+) AS t(conflict_set_id, key, status, created_at, resolved_at);
+
+-- name: restore_conflict_members(project_id, conflict_set_ids, fact_ids)!
+-- The members of the sets restore_conflict_sets recreated, one row per (set, fact) pair.
+INSERT INTO conflict_members (project_id, conflict_set_id, fact_id)
+SELECT :project_id, t.conflict_set_id, t.fact_id
+FROM unnest(:conflict_set_ids::uuid[], :fact_ids::uuid[]) AS t(conflict_set_id, fact_id);

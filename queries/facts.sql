@@ -37,6 +37,28 @@ FROM unnest(
 ) AS t(fact_id, content, key, valid_from, valid_to, volatility, stale_after_seconds,
        supersedes, source_event_id, metadata, embedding);
 
+-- name: restore_facts(project_id, subject_id, fact_ids, contents, keys, statuses, valid_froms, valid_tos, believed_valid_tos, volatilities, stale_after_seconds, supersedes, source_event_ids, metadatas, embeddings)!
+-- Writes a batch of an export's facts with the statuses they were exported with (`haki import` of
+-- a haki_export 2 document), never through supersession or conflict detection, which would
+-- guess them again. recorded_from is the import's, so a fact no longer active stops being
+-- believed at the import too; valid_to and believed_valid_to are the exported ones.
+INSERT INTO facts (
+    project_id, fact_id, subject_id, content, key, status, valid_from, valid_to, believed_valid_to,
+    recorded_to, volatility, stale_after, supersedes, source_event_id, metadata, embedding
+)
+SELECT :project_id, t.fact_id, :subject_id, t.content, t.key, t.status, t.valid_from, t.valid_to,
+       CASE WHEN t.status = 'active' THEN NULL ELSE t.believed_valid_to END,
+       CASE WHEN t.status = 'active' THEN NULL ELSE now() END,
+       t.volatility, make_interval(secs => t.stale_after_seconds), t.supersedes, t.source_event_id,
+       coalesce(t.metadata, '{}'::jsonb), t.embedding
+FROM unnest(
+    :fact_ids::uuid[], :contents::text[], :keys::text[], :statuses::text[], :valid_froms::timestamptz[],
+    :valid_tos::timestamptz[], :believed_valid_tos::timestamptz[], :volatilities::text[],
+    :stale_after_seconds::float8[], :supersedes::uuid[], :source_event_ids::uuid[], :metadatas::jsonb[],
+    :embeddings::vector[]
+) AS t(fact_id, content, key, status, valid_from, valid_to, believed_valid_to, volatility,
+       stale_after_seconds, supersedes, source_event_id, metadata, embedding);
+
 -- name: detect_conflicts(project_id, subject_id, fact_ids)
 -- Opens (or joins) one ConflictSet per key where a new fact disagrees with another active fact
 -- of the same key and scope; returns each new fact that landed in a set, with the set id.

@@ -13,7 +13,9 @@
 -- and the worker deadlocked with the erasure. The scope is subject_id's (kind `subject`) or that
 -- of the fact or event item_id (nothing is locked when there is none). Other scopes never wait.
 -- The two-integer key space of advisory locks is apart from the bigint one of lock_migrations and
--- lock_fact_keys; a hash collision only makes two scopes share a lock.
+-- lock_fact_keys; a hash collision only makes two scopes share a lock. `haki import` of an export
+-- takes it too (kind `subject`): a second import, or a write, of the scope waits for it to commit,
+-- then finds the scope no longer empty, or restored whole.
 SELECT pg_advisory_xact_lock(hashtext(:project_id), hashtext(s.subject_id))
 FROM (
     SELECT :subject_id::text AS subject_id
@@ -521,6 +523,23 @@ WHERE f.project_id = :project_id
   AND f.subject_id = :subject_id
   AND (:after_id::uuid IS NULL OR f.fact_id > :after_id)
 ORDER BY f.fact_id
+LIMIT :page_size;
+
+-- name: export_conflict_sets(project_id, subject_id, after_id, page_size)
+-- One page of a scope's conflict sets of either status in id order, each with its members' ids
+-- (the export's `"kind": "conflict_set"` lines): what a re-import recreates as it was.
+SELECT cs.conflict_set_id, cs.key, cs.status, cs.created_at, cs.resolved_at,
+       array(
+           SELECT cm.fact_id
+           FROM conflict_members AS cm
+           WHERE cm.project_id = cs.project_id AND cm.conflict_set_id = cs.conflict_set_id
+           ORDER BY cm.fact_id
+       ) AS members
+FROM conflict_sets AS cs
+WHERE cs.project_id = :project_id
+  AND cs.subject_id = :subject_id
+  AND (:after_id::uuid IS NULL OR cs.conflict_set_id > :after_id)
+ORDER BY cs.conflict_set_id
 LIMIT :page_size;
 
 -- name: use_custom_plans()$

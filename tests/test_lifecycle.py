@@ -499,9 +499,12 @@ def _comparable(lines: list[bytes]) -> list[dict[str, Any]]:
     items = [msgspec.json.decode(line) for line in lines[1:]]
     ids: dict[str, int] = {}
     for item in items:
-        ids[item.get("fact_id") or item["event_id"]] = len(ids)
+        ids[item.get("fact_id") or item.get("event_id") or item["conflict_set_id"]] = len(ids)
     out = []
     for item in items:
+        if item["kind"] == "conflict_set":
+            out.append({**item, "conflict_set_id": None, "members": sorted(ids[m] for m in item["members"])})
+            continue
         kept = {
             k: v
             for k, v in item.items()
@@ -511,10 +514,6 @@ def _comparable(lines: list[bytes]) -> list[dict[str, Any]]:
         for link in ("supersedes", "source_event_id"):
             if kept.get(link) is not None:
                 kept[link] = ids[kept[link]]
-        # A conflict resolution or a successor with no valid_from ends a fact at the instant it
-        # happens: the import's instant, not the original's.
-        if item.get("status") == "superseded" and item.get("valid_from") is None:
-            kept.pop("valid_to")
         out.append(kept)
     return out
 
@@ -556,9 +555,9 @@ async def test_export_then_import_gives_the_same_facts_and_events(
     assert r.status_code == 200 and r.headers["content-type"].startswith(export.MEDIA_TYPE), r.text
     lines = r.content.splitlines()
     header = msgspec.json.decode(lines[0])
-    assert header["haki_export"] == 1 and header["subject_id"] == "alice" and header["project_id"] == PROJECT
+    assert header["haki_export"] == 2 and header["subject_id"] == "alice" and header["project_id"] == PROJECT
     kinds = [msgspec.json.decode(line)["kind"] for line in lines[1:]]
-    assert kinds == ["event"] * 1 + ["fact"] * 9, kinds
+    assert kinds == ["event"] * 1 + ["fact"] * 9 + ["conflict_set"] * 2, kinds
     statuses = sorted(msgspec.json.decode(line).get("status", "") for line in lines[1:])
     assert statuses.count("superseded") == 2 and statuses.count("retracted") == 1, statuses
     assert set(seeded["fact_ids"]) <= {msgspec.json.decode(line).get("fact_id") for line in lines}
@@ -672,9 +671,9 @@ def test_an_export_line_a_write_would_refuse_is_refused(fact: dict[str, Any], pr
 
 def test_an_export_of_another_version_or_with_a_repeated_id_is_refused() -> None:
     fact = msgspec.json.encode({"kind": "fact", "fact_id": str(uuid.uuid4()), "content": "fine"})
-    v2 = b'{"haki_export": 2, "project_id": "p", "subject_id": "s", "exported_at": "2024-01-01T00:00:00Z"}'
-    with pytest.raises(ValueError, match="haki_export 2"):
-        export.parse_document([v2, fact])
+    v3 = b'{"haki_export": 3, "project_id": "p", "subject_id": "s", "exported_at": "2024-01-01T00:00:00Z"}'
+    with pytest.raises(ValueError, match="haki_export 3"):
+        export.parse_document([v3, fact])
     with pytest.raises(ValueError, match=r"line 2: fact_id .* appears twice"):
         export.parse_document([fact, fact])
 

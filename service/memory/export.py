@@ -1,20 +1,23 @@
 """GET /v1/subjects/{subject_id}/export and its way back in, `haki import` of an export document.
 
-The document is JSON Lines: a header line `{"haki_export": 1, "project_id", "subject_id",
-"exported_at"}`, then every event of the scope (`"kind": "event"`) and every fact of any status
-(`"kind": "fact"`), each in id (creation) order, read in one repeatable-read snapshot.
+The document is JSON Lines: a header line `{"haki_export": 2, "project_id", "subject_id",
+"exported_at"}`, then every event of the scope (`"kind": "event"`), every fact of any status
+(`"kind": "fact"`), each in id (creation) order, and every conflict set of either status
+(`"kind": "conflict_set"`: key, status, created_at, resolved_at, member fact ids), read in one
+repeatable-read snapshot. Lines never carry a field they do not define.
 
 Import reads the whole document first and refuses it, naming the line, when an item breaks a
 rule of POST /v1/events or /v1/facts, repeats an id, or links to an item not before it. Into a
 subject with no memories only (a merge would resolve conflicts against facts they never met), it
-embeds every text, then, in one transaction (all of it or nothing), writes the events, then the
-facts in their order through the service's own write path (service/memory/writes.py), with
-`supersedes` and `source_event_id` mapped to the new ids; then it gives the facts their exported
-statuses: an open conflict set the import opened is resolved keeping the facts exported `active`
-(unless all its members were active: the set was open), the facts exported `retracted` are
-retracted, and a fact exported `superseded` that nothing ended (its successor was erased) is
-superseded at its exported valid_to. New ids, recorded_from and conflict set ids are the import's
-own.
+embeds every text, then, in one transaction holding the scope's lock (lock_erasure_scope: a
+second import or a write of the scope waits, then finds it restored whole), writes the events,
+then the facts. Version 2 restores the facts with their exported statuses and valid times and
+recreates the conflict sets as exported, nothing replayed. Version 1 (no conflict set lines) is
+read best effort, as before: the facts go through the service's write path
+(service/memory/writes.py), then an open set the import opened is resolved keeping the facts
+exported `active` (unless all its members were active), the facts exported `retracted` are
+retracted, and a fact exported `superseded` that nothing ended is superseded at its exported
+valid_to. New ids and recorded_from are the import's own.
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ from service.api.auth import Principal
 from service.constants import MAX_BATCH
 from service.embedding.embedder import Embedder
 from service.errors import Conflict, NotFound
+from service.ids import uuid7_batch
 from service.memory import writes as memory
-from service.repository import Conn
+from service.repository import Conn, embedding_model, long_transaction
 from service.repository import conflicts as conflicts_repo
 from service.repository import facts as facts_repo
 from service.repository import lifecycle as repo
@@ -46,7 +50,9 @@ from service.structs import (
     WriteFactsRequest,
 )
 
-EXPORT_VERSION: Final = 1
+EXPORT_VERSION: Final = 2
+# Version 1 documents (no conflict set lines) are still read, best effort (the module's docstring).
+READ_VERSIONS: Final = (1, 2)
 MEDIA_TYPE: Final = "application/x-ndjson"
 # Rows read per round trip while streaming.
 EXPORT_PAGE: Final = 500
@@ -54,14 +60,15 @@ EXPORT_PAGE: Final = 500
 _ENCODER = msgspec.json.Encoder()
 
 
-class ExportHeader(msgspec.Struct, kw_only=True):
+# forbid_unknown_fields: a misspelt field (a hand-edited `valid_form`) would drop the value silently.
+class ExportHeader(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     haki_export: int
     project_id: str
     subject_id: str
     exported_at: datetime
 
 
-class ExportedEvent(msgspec.Struct, kw_only=True, tag_field="kind", tag="event"):
+class ExportedEvent(msgspec.Struct, kw_only=True, tag_field="kind", tag="event", forbid_unknown_fields=True):
     event_id: UUID
     content: str
     occurred_at: datetime
@@ -69,7 +76,7 @@ class ExportedEvent(msgspec.Struct, kw_only=True, tag_field="kind", tag="event")
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
-class ExportedFact(msgspec.Struct, kw_only=True, tag_field="kind", tag="fact"):
+class ExportedFact(msgspec.Struct, kw_only=True, tag_field="kind", tag="fact", forbid_unknown_fields=True):
     fact_id: UUID
     content: str
     key: str | None = None
@@ -85,6 +92,19 @@ class ExportedFact(msgspec.Struct, kw_only=True, tag_field="kind", tag="fact"):
     source_event_id: UUID | None = None
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     conflict_set_id: UUID | None = None
+
+
+class ExportedConflictSet(
+    msgspec.Struct, kw_only=True, tag_field="kind", tag="conflict_set", forbid_unknown_fields=True
+):
+    """A conflict set as stored: its members' statuses say which were kept (version 2)."""
+
+    conflict_set_id: UUID
+    key: str
+    status: Literal["open", "resolved"]
+    created_at: datetime | None = None
+    resolved_at: datetime | None = None
+    members: list[UUID] = msgspec.field(default_factory=list)
 
 
 def _line(item: msgspec.Struct) -> bytes:
@@ -130,6 +150,14 @@ async def stream_export(pool: Any, project_id: str, subject_id: str) -> AsyncIte
                 if len(facts) < EXPORT_PAGE:
                     break
                 after = facts[-1]["fact_id"]
+            after = None
+            while True:
+                sets = await repo.export_conflict_sets(conn, project_id, subject_id, after, EXPORT_PAGE)
+                for c in sets:
+                    yield _line(msgspec.convert(c, ExportedConflictSet))
+                if len(sets) < EXPORT_PAGE:
+                    break
+                after = sets[-1]["conflict_set_id"]
 
 
 # --- import ----------------------------------------------------------------------------------
@@ -139,14 +167,24 @@ class ExportDocument(msgspec.Struct, kw_only=True):
     header: ExportHeader | None
     events: list[ExportedEvent]
     facts: list[ExportedFact]
+    conflict_sets: list[ExportedConflictSet] = msgspec.field(default_factory=list)
+
+    @property
+    def version(self) -> int:
+        """The header's; a document without one is version 2 when it has conflict set lines."""
+        if self.header is not None:
+            return self.header.haki_export
+        return 2 if self.conflict_sets else 1
 
 
-_ITEM = msgspec.json.Decoder(ExportedEvent | ExportedFact)
+_ITEM = msgspec.json.Decoder(ExportedEvent | ExportedFact | ExportedConflictSet)
 _HEADER = msgspec.json.Decoder(ExportHeader)
 
 
 def is_export_line(first: Any) -> bool:
-    return isinstance(first, dict) and ("haki_export" in first or first.get("kind") in ("fact", "event"))
+    return isinstance(first, dict) and (
+        "haki_export" in first or first.get("kind") in ("fact", "event", "conflict_set")
+    )
 
 
 def line_text(raw: bytes, first: bool) -> bytes:
@@ -155,14 +193,23 @@ def line_text(raw: bytes, first: bool) -> bytes:
     return (raw.removeprefix(codecs.BOM_UTF8) if first else raw).strip()
 
 
+class _Seen:
+    """What the lines read so far hold: the links of a line name items before it."""
+
+    def __init__(self) -> None:
+        self.event_ids: set[UUID] = set()
+        self.facts: dict[UUID, ExportedFact] = {}
+        self.set_ids: set[UUID] = set()
+        self.open_keys: set[str] = set()
+
+
 def parse_document(lines: Iterable[bytes]) -> ExportDocument:
     """Reads an export document; raises ValueError naming the line of the first bad one."""
     header: ExportHeader | None = None
     events: list[ExportedEvent] = []
     facts: list[ExportedFact] = []
-    # The ids read so far, grown line by line: the links of a line name items before it.
-    event_ids: set[UUID] = set()
-    fact_ids: set[UUID] = set()
+    sets: list[ExportedConflictSet] = []
+    seen = _Seen()
     for n, raw in enumerate(lines, start=1):
         text = line_text(raw, n == 1)
         if not text:
@@ -170,44 +217,88 @@ def parse_document(lines: Iterable[bytes]) -> ExportDocument:
         try:
             if header is None and not events and not facts and b'"haki_export"' in text:
                 header = _HEADER.decode(text)
+                if header.haki_export not in READ_VERSIONS:
+                    raise ValueError(
+                        f"haki_export {header.haki_export}: this version reads versions "
+                        f"{', '.join(map(str, READ_VERSIONS))}"
+                    )
                 continue
             item = _ITEM.decode(text)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise ValueError(f"line {n}: {exc}") from exc
-        problem = _unwritable(item, event_ids, fact_ids)
+        problem = _unwritable(item, seen, header)
         if problem is not None:
             raise ValueError(f"line {n}: {problem}")
         if isinstance(item, ExportedEvent):
             events.append(item)
-            event_ids.add(item.event_id)
-        else:
+            seen.event_ids.add(item.event_id)
+        elif isinstance(item, ExportedFact):
             facts.append(item)
-            fact_ids.add(item.fact_id)
-    if header is not None and header.haki_export != EXPORT_VERSION:
-        raise ValueError(f"haki_export {header.haki_export}: this version reads version {EXPORT_VERSION}")
-    return ExportDocument(header=header, events=events, facts=facts)
+            seen.facts[item.fact_id] = item
+        else:
+            sets.append(item)
+            seen.set_ids.add(item.conflict_set_id)
+            if item.status == "open":
+                seen.open_keys.add(item.key)
+    return ExportDocument(header=header, events=events, facts=facts, conflict_sets=sets)
 
 
-def _unwritable(item: ExportedEvent | ExportedFact, event_ids: set[UUID], fact_ids: set[UUID]) -> str | None:
-    """Why an item could not be written as POST /v1/events or /v1/facts would write it, or None.
-    msgspec checks a Struct's bounds when it decodes one, never when code builds it, so the item is
-    converted to the request's Struct. Links name items before it: a document the service exports
-    has no other (an erasure nulls the links to what it erases)."""
+def _unwritable(
+    item: ExportedEvent | ExportedFact | ExportedConflictSet, seen: _Seen, header: ExportHeader | None
+) -> str | None:
+    """Why an item could not be written as POST /v1/events or /v1/facts would write it (or stored
+    as a conflict set), or None. msgspec checks a Struct's bounds when it decodes one, never when
+    code builds it, so the item is converted to the request's Struct. Links name items before
+    it: a document the service exports has no other (an erasure nulls the links to what it
+    erases)."""
     try:
         if isinstance(item, ExportedEvent):
-            if item.event_id in event_ids:
+            if item.event_id in seen.event_ids:
                 return f"event_id {item.event_id} appears twice"
             msgspec.convert(msgspec.to_builtins(_event_in(item)), EventIn)
             return None
-        if item.fact_id in fact_ids:
+        if isinstance(item, ExportedConflictSet):
+            return _unstorable_set(item, seen, header)
+        if seen.set_ids:
+            return "a fact after the conflict sets: they come last, naming facts before them"
+        if item.fact_id in seen.facts:
             return f"fact_id {item.fact_id} appears twice"
-        if item.supersedes is not None and item.supersedes not in fact_ids:
-            return f"supersedes {item.supersedes}: no fact before it in the document"
-        if item.source_event_id is not None and item.source_event_id not in event_ids:
+        if item.supersedes is not None:
+            replaced = seen.facts.get(item.supersedes)
+            if replaced is None:
+                return f"supersedes {item.supersedes}: no fact before it in the document"
+            if replaced.status == "retracted":
+                # As a write answers 422: only an active fact is superseded.
+                return f"supersedes {item.supersedes}: a retracted fact, which nothing supersedes"
+        if item.source_event_id is not None and item.source_event_id not in seen.event_ids:
             return f"source_event_id {item.source_event_id}: no event before the facts in the document"
+        if item.valid_from is not None and item.valid_to is not None and item.valid_to <= item.valid_from:
+            return "valid_to must be later than valid_from"
         msgspec.convert(msgspec.to_builtins(_fact_in(item, {}, {})), FactIn)
     except msgspec.ValidationError as exc:
         return str(exc)
+    return None
+
+
+def _unstorable_set(item: ExportedConflictSet, seen: _Seen, header: ExportHeader | None) -> str | None:
+    """Why a conflict set line could not be restored, or None."""
+    if header is not None and header.haki_export < 2:
+        return "conflict_set lines come in haki_export 2 documents"
+    if item.conflict_set_id in seen.set_ids:
+        return f"conflict_set_id {item.conflict_set_id} appears twice"
+    msgspec.convert({"content": "key", "key": item.key}, FactIn)  # the key's bounds
+    if item.status == "open" and item.resolved_at is not None:
+        return "an open conflict set has no resolved_at"
+    if item.status == "open" and item.key in seen.open_keys:
+        return f"a second open conflict set of key {item.key!r}: a key has one open set"
+    if len(set(item.members)) != len(item.members):
+        return "a member appears twice"
+    for member in item.members:
+        fact = seen.facts.get(member)
+        if fact is None:
+            return f"member {member}: no fact before it in the document"
+        if fact.key != item.key:
+            return f"member {member}: a fact of another key than {item.key!r}"
     return None
 
 
@@ -218,6 +309,7 @@ class ImportSummary(msgspec.Struct, kw_only=True):
     conflicts_resolved: int
     fact_ids: dict[str, str]
     event_ids: dict[str, str]
+    conflict_sets: int = 0
 
 
 def _event_in(e: ExportedEvent) -> EventIn:
@@ -226,7 +318,7 @@ def _event_in(e: ExportedEvent) -> EventIn:
 
 def _fact_in(f: ExportedFact, fact_ids: dict[UUID, UUID], event_ids: dict[UUID, UUID]) -> FactIn:
     # A superseded fact is written with the valid_to it had while believed: its successor's
-    # `supersedes` ends it again, as it did the first time.
+    # `supersedes` ends it again, as it did the first time (version 1's replay).
     valid_to = f.believed_valid_to if f.status == "superseded" else f.valid_to
     return FactIn(
         content=f.content,
@@ -264,9 +356,9 @@ async def import_document(
     project_id: str,
     subject_id: str,
 ) -> ImportSummary:
-    """Writes an export document into (project_id, subject_id) through the write path, in one
-    transaction. Every text is embedded first, outside it (the write path's `prepare_*`): a
-    transaction held across the embedder was killed by idle_in_transaction_session_timeout."""
+    """Writes an export document into (project_id, subject_id) in one transaction. Every text is
+    embedded first, outside it (the write path's `prepare_*`): a transaction held across the
+    embedder was killed by idle_in_transaction_session_timeout."""
     await _check_empty(conn, project_id, subject_id)
     await memory.refuse_other_model(conn, embedder, project_id)  # before a whole document is embedded
     event_batches = []
@@ -278,6 +370,110 @@ async def import_document(
             events=[_event_in(e) for e in chunk],
         )
         event_batches.append((chunk, await memory.prepare_events(embedder, settings, principal, req)))
+    if doc.version >= 2:
+        return await _restore(conn, embedder, settings, principal, doc, project_id, subject_id, event_batches)
+    return await _replay(conn, embedder, settings, principal, doc, project_id, subject_id, event_batches)
+
+
+async def _begin_import(conn: Conn, project_id: str, subject_id: str) -> None:
+    """First in the import's transaction: the scope's lock, exclusive (a concurrent import waits,
+    then is refused below; a write waits, then meets the scope restored whole), then emptiness
+    again, as an import that raced this one has committed by now."""
+    await repo.lock_erasure_scope(conn, project_id, "subject", subject_id=subject_id)
+    await _check_empty(conn, project_id, subject_id)
+
+
+async def _store_events(conn: Conn, event_batches: list[tuple[list[ExportedEvent], Any]]) -> dict[UUID, UUID]:
+    event_ids: dict[UUID, UUID] = {}
+    for chunk, prepared_events in event_batches:
+        written = await memory.store_events(conn, prepared_events)
+        event_ids.update(zip((e.event_id for e in chunk), (r.event_id for r in written.events), strict=True))
+    return event_ids
+
+
+async def _restore(
+    conn: Conn,
+    embedder: Embedder,
+    settings: Settings,
+    principal: Principal,
+    doc: ExportDocument,
+    project_id: str,
+    subject_id: str,
+    event_batches: list[tuple[list[ExportedEvent], Any]],
+) -> ImportSummary:
+    """Version 2: facts written with their exported statuses, conflict sets recreated as
+    exported. Replaying writes cannot: a supersession resolved a set the original left open, a
+    retraction became a supersession, sets of one key merged (docs/lifecycle.md)."""
+    fact_ids: dict[UUID, UUID] = {}
+    fact_batches = []
+    for start in range(0, len(doc.facts), MAX_BATCH):
+        batch = doc.facts[start : start + MAX_BATCH]
+        # Links are set below, once every new id is known; valid_to is the exported one.
+        items = [msgspec.structs.replace(_fact_in(f, {}, {}), valid_to=f.valid_to) for f in batch]
+        req = WriteFactsRequest(project_id=project_id, subject_id=subject_id, facts=items)
+        prepared = await memory.prepare_facts(embedder, settings, principal, req)
+        fact_ids.update(zip((f.fact_id for f in batch), prepared.fact_ids, strict=True))
+        fact_batches.append((batch, prepared))
+    set_ids = dict(
+        zip((c.conflict_set_id for c in doc.conflict_sets), uuid7_batch(len(doc.conflict_sets)), strict=True)
+    )
+    async with conn.transaction():
+        await _begin_import(conn, project_id, subject_id)
+        event_ids = await _store_events(conn, event_batches)
+        for batch, prepared in fact_batches:
+            columns = {
+                **prepared.columns,
+                "statuses": [f.status for f in batch],
+                "believed_valid_tos": [f.believed_valid_to for f in batch],
+                "supersedes": [fact_ids[f.supersedes] if f.supersedes else None for f in batch],
+                "source_event_ids": [
+                    event_ids[f.source_event_id] if f.source_event_id else None for f in batch
+                ],
+            }
+            async with long_transaction(conn, prepared.timeout_ms):
+                if prepared.model is not None:
+                    await embedding_model.hold_model(conn, project_id, prepared.model)
+                await facts_repo.restore_facts(conn, project_id, subject_id, columns)
+        if doc.conflict_sets:
+            sets = doc.conflict_sets
+            await conflicts_repo.restore_conflict_sets(
+                conn,
+                project_id,
+                subject_id,
+                {
+                    "conflict_set_ids": [set_ids[c.conflict_set_id] for c in sets],
+                    "keys": [c.key for c in sets],
+                    "statuses": [c.status for c in sets],
+                    "created_ats": [c.created_at for c in sets],
+                    "resolved_ats": [c.resolved_at for c in sets],
+                },
+            )
+            pairs = [(set_ids[c.conflict_set_id], fact_ids[m]) for c in sets for m in c.members]
+            await conflicts_repo.restore_conflict_members(
+                conn, project_id, [p[0] for p in pairs], [p[1] for p in pairs]
+            )
+    return ImportSummary(
+        events=len(event_ids),
+        facts=len(fact_ids),
+        retracted=sum(f.status == "retracted" for f in doc.facts),
+        conflicts_resolved=sum(c.status == "resolved" for c in doc.conflict_sets),
+        conflict_sets=len(doc.conflict_sets),
+        fact_ids={str(k): str(v) for k, v in fact_ids.items()},
+        event_ids={str(k): str(v) for k, v in event_ids.items()},
+    )
+
+
+async def _replay(
+    conn: Conn,
+    embedder: Embedder,
+    settings: Settings,
+    principal: Principal,
+    doc: ExportDocument,
+    project_id: str,
+    subject_id: str,
+    event_batches: list[tuple[list[ExportedEvent], Any]],
+) -> ImportSummary:
+    """Version 1, best effort: the facts through the write path, then the exported statuses."""
     fact_ids: dict[UUID, UUID] = {}
     fact_batches = []
     for batch in _fact_batches(doc.facts):
@@ -293,14 +489,8 @@ async def import_document(
         fact_batches.append((batch, prepared))
     exported_status = {fact_ids[f.fact_id]: f.status for f in doc.facts}
     async with conn.transaction():
-        # Again, inside: an import that raced this one has committed by now.
-        await _check_empty(conn, project_id, subject_id)
-        event_ids: dict[UUID, UUID] = {}
-        for chunk, prepared_events in event_batches:
-            written = await memory.store_events(conn, prepared_events)
-            event_ids.update(
-                zip((e.event_id for e in chunk), (r.event_id for r in written.events), strict=True)
-            )
+        await _begin_import(conn, project_id, subject_id)
+        event_ids = await _store_events(conn, event_batches)
         opened: set[UUID] = set()
         for batch, prepared in fact_batches:
             sources = [event_ids.get(f.source_event_id) if f.source_event_id else None for f in batch]

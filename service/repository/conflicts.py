@@ -107,3 +107,20 @@ async def resolve_left_conflict_sets(conn: Conn, project_id: str, fact_ids: Sequ
     """Resolves the open sets of these facts left with fewer than two active members."""
     rows = await collect(q().resolve_left_conflict_sets(conn, project_id=project_id, fact_ids=list(fact_ids)))
     return [r["conflict_set_id"] for r in rows]
+
+
+async def restore_conflict_sets(
+    conn: Conn, project_id: str, subject_id: str, columns: dict[str, list[Any]]
+) -> None:
+    """Inserts conflict sets as exported: columns conflict_set_ids, keys, statuses, created_ats,
+    resolved_ats."""
+    await q().restore_conflict_sets(conn, project_id=project_id, subject_id=subject_id, **columns)
+
+
+async def restore_conflict_members(
+    conn: Conn, project_id: str, conflict_set_ids: Sequence[UUID], fact_ids: Sequence[UUID]
+) -> None:
+    """Inserts the (set, fact) member pairs of restored sets."""
+    await q().restore_conflict_members(
+        conn, project_id=project_id, conflict_set_ids=list(conflict_set_ids), fact_ids=list(fact_ids)
+    )

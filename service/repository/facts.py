@@ -54,6 +54,12 @@ async def insert_facts(conn: Conn, project_id: str, subject_id: str, columns: di
     await q().insert_facts(conn, project_id=project_id, subject_id=subject_id, **columns)
 
 
+async def restore_facts(conn: Conn, project_id: str, subject_id: str, columns: dict[str, list[Any]]) -> None:
+    """insert_facts' columns plus statuses and believed_valid_tos: facts written as exported."""
+    columns = {**columns, "embeddings": vectors(columns["embeddings"])}
+    await q().restore_facts(conn, project_id=project_id, subject_id=subject_id, **columns)
+
+
 async def detect_conflicts(
     conn: Conn, project_id: str, subject_id: str, fact_ids: Sequence[UUID]
 ) -> dict[UUID, UUID]:

@@ -104,3 +104,15 @@ async def export_facts(
         )
     )
     return [dict(r) for r in rows]
+
+
+async def export_conflict_sets(
+    conn: Conn, project_id: str, subject_id: str, after_id: UUID | None, page_size: int
+) -> list[dict[str, Any]]:
+    """One page of a scope's conflict sets, each with `members`, its fact ids."""
+    rows = await collect(
+        q().export_conflict_sets(
+            conn, project_id=project_id, subject_id=subject_id, after_id=after_id, page_size=page_size
+        )
+    )
+    return [dict(r) for r in rows]

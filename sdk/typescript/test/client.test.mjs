@@ -1288,7 +1288,7 @@ describe("memory lifecycle and extraction against a real haki serve", { skip: li
       const lines = await collect(haki.exportSubject(subject));
       assert.equal(lines.length, 4);
       const [header, ...items] = lines;
-      assert.equal(header.haki_export, 1);
+      assert.equal(header.haki_export, 2);
       assert.equal(header.project_id, PROJECT);
       assert.equal(header.subject_id, subject);
       assert.ok(!Number.isNaN(Date.parse(header.exported_at)));
