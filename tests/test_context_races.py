@@ -71,6 +71,23 @@ def before_multi_hop(monkeypatch: pytest.MonkeyPatch, step: Callable[[int], Awai
     return runs
 
 
+def written_during_first_run(
+    writer: asyncpg.Connection,
+    settings: Settings,
+    principal: Principal,
+    monkeypatch: pytest.MonkeyPatch,
+    fact: FactIn,
+) -> tuple[list[uuid.UUID], list[int]]:
+    """`fact` committed before the first run's multi-hop stage: its id (once written), the runs."""
+    written: list[uuid.UUID] = []
+
+    async def write_once(run: int) -> None:
+        if run == 1:
+            written.extend(await write(writer, settings, principal, [fact]))
+
+    return written, before_multi_hop(monkeypatch, write_once)
+
+
 async def call(conn: asyncpg.Connection, settings: Settings, principal: Principal) -> ContextPacket:
     request = ContextRequest(project_id=principal.project_id, subject_id="s", query="tea every morning")
     return await run_context_call(conn, HashEmbedder(), ContextCall.of(request, settings))
@@ -88,20 +105,8 @@ async def test_a_rival_written_during_the_call_hides_both_claims(
             [FactIn(content="Zorblax works at Globex.", key="employer"),
              FactIn(content="Zorblax drinks tea every morning."), *(FactIn(content=c) for c in OTHERS)],
         )  # fmt: skip
-        rivals: list[uuid.UUID] = []
-
-        async def rival(run: int) -> None:
-            if run == 1:
-                rivals.extend(
-                    await write(
-                        writer,
-                        settings,
-                        principal,
-                        [FactIn(content="Zorblax works at Initech.", key="employer")],
-                    )
-                )
-
-        runs = before_multi_hop(monkeypatch, rival)
+        rival = FactIn(content="Zorblax works at Initech.", key="employer")
+        rivals, runs = written_during_first_run(writer, settings, principal, monkeypatch, rival)
         packet = await call(caller, settings, principal)
         served = {f.fact_id for f in packet.facts}
         assert served and not served & {globex, *rivals}
@@ -123,20 +128,8 @@ async def test_a_successor_written_during_the_call_is_served_alone(
             [FactIn(content="Zorblax works at Globex."), FactIn(content="Zorblax drinks tea every morning."),
              *(FactIn(content=c) for c in OTHERS)],
         )  # fmt: skip
-        successor: list[uuid.UUID] = []
-
-        async def supersede(run: int) -> None:
-            if run == 1:
-                successor.extend(
-                    await write(
-                        writer,
-                        settings,
-                        principal,
-                        [FactIn(content="Zorblax works at Initech.", supersedes=old)],
-                    )
-                )
-
-        runs = before_multi_hop(monkeypatch, supersede)
+        successor_in = FactIn(content="Zorblax works at Initech.", supersedes=old)
+        successor, runs = written_during_first_run(writer, settings, principal, monkeypatch, successor_in)
         packet = await call(caller, settings, principal)
         served = {f.fact_id for f in packet.facts}
         assert old not in served

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable
 
-from litestar import Controller, Response, post
+from litestar import Controller, Response
 from litestar.openapi.datastructures import ResponseSpec
 
-from service.api.deps import ERRORS, IDEMPOTENT_REPLAYED, Deps, RouteDeps, in_key_project
-from service.api.memory import IdempotencyKey, batch_response, run_batch
+from service.api.deps import ERRORS, Deps, RouteDeps, in_key_project
+from service.api.memory import IdempotencyKey, batch_response, batch_write, run_batch
 from service.errors import error_code, response_spec
 from service.extraction import extractor
 from service.memory.idempotency import Outcome
@@ -40,12 +40,9 @@ class ExtractController(Controller):
     path = "/v1/extract"
     tags = ["extract"]
 
-    @post(
-        "/",
-        status_code=201,
-        responses=EXTRACT_ERRORS,
-        summary="Turn chat messages into events and keyed facts",
-        description="Stores each message as an event (`role: content`) and asks the chat model at "
+    @batch_write(
+        "Turn chat messages into events and keyed facts",
+        "Stores each message as an event (`role: content`) and asks the chat model at "
         "HAKI_EXTRACT_BASE_URL (HAKI_EXTRACT_MODEL) which durable facts the messages state, given "
         "the scope's active facts and their keys (keyed first, then the newest, at most 100). The "
         "answer is checked, then written like POST /v1/facts: keys open conflicts, `supersedes` "
@@ -53,7 +50,7 @@ class ExtractController(Controller):
         "are listed in `refused` with their reason. Events and facts are written in one "
         "transaction. `write: false` is a dry run (200): nothing is written. The quality of the "
         "facts depends on the model. Idempotency-Key works as on POST /v1/facts when writing.",
-        response_headers=[IDEMPOTENT_REPLAYED],
+        EXTRACT_ERRORS,
     )
     async def extract(
         self, data: ExtractRequest, deps: Deps, idempotency_key: IdempotencyKey = None

@@ -8,6 +8,7 @@ from uuid import UUID
 
 from litestar import Controller, Response, delete, get, patch, post
 from litestar.exceptions import ValidationException
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Dependency, Parameter
 
 from service.api.deps import ERRORS, IDEMPOTENT_REPLAYED, Deps, RouteDeps, in_key_project
@@ -164,6 +165,21 @@ async def run_batch(
     return outcome
 
 
+def batch_write(
+    summary: str, description: str | None = None, responses: dict[int, ResponseSpec] = ERRORS
+) -> post:
+    """The route of a batch write under an Idempotency-Key: POST at its controller's path, a
+    201, the replay's header documented."""
+    return post(
+        "/",
+        status_code=201,
+        responses=responses,
+        summary=summary,
+        description=description,
+        response_headers=[IDEMPOTENT_REPLAYED],
+    )
+
+
 def batch_response(outcome: idempotency.Outcome[idempotency.T]) -> Response[idempotency.T]:
     """A batch write's answer; a replay says so with `Idempotent-Replayed: true`."""
     headers = {"Idempotent-Replayed": "true"} if outcome.replayed else None
@@ -242,14 +258,10 @@ class FactsController(Controller):
     path = "/v1/facts"
     tags = ["facts"]
 
-    @post(
-        "/",
-        status_code=201,
-        responses=ERRORS,
-        summary="Write a batch of facts",
-        description="1..1000 facts of one scope, written atomically: a failed batch writes nothing. "
+    @batch_write(
+        "Write a batch of facts",
+        "1..1000 facts of one scope, written atomically: a failed batch writes nothing. "
         "Conflict detection by `key`, replacement by `supersedes`.",
-        response_headers=[IDEMPOTENT_REPLAYED],
     )
     async def write_facts(
         self, data: WriteFactsRequest, deps: Deps, idempotency_key: IdempotencyKey = None
@@ -302,13 +314,7 @@ class EventsController(Controller):
     path = "/v1/events"
     tags = ["events"]
 
-    @post(
-        "/",
-        status_code=201,
-        responses=ERRORS,
-        summary="Write a batch of dated events",
-        response_headers=[IDEMPOTENT_REPLAYED],
-    )
+    @batch_write("Write a batch of dated events")
     async def write_events(
         self, data: WriteEventsRequest, deps: Deps, idempotency_key: IdempotencyKey = None
     ) -> Response[WriteEventsResponse]:

@@ -23,7 +23,8 @@ valid_to. New ids and recorded_from are the import's own.
 from __future__ import annotations
 
 import codecs
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 from uuid import UUID
@@ -134,30 +135,21 @@ async def stream_export(pool: Any, project_id: str, subject_id: str) -> AsyncIte
                 exported_at=datetime.now(UTC),
             )
             yield _line(header)
-            after: UUID | None = None
-            while True:
-                events = await repo.list_events(conn, project_id, subject_id, after, EXPORT_PAGE)
-                for e in events:
-                    yield _line(msgspec.convert(e, ExportedEvent, from_attributes=True))
-                if len(events) < EXPORT_PAGE:
-                    break
-                after = events[-1].event_id
-            after = None
-            while True:
-                facts = await repo.export_facts(conn, project_id, subject_id, after, EXPORT_PAGE)
-                for f in facts:
-                    yield _line(msgspec.convert(f, ExportedFact))
-                if len(facts) < EXPORT_PAGE:
-                    break
-                after = facts[-1]["fact_id"]
-            after = None
-            while True:
-                sets = await repo.export_conflict_sets(conn, project_id, subject_id, after, EXPORT_PAGE)
-                for c in sets:
-                    yield _line(msgspec.convert(c, ExportedConflictSet))
-                if len(sets) < EXPORT_PAGE:
-                    break
-                after = sets[-1]["conflict_set_id"]
+            # Each kind in id order, a page a round trip; a page's last id starts the next one.
+            pages: list[tuple[Any, type[msgspec.Struct], Callable[[Any], UUID]]] = [
+                (repo.list_events, ExportedEvent, lambda e: e.event_id),
+                (repo.export_facts, ExportedFact, lambda f: f["fact_id"]),
+                (repo.export_conflict_sets, ExportedConflictSet, lambda c: c["conflict_set_id"]),
+            ]
+            for read, line_type, last_id in pages:
+                after: UUID | None = None
+                while True:
+                    rows = await read(conn, project_id, subject_id, after, EXPORT_PAGE)
+                    for row in rows:
+                        yield _line(msgspec.convert(row, line_type, from_attributes=True))
+                    if len(rows) < EXPORT_PAGE:
+                        break
+                    after = last_id(rows[-1])
 
 
 # --- import ----------------------------------------------------------------------------------
@@ -370,9 +362,20 @@ async def import_document(
             events=[_event_in(e) for e in chunk],
         )
         event_batches.append((chunk, await memory.prepare_events(embedder, settings, principal, req)))
-    if doc.version >= 2:
-        return await _restore(conn, embedder, settings, principal, doc, project_id, subject_id, event_batches)
-    return await _replay(conn, embedder, settings, principal, doc, project_id, subject_id, event_batches)
+    job = _Import(embedder, settings, principal, project_id, subject_id, event_batches)
+    return await (_restore if doc.version >= 2 else _replay)(conn, doc, job)
+
+
+@dataclass(frozen=True, slots=True)
+class _Import:
+    """Where an import writes, with what, and its events, embedded before its transaction."""
+
+    embedder: Embedder
+    settings: Settings
+    principal: Principal
+    project_id: str
+    subject_id: str
+    event_batches: list[tuple[list[ExportedEvent], Any]]
 
 
 async def _begin_import(conn: Conn, project_id: str, subject_id: str) -> None:
@@ -391,16 +394,7 @@ async def _store_events(conn: Conn, event_batches: list[tuple[list[ExportedEvent
     return event_ids
 
 
-async def _restore(
-    conn: Conn,
-    embedder: Embedder,
-    settings: Settings,
-    principal: Principal,
-    doc: ExportDocument,
-    project_id: str,
-    subject_id: str,
-    event_batches: list[tuple[list[ExportedEvent], Any]],
-) -> ImportSummary:
+async def _restore(conn: Conn, doc: ExportDocument, job: _Import) -> ImportSummary:
     """Version 2: facts written with their exported statuses, conflict sets recreated as
     exported. Replaying writes cannot: a supersession resolved a set the original left open, a
     retraction became a supersession, sets of one key merged (docs/lifecycle.md)."""
@@ -410,16 +404,16 @@ async def _restore(
         batch = doc.facts[start : start + MAX_BATCH]
         # Links are set below, once every new id is known; valid_to is the exported one.
         items = [msgspec.structs.replace(_fact_in(f, {}, {}), valid_to=f.valid_to) for f in batch]
-        req = WriteFactsRequest(project_id=project_id, subject_id=subject_id, facts=items)
-        prepared = await memory.prepare_facts(embedder, settings, principal, req)
+        req = WriteFactsRequest(project_id=job.project_id, subject_id=job.subject_id, facts=items)
+        prepared = await memory.prepare_facts(job.embedder, job.settings, job.principal, req)
         fact_ids.update(zip((f.fact_id for f in batch), prepared.fact_ids, strict=True))
         fact_batches.append((batch, prepared))
     set_ids = dict(
         zip((c.conflict_set_id for c in doc.conflict_sets), uuid7_batch(len(doc.conflict_sets)), strict=True)
     )
     async with conn.transaction():
-        await _begin_import(conn, project_id, subject_id)
-        event_ids = await _store_events(conn, event_batches)
+        await _begin_import(conn, job.project_id, job.subject_id)
+        event_ids = await _store_events(conn, job.event_batches)
         for batch, prepared in fact_batches:
             columns = {
                 **prepared.columns,
@@ -432,14 +426,14 @@ async def _restore(
             }
             async with long_transaction(conn, prepared.timeout_ms):
                 if prepared.model is not None:
-                    await embedding_model.hold_model(conn, project_id, prepared.model)
-                await facts_repo.restore_facts(conn, project_id, subject_id, columns)
+                    await embedding_model.hold_model(conn, job.project_id, prepared.model)
+                await facts_repo.restore_facts(conn, job.project_id, job.subject_id, columns)
         if doc.conflict_sets:
             sets = doc.conflict_sets
             await conflicts_repo.restore_conflict_sets(
                 conn,
-                project_id,
-                subject_id,
+                job.project_id,
+                job.subject_id,
                 {
                     "conflict_set_ids": [set_ids[c.conflict_set_id] for c in sets],
                     "keys": [c.key for c in sets],
@@ -450,7 +444,7 @@ async def _restore(
             )
             pairs = [(set_ids[c.conflict_set_id], fact_ids[m]) for c in sets for m in c.members]
             await conflicts_repo.restore_conflict_members(
-                conn, project_id, [p[0] for p in pairs], [p[1] for p in pairs]
+                conn, job.project_id, [p[0] for p in pairs], [p[1] for p in pairs]
             )
     return ImportSummary(
         events=len(event_ids),
@@ -463,16 +457,7 @@ async def _restore(
     )
 
 
-async def _replay(
-    conn: Conn,
-    embedder: Embedder,
-    settings: Settings,
-    principal: Principal,
-    doc: ExportDocument,
-    project_id: str,
-    subject_id: str,
-    event_batches: list[tuple[list[ExportedEvent], Any]],
-) -> ImportSummary:
+async def _replay(conn: Conn, doc: ExportDocument, job: _Import) -> ImportSummary:
     """Version 1, best effort: the facts through the write path, then the exported statuses."""
     fact_ids: dict[UUID, UUID] = {}
     fact_batches = []
@@ -480,17 +465,17 @@ async def _replay(
         # `supersedes` names a fact of an earlier batch, whose new id is known (ids are made by
         # prepare_facts); the new event ids are known once the events are stored.
         req_facts = WriteFactsRequest(
-            project_id=project_id,
-            subject_id=subject_id,
+            project_id=job.project_id,
+            subject_id=job.subject_id,
             facts=[_fact_in(f, fact_ids, {}) for f in batch],
         )
-        prepared = await memory.prepare_facts(embedder, settings, principal, req_facts)
+        prepared = await memory.prepare_facts(job.embedder, job.settings, job.principal, req_facts)
         fact_ids.update(zip((f.fact_id for f in batch), prepared.fact_ids, strict=True))
         fact_batches.append((batch, prepared))
     exported_status = {fact_ids[f.fact_id]: f.status for f in doc.facts}
     async with conn.transaction():
-        await _begin_import(conn, project_id, subject_id)
-        event_ids = await _store_events(conn, event_batches)
+        await _begin_import(conn, job.project_id, job.subject_id)
+        event_ids = await _store_events(conn, job.event_batches)
         opened: set[UUID] = set()
         for batch, prepared in fact_batches:
             sources = [event_ids.get(f.source_event_id) if f.source_event_id else None for f in batch]
@@ -501,14 +486,16 @@ async def _replay(
             opened.update(r.conflict_set_id for r in written_facts.facts if r.conflict_set_id is not None)
         resolved = 0
         for conflict_set_id in sorted(opened):
-            (current,) = await conflicts_repo.list_conflicts(conn, project_id, None, None, conflict_set_id)
+            (current,) = await conflicts_repo.list_conflicts(
+                conn, job.project_id, None, None, conflict_set_id
+            )
             if current.status != "open":
                 continue
             members = [m.fact_id for m in current.members]
             keep = [m for m in members if exported_status.get(m) == "active"]
             if keep and len(keep) < len(members):
                 await memory.resolve_conflict(
-                    conn, principal, conflict_set_id, ResolveConflictRequest(keep=keep)
+                    conn, job.principal, conflict_set_id, ResolveConflictRequest(keep=keep)
                 )
                 resolved += 1
         retracted = 0
@@ -516,14 +503,14 @@ async def _replay(
             if f.status == "retracted":
                 try:
                     await memory.patch_fact(
-                        conn, principal, fact_ids[f.fact_id], PatchFactRequest(status="retracted")
+                        conn, job.principal, fact_ids[f.fact_id], PatchFactRequest(status="retracted")
                     )
                 except Conflict:
                     # Superseded by an exported successor: retracted after it, before PATCH kept
                     # a superseded fact as it was. Its successor already ended its belief.
                     continue
                 retracted += 1
-        await _supersede_orphans(conn, project_id, subject_id, doc.facts, fact_ids)
+        await _supersede_orphans(conn, job.project_id, job.subject_id, doc.facts, fact_ids)
     return ImportSummary(
         events=len(event_ids),
         facts=len(fact_ids),
