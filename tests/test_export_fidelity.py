@@ -154,7 +154,29 @@ def _doc(*items: dict[str, Any], version: int = 2) -> list[bytes]:
         "subject_id": "s",
         "exported_at": "2026-01-01T00:00:00Z",
     }
-    return [msgspec.json.encode(header), *(msgspec.json.encode(i) for i in items)]
+    lines = [msgspec.json.encode(header), *(msgspec.json.encode(i) for i in items)]
+    if version >= 2:  # the end line an export writes, counting the lines before it
+        kinds = [i.get("kind") for i in items]
+        counts = {"events": kinds.count("event"), "facts": kinds.count("fact"),
+                  "conflict_sets": kinds.count("conflict_set")}  # fmt: skip
+        lines.append(msgspec.json.encode({"kind": "end", **counts}))
+    return lines
+
+
+def test_a_document_cut_short_or_run_on_is_refused() -> None:
+    """A version 2 document ends with a line counting the lines of each kind: a copy stopped at
+    a line's end lacks it, or has other counts, and was imported in part."""
+    a, b = _fact("Team is red", key="team"), _fact("Likes tea")
+    whole = _doc(a, b)
+    assert len(export.parse_document(whole).facts) == 2
+    with pytest.raises(ValueError, match="no end line: it was cut short"):
+        export.parse_document(whole[:-1])
+    with pytest.raises(ValueError, match=r"line 3: the end line counts .*facts 1 read, 2 exported"):
+        export.parse_document([*whole[:2], whole[-1]])
+    with pytest.raises(ValueError, match="line 5: a line after the document's end line"):
+        export.parse_document([*whole, msgspec.json.encode(_fact("More"))])
+    with pytest.raises(ValueError, match="line 3: an end line comes in haki_export 2"):
+        export.parse_document([*_doc(a, version=1), _doc(a)[-1]])
 
 
 def _fact(content: str, **fields: Any) -> dict[str, Any]:

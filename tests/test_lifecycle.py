@@ -499,7 +499,7 @@ def _comparable(lines: list[bytes]) -> list[dict[str, Any]]:
     items = [msgspec.json.decode(line) for line in lines[1:]]
     ids: dict[str, int] = {}
     for item in items:
-        ids[item.get("fact_id") or item.get("event_id") or item["conflict_set_id"]] = len(ids)
+        ids[item.get("fact_id") or item.get("event_id") or item.get("conflict_set_id") or "end"] = len(ids)
     out = []
     for item in items:
         if item["kind"] == "conflict_set":
@@ -557,7 +557,8 @@ async def test_export_then_import_gives_the_same_facts_and_events(
     header = msgspec.json.decode(lines[0])
     assert header["haki_export"] == 2 and header["subject_id"] == "alice" and header["project_id"] == PROJECT
     kinds = [msgspec.json.decode(line)["kind"] for line in lines[1:]]
-    assert kinds == ["event"] * 1 + ["fact"] * 9 + ["conflict_set"] * 2, kinds
+    assert kinds == ["event"] * 1 + ["fact"] * 9 + ["conflict_set"] * 2 + ["end"], kinds
+    assert msgspec.json.decode(lines[-1]) == {"kind": "end", "events": 1, "facts": 9, "conflict_sets": 2}
     statuses = sorted(msgspec.json.decode(line).get("status", "") for line in lines[1:])
     assert statuses.count("superseded") == 2 and statuses.count("retracted") == 1, statuses
     assert set(seeded["fact_ids"]) <= {msgspec.json.decode(line).get("fact_id") for line in lines}

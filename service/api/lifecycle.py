@@ -107,7 +107,8 @@ class LifecycleController(Controller):
         'subject_id, exported_at), then every event (`"kind": "event"`), every fact of any '
         'status (`"kind": "fact"`) and every conflict set of either status (`"kind": '
         '"conflict_set"`, with its member fact ids) of the scope, each in id order, from one '
-        "snapshot. `haki import FILE --project P --subject S` writes it into a scope as it was. "
+        'snapshot, and last an end line counting them (`"kind": "end"`: events, facts, '
+        "conflict_sets). `haki import FILE --project P --subject S` writes it into a scope as it was. "
         "404 when the subject holds nothing.",
     )
     async def export_subject(

@@ -108,6 +108,16 @@ class ExportedConflictSet(
     members: list[UUID] = msgspec.field(default_factory=list)
 
 
+class ExportEnd(msgspec.Struct, kw_only=True, tag_field="kind", tag="end", forbid_unknown_fields=True):
+    """The last line of a version 2 document, with how many lines of each kind came before it:
+    a document cut at a line's end (a download or a copy stopped short) reads as complete
+    otherwise, and its import would restore part of the subject."""
+
+    events: int
+    facts: int
+    conflict_sets: int
+
+
 def _line(item: msgspec.Struct) -> bytes:
     return _ENCODER.encode(item) + b"\n"
 
@@ -141,15 +151,19 @@ async def stream_export(pool: Any, project_id: str, subject_id: str) -> AsyncIte
                 (repo.export_facts, ExportedFact, lambda f: f["fact_id"]),
                 (repo.export_conflict_sets, ExportedConflictSet, lambda c: c["conflict_set_id"]),
             ]
+            counts = []
             for read, line_type, last_id in pages:
                 after: UUID | None = None
+                counts.append(0)
                 while True:
                     rows = await read(conn, project_id, subject_id, after, EXPORT_PAGE)
                     for row in rows:
                         yield _line(msgspec.convert(row, line_type, from_attributes=True))
+                    counts[-1] += len(rows)
                     if len(rows) < EXPORT_PAGE:
                         break
                     after = last_id(rows[-1])
+            yield _line(ExportEnd(events=counts[0], facts=counts[1], conflict_sets=counts[2]))
 
 
 # --- import ----------------------------------------------------------------------------------
@@ -169,13 +183,13 @@ class ExportDocument(msgspec.Struct, kw_only=True):
         return 2 if self.conflict_sets else 1
 
 
-_ITEM = msgspec.json.Decoder(ExportedEvent | ExportedFact | ExportedConflictSet)
+_ITEM = msgspec.json.Decoder(ExportedEvent | ExportedFact | ExportedConflictSet | ExportEnd)
 _HEADER = msgspec.json.Decoder(ExportHeader)
 
 
 def is_export_line(first: Any) -> bool:
     return isinstance(first, dict) and (
-        "haki_export" in first or first.get("kind") in ("fact", "event", "conflict_set")
+        "haki_export" in first or first.get("kind") in ("fact", "event", "conflict_set", "end")
     )
 
 
@@ -202,10 +216,13 @@ def parse_document(lines: Iterable[bytes]) -> ExportDocument:
     facts: list[ExportedFact] = []
     sets: list[ExportedConflictSet] = []
     seen = _Seen()
+    end: ExportEnd | None = None
     for n, raw in enumerate(lines, start=1):
         text = line_text(raw, n == 1)
         if not text:
             continue
+        if end is not None:
+            raise ValueError(f"line {n}: a line after the document's end line")
         try:
             if header is None and not events and not facts and b'"haki_export"' in text:
                 header = _HEADER.decode(text)
@@ -218,6 +235,12 @@ def parse_document(lines: Iterable[bytes]) -> ExportDocument:
             item = _ITEM.decode(text)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             raise ValueError(f"line {n}: {exc}") from exc
+        if isinstance(item, ExportEnd):
+            problem = _wrong_end(item, header, len(events), len(facts), len(sets))
+            if problem is not None:
+                raise ValueError(f"line {n}: {problem}")
+            end = item
+            continue
         problem = _unwritable(item, seen, header)
         if problem is not None:
             raise ValueError(f"line {n}: {problem}")
@@ -232,7 +255,24 @@ def parse_document(lines: Iterable[bytes]) -> ExportDocument:
             seen.set_ids.add(item.conflict_set_id)
             if item.status == "open":
                 seen.open_keys.add(item.key)
+    if end is None and header is not None and header.haki_export >= 2:
+        raise ValueError(
+            "the document has no end line: it was cut short (its end line counts the lines of "
+            "each kind an export wrote)"
+        )
     return ExportDocument(header=header, events=events, facts=facts, conflict_sets=sets)
+
+
+def _wrong_end(end: ExportEnd, header: ExportHeader | None, events: int, facts: int, sets: int) -> str | None:
+    """Why an end line does not close the lines before it, or None."""
+    if header is None or header.haki_export < 2:
+        return "an end line comes in haki_export 2 documents, after their header"
+    read = {"events": events, "facts": facts, "conflict_sets": sets}
+    counted = {"events": end.events, "facts": end.facts, "conflict_sets": end.conflict_sets}
+    if read != counted:
+        wrong = ", ".join(f"{k} {read[k]} read, {counted[k]} exported" for k in read if read[k] != counted[k])
+        return f"the end line counts other lines than the document holds ({wrong}): lines are missing"
+    return None
 
 
 def _unwritable(

@@ -351,9 +351,9 @@ class AsyncHaki:
         self, subject_id: str, project_id: str | None = None
     ) -> AsyncGenerator[dict[str, Any], None]:
         """The subject's export document, line by line as it streams: the header, then every event,
-        every fact and every conflict set (`item["kind"]`). `haki import FILE` reads the lines
-        back (one JSON object per line); a line that is not one raises `HakiError`
-        `invalid_response`.
+        every fact, every conflict set and an end line counting them (`item["kind"]`). `haki
+        import FILE` reads the lines back (one JSON object per line); a line that is not one
+        raises `HakiError` `invalid_response`.
 
         To stop before the end, iterate inside `contextlib.aclosing(...)` (`contextlib.closing`
         for `Haki`): leaving its block closes the response at once, where an abandoned generator

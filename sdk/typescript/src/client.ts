@@ -775,7 +775,7 @@ export class Haki {
 
   /**
    * The subject's export document, line by line as it streams: the header, then every event,
-   * every fact and every conflict set (`line.kind`). `haki import FILE` reads the lines back. The request is retried as
+   * every fact, every conflict set and an end line counting them (`line.kind`). `haki import FILE` reads the lines back. The request is retried as
    * a GET (as Python's client does) until its answer's headers arrive, never once lines stream:
    * a stream that breaks off throws `HakiConnectionError`. `timeoutMs` bounds each attempt's wait
    * for the headers and each wait for a chunk, not the whole document nor the caller's work on

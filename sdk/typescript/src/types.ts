@@ -63,12 +63,13 @@ export type WebhookDeliveryStatus = WebhookDelivery["status"];
 /**
  * One line of an export document (GET /v1/subjects/export?subject_id=), parsed: the header
  * (`haki_export`, `project_id`, `subject_id`, `exported_at`), then events (`kind: "event"`),
- * facts (`kind: "fact"`) and, from `haki_export` 2, conflict sets (`kind: "conflict_set"`). Not
+ * facts (`kind: "fact"`) and, from `haki_export` 2, conflict sets (`kind: "conflict_set"`) and
+ * an end line counting the lines of each kind (`kind: "end"`). Not
  * in the OpenAPI document (the route answers JSON Lines).
  */
 export type ExportLine = {
   [key: string]: unknown;
-  kind?: "event" | "fact" | "conflict_set" | (string & {});
+  kind?: "event" | "fact" | "conflict_set" | "end" | (string & {});
 };
 
 /** The context profiles a call may ask for. */

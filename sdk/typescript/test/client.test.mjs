@@ -1174,7 +1174,7 @@ describe("memory lifecycle and extraction against a real haki serve", { skip: li
       const [header, fact, ...rest] = await collect(haki.exportSubject(subject));
       assert.equal(header.subject_id, subject);
       assert.equal(fact.content, `A fact of the subject ${subject}.`);
-      assert.deepEqual(rest, []);
+      assert.deepEqual(rest, [{ kind: "end", events: 0, facts: 1, conflict_sets: 0 }]);
       const erased = await haki.eraseSubject(subject);
       assert.equal(erased.subject_id, subject);
       assert.equal(erased.facts, 1);
@@ -1275,7 +1275,7 @@ describe("memory lifecycle and extraction against a real haki serve", { skip: li
     assert.ok(!Number.isNaN(Date.parse(mine.last_write_at)));
   });
 
-  test("exportSubject streams the header, every event and every fact, as JSON objects", async () => {
+  test("exportSubject streams the header, every event and every fact, then the end line, as JSON objects", async () => {
     for (const subject of [unique("export"), unique("team/export")]) {
       const facts = await haki.writeFacts(subject, [
         { content: "Exported fact.", key: "k1", metadata: { source: "ts" } },
@@ -1286,8 +1286,9 @@ describe("memory lifecycle and extraction against a real haki serve", { skip: li
         { content: "Exported event, caf\u00e9.", occurred_at: "2026-01-02T03:04:05Z" },
       ]);
       const lines = await collect(haki.exportSubject(subject));
-      assert.equal(lines.length, 4);
+      assert.equal(lines.length, 5);
       const [header, ...items] = lines;
+      assert.deepEqual(items.pop(), { kind: "end", events: 1, facts: 2, conflict_sets: 0 });
       assert.equal(header.haki_export, 2);
       assert.equal(header.project_id, PROJECT);
       assert.equal(header.subject_id, subject);
