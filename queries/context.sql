@@ -339,19 +339,23 @@ SELECT h.entity, h.entity_rank, h.fact_id, h.content, h.valid_from, h.valid_to, 
 FROM hits AS h
 ORDER BY h.entity_rank, h.cosine_distance, h.fact_id;
 
--- name: count_unservable_served(project_id, subject_id, fact_ids, as_of)$
--- How many of the facts a packet serves the hard filters would not let through now: a write
--- committed while the call read (under read committed each statement sees the commits made
--- before it, so a later stage can meet a fact that an earlier one ranked as active and free of
--- conflict) superseded or retracted one, ended its validity or put it in an open ConflictSet.
--- The call then runs again, so that a packet shows one state of its scope
--- (service/db/call_runner.py). The facts read by primary key, the open sets once (an initplan).
-SELECT count(*) AS unservable
-FROM unnest(:fact_ids::uuid[]) AS t(fact_id)
-LEFT JOIN facts AS f
-  ON f.project_id = :project_id AND f.subject_id = :subject_id AND f.fact_id = t.fact_id
-WHERE f.fact_id IS NULL
-   OR NOT public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from, f.recorded_from,
-                                    f.stale_after, f.recorded_to, f.believed_valid_to, :as_of::timestamptz)
-   OR t.fact_id = ANY ((SELECT public.haki_open_conflict_facts(:project_id, :subject_id,
-                                                               :as_of::timestamptz))::uuid[]);
+-- name: recheck_context_call(project_id, subject_id, fact_ids, as_of)^
+-- What may have changed while a context call read, in a snapshot taken now (under read committed
+-- each statement sees the commits made before it, so a later stage can meet what an earlier one
+-- did not): how many of the facts it serves the hard filters would hide now (a rival, a
+-- successor, a retraction, a new valid_to), and the project's embedding model, which a
+-- re-embedding's switch changes with every vector. The call runs again when either moved, so a
+-- packet shows one state of its scope, ranked in one vector space (service/db/call_runner.py).
+-- The facts read by primary key, the open sets once (an initplan).
+SELECT (SELECT count(*)
+        FROM unnest(:fact_ids::uuid[]) AS t(fact_id)
+        LEFT JOIN facts AS f
+          ON f.project_id = :project_id AND f.subject_id = :subject_id AND f.fact_id = t.fact_id
+        WHERE f.fact_id IS NULL
+           OR NOT public.haki_fact_servable(f.status, f.valid_to, f.volatility, f.valid_from,
+                                            f.recorded_from, f.stale_after, f.recorded_to,
+                                            f.believed_valid_to, :as_of::timestamptz)
+           OR t.fact_id = ANY ((SELECT public.haki_open_conflict_facts(:project_id, :subject_id,
+                                                                       :as_of::timestamptz))::uuid[])
+       ) AS unservable,
+       (SELECT m.model FROM project_embedding_models AS m WHERE m.project_id = :project_id) AS embedding_model;

@@ -21,9 +21,11 @@ from service.constants import CONTEXT_CALL_RUNS
 from service.context.call import ContextCall
 from service.db.call_runner import ScopeKeptChanging, run_context_call
 from service.embedding.embedder import HashEmbedder
+from service.errors import EmbeddingModelMismatch
 from service.memory import erasure
 from service.memory import writes as memory
 from service.repository import context as context_repo
+from service.repository import embedding_model
 from service.settings import Settings
 from service.structs import ContextPacket, ContextRequest, FactIn, WriteFactsRequest
 from tests.helpers.serving import sessions
@@ -159,3 +161,26 @@ async def test_a_scope_that_changes_during_every_run_is_a_503_and_no_trace(
         assert info.value.status_code == 503 and "retry_after_seconds" in (info.value.details or {})
         overview = await context_repo.stats_overview(observer, principal.project_id)
         assert overview.context_calls == 0
+
+
+async def test_a_model_switch_during_the_call_is_a_409_not_the_wrong_neighbours(
+    settings: Settings, principal: Principal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A re-embedding's switch commits after the call checked the project's model: the call runs
+    again, and its model check refuses it. It ranked its query of the old model against the
+    vectors of the new one, and answered 200 (a black-box race against `haki reembed`)."""
+    async with sessions(settings, 3) as (caller, writer, observer):
+        await write(
+            writer, settings, principal,
+            [FactIn(content="Zorblax drinks tea every morning."), *(FactIn(content=c) for c in OTHERS)],
+        )  # fmt: skip
+
+        async def switch(run: int) -> None:
+            async with writer.transaction():
+                await embedding_model.switch_model(writer, principal.project_id, "another-model")
+
+        runs = before_multi_hop(monkeypatch, switch)
+        with pytest.raises(EmbeddingModelMismatch):
+            await call(caller, settings, principal)
+        assert runs == [1]
+        assert (await context_repo.stats_overview(observer, principal.project_id)).context_calls == 0

@@ -22,10 +22,11 @@ writes the trace where it belongs:
   written, and the call runs again on the primary (`ErasedSinceRetrieval`);
 - on the primary, a packet shows one state of its scope: each statement of the call reads what
   had committed when it started (read committed), so a write that commits between two of them
-  (a rival of a served fact, its successor) could mix two states in one packet. Before its
-  trace, the call counts the served facts the hard filters would hide now, and runs again when
-  there is one (CONTEXT_CALL_RUNS at most). A standby's retrieval reads one snapshot (repeatable
-  read), as it takes no lock.
+  (a rival of a served fact, its successor) could mix two states in one packet, and a
+  re-embedding's switch two vector spaces. Before its trace, the call counts the served facts
+  the hard filters would hide now and reads the project's model again, and runs again when
+  either moved (CONTEXT_CALL_RUNS at most; after a switch, the run's model check refuses it). A
+  standby's retrieval reads one snapshot (repeatable read), as it takes no lock.
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ async def run_context_call(
                     assembled = await assembler.assemble(conn, call, await embedding, timer)
                     if primary is None:
                         with timer.stage("trace"):
-                            if await repo.count_unservable_served(conn, call, assembled.packet):
+                            unservable, model = await repo.recheck_context_call(conn, call, assembled.packet)
+                            if unservable or model != recorded:
                                 raise _ChangedDuringCall  # rolls back: nothing was written
                             await repo.insert_context_trace(conn, call, assembled.packet, assembled.decisions)
                 break
@@ -131,7 +133,8 @@ class ScopeKeptChanging(Unavailable, status=503, code="unavailable"):
 
 
 class _ChangedDuringCall(Exception):
-    """A fact the call served is hidden by a write committed since the call read it."""
+    """A fact the call served is hidden by a write committed since the call read it, or the
+    project's embedding model changed."""
 
 
 class _EmbedderSlow(Exception):

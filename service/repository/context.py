@@ -420,18 +420,22 @@ async def insert_context_trace(
     )
 
 
-async def count_unservable_served(conn: Conn, call: ContextCall, packet: ContextPacket) -> int:
-    """How many of the facts `packet` serves the hard filters would hide in a snapshot taken now."""
-    if not packet.facts:
-        return 0
-    unservable: int = await q().count_unservable_served(
-        conn,
-        project_id=call.project_id,
-        subject_id=call.subject_id,
-        fact_ids=[f.fact_id for f in packet.facts],
-        as_of=call.as_of,
+async def recheck_context_call(
+    conn: Conn, call: ContextCall, packet: ContextPacket
+) -> tuple[int, str | None]:
+    """How many of the facts `packet` serves the hard filters would hide in a snapshot taken now,
+    and the project's embedding model then."""
+    row = one_row(
+        await q().recheck_context_call(
+            conn,
+            project_id=call.project_id,
+            subject_id=call.subject_id,
+            fact_ids=[f.fact_id for f in packet.facts],
+            as_of=call.as_of,
+        ),
+        "recheck_context_call",
     )
-    return unservable
+    return row["unservable"], row["embedding_model"]
 
 
 async def count_erased_items(conn: Conn, call: ContextCall, decisions: Sequence[Decision]) -> int:
