@@ -402,7 +402,7 @@ async def _run_reembed(settings: Settings, args: argparse.Namespace, project: st
                 f"about {run.estimated_seconds:.0f} s"
             )
             return 0
-        console = Console(stderr=True)
+        console = Console(stderr=True, emoji=False)  # a model name `:x:` stays as it is
         bar = Progress(
             "[bold]{task.description}",
             BarColumn(),

@@ -130,6 +130,35 @@ def test_import_of_events_as_facts_hints_at_kind(server: Server, api_key: str, t
     assert "--kind events" in done.stdout, done.stdout
 
 
+def test_an_import_over_http_to_a_server_on_another_model_writes_nothing(
+    server: Server, tmp_path: Path
+) -> None:
+    """The project's vectors were made by another model than the server's: its first batch is a
+    409 `embedding_model_mismatch`, and the import stops as a local one does (exit 2, nothing
+    written, no progress file). It exited 1, "run the same command to resume", a file left."""
+    project = "remote-model"
+    key = server.create_key(project)
+    seed = tmp_path / "seed.jsonl"
+    seed.write_text(json.dumps({"content": "Made on model x."}) + "\n")
+    # Straight into the server's database, on another model: the project records `hash:x`.
+    seeded = haki("import", str(seed), "--project", project, "--subject", "s",
+                  env={**server.env, "HAKI_EMBED_MODEL": "x"})  # fmt: skip
+    assert seeded.returncode == 0, seeded.stdout + seeded.stderr
+    path = tmp_path / "facts.jsonl"
+    path.write_text(json.dumps({"content": "Sent over HTTP."}) + "\n")
+    env = server_env(Path("/nonexistent"), HAKI_URL=server.url, HAKI_API_KEY=key)
+    refused = haki("import", str(path), "--project", project, "--subject", "t", env=env)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "haki import: nothing written:" in refused.stderr and "haki reembed" in refused.stderr
+    assert not Path(f"{path}.haki-progress").exists()
+    r = httpx.get(
+        f"{server.url}/v1/subjects",
+        params={"project_id": project},
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    assert [s["subject_id"] for s in r.json()["subjects"]] == ["s"]
+
+
 def test_import_over_http_with_haki_url_and_key(server: Server, api_key: str, tmp_path: Path) -> None:
     path = tmp_path / "facts.jsonl"
     path.write_text(

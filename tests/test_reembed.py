@@ -175,6 +175,17 @@ async def test_a_dry_run_estimates_and_writes_nothing(
     assert await embedding_model.get_model(conn, PROJECT) == OLD.name
 
 
+async def test_a_dry_run_of_a_project_already_on_the_model_embeds_nothing(
+    client: httpx.AsyncClient, key: str, conn: asyncpg.Connection
+) -> None:
+    """Nothing to do, nothing sent: the dry run sampled 64 texts to the provider first."""
+    await seed(client, key)
+    assert (await reembed.reembed(conn, Recording(), PROJECT)).switched
+    job = Recording()
+    run = await reembed.dry_run(conn, job, PROJECT)
+    assert run.plan.current and run.sample == 0 and job.calls == 0
+
+
 async def test_a_leftover_of_another_model_is_replaced_not_swapped_in(
     client: httpx.AsyncClient, key: str, conn: asyncpg.Connection
 ) -> None:

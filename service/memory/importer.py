@@ -494,6 +494,11 @@ class RemoteError(Exception):
     """The remote Haki refused a batch as a whole (bad key, another project, unavailable)."""
 
 
+class RemoteModelMismatch(RemoteError):
+    """The remote Haki embeds with another model than the project's vectors (its 409
+    `embedding_model_mismatch`): no batch of this import can be written there."""
+
+
 class _RemoteWriter:
     """Writes batches through a running Haki's HTTP API, with the same per-line rejection as the
     local writer: a 4xx naming `facts[i]` (`events[i]`) rejects that line and the rest is sent
@@ -549,6 +554,8 @@ class _RemoteWriter:
                 return len(items)
             if r.status_code == 409 and _error_detail(r, "reason") == IDEMPOTENCY_KEY_REUSED:
                 raise ChangedFile(opts, lines)
+            if r.status_code == 409 and _error_body(r).get("code") == "embedding_model_mismatch":
+                raise RemoteModelMismatch(_error_message(r))
             field_name = _error_detail(r, "field")
             where = _ITEM_INDEX.match(field_name)
             if r.status_code not in (400, 422) or where is None or int(where.group("i")) >= len(items):
@@ -676,8 +683,10 @@ class _Stores:
 
 
 async def run_import(settings: Settings, opts: ImportOptions) -> int:
-    err = Console(stderr=True, soft_wrap=True)
-    out = Console(soft_wrap=True)
+    # No emoji codes: a model name, a project id or a line's text holding `:b:` or `:x:` is
+    # printed as it is.
+    err = Console(stderr=True, soft_wrap=True, emoji=False)
+    out = Console(soft_wrap=True, emoji=False)
     try:
         msgspec.convert({"project_id": opts.project_id, "subject_id": opts.subject_id}, _Scope)
         if not 1 <= opts.batch_size <= MAX_BATCH:
@@ -768,6 +777,11 @@ async def run_import(settings: Settings, opts: ImportOptions) -> int:
                 _save_progress(opts, progress)
         except Exception as exc:
             await stores.drain(quietly=True)  # what else commits is kept, then the position
+            if isinstance(exc, RemoteModelMismatch) and fresh and progress.written == 0:
+                # Refused as the local writer refuses before any line (exit 2): nothing began.
+                err.print(f"haki import: nothing written: {exc}", highlight=False, markup=False)
+                progress_path(opts.path).unlink(missing_ok=True)
+                return Exit.USAGE
             advice = (
                 str(exc) if isinstance(exc, ImportAborted) else f"{exc!r}; run the same command to resume"
             )

@@ -108,7 +108,8 @@ async def dry_run(conn: Conn, embedder: Embedder, project_id: str, sample: int =
     first: its one-off load is not a per-text cost."""
     where = await plan(conn, embedder, project_id)
     texts: list[str] = []
-    for kind in KINDS:
+    # A project already on the model, or none, has nothing to embed: no text goes to the provider.
+    for kind in KINDS if not (where.current or where.unknown) else ():
         if len(texts) < sample:
             rows = await repo.pending_texts(conn, kind, project_id, where.model, None, sample - len(texts))
             texts += [r.content for r in rows]
