@@ -1046,7 +1046,7 @@ def test_subject_ids_dot_and_dot_dot(haki: Haki) -> None:
     for subject in (".", "..", "export"):
         haki.write_facts(subject, [f"The subject {subject} holds one fact."])
         document = list(haki.export_subject(subject))
-        assert document[0]["subject_id"] == subject and [d["kind"] for d in document[1:]] == ["fact"]
+        assert document[0]["subject_id"] == subject and [d["kind"] for d in document[1:]] == ["fact", "end"]
         erased = haki.erase_subject(subject)
         assert (erased.subject_id, erased.facts) == (subject, 1)
         with pytest.raises(NotFound):
@@ -1212,7 +1212,7 @@ def test_lifecycle_through_the_sync_client(server: Server, haki: Haki, tmp_path:
 
     document = list(haki.export_subject(subject))
     assert document[0]["haki_export"] == 2 and document[0]["subject_id"] == subject
-    assert [d["kind"] for d in document[1:]] == ["event"] * 3 + ["fact"] * 3 + ["conflict_set"]
+    assert [d["kind"] for d in document[1:]] == ["event"] * 3 + ["fact"] * 3 + ["conflict_set", "end"]
     path = tmp_path / "carol.jsonl"
     path.write_text("".join(json.dumps(d) + "\n" for d in document))
     copy = f"copy-{uuid.uuid4().hex[:8]}"
@@ -1250,7 +1250,7 @@ async def test_lifecycle_through_the_async_client(server: Server, api_key: str) 
         assert (await haki.get_event(events.events[0].event_id)).content == "Dan moved."
         assert subject in {s.subject_id for s in (await haki.list_subjects(limit=500)).subjects}
         document = [d async for d in haki.export_subject(subject)]
-        assert [d["kind"] for d in document[1:]] == ["event", "fact", "fact"]
+        assert [d["kind"] for d in document[1:]] == ["event", "fact", "fact", "end"]
         assert (await haki.delete_fact(written.facts[0].fact_id)).fact_id == written.facts[0].fact_id
         assert (await haki.delete_event(events.events[0].event_id)).event_id == events.events[0].event_id
         erased = await haki.erase_subject(subject)
