@@ -209,9 +209,7 @@ def test_an_import_on_another_model_is_refused_before_any_line_is_embedded(
     assert first.returncode == 0, first.stderr
     other = write_lines(tmp_path / "other.jsonl", [json.dumps({"content": "fact on model b"})])
     # The server's model, `hash:x`, then a colon: printed as it is, not as the emoji `:x:`.
-    refused = haki_import(
-        database, other, "--project", PROJECT, "--subject", "models", HAKI_EMBED_MODEL="x"
-    )
+    refused = haki_import(database, other, "--project", PROJECT, "--subject", "models", HAKI_EMBED_MODEL="x")
     assert refused.returncode == 2, refused.stderr
     assert "haki import: nothing written: The vectors of project" in refused.stderr, refused.stderr
     assert "embeds with hash:x:" in refused.stderr, refused.stderr
