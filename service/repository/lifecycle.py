@@ -98,21 +98,24 @@ async def list_subjects(
 async def export_facts(
     conn: Conn, project_id: str, subject_id: str, after_id: UUID | None, page_size: int
 ) -> list[dict[str, Any]]:
-    rows = await collect(
+    return await _as_dicts(
         q().export_facts(
             conn, project_id=project_id, subject_id=subject_id, after_id=after_id, page_size=page_size
         )
     )
-    return [dict(r) for r in rows]
 
 
 async def export_conflict_sets(
     conn: Conn, project_id: str, subject_id: str, after_id: UUID | None, page_size: int
 ) -> list[dict[str, Any]]:
     """One page of a scope's conflict sets, each with `members`, its fact ids."""
-    rows = await collect(
+    return await _as_dicts(
         q().export_conflict_sets(
             conn, project_id=project_id, subject_id=subject_id, after_id=after_id, page_size=page_size
         )
     )
-    return [dict(r) for r in rows]
+
+
+async def _as_dicts(rows: Any) -> list[dict[str, Any]]:
+    """An export statement's page as dicts, which msgspec converts to the document's lines."""
+    return [dict(r) for r in await collect(rows)]
