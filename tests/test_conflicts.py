@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from service.db.sql import load_queries
-from service.memory import writes
+from service.memory import cursors, writes
 from service.settings import Settings
 from tests.helpers import (
     PROJECT,
@@ -289,6 +289,13 @@ async def test_pages_hold_whole_sets_and_a_cursor(
     # Any two sets pass 3 members: one a page, each once; the set of 4 comes alone, whole. (The
     # test's one transaction creates them at one instant: their ids order them.)
     assert [len(p) for p in pages] == [1, 1, 1]
+    # The cursor carries its listing: with another filter it is refused, not read as a page of it.
+    first = json_of(await client.get("/v1/conflicts", params={"subject_id": "pg"}, headers=bearer(key)))
+    for other in ({}, {"subject_id": "pg", "status": "open"}, {"subject_id": "other"}):
+        r = await client.get(
+            "/v1/conflicts", params={**other, "cursor": first["next_cursor"]}, headers=bearer(key)
+        )
+        assert_error(r, 422, "validation_error", "cursor")
     listed = {p[0]["conflict_set_id"]: p[0] for p in pages}
     assert set(listed) == {small_1, small_2, big[0]["conflict_set_id"]}
     assert member_ids(listed[big[0]["conflict_set_id"]]) == {f["fact_id"] for f in big}
@@ -301,7 +308,10 @@ async def test_pages_hold_whole_sets_and_a_cursor(
 async def test_a_cursor_of_another_listing_is_refused(client: httpx.AsyncClient, key: str) -> None:
     await write_facts(client, key, ["one", "two"], "cur")
     facts = json_of(await client.get("/v1/facts", params={"limit": 1}, headers=bearer(key)))
-    forged = (b"c" + bytes(5), b"c" + b"\x7f" * 8 + bytes(16))  # too short; a year past 9999
+    # Of this listing: too short; a year past 9999.
+    issued = cursors.encode_conflict_cursor((PROJECT, None, None), datetime.now(UTC), uuid.uuid4())
+    raw = base64.urlsafe_b64decode(issued + "=" * (-len(issued) % 4))
+    forged = (raw[:-11], raw[:-24] + b"\x7f" * 8 + raw[-16:])
     tagged = [base64.urlsafe_b64encode(raw).decode().rstrip("=") for raw in forged]
     for cursor in (facts["next_cursor"], "bm90LWEtY3Vyc29y", *tagged):
         r = await client.get(

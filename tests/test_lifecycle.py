@@ -17,7 +17,7 @@ from service.api.auth import Principal
 from service.constants import MAX_SCOPE_CHARS
 from service.embedding.embedder import Embedder
 from service.errors import Conflict, EmbeddingModelMismatch
-from service.memory import export, retention
+from service.memory import cursors, export, retention
 from service.memory.importer import detect_kind
 from service.observability.metrics import Metrics
 from service.repository import idempotency
@@ -398,10 +398,14 @@ async def test_bad_cursors_are_400(client: httpx.AsyncClient, key: str) -> None:
         assert body["details"]["field"] == "cursor", body
 
 
-@pytest.mark.parametrize("cursor", ["AA", "AA==", "YQBi", "cwBi", "cwA"])
+@pytest.mark.parametrize(
+    "cursor",
+    ["AA", "AA==", "YQBi", "cwBi", "cwA", cursors.encode_subject_cursor((PROJECT,), "a\0b")],
+)
 async def test_a_cursor_holding_nul_is_422(client: httpx.AsyncClient, key: str, cursor: str) -> None:
-    # NUL, "a\0b", "s\0b" (a subjects tag before a NUL): PostgreSQL text cannot hold them, and
-    # the route must say so before its statement does.
+    # NUL, "a\0b", "s\0b" (a subjects tag before a NUL), and a subject id holding a NUL in a cursor
+    # of this listing: PostgreSQL text cannot hold them, and the route must say so before its
+    # statement does.
     body = assert_error(
         await client.get("/v1/subjects", params={"cursor": cursor}, headers=bearer(key)),
         422,
@@ -431,6 +435,45 @@ async def test_a_cursor_pages_only_the_route_that_issued_it(client: httpx.AsyncC
                 await client.get(other, params={"cursor": cursor}, headers=h), 422, "validation_error"
             )
             assert body["details"]["field"] == "cursor", (route, other, body)
+
+
+async def test_a_cursor_pages_only_the_listing_that_issued_it(
+    client: httpx.AsyncClient, key: str, other_key: str
+) -> None:
+    """A cursor carries its listing: the same route with another filter or another project refuses
+    it (a page after its id in another listing would be neither walk's page)."""
+    h = bearer(key)
+    for subject in ("u1", "u2"):
+        await write_facts(client, key, ["one", "two"], subject_id=subject)
+        await write_events(
+            client, key, [("e1", "2024-01-01T00:00:00Z"), ("e2", "2024-01-02T00:00:00Z")], subject_id=subject
+        )
+        await write_facts(client, other_key, ["one", "two"], subject_id=subject, project_id="proj-b")
+    issued_with: dict[str, str | int] = {"subject_id": "u1", "limit": 1}
+    listings: dict[str, list[dict[str, str]]] = {
+        "/v1/facts": [{"subject_id": "u2"}, {}, {"subject_id": "u1", "status": "active"}],
+        "/v1/events": [{"subject_id": "u2"}, {}],
+        "/v1/subjects": [],
+    }
+    for route, others in listings.items():
+        params: dict[str, str | int] = {"limit": 1} if route == "/v1/subjects" else issued_with
+        cursor = (await client.get(route, params=params, headers=h)).json()["next_cursor"]
+        assert cursor, route
+        again = await client.get(route, params={**params, "cursor": cursor}, headers=h)
+        assert again.status_code == 200, again.text
+        for filters in others:
+            body = assert_error(
+                await client.get(route, params={**filters, "cursor": cursor}, headers=h),
+                422,
+                "validation_error",
+            )
+            assert body["details"]["field"] == "cursor", (route, filters, body)
+        body = assert_error(
+            await client.get(route, params={**params, "cursor": cursor}, headers=bearer(other_key)),
+            422,
+            "validation_error",
+        )
+        assert body["details"]["field"] == "cursor", (route, body)
 
 
 async def test_events_and_subjects_page_by_cursor(client: httpx.AsyncClient, key: str) -> None:
@@ -481,13 +524,13 @@ async def test_events_and_subjects_page_by_cursor(client: httpx.AsyncClient, key
 
 
 async def test_the_longest_subject_id_pages_on(client: httpx.AsyncClient, key: str) -> None:
-    """A subject id of 200 four-byte characters makes the longest cursor (1,068 characters); the
+    """A subject id of 200 four-byte characters makes the longest cursor (1,076 characters); the
     route takes back every cursor it issues."""
     longest = ["\U0001f600" * MAX_SCOPE_CHARS, "\U0001f601" * MAX_SCOPE_CHARS]
     for subject in longest:
         await write_facts(client, key, ["a fact"], subject_id=subject)
     page = (await client.get("/v1/subjects", params={"limit": 1}, headers=bearer(key))).json()
-    assert page["subjects"][0]["subject_id"] == longest[0] and len(page["next_cursor"]) == 1068
+    assert page["subjects"][0]["subject_id"] == longest[0] and len(page["next_cursor"]) == 1076
     params = {"limit": 1, "cursor": page["next_cursor"]}
     r = await client.get("/v1/subjects", params=params, headers=bearer(key))
     assert r.status_code == 200, r.text

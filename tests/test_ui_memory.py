@@ -224,7 +224,7 @@ async def test_the_subjects_page_follows_the_longest_cursor(client: Any, key: st
     session = await ui_login(client, key)
     r = await client.get("/ui/subjects", params={"limit": 1}, headers=session.headers)
     more = re.search(r'id="next-page" href="/ui/subjects\?cursor=([^&"]+)', r.text)
-    assert more is not None and len(more.group(1)) == 1068
+    assert more is not None and len(more.group(1)) == 1076
     r = await client.get(
         "/ui/subjects", params={"limit": 1, "cursor": more.group(1)}, headers=session.headers
     )

@@ -495,11 +495,12 @@ class TraceInspector(Controller):
         visitor = await _session(request, conn)
         project_id = visitor.principal.project_id
         search = q.strip() if q and q.strip() and "\x00" not in q else None
-        after = cursors.decode_subject_cursor(cursor) if cursor else None
+        listing = (project_id, search)
+        after = cursors.decode_subject_cursor(listing, cursor) if cursor else None
         rows = await ui_repo.list_subjects(conn, project_id, search, after, limit + 1)
         page = UiSubjectPage(
             subjects=rows[:limit],
-            next_cursor=cursors.encode_subject_cursor(rows[limit - 1].subject_id)
+            next_cursor=cursors.encode_subject_cursor(listing, rows[limit - 1].subject_id)
             if len(rows) > limit
             else None,
         )

@@ -80,12 +80,14 @@ async def list_events(
     cursor: str | None,
 ) -> EventPage:
     principal.require(project_id)
-    after = decode_id_cursor("events", cursor) if cursor else None
+    listing = (project_id, subject_id)
+    after = decode_id_cursor("events", listing, cursor) if cursor else None
     rows = await repo.list_events(conn, project_id, subject_id, after, limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
     return EventPage(
-        events=rows, next_cursor=encode_id_cursor("events", rows[-1].event_id) if more and rows else None
+        events=rows,
+        next_cursor=encode_id_cursor("events", listing, rows[-1].event_id) if more and rows else None,
     )
 
 
@@ -93,10 +95,12 @@ async def list_subjects(
     conn: Conn, principal: Principal, project_id: str, limit: int, cursor: str | None
 ) -> SubjectPage:
     principal.require(project_id)
-    after = decode_subject_cursor(cursor) if cursor else None
+    listing = (project_id,)
+    after = decode_subject_cursor(listing, cursor) if cursor else None
     rows = await repo.list_subjects(conn, project_id, after, limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
     return SubjectPage(
-        subjects=rows, next_cursor=encode_subject_cursor(rows[-1].subject_id) if more and rows else None
+        subjects=rows,
+        next_cursor=encode_subject_cursor(listing, rows[-1].subject_id) if more and rows else None,
     )

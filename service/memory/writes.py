@@ -264,12 +264,14 @@ async def list_facts(
     cursor: str | None,
 ) -> FactPage:
     principal.require(project_id)
-    after = decode_id_cursor("facts", cursor) if cursor else None
+    listing = (project_id, subject_id, status)
+    after = decode_id_cursor("facts", listing, cursor) if cursor else None
     rows = await facts_repo.list_facts(conn, project_id, subject_id, status, after, limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
     return FactPage(
-        facts=rows, next_cursor=encode_id_cursor("facts", rows[-1].fact_id) if more and rows else None
+        facts=rows,
+        next_cursor=encode_id_cursor("facts", listing, rows[-1].fact_id) if more and rows else None,
     )
 
 
@@ -389,7 +391,8 @@ async def list_conflicts(
     """One page: whole sets, `page_members` (CONFLICT_PAGE_MEMBERS) members at most (a larger set
     alone), then `next_cursor`: a silent bound on member rows hid a big set's members and older sets."""
     principal.require(project_id)
-    after = decode_conflict_cursor(cursor) if cursor else None
+    listing = (project_id, subject_id, status)
+    after = decode_conflict_cursor(listing, cursor) if cursor else None
     bound = CONFLICT_PAGE_MEMBERS if page_members is None else page_members
     sets, more = await conflicts_repo.conflict_page(
         conn, project_id, subject_id, status, after=after, page_members=bound
@@ -397,7 +400,7 @@ async def list_conflicts(
     last = sets[-1] if more and sets else None
     return ConflictList(
         conflicts=sets,
-        next_cursor=encode_conflict_cursor(last.created_at, last.conflict_set_id) if last else None,
+        next_cursor=encode_conflict_cursor(listing, last.created_at, last.conflict_set_id) if last else None,
     )
 
 
