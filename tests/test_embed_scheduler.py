@@ -437,3 +437,23 @@ def test_hash_embedder_accepts_purpose_and_project() -> None:
 
 
 _ = httpx  # the HTTP client type of make_client
+
+
+async def test_an_events_vectors_in_context_are_not_charged_again(settings: Any, conn: Any, key: str) -> None:
+    """docs/reliability.md: a write is charged its texts where it is accepted. Its events' vectors
+    in context, made before it answers (HAKI_EVENT_CONTEXT_INLINE), embed those texts again (with
+    the previous event's end) and are not charged a second time, as the background task's are not."""
+    events = [
+        {"content": "y" * 1000, "occurred_at": f"2024-01-01T00:{minute:02d}:00Z"} for minute in range(6)
+    ]
+    body = {"project_id": "proj-a", "subject_id": "u1", "events": events}
+    facts = {"project_id": "proj-a", "subject_id": "u1", "facts": [{"content": "x" * 7000}]}
+    async with make_client(
+        settings, conn, HashEmbedder(), embed_chars_per_minute=20_000, event_context_inline=True
+    ) as client:
+        r1 = await client.post("/v1/events", json=body, headers=bearer(key))
+        assert r1.status_code == 201, r1.text
+        # 6,000 characters charged, 14,000 left: the facts fit (charged, the vectors in context
+        # would take ~8,500 of them).
+        r2 = await client.post("/v1/facts", json=facts, headers=bearer(key))
+        assert r2.status_code == 201, r2.text

@@ -14,6 +14,7 @@ from litestar.params import Dependency, Parameter
 from service.api.deps import ERRORS, IDEMPOTENT_REPLAYED, Deps, RouteDeps, in_key_project
 from service.constants import DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT
 from service.db.replica import READS
+from service.embedding.embedder import uncharged
 from service.memory import erasure, event_context, idempotency
 from service.memory import writes as memory
 from service.repository.maintenance import MemoryTable
@@ -226,7 +227,7 @@ async def post_events(
     )
     if deps.settings.event_context and deps.settings.event_context_inline:
         written = [e.event_id for e in outcome.body.events]
-        await event_context.make_written(deps, deps.embedder, data.project_id, written)
+        await event_context.make_written(deps, uncharged(deps.embedder), data.project_id, written)
     return outcome
 
 

@@ -777,6 +777,12 @@ class WorkLimitedEmbedder:
         return None  # the shared embedder belongs to the app
 
 
+def uncharged(embedder: Embedder) -> Embedder:
+    """The shared embedder behind a request's view: what a write makes of texts already charged
+    (its events' vectors in context) is not charged again, as the background task's is not."""
+    return embedder.inner if isinstance(embedder, WorkLimitedEmbedder) else embedder
+
+
 # --------------------------------------------------------------------------------------------------
 # Factory and start-up check
 
