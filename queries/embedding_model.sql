@@ -31,6 +31,14 @@ SELECT m.model AS model
 FROM project_embedding_models AS m
 WHERE m.project_id = :project_id;
 
+-- name: list_projects_on_other_models(model)
+-- haki doctor: the projects whose vectors another model made than the configured one, which a
+-- server on it refuses; every project (an operator's check on demand), project ids only.
+SELECT m.project_id
+FROM project_embedding_models AS m
+WHERE m.model <> :model
+ORDER BY m.project_id;
+
 -- name: switch_embedding_model(project_id, model)$
 -- Records the project's new model and locks its row until the switch commits: writes of the
 -- project wait (hold_embedding_model), then read the new model.

