@@ -209,6 +209,35 @@ async def test_a_proposal_holding_nul_is_refused_not_looked_up(
     assert [x["reason"] for x in out["refused"]] == ["invalid_content"]
 
 
+async def test_a_refusal_holding_nul_is_stored_for_its_idempotency_key(
+    ext: httpx.AsyncClient, key: str, chat: FakeChat
+) -> None:
+    """The SDKs send an Idempotency-Key on every extraction, and its record is jsonb, which
+    cannot hold NUL: a refusal that showed the model's NUL made every retry a 500."""
+    chat.then(
+        answer(
+            {"content": "a\u0000b", "source_message": 0},
+            {"content": "Alice has a cat.", "key": "pet\u0000name", "source_message": 0},
+            {"content": "Alice likes tea.", "source_message": 0},
+        )
+    )
+    headers = {**bearer(key), "Idempotency-Key": "extract-nul"}
+    payload = {"subject_id": SUBJECT, "messages": MESSAGES}
+    first = await ext.post("/v1/extract", json=payload, headers=headers)
+    assert first.status_code == 201, first.text
+    refused = first.json()["refused"]
+    assert [(x["content"], x["key"], x["reason"]) for x in refused] == [
+        ("a\ufffdb", None, "invalid_content"),
+        ("Alice has a cat.", "pet\ufffdname", "invalid_key"),
+    ]
+    again = await ext.post("/v1/extract", json=payload, headers=headers)
+    assert again.status_code == 201, again.text
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert again.json() == first.json()
+    assert len(chat.requests) == 1
+    assert await counts(ext, key) == (1, 3)
+
+
 async def test_dry_run_writes_nothing(ext: httpx.AsyncClient, key: str, chat: FakeChat) -> None:
     chat.then(answer({"content": "Alice works at Globex.", "key": "employer", "source_message": 0}))
     r = await extract(ext, key, write=False)
@@ -411,14 +440,18 @@ async def test_duplicate_covers_every_active_fact_of_the_scope(
 
 async def test_restating_a_stale_fact_renews_it(ext: httpx.AsyncClient, key: str, chat: FakeChat) -> None:
     """A stale volatile fact is not served, so saying it again is no duplicate: the restatement is
-    written and supersedes it, whether the model was shown it (marked stale) or not."""
+    written and supersedes it, whether the model was shown it (marked stale) or not. It keeps
+    the window of the fact it renews, not the server's default."""
     stale = {"volatility": "volatile", "stale_after_seconds": 1, "valid_from": "2020-01-01T00:00:00Z"}
     for facts in (
-        [{"content": "Alice is in Lisbon.", **stale}, {"content": "Alice is in Rome.", **stale}],
+        [
+            {"content": "Alice is in Lisbon.", **stale, "stale_after_seconds": 7200},
+            {"content": "Alice is in Rome.", **stale},
+        ],
         [{"content": f"Alice read book {i}.", "key": f"book_{i}"} for i in range(99)],
         [
             {"content": "Alice is in Oslo.", "volatility": "volatile"},
-            {"content": "Alice is in Porto.", **stale},
+            {"content": "Alice is in Porto.", **stale, "stale_after_seconds": 3600},
         ],
     ):
         body = {"subject_id": SUBJECT, "facts": facts}
@@ -449,6 +482,54 @@ async def test_restating_a_stale_fact_renews_it(ext: httpx.AsyncClient, key: str
                             ("Alice is in Rome.", "active")):  # fmt: skip
         fact = (await ext.get(f"/v1/facts/{ids[content]}", headers=bearer(key))).json()
         assert fact["status"] == status, content
+    windows = {}
+    for f in r.json()["facts"]:
+        renewed = (await ext.get(f"/v1/facts/{f['fact_id']}", headers=bearer(key))).json()
+        windows[f["content"]] = (renewed["volatility"], renewed["stale_after_seconds"])
+    assert windows == {"Alice is in Porto.": ("volatile", 3600), "Alice is in Lisbon.": ("volatile", 7200)}
+
+
+async def test_a_supersede_that_lost_a_race_names_the_proposals_message(
+    settings: Settings, migrated: str, hash_embedder: Embedder, chat: FakeChat
+) -> None:
+    """The known fact the model replaces is retracted while it answers: the write is refused
+    whole, and its 422 names the message the proposal came from (a field of the request), not
+    `facts[0].supersedes` of the internal write, which the client never sent."""
+    app_settings, project, key = await pooled_project(settings, chat, pool_max_size=4)
+    hold = threading.Event()
+    proposals = answer(
+        {"content": "Alice likes tea.", "source_message": 0},
+        {"content": "Alice works at Globex.", "key": "employer", "source_message": 2, "supersedes": 0},
+    )
+    chat.then(Step(answer=proposals.answer, hold=hold))
+    try:
+        async with pooled_client(app_settings, hash_embedder) as (client, _):
+            acme = {
+                "content": "Alice works at Acme.",
+                "key": "employer",
+                "valid_from": "2020-01-01T00:00:00Z",
+            }
+            body = {"project_id": project, "subject_id": SUBJECT, "facts": [acme]}
+            written = await client.post("/v1/facts", json=body, headers=bearer(key))
+            assert written.status_code == 201, written.text
+            fact_id = written.json()["facts"][0]["fact_id"]
+            extraction = asyncio.create_task(extract(client, key, project_id=project))
+            assert await asyncio.to_thread(chat.arrived.acquire, True, 30), "the model was never asked"
+            patched = await client.patch(
+                f"/v1/facts/{fact_id}",
+                params={"project_id": project},
+                json={"status": "retracted"},
+                headers=bearer(key),
+            )
+            assert patched.status_code == 200, patched.text
+            hold.set()
+            r = await extraction
+            details = assert_error(r, 422, "validation_error", field="messages[2]")["details"]
+            assert details["fact_id"] == fact_id
+            s = (await stats(client, key, project)).json()
+            assert (s["facts_total"], s["events_total"]) == (1, 0)
+    finally:
+        hold.set()
 
 
 async def test_one_extraction_writes_at_most_max_batch_facts(

@@ -35,7 +35,7 @@ from service.api.auth import Principal
 from service.constants import EXTRACT_KNOWN_FACTS, EXTRACT_PROMPT_VERSION, MAX_BATCH, MAX_CONTENT_CHARS
 from service.db import Lent
 from service.embedding.embedder import Embedder
-from service.errors import ExtractorFailed, ExtractorTimeout, Unavailable
+from service.errors import ExtractorFailed, ExtractorTimeout, InvalidInput, Unavailable
 from service.instants import check_storable
 from service.memory import writes as memory
 from service.redaction import endpoint_url, redacted_http_url
@@ -43,6 +43,7 @@ from service.repository import Conn
 from service.repository import webhooks as webhooks_repo
 from service.repository.extraction import (
     KnownFact,
+    StaleFact,
     active_contents,
     count_erased_known,
     known_facts,
@@ -165,6 +166,18 @@ def _snippet(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+def _refused(content: str, key: str | None, reason: RefusalReason, message: str) -> RefusedFact:
+    """A refusal as the response shows it: the model's text cut, and its NUL shown as U+FFFD.
+    PostgreSQL's text and jsonb cannot hold NUL, and the Idempotency-Key record of the
+    response is jsonb: a NUL made the write, and every retry of it, a 500."""
+    return RefusedFact(
+        content=_snippet(content).replace("\x00", "\ufffd"),
+        key=key.replace("\x00", "\ufffd") if key is not None else None,
+        reason=reason,
+        message=message,
+    )
+
+
 async def ask_model(settings: Settings, system: str, user: str) -> ModelAnswer:
     """One chat completion; every way it can fail is a 502 or a 504, never a 500."""
     base_url, model = _configured(settings)
@@ -277,7 +290,7 @@ def proposed_contents(answer: ModelAnswer) -> list[str]:
     return [p.content.strip() for p in answer.facts]
 
 
-def _served_says(active: dict[str, UUID | None], content: str) -> bool:
+def _served_says(active: dict[str, StaleFact | None], content: str) -> bool:
     """Whether a fact still served holds `content` word for word (active_contents: a stale one
     maps to itself, which a restatement renews)."""
     return content in active and active[content] is None
@@ -289,22 +302,27 @@ def check_proposals(
     known: list[KnownFact],
     model: str,
     *,
-    active: dict[str, UUID | None],
+    active: dict[str, StaleFact | None],
     now: datetime,
 ) -> Checked:
     """`active`: the proposed texts an active fact of the scope holds word for word, each with
     the stale fact a restatement renews (None: a fact still served says it, a duplicate); `now`:
     when an accepted fact starts (it has no valid_from), so a fact it supersedes must start
     before. A stale volatile fact is not served, so saying it again renews it: the restatement is
-    written and supersedes it, unless the proposal supersedes another fact itself."""
+    written and supersedes it, with its stale_after_seconds, unless the proposal supersedes
+    another fact itself."""
     accepted: list[Accepted] = []
     refused: list[RefusedFact] = []
     seen = {_same_text(f.content) for f in known if not f.stale}
-    stale = {_same_text(f.content): f.fact_id for f in known if f.stale}
+    stale = {
+        _same_text(f.content): StaleFact(fact_id=f.fact_id, stale_after_seconds=f.stale_after_seconds)
+        for f in known
+        if f.stale and f.stale_after_seconds is not None  # a stale fact is volatile: it has one
+    }
     taken: set[UUID] = set()
 
     def refuse(p: ProposedFact, reason: RefusalReason, message: str) -> None:
-        refused.append(RefusedFact(content=_snippet(p.content), key=p.key, reason=reason, message=message))
+        refused.append(_refused(p.content, p.key, reason, message))
 
     for p, content in zip(answer.facts, proposed_contents(answer), strict=True):
         key = p.key.strip() if p.key is not None else None
@@ -330,13 +348,13 @@ def check_proposals(
             )
         elif _same_text(content) in seen or _served_says(active, content):
             refuse(p, "duplicate", "an active fact or an earlier proposal already says this")
-        elif renews is not None and renews in taken:
+        elif renews is not None and renews.fact_id in taken:
             refuse(p, "supersedes_taken", "an earlier fact already replaces the stale fact this restates")
         elif len(accepted) == MAX_BATCH:
             refuse(p, "batch_full", f"one extraction writes at most {MAX_BATCH} facts (MAX_BATCH)")
         else:
             seen.add(_same_text(content))
-            replaced = old.fact_id if old is not None else renews
+            replaced = old.fact_id if old is not None else renews.fact_id if renews is not None else None
             if replaced is not None:
                 taken.add(replaced)
             fact = _validated(
@@ -347,6 +365,10 @@ def check_proposals(
                 supersedes=replaced,
                 metadata={"extracted_by": model, "prompt_version": EXTRACT_PROMPT_VERSION},
             )
+            if renews is not None and fact.volatility == "volatile":
+                # The renewed fact's own window, set after validation: it may be the server's
+                # default as it was then, beyond the bound a request's stale_after_seconds has.
+                fact = msgspec.structs.replace(fact, stale_after_seconds=renews.stale_after_seconds)
             accepted.append(Accepted(fact=fact, source_message=p.source_message, supersedes=fact.supersedes))
     return Checked(accepted=accepted, refused=refused)
 
@@ -453,12 +475,7 @@ async def written_meanwhile(conn: Conn, plan: Plan) -> Plan:
     if len(keep) == len(accepted):
         return plan
     late = [
-        RefusedFact(
-            content=_snippet(a.fact.content),
-            key=a.fact.key,
-            reason="duplicate",
-            message="a concurrent extraction wrote this fact first",
-        )
+        _refused(a.fact.content, a.fact.key, "duplicate", "a concurrent extraction wrote this fact first")
         for a, c in zip(accepted, contents, strict=True)
         if _served_says(held, c)
     ]
@@ -483,12 +500,39 @@ async def store(conn: Conn, plan: Plan) -> ExtractResponse:
         written = None
         if plan.facts is not None:
             sources = [event_ids[a.source_message] for a in plan.checked.accepted]
-            written = await memory.store_facts(conn, memory.with_source_events(plan.facts, sources))
+            try:
+                written = await memory.store_facts(conn, memory.with_source_events(plan.facts, sources))
+            except InvalidInput as exc:
+                raise _of_the_request(exc, plan) from exc
         # The extraction.completed webhook event commits with the extraction or not at all.
         await webhooks_repo.note_extraction_completed(
             conn, plan.req.project_id, plan.req.subject_id, _completed(plan, event_ids, written)
         )
     return _response(plan, event_ids, written)
+
+
+_WRITTEN_FIELD = re.compile(r"facts\[(\d+)\]\.(\w+)")
+
+
+def _of_the_request(exc: InvalidInput, plan: Plan) -> InvalidInput:
+    """The write's refusal of an accepted proposal (a supersede that lost a race: the fact it
+    replaces stopped being active while the model answered), naming `messages[i]`, the message
+    the proposal came from: `facts[j]` is a field of the internal write, not of the request."""
+    details = dict(exc.details or {})
+    field = str(details.pop("field", ""))
+    matched = _WRITTEN_FIELD.fullmatch(field)
+    if matched is None:
+        return exc
+    accepted = plan.checked.accepted[int(matched[1])]
+    proposed = _snippet(accepted.fact.content)
+    problem = exc.message.removeprefix(f"{field}: ")
+    return InvalidInput(
+        f"messages[{accepted.source_message}]",
+        f"the fact the model proposed from this message ({proposed!r}) was refused: its "
+        f"{matched[2]} {problem} (the scope changed while the model answered). Nothing was "
+        "written: a retry asks the model again.",
+        **details,
+    )
 
 
 def _completed(plan: Plan, event_ids: list[UUID], written: WriteFactsResponse | None) -> dict[str, Any]:

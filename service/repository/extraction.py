@@ -18,6 +18,15 @@ class KnownFact(msgspec.Struct, frozen=True, kw_only=True):
     volatility: str
     valid_from: datetime | None
     stale: bool
+    # A volatile fact's window, which a restatement that renews it keeps; None when stable.
+    stale_after_seconds: int | None
+
+
+class StaleFact(msgspec.Struct, frozen=True, kw_only=True):
+    """An active fact no longer served (stale), which a restatement renews."""
+
+    fact_id: UUID
+    stale_after_seconds: int
 
 
 async def known_facts(conn: Conn, project_id: str, subject_id: str, max_facts: int) -> list[KnownFact]:
@@ -29,7 +38,7 @@ async def known_facts(conn: Conn, project_id: str, subject_id: str, max_facts: i
 
 async def active_contents(
     conn: Conn, project_id: str, subject_id: str, contents: Sequence[str]
-) -> dict[str, UUID | None]:
+) -> dict[str, StaleFact | None]:
     """The texts among `contents` that an active fact of the scope holds, word for word, each
     with the stale fact a restatement renews, or None when a fact still served holds it."""
     rows = await collect(
@@ -37,7 +46,12 @@ async def active_contents(
             conn, project_id=project_id, subject_id=subject_id, contents=list(contents)
         )
     )
-    return {r["content"]: r["renews"] for r in rows}
+    return {
+        r["content"]: None
+        if r["renews"] is None
+        else StaleFact(fact_id=r["renews"], stale_after_seconds=r["renews_stale_after_seconds"])
+        for r in rows
+    }
 
 
 async def count_erased_known(conn: Conn, project_id: str, subject_id: str, fact_ids: Sequence[UUID]) -> int:
