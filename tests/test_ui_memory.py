@@ -10,12 +10,15 @@ import hashlib
 import json
 import logging
 import re
+from html.parser import HTMLParser
 from typing import Any, NamedTuple
 
 import asyncpg
 import pytest
 
 from service.api import auth
+from service.embedding.embedder import Embedder
+from service.settings import Settings
 from tests.helpers import (
     bearer,
     context,
@@ -26,6 +29,7 @@ from tests.helpers import (
     write_events,
     write_facts,
 )
+from tests.helpers.app import make_client
 from tests.helpers.chromium import UI_COOKIE, UiSession, ui_login
 
 SUBJECT = "mia/support"  # a `/`: the subject travels in the query, never in the path
@@ -81,6 +85,49 @@ async def ui(client: Any, key: str) -> Seeded:
 
 def actions_logged(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
     return [r.haki_ui for r in caplog.records if r.name == "haki.ui" and hasattr(r, "haki_ui")]
+
+
+class _Forms(HTMLParser):
+    """Each form of a page by id: its action and its hidden and textarea fields."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.forms: dict[str, tuple[str, list[list[str]]]] = {}
+        self._open: tuple[str, list[list[str]]] | None = None
+        self._textarea: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        if tag == "form":
+            self._open = self.forms[a.get("id", "")] = (a["action"], [])
+        elif self._open is not None and tag == "input" and a.get("type") == "hidden":
+            self._open[1].append([a["name"], a.get("value", "")])
+        elif self._open is not None and tag == "textarea":
+            self._textarea = [a["name"], ""]
+            self._open[1].append(self._textarea)
+
+    def handle_data(self, data: str) -> None:
+        if self._textarea is not None:
+            self._textarea[1] += data
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "textarea":
+            self._textarea = None
+        elif tag == "form":
+            self._open = None
+
+
+async def submit_as_browser(client: Any, session: UiSession, page: Any, form_id: str, **typed: str) -> Any:
+    """Posts the form `form_id` of `page` as a browser does (HTML's parsing, then its form
+    submission): the page's line breaks read as LF, each field's sent as CRLF. `typed` is what
+    a visitor typed into a field."""
+    assert page.status_code == 200, page.text
+    parser = _Forms()
+    parser.feed(page.text.replace("\r\n", "\n").replace("\r", "\n"))
+    action, fields = parser.forms[form_id]
+    values = {name: value for name, value in fields} | typed
+    crlf = {name: re.sub(r"\r\n|\r|\n", "\r\n", value) for name, value in values.items()}
+    return await client.post(action, data=crlf, headers=session.headers)
 
 
 # --- the session ----------------------------------------------------------------------------
@@ -404,11 +451,95 @@ async def test_erase_takes_the_subject_id_as_written_spaces_included(ui: Seeded)
     await write_facts(client, key, ["kept"], subject_id="victim")
     await write_facts(client, key, ["erased"], subject_id="victim ")
     done = await client.post(
-        "/ui/subject/erase", data=session.form(subject_id="victim ", confirm="yes"), headers=session.headers
+        "/ui/subject/erase",
+        params={"subject_id": "victim "},
+        data=session.form(confirm="yes"),
+        headers=session.headers,
     )
     assert done.status_code == 200, done.text
     assert [f["content"] for f in await list_all_facts(client, key, subject_id="victim")] == ["kept"]
     assert await list_all_facts(client, key, subject_id="victim ") == []
+
+
+async def test_erase_reaches_a_subject_id_whose_line_breaks_a_browser_rewrites(ui: Seeded) -> None:
+    """A browser submits a form's line breaks as CRLF: the id travels in the action's query,
+    percent-encoded, so `multi\nline` is erased, not 404, and never `multi\r\nline`."""
+    client, key, _, session = ui
+    odd = ["multi\nline", "multi\r\nline", "cr\ronly", "a+b c&d=e%20f#g?h"]
+    for subject in [*odd, "multi line"]:
+        await write_facts(client, key, [f"fact of {subject!r}"], subject_id=subject)
+    for subject in odd:
+        page = await client.get("/ui/subject", params={"subject_id": subject}, headers=session.headers)
+        confirm = await submit_as_browser(client, session, page, "erase-form")
+        assert confirm.status_code == 200 and 'data-kind="erase"' in confirm.text, (subject, confirm.text)
+        done = await submit_as_browser(client, session, confirm, "confirm-form")
+        assert done.status_code == 200 and 'id="erasure"' in done.text, (subject, done.text)
+        assert await list_all_facts(client, key, subject_id=subject) == []
+    left = [f["subject_id"] for f in await list_all_facts(client, key) if f["subject_id"] != SUBJECT]
+    assert left == ["multi line"]
+
+
+async def test_supersede_stores_the_textarea_line_breaks_as_lf(ui: Seeded) -> None:
+    client, key, ids, session = ui
+    page = await client.get(f"/ui/facts/{ids['note']}", headers=session.headers)
+    confirm = await submit_as_browser(client, session, page, "supersede-form", content="line A\nline B")
+    assert confirm.status_code == 200 and 'data-kind="supersede"' in confirm.text
+    done = await submit_as_browser(client, session, confirm, "confirm-form", confirm="yes")
+    assert done.status_code == 303, done.text
+    new_id = done.headers["location"].removeprefix("/ui/facts/").removesuffix("?done=superseded")
+    assert (await get_fact(client, key, new_id))["content"] == "line A\nline B"
+
+
+async def test_only_an_active_member_of_a_conflict_is_offered_to_keep(ui: Seeded) -> None:
+    client, key, ids, session = ui
+    (initech,) = await write_facts(
+        client, key, [{"content": "Mia works at Initech.", "key": "employer"}], SUBJECT
+    )
+    assert initech["conflict_set_id"] == ids["conflict"]
+    r = await client.patch(f"/v1/facts/{ids['hooli']}", json={"status": "retracted"}, headers=bearer(key))
+    assert r.status_code == 200, r.text
+    page = await client.get(f"/ui/conflicts/{ids['conflict']}", headers=session.headers)
+    assert 'id="conflict-status" class="badge degraded">open' in page.text
+    offered = re.findall(r'name="keep" value="([0-9a-f-]+)"', page.text)
+    assert sorted(offered) == sorted([ids["piper"], initech["fact_id"]])
+    assert f'data-fact-id="{ids["hooli"]}"' in page.text  # shown, without a checkbox
+    # Kept anyway (a stale page): refused before a confirm page that would say it stays active.
+    url = f"/ui/conflicts/{ids['conflict']}/resolve"
+    stale = await client.post(url, data=session.form(keep=ids["hooli"]), headers=session.headers)
+    assert stale.status_code == 422 and "only an active member can be kept" in stale.text
+    assert 'id="confirm-form"' not in stale.text
+    confirm = await client.post(url, data=session.form(keep=ids["piper"]), headers=session.headers)
+    verdicts = dict(re.findall(r'data-fact-id="([0-9a-f-]+)">\s*<p class="verdict">([^<]+)<', confirm.text))
+    assert verdicts == {
+        ids["piper"]: "Stays active",
+        initech["fact_id"]: "Becomes superseded",
+        ids["hooli"]: "Stays retracted",
+    }
+
+
+async def test_a_refused_action_keeps_its_retry_after(
+    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str
+) -> None:
+    async with make_client(settings, conn, hash_embedder, embed_chars_per_minute=100) as client:
+        # A write larger than the budget passes a full one and overdraws it.
+        (fact,) = await write_facts(client, key, ["x" * 300], SUBJECT)
+        session = await ui_login(client, key)
+        r = await client.post(
+            f"/ui/facts/{fact['fact_id']}/supersede",
+            data=session.form(content="y", confirm="yes"),
+            headers=session.headers,
+        )
+    assert r.status_code == 429 and r.headers["content-type"].startswith("text/html"), r.text
+    assert int(r.headers["retry-after"]) >= 1
+
+
+async def test_a_year_before_1000_has_four_digits(ui: Seeded) -> None:
+    client, key, _, session = ui
+    (fact,) = await write_facts(
+        client, key, [{"content": "Ancient.", "valid_from": "0001-01-01T00:00:01Z"}], SUBJECT
+    )
+    page = await client.get(f"/ui/facts/{fact['fact_id']}", headers=session.headers)
+    assert "0001-01-01 00:00:01 →" in page.text, page.text
 
 
 # --- isolation ------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import os
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -310,7 +311,7 @@ async def test_memory_browser_in_chromium(server: Server, seeded: dict[str, Any]
         # --- erase the subject, confirm, and see the counts ---
         await _log_in(page, url, ids["key"])
         await page.goto(f"{url}/ui/subject?subject_id={SUBJECT}", f"/ui/subject?subject_id={SUBJECT}")
-        await _submit(page, "#erase-form", "/ui/subject/erase")
+        await _submit(page, "#erase-form", f"/ui/subject/erase?subject_id={SUBJECT}")
         assert await page.eval("document.querySelector('#erase-subject').textContent") == SUBJECT
         await shots.take("confirm-erase")
         # The answer is at the same path as the confirm page: wait for its table instead.
@@ -329,3 +330,48 @@ async def test_memory_browser_in_chromium(server: Server, seeded: dict[str, Any]
     for shot in shots.taken:
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     print("\nscreenshots:", ", ".join(str(p) for p in shots.taken))
+
+
+MULTI = "multi\nline"  # a legal subject id, which a form field would send back as multi\r\nline
+LONG = "x" * 200  # the longest subject id, without a place to break
+
+
+async def test_odd_subject_ids_in_chromium(server: Server, tmp_path: Path) -> None:
+    """A subject id with a line break is erased (and its fact superseded with a multi-line
+    textarea, stored with LF), not its CRLF twin; a 200-character id wraps within the window."""
+    url, key = server.url, server.create_key("ui-memory-odd")
+    with _api(server, key) as api:
+        for subject in (MULTI, "multi\r\nline", LONG):
+            r = api.post("/v1/facts", json={"subject_id": subject, "facts": [{"content": "A fact."}]})
+            assert r.status_code == 201, r.text
+        (fact,) = api.get("/v1/facts", params={"subject_id": MULTI}).json()["facts"]
+        assert api.post("/v1/context", json={"subject_id": LONG, "query": "a fact"}).status_code == 200
+    async with chromium(tmp_path / "profile", ["--window-size=1000,820"]) as page:
+        await _log_in(page, url, key)
+        for path in ("/ui/subjects", f"/ui/subject?subject_id={LONG}", "/ui/traces"):
+            await page.goto(f"{url}{path}", path)
+            widths = await page.eval(
+                "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+            )
+            assert widths[0] <= widths[1], (path, widths)
+
+        await page.goto(f"{url}/ui/facts/{fact['fact_id']}", f"/ui/facts/{fact['fact_id']}")
+        await page.eval("document.querySelector('#supersede-form textarea').value = 'line A\\nline B'")
+        await _submit(page, "#supersede-form", f"/ui/facts/{fact['fact_id']}/supersede")
+        await page.eval("document.querySelector('#confirm-form button[type=submit]').click()")
+        new_id = await _landed_on_new_fact(page)
+        with _api(server, key) as api:
+            assert api.get(f"/v1/facts/{new_id}").json()["content"] == "line A\nline B"
+
+        quoted = quote(MULTI, safe="")
+        await page.goto(f"{url}/ui/subject?subject_id={quoted}", f"/ui/subject?subject_id={quoted}")
+        await _submit(page, "#erase-form", f"/ui/subject/erase?subject_id={quoted}")
+        assert await page.eval("document.querySelector('#erase-subject').textContent") == MULTI
+        await page.eval("document.querySelector('#confirm-form button[type=submit]').click()")
+        await _wait_for_element(page, "#erasure")
+        erased = await page.eval("document.querySelector('[data-count=facts]').textContent")
+    assert erased == "2"
+    with _api(server, key) as api:
+        assert api.get(f"/v1/facts/{new_id}").status_code == 404  # erased, with its subject
+        assert api.get("/v1/facts", params={"subject_id": MULTI}).json()["facts"] == []
+        assert len(api.get("/v1/facts", params={"subject_id": "multi\r\nline"}).json()["facts"]) == 1

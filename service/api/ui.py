@@ -9,7 +9,7 @@ behind an agent rather than for the agent.
     GET  /ui/facts/{fact_id}        one fact, with the retract and supersede forms
     GET  /ui/conflicts/{id}         one conflict set, its members side by side, the resolve form
     POST /ui/facts/{fact_id}/retract, /ui/facts/{fact_id}/supersede,
-         /ui/conflicts/{id}/resolve, /ui/subject/erase
+         /ui/conflicts/{id}/resolve, /ui/subject/erase?subject_id=
                                     the actions: without `confirm=yes` a confirm page; with it
                                     the JSON route's own service call, logged (logger haki.ui)
     GET  /ui/traces?subject_id=     the latest context calls of the key's project
@@ -134,7 +134,9 @@ SECTIONS: Final = (
 def _when(value: datetime | None) -> str:
     if value is None:
         return "—"
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    utc = value.astimezone(UTC)
+    # strftime's %Y does not pad a year before 1000 (glibc): "1-01-01" reads as a typo.
+    return f"{utc.year:04d}-{utc:%m-%d %H:%M:%S}"
 
 
 def _num(value: float | None) -> str:
@@ -276,6 +278,12 @@ def _text(form: Any, name: str) -> str:
     return raw.strip() if isinstance(raw, str) else ""
 
 
+def _multiline(form: Any, name: str) -> str:
+    """A textarea's text with its line breaks as LF, as an API client writes them: a browser
+    submits every line break of a form as CRLF (HTML form submission)."""
+    return _text(form, name).replace("\r\n", "\n").replace("\r", "\n")
+
+
 def _id(form: Any, name: str) -> str:
     """An id as the page sent it: never stripped, or `victim ` would erase `victim`."""
     raw = form.get(name)
@@ -377,7 +385,12 @@ async def _act(visitor: Visitor, action: str, title: str, work: Awaitable[T], **
         return await work
     except HakiError as exc:
         _audit(visitor, action, **fields, outcome=exc.code)
-        raise _Answered(_error(visitor, exc.status_code, title, exc.message)) from exc
+        page = _error(visitor, exc.status_code, title, exc.message)
+        # A 429's or a retryable 503's wait, as the JSON route sends it (handle_exception).
+        retry_after = (exc.details or {}).get("retry_after_seconds")
+        if retry_after is not None:
+            page.headers["Retry-After"] = str(retry_after)
+        raise _Answered(page) from exc
 
 
 def _audit(visitor: Visitor, action: str, **fields: Any) -> None:
@@ -556,6 +569,7 @@ class TraceInspector(Controller):
             conflicts=conflicts.conflicts,
             calls=calls,
             summary=summary,
+            erase_action=_erase_action(subject),
         )
 
     @get("/facts/{fact_id:uuid}", media_type=MediaType.HTML)
@@ -596,6 +610,12 @@ class TraceInspector(Controller):
         if not keep or None in keep:
             return _error(visitor, 400, "Resolve", "keep: choose at least one member to keep.")
         kept = [k for k in keep if k is not None]
+        status_of = {m.fact_id: m.status for m in members}
+        for i, k in enumerate(kept):
+            # Refused before the confirm page, which would otherwise promise it "stays active".
+            if status_of.get(k, "active") != "active":
+                message = f"keep[{i}]: is {status_of[k]}: only an active member can be kept"
+                return _error(visitor, 422, "Resolve", message)
         if not _confirmed(form):
             return _view(
                 visitor,
@@ -660,7 +680,7 @@ class TraceInspector(Controller):
         self, request: Request[Any, Any, Any], conn: ConnDep, state: State, fact_id: UUID
     ) -> Response[Any]:
         visitor, form, fact = await _posted_fact(request, conn, fact_id)
-        content = _text(form, "content")
+        content = _multiline(form, "content")
         try:
             new_fact = msgspec.convert(
                 {
@@ -713,9 +733,18 @@ class TraceInspector(Controller):
         )
 
     @post("/subject/erase", media_type=MediaType.HTML, status_code=200)
-    async def erase(self, request: Request[Any, Any, Any], conn: ConnDep, state: State) -> Response[Any]:
+    async def erase(
+        self,
+        request: Request[Any, Any, Any],
+        conn: ConnDep,
+        state: State,
+        query_subject: Annotated[str | None, Parameter(query="subject_id")] = None,
+    ) -> Response[Any]:
+        """The subject id travels in the form's action, `?subject_id=`, percent-encoded: a browser
+        rewrites each line break of a form's values as CRLF, so a hidden field could not carry an
+        id holding one. A form field `subject_id` is taken when the query has none."""
         visitor, form = await _posted(request, conn)
-        subject_id = _id(form, "subject_id")
+        subject_id = query_subject if query_subject is not None else _id(form, "subject_id")
         if (problem := scope_id_problem(subject_id)) is not None:
             return _error(visitor, 400, "Erase", f"subject_id: {problem}")
         project_id = visitor.principal.project_id
@@ -726,9 +755,9 @@ class TraceInspector(Controller):
             return _view(
                 visitor,
                 "confirm.html",
-                action="/ui/subject/erase",
+                action=_erase_action(subject_id),
                 title="Erase this subject?",
-                fields=[("subject_id", subject_id)],
+                fields=[],
                 held=held,
                 kind="erase",
                 back=f"/ui/subject?subject_id={quote(subject_id, safe='')}",
@@ -876,6 +905,11 @@ async def _conflict_with_facts(
     conflict = found[0]
     members = [await memory.get_fact(conn, principal, m.fact_id) for m in conflict.members]
     return conflict, members
+
+
+def _erase_action(subject_id: str) -> str:
+    """The erase form's action: the subject id in the query, which no browser rewrites."""
+    return f"/ui/subject/erase?subject_id={quote(subject_id, safe='')}"
 
 
 def _field_problem(exc: msgspec.ValidationError) -> str:
