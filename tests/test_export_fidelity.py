@@ -268,3 +268,32 @@ async def test_two_imports_of_one_subject_at_once_one_is_refused(
             )
         finally:
             await erasure.erase_subject(observer, principal, settings, project, "s")
+
+
+async def test_a_version_1_retraction_in_a_conflict_set_stays_retracted(
+    client: Client, conn: asyncpg.Connection, key: str, settings: Settings, hash_embedder: Embedder
+) -> None:
+    """A version 1 document replays the writes: rivals open a set, then the exported statuses
+    apply. The retracted rival stays retracted (resolving the set first superseded it, and the
+    PATCH was refused); one of two left resolves the set, its claim served; two left keep it open."""
+    tennis, golf = _fact("Plays tennis", key="sport"), _fact("Plays golf", key="sport", status="retracted")
+    rome, oslo = _fact("Born in Rome", key="birth"), _fact("Born in Oslo", key="birth")
+    kyiv = _fact("Born in Kyiv", key="birth", status="retracted")
+    doc = export.parse_document(_doc(tennis, golf, rome, oslo, kyiv, version=1))
+    principal = Principal(project_id=PROJECT, key_id=uuid.UUID(int=0))
+    summary = await export.import_document(conn, hash_embedder, settings, principal, doc, PROJECT, "v1")
+    assert (summary.retracted, summary.conflicts_resolved) == (2, 1)
+    got = await reads(client, key, "v1")
+    assert sorted((f[0], f[2]) for f in got["facts"]) == [
+        ("Born in Kyiv", "retracted"),
+        ("Born in Oslo", "active"),
+        ("Born in Rome", "active"),
+        ("Plays golf", "retracted"),
+        ("Plays tennis", "active"),
+    ]
+    birth = [("Born in Kyiv", "retracted"), ("Born in Oslo", "active"), ("Born in Rome", "active")]
+    assert [(s[0], s[1], s[4]) for s in got["sets"]] == [
+        ("birth", "open", birth),
+        ("sport", "resolved", [("Plays golf", "retracted"), ("Plays tennis", "active")]),
+    ]
+    assert got["served"] == ["Plays tennis"]

@@ -11,6 +11,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from service.api import auth
 from service.db import connect, init_connection
 from service.db.embedded import embedded_url
 from service.db.migrations import (
@@ -23,10 +24,13 @@ from service.db.migrations import (
     rules_file,
 )
 from service.db.sql import load_queries, resource_dir
+from service.embedding.embedder import Embedder
 from service.repository import conflicts as conflicts_repo
 from service.repository import facts as facts_repo
 from service.repository import health as health_repo
 from service.settings import Settings
+from tests.helpers import PROJECT, context_and_trace
+from tests.helpers.app import make_client
 from tests.helpers.server import scratch_data_dir
 from tests.helpers.sql import load_test_queries
 
@@ -316,3 +320,34 @@ async def test_time_travel_backfills_recorded_to(
         await t.test_set_fact_status(
             fresh_conn, project_id="p", fact_id=facts["has a cat"].fact_id, status="retracted"
         )
+
+
+async def test_sets_left_open_with_one_claim_are_resolved(
+    fresh_conn: asyncpg.Connection, migrations_copy: Path, hash_embedder: Embedder
+) -> None:
+    """Migration 0046 on sets an earlier release left open after a member was retracted: the set
+    left with one claim resolves (now), its claim is served again; a set of two claims stays open."""
+    keep_only_before(migrations_copy, "0046")
+    await migrate(fresh_conn, migrations_copy)
+    await load_test_queries().test_seed_sets_left_open(fresh_conn, project_id=PROJECT)
+    before = datetime.now(UTC) - timedelta(seconds=5)  # the database's clock is this machine's
+    assert await migrate(fresh_conn) == ["0046_resolve_sets_left_open", RULES_VERSION]
+    await init_connection(fresh_conn)
+    sets = {c.key: c for c in await conflicts_repo.list_conflicts(fresh_conn, PROJECT, "u1", None)}
+    assert sets["sport"].status == "resolved"
+    resolved_at = sets["sport"].resolved_at
+    assert resolved_at is not None and resolved_at >= before
+    assert sets["food"].status == "open" and sets["food"].resolved_at is None
+
+    _, key = await auth.create_key(fresh_conn, PROJECT)
+    settings = Settings(embed_provider="hash", database_url="postgresql://unused")
+    async with make_client(settings, fresh_conn, hash_embedder) as client:
+        packet, trace = await context_and_trace(client, key, "which sport does the user play?")
+    served = {f["content"] for f in packet["facts"]}
+    assert "plays tennis" in served
+    assert not served & {"plays golf", "eats fish", "eats no fish"}
+    blocked = {d["item_id"]: d["reason_code"] for d in trace["decisions"] if d["decision"] == "blocked"}
+    assert blocked == {
+        "00000000-0000-7000-8000-0000000000b1": "conflict_open",
+        "00000000-0000-7000-8000-0000000000b2": "conflict_open",
+    }

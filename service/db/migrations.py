@@ -10,13 +10,20 @@ recorded as version `rules` with its sha256: again only when the file changed, o
 numbered migration ran since (each one forgets the record, so the rules always have the last
 word over the functions). Applying it on every start would be cheap here, but each replaced
 function invalidates the cached plans that inlined it in every session of every running
-instance, and `haki keys`, `import` and the benchmarks migrate too.
+instance.
+
+Only `haki serve` and `haki migrate` apply migrations to a database that holds some already
+(`migrate`); the other commands take `require_migrated`: a migration may drop or change what the
+running servers of the previous release call, so it runs when the operator upgrades, not as a
+side effect of `haki keys list` (docs/configuration.md, "Upgrading").
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
+import time
 from pathlib import Path
 
 import asyncpg
@@ -30,10 +37,17 @@ RULES = "rules.sql"
 RULES_VERSION = "rules"
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
+log = logging.getLogger("haki.migrations")
+
 
 class MigrationError(RuntimeError):
     """The migrations folder and the database disagree, or the database refused a migration: the
     service must not start."""
+
+
+class MigrationsPending(MigrationError):
+    """A command other than `serve` and `migrate` found migrations to apply to a database that
+    holds some already: the operator runs `haki migrate` (require_migrated)."""
 
 
 class Migration:
@@ -93,14 +107,39 @@ def _rules_due(rules: Migration | None, applied: dict[str, str], numbered: list[
 
 async def pending_migrations(conn: asyncpg.Connection, directory: Path | None = None) -> list[str]:
     """The versions `migrate` would apply, read without applying anything (`haki doctor`)."""
-    q = load_queries()
+    return _pending(await _applied(conn), directory)
+
+
+async def _applied(conn: asyncpg.Connection) -> dict[str, str]:
+    """The versions recorded as applied, with their sha256; none on a database never migrated."""
     try:
-        applied = {r["version"]: r["sha256"] async for r in q.applied_migrations(conn)}
-    except asyncpg.UndefinedTableError:  # a database Haki never migrated
-        applied = {}
+        return {r["version"]: r["sha256"] async for r in load_queries().applied_migrations(conn)}
+    except asyncpg.UndefinedTableError:
+        return {}
+
+
+def _pending(applied: dict[str, str], directory: Path | None) -> list[str]:
     numbered = _to_apply(discover(directory), applied)
     due = _rules_due(rules_file(directory), applied, numbered)
     return [m.version for m in numbered] + ([RULES_VERSION] if due else [])
+
+
+async def require_migrated(conn: asyncpg.Connection, directory: Path | None = None) -> list[str]:
+    """Every command but `serve` and `migrate`: a database no migration was applied to gets them
+    all (nothing of an earlier release can be running on it: `haki keys create` before the first
+    `haki serve`); one with migrations pending is refused, MigrationsPending. Returns the versions
+    applied."""
+    applied = await _applied(conn)
+    if not applied:
+        return await migrate(conn, directory)
+    pending = _pending(applied, directory)
+    if pending:
+        raise MigrationsPending(
+            f"the database needs {len(pending)} migration(s) of this release ({', '.join(pending)}): "
+            "stop the servers of the previous release, then run `haki migrate` "
+            '(docs/configuration.md, "Upgrading")'
+        )
+    return []
 
 
 async def migrate(conn: asyncpg.Connection, directory: Path | None = None) -> list[str]:
@@ -119,18 +158,22 @@ async def migrate(conn: asyncpg.Connection, directory: Path | None = None) -> li
         done: list[str] = []
         for m in numbered:
             step = m.version
+            started = time.monotonic()
             async with conn.transaction():
                 await conn.execute(m.sql)
                 await q.record_migration(conn, version=m.version, sha256=m.sha256)
                 # Forgotten in the migration's transaction: the rules are applied again after it.
                 await q.forget_rules(conn, version=RULES_VERSION)
             done.append(m.version)
+            # Named as each commits: an operator sees what changed, and which one a long wait is.
+            log.info("migration %s applied in %.1f s", m.version, time.monotonic() - started)
         if due and rules is not None:
             step = RULES_VERSION
             async with conn.transaction():
                 await conn.execute(rules.sql)
                 await q.record_rules(conn, version=RULES_VERSION, sha256=rules.sha256)
             done.append(RULES_VERSION)
+            log.info("migration %s applied (the rule functions, migrations/%s)", RULES_VERSION, RULES)
         return done
     except asyncpg.PostgresError as exc:
         # The server refused a statement (a role without CREATE, an object in the way): the CLI

@@ -524,20 +524,8 @@ async def _replay(conn: Conn, doc: ExportDocument, job: _Import) -> ImportSummar
             prepared.columns["source_event_ids"] = sources
             written_facts = await memory.store_facts(conn, prepared)
             opened.update(r.conflict_set_id for r in written_facts.facts if r.conflict_set_id is not None)
-        resolved = 0
-        for conflict_set_id in sorted(opened):
-            (current,) = await conflicts_repo.list_conflicts(
-                conn, job.project_id, None, None, conflict_set_id
-            )
-            if current.status != "open":
-                continue
-            members = [m.fact_id for m in current.members]
-            keep = [m for m in members if exported_status.get(m) == "active"]
-            if keep and len(keep) < len(members):
-                await memory.resolve_conflict(
-                    conn, job.principal, conflict_set_id, ResolveConflictRequest(keep=keep)
-                )
-                resolved += 1
+        # Retractions first: resolving a set supersedes its members not kept, and a retracted one
+        # would stay superseded (PATCH refuses a superseded fact). A set left with one claim resolves.
         retracted = 0
         for f in doc.facts:
             if f.status == "retracted":
@@ -550,6 +538,22 @@ async def _replay(conn: Conn, doc: ExportDocument, job: _Import) -> ImportSummar
                     # a superseded fact as it was. Its successor already ended its belief.
                     continue
                 retracted += 1
+        resolved = 0
+        for conflict_set_id in sorted(opened):
+            (current,) = await conflicts_repo.list_conflicts(
+                conn, job.project_id, None, None, conflict_set_id
+            )
+            if current.status != "open":
+                resolved += 1  # left with one claim by a retraction or a successor of the replay
+                continue
+            # The claims left: a member retracted above is neither kept nor superseded.
+            claims = [m.fact_id for m in current.members if m.status == "active"]
+            keep = [m for m in claims if exported_status.get(m) == "active"]
+            if keep and len(keep) < len(claims):
+                await memory.resolve_conflict(
+                    conn, job.principal, conflict_set_id, ResolveConflictRequest(keep=keep)
+                )
+                resolved += 1
         await _supersede_orphans(conn, job.project_id, job.subject_id, doc.facts, fact_ids)
     return ImportSummary(
         events=len(event_ids),
@@ -593,14 +597,14 @@ async def import_file(
     """`haki import` of an export document, straight into the database (the operator's tool, like
     `haki keys create`: it acts for the project it is told)."""
     from service.db import connect, init_connection
-    from service.db.migrations import migrate
+    from service.db.migrations import require_migrated
     from service.embedding.embedder import build_embedder, check_embedder
 
     principal = Principal(project_id=project_id, key_id=UUID(int=0))
     conn = await connect(settings)
     embedder = build_embedder(settings)
     try:
-        await migrate(conn)
+        await require_migrated(conn)
         await init_connection(conn)
         await check_embedder(embedder)
         return await import_document(conn, embedder, settings, principal, doc, project_id, subject_id)

@@ -65,7 +65,7 @@ from rich.text import Text
 from service.api.auth import Principal
 from service.constants import IMPORT_CONCURRENCY, IMPORT_MAX_CONCURRENCY, MAX_BATCH
 from service.db import connect, create_pool
-from service.db.migrations import migrate
+from service.db.migrations import require_migrated
 from service.embedding.embedder import Embedder, build_embedder, check_embedder
 from service.errors import IDEMPOTENCY_KEY_REUSED, EmbeddingModelMismatch, IdempotencyKeyReused, InvalidInput
 from service.ids import uuid7
@@ -455,7 +455,7 @@ class _LocalWriter:
         were made by another model than this one."""
         conn = await connect(settings)
         try:
-            await migrate(conn)
+            await require_migrated(conn)
         finally:
             await conn.close()
         embedder = build_embedder(settings)

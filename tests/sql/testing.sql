@@ -236,6 +236,34 @@ FROM opened AS o
 CROSS JOIN written AS w
 WHERE w.fact_id IN ('00000000-0000-7000-8000-00000000000c', '00000000-0000-7000-8000-00000000000d');
 
+-- name: test_seed_sets_left_open(project_id)!
+-- Conflict sets as a release before resolve_left_conflict_sets left them, for migration 0046's
+-- test in tests/test_migrations.py: `sport` opened by two claims of which one was retracted
+-- since (left open with one), `food` still disputed by two active claims.
+WITH written AS (
+    INSERT INTO facts (project_id, fact_id, subject_id, content, key, status, recorded_from,
+                       recorded_to, embedding)
+    SELECT :project_id, t.fact_id::uuid, 'u1', t.content, t.key, t.status, '2026-01-01',
+           t.recorded_to::timestamptz, array_fill(0.05, ARRAY[384])::vector
+    FROM (VALUES
+        ('00000000-0000-7000-8000-0000000000a1', 'plays tennis', 'sport', 'active', NULL),
+        ('00000000-0000-7000-8000-0000000000a2', 'plays golf', 'sport', 'retracted', '2026-01-02'),
+        ('00000000-0000-7000-8000-0000000000b1', 'eats fish', 'food', 'active', NULL),
+        ('00000000-0000-7000-8000-0000000000b2', 'eats no fish', 'food', 'active', NULL)
+    ) AS t(fact_id, content, key, status, recorded_to)
+    RETURNING fact_id, key
+),
+opened AS (
+    INSERT INTO conflict_sets (project_id, conflict_set_id, subject_id, key, status, created_at)
+    VALUES (:project_id, '00000000-0000-7000-8000-0000000000c1', 'u1', 'sport', 'open', '2026-01-01'),
+           (:project_id, '00000000-0000-7000-8000-0000000000c2', 'u1', 'food', 'open', '2026-01-01')
+    RETURNING conflict_set_id, key
+)
+INSERT INTO conflict_members (project_id, conflict_set_id, fact_id)
+SELECT :project_id, o.conflict_set_id, w.fact_id
+FROM opened AS o
+JOIN written AS w ON w.key = o.key;
+
 -- name: test_set_fact_status(project_id, fact_id, status)!
 -- Changes a fact's status the way the statements before migration 0012 did (without recorded_to):
 -- the CHECK of 0012 must refuse it.
