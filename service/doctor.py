@@ -183,7 +183,10 @@ NAMED_PROJECTS: Final = 3
 async def check_projects(settings: Settings, model: str) -> Check:
     """A project whose vectors another model made is refused (409 embedding_model_mismatch) by
     every context call and write of a server on `model`, until `haki reembed` moves it."""
-    conn = await connect(settings)
+    try:
+        conn = await connect(settings)
+    except DatabaseUnreachable as exc:  # it answered the first checks, and no longer does
+        return Check(name="projects", ok=False, detail=f"{settings.database_where()}: {exc.reason}")
     try:
         others = await embedding_model.list_projects_on_other_models(conn, model)
         named = [(p, await embedding_model.get_model(conn, p)) for p in others[:NAMED_PROJECTS]]

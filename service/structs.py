@@ -817,8 +817,11 @@ RefusalReason = Literal[
 
 
 class RefusedFact(Response, frozen=True, kw_only=True):
-    content: Annotated[str, Meta(description="What the model proposed (cut to 200 characters).")]
-    key: Annotated[str | None, Meta(description="The key it proposed, if any.")]
+    content: Annotated[
+        str,
+        Meta(description="What the model proposed (cut to 200 characters; a NUL shown as U+FFFD)."),
+    ]
+    key: Annotated[str | None, Meta(description="The key it proposed, if any (a NUL shown as U+FFFD).")]
     reason: Annotated[
         RefusalReason,
         Meta(

@@ -275,25 +275,36 @@ async def test_a_version_1_retraction_in_a_conflict_set_stays_retracted(
 ) -> None:
     """A version 1 document replays the writes: rivals open a set, then the exported statuses
     apply. The retracted rival stays retracted (resolving the set first superseded it, and the
-    PATCH was refused); one of two left resolves the set, its claim served; two left keep it open."""
+    PATCH was refused); one claim left resolves its set. Version 1 names a fact's set only while
+    it is open: two claims left that name none were served (their set resolved keeping both),
+    two that name theirs keep it open."""
     tennis, golf = _fact("Plays tennis", key="sport"), _fact("Plays golf", key="sport", status="retracted")
     rome, oslo = _fact("Born in Rome", key="birth"), _fact("Born in Oslo", key="birth")
     kyiv = _fact("Born in Kyiv", key="birth", status="retracted")
-    doc = export.parse_document(_doc(tennis, golf, rome, oslo, kyiv, version=1))
+    city_set = str(uuid.uuid4())
+    lyon = _fact("Lives in Lyon", key="city", conflict_set_id=city_set)
+    nice = _fact("Lives in Nice", key="city", conflict_set_id=city_set)
+    pau = _fact("Lives in Pau", key="city", status="retracted")
+    doc = export.parse_document(_doc(tennis, golf, rome, oslo, kyiv, lyon, nice, pau, version=1))
     principal = Principal(project_id=PROJECT, key_id=uuid.UUID(int=0))
     summary = await export.import_document(conn, hash_embedder, settings, principal, doc, PROJECT, "v1")
-    assert (summary.retracted, summary.conflicts_resolved) == (2, 1)
+    assert (summary.retracted, summary.conflicts_resolved) == (3, 2)
     got = await reads(client, key, "v1")
     assert sorted((f[0], f[2]) for f in got["facts"]) == [
         ("Born in Kyiv", "retracted"),
         ("Born in Oslo", "active"),
         ("Born in Rome", "active"),
+        ("Lives in Lyon", "active"),
+        ("Lives in Nice", "active"),
+        ("Lives in Pau", "retracted"),
         ("Plays golf", "retracted"),
         ("Plays tennis", "active"),
     ]
     birth = [("Born in Kyiv", "retracted"), ("Born in Oslo", "active"), ("Born in Rome", "active")]
+    city = [("Lives in Lyon", "active"), ("Lives in Nice", "active"), ("Lives in Pau", "retracted")]
     assert [(s[0], s[1], s[4]) for s in got["sets"]] == [
-        ("birth", "open", birth),
+        ("birth", "resolved", birth),
+        ("city", "open", city),
         ("sport", "resolved", [("Plays golf", "retracted"), ("Plays tennis", "active")]),
     ]
-    assert got["served"] == ["Plays tennis"]
+    assert got["served"] == ["Born in Oslo", "Born in Rome", "Plays tennis"]

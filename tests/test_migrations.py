@@ -21,6 +21,7 @@ from service.db.migrations import (
     discover,
     migrate,
     pending_migrations,
+    require_migrated,
     rules_file,
 )
 from service.db.sql import load_queries, resource_dir
@@ -194,6 +195,24 @@ async def test_concurrent_runners_apply_each_file_once(fresh_settings: Settings)
     finally:
         for c in conns:
             await c.close()
+
+
+async def test_a_command_waits_for_a_migration_in_progress(settings: Settings, migrated: str) -> None:
+    """`haki keys create` beside a `haki serve` migrating a fresh database (the README's first
+    steps): the ledger is half written until the runner releases its lock, so a command reads it
+    under the lock and finds nothing pending, not a half-migrated database it must refuse."""
+    holder, waiter = await connect(settings), await connect(settings)
+    try:
+        await load_queries().lock_migrations(holder)
+        command = asyncio.create_task(require_migrated(waiter))
+        done, _ = await asyncio.wait({command}, timeout=0.5)
+        assert not done, "read the ledger while a runner held the lock"
+        await load_queries().unlock_migrations(holder)
+        assert await asyncio.wait_for(command, timeout=30) == []
+        assert await asyncio.wait_for(migrate(waiter), timeout=10) == []  # the lock was released
+    finally:
+        await holder.close()
+        await waiter.close()
 
 
 def keep_only_before(directory: Path, version: str) -> None:

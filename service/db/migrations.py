@@ -129,17 +129,24 @@ async def require_migrated(conn: asyncpg.Connection, directory: Path | None = No
     all (nothing of an earlier release can be running on it: `haki keys create` before the first
     `haki serve`); one with migrations pending is refused, MigrationsPending. Returns the versions
     applied."""
-    applied = await _applied(conn)
-    if not applied:
-        return await migrate(conn, directory)
-    pending = _pending(applied, directory)
-    if pending:
-        raise MigrationsPending(
-            f"the database needs {len(pending)} migration(s) of this release ({', '.join(pending)}): "
-            "stop the servers of the previous release, then run `haki migrate` "
-            '(docs/configuration.md, "Upgrading")'
-        )
-    return []
+    q = load_queries()
+    # Under the migration lock: a `haki serve` migrating a fresh database meanwhile has applied
+    # some migrations, not all; this waits for it (the lock is re-entrant for migrate()).
+    await q.lock_migrations(conn)
+    try:
+        applied = await _applied(conn)
+        if not applied:
+            return await migrate(conn, directory)
+        pending = _pending(applied, directory)
+        if pending:
+            raise MigrationsPending(
+                f"the database needs {len(pending)} migration(s) of this release "
+                f"({', '.join(pending)}): stop the servers of the previous release, then run "
+                '`haki migrate` (docs/configuration.md, "Upgrading")'
+            )
+        return []
+    finally:
+        await q.unlock_migrations(conn)
 
 
 async def migrate(conn: asyncpg.Connection, directory: Path | None = None) -> list[str]:

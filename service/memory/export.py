@@ -513,6 +513,8 @@ async def _replay(conn: Conn, doc: ExportDocument, job: _Import) -> ImportSummar
         fact_ids.update(zip((f.fact_id for f in batch), prepared.fact_ids, strict=True))
         fact_batches.append((batch, prepared))
     exported_status = {fact_ids[f.fact_id]: f.status for f in doc.facts}
+    # Version 1 names a fact's set only while that set is open.
+    exported_open = {fact_ids[f.fact_id] for f in doc.facts if f.conflict_set_id is not None}
     async with conn.transaction():
         await _begin_import(conn, job.project_id, job.subject_id)
         event_ids = await _store_events(conn, job.event_batches)
@@ -549,7 +551,9 @@ async def _replay(conn: Conn, doc: ExportDocument, job: _Import) -> ImportSummar
             # The claims left: a member retracted above is neither kept nor superseded.
             claims = [m.fact_id for m in current.members if m.status == "active"]
             keep = [m for m in claims if exported_status.get(m) == "active"]
-            if keep and len(keep) < len(claims):
+            # Claims exported active outside any open set were served: their set was resolved
+            # keeping them. Claims of an open set stay in one.
+            if keep and (len(keep) < len(claims) or not exported_open.intersection(keep)):
                 await memory.resolve_conflict(
                     conn, job.principal, conflict_set_id, ResolveConflictRequest(keep=keep)
                 )
