@@ -13,16 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 import httpx
+import httpx2
+import msgspec
 import pytest
 from litestar import Litestar
 from prometheus_client import CollectorRegistry
@@ -40,6 +44,8 @@ from service.settings import Settings
 from service.structs import ContextRequest
 from tests.helpers import METRICS_TOKEN, metric
 from tests.helpers.app import asgi_transport
+from tests.helpers.chromium import ui_login
+from tests.helpers.mcp_sessions import session_on
 from tests.helpers.sql import load_test_queries
 
 # Positions and counters of the two servers, read directly (tests/sql/testing_replica.sql).
@@ -93,14 +99,14 @@ async def servers(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ser
 
 @asynccontextmanager
 async def haki(servers: Servers, **overrides: Any) -> AsyncIterator[tuple[Litestar, httpx.AsyncClient]]:
+    options: dict[str, Any] = {"rate_limit_per_minute": 0, **overrides}
     settings = Settings(
         data_dir=servers.base,
         embed_provider="hash",
         database_url=servers.primary_url,
         database_read_url=servers.standby_url,
-        rate_limit_per_minute=0,
         metrics_token=METRICS_TOKEN,
-        **overrides,
+        **options,
     )
     app = create_app(settings)
     async with app.lifespan():
@@ -116,6 +122,34 @@ async def new_key(servers: Servers, project: str) -> dict[str, str]:
     finally:
         await conn.close()
     return {"Authorization": f"Bearer {key}"}
+
+
+def raw_key(headers: dict[str, str]) -> str:
+    return headers["Authorization"].removeprefix("Bearer ")
+
+
+@asynccontextmanager
+async def replay_paused(servers: Servers) -> AsyncIterator[None]:
+    """The standby's replay paused for the block (lag on demand), resumed after it."""
+    standby = await asyncpg.connect(servers.standby_url)
+    try:
+        await SQL.test_pause_replay(standby)
+        await wait_for(lambda: _paused(standby), 10, "replay did not pause")
+        yield
+    finally:
+        await SQL.test_resume_replay(standby)
+        await standby.close()
+
+
+@asynccontextmanager
+async def mcp_on(app: Litestar, headers: dict[str, str]) -> AsyncIterator[Any]:
+    """An MCP client session on the app's /mcp, holding the key of `headers`."""
+    transport = httpx2.ASGITransport(app=cast(Any, app))
+    async with (
+        httpx2.AsyncClient(transport=transport, base_url="http://haki.test", headers=headers) as http,
+        session_on(http, "http://haki.test/mcp") as session,
+    ):
+        yield session
 
 
 async def fetchval(url: str, statement: Any) -> Any:
@@ -151,6 +185,16 @@ def fact(key: str, content: str) -> dict[str, Any]:
     return {"key": key, "content": content}
 
 
+async def remember(
+    client: httpx.AsyncClient, headers: dict[str, str], subject: str, *facts: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """POST /v1/facts of `facts` about `subject`: the facts written."""
+    r = await client.post("/v1/facts", json={"subject_id": subject, "facts": list(facts)}, headers=headers)
+    assert r.status_code == 201, r.text
+    written: list[dict[str, Any]] = r.json()["facts"]
+    return written
+
+
 # --- without a read URL nothing changes ----------------------------------------------------------
 
 
@@ -166,6 +210,20 @@ def test_read_settings_from_the_environment() -> None:
     s = Settings.from_env({"HAKI_DATABASE_READ_URL": "postgresql://r/db", "HAKI_READ_MAX_LAG_MS": "250"})
     assert (s.database_read_url, s.read_max_lag_ms) == ("postgresql://r/db", 250)
     assert Settings.from_env({}).database_read_url is None
+
+
+def test_a_long_check_interval_keeps_the_standby_in_service(settings: Settings) -> None:
+    """A standby counts as unchecked after a few check intervals, not after a fixed 5 s: with
+    HAKI_READ_CHECK_INTERVAL_MS at 10 s, 8 s after a good check it still serves."""
+    slow = msgspec.structs.replace(settings, read_check_interval_ms=10_000)
+    router = replica.ReadRouter(slow, CollectorRegistry())
+    router.state, router.last_ok = "ok", time.monotonic() - 8.0
+    assert router.unusable() is None
+    router.last_ok = time.monotonic() - 31.0
+    assert router.unusable() == "unchecked"
+    router.state = "down"  # a standby found down has no lag to report
+    router.lag_ms = 12.0
+    assert router.health().lag_ms is None
 
 
 async def test_write_positions_per_scope_and_their_bound(
@@ -333,10 +391,7 @@ async def test_lag_beyond_the_limit_sends_reads_to_the_primary(servers: Servers)
     headers = await new_key(servers, "rep-c")
     writer = await new_key(servers, "rep-c-writer")
     async with haki(servers, read_max_lag_ms=300) as (app, client):
-        r = await client.post(
-            "/v1/facts", json={"subject_id": "s", "facts": [fact("k", "Ravi likes tea")]}, headers=headers
-        )
-        assert r.status_code == 201
+        await remember(client, headers, "s", fact("k", "Ravi likes tea"))
         await wait_replayed(servers, app)
         standby = await asyncpg.connect(servers.standby_url)
         try:
@@ -379,16 +434,182 @@ async def _healthz_status(client: httpx.AsyncClient, status: str) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.integration
+async def test_an_erasure_is_never_served_across_lag(servers: Servers) -> None:
+    """Replay paused, then a fact and a subject erased: the lagging standby still holds both, and
+    the traces that name them. Every route that reads a trace (found by id, its scope known once
+    read) runs again on the primary: the erased subject's traces are 404, the erased fact is in
+    no inspection. Before, each answered from the standby with the erased data."""
+    headers = await new_key(servers, "rep-e")
+    async with haki(servers, read_max_lag_ms=600_000) as (app, client):
+        await remember(client, headers, "gone", fact("hide", "Zed hides in Oslo"))
+        written = await remember(
+            client, headers, "kept", fact("boat", "Kim owns a boat"), fact("m", "Kim likes jazz")
+        )
+        boat = written[0]["fact_id"]
+        traces = {}
+        for subject, query in (("gone", "Where does Zed hide?"), ("kept", "What does Kim own, a boat?")):
+            r = await client.post(
+                "/v1/context", json={"subject_id": subject, "query": query}, headers=headers
+            )
+            assert r.status_code == 200, r.text
+            traces[subject] = r.json()["trace_id"]
+        kept = (await client.get(f"/v1/inspect/{traces['kept']}", headers=headers)).json()
+        assert boat in [d["item_id"] for d in kept["decisions"]]  # the trace names the fact
+        ui = await ui_login(client, raw_key(headers))
+        await wait_replayed(servers, app)
+        async with replay_paused(servers), mcp_on(app, headers) as session:
+            assert (await client.delete(f"/v1/facts/{boat}", headers=headers)).status_code == 200
+            assert (await client.delete("/v1/subjects/gone", headers=headers)).status_code == 200
+            replica_reads = await metric(client, "haki_read_requests_total", pool="replica")
+            primary_reads = await metric(client, "haki_read_requests_total", pool="primary")
+            unreplayed = await metric(client, "haki_read_replica_fallbacks_total", reason="unreplayed_write")
+
+            r = await client.get(f"/v1/inspect/{traces['gone']}", headers=headers)
+            assert r.status_code == 404, r.text
+            r = await client.get(f"/v1/inspect/{traces['kept']}", headers=headers)
+            assert r.status_code == 200, r.text
+            assert boat not in [d["item_id"] for d in r.json()["decisions"]]
+            page = await client.get(f"/ui/traces/{traces['gone']}", headers=ui.headers)
+            assert page.status_code == 404 and "Zed" not in page.text
+            page = await client.get(f"/ui/traces/{traces['kept']}", headers=ui.headers)
+            assert page.status_code == 200 and "Kim owns a boat" not in page.text
+            page = await client.get("/ui/traces", headers=ui.headers)
+            assert page.status_code == 200 and "Zed" not in page.text and "Kim" in page.text
+            gone = await session.call_tool("inspect", {"trace_id": traces["gone"]})
+            assert gone.is_error
+            explained = await session.call_tool("inspect", {"trace_id": traces["kept"]})
+            assert isinstance(explained.structured_content, dict), explained
+            assert boat not in [i["item_id"] for i in explained.structured_content["items"]]
+
+            # Seven reads, each asked of the standby, then of the primary: counted once, by the
+            # pool that answered.
+            assert (
+                await metric(client, "haki_read_replica_fallbacks_total", reason="unreplayed_write")
+                == unreplayed + 7
+            )
+            assert await metric(client, "haki_read_requests_total", pool="replica") == replica_reads
+            assert await metric(client, "haki_read_requests_total", pool="primary") == primary_reads + 7
+        await wait_replayed(servers, app)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+async def test_a_context_calls_trace_is_read_back_across_lag(servers: Servers) -> None:
+    """Replay paused: the trace of a context call is on the primary only. The reads of traces
+    that follow (the stats, /ui/traces) see it, while the next retrieval of the same scope still
+    runs on the standby (a trace is no write of memories)."""
+    headers = await new_key(servers, "rep-f")
+    query = {"subject_id": "s", "query": "What does Lena fly?"}
+    async with haki(servers, read_max_lag_ms=600_000) as (app, client):
+        await remember(client, headers, "s", fact("k", "Lena flies gliders"))
+        ui = await ui_login(client, raw_key(headers))
+        await wait_replayed(servers, app)
+        async with replay_paused(servers):
+            r = await client.post("/v1/context", json=query, headers=headers)
+            assert r.status_code == 200, r.text
+            trace_id = r.json()["trace_id"]
+            overview = await client.get("/v1/stats/overview", headers=headers)
+            assert overview.status_code == 200 and overview.json()["context_calls"] == 1, overview.text
+            worth = await client.get("/v1/stats/facts?subject_id=s", headers=headers)
+            assert worth.status_code == 200 and worth.json()["facts"][0]["served_count"] == 1, worth.text
+            page = await client.get("/ui/traces", headers=ui.headers)
+            assert page.status_code == 200 and trace_id in page.text
+
+            unreplayed = await metric(client, "haki_read_replica_fallbacks_total", reason="unreplayed_write")
+            replica_reads = await metric(client, "haki_read_requests_total", pool="replica")
+            r = await client.post("/v1/context", json=query, headers=headers)
+            assert r.status_code == 200, r.text
+            assert (
+                await metric(client, "haki_read_replica_fallbacks_total", reason="unreplayed_write")
+                == unreplayed
+            )
+            assert await metric(client, "haki_read_requests_total", pool="replica") == replica_reads + 1
+        await wait_replayed(servers, app)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+async def test_a_read_run_again_on_the_primary_is_charged_once(servers: Servers) -> None:
+    """HAKI_RATE_LIMIT_PER_MINUTE 2: a read whose standby answer was dropped (its trace is on the
+    primary only) and a second read both pass. Before, the second run was charged again and the
+    second read was refused (429)."""
+    writer = await new_key(servers, "rep-h")
+    reader = await new_key(servers, "rep-h")
+    async with haki(servers, read_max_lag_ms=600_000, rate_limit_per_minute=2) as (app, client):
+        await remember(client, writer, "s", fact("k", "Omar rows"))
+        await wait_replayed(servers, app)
+        async with replay_paused(servers):
+            r = await client.post("/v1/context", json={"subject_id": "s", "query": "Omar?"}, headers=writer)
+            assert r.status_code == 200, r.text
+            not_found = await metric(client, "haki_read_replica_fallbacks_total", reason="not_found")
+            r = await client.get(f"/v1/inspect/{r.json()['trace_id']}", headers=reader)
+            assert r.status_code == 200, r.text
+            assert (
+                await metric(client, "haki_read_replica_fallbacks_total", reason="not_found") == not_found + 1
+            )
+            r = await client.get("/v1/facts?subject_id=s", headers=reader)
+            assert r.status_code == 200, r.text
+            r = await client.get("/v1/facts?subject_id=s", headers=reader)
+            assert r.status_code == 429, r.text  # the limit holds: two requests, two tokens
+        await wait_replayed(servers, app)
+
+
+def _standby_processes(servers: Servers) -> list[int]:
+    """The standby's postmaster and every process it started (backends, the WAL receiver)."""
+    postmaster = int((Path(servers.standby.pgdata) / "postmaster.pid").read_text().split()[0])
+    children = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                # The parent pid is the 4th field of /proc/PID/stat, after "(command name)".
+                if int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]) == postmaster:
+                    children.append(int(proc.name))
+    return [postmaster, *children]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+async def test_a_hung_standby_fails_no_read(servers: Servers) -> None:
+    """Every process of the standby stopped (SIGSTOP): it accepts and answers nothing. The
+    monitor is kept asleep, so a read meets the hung standby on its pooled connection: its
+    client's wait (statement timeout + 1 s) runs out and the read runs again on the primary.
+    Before, it answered 503 after the wait."""
+    headers = await new_key(servers, "rep-g")
+    async with haki(servers, read_check_interval_ms=3_600_000, statement_timeout_ms=500) as (app, client):
+        await remember(client, headers, "s", fact("k", "Ugo sails"))
+        lsn = await fetchval(servers.primary_url, lambda c: SQL.test_primary_wal_position(c))
+        await wait_for(lambda: _replayed(servers, lsn), 20, "no replay")
+        await app.state.read_router.check()  # the monitor's view, once, by hand
+        r = await client.get("/v1/facts?subject_id=s", headers=headers)
+        assert r.status_code == 200
+        assert await metric(client, "haki_read_requests_total", pool="replica") == 1
+
+        stopped = _standby_processes(servers)
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            r = await client.get("/v1/facts?subject_id=s", headers=headers)
+            assert r.status_code == 200, r.text
+            assert [f["content"] for f in r.json()["facts"]] == ["Ugo sails"]
+            assert time.monotonic() - started < 5.0  # 0.5 s + 1 s, then the primary
+            assert await metric(client, "haki_read_replica_fallbacks_total", reason="timeout") == 1
+            assert await metric(client, "haki_read_requests_total", pool="primary") == 1
+        finally:
+            for pid in stopped:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
 async def test_a_stopped_standby_fails_no_read(servers: Servers) -> None:
     """Last of the module: stops the standby. The monitor is kept asleep after its first check,
     so the first reads meet the standby's dead pooled connection (not a monitor's verdict) and
     are run again on the primary; after that the standby counts as down."""
     headers = await new_key(servers, "rep-d")
     async with haki(servers, read_check_interval_ms=3_600_000) as (app, client):
-        r = await client.post(
-            "/v1/facts", json={"subject_id": "s", "facts": [fact("k", "Ines plays chess")]}, headers=headers
-        )
-        assert r.status_code == 201
+        await remember(client, headers, "s", fact("k", "Ines plays chess"))
         lsn = await fetchval(servers.primary_url, lambda c: SQL.test_primary_wal_position(c))
         await wait_for(lambda: _replayed(servers, lsn), 20, "no replay")
         await app.state.read_router.check()  # the monitor's view, once, by hand
@@ -404,6 +625,7 @@ async def test_a_stopped_standby_fails_no_read(servers: Servers) -> None:
         assert await metric(client, "haki_read_replica_fallbacks_total", reason="connection_lost") == 1
         health = await client.get("/healthz")
         assert health.status_code == 200 and health.json()["replica"]["status"] == "down"
+        assert health.json()["replica"]["lag_ms"] is None  # measured before it went down: not kept
         for path in (
             "/v1/facts",
             "/v1/conflicts",

@@ -61,9 +61,25 @@ async def post_context(
     deps.principal.require(data.project_id)
     call = ContextCall.of(data, deps.settings)
     timer = StageTimer() if timer is None else timer
-    packet = await run_context_call(deps.lease, deps.embedder, call, timer=timer, primary=deps.reads.trace_on)
+    packet = await run_context_call(
+        deps.lease,
+        deps.embedder,
+        call,
+        timer=timer,
+        primary=deps.reads.trace_on,
+        noted=deps.reads.trace_noted,
+    )
     observe_context(state, timer, packet)
     return packet
+
+
+async def inspect_trace(deps: RouteDeps, trace_id: UUID) -> Inspection:
+    """The route's work, for the route and the `inspect` MCP tool. A trace is found by id: its
+    scope is known once read, and a scope this process wrote since the standby's replay (an
+    erasure of the subject or of a fact the trace names) is read again on the primary."""
+    found = await inspection.inspect(deps.conn, deps.principal, trace_id)
+    deps.reads.fresh(found.project_id, found.subject_id)
+    return found
 
 
 class ContextController(Controller):
@@ -96,11 +112,11 @@ class ContextController(Controller):
         opt={READS: True},
     )
     async def inspect(self, deps: Deps, trace_id: TraceIdPath, project_id: ProjectQuery) -> Inspection:
-        return await inspection.inspect(deps.conn, deps.principal, trace_id)
+        return await inspect_trace(deps, trace_id)
 
     @get("/v1/stats/overview", responses=ERRORS, summary="Usage overview of a project", opt={READS: True})
     async def stats(self, deps: Deps, project_id: ProjectQuery) -> StatsOverview:
-        deps.reads.fresh(project_id)
+        deps.reads.fresh(project_id, traces=True)
         return retention.windowed(await usage.overview(deps.conn, deps.principal, project_id), deps.settings)
 
     @post(
@@ -156,6 +172,6 @@ class ContextController(Controller):
             Parameter(query="limit", ge=1, le=MAX_PAGE_LIMIT, description="At most this many facts, 1..500."),
         ] = DEFAULT_PAGE_LIMIT,
     ) -> FactStats:
-        deps.reads.fresh(project_id, subject_id)
+        deps.reads.fresh(project_id, subject_id, traces=True)
         worth = await usage.facts(deps.conn, deps.principal, project_id, subject_id, order, limit)
         return retention.windowed(worth, deps.settings)

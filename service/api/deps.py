@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Annotated, Any, Protocol, TypeVar
 
@@ -20,6 +20,7 @@ from service.api.strict_body import check_body
 from service.db.replica import (
     ON_REPLICA,
     PRIMARY_ONLY,
+    RATE_CHARGED,
     READS,
     RERUN,
     Reads,
@@ -80,6 +81,15 @@ class Lease:
         yield
         await self.open(pool, timeout)
 
+    def discard(self) -> None:
+        """Closes the lent connection at once, without a word to its server: given back after a
+        timeout, asyncpg would first wait for the server to confirm the statement's cancel, and a
+        hung server never does (the release then fails, and so would the hooks after it)."""
+        if self._conn is not None:
+            # A dead connection may have gone back to its pool already (asyncpg's own clean-up).
+            with suppress(asyncpg.InterfaceError):
+                self._conn.terminate()
+
     async def close(self) -> None:
         self._conn = None
         stack, self._stack = self._stack, AsyncExitStack()
@@ -111,9 +121,12 @@ async def release_after_exception(exc: Exception, scope: Scope) -> None:
     connection was dead (server restarted, host or network gone) expires the pool's idle ones too,
     as dead as it: they are replaced now rather than fail one more request each."""
     lease = scope.get("state", {}).get(LEASE)
+    on_replica = scope.get("state", {}).get(ON_REPLICA)
     if isinstance(lease, Lease):
+        if on_replica and isinstance(exc, CONNECTION_LOST):  # TimeoutError included (an OSError)
+            lease.discard()  # the standby may be hung: its read runs again on the primary
         await lease.close()
-    if not isinstance(exc, CONNECTION_LOST) or scope.get("state", {}).get(ON_REPLICA):
+    if not isinstance(exc, CONNECTION_LOST) or on_replica:
         return  # a standby's lost connection says nothing of the primary's (service/db/replica.py)
     expire = getattr(scope["litestar_app"].state.get("pool"), "expire_connections", None)
     if expire is not None:
@@ -122,10 +135,14 @@ async def release_after_exception(exc: Exception, scope: Scope) -> None:
 
 async def provide_key(request: Request[Any, Any, Any], conn: ConnDep, state: State) -> Principal:
     """The request's key: 401 without a live one (looked up on every request, so a revoked key is
-    refused at once), then 429 over its rate."""
+    refused at once), then 429 over its rate: once a request, not again when a read of the standby
+    runs again on the primary (service/db/replica.py rerun_on_primary)."""
     principal = await authenticate(conn, request.headers.get("authorization"))
-    limiter: RateLimiter = state.rate_limiter
-    limiter.take(principal.key_id)
+    charged = request.scope.setdefault("state", {})
+    if not charged.get(RATE_CHARGED):
+        limiter: RateLimiter = state.rate_limiter
+        limiter.take(principal.key_id)
+        charged[RATE_CHARGED] = True
     return principal
 
 
@@ -264,11 +281,15 @@ async def in_process(
                 provide_embedder(state),
                 state.get("statistics"),
             )
-            return await work(deps)
+            done = await work(deps)
+            if router is not None:
+                router.answered(scope)
+            return done
         except Exception as exc:
             await release_after_exception(exc, scope)
             if router is not None:
                 await rerun_after_replica_error(exc, scope)
+                router.answered(scope)
             if RERUN not in scope["state"]:
                 raise
             scope[PRIMARY_ONLY] = True

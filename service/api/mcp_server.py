@@ -51,7 +51,7 @@ from pydantic import (
 
 from service import __version__
 from service.api.auth import Principal, authenticate
-from service.api.context import post_context
+from service.api.context import inspect_trace, post_context
 from service.api.deps import RouteDeps, in_process
 from service.api.extract import post_extract
 from service.api.lifecycle import delete_subject
@@ -64,7 +64,6 @@ from service.constants import (
     MCP_CONFLICT_PAGE_MEMBERS,
     MCP_CONTENT_CHARS,
 )
-from service.context import inspection
 from service.context.render import render
 from service.errors import (
     ErrorBody,
@@ -653,7 +652,7 @@ async def inspect(
     trace = _uuid(trace_id, "trace_id")
 
     async def work(deps: RouteDeps) -> tuple[Inspection, dict[UUID, str | None]]:
-        found = await inspection.inspect(deps.conn, deps.principal, trace)
+        found = await inspect_trace(deps, trace)
         items = await traces.trace_items(deps.conn, deps.principal.project_id, trace)
         return found, {item["item_id"]: item["content"] for item in items}
 

@@ -793,12 +793,14 @@ class TraceInspector(Controller):
         subject_id: Annotated[str | None, Parameter(query="subject_id")] = None,
         limit: Annotated[int, Parameter(query="limit", ge=1, le=RECENT_CALLS_MAX)] = RECENT_CALLS_DEFAULT,
     ) -> Response[Any]:
+        reads = provide_reads(request, state)
         visitor = await _visitor(request, conn)
         if visitor is None:
-            provide_reads(request, state).missing("session")  # opened a moment ago: the primary has it
+            reads.missing("session")  # opened a moment ago: the primary has it
             return _to_login()
         # The form sends `subject_id=` for all subjects: only a non-empty one must be a scope id.
         subject = query_scope_id("subject_id", subject_id) if subject_id else None
+        reads.fresh(visitor.principal.project_id, subject, traces=True)  # a trace or erasure since
         calls = await repo.recent_context_calls(conn, visitor.principal.project_id, subject, limit)
         return _view(visitor, "traces.html", subject_id=subject, calls=calls)
 
@@ -816,6 +818,8 @@ class TraceInspector(Controller):
         if call is None:
             reads.missing("trace")  # written a moment ago: the primary has it
             return _trace_not_found(visitor)
+        # Its scope is known now: erased (or a fact it names erased) since the standby's replay?
+        reads.fresh(project_id, call["subject_id"])
         items = await repo.trace_items(conn, project_id, trace_id)
         included = [d for d in items if d["decision"] == "included"]
         blocked_facts = [

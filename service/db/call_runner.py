@@ -32,7 +32,8 @@ writes the trace where it belongs:
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeAlias
 
 import asyncpg
 
@@ -47,6 +48,11 @@ from service.repository import Conn, embedding_model
 from service.repository import context as repo
 from service.structs import ContextPacket
 
+# Called with the connection that committed a trace, its project and subject: the read replica's
+# bookkeeping of the trace (service/db/replica.py Reads.trace_noted), so that reads of traces
+# served after the call's answer see it.
+NoteTrace: TypeAlias = Callable[[Conn, str, str], Awaitable[None]]
+
 
 async def run_context_call(
     held: Lent | Conn,
@@ -55,6 +61,7 @@ async def run_context_call(
     *,
     timer: StageTimer | None = None,
     primary: Acquire | None = None,
+    noted: NoteTrace | None = None,
 ) -> ContextPacket:
     """Builds, traces and returns the packet of `call`.
 
@@ -62,7 +69,8 @@ async def run_context_call(
     (so its `conn` may be another one afterwards), or a connection kept for the whole call.
     `primary` lends a connection of the primary when `held` is a standby's; None: one
     transaction, as always. `timer` gets the call's stages (the embedding, the assembler's, the
-    trace)."""
+    trace). `noted`, when given, is called once the trace committed, on the connection that
+    wrote it."""
     timer = timer or StageTimer()
     lent: Lent | None = None if isinstance(held, asyncpg.Connection) else held
     conn: Conn = held if lent is None else lent.conn
@@ -105,15 +113,25 @@ async def run_context_call(
                 conn, lent = lent.conn, None
         if primary is not None:
             with timer.stage("trace"):
-                async with primary() as on_primary, on_primary.transaction():
-                    # The terms of the trace's own transaction, and the scope's lock: no erasure
-                    # of the scope runs between the check below and the commit.
-                    await repo.open_context_call(
-                        on_primary, assembler.EF_SEARCH, call.project_id, call.subject_id
-                    )
-                    if await repo.count_erased_items(on_primary, call, assembled.decisions):
-                        raise ErasedSinceRetrieval("An erasure of this subject ran during the call; retry.")
-                    await repo.insert_context_trace(on_primary, call, assembled.packet, assembled.decisions)
+                async with primary() as on_primary:
+                    async with on_primary.transaction():
+                        # The terms of the trace's own transaction, and the scope's lock: no
+                        # erasure of the scope runs between the check below and the commit.
+                        await repo.open_context_call(
+                            on_primary, assembler.EF_SEARCH, call.project_id, call.subject_id
+                        )
+                        if await repo.count_erased_items(on_primary, call, assembled.decisions):
+                            raise ErasedSinceRetrieval(
+                                "An erasure of this subject ran during the call; retry."
+                            )
+                        await repo.insert_context_trace(
+                            on_primary, call, assembled.packet, assembled.decisions
+                        )
+                    if noted is not None:
+                        await noted(on_primary, call.project_id, call.subject_id)
+        elif noted is not None:
+            with timer.stage("trace"):
+                await noted(conn, call.project_id, call.subject_id)
     finally:
         if not embedding.done():  # the database failed first: the vector is not needed
             embedding.cancel()
@@ -147,4 +165,4 @@ async def finished(task: asyncio.Task[Any], seconds: float) -> bool:
     return bool(done)
 
 
-__all__ = ["ErasedSinceRetrieval", "ScopeKeptChanging", "run_context_call"]
+__all__ = ["ErasedSinceRetrieval", "NoteTrace", "ScopeKeptChanging", "run_context_call"]

@@ -12,6 +12,9 @@ import asyncpg
 # cancels a slow statement first (a 503 that names it); the client's wait catches a server that
 # stopped answering at all.
 CLIENT_GRACE_SECONDS: Final = 5.0
+# The same for the read replica's pool (service/db/replica.py): a read whose wait runs out there
+# runs again on the primary, so the client need not wait long for the server's own cancel.
+STANDBY_CLIENT_GRACE_SECONDS: Final = 1.0
 
 
 def _bounded(name: str) -> Callable[..., Awaitable[Any]]:

@@ -12,7 +12,7 @@ import asyncpg
 import msgspec
 from pgvector.asyncpg import register_vector
 
-from service.db.connection import CLIENT_GRACE_SECONDS, HakiConnection
+from service.db.connection import CLIENT_GRACE_SECONDS, STANDBY_CLIENT_GRACE_SECONDS, HakiConnection
 from service.db.embedded import embedded_url
 from service.redaction import redacted_database_url
 from service.settings import Settings
@@ -118,17 +118,16 @@ def _connect_options(settings: Settings) -> dict[str, Any]:
     }
 
 
-def _pool_options(settings: Settings) -> dict[str, Any]:
-    """What the primary's pool and the standby's share: everything but the address and min_size."""
+def _pool_options(settings: Settings, grace_seconds: float = CLIENT_GRACE_SECONDS) -> dict[str, Any]:
+    """What the primary's pool and the standby's share: everything but the address, min_size
+    and the client's grace past the statement timeout."""
     return {
         **_connect_options(settings),
         "max_size": settings.pool_max_size,
         "init": init_connection,
         # 0, no statement timeout: the client waits as long (asyncpg's None).
         "command_timeout": (
-            settings.statement_timeout_ms / 1000 + CLIENT_GRACE_SECONDS
-            if settings.statement_timeout_ms
-            else None
+            settings.statement_timeout_ms / 1000 + grace_seconds if settings.statement_timeout_ms else None
         ),
         "reset": keep_session,
     }
@@ -155,6 +154,8 @@ async def connect(settings: Settings, url: str | None = None) -> asyncpg.Connect
 async def create_read_pool(settings: Settings, url: str) -> asyncpg.Pool:
     """The standby's pool (HAKI_DATABASE_READ_URL, service/db/replica.py): the same sizes and
     settings, and no connection at start (min_size 0): a standby that is down when Haki starts
-    must not keep it from starting, the primary serves until the monitor finds the standby."""
-    pool: asyncpg.Pool = await asyncpg.create_pool(url, min_size=0, **_pool_options(settings))
+    must not keep it from starting, the primary serves until the monitor finds the standby. Its
+    client waits less past the statement timeout: a hung standby's read runs again on the primary."""
+    options = _pool_options(settings, STANDBY_CLIENT_GRACE_SECONDS)
+    pool: asyncpg.Pool = await asyncpg.create_pool(url, min_size=0, **options)
     return pool

@@ -11,17 +11,20 @@ Three rules keep the standby's answers those the primary would give:
   insert position is remembered for the write's (project, subject) and its project. A read of a
   scope whose last remembered position the standby has not replayed yet runs on the primary (a
   ConflictSet opened a moment ago is never served from a lagging standby: the spec forbids it).
-  The standby's replay position is the monitor's, refreshed every HAKI_READ_CHECK_INTERVAL_MS.
+  A context call's trace is remembered apart: only the reads of traces wait for it, not the next
+  retrieval of the scope. A trace read by id is checked for its own scope once read (an erasure
+  of it, or of a fact it names, sends the read to the primary). The standby's replay position is
+  the monitor's, refreshed every HAKI_READ_CHECK_INTERVAL_MS.
 - **Bounded lag for everything else.** Writes of *other* processes are not known here; the
   monitor measures the standby's lag against the primary's WAL position, and beyond
   HAKI_READ_MAX_LAG_MS every read goes to the primary. That bound is the only guarantee for
   another process's writes (docs/scaling.md says what to do when it is not enough).
 - **The primary answers whatever the standby could not.** A standby that is down, lagging or
-  promoted is not used; a read whose standby connection died mid-request, or whose answer was a
-  404 / 401 that lag can explain (a trace or a key written a moment ago), or which was cancelled
-  by a recovery conflict, or a context call that served a memory erased before its trace was
-  written (service/db/call_runner.py), is run again on the primary before anything reaches the
-  client.
+  promoted is not used; a read whose standby connection died or hung mid-request, or whose
+  answer was a 404 / 401 that lag can explain (a trace or a key written a moment ago), or which
+  was cancelled by a recovery conflict, or a context call that served a memory erased before its
+  trace was written (service/db/call_runner.py), is run again on the primary before anything
+  reaches the client, charged once to the key's rate limit and counted once, by that pool.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from litestar.utils.scope.state import CONNECTION_STATE_KEY, ScopeState
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from service.db import Acquire, connect, database_url
-from service.db.call_runner import ErasedSinceRetrieval
+from service.db.call_runner import ErasedSinceRetrieval, NoteTrace
 from service.errors import CONNECTION_LOST, NotFound, Unauthorized, Unavailable
 from service.repository import replica as rrepo
 from service.repository.base import Conn
@@ -61,10 +64,16 @@ ON_REPLICA: Final = "haki.on_replica"
 RERUN: Final = "haki.rerun_on_primary"
 # Key of the scope of such a second run: every connection of it comes from the primary.
 PRIMARY_ONLY: Final = "haki.primary_only"
+# Key of a request's scope["state"]: the key's rate limit was charged for it (once a request,
+# whichever run did it: service/api/deps.py provide_key).
+RATE_CHARGED: Final = "haki.rate_charged"
 
 # One check's wait for either server; a standby that does not answer within it is down.
 CHECK_TIMEOUT_SECONDS: Final = 2.0
-# A standby not checked successfully for this long is not used (the monitor is stuck).
+# A standby not checked successfully for this long is not used (the monitor is stuck): at least
+# this many check intervals, never less than UNCHECKED_AFTER_SECONDS (a check may take up to two
+# CHECK_TIMEOUT_SECONDS without failing).
+UNCHECKED_AFTER_CHECKS: Final = 3
 UNCHECKED_AFTER_SECONDS: Final = 5.0
 # pg_current_wal_insert_lsn() of an idle primary may point past the page header that follows
 # the last record (SizeOfXLogLongPHD = 40 bytes), where no standby's replay position can be:
@@ -78,6 +87,9 @@ MAX_SAMPLES: Final = 432_000
 MAX_WRITTEN_SCOPES: Final = 100_000
 
 ReplicaState = Literal["ok", "lagging", "down", "starting", "not_standby"]  # structs.ReplicaHealth
+# What a remembered write changed: memories (every read of the scope waits for it) or a context
+# call's trace (only the reads of traces do: the next retrieval of the scope stays on the standby).
+WriteKind = Literal["memory", "trace"]
 
 
 class ReadOnPrimary(Unavailable, status=503, code="unavailable"):
@@ -111,8 +123,8 @@ class ReplicaMetrics:
         self.fallbacks = Counter(
             "haki_read_replica_fallbacks",
             "Read requests sent to the primary instead of the replica, by reason: down, lagging, "
-            "starting, not_standby, unchecked, connection_lost, pool_timeout, unreplayed_write, not_found, "
-            "unknown_key, recovery_conflict, read_only, schema_behind, erased_meanwhile.",
+            "starting, not_standby, unchecked, connection_lost, pool_timeout, timeout, unreplayed_write, "
+            "not_found, unknown_key, recovery_conflict, read_only, schema_behind, erased_meanwhile.",
             ["reason"],
             registry=registry,
         )
@@ -156,6 +168,7 @@ class ReadRouter:
         # subjects went to the primary at 200 ms, docs/scaling.md), and it is the resolution of
         # the measured lag.
         self.check_interval = settings.read_check_interval_ms / 1000.0
+        self.unchecked_after = max(UNCHECKED_AFTER_SECONDS, UNCHECKED_AFTER_CHECKS * self.check_interval)
         self.max_written_scopes = max_written_scopes
         self.acquire_timeout = settings.pool_acquire_timeout_seconds
         self.read_pool: Any = None
@@ -171,8 +184,9 @@ class ReadRouter:
         self.replayed = -1
         self.last_ok = 0.0
         self._samples: deque[tuple[float, int]] = deque(maxlen=MAX_SAMPLES)
-        # (project, subject) and (project, None) -> the WAL insert position after its last write.
-        self._written: dict[tuple[str, str | None], int] = {}
+        # (kind, project, subject) and (kind, project, None) -> the WAL insert position after its
+        # last write of that kind.
+        self._written: dict[tuple[WriteKind, str, str | None], int] = {}
         self._floor = -1  # a position every scope waits for (see note_write)
 
     # --- routing ------------------------------------------------------------------------------
@@ -181,18 +195,25 @@ class ReadRouter:
         """Why the standby may not serve reads now, or None."""
         if self.state != "ok":
             return self.state
-        if time.monotonic() - self.last_ok > UNCHECKED_AFTER_SECONDS:
+        if time.monotonic() - self.last_ok > self.unchecked_after:
             return "unchecked"
         return None
 
-    def stale(self, project_id: str, subject_id: str | None) -> bool:
-        """A write of this scope (subject None: of the project) not yet replayed by the standby."""
-        return max(self._floor, self._written.get((project_id, subject_id), -1)) > self.replayed
+    def stale(self, project_id: str, subject_id: str | None, *, traces: bool = False) -> bool:
+        """A write of this scope (subject None: of the project) not yet replayed by the standby;
+        with `traces`, a context call's trace counts too."""
+        kinds: tuple[WriteKind, ...] = ("memory", "trace") if traces else ("memory",)
+        written = max(self._written.get((kind, project_id, subject_id), -1) for kind in kinds)
+        return max(self._floor, written) > self.replayed
 
-    async def note_write(self, conn: Conn, project_id: str, subject_id: str | None) -> None:
+    async def note_write(
+        self, conn: Conn, project_id: str, subject_id: str | None, kind: WriteKind = "memory"
+    ) -> None:
         """After a write committed on `conn` (the primary): one round trip (docs/scaling.md)."""
         lsn = await rrepo.wal_insert_lsn(conn)
-        keys = [(project_id, None)] if subject_id is None else [(project_id, None), (project_id, subject_id)]
+        keys: list[tuple[WriteKind, str, str | None]] = [(kind, project_id, None)]
+        if subject_id is not None:
+            keys.append((kind, project_id, subject_id))
         for key in keys:
             if lsn > self._written.get(key, -1):
                 self._written[key] = lsn
@@ -204,6 +225,13 @@ class ReadRouter:
 
     def fallback(self, reason: str) -> None:
         self.metrics.fallbacks.labels(reason=reason).inc()
+
+    def answered(self, scope: Scope) -> None:
+        """After a request's first run: counts the standby's answer, unless the request runs again
+        on the primary (which counts its own lease): one pool per request."""
+        state = scope.get("state", {})
+        if state.get(ON_REPLICA) and not state.get(RERUN):
+            self.metrics.reads.labels(pool="replica").inc()
 
     def mark_down(self) -> None:
         self.state = "down"
@@ -224,8 +252,7 @@ class ReadRouter:
                     self.mark_down()
                     self.fallback("connection_lost")
                 else:
-                    state[ON_REPLICA] = True
-                    self.metrics.reads.labels(pool="replica").inc()
+                    state[ON_REPLICA] = True  # counted once it answered (`answered`)
                     return conn
             else:
                 self.fallback(reason)
@@ -288,10 +315,12 @@ class ReadRouter:
             await self._monitor_standby.close()
 
     def health(self) -> ReplicaHealth:
+        # A standby down or promoted has no lag: the last one measured says nothing of it now.
+        lag = self.lag_ms if self.state in ("ok", "lagging") else None
         return ReplicaHealth(
             status=self.state,
             serving_reads=self.unusable() is None,
-            lag_ms=None if self.lag_ms is None else round(self.lag_ms, 1),
+            lag_ms=None if lag is None else round(lag, 1),
             max_lag_ms=self.max_lag_ms,
         )
 
@@ -317,10 +346,15 @@ class Reads:
         """Read when used, not when built: the connection's lease decides it (service/api/deps.py)."""
         return bool(self.scope.get("state", {}).get(ON_REPLICA))
 
-    def fresh(self, project_id: str, subject_id: str | None = None) -> None:
+    def fresh(self, project_id: str, subject_id: str | None = None, *, traces: bool = False) -> None:
         """Raises ReadOnPrimary (the request runs again on the primary) when this request reads
-        the standby and the scope has a write of this process the standby has not replayed."""
-        if self.on_replica and self.router is not None and self.router.stale(project_id, subject_id):
+        the standby and the scope has a write of this process the standby has not replayed (with
+        `traces`, for a read of traces: a context call's trace too)."""
+        if (
+            self.on_replica
+            and self.router is not None
+            and self.router.stale(project_id, subject_id, traces=traces)
+        ):
             raise ReadOnPrimary(project_id)
 
     def missing(self, what: str) -> None:
@@ -339,6 +373,14 @@ class Reads:
     async def note_write(self, conn: Conn, project_id: str, subject_id: str | None = None) -> None:
         if self.router is not None:
             await self.router.note_write(conn, project_id, subject_id)
+
+    @property
+    def trace_noted(self) -> NoteTrace | None:
+        """What a context call calls once its trace committed (service/db/call_runner.py): the
+        trace's scope noted for the reads of traces. None without a read pool."""
+        if self.router is None:
+            return None
+        return partial(self.router.note_write, kind="trace")
 
 
 def provide_reads(request: Request[Any, Any, Any], state: State) -> Reads:
@@ -366,6 +408,8 @@ def rerun_reason(exc: BaseException) -> str | None:
         return "schema_behind"  # a migration the standby has not replayed yet
     if isinstance(exc, asyncpg.TransactionRollbackError):
         return "recovery_conflict"  # "canceling statement due to conflict with recovery"
+    if isinstance(exc, TimeoutError):  # an OSError: before CONNECTION_LOST
+        return "timeout"  # the client's wait ran out: a hung standby (or one out of reach)
     if isinstance(exc, CONNECTION_LOST):
         return "connection_lost"
     return None
@@ -384,8 +428,8 @@ async def rerun_after_replica_error(exc: Exception, scope: Scope) -> None:
     router = router_of(scope["litestar_app"].state)
     if router is not None:
         router.fallback(reason)
-        if reason == "connection_lost":
-            router.mark_down()
+        if reason in ("connection_lost", "timeout"):
+            router.mark_down()  # until the monitor's next check finds it well
 
 
 def fresh_scope(scope: Scope, **extra: Any) -> Any:
@@ -427,6 +471,9 @@ def rerun_on_primary(app: ASGIApp) -> ASGIApp:
                 await send(message)
 
         await app(first, recording_receive, guarded_send)
+        router = router_of(scope["litestar_app"].state)
+        if router is not None:
+            router.answered(first)
         if not dropped:
             return
         replay = iter(list(received))
@@ -435,6 +482,8 @@ def rerun_on_primary(app: ASGIApp) -> ASGIApp:
             return next(replay, None) or await receive()
 
         second = fresh_scope(scope, **{PRIMARY_ONLY: True})
+        if first["state"].get(RATE_CHARGED):  # the first run spent the request's token
+            second["state"][RATE_CHARGED] = True
         await app(second, replayed_receive, send)
 
     return middleware
