@@ -629,7 +629,10 @@ class ReplicaHealth(Response, frozen=True, kw_only=True):
     serving_reads: Annotated[bool, Meta(description="Reads go to the replica now.")]
     lag_ms: Annotated[
         float | None,
-        Meta(description="Replay lag behind the primary's WAL at the last check (0.2 s resolution)."),
+        Meta(
+            description="Replay lag behind the primary's WAL at the last check (0.2 s resolution); "
+            "null unless `status` is `ok` or `lagging`."
+        ),
     ]
     max_lag_ms: Annotated[int, Meta(description="HAKI_READ_MAX_LAG_MS.")]
 

@@ -1251,7 +1251,7 @@ export interface components {
             status: "ok" | "lagging" | "down" | "starting" | "not_standby";
             /** @description Reads go to the replica now. */
             serving_reads: boolean;
-            /** @description Replay lag behind the primary's WAL at the last check (0.2 s resolution). */
+            /** @description Replay lag behind the primary's WAL at the last check (0.2 s resolution); null unless `status` is `ok` or `lagging`. */
             lag_ms: number | null;
             /** @description HAKI_READ_MAX_LAG_MS. */
             max_lag_ms: number;
