@@ -529,6 +529,27 @@ async def test_a_context_calls_trace_is_read_back_across_lag(servers: Servers) -
 
 @pytest.mark.slow
 @pytest.mark.integration
+async def test_a_replays_trace_is_read_back_across_lag(servers: Servers) -> None:
+    """Replay paused: a replay's trace (POST /v1/inspect/{id}/replay, the UI's form) is on the
+    primary only; the trace list that follows shows it, as a context call's."""
+    headers = await new_key(servers, "rep-r")
+    async with haki(servers, read_max_lag_ms=600_000) as (app, client):
+        await remember(client, headers, "s", fact("k", "Ines sails"))
+        r = await client.post("/v1/context", json={"subject_id": "s", "query": "Ines?"}, headers=headers)
+        assert r.status_code == 200, r.text
+        trace_id = r.json()["trace_id"]
+        ui = await ui_login(client, raw_key(headers))
+        await wait_replayed(servers, app)
+        async with replay_paused(servers):
+            replayed = await client.post(f"/v1/inspect/{trace_id}/replay", headers=headers)
+            assert replayed.status_code == 200, replayed.text
+            page = await client.get("/ui/traces", headers=ui.headers)
+            assert page.status_code == 200 and replayed.json()["packet"]["trace_id"] in page.text
+        await wait_replayed(servers, app)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
 async def test_a_read_run_again_on_the_primary_is_charged_once(servers: Servers) -> None:
     """HAKI_RATE_LIMIT_PER_MINUTE 2: a read whose standby answer was dropped (its trace is on the
     primary only) and a second read both pass. Before, the second run was charged again and the

@@ -143,7 +143,13 @@ class ContextController(Controller):
     ) -> ReplayResponse:
         overrides = data or ReplayRequest()
         return await replay.replay(
-            deps.lease, deps.embedder, deps.settings, deps.principal, trace_id, overrides
+            deps.lease,
+            deps.embedder,
+            deps.settings,
+            deps.principal,
+            trace_id,
+            overrides,
+            noted=deps.reads.trace_noted,
         )
 
     @get(

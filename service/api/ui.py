@@ -864,7 +864,13 @@ class TraceInspector(Controller):
         lease = lease_of(request, conn)
         try:
             result = await time_travel.replay(
-                lease, provide_embedder(state), provide_settings(state), principal, trace_id, overrides
+                lease,
+                provide_embedder(state),
+                provide_settings(state),
+                principal,
+                trace_id,
+                overrides,
+                noted=provide_reads(request, state).trace_noted,
             )
         except NotFound:
             return _trace_not_found(visitor)

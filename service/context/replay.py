@@ -15,7 +15,7 @@ from service.api.auth import Principal
 from service.context.call import PROFILE_WEIGHTS, ContextCall, check_as_of
 from service.context.inspection import inspect
 from service.db import Lent
-from service.db.call_runner import run_context_call
+from service.db.call_runner import NoteTrace, run_context_call
 from service.embedding.embedder import Embedder
 from service.errors import NotFound
 from service.repository import context as repo
@@ -107,6 +107,7 @@ async def replay(
     principal: Principal,
     trace_id: UUID,
     overrides: ReplayRequest,
+    noted: NoteTrace | None = None,
 ) -> ReplayResponse:
     """POST /v1/inspect/{trace_id}/replay: the packet of replay_call, traced (its `replay_of` is
     the origin), and its diff against the origin's decisions. The same embedder and exact vector
@@ -115,11 +116,11 @@ async def replay(
 
     `lent` is the request's connection: like a context call, the replay gives it back while its
     query waits on a slow embedder (service/db/call_runner.py), so it reads `lent.conn` again
-    after."""
+    after. `noted` is called once its trace committed, as a context call's (run_context_call)."""
     origin = await inspect(lent.conn, principal, trace_id)
     call = replay_call(origin, overrides, settings)
     assert call.as_of is not None  # a replay's instant is always set (replay_call)
-    packet = await run_context_call(lent, embedder, call)
+    packet = await run_context_call(lent, embedder, call, noted=noted)
     replayed = await repo.get_inspection(lent.conn, principal.project_id, packet.trace_id)
     if replayed is None:  # an erasure of the subject committed right after the replay's trace
         raise NotFound("The subject of this trace was erased during its replay.", trace_id=str(trace_id))
