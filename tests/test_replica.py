@@ -550,6 +550,27 @@ async def test_a_replays_trace_is_read_back_across_lag(servers: Servers) -> None
 
 @pytest.mark.slow
 @pytest.mark.integration
+async def test_a_logout_holds_on_the_pages_read_on_the_standby(servers: Servers) -> None:
+    """Replay paused: the session a logout deleted on the primary is still on the standby, where
+    the trace pages read; the ended session is noted, so they send the old cookie to log in."""
+    headers = await new_key(servers, "rep-l")
+    async with haki(servers, read_max_lag_ms=600_000) as (app, client):
+        await remember(client, headers, "s", fact("k", "Ada codes"))
+        r = await client.post("/v1/context", json={"subject_id": "s", "query": "Ada?"}, headers=headers)
+        assert r.status_code == 200, r.text
+        ui = await ui_login(client, raw_key(headers))
+        await wait_replayed(servers, app)
+        async with replay_paused(servers):
+            out = await client.post("/ui/logout", data=ui.form(), headers=ui.headers)
+            assert out.status_code == 303, out.text
+            for page in ("/ui/traces", f"/ui/traces/{r.json()['trace_id']}"):
+                got = await client.get(page, headers=ui.headers)
+                assert got.status_code == 303 and got.headers["location"] == "/ui/login", (page, got.text)
+        await wait_replayed(servers, app)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
 async def test_a_read_run_again_on_the_primary_is_charged_once(servers: Servers) -> None:
     """HAKI_RATE_LIMIT_PER_MINUTE 2: a read whose standby answer was dropped (its trace is on the
     primary only) and a second read both pass. Before, the second run was charged again and the

@@ -485,11 +485,12 @@ class TraceInspector(Controller):
         return Redirect("/ui/subjects", status_code=303, headers=SECURITY_HEADERS, cookies=[cookie])
 
     @post("/logout", status_code=303)
-    async def logout(self, request: Request[Any, Any, Any], conn: ConnDep) -> Response[Any]:
+    async def logout(self, request: Request[Any, Any, Any], conn: ConnDep, state: State) -> Response[Any]:
         if _parse_cookie(request.cookies.get(COOKIE_NAME)) is None:
             return _to_login()
         visitor, _ = await _posted(request, conn)
         await ui_repo.delete_session(conn, visitor.principal.project_id, visitor.session_hash)
+        await provide_reads(request, state).note_session_end(conn, visitor.principal.project_id)
         return _to_login()
 
     # --- the memory browser ----------------------------------------------------------------
@@ -798,6 +799,7 @@ class TraceInspector(Controller):
         if visitor is None:
             reads.missing("session")  # opened a moment ago: the primary has it
             return _to_login()
+        reads.fresh_session(visitor.principal.project_id)  # ended a moment ago?
         # The form sends `subject_id=` for all subjects: only a non-empty one must be a scope id.
         subject = query_scope_id("subject_id", subject_id) if subject_id else None
         reads.fresh(visitor.principal.project_id, subject, traces=True)  # a trace or erasure since
@@ -814,6 +816,7 @@ class TraceInspector(Controller):
             reads.missing("session")
             return _to_login()
         project_id = visitor.principal.project_id
+        reads.fresh_session(project_id)
         call = await repo.get_context_call(conn, project_id, trace_id)
         if call is None:
             reads.missing("trace")  # written a moment ago: the primary has it

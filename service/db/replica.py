@@ -87,9 +87,10 @@ MAX_SAMPLES: Final = 432_000
 MAX_WRITTEN_SCOPES: Final = 100_000
 
 ReplicaState = Literal["ok", "lagging", "down", "starting", "not_standby"]  # structs.ReplicaHealth
-# What a remembered write changed: memories (every read of the scope waits for it) or a context
-# call's trace (only the reads of traces do: the next retrieval of the scope stays on the standby).
-WriteKind = Literal["memory", "trace"]
+# What a remembered write changed: memories (every read of the scope waits for it), a context
+# call's trace (only the reads of traces do: the next retrieval of the scope stays on the standby)
+# or a UI session ended (the UI pages read on the standby wait for it: a logout holds at once).
+WriteKind = Literal["memory", "trace", "session"]
 
 
 class ReadOnPrimary(Unavailable, status=503, code="unavailable"):
@@ -199,11 +200,18 @@ class ReadRouter:
             return "unchecked"
         return None
 
-    def stale(self, project_id: str, subject_id: str | None, *, traces: bool = False) -> bool:
+    def stale(
+        self,
+        project_id: str,
+        subject_id: str | None,
+        *,
+        traces: bool = False,
+        kinds: tuple[WriteKind, ...] | None = None,
+    ) -> bool:
         """A write of this scope (subject None: of the project) not yet replayed by the standby;
-        with `traces`, a context call's trace counts too."""
-        kinds: tuple[WriteKind, ...] = ("memory", "trace") if traces else ("memory",)
-        written = max(self._written.get((kind, project_id, subject_id), -1) for kind in kinds)
+        with `traces`, a context call's trace counts too; `kinds` names the kinds instead."""
+        counted = kinds or (("memory", "trace") if traces else ("memory",))
+        written = max(self._written.get((kind, project_id, subject_id), -1) for kind in counted)
         return max(self._floor, written) > self.replayed
 
     async def note_write(
@@ -357,6 +365,16 @@ class Reads:
         ):
             raise ReadOnPrimary(project_id)
 
+    def fresh_session(self, project_id: str) -> None:
+        """A UI page read on the standby, once its session was found there: a session of the
+        project this process ended since the standby's replay (a logout) runs it on the primary."""
+        if (
+            self.on_replica
+            and self.router is not None
+            and self.router.stale(project_id, None, kinds=("session",))
+        ):
+            raise ReadOnPrimary(project_id)
+
     def missing(self, what: str) -> None:
         """A page that found nothing on the standby asks the primary (written a moment ago?)."""
         if self.on_replica:
@@ -373,6 +391,10 @@ class Reads:
     async def note_write(self, conn: Conn, project_id: str, subject_id: str | None = None) -> None:
         if self.router is not None:
             await self.router.note_write(conn, project_id, subject_id)
+
+    async def note_session_end(self, conn: Conn, project_id: str) -> None:
+        if self.router is not None:
+            await self.router.note_write(conn, project_id, None, kind="session")
 
     @property
     def trace_noted(self) -> NoteTrace | None:
