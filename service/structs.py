@@ -824,7 +824,7 @@ class RefusedFact(Response, frozen=True, kw_only=True):
         str,
         Meta(description="What the model proposed (cut to 200 characters; a NUL shown as U+FFFD)."),
     ]
-    key: Annotated[str | None, Meta(description="The key it proposed, if any (a NUL shown as U+FFFD).")]
+    key: Annotated[str | None, Meta(description="The key it proposed, if any (cut as `content`).")]
     reason: Annotated[
         RefusalReason,
         Meta(

@@ -193,6 +193,16 @@ async def test_refused_proposals_are_listed_with_their_reason(
     assert (await ext.get(f"/v1/facts/{initech}", headers=bearer(key))).json()["status"] == "active"
 
 
+async def test_a_refused_key_is_cut_as_its_content(ext: httpx.AsyncClient, key: str, chat: FakeChat) -> None:
+    """A model's key past its 200 characters is refused; the refusal shows 200 of them, as of
+    a content, not the whole text the model wrote."""
+    chat.then(answer({"content": "Alice has a cat.", "key": "k" * 50_000, "source_message": 0}))
+    r = await extract(ext, key)
+    assert r.status_code == 201, r.text
+    (refused,) = r.json()["refused"]
+    assert (refused["key"], refused["reason"]) == ("k" * 200 + "...", "invalid_key")
+
+
 @pytest.mark.parametrize("write", [True, False])
 async def test_a_proposal_holding_nul_is_refused_not_looked_up(
     ext: httpx.AsyncClient, key: str, chat: FakeChat, write: bool

@@ -167,12 +167,12 @@ def _snippet(text: str, limit: int = 200) -> str:
 
 
 def _refused(content: str, key: str | None, reason: RefusalReason, message: str) -> RefusedFact:
-    """A refusal as the response shows it: the model's text cut, and its NUL shown as U+FFFD.
+    """A refusal as the response shows it: the model's text and key cut, and their NUL shown as U+FFFD.
     PostgreSQL's text and jsonb cannot hold NUL, and the Idempotency-Key record of the
     response is jsonb: a NUL made the write, and every retry of it, a 500."""
     return RefusedFact(
         content=_snippet(content).replace("\x00", "\ufffd"),
-        key=key.replace("\x00", "\ufffd") if key is not None else None,
+        key=_snippet(key).replace("\x00", "\ufffd") if key is not None else None,
         reason=reason,
         message=message,
     )

@@ -1172,7 +1172,7 @@ export interface components {
         RefusedFact: {
             /** @description What the model proposed (cut to 200 characters; a NUL shown as U+FFFD). */
             content: string;
-            /** @description The key it proposed, if any (a NUL shown as U+FFFD). */
+            /** @description The key it proposed, if any (cut as `content`). */
             key: string | null;
             /**
              * @description `duplicate` (an active fact of the scope says the same, word for word; or a fact shown to the model or an earlier proposal, ignoring case and spacing), `unknown_source_message` / `unknown_supersedes` (an index out of range), `supersedes_taken` (an earlier proposal already replaces that fact), `supersedes_future` (that fact's `valid_from` is not before now, when the new fact starts), `invalid_content` / `invalid_key` (empty, too long, or NUL), `batch_full` (the proposals before it already make 1000 facts, the most one write takes).
