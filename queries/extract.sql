@@ -39,20 +39,23 @@ LIMIT :max_facts;
 -- index holds content, so it reads the scope's facts: 93-112 ms for a 100k-fact scope
 -- (2026-12-06, 2 cores shared with a CI run); the same match ignoring case and spacing,
 -- lower(regexp_replace(...)) on every row, took 650-940 ms.
-SELECT f.content,
-       CASE WHEN bool_and(public.haki_fact_stale(f.volatility, f.valid_from, f.recorded_from,
-                                                 f.stale_after, NULL))
-            THEN (array_agg(f.fact_id ORDER BY f.fact_id DESC))[1] END AS renews,
-       CASE WHEN bool_and(public.haki_fact_stale(f.volatility, f.valid_from, f.recorded_from,
-                                                 f.stale_after, NULL))
-            THEN (array_agg(extract(epoch FROM f.stale_after)::bigint ORDER BY f.fact_id DESC))[1]
-       END AS renews_stale_after_seconds
-FROM facts AS f
-WHERE f.project_id = :project_id
-  AND f.subject_id = :subject_id
-  AND f.status = 'active'
-  AND f.content = ANY(:contents::text[])
-GROUP BY f.content;
+SELECT g.content,
+       CASE WHEN g.all_stale THEN g.newest_id END AS renews,
+       CASE WHEN g.all_stale THEN g.newest_stale_after_seconds END AS renews_stale_after_seconds
+FROM (
+    SELECT f.content,
+           bool_and(public.haki_fact_stale(f.volatility, f.valid_from, f.recorded_from,
+                                           f.stale_after, NULL)) AS all_stale,
+           (array_agg(f.fact_id ORDER BY f.fact_id DESC))[1] AS newest_id,
+           (array_agg(extract(epoch FROM f.stale_after)::bigint ORDER BY f.fact_id DESC))[1]
+               AS newest_stale_after_seconds
+    FROM facts AS f
+    WHERE f.project_id = :project_id
+      AND f.subject_id = :subject_id
+      AND f.status = 'active'
+      AND f.content = ANY(:contents::text[])
+    GROUP BY f.content
+) AS g;
 
 -- name: count_extract_erased_known(project_id, subject_id, fact_ids)$
 -- How many of the facts shown to the model (list_extract_known_facts) are gone since: erased

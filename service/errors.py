@@ -161,6 +161,12 @@ class HakiError(Exception):
         self.message = message
         self.details = details or None
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """What its answer says beside the body, JSON or page: a 429's or a retryable 503's wait."""
+        retry_after = (self.details or {}).get("retry_after_seconds")
+        return {} if retry_after is None else {"Retry-After": str(retry_after)}
+
 
 class Unauthorized(HakiError, status=401, code="unauthorized"):
     pass
@@ -474,12 +480,10 @@ def malformed_path_id(request: Request[Any, Any, Any]) -> ErrorBody | None:
 
 def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     if isinstance(exc, HakiError):
-        headers = None
-        retry_after = (exc.details or {}).get("retry_after_seconds")
-        if retry_after is not None:
-            headers = {"Retry-After": str(retry_after)}
         return error_response(
-            exc.status_code, ErrorBody(code=exc.code, message=exc.message, details=exc.details), headers
+            exc.status_code,
+            ErrorBody(code=exc.code, message=exc.message, details=exc.details),
+            exc.headers or None,
         )
     if isinstance(exc, ValidationException):
         status, body = _validation_body(exc)

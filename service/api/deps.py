@@ -138,11 +138,11 @@ async def provide_key(request: Request[Any, Any, Any], conn: ConnDep, state: Sta
     refused at once), then 429 over its rate: once a request, not again when a read of the standby
     runs again on the primary (service/db/replica.py rerun_on_primary)."""
     principal = await authenticate(conn, request.headers.get("authorization"))
-    charged = request.scope.setdefault("state", {})
-    if not charged.get(RATE_CHARGED):
+    scope_state = request.scope.setdefault("state", {})
+    if not scope_state.get(RATE_CHARGED):
         limiter: RateLimiter = state.rate_limiter
         limiter.take(principal.key_id)
-        charged[RATE_CHARGED] = True
+        scope_state[RATE_CHARGED] = True
     return principal
 
 

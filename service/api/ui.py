@@ -57,7 +57,7 @@ from service.api.deps import ConnDep, lease_of, provide_deps, provide_embedder, 
 from service.api.lifecycle import delete_subject
 from service.api.memory import post_facts, post_resolve, query_scope_id, update_fact
 from service.context import replay as time_travel
-from service.db.replica import READS, provide_reads
+from service.db.replica import READS, Reads, provide_reads
 from service.errors import ErrorBody, HakiError, InvalidInput, NotFound, Unauthorized, handle_exception
 from service.memory import cursors, erasure
 from service.memory import writes as memory
@@ -210,6 +210,21 @@ async def _visitor(request: Request[Any, Any, Any], conn: ConnDep) -> Visitor | 
         return None
     principal = auth.Principal(project_id=project_id, key_id=session.key_id)
     return Visitor(principal=principal, session=session, session_hash=session_hash)
+
+
+async def _reader(
+    request: Request[Any, Any, Any], conn: ConnDep, state: State
+) -> tuple[Reads, Visitor | None]:
+    """A page read on the standby and its visitor. No session there: one opened a moment ago is
+    on the primary; a session of the project this process ended since the standby's replay (a
+    logout) is not over there yet: either way the request runs again on the primary."""
+    reads = provide_reads(request, state)
+    visitor = await _visitor(request, conn)
+    if visitor is None:
+        reads.missing("session")
+    else:
+        reads.fresh_session(visitor.principal.project_id)
+    return reads, visitor
 
 
 def _scheme(request: Request[Any, Any, Any]) -> str:
@@ -386,10 +401,7 @@ async def _act(visitor: Visitor, action: str, title: str, work: Awaitable[T], **
     except HakiError as exc:
         _audit(visitor, action, **fields, outcome=exc.code)
         page = _error(visitor, exc.status_code, title, exc.message)
-        # A 429's or a retryable 503's wait, as the JSON route sends it (handle_exception).
-        retry_after = (exc.details or {}).get("retry_after_seconds")
-        if retry_after is not None:
-            page.headers["Retry-After"] = str(retry_after)
+        page.headers.update(exc.headers)  # a 429's wait, as the JSON route sends it
         raise _Answered(page) from exc
 
 
@@ -794,12 +806,9 @@ class TraceInspector(Controller):
         subject_id: Annotated[str | None, Parameter(query="subject_id")] = None,
         limit: Annotated[int, Parameter(query="limit", ge=1, le=RECENT_CALLS_MAX)] = RECENT_CALLS_DEFAULT,
     ) -> Response[Any]:
-        reads = provide_reads(request, state)
-        visitor = await _visitor(request, conn)
+        reads, visitor = await _reader(request, conn, state)
         if visitor is None:
-            reads.missing("session")  # opened a moment ago: the primary has it
             return _to_login()
-        reads.fresh_session(visitor.principal.project_id)  # ended a moment ago?
         # The form sends `subject_id=` for all subjects: only a non-empty one must be a scope id.
         subject = query_scope_id("subject_id", subject_id) if subject_id else None
         reads.fresh(visitor.principal.project_id, subject, traces=True)  # a trace or erasure since
@@ -810,13 +819,10 @@ class TraceInspector(Controller):
     async def trace(
         self, request: Request[Any, Any, Any], conn: ConnDep, state: State, trace_id: UUID
     ) -> Response[Any]:
-        reads = provide_reads(request, state)
-        visitor = await _visitor(request, conn)
+        reads, visitor = await _reader(request, conn, state)
         if visitor is None:
-            reads.missing("session")
             return _to_login()
         project_id = visitor.principal.project_id
-        reads.fresh_session(project_id)
         call = await repo.get_context_call(conn, project_id, trace_id)
         if call is None:
             reads.missing("trace")  # written a moment ago: the primary has it

@@ -201,17 +201,11 @@ class ReadRouter:
         return None
 
     def stale(
-        self,
-        project_id: str,
-        subject_id: str | None,
-        *,
-        traces: bool = False,
-        kinds: tuple[WriteKind, ...] | None = None,
+        self, project_id: str, subject_id: str | None, kinds: tuple[WriteKind, ...] = ("memory",)
     ) -> bool:
-        """A write of this scope (subject None: of the project) not yet replayed by the standby;
-        with `traces`, a context call's trace counts too; `kinds` names the kinds instead."""
-        counted = kinds or (("memory", "trace") if traces else ("memory",))
-        written = max(self._written.get((kind, project_id, subject_id), -1) for kind in counted)
+        """A write of one of `kinds` of this scope (subject None: of the project) not yet replayed
+        by the standby."""
+        written = max(self._written.get((kind, project_id, subject_id), -1) for kind in kinds)
         return max(self._floor, written) > self.replayed
 
     async def note_write(
@@ -358,21 +352,15 @@ class Reads:
         """Raises ReadOnPrimary (the request runs again on the primary) when this request reads
         the standby and the scope has a write of this process the standby has not replayed (with
         `traces`, for a read of traces: a context call's trace too)."""
-        if (
-            self.on_replica
-            and self.router is not None
-            and self.router.stale(project_id, subject_id, traces=traces)
-        ):
-            raise ReadOnPrimary(project_id)
+        self._fresh(project_id, subject_id, ("memory", "trace") if traces else ("memory",))
 
     def fresh_session(self, project_id: str) -> None:
         """A UI page read on the standby, once its session was found there: a session of the
         project this process ended since the standby's replay (a logout) runs it on the primary."""
-        if (
-            self.on_replica
-            and self.router is not None
-            and self.router.stale(project_id, None, kinds=("session",))
-        ):
+        self._fresh(project_id, None, ("session",))
+
+    def _fresh(self, project_id: str, subject_id: str | None, kinds: tuple[WriteKind, ...]) -> None:
+        if self.on_replica and self.router is not None and self.router.stale(project_id, subject_id, kinds):
             raise ReadOnPrimary(project_id)
 
     def missing(self, what: str) -> None:
