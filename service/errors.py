@@ -267,7 +267,8 @@ class Unavailable(HakiError, status=503, code="unavailable"):
 
 class ExtractorFailed(HakiError, status=502, code="extractor_error"):
     """The extraction model (HAKI_EXTRACT_BASE_URL) answered with an error, or with something
-    that is not the JSON schema it was asked for: nothing was written."""
+    that is not the JSON schema it was asked for: nothing was written. A busy model's (429, 503)
+    carries `retry_after_seconds`, so `Retry-After`."""
 
 
 class ExtractorTimeout(HakiError, status=504, code="extractor_timeout"):

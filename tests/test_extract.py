@@ -305,6 +305,49 @@ async def test_malformed_answer_is_502_and_writes_nothing(
     assert await counts(ext, key) == (0, 0)
 
 
+@pytest.mark.parametrize(
+    ("step", "wait"),
+    [
+        (Step(status=429, headers={"Retry-After": "7"}), "7"),
+        (Step(status=503, headers={"Retry-After": "2.5"}), "3"),
+        (Step(status=429), "1"),
+        (Step(status=503, headers={"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}), "1"),
+        (Step(status=500, headers={"Retry-After": "7"}), None),
+        (Step(status=400), None),
+    ],
+    ids=["429-wait", "503-fraction", "429-no-wait", "503-date", "500", "400"],
+)
+async def test_a_busy_model_s_502_says_when_to_retry(
+    ext: httpx.AsyncClient, key: str, chat: FakeChat, step: Step, wait: str | None
+) -> None:
+    """A model rate-limited or overloaded passes later: the 502 carries its wait (whole seconds,
+    at least 1), which the SDKs honour; a model that failed otherwise is not worth a retry."""
+    chat.then(step)
+    r = await extract(ext, key)
+    body = assert_error(r, 502, "extractor_error")
+    assert r.headers.get("retry-after") == wait
+    assert body["details"].get("retry_after_seconds") == (None if wait is None else int(wait))
+    assert body["details"]["upstream_status"] == step.status
+    assert await counts(ext, key) == (0, 0)
+
+
+async def test_the_sdk_retries_a_busy_model_under_one_key(
+    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str, chat: FakeChat
+) -> None:
+    app_settings = msgspec.structs.replace(settings, extract_base_url=chat.url, extract_model="fake-model")
+    app = create_app(app_settings, pool=SingleConnectionPool(conn), embedder=hash_embedder)
+    chat.then(
+        Step(status=429, headers={"Retry-After": "1"}),
+        answer({"content": "Alice works at Globex.", "key": "employer", "source_message": 0}),
+    )
+    async with AsyncHaki(
+        "http://testserver", key, project_id="proj-a", transport=asgi_transport(app)
+    ) as haki:
+        result = await haki.extract(SUBJECT, [ExtractMessage(role="user", content="I joined Globex.")])
+    assert result.written is True and [f.content for f in result.facts] == ["Alice works at Globex."]
+    assert len(chat.requests) == 2
+
+
 async def test_model_time_out_is_504_and_writes_nothing(
     ext: httpx.AsyncClient, key: str, chat: FakeChat
 ) -> None:

@@ -88,6 +88,19 @@ def test_a_503_with_retry_after_is_retried() -> None:
     assert len(script.requests) == 2
 
 
+def test_a_502_is_retried_only_with_retry_after() -> None:
+    """The server sends Retry-After on a 502 only for an extraction model that was busy."""
+    body = {"code": "extractor_error", "message": "busy", "details": {"upstream_status": 429}}
+    script = Script(
+        httpx.Response(502, json=body, headers={"Retry-After": "0"}),
+        httpx.Response(502, json={**body, "details": {"upstream_status": 500}}),
+    )
+    with client(script) as haki, pytest.raises(HakiError) as info:
+        haki.extract("s", [{"role": "user", "content": "hi"}])
+    assert len(script.requests) == 2
+    assert info.value.status_code == 502 and info.value.details == {"upstream_status": 500}
+
+
 async def test_the_async_client_follows_the_same_rule() -> None:
     script = Script(unavailable(None), unavailable("0"), httpx.Response(200, json=packet_json()))
     async with AsyncHaki("http://haki.test", "hk", transport=httpx.MockTransport(script)) as haki:

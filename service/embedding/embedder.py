@@ -631,7 +631,7 @@ class OpenAIEmbedder:
         status = response.status_code
         answered = f"{self.name}: {self._where} answered HTTP {status}: {_snippet(response)}"
         if status in RETRYABLE_STATUSES or status >= 500:
-            raise _RetryableError(answered, retry_after=_retry_after(response))
+            raise _RetryableError(answered, retry_after=provider_retry_after(response))
         if not 200 <= status < 300:
             # The key, the model name or the request itself: the same request gets the same answer.
             raise EmbedderError(answered, permanent=400 <= status < 500)
@@ -674,8 +674,9 @@ RETRYABLE_STATUSES: Final = frozenset({408, 409, 425, 429})
 MAX_RETRY_AFTER_SECONDS: Final = 3600.0
 
 
-def _retry_after(response: httpx.Response) -> float | None:
-    """The provider's Retry-After in seconds, when it gives one as a number (bounded)."""
+def provider_retry_after(response: httpx.Response) -> float | None:
+    """A model server's Retry-After in seconds, when it gives one as a number (bounded); the
+    embedders' and the extraction model's."""
     try:
         seconds = float(response.headers.get("retry-after", ""))
     except ValueError:

@@ -20,12 +20,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from importlib import resources
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Final, Literal, TypeVar
 from uuid import UUID
 
 import httpx
@@ -34,8 +35,14 @@ import msgspec
 from service.api.auth import Principal
 from service.constants import EXTRACT_KNOWN_FACTS, EXTRACT_PROMPT_VERSION, MAX_BATCH, MAX_CONTENT_CHARS
 from service.db import Lent
-from service.embedding.embedder import Embedder
-from service.errors import ExtractorFailed, ExtractorTimeout, InvalidInput, Unavailable
+from service.embedding.embedder import Embedder, provider_retry_after
+from service.errors import (
+    UNAVAILABLE_RETRY_AFTER_SECONDS,
+    ExtractorFailed,
+    ExtractorTimeout,
+    InvalidInput,
+    Unavailable,
+)
 from service.instants import check_storable
 from service.memory import writes as memory
 from service.redaction import endpoint_url, redacted_http_url
@@ -162,6 +169,19 @@ def user_prompt(messages: list[ExtractMessage], times: list[datetime], known: li
     return msgspec.json.encode(payload).decode()
 
 
+# A chat model's answers that mean "not now": rate limited, overloaded.
+MODEL_BUSY_STATUSES: Final = frozenset({429, 503})
+
+
+def _wait_for(response: httpx.Response) -> dict[str, int]:
+    """A model rate-limited or overloaded (429, 503) passes again later: its 502 carries the
+    model's own wait, at least 1 s, as `Retry-After` (the SDKs retry it); another error does not."""
+    if response.status_code not in MODEL_BUSY_STATUSES:
+        return {}
+    wait = provider_retry_after(response)
+    return {"retry_after_seconds": max(UNAVAILABLE_RETRY_AFTER_SECONDS, math.ceil(wait or 0))}
+
+
 def _snippet(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
@@ -224,6 +244,7 @@ async def ask_model(settings: Settings, system: str, user: str) -> ModelAnswer:
         raise ExtractorFailed(
             f"The extraction model answered HTTP {response.status_code}; nothing was written.",
             upstream_status=response.status_code,
+            **_wait_for(response),
         )
     try:
         completion = msgspec.json.decode(response.content, type=_ChatCompletion)

@@ -23,8 +23,8 @@ from tests.helpers.stub_http import reply_json, stub_server
 @dataclass(frozen=True)
 class Step:
     """One scripted reply: `answer` (a JSON value sent as the message content), else `content`
-    (a raw content string), else `status` + `body` (an HTTP error or a raw body); after `delay`,
-    and once `hold` is set (at most 30 s) when given."""
+    (a raw content string), else `status` + `body` (an HTTP error or a raw body), with `headers`
+    besides; after `delay`, and once `hold` is set (at most 30 s) when given."""
 
     answer: Any = None
     content: str | None = None
@@ -32,6 +32,7 @@ class Step:
     body: bytes | None = None
     delay: float = 0.0
     hold: threading.Event | None = None
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 def answer(*facts: dict[str, Any]) -> Step:
@@ -108,7 +109,7 @@ def fake_chat() -> Iterator[FakeChat]:
                 status, out = 200, _completion(step.content)
             else:
                 status, out = 200, _completion(json.dumps(step.answer))
-            reply_json(self, status, out)
+            reply_json(self, status, out, step.headers)
 
         def log_message(self, format: str, *args: Any) -> None:
             pass

@@ -692,13 +692,14 @@ def key_in_progress(response: httpx.Response) -> bool:
 
 
 def should_retry(response: httpx.Response) -> bool:
-    """429 always; a 503 only when the server sent `Retry-After` and did not mark it permanent;
-    a 409 `idempotency_key_in_progress`."""
+    """429 always; a 503, or a 502 (an extraction model that was busy), only when the server
+    sent `Retry-After` and did not mark it permanent; a 409 `idempotency_key_in_progress`."""
     if response.status_code == 429:
         return True
     if response.status_code == 409:
         return key_in_progress(response)
-    if response.status_code != 503 or parse_retry_after(response.headers.get("retry-after")) is None:
+    waits = parse_retry_after(response.headers.get("retry-after")) is not None
+    if response.status_code not in (502, 503) or not waits:
         return False
     try:
         details = _ERROR_DECODER.decode(response.content).details or {}

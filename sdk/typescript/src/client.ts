@@ -165,13 +165,13 @@ function keyInProgress(response: Response, text: string): boolean {
 }
 
 /**
- * 429 always; a 503 only when the server sent `Retry-After` and did not mark it permanent; a 409
- * `idempotency_key_in_progress`.
+ * 429 always; a 503, or a 502 (an extraction model that was busy), only when the server sent
+ * `Retry-After` and did not mark it permanent; a 409 `idempotency_key_in_progress`.
  */
 function shouldRetry(response: Response, text: string): boolean {
   if (response.status === 429) return true;
   if (response.status === 409) return keyInProgress(response, text);
-  if (response.status !== 503 || parseRetryAfter(response.headers.get("retry-after")) === null) return false;
+  if ((response.status !== 502 && response.status !== 503) || parseRetryAfter(response.headers.get("retry-after")) === null) return false;
   try {
     const body = JSON.parse(text) as { details?: { permanent?: unknown } | null };
     return body?.details?.permanent !== true;

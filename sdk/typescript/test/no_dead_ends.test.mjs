@@ -69,6 +69,26 @@ describe("a 503 is retried only when the server asks for it", () => {
   });
 });
 
+describe("a 502 is retried only with Retry-After (a busy extraction model)", () => {
+  test("with it, then without it: two attempts", async () => {
+    const busy = (status) => JSON.stringify({ code: "extractor_error", message: "busy", details: { upstream_status: status } });
+    const server = await scripted([
+      [502, { "retry-after": "0" }, busy(429)],
+      [502, {}, busy(500)],
+    ]);
+    try {
+      const haki = new Haki({ baseUrl: server.url, backoffMs: 1 });
+      const err = await haki.extract("s", [{ role: "user", content: "hi" }]).catch((e) => e);
+      assert.ok(err instanceof HakiError);
+      assert.equal(err.status, 502);
+      assert.equal(err.details.upstream_status, 500);
+      assert.equal(server.seen.length, 2);
+    } finally {
+      await server.close();
+    }
+  });
+});
+
 describe("the key names the project", () => {
   test("no projectId: bodies and queries name none", async () => {
     const server = await scripted([
