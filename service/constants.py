@@ -96,6 +96,13 @@ UNIFIED_WEIGHT_RECENCY: Final = 0.1
 # for, queries/context.sql) instead of walking the bucket's HNSW graph (docs/performance.md).
 EXACT_SCAN_MIN_FACTS: Final = 1000
 
+# 100 years, the longest span a request or a setting may name: a fact's stale_after_seconds and
+# its default HAKI_VOLATILE_STALE_AFTER_SECONDS, HAKI_IDEMPOTENCY_TTL_SECONDS,
+# HAKI_TRACE_RETENTION_DAYS. The timestamps they move stay within PostgreSQL's: a TTL past ~9.2e12 s
+# overflowed make_interval, and every keyed write was a 500.
+MAX_SPAN_DAYS: Final = 36_500
+MAX_SPAN_SECONDS: Final = MAX_SPAN_DAYS * 24 * 3600
+
 # Write side (docs/spec/api.md).
 MAX_BATCH: Final = 1000
 MAX_CONTENT_CHARS: Final = 8000

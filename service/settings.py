@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import msgspec
 import platformdirs
 
+from service.constants import MAX_SPAN_DAYS, MAX_SPAN_SECONDS
 from service.redaction import redacted_database_url
 
 EmbedProvider = Literal["local", "openai", "hash"]
@@ -197,24 +198,35 @@ def _name_the_variable(message: str, raw: Mapping[str, str]) -> str:
 
 # The largest statement_timeout PostgreSQL takes, in ms (an int4 GUC).
 PG_MAX_TIMEOUT_MS = 2**31 - 1
+# PostgreSQL's integer and bigint: a setting bound to a statement's parameter fits its type, or
+# every run of the statement failed (webhook attempts are an integer column, a LIMIT a bigint).
+PG_MAX_INT = 2**31 - 1
+PG_MAX_BIGINT = 2**63 - 1
+# PostgreSQL's most connections (MAX_BACKENDS): asyncpg makes a holder per place of the pool at
+# start, so a larger pool never started.
+PG_MAX_CONNECTIONS = 2**18 - 1
+# The most threads an embedder's model runs on: torch refused more than an int32 at its load.
+MAX_EMBED_THREADS = 1024
 
 # field -> (lowest, highest or None, the rule as the error says it). Every int and float setting
 # has its bounds (tests/test_settings.py): one without them started, then failed each request.
 SETTING_BOUNDS: dict[str, tuple[float, float | None, str]] = {
     "embed_timeout_seconds": (1e-9, None, "positive"),
     "embed_batch_size": (1, None, ">= 1"),
-    "pool_max_size": (1, None, ">= 1"),
+    "pool_max_size": (1, PG_MAX_CONNECTIONS, f"within [1, {PG_MAX_CONNECTIONS}]"),
     "statement_timeout_ms": (0, PG_MAX_TIMEOUT_MS, f"within [0, {PG_MAX_TIMEOUT_MS}] (0: no limit)"),
     "connect_timeout_seconds": (1e-9, None, "positive"),
-    "torch_threads": (0, None, ">= 0 (0: torch's own choice)"),
+    "torch_threads": (0, MAX_EMBED_THREADS, f"within [0, {MAX_EMBED_THREADS}] (0: torch's own choice)"),
     "max_body_bytes": (1, None, ">= 1"),
     "shutdown_timeout_seconds": (1, None, ">= 1"),
     "pool_acquire_timeout_seconds": (1e-9, None, "positive"),
     "recall_max_distance": (0, 2, "within [0, 2] (cosine distance)"),
     "pool_min_size": (0, None, ">= 0"),
-    "volatile_stale_after_seconds": (1, None, "positive"),
+    # The default of a fact's stale_after_seconds, with its bound: a longer one was refused when
+    # its fact's export was imported back, and past ~9.2e12 s every volatile write was a 500.
+    "volatile_stale_after_seconds": (1, MAX_SPAN_SECONDS, f"within [1, {MAX_SPAN_SECONDS}] (100 years)"),
     "db_statement_cache_size": (0, None, ">= 0 (0 turns the cache off)"),
-    "idempotency_ttl_seconds": (1, None, "positive"),
+    "idempotency_ttl_seconds": (1, MAX_SPAN_SECONDS, f"within [1, {MAX_SPAN_SECONDS}] (100 years)"),
     "rate_limit_per_minute": (0, None, ">= 0 (0 turns the limit off)"),
     "embed_query_max_batch": (1, None, ">= 1"),
     "embed_write_max_wait_ms": (0, None, ">= 0 (0: queries always go first)"),
@@ -223,17 +235,23 @@ SETTING_BOUNDS: dict[str, tuple[float, float | None, str]] = {
     "embed_concurrency": (1, None, ">= 1"),
     "extract_timeout_seconds": (1e-9, None, "positive"),
     # 100 years at most: the purge's cut-off, now minus the days, must stay a timestamp.
-    "trace_retention_days": (0, 36500, "within [0, 36500] (0 keeps traces for ever)"),
-    "trace_purge_interval_seconds": (1e-9, None, "positive"),
-    "trace_purge_batch": (1, None, ">= 1"),
+    "trace_retention_days": (0, MAX_SPAN_DAYS, f"within [0, {MAX_SPAN_DAYS}] (0 keeps traces for ever)"),
+    # A purge that finds nothing still costs a transaction a project: 1e-6 s ran 2,600 a second.
+    "trace_purge_interval_seconds": (1, None, ">= 1"),
+    # The LIMIT of the purge's statement, a bigint: past it, every purge failed.
+    "trace_purge_batch": (1, PG_MAX_BIGINT, f"within [1, {PG_MAX_BIGINT}]"),
     "erasure_timeout_ms": (1, PG_MAX_TIMEOUT_MS, f"within [1, {PG_MAX_TIMEOUT_MS}]"),
     "write_timeout_per_item_ms": (0, None, ">= 0 (0: the statement timeout alone)"),
     "read_max_lag_ms": (0, None, ">= 0"),
-    "read_check_interval_ms": (1, None, ">= 1"),
+    # Each check is a query of the standby: not a busy loop.
+    "read_check_interval_ms": (10, None, ">= 10"),
     # Bounded: an attempt holds a place in flight, and its lease (the timeout and a margin) holds
     # back the subject's next events.
     "webhook_timeout_seconds": (1e-9, 30, "within (0, 30]"),
-    "webhook_max_attempts": (1, None, ">= 1"),
-    "webhook_retry_base_seconds": (1e-9, None, "positive"),
-    "webhook_poll_interval_seconds": (1e-9, None, "positive"),
+    "webhook_max_attempts": (1, PG_MAX_INT, f"within [1, {PG_MAX_INT}]"),
+    # The delay is at most an hour; a larger base overflowed float8 once doubled, and every
+    # failed attempt's record failed with it.
+    "webhook_retry_base_seconds": (1e-9, 3600, "within (0, 3600]"),
+    # An idle worker's poll is a query: not a busy loop.
+    "webhook_poll_interval_seconds": (0.01, None, ">= 0.01"),
 }

@@ -19,6 +19,7 @@ from service.constants import (
     MAX_BATCH,
     MAX_CONTENT_CHARS,
     MAX_QUERY_CHARS,
+    MAX_SPAN_SECONDS,
 )
 from service.scope_id import NO_NUL, ScopeId
 from service.settings import ContextProfile, TextSearchConfig
@@ -237,7 +238,7 @@ class FactIn(Request):
             int,
             Meta(
                 ge=1,
-                le=100 * 365 * 24 * 3600,
+                le=MAX_SPAN_SECONDS,
                 description="Volatile facts only: seconds after coalesce(valid_from, recorded_from) "
                 "at which the fact is stale. Default from HAKI_VOLATILE_STALE_AFTER_SECONDS.",
                 examples=[None],

@@ -13,7 +13,7 @@ import pytest
 
 from service.api import auth
 from service.embedding.embedder import Embedder
-from service.settings import Settings, SettingsError
+from service.settings import SETTING_BOUNDS, Settings, SettingsError, env_name
 from tests.helpers import PROJECT, assert_error, bearer, list_all_facts
 from tests.helpers.app import make_client, pooled_client
 from tests.helpers.sql import load_test_queries
@@ -144,6 +144,30 @@ async def test_keys_expire_after_the_ttl(
         # And the key is live again, for the new response.
         third = await client.post("/v1/facts", json=body, headers=idem(key, "k-ttl"))
         assert third.json() == again.json() and third.headers["idempotent-replayed"] == "true"
+
+
+async def test_the_longest_ttl_and_stale_window_the_settings_take_are_written(
+    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str
+) -> None:
+    """The highest values the start-up check lets through work; past them, every keyed (or
+    volatile) write was a 500 (make_interval overflowed)."""
+    ttl = SETTING_BOUNDS["idempotency_ttl_seconds"][1]
+    stale = SETTING_BOUNDS["volatile_stale_after_seconds"][1]
+    highest = Settings.from_env(
+        {
+            env_name(f): str(v)
+            for f, v in (("idempotency_ttl_seconds", ttl), ("volatile_stale_after_seconds", stale))
+        }
+    )
+    assert (highest.idempotency_ttl_seconds, highest.volatile_stale_after_seconds) == (ttl, stale)
+    changes = {"idempotency_ttl_seconds": ttl, "volatile_stale_after_seconds": stale}
+    async with make_client(settings, conn, hash_embedder, **changes) as client:
+        body = facts_body("x")
+        body["facts"][0]["volatility"] = "volatile"
+        r = await client.post("/v1/facts", json=body, headers=idem(key, "k-century"))
+        assert r.status_code == 201, r.text
+        got = (await client.get(f"/v1/facts/{r.json()['facts'][0]['fact_id']}", headers=bearer(key))).json()
+        assert got["stale_after_seconds"] == stale
 
 
 @pytest.mark.parametrize("bad", ["", "x" * 256, "clé", "with space", "tab\tkey"])

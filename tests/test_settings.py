@@ -11,6 +11,7 @@ import pytest
 from service.db.pools import _pool_options, server_settings
 from service.memory.writes import write_timeout_ms
 from service.settings import SETTING_BOUNDS, Settings, SettingsError, env_name
+from service.structs import FactIn
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -40,6 +41,10 @@ def test_every_field_is_read_from_its_variable() -> None:
             env["HAKI_POOL_MAX_SIZE"] = "10"
         if field.name == "recall_max_distance":
             env[env_name(field.name)], expected = "0.5", 0.5
+        low = SETTING_BOUNDS.get(field.name, (0, None, ""))[0]
+        if isinstance(expected, int | float) and expected < low:  # a floor above the test's value
+            expected = type(default)(low * 3)
+            env[env_name(field.name)] = str(expected)
         got = getattr(Settings.from_env(env), field.name)
         assert got == expected, field.name
 
@@ -100,6 +105,57 @@ def test_each_bound_is_enforced_and_named(field: str) -> None:
     if high is not None:
         with pytest.raises(SettingsError, match=env_name(field)):
             Settings.from_env({env_name(field): str(kind(high + 1))})
+
+
+@pytest.mark.parametrize(
+    ("variable", "refused", "highest"),
+    [
+        # A fact's own bound: its export could not be imported back, and past ~9.2e12 s every
+        # volatile write was a 500 (make_interval overflowed).
+        ("HAKI_VOLATILE_STALE_AFTER_SECONDS", "3153600001", "3153600000"),
+        # now() + the TTL overflowed past ~9.2e12 s: every keyed write was a 500.
+        ("HAKI_IDEMPOTENCY_TTL_SECONDS", "10000000000000", "3153600000"),
+        # The purge's LIMIT is a bigint: past it, every purge failed, for ever.
+        ("HAKI_TRACE_PURGE_BATCH", str(2**63), str(2**63 - 1)),
+        # An integer column: past it, every attempt's record failed and the delivery ran again.
+        ("HAKI_WEBHOOK_MAX_ATTEMPTS", str(2**31), str(2**31 - 1)),
+        # Doubled past float8, every failed attempt's record failed.
+        ("HAKI_WEBHOOK_RETRY_BASE_SECONDS", "1e300", "3600"),
+        ("HAKI_POOL_MAX_SIZE", str(2**40), str(2**18 - 1)),
+        ("HAKI_TORCH_THREADS", str(2**31), "1024"),
+    ],
+)
+def test_a_value_that_fails_at_run_time_is_refused_at_start(
+    variable: str, refused: str, highest: str
+) -> None:
+    with pytest.raises(SettingsError, match=f"{variable} must be within"):
+        Settings.from_env({variable: refused})
+    assert Settings.from_env({variable: highest}) is not None
+
+
+@pytest.mark.parametrize(
+    ("variable", "busy", "floor"),
+    [
+        # 1e-6 s ran 2,600 purge transactions a second on an idle service.
+        ("HAKI_TRACE_PURGE_INTERVAL_SECONDS", "0.000001", "1"),
+        ("HAKI_WEBHOOK_POLL_INTERVAL_SECONDS", "0.000001", "0.01"),
+        ("HAKI_READ_CHECK_INTERVAL_MS", "1", "10"),
+    ],
+)
+def test_a_poll_interval_has_a_floor_not_a_busy_loop(variable: str, busy: str, floor: str) -> None:
+    with pytest.raises(SettingsError, match=f"{variable} must be >= {floor}"):
+        Settings.from_env({variable: busy})
+    assert Settings.from_env({variable: floor}) is not None
+
+
+def test_the_stale_window_setting_has_the_bound_of_a_facts_own() -> None:
+    """One bound: a fact written with the default must be one a request (or an import) may write."""
+    highest = SETTING_BOUNDS["volatile_stale_after_seconds"][1]
+    assert highest is not None
+    fact = {"content": "x", "volatility": "volatile"}
+    assert msgspec.convert({**fact, "stale_after_seconds": highest}, FactIn).stale_after_seconds == highest
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert({**fact, "stale_after_seconds": int(highest) + 1}, FactIn)
 
 
 def test_every_number_has_its_bounds() -> None:
