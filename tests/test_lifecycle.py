@@ -770,7 +770,9 @@ async def test_retention_purges_exactly_the_expired_calls_in_batches(
         assert (await client.get(f"/v1/inspect/{tid}", headers=bearer(key))).status_code == 200
     text = metrics.exposition().decode()
     assert 'haki_trace_rows_purged_total{table="context_calls"} 5.0' in text, text
-    assert f'haki_trace_rows_purged_total{{table="context_traces"}} {float(purged.decisions)}' in text
+    # Decisions are counted as what they are, not as rows of context_traces (which held none).
+    assert f"haki_trace_decisions_purged_total {float(purged.decisions)}" in text, text
+    assert 'table="context_traces"' not in text
     # Nothing left to purge; retention 0 purges nothing at all.
     assert (await retention.purge_once(SingleConnectionPool(conn), purge_settings)).context_calls == 0
     await load_test_queries().test_backdate_context_calls(
@@ -783,6 +785,7 @@ async def test_retention_purges_exactly_the_expired_calls_in_batches(
 async def test_metrics_page_lists_purged_rows(client: httpx.AsyncClient) -> None:
     text = (await client.get("/metrics", headers=METRICS_AUTH)).text
     assert 'haki_trace_rows_purged_total{table="context_calls"}' in text
+    assert "\nhaki_trace_decisions_purged_total " in text
 
 
 async def test_a_subject_id_with_a_slash_is_erased_and_exported_by_query(

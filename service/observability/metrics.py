@@ -140,12 +140,22 @@ class Metrics:
             "running again (embedded mode only; service/db/embedded.py Supervisor).",
             registry=self.registry,
         )
+        # Decisions are no table's rows since migration 0026 (arrays on their call's row): they
+        # have a counter of their own, and the rows' counter counts context_calls rows only.
         self.trace_rows_purged = self._counter_by(
             "haki_trace_rows_purged",
             "Rows deleted by trace retention (HAKI_TRACE_RETENTION_DAYS) in this process, by table: "
-            "context_calls and context_traces (their decisions).",
+            "context_calls (one a context call; its decisions are counted by "
+            "haki_trace_decisions_purged_total).",
             "table",
-            ("context_calls", "context_traces"),
+            ("context_calls",),
+        )
+        self.trace_decisions_purged = Counter(
+            "haki_trace_decisions_purged",
+            "Decisions deleted by trace retention in this process with their context calls, "
+            "whether held in their call's row or, for calls traced before migration 0026, as "
+            "context_traces rows.",
+            registry=self.registry,
         )
         self.statistics_refreshes = self._counter_by(
             "haki_planner_statistics_refreshes",
@@ -186,7 +196,7 @@ class Metrics:
 
     def observe_purge(self, calls: int, decisions: int) -> None:
         self.trace_rows_purged.labels(table="context_calls").inc(calls)
-        self.trace_rows_purged.labels(table="context_traces").inc(decisions)
+        self.trace_decisions_purged.inc(decisions)
 
     def observe_context(self, timer: StageTimer, packet: ContextPacket) -> None:
         for stage, ms in timer.ms.items():
