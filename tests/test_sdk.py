@@ -37,12 +37,13 @@ from haki_client import (
     models,
     render,
 )
-from haki_client._core import CONTEXT_TIMEOUT_SECONDS, WRITE_TIMEOUT_PER_ITEM_SECONDS
+from haki_client._core import BATCH_WRITE_TIMEOUT_SECONDS, CONTEXT_TIMEOUT_SECONDS
 from haki_client.webhooks import verify_signature
 
 from service.settings import Settings
 from tests.helpers import load_file_module
 from tests.helpers.receiver import Receiver, receiving
+from tests.helpers.scripted_transport import Script
 from tests.helpers.server import Server, running_server
 
 pytestmark = pytest.mark.integration
@@ -130,21 +131,6 @@ def test_render_keeps_untrusted_content_inside_the_block() -> None:
 # --- retries and idempotency keys (no server: a scripted transport) -------------------------
 
 
-class Script:
-    """Answers each request with the next scripted response; records what it was sent."""
-
-    def __init__(self, *answers: httpx.Response | Exception) -> None:
-        self.answers = list(answers)
-        self.requests: list[httpx.Request] = []
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        answer = self.answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-
 def _error(status: int, code: str, retry_after: str | None = None) -> httpx.Response:
     headers = {"Retry-After": retry_after} if retry_after is not None else {}
     return httpx.Response(status, json={"code": code, "message": f"{code} now"}, headers=headers)
@@ -183,8 +169,8 @@ def test_write_retries_503_and_429_with_one_idempotency_key_per_call() -> None:
 
 
 def test_a_batch_write_waits_longer_than_a_read() -> None:
-    """The server gives a batch's store time an item (HAKI_WRITE_TIMEOUT_PER_ITEM_MS): the
-    client's timeout plus WRITE_TIMEOUT_PER_ITEM_SECONDS an item, a read the client's own."""
+    """A batch write waits what the server may take for it (BATCH_WRITE_TIMEOUT_SECONDS: its
+    embedding and its store), a read the client's own timeout."""
     events = {"events": [{"event_id": str(uuid.uuid4())}]}
     script = Script(_write_ok(), httpx.Response(201, json=events), httpx.Response(200, json={"facts": []}))
     with _client(script, timeout=2.0) as haki:
@@ -192,13 +178,13 @@ def test_a_batch_write_waits_longer_than_a_read() -> None:
         haki.write_events("s", [{"content": "e", "occurred_at": "2026-01-01T00:00:00Z"}])
         haki.list_facts("s")
     waits = [r.extensions["timeout"]["read"] for r in script.requests]
-    assert waits == [pytest.approx(2.0 + 1000 * WRITE_TIMEOUT_PER_ITEM_SECONDS), pytest.approx(2.05), 2.0]
+    assert waits == [BATCH_WRITE_TIMEOUT_SECONDS, BATCH_WRITE_TIMEOUT_SECONDS, 2.0]
 
 
-def test_resolving_a_conflict_waits_a_batch_write_s_time_per_kept_id() -> None:
+def test_resolving_a_conflict_waits_a_batch_write_s_time() -> None:
     """The server gives a resolution's statements HAKI_WRITE_TIMEOUT_PER_ITEM_MS a member, as a
-    batch write of that many facts (docs/spec/api.md, "Conflicts"): the client waits its timeout
-    plus WRITE_TIMEOUT_PER_ITEM_SECONDS per kept id (the set's member count is not known to it)."""
+    batch write of that many facts (docs/spec/api.md, "Conflicts"): the client waits a batch
+    write's time (the set's member count is not known to it)."""
     script = Script(*[httpx.Response(200, json={}) for _ in range(2)])
     keep = [uuid.uuid4() for _ in range(10)]
     with _client(script, timeout=2.0) as haki:
@@ -206,10 +192,7 @@ def test_resolving_a_conflict_waits_a_batch_write_s_time_per_kept_id() -> None:
             with pytest.raises(HakiError):  # `{}` decodes as no ConflictSet: only the request matters
                 haki.resolve_conflict(uuid.uuid4(), ids)
     waits = [r.extensions["timeout"]["read"] for r in script.requests]
-    assert waits == [
-        pytest.approx(2.0 + 10 * WRITE_TIMEOUT_PER_ITEM_SECONDS),
-        pytest.approx(2.0 + WRITE_TIMEOUT_PER_ITEM_SECONDS),
-    ]
+    assert waits == [BATCH_WRITE_TIMEOUT_SECONDS, BATCH_WRITE_TIMEOUT_SECONDS]
 
 
 BAD_BASE_URLS = [
@@ -578,8 +561,8 @@ def test_an_answer_lost_once_leaves_the_outcome_unknown_whatever_the_later_attem
         _client(Script(*lost_then_refused), backoff=0.001) as haki,
         pytest.raises(HakiConnectionError) as info,
     ):
-        haki.write_facts("s", ["x"])
-    assert info.value.details == {"outcome_unknown": True}
+        haki.write_facts("s", ["x"], idempotency_key="k1")
+    assert info.value.details == {"outcome_unknown": True, "idempotency_key": "k1"}
     assert "outcome is unknown" in info.value.message and "nothing was done" not in info.value.message
     # A read says it got no answer; only attempts that all failed to connect did nothing.
     with (
@@ -590,8 +573,8 @@ def test_an_answer_lost_once_leaves_the_outcome_unknown_whatever_the_later_attem
     assert "no answer from Haki" in read.value.message and read.value.details == {}
     refused = [httpx.ConnectError("refused") for _ in range(4)]
     with _client(Script(*refused), backoff=0.001) as haki, pytest.raises(HakiConnectionError) as never:
-        haki.write_facts("s", ["x"])
-    assert "nothing was done" in never.value.message and never.value.details == {}
+        haki.write_facts("s", ["x"], idempotency_key="k2")
+    assert "nothing was done" in never.value.message and never.value.details == {"idempotency_key": "k2"}
 
 
 async def test_async_an_answer_lost_once_leaves_the_outcome_unknown() -> None:
@@ -599,7 +582,9 @@ async def test_async_an_answer_lost_once_leaves_the_outcome_unknown() -> None:
     async with _async_client(script, max_retries=1, backoff=0.001) as haki:
         with pytest.raises(HakiConnectionError) as info:
             await haki.write_events("s", [EventIn(content="e", occurred_at=datetime.now(UTC))])
-    assert info.value.details == {"outcome_unknown": True} and len(script.requests) == 2
+    key = script.requests[0].headers["idempotency-key"]
+    assert info.value.details == {"outcome_unknown": True, "idempotency_key": key}
+    assert len(script.requests) == 2
 
 
 def test_context_and_replay_wait_out_the_server_s_degraded_answer() -> None:
@@ -782,7 +767,7 @@ def test_a_key_in_progress_is_retried_with_the_same_key() -> None:
     script = Script(_in_progress(), *[httpx.ConnectError("refused") for _ in range(3)])
     with _client(script, backoff=0.001) as haki, pytest.raises(HakiConnectionError) as lost:
         haki.write_facts("s", ["x"], idempotency_key="k")
-    assert lost.value.details == {"outcome_unknown": True}
+    assert lost.value.details == {"outcome_unknown": True, "idempotency_key": "k"}
 
 
 # --- the blocking client is generated from the asyncio one ----------------------------------

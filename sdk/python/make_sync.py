@@ -33,7 +33,7 @@ RENAMES = {
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
     "aread": "read",
-    "aiter_lines": "iter_lines",
+    "aiter_bytes": "iter_bytes",
     "asyncio": "time",  # `import asyncio` and `asyncio.sleep`
 }
 DROPPED = frozenset({"async", "await"})

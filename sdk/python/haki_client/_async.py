@@ -17,9 +17,9 @@ from haki_client._core import (
     UNSENT_ERRORS,
     Call,
     Core,
+    ExportLines,
     RetryPolicy,
     connection_error,
-    decode_export_line,
     decode_response,
     error_from,
     extract_call,
@@ -29,6 +29,7 @@ from haki_client._core import (
     request_headers,
     request_options,
     should_retry,
+    write_error,
 )
 
 T = TypeVar("T")
@@ -41,7 +42,9 @@ class AsyncHaki:
     http://127.0.0.1:8000). `project_id` is optional: without it, calls name no project and the
     server uses the key's (a key reaches one project only); given, it is the default of every
     call that names a project, and each such method also takes it. Calls by id (`get_fact`,
-    `inspect`, `resolve_conflict`...) act on the key's project.
+    `inspect`, `resolve_conflict`...) act on the key's project. `timeout`: seconds an attempt
+    waits (a call that the server may take longer for waits longer, see each), or None for no
+    limit; anything else raises at construction.
     """
 
     def __init__(
@@ -50,7 +53,7 @@ class AsyncHaki:
         api_key: str | None = None,
         *,
         project_id: str | None = None,
-        timeout: float = 10.0,
+        timeout: float | None = 10.0,
         max_retries: int = 3,
         backoff: float = 0.25,
         max_wait: float = 10.0,
@@ -59,7 +62,7 @@ class AsyncHaki:
         self._core = Core(base_url, api_key, project_id, RetryPolicy(max_retries, backoff, max_wait), timeout)
         self._http = httpx.AsyncClient(
             base_url=self._core.base_url,
-            timeout=timeout,
+            timeout=self._core.timeout,
             headers=self._core.headers(),
             transport=transport,
         )
@@ -87,14 +90,16 @@ class AsyncHaki:
 
     async def _send(self, call: Call[Any], *, stream: bool = False) -> httpx.Response:
         """The answer to `call`, after the retries RetryPolicy allows; `stream`: its body not read
-        yet (the caller closes it)."""
+        yet (the caller closes it). A write's error answer is raised here (write_error)."""
         retry = self._core.retry
+        headers = request_headers(call)
+        key = headers.get("Idempotency-Key")
         request = self._http.build_request(
             call.method,
             call.path,
             params=call.params,
             content=call.body,
-            headers=request_headers(call),
+            headers=headers,
             **request_options(call),
         )
         attempt = 0
@@ -114,7 +119,7 @@ class AsyncHaki:
                 # attempts got, its outcome stays unknown.
                 unsent = unsent and isinstance(exc, UNSENT_ERRORS)
                 if not may_resend(call, exc) or attempt >= retry.max_retries:
-                    raise connection_error(call, exc, unsent) from exc
+                    raise connection_error(call, exc, unsent, key) from exc
                 await asyncio.sleep(retry.delay(attempt, None))
                 attempt += 1
                 continue
@@ -127,6 +132,9 @@ class AsyncHaki:
                 await asyncio.sleep(retry.delay(attempt, retry_after))
                 attempt += 1
                 continue
+            if not (response.is_success or call.reads_only):
+                # Raised here, where the attempts are known: an earlier one may have applied it.
+                raise write_error(call, response, key, unsent)
             return response
 
     # --- write side ----------------------------------------------------------------------------
@@ -365,10 +373,12 @@ class AsyncHaki:
             if response.status_code != 200:
                 await response.aread()
                 raise error_from(response)
-            async for line in response.aiter_lines():
-                item = decode_export_line(call, line)
-                if item is not None:
+            lines = ExportLines(call)
+            async for chunk in response.aiter_bytes():
+                for item in lines.feed(chunk):
                     yield item
+            for item in lines.end():
+                yield item
         except TRANSPORT_ERRORS as exc:  # the stream broke off: not resent, lines were yielded
             raise connection_error(call, exc) from exc
         finally:

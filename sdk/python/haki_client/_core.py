@@ -7,13 +7,14 @@ what is sent and what an answer means lives here, once.
 from __future__ import annotations
 
 import email.utils
+import math
 import os
 import random
 import re
 import time
 import urllib.parse
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -91,7 +92,12 @@ class RetryPolicy:
 
     When the retries run out without an answer, the error says "nothing was done" only if no
     attempt may have reached the server (each failed before sending); else the outcome of a
-    write is unknown (`details.outcome_unknown`), whichever failure came last.
+    write is unknown (`details.outcome_unknown`), whichever failure came last. The same holds
+    when they end on an error answer (a 429, a 503, a 409 `idempotency_key_in_progress`): that
+    answer speaks for its own attempt only, and a write whose earlier attempt may have applied
+    it raises its typed error with `details.outcome_unknown` too. Every error of a deduplicated
+    write carries its Idempotency-Key (`details.idempotency_key`): sent again under that key,
+    the call cannot write twice.
     """
 
     max_retries: int = 3
@@ -149,22 +155,19 @@ class Call(Generic[T]):
 DEDUPLICATED_WRITES = frozenset({("POST", "/v1/facts"), ("POST", "/v1/events"), ("POST", "/v1/extract")})
 
 # The request never reached the server: sending it again is safe for every call.
-UNSENT_ERRORS: tuple[type[httpx.TransportError], ...] = (
+UNSENT_ERRORS: tuple[type[httpx.RequestError], ...] = (
     httpx.ConnectError,
     httpx.ConnectTimeout,
     httpx.PoolTimeout,
 )
-# The request may have reached the server and its answer was lost: safe to resend only for a
-# replayable call. ConnectError and ConnectTimeout subclass these: test UNSENT_ERRORS first.
-UNANSWERED_ERRORS: tuple[type[httpx.TransportError], ...] = (
-    httpx.TimeoutException,
-    httpx.NetworkError,
-    httpx.RemoteProtocolError,
-)
+# Any other failure of httpx's: the request may have reached the server and its answer was lost
+# or broken (a timeout, a dropped connection, a body that does not decode, `DecodingError`): safe
+# to resend only for a replayable call. UNSENT_ERRORS subclass it: test them first.
+UNANSWERED_ERRORS: tuple[type[httpx.RequestError], ...] = (httpx.RequestError,)
 TRANSPORT_ERRORS = UNSENT_ERRORS + UNANSWERED_ERRORS
 
 
-def may_resend(call: Call[Any], exc: httpx.TransportError) -> bool:
+def may_resend(call: Call[Any], exc: httpx.RequestError) -> bool:
     """Whether `call` may be sent again after `exc` (RetryPolicy)."""
     return isinstance(exc, UNSENT_ERRORS) or call.replayable
 
@@ -236,24 +239,57 @@ def error_from(response: httpx.Response) -> HakiError:
     return error_for(response.status_code, body.code, body.message, body.details, retry_after)
 
 
+def _gateway_failure(response: httpx.Response) -> bool:
+    """A 502 or 504 whose body is not the contract's: a proxy's, that may have forwarded the
+    request before it lost Haki's answer."""
+    if response.status_code not in (502, 504):
+        return False
+    try:
+        _ERROR_DECODER.decode(response.content)
+    except msgspec.DecodeError:
+        return True
+    return False
+
+
+_UNKNOWN = (
+    "the outcome is unknown, Haki may have applied it; check (GET the item) before sending it "
+    "again, or send a deduplicated write again with details['idempotency_key']"
+)
+
+
+def write_error(call: Call[Any], response: httpx.Response, key: str | None, unsent: bool) -> HakiError:
+    """The error of a write's last answer, `response`. Once an attempt may have reached the
+    server (`unsent` false: its answer was lost), or when the answer says the key's write is in
+    flight or is a gateway's, the outcome is unknown whatever the answer's code: a 429 or 503
+    speaks for its own attempt only. A deduplicated write's error carries its key."""
+    error = error_from(response)
+    if key is not None:
+        error.details = {**error.details, "idempotency_key": key}
+    if not unsent or key_in_progress(response) or _gateway_failure(response):
+        error.details = {**error.details, "outcome_unknown": True}
+        error.message = f"{error.message} ({call.method} {call.path}: {_UNKNOWN})"
+        error.args = (error.message,)
+    return error
+
+
 def connection_error(
-    call: Call[Any], exc: httpx.TransportError, unsent: bool | None = None
+    call: Call[Any], exc: httpx.RequestError, unsent: bool | None = None, key: str | None = None
 ) -> HakiConnectionError:
     """The SDK's error for a call left without an answer, by both clients and every route.
     `unsent`: no attempt of the call can have reached the server (by default, `exc`'s alone):
     an earlier attempt whose answer was lost may have applied a write that later attempts could
-    not even send."""
+    not even send. `key`: a deduplicated write's Idempotency-Key, carried in `details`."""
     where = f"{call.method} {call.path}"
     if unsent is None:
         unsent = isinstance(exc, UNSENT_ERRORS)
+    keyed = {} if key is None else {"idempotency_key": key}
     if unsent:
-        return HakiConnectionError(f"{where}: Haki was not reached, nothing was done: {exc!r}")
+        return HakiConnectionError(f"{where}: Haki was not reached, nothing was done: {exc!r}", details=keyed)
     if call.reads_only:
         return HakiConnectionError(f"{where}: no answer from Haki: {exc!r}")
     return HakiConnectionError(
-        f"{where}: the answer was lost ({exc!r}): the outcome is unknown, Haki may have applied "
-        "it; check (GET the item) before sending it again",
-        details={"outcome_unknown": True},
+        f"{where}: the answer was lost ({exc!r}): {_UNKNOWN}",
+        details={"outcome_unknown": True, **keyed},
     )
 
 
@@ -291,9 +327,13 @@ ERASURE_TIMEOUT_SECONDS = 125.0
 CONTEXT_TIMEOUT_SECONDS = 30.0
 
 
-# A batch write's server embeds each text, then gives its store HAKI_WRITE_TIMEOUT_PER_ITEM_MS
-# (20 ms) an item beyond its statement timeout: 1,000 facts may take tens of seconds.
-WRITE_TIMEOUT_PER_ITEM_SECONDS = 0.05
+# What the server may take for a legal batch write, by its documented defaults (docs/spec/api.md,
+# "Configuration"): a connection (HAKI_POOL_ACQUIRE_TIMEOUT_SECONDS, 5 s), the embedding, queue
+# included (HAKI_EMBED_WRITE_TIMEOUT_SECONDS, 120 s), a connection again, then the store's
+# statements (HAKI_STATEMENT_TIMEOUT_MS, 5 s, plus HAKI_WRITE_TIMEOUT_PER_ITEM_MS, 20 ms, for each
+# of up to 1,000 items). An attempt given up sooner is resent while the first may still commit,
+# and the resend is embedded and charged to the project's budget again.
+BATCH_WRITE_TIMEOUT_SECONDS = 5.0 + 120.0 + 5.0 + 5.0 + 1000 * 0.020
 
 
 def _shown(value: str) -> str:
@@ -343,6 +383,18 @@ def _check_api_key(value: object, option: str) -> None:
         )
 
 
+def _check_timeout(value: object) -> float | None:
+    """The client's `timeout`: seconds, a finite number above 0, or None for no limit (as httpx
+    takes it); anything else is refused when the client is made, not at its first call."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"timeout: seconds (a number) or None is expected, got {type(value).__name__}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"timeout: a finite number of seconds above 0 (or None) is expected, got {value!r}")
+    return float(value)
+
+
 class Core:
     """Configuration and request building shared by both clients."""
 
@@ -352,7 +404,7 @@ class Core:
         api_key: str | None,
         project_id: str | None,
         retry: RetryPolicy,
-        timeout: float,
+        timeout: float | None,
     ) -> None:
         url = base_url or os.environ.get("HAKI_BASE_URL") or DEFAULT_BASE_URL
         self.base_url = _check_base_url(url, "base_url" if base_url else "base_url (from $HAKI_BASE_URL)")
@@ -360,21 +412,26 @@ class Core:
         _check_api_key(self.api_key, "api_key" if api_key is not None else "api_key (from $HAKI_API_KEY)")
         self.project_id = project_id
         self.retry = retry
-        self.timeout = timeout
+        self.timeout = _check_timeout(timeout)
 
-    def batch_timeout(self, items: int) -> float:
-        """What an attempt of a batch write may take: the client's timeout plus
-        WRITE_TIMEOUT_PER_ITEM_SECONDS an item."""
-        return self.timeout + items * WRITE_TIMEOUT_PER_ITEM_SECONDS
+    def at_least(self, seconds: float) -> float | None:
+        """A call's wait: `seconds`, or the client's timeout when longer; None (no limit) when the
+        client has none."""
+        return None if self.timeout is None else max(seconds, self.timeout)
 
-    def context_timeout(self) -> float:
+    def batch_timeout(self) -> float | None:
+        """What an attempt of a batch write (or a conflict resolution, whose statements the server
+        bounds as a batch's) may take: BATCH_WRITE_TIMEOUT_SECONDS, or the client's when longer."""
+        return self.at_least(BATCH_WRITE_TIMEOUT_SECONDS)
+
+    def context_timeout(self) -> float | None:
         """What an attempt of a context call or a replay may take: CONTEXT_TIMEOUT_SECONDS, or the
         client's timeout when longer."""
-        return max(CONTEXT_TIMEOUT_SECONDS, self.timeout)
+        return self.at_least(CONTEXT_TIMEOUT_SECONDS)
 
     def _erasure(self, call: Call[T]) -> Call[T]:
         """`call` with an erasure's wait: ERASURE_TIMEOUT_SECONDS, or the client's when longer."""
-        return replace(call, timeout=max(ERASURE_TIMEOUT_SECONDS, self.timeout))
+        return replace(call, timeout=self.at_least(ERASURE_TIMEOUT_SECONDS))
 
     def headers(self) -> dict[str, str]:
         headers = {"Accept": "application/json", "User-Agent": f"haki-client-python/{__version__}"}
@@ -421,7 +478,7 @@ class Core:
         key = check_idempotency_key(idempotency_key)
         items = [_fact_item(f) for f in _items(facts, "facts")]
         body = self._body(project_id, subject_id=subject_id, facts=items)
-        timeout = self.batch_timeout(len(items))
+        timeout = self.batch_timeout()
         return Call("POST", "/v1/facts", WriteFactsResponse, body=body, timeout=timeout, idempotency_key=key)
 
     def get_fact(self, fact_id: UUID | str) -> Call[Fact]:
@@ -464,7 +521,7 @@ class Core:
         key = check_idempotency_key(idempotency_key)
         items = _items(events, "events")
         body = self._body(project_id, subject_id=subject_id, events=items)
-        timeout = self.batch_timeout(len(items))
+        timeout = self.batch_timeout()
         return Call(
             "POST", "/v1/events", WriteEventsResponse, body=body, timeout=timeout, idempotency_key=key
         )
@@ -484,12 +541,12 @@ class Core:
 
     def resolve_conflict(self, conflict_set_id: UUID | str, keep: Sequence[UUID | str]) -> Call[ConflictSet]:
         """The server gives a resolution's statements HAKI_WRITE_TIMEOUT_PER_ITEM_MS a member, as a
-        batch write: the client waits its batch timeout per kept id (it does not know the set's
-        member count)."""
+        batch write: the client waits a batch write's time (it does not know the set's member
+        count)."""
         ids = [str(_uuid(k, f"keep[{i}]")) for i, k in enumerate(_items(keep, "keep"))]
         path = f"/v1/conflicts/{_uuid(conflict_set_id, 'conflict_set_id')}/resolve"
         body = msgspec.json.encode({"keep": ids})
-        return Call("POST", path, ConflictSet, body=body, timeout=self.batch_timeout(len(ids)))
+        return Call("POST", path, ConflictSet, body=body, timeout=self.batch_timeout())
 
     def context(
         self,
@@ -576,7 +633,7 @@ class Core:
         return self._scoped("GET", "/v1/subjects", SubjectPage, project_id, limit=limit, cursor=cursor)
 
     def export_subject(self, subject_id: str, project_id: str | None) -> Call[bytes]:
-        """A streamed call: the client reads its JSON Lines itself (decode_export_line)."""
+        """A streamed call: the client reads its JSON Lines itself (ExportLines)."""
         return self._subject("GET", subject_id, "/export", bytes, project_id)
 
     # --- webhooks (docs/webhooks.md) ---------------------------------------------------------
@@ -619,6 +676,36 @@ def _segment(value: str) -> str:
     return urllib.parse.quote(value, safe="")
 
 
+class ExportLines:
+    """An export stream's items, chunk by chunk: its lines end at b"\n" only (JSON Lines). httpx's
+    iter_lines also splits at U+2028, U+2029 and U+0085 (str.splitlines), which a JSON string
+    carries raw."""
+
+    def __init__(self, call: Call[Any]) -> None:
+        self.call = call
+        self._pending = bytearray()
+
+    def feed(self, chunk: bytes) -> Iterator[dict[str, Any]]:
+        """The items of the lines `chunk` completes, each decoded as it is taken."""
+        parts = chunk.split(b"\n")
+        self._pending += parts[0]
+        if len(parts) == 1:
+            return iter(())
+        lines = [bytes(self._pending), *parts[1:-1]]
+        self._pending = bytearray(parts[-1])
+        return self._items(lines)
+
+    def end(self) -> Iterator[dict[str, Any]]:
+        """The item of a last line without its b"\n"."""
+        return self._items([bytes(self._pending)])
+
+    def _items(self, lines: list[bytes]) -> Iterator[dict[str, Any]]:
+        for line in lines:
+            item = decode_export_line(self.call, line)
+            if item is not None:
+                yield item
+
+
 def decode_export_line(call: Call[Any], line: str | bytes) -> dict[str, Any] | None:
     """One line of an export document as a dict; None for a blank line. A line that is not a
     JSON object is a `HakiError` `invalid_response`, as a broken answer of any call."""
@@ -659,7 +746,7 @@ def extract_call(
         "/v1/extract",
         ExtractResult,
         body=body,
-        timeout=timeout or max(EXTRACT_TIMEOUT_SECONDS, core.timeout),
+        timeout=timeout or core.at_least(EXTRACT_TIMEOUT_SECONDS),
         idempotency_key=key,
     )
 

@@ -1,7 +1,14 @@
-"""Exceptions: one `HakiError` subclass per error code of the contract.
+"""Exceptions: a `HakiError` subclass for each of the contract's common codes.
 
-Catch `HakiError` for everything, a subclass for one case, or compare `exc.code` (an unknown
-code from a newer server still raises `HakiError`, with that code).
+Catch `HakiError` for everything, a subclass for one case, or compare `exc.code`: the other
+codes (`url_refused`, `embedding_model_mismatch`, `payload_too_large`, `unsupported_media_type`,
+`method_not_allowed`, `extractor_error`, `extractor_timeout`, `internal`) and an unknown code from
+a newer server raise `HakiError` itself, with that code. `url_refused` is a 422 naming `field`
+that `except ValidationError` does not catch.
+
+A write's error may say its outcome is unknown (`details["outcome_unknown"]`: an attempt may have
+applied it) and, for a deduplicated write, carries its Idempotency-Key
+(`details["idempotency_key"]`): see `RetryPolicy`.
 """
 
 from __future__ import annotations
@@ -116,7 +123,8 @@ ERRORS_BY_CODE: dict[str, type[HakiError]] = {
     )
 }
 
-# For error bodies that are not the contract's (a proxy's HTML page, an empty 502).
+# For error bodies that are not the contract's (a proxy's HTML page, an empty 502): the code of
+# the status, else `error` (not `internal`, the contract's "a bug; the server logged it").
 _CODE_BY_STATUS = {
     400: "validation_error",
     401: "unauthorized",
@@ -136,6 +144,6 @@ def error_for(
     details: dict[str, Any] | None,
     retry_after: float | None,
 ) -> HakiError:
-    code = code or _CODE_BY_STATUS.get(status_code, "internal" if status_code >= 500 else "error")
+    code = code or _CODE_BY_STATUS.get(status_code, "error")
     cls = ERRORS_BY_CODE.get(code, HakiError)
     return cls(message, code=code, status_code=status_code, details=details, retry_after=retry_after)

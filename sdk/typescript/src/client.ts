@@ -45,9 +45,15 @@ export const DEFAULT_BASE_URL = "http://127.0.0.1:8000";
 // POST /v1/extract waits for the server's chat model (HAKI_EXTRACT_TIMEOUT_SECONDS, 60 s by
 // default) and then the embedder: the client's own 10 s would give up first (as in Python).
 export const EXTRACT_TIMEOUT_MS = 120_000;
-// A batch write's server embeds each text, then gives its store HAKI_WRITE_TIMEOUT_PER_ITEM_MS
-// (20 ms) an item beyond its statement timeout: an attempt may take timeoutMs plus this an item.
-export const WRITE_TIMEOUT_PER_ITEM_MS = 50;
+// What the server may take for a legal batch write, by its documented defaults (docs/spec/api.md,
+// "Configuration"): a connection (HAKI_POOL_ACQUIRE_TIMEOUT_SECONDS, 5 s), the embedding, queue
+// included (HAKI_EMBED_WRITE_TIMEOUT_SECONDS, 120 s), a connection again, then the store's
+// statements (HAKI_STATEMENT_TIMEOUT_MS, 5 s, plus HAKI_WRITE_TIMEOUT_PER_ITEM_MS, 20 ms, for each
+// of up to 1,000 items). An attempt given up sooner is resent while the first may still commit,
+// and the resend is embedded and charged again (as in Python).
+export const BATCH_WRITE_TIMEOUT_MS = 5_000 + 120_000 + 5_000 + 5_000 + 1000 * 20;
+// The longest wait a timer can take: Node runs a longer one after 1 ms.
+const MAX_TIMER_MS = 2 ** 31 - 1;
 // An erasure may run up to the server's HAKI_ERASURE_TIMEOUT_MS (120 s by default), plus margin.
 export const ERASURE_TIMEOUT_MS = 125_000;
 // A context call (and a replay, which runs one) waits for its query's vector up to the server's
@@ -69,13 +75,17 @@ export interface HakiOptions {
    * project only). Given, it is the default of every call; each method also takes it.
    */
   projectId?: string;
-  /** Per attempt, in milliseconds (default 10 000). */
+  /**
+   * Per attempt, in milliseconds (default 10 000): a number in (0, 2^31-1], a fraction rounded up
+   * to the next millisecond; else the constructor throws a `TypeError`. Calls the server may take
+   * longer for wait longer (see each).
+   */
   timeoutMs?: number;
   /** Retries after the first attempt (default 3). */
   maxRetries?: number;
   /** Backoff base in milliseconds (default 250): retry n waits about `backoffMs * 2**n`, jittered. */
   backoffMs?: number;
-  /** Ceiling of any wait, `Retry-After` included, in milliseconds (default 10 000). */
+  /** Ceiling of any wait, `Retry-After` included, in milliseconds (default 10 000; 0 .. 2^31-1). */
   maxWaitMs?: number;
   /** A fetch implementation (default: the global `fetch`). */
   fetch?: FetchLike;
@@ -233,6 +243,19 @@ export interface WriteOptions {
    * gets the first answer back if it was written, and writes nothing twice.
    */
   idempotencyKey?: string;
+}
+
+/**
+ * A duration option in milliseconds a timer can take: a finite number in [`min`, 2^31-1] (Node
+ * fires a longer timer after 1 ms, `AbortSignal.timeout` refuses a fraction), a fraction rounded
+ * up; else a `TypeError` naming `option`, at once rather than at every call.
+ */
+function checkMs(value: unknown, option: string, min: number): number {
+  if (typeof value !== "number" || !Number.isFinite(value) || Math.ceil(value) < min || value > MAX_TIMER_MS) {
+    const got = typeof value === "number" ? String(value) : typeof value;
+    throw new TypeError(`${option}: milliseconds from ${min} to ${MAX_TIMER_MS} are expected, got ${got}`);
+  }
+  return Math.ceil(value);
 }
 
 /** A lost connection or a timed-out attempt: fetch rejects; the request may or may not have run. */
@@ -409,7 +432,8 @@ export class Haki {
   /**
    * Throws a `TypeError` naming the option (or its environment variable) when `baseUrl` is not an
    * http: or https: URL with a host (no credentials, query or fragment) or `apiKey` is not
-   * visible ASCII: fetch would refuse every request, which is no lost connection to retry.
+   * visible ASCII: fetch would refuse every request, which is no lost connection to retry; or
+   * when `timeoutMs` or `maxWaitMs` is no wait a timer can take (`checkMs`).
    */
   constructor(options: HakiOptions = {}) {
     const baseUrl = options.baseUrl || env("HAKI_BASE_URL") || DEFAULT_BASE_URL;
@@ -418,8 +442,9 @@ export class Haki {
     this.#apiKey = options.apiKey !== undefined ? options.apiKey : env("HAKI_API_KEY");
     checkApiKey(this.#apiKey, options.apiKey !== undefined ? "apiKey" : "apiKey (from $HAKI_API_KEY)");
     this.projectId = options.projectId;
-    this.retry = new RetryPolicy(options.maxRetries ?? 3, options.backoffMs ?? 250, options.maxWaitMs ?? 10_000);
-    this.#timeoutMs = options.timeoutMs ?? 10_000;
+    const maxWaitMs = checkMs(options.maxWaitMs ?? 10_000, "maxWaitMs", 0);
+    this.retry = new RetryPolicy(options.maxRetries ?? 3, options.backoffMs ?? 250, maxWaitMs);
+    this.#timeoutMs = checkMs(options.timeoutMs ?? 10_000, "timeoutMs", 1);
     const f = options.fetch ?? (globalThis.fetch as FetchLike | undefined);
     if (f === undefined) throw new TypeError("no fetch: pass options.fetch (Node 18+ has a global fetch)");
     this.#fetch = f;
@@ -430,9 +455,12 @@ export class Haki {
     return projectId || this.projectId || undefined;
   }
 
-  /** What an attempt of a batch write may take: timeoutMs plus WRITE_TIMEOUT_PER_ITEM_MS an item. */
-  #batchTimeoutMs(items: number): number {
-    return this.#timeoutMs + items * WRITE_TIMEOUT_PER_ITEM_MS;
+  /**
+   * What an attempt of a batch write (or a conflict resolution, whose statements the server
+   * bounds as a batch's) may take: BATCH_WRITE_TIMEOUT_MS, or timeoutMs when longer.
+   */
+  #batchTimeoutMs(): number {
+    return Math.max(BATCH_WRITE_TIMEOUT_MS, this.#timeoutMs);
   }
 
   /** A scoped request body: `project_id` first when there is one, then `fields`. */
@@ -491,10 +519,11 @@ export class Haki {
       headers["Content-Type"] = "application/json";
     }
     // One key for every attempt of a deduplicated write: the server applies it once.
-    if (deduplicated(call)) headers["Idempotency-Key"] = call.idempotencyKey ?? (await randomUuid());
+    const key = deduplicated(call) ? (call.idempotencyKey ?? (await randomUuid())) : undefined;
+    if (key !== undefined) headers["Idempotency-Key"] = key;
     const url = this.#url(call);
     const timeoutMs = call.timeoutMs ?? this.#timeoutMs;
-    const { response, text } = await this.#retried(call, isReplayable(call), async () => {
+    const { response, text } = await this.#retried(call, isReplayable(call), key, async () => {
       const init: RequestInit = { method: call.method, headers, signal: AbortSignal.timeout(timeoutMs) };
       if (body !== undefined) init.body = body;
       const response = await this.#fetch(url, init);
@@ -506,11 +535,14 @@ export class Haki {
   /**
    * Makes `attempt`s of `call` until one answers with no reason to retry: after a lost connection
    * (only when `replayable`, or when it was never sent), a 429 or a 503 worth retrying (an answer
-   * whose `text` was read), within the retry policy. Throws `HakiConnectionError` past it.
+   * whose `text` was read), within the retry policy. Throws `HakiConnectionError` past it, and a
+   * write's error answer (`writeError`: an earlier attempt may have applied it); `key`: a
+   * deduplicated write's Idempotency-Key, which its errors carry.
    */
   async #retried<A extends { response: Response; text: string | null }>(
     call: Call,
     replayable: boolean,
+    key: string | undefined,
     attempt: () => Promise<A>,
   ): Promise<A> {
     let unsent = true; // no attempt so far can have reached the server
@@ -523,7 +555,7 @@ export class Haki {
         unsent &&= neverSent(error);
         // Not replayable and maybe applied: the server would take a second attempt for a new call.
         if (n >= this.retry.maxRetries || !(replayable || neverSent(error))) {
-          throw connectionError(call, error, unsent);
+          throw connectionError(call, error, unsent, key);
         }
         await sleep(this.retry.delay(n, null));
         continue;
@@ -537,6 +569,7 @@ export class Haki {
         await sleep(this.retry.delay(n, retryAfter));
         continue;
       }
+      if (text !== null && !response.ok && !readsOnly(call)) throw writeError(call, response, text, key, unsent);
       return answer;
     }
   }
@@ -557,7 +590,7 @@ export class Haki {
       subject_id: subjectId,
       facts: facts.map((f) => (typeof f === "string" ? { content: f } : f)),
     });
-    const timeoutMs = this.#batchTimeoutMs(facts.length);
+    const timeoutMs = this.#batchTimeoutMs();
     return this.#run({ method: "POST", path: "/v1/facts", body, timeoutMs, idempotencyKey });
   }
 
@@ -607,7 +640,7 @@ export class Haki {
   ): Promise<WriteEventsResponse> {
     const idempotencyKey = checkIdempotencyKey(options.idempotencyKey);
     const body = this.#body(options.projectId, { subject_id: subjectId, events });
-    const timeoutMs = this.#batchTimeoutMs(events.length);
+    const timeoutMs = this.#batchTimeoutMs();
     return this.#run({ method: "POST", path: "/v1/events", body, timeoutMs, idempotencyKey });
   }
 
@@ -621,14 +654,14 @@ export class Haki {
 
   /**
    * Keeps the `keep` members of an open conflict set and supersedes the others. The server gives
-   * its statements HAKI_WRITE_TIMEOUT_PER_ITEM_MS a member, as a batch write: an attempt waits
-   * `timeoutMs` plus WRITE_TIMEOUT_PER_ITEM_MS per kept id (the set's member count is not known
-   * here). Not replayable: a lost answer throws with the outcome unknown.
+   * its statements HAKI_WRITE_TIMEOUT_PER_ITEM_MS a member, as a batch write: an attempt waits a
+   * batch write's time (the set's member count is not known here). Not replayable: a lost answer
+   * throws with the outcome unknown.
    */
   async resolveConflict(conflictSetId: string, keep: ReadonlyArray<string>): Promise<ConflictSet> {
     const path = `/v1/conflicts/${normaliseUuid(conflictSetId, "conflict_set_id")}/resolve`;
     const body = { keep: keep.map((id, i) => normaliseUuid(id, `keep[${i}]`)) };
-    return this.#run({ method: "POST", path, body, timeoutMs: this.#batchTimeoutMs(body.keep.length) });
+    return this.#run({ method: "POST", path, body, timeoutMs: this.#batchTimeoutMs() });
   }
 
   // --- read side ----------------------------------------------------------------------------
@@ -699,7 +732,8 @@ export class Haki {
   ): Promise<ExtractResult> {
     const idempotencyKey = checkIdempotencyKey(options.idempotencyKey);
     const body = this.#body(options.projectId, { subject_id: subjectId, messages, write: options.write ?? true });
-    const timeoutMs = options.timeoutMs || Math.max(EXTRACT_TIMEOUT_MS, this.#timeoutMs);
+    const asked = options.timeoutMs === undefined ? undefined : checkMs(options.timeoutMs, "timeoutMs", 1);
+    const timeoutMs = asked ?? Math.max(EXTRACT_TIMEOUT_MS, this.#timeoutMs);
     return this.#run({ method: "POST", path: "/v1/extract", body, timeoutMs, idempotencyKey });
   }
 
@@ -760,7 +794,7 @@ export class Haki {
   async #openStream(call: Call): Promise<{ response: Response; text: string | null; controller: AbortController }> {
     const url = this.#url(call);
     const headers = this.#headers();
-    return this.#retried(call, true, async () => {
+    return this.#retried(call, true, undefined, async () => {
       const controller = new AbortController();
       const timer = setTimeout(() => controller.abort(timeoutError(this.#timeoutMs)), this.#timeoutMs);
       try {
@@ -872,21 +906,52 @@ export class Haki {
   }
 }
 
+const UNKNOWN =
+  "the outcome is unknown, Haki may have applied it; check (GET the item) before sending it again, " +
+  "or send a deduplicated write again with details.idempotency_key";
+
 /**
  * The SDK's error for a call left without an answer: nothing was done (`unsent`: no attempt
- * reached the server), no answer to a read, or the outcome of a write is unknown.
+ * reached the server), no answer to a read, or the outcome of a write is unknown. `key`: a
+ * deduplicated write's Idempotency-Key, carried in `details`.
  */
-function connectionError(call: Call, error: unknown, unsent = neverSent(error)): HakiConnectionError {
+function connectionError(call: Call, error: unknown, unsent = neverSent(error), key?: string): HakiConnectionError {
   const where = `${call.method} ${call.path}`;
   const cause = (error as { cause?: unknown } | null)?.cause;
   const what = cause === undefined ? String(error) : `${String(error)}: ${String(cause)}`;
-  if (unsent) return new HakiConnectionError(`${where}: Haki was not reached, nothing was done: ${what}`, { cause: error });
+  const keyed = key === undefined ? {} : { idempotency_key: key };
+  if (unsent) {
+    return new HakiConnectionError(`${where}: Haki was not reached, nothing was done: ${what}`, {
+      cause: error,
+      details: keyed,
+    });
+  }
   if (readsOnly(call)) return new HakiConnectionError(`${where}: no answer from Haki: ${what}`, { cause: error });
-  return new HakiConnectionError(
-    `${where}: the answer was lost (${what}): the outcome is unknown, Haki may have applied it; ` +
-      "check (GET the item) before sending it again",
-    { cause: error, details: { outcome_unknown: true } },
-  );
+  return new HakiConnectionError(`${where}: the answer was lost (${what}): ${UNKNOWN}`, {
+    cause: error,
+    details: { outcome_unknown: true, ...keyed },
+  });
+}
+
+/** A 502 or 504 whose body is not the contract's: a proxy's, that may have forwarded the request. */
+function gatewayFailure(response: Response, text: string): boolean {
+  return (response.status === 502 || response.status === 504) && errorBody(text) === null;
+}
+
+/**
+ * The error of a write's last answer. Once an attempt may have reached the server (`unsent`
+ * false: its answer was lost), or when the answer says the key's write is in flight or is a
+ * gateway's, the outcome is unknown whatever the answer's code: a 429 or 503 speaks for its own
+ * attempt only. A deduplicated write's error carries its key (as in Python).
+ */
+function writeError(call: Call, response: Response, text: string, key: string | undefined, unsent: boolean): HakiError {
+  const error = errorFrom(response, text);
+  const details: Record<string, unknown> = { ...error.details };
+  if (key !== undefined) details["idempotency_key"] = key;
+  const unknown = !unsent || keyInProgress(response, text) || gatewayFailure(response, text);
+  if (unknown) details["outcome_unknown"] = true;
+  const message = unknown ? `${error.message} (${call.method} ${call.path}: ${UNKNOWN})` : error.message;
+  return errorFor(response.status, error.code, message, details, error.retryAfter);
 }
 
 /** The reason an attempt is aborted after `ms`: a `TimeoutError`, as `AbortSignal.timeout` gives. */
@@ -927,31 +992,36 @@ function decode<T>(call: Call, response: Response, text: string): T {
   throw errorFrom(response, text);
 }
 
-/** The typed error of an error answer: the contract's `{code, message, details}` when it is one. */
-export function errorFrom(response: Response, text: string): HakiError {
-  const retryAfter = parseRetryAfter(response.headers.get("retry-after"));
+/** The contract's error body `{code, message, details}` in `text`, or null when it is none. */
+function errorBody(text: string): { code: string; message: string; details: Record<string, unknown> | null } | null {
   let body: unknown;
   try {
     body = JSON.parse(text);
   } catch {
-    body = undefined;
+    return null;
   }
-  const b = body as { code?: unknown; message?: unknown; details?: unknown } | undefined;
+  const b = body as { code?: unknown; message?: unknown; details?: unknown } | null;
   const isErrorBody =
     b !== null &&
     typeof b === "object" &&
     typeof b.code === "string" &&
     typeof b.message === "string" &&
     (b.details === undefined || b.details === null || (typeof b.details === "object" && !Array.isArray(b.details)));
-  if (!isErrorBody) {
+  if (!isErrorBody) return null;
+  return {
+    code: b.code as string,
+    message: b.message as string,
+    details: (b.details as Record<string, unknown> | null | undefined) ?? null,
+  };
+}
+
+/** The typed error of an error answer: the contract's `{code, message, details}` when it is one. */
+export function errorFrom(response: Response, text: string): HakiError {
+  const retryAfter = parseRetryAfter(response.headers.get("retry-after"));
+  const body = errorBody(text);
+  if (body === null) {
     const fallback = text.trim().replace(/\n/g, " ").slice(0, 200) || response.statusText;
     return errorFor(response.status, null, fallback, null, retryAfter);
   }
-  return errorFor(
-    response.status,
-    b.code as string,
-    b.message as string,
-    (b.details as Record<string, unknown> | null | undefined) ?? null,
-    retryAfter,
-  );
+  return errorFor(response.status, body.code, body.message, body.details, retryAfter);
 }

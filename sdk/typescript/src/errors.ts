@@ -1,9 +1,16 @@
 /**
- * Errors: one `HakiError` subclass per error code of the contract, as in the Python SDK
+ * Errors: a `HakiError` subclass for each of the contract's common codes, as in the Python SDK
  * (sdk/python/haki_client/errors.py).
  *
- * Catch `HakiError` for everything, a subclass for one case, or compare `err.code` (an unknown
- * code from a newer server still throws a `HakiError`, with that code).
+ * Catch `HakiError` for everything, a subclass for one case, or compare `err.code`: the other
+ * codes (`url_refused`, `embedding_model_mismatch`, `payload_too_large`, `unsupported_media_type`,
+ * `method_not_allowed`, `extractor_error`, `extractor_timeout`, `internal`) and an unknown code
+ * from a newer server throw a `HakiError` itself, with that code. `url_refused` is a 422 naming
+ * `field` that `instanceof ValidationError` does not match.
+ *
+ * A write's error may say its outcome is unknown (`details.outcome_unknown`: an attempt may have
+ * applied it) and, for a deduplicated write, carries its Idempotency-Key
+ * (`details.idempotency_key`): see `RetryPolicy`.
  */
 
 /** An error answer of the service (or no answer at all, for `HakiConnectionError`). */
@@ -122,7 +129,8 @@ const ERRORS_BY_CODE: Record<string, ErrorClass> = {
   unavailable: Unavailable,
 };
 
-// For error bodies that are not the contract's (a proxy's HTML page, an empty 502).
+// For error bodies that are not the contract's (a proxy's HTML page, an empty 502): the code of
+// the status, else `error` (not `internal`, the contract's "a bug; the server logged it").
 const CODE_BY_STATUS: Record<number, string> = {
   400: "validation_error",
   401: "unauthorized",
@@ -142,7 +150,7 @@ export function errorFor(
   details: Record<string, unknown> | null,
   retryAfter: number | null,
 ): HakiError {
-  const resolved = code || CODE_BY_STATUS[status] || (status >= 500 ? "internal" : "error");
+  const resolved = code || CODE_BY_STATUS[status] || "error";
   const cls = Object.prototype.hasOwnProperty.call(ERRORS_BY_CODE, resolved)
     ? ERRORS_BY_CODE[resolved]!
     : HakiError;

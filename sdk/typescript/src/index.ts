@@ -7,11 +7,11 @@
  *   console.log(render(await haki.context("alice", "Where does Alice work?")));
  */
 export {
+  BATCH_WRITE_TIMEOUT_MS,
   CONTEXT_TIMEOUT_MS,
   DEFAULT_BASE_URL,
   ERASURE_TIMEOUT_MS,
   EXTRACT_TIMEOUT_MS,
-  WRITE_TIMEOUT_PER_ITEM_MS,
   Haki,
   RetryPolicy,
   VERSION,

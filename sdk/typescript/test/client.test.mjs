@@ -10,6 +10,7 @@ import { before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 
 import {
+  BATCH_WRITE_TIMEOUT_MS,
   BudgetExceeded,
   CONTEXT_TIMEOUT_MS,
   ConflictError,
@@ -25,7 +26,6 @@ import {
   Unauthorized,
   Unavailable,
   ValidationError,
-  WRITE_TIMEOUT_PER_ITEM_MS,
   normaliseUuid,
   parseRetryAfter,
   render,
@@ -290,7 +290,7 @@ describe("retries, idempotency keys and errors on the wire", () => {
       assert.equal(down.status, 503);
       const gateway = await haki.stats().catch((e) => e);
       assert.equal(gateway.constructor, HakiError);
-      assert.equal(gateway.code, "internal");
+      assert.equal(gateway.code, "error", "not the contract's server bug `internal`");
       assert.equal(gateway.status, 502);
       assert.equal(gateway.message, "<html> Bad gateway </html>");
     } finally {
@@ -384,7 +384,7 @@ describe("replayable calls, and calls whose outcome is unknown", () => {
     const server = await scripted(() => "hang");
     try {
       const haki = new Haki({ baseUrl: server.url, timeoutMs: 200, backoffMs: 1 });
-      const err = await haki.resolveConflict(ID, [ID]).catch((e) => e);
+      const err = await haki.patchFact(ID, { status: "retracted" }).catch((e) => e);
       assert.ok(isOutcomeUnknown(err), String(err));
       assert.equal(err.cause.name, "TimeoutError");
       assert.equal(server.seen.length, 1);
@@ -594,6 +594,52 @@ describe("waits, caller keys and keys in progress", () => {
     assert.equal(calls, 4);
   });
 
+  test("a write whose answer was lost stays outcome unknown whatever error its retries end on, and carries its key", async () => {
+    // The first attempt reached the server and its answer was lost: it may have committed.
+    const endings = [
+      [RateLimited, [[429, { ...json, "retry-after": "60" }, errorBody("rate_limited", "slow down")]]],
+      [Unavailable, Array(3).fill([503, { ...json, "retry-after": "0" }, errorBody("unavailable", "down")])],
+      [ConflictError, Array(3).fill([409, json, inProgress])],
+    ];
+    for (const [cls, later] of endings) {
+      const server = await scripted((attempt) => (attempt === 0 ? "reset" : (later[attempt - 1] ?? [201, json, "{}"])));
+      try {
+        const haki = new Haki({ baseUrl: server.url, projectId: "p", backoffMs: 1 });
+        const err = await haki.writeFacts("s", ["Bob is allergic to shellfish."]).catch((e) => e);
+        const key = server.seen[0].headers["idempotency-key"];
+        assert.ok(err instanceof cls, String(err));
+        assert.equal(new Set(server.seen.map((s) => s.headers["idempotency-key"])).size, 1);
+        assert.equal(err.details.outcome_unknown, true, String(err));
+        assert.equal(err.details.idempotency_key, key);
+        assert.match(err.message, /the outcome is unknown/);
+        assert.deepEqual(await haki.writeFacts("s", ["Bob is allergic to shellfish."], { idempotencyKey: err.details.idempotency_key }), {});
+        assert.equal(server.seen.at(-1).headers["idempotency-key"], key, "resent under the same key");
+      } finally {
+        await server.close();
+      }
+    }
+    // Without a lost answer a 429 still says nothing was written, with the key; a key in flight
+    // and a gateway's 504 page may stand for a write that commits; a read carries neither.
+    const answers = [
+      [[429, { ...json, "retry-after": "60" }, errorBody("rate_limited", "slow")], false],
+      [[409, json, inProgress], true],
+      [[504, { "content-type": "text/html" }, "<html>gateway time-out</html>"], true],
+    ];
+    for (const [answer, unknown] of answers) {
+      const server = await scripted(() => answer);
+      try {
+        const haki = new Haki({ baseUrl: server.url, maxRetries: 0 });
+        const err = await haki.writeEvents("s", [{ content: "e", occurred_at: "2026-01-01T00:00:00Z" }], { idempotencyKey: "mine" }).catch((e) => e);
+        assert.equal(err.details.idempotency_key, "mine", String(err));
+        assert.equal(err.details.outcome_unknown === true, unknown, String(err));
+        const read = await haki.listFacts("s").catch((e) => e);
+        assert.equal(read.details.outcome_unknown, undefined, String(read));
+      } finally {
+        await server.close();
+      }
+    }
+  });
+
   test("a Retry-After longer than maxWaitMs throws at once, carrying it, instead of resending early", async () => {
     const server = await scripted((attempt) =>
       attempt === 0
@@ -713,31 +759,53 @@ describe("lifecycle and extraction calls on the wire", () => {
     }
   });
 
-  test("a batch write waits timeoutMs plus WRITE_TIMEOUT_PER_ITEM_MS an item; a read, timeoutMs", async () => {
-    // Every answer comes after 300 ms: past the client's timeoutMs of 100, within a 10-item batch's 600.
+  test("a batch write and a resolution wait BATCH_WRITE_TIMEOUT_MS, the server's documented budget; a read, timeoutMs", async () => {
+    // The server's defaults (docs/spec/api.md, "Configuration") for a legal batch of MAX_BATCH
+    // items: a connection, the write's embedding (queue included), a connection again, the store.
+    const spec = readFileSync(fileURLToPath(new URL("../../../docs/spec/api.md", import.meta.url)), "utf8");
+    const setting = (name) => Number(new RegExp(`\\| \`${name}\` \\| (\\d+) \\|`).exec(spec)[1]);
+    const budgetMs =
+      2 * 1000 * setting("HAKI_POOL_ACQUIRE_TIMEOUT_SECONDS") +
+      1000 * setting("HAKI_EMBED_WRITE_TIMEOUT_SECONDS") +
+      setting("HAKI_STATEMENT_TIMEOUT_MS") +
+      1000 * setting("HAKI_WRITE_TIMEOUT_PER_ITEM_MS");
+    assert.ok(BATCH_WRITE_TIMEOUT_MS >= budgetMs, `${BATCH_WRITE_TIMEOUT_MS} < ${budgetMs}`);
+    // Every answer comes after 300 ms: past the client's timeoutMs of 100.
     const server = await slowServer(300, 201, '{"facts":[],"events":[]}');
     try {
-      assert.equal(WRITE_TIMEOUT_PER_ITEM_MS, 50);
       const haki = new Haki({ baseUrl: server.url, projectId: "p", timeoutMs: 100, maxRetries: 0 });
-      const facts = Array.from({ length: 10 }, (_, i) => `fact ${i}`);
-      assert.deepEqual(await haki.writeFacts("s", facts), { facts: [], events: [] });
-      const events = Array.from({ length: 10 }, () => ({ content: "e", occurred_at: "2026-01-01T00:00:00Z" }));
-      assert.deepEqual(await haki.writeEvents("s", events), { facts: [], events: [] });
-      await assert.rejects(() => haki.writeFacts("s", ["one"]), HakiConnectionError);
-      await assert.rejects(() => haki.stats(), HakiConnectionError);
+      const facts = Array.from({ length: 1000 }, (_, i) => `fact ${i}`);
+      const events = [{ content: "e", occurred_at: "2026-01-01T00:00:00Z" }];
+      const waits = await attemptWaits(async () => {
+        assert.deepEqual(await haki.writeFacts("s", facts), { facts: [], events: [] });
+        assert.deepEqual(await haki.writeFacts("s", ["one"]), { facts: [], events: [] });
+        assert.deepEqual(await haki.writeEvents("s", events), { facts: [], events: [] });
+        assert.deepEqual(await haki.resolveConflict(ID, [ID]), { facts: [], events: [] });
+        await assert.rejects(() => haki.stats(), HakiConnectionError);
+      });
+      assert.deepEqual(waits, [...Array(4).fill(BATCH_WRITE_TIMEOUT_MS), 100]);
     } finally {
       await server.close();
     }
   });
 
-  test("resolveConflict waits timeoutMs plus WRITE_TIMEOUT_PER_ITEM_MS per kept id, as the server gives it a member", async () => {
-    // Every answer comes after 300 ms: past timeoutMs (100) and one kept id's 150, within ten's 600.
-    const server = await slowServer(300, 200, "{}");
+  test("timeoutMs and maxWaitMs a timer cannot take throw a TypeError at construction; a fraction is rounded up", async () => {
+    for (const timeoutMs of [0, -5, Infinity, NaN, 2 ** 31, "1000"]) {
+      assert.throws(() => new Haki({ timeoutMs }), (e) => e instanceof TypeError && /^timeoutMs: milliseconds/.test(e.message), String(timeoutMs));
+    }
+    for (const maxWaitMs of [-1, Infinity, 2 ** 31]) {
+      assert.throws(() => new Haki({ maxWaitMs }), (e) => e instanceof TypeError && /^maxWaitMs: /.test(e.message), String(maxWaitMs));
+    }
+    const server = await scripted(() => [200, json, '{"status":"ok"}']);
     try {
-      const haki = new Haki({ baseUrl: server.url, timeoutMs: 100, maxRetries: 0 });
-      const keep = Array.from({ length: 10 }, (_, i) => `${ID.slice(0, -2)}${String(i).padStart(2, "0")}`);
-      assert.deepEqual(await haki.resolveConflict(ID, keep), {});
-      await assert.rejects(() => haki.resolveConflict(ID, [ID]), HakiConnectionError);
+      const waits = await attemptWaits(async () => {
+        for (const timeoutMs of [1500.5, (0.1 + 0.2) * 10_000, 2 ** 31 - 1]) {
+          assert.deepEqual(await new Haki({ baseUrl: server.url, timeoutMs }).healthz(), { status: "ok" });
+        }
+      });
+      assert.deepEqual(waits, [1501, 3001, 2 ** 31 - 1]);
+      const haki = new Haki({ baseUrl: server.url });
+      await assert.rejects(() => haki.extract("s", [{ role: "user", content: "x" }], { timeoutMs: Infinity }), TypeError);
     } finally {
       await server.close();
     }
@@ -1053,6 +1121,23 @@ describe("against a real haki serve", { skip: live }, () => {
         const page = await haki.listFacts(subject);
         assert.equal(page.facts.length, 1, "applied once");
         assert.equal(page.facts[0].fact_id, out.facts[0].fact_id, "the retry got the first write's answer");
+      } finally {
+        await proxy.close();
+      }
+    });
+
+    test("a write whose answer was lost, then a 429: outcome unknown, and a resend under its key writes once", async () => {
+      const limited = [429, { "content-type": "application/json", "retry-after": "60" }, errorBody("rate_limited", "slow down")];
+      const proxy = await scripted((attempt) => (attempt === 0 ? "drop" : attempt === 1 ? limited : "proxy"));
+      try {
+        const subject = unique("lost429");
+        const viaProxy = new Haki({ baseUrl: proxy.url, apiKey: API_KEY, projectId: PROJECT, backoffMs: 1 });
+        const err = await viaProxy.writeFacts(subject, ["Bob is allergic to shellfish."]).catch((e) => e);
+        assert.ok(err instanceof RateLimited && err.details.outcome_unknown === true, String(err));
+        const key = err.details.idempotency_key;
+        assert.equal(key, proxy.seen[0].headers["idempotency-key"]);
+        await viaProxy.writeFacts(subject, ["Bob is allergic to shellfish."], { idempotencyKey: key });
+        assert.equal((await haki.listFacts(subject)).facts.length, 1, "the first attempt's write, once");
       } finally {
         await proxy.close();
       }
