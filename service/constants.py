@@ -118,6 +118,11 @@ CONFLICT_PAGE_MEMBERS: Final = 10_000
 # conflicts page holds this many members (a larger set still comes whole, alone).
 MCP_CONTENT_CHARS: Final = 300
 MCP_CONFLICT_PAGE_MEMBERS: Final = 100
+# `haki mcp`, the stdio bridge: a tool call may wait this long for the server's answer (an
+# extraction model's); its checks at start (a ping, the pin) and the MCP handshake answer within
+# MCP_BRIDGE_START_SECONDS, or the bridge exits with why, before an MCP client gives up on it.
+MCP_BRIDGE_READ_SECONDS: Final = 300.0
+MCP_BRIDGE_START_SECONDS: Final = 10.0
 # Events' vectors in context (docs/spec/context-profiles.md, rule 8), made by a background
 # worker: the events it embeds at once, and its wait once nothing is pending.
 EVENT_CONTEXT_BATCH: Final = 64

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+import anyio
 import asyncpg
 import httpx
 import httpx2
@@ -31,7 +33,15 @@ from mcp.client.session import ClientSession
 
 from service.api.auth import authenticate, revoke_key
 from service.api.deps import in_process
-from service.api.mcp_server import INSTRUCTIONS, ConfigError, ReachServer, bridge, check_endpoint
+from service.api.mcp_server import (
+    INSTRUCTIONS,
+    UNKNOWN_OUTCOME,
+    ConfigError,
+    ReachServer,
+    bridge,
+    check_endpoint,
+    run_stdio,
+)
 from service.api.memory import get_conflicts, post_facts
 from service.api.ratelimit import RateLimiter
 from service.app import create_app
@@ -268,6 +278,36 @@ def haki_mcp(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
         stdin=subprocess.DEVNULL,
         check=False,
     )
+
+
+def test_stdio_refuses_credentials_in_haki_url_and_never_prints_them(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """httpx sent a URL's user:password@ as Basic auth instead of the key: the server answered
+    "refused the key", and the message quoted the password on stderr."""
+    for name in ("HAKI_URL", "HAKI_BASE_URL"):
+        env = {name: "http://user:s3cretpw@127.0.0.1:9/", "HAKI_API_KEY": "hk_x"}
+        assert run_stdio(env) == 2
+        said = capsys.readouterr().err
+        assert said.startswith(f"haki mcp: {name} holds credentials (user@ or user:password@)"), said
+        assert "s3cretpw" not in said and "user" not in said.split("):", 1)[1], said
+
+
+@pytest.mark.slow
+def test_stdio_start_does_not_wait_a_tool_calls_time_for_a_silent_server() -> None:
+    """A server that takes the connection and never answers (hung, stopped, a half-open balancer):
+    `haki mcp` was silent for the 300 s of a tool call, long after an MCP client gave up on it."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        done = haki_mcp({**os.environ, "HAKI_URL": url, "HAKI_API_KEY": "hk_x"})
+    assert done.returncode == 2, done.stderr
+    assert time.monotonic() - started < 30
+    said = done.stderr.splitlines()[-1]
+    assert said.startswith(f"haki mcp: HAKI_URL={url} did not answer within 10 s: ReadTimeout"), said
+    assert "unknown" not in said  # a ping at start has no outcome to check
 
 
 def test_stdio_without_a_key_exits_2(world: World) -> None:
@@ -576,6 +616,81 @@ async def test_the_stdio_bridge_forwards_to_mcp_and_outlives_the_server(
         assert not back.is_error and "- Maya is a nurse. [fact_id: " in text_of(back)
 
 
+class SentThenCut(httpx2.AsyncBaseTransport):
+    """A tool call carried out by the server, whose answer is then lost (a balancer or the network
+    cutting the connection, a read time-out on a slow write)."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
+        self.inner = inner
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self.inner.handle_async_request(request)
+        await response.aread()
+        if json.loads(request.content).get("method") != "tools/call":
+            return response
+        raise httpx2.RemoteProtocolError("Server disconnected without sending a response.", request=request)
+
+
+async def test_the_stdio_bridge_says_a_lost_answer_is_an_unknown_outcome(
+    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str
+) -> None:
+    """The write was stored, and the tool error said "no Haki server answers": the model retried
+    and the fact was stored twice. Only a failure before the send says so now."""
+    async with bridged(settings, conn, hash_embedder, key) as b:
+        b.reach.inner = SentThenCut(b.asgi)
+        fact = {"content": "Maya works at Lyon Sud.", "key": "employer"}
+        lost = await b.client.call_tool("remember", {"subject_id": "maya", "facts": [fact]})
+        said = text_of(lost)
+        assert lost.is_error and said.startswith(
+            "unavailable: HAKI_URL=http://haki.test broke the connection after the request was sent: "
+            "RemoteProtocolError("
+        ), said
+        assert "no Haki server answers" not in said
+        assert said.endswith(UNKNOWN_OUTCOME), said
+        assert "unknown: before repeating a write, check with list_facts" in said
+        b.reach.inner = b.asgi
+        listed = await b.client.call_tool("list_facts", {"subject_id": "maya"})
+        assert isinstance(listed.structured_content, dict)
+        assert [f["content"] for f in listed.structured_content["facts"]] == [fact["content"]]
+
+
+async def test_the_stdio_bridge_ends_a_call_answered_with_another_id(
+    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str
+) -> None:
+    """The SDK's client drops an answer whose JSON-RPC id is not its request's: the tool call
+    waited for ever (a caching or misrouting gateway, another server at HAKI_URL)."""
+
+    def another_id(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, json={"jsonrpc": "2.0", "id": 999, "result": {}})
+
+    async with bridged(settings, conn, hash_embedder, key) as b:
+        b.reach.inner = httpx2.MockTransport(another_id)
+        with anyio.fail_after(20):
+            answered = await b.client.call_tool("list_conflicts", {"subject_id": "maya"})
+        assert answered.is_error
+        assert text_of(answered) == f"unavailable: {b.url} answered another request's id (999) with HTTP 200"
+
+
+async def test_the_stdio_bridge_starts_when_the_pin_check_is_rate_limited(
+    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str
+) -> None:
+    """A key busy with other agents at start: the pin check's 429 was reported as the pin refused,
+    and the bridge exited (MCP clients do not restart it). A refused pin still stops it."""
+    async with bridged(settings, conn, hash_embedder, key) as b:
+        b.app.state.rate_limiter = RateLimiter(1)
+        assert (await b.http.get("http://haki.test/v1/facts", params={"subject_id": "x"})).status_code == 200
+        warning = await check_endpoint(b.http, "http://haki.test", b.url, PROJECT)
+        assert warning is not None and warning.startswith(
+            f"HAKI_PROJECT_ID={PROJECT!r} was not checked at start, the server is busy or rate "
+            "limiting the key (rate_limited: Rate limit of 1 requests per minute"
+        ), warning
+        assert warning.endswith("; every tool call checks it")
+        b.app.state.rate_limiter = RateLimiter(100)
+        assert await check_endpoint(b.http, "http://haki.test", b.url, PROJECT) is None
+        with pytest.raises(ConfigError, match="HAKI_PROJECT_ID='proj-b' was refused: forbidden: "):
+            await check_endpoint(b.http, "http://haki.test", b.url, "proj-b")
+
+
 async def test_the_stdio_bridge_reads_every_refusal_as_a_code(
     settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str
 ) -> None:
@@ -666,6 +781,11 @@ async def test_tools_that_list_many_memories_cut_each_text(
             long_a[: MCP_CONTENT_CHARS - 1] + "\u2026",
             long_b[: MCP_CONTENT_CHARS - 1] + "\u2026",
         ]
+        # list_facts too: a page of 50 such facts was 400k characters, whole.
+        facts = (await call_json(session, "list_facts", subject_id="long", status="any"))["facts"]
+        assert len(facts) == 3
+        assert all(len(f["content"]) == MCP_CONTENT_CHARS for f in facts), facts
+        assert long_a[: MCP_CONTENT_CHARS - 1] + "\u2026" in [f["content"] for f in facts]
 
 
 def test_input_schemas_carry_the_routes_bounds() -> None:

@@ -104,3 +104,22 @@ async def test_what_the_stateless_endpoint_cannot_answer_is_refused_in_the_error
         # A pin that is not UTF-8 once percent-decoded, as on the routes (it read as "\ufffd").
         r = await client.post("/mcp?project_id=%FF", content=PING, headers={**ACCEPT, **bearer(key)})
         assert_error(r, 400, "validation_error", field="project_id")
+
+
+async def test_a_path_below_mcp_is_a_404_in_the_error_shape(
+    settings: Settings, conn: asyncpg.Connection, hash_embedder: Embedder, key: str
+) -> None:
+    """The mount receives every path below /mcp: the SDK's router answered them with a plain-text
+    404 "Not Found" (a bridge at HAKI_URL=http://host/mcp asked /mcp/mcp)."""
+    async with limited_client(settings, conn, hash_embedder, key, max_body_bytes=1 << 20) as client:
+        for path in ("/mcp/x", "/mcp/mcp", "/mcp/a/b"):
+            for headers in ({**ACCEPT, **bearer(key)}, ACCEPT):
+                r = await client.post(path, content=PING, headers=headers)
+                body = assert_error(r, 404, "not_found")
+                assert body["message"] == f"No route {path}: the MCP endpoint is /mcp itself.", body
+        for path in ("/mcp", "/mcp/"):
+            r = await client.post(path, content=PING, headers={**ACCEPT, **bearer(key)})
+            assert r.status_code == 200 and r.json() == {"jsonrpc": "2.0", "id": 1, "result": {}}, (
+                path,
+                r.text,
+            )

@@ -39,6 +39,13 @@ class McpMount:
         # MCP over streamable HTTP: the same keys and projects as the API.
         @asgi(MCP_PATH, is_mount=True, copy_scope=True)
         async def mcp(scope: Any, receive: Any, send: Any) -> None:
+            # A mount receives every path below it (the rest in scope["path"]): the SDK's own router
+            # answered those with a plain-text 404.
+            rest = scope["path"]
+            if rest.strip("/"):
+                message = f"No route {MCP_PATH}{rest.rstrip('/')}: the MCP endpoint is {MCP_PATH} itself."
+                await send_error(send, 404, "not_found", message)
+                return
             if self.endpoint is None:
                 retry = [(b"retry-after", str(UNAVAILABLE_RETRY_AFTER_SECONDS).encode())]
                 await send_error(

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, cast, overload
 from uuid import UUID
 
 import httpx2
@@ -61,6 +61,8 @@ from service.constants import (
     MAX_BATCH,
     MAX_CONTENT_CHARS,
     MAX_PAGE_LIMIT,
+    MCP_BRIDGE_READ_SECONDS,
+    MCP_BRIDGE_START_SECONDS,
     MCP_CONFLICT_PAGE_MEMBERS,
     MCP_CONTENT_CHARS,
 )
@@ -76,6 +78,7 @@ from service.errors import (
     unavailable_message,
 )
 from service.memory import writes as memory
+from service.redaction import redacted_http_url
 from service.repository import traces
 from service.scope_id import SCOPE_ID_JSON_SCHEMA, scope_id_problem
 from service.settings import VISIBLE_ASCII
@@ -532,9 +535,10 @@ async def record_event(
 
 
 @tool(
-    "List a subject's stored facts with their ids, keys and status, in the order they were "
-    "written, a page at a time: to find the id of a fact to replace (`supersedes`) when `recall` "
-    "did not serve it, or to review what is known. `status` defaults to the active facts.",
+    "List a subject's stored facts with their ids, keys, status and content (cut to "
+    f"{MCP_CONTENT_CHARS} characters), in the order they were written, a page at a time: to find "
+    "the id of a fact to replace (`supersedes`) when `recall` did not serve it, or to review what "
+    "is known. `status` defaults to the active facts.",
     title="List facts",
     output=FactList,
     read_only=True,
@@ -562,8 +566,14 @@ async def list_facts(
         )
 
     page = await call.run(work, reads=True)
-    # Each fact's fields of the same name: the listing is a narrower view of the route's Fact.
-    listed = [msgspec.convert(f, ListedFact, from_attributes=True) for f in page.facts]
+    # Each fact's fields of the same name: the listing is a narrower view of the route's Fact,
+    # its text cut as inspect's and list_conflicts' (a page of 8,000-character facts was 400k).
+    listed = [
+        msgspec.structs.replace(
+            msgspec.convert(f, ListedFact, from_attributes=True), content=preview(f.content)
+        )
+        for f in page.facts
+    ]
     return result(FactList(facts=listed, next_cursor=page.next_cursor))
 
 
@@ -599,6 +609,10 @@ async def list_conflicts(
     return result(msgspec.structs.replace(page, conflicts=previewed))
 
 
+@overload
+def preview(text: str) -> str: ...
+@overload
+def preview(text: str | None) -> str | None: ...
 def preview(text: str | None) -> str | None:
     """A memory's text in a tool that lists many: MCP_CONTENT_CHARS at most, cut with an ellipsis."""
     if text is None or len(text) <= MCP_CONTENT_CHARS:
@@ -872,7 +886,19 @@ class ConfigError(Exception):
 
 
 def _stdio_config(env: dict[str, str]) -> tuple[str, str, str | None]:
-    url = env.get("HAKI_URL") or env.get("HAKI_BASE_URL") or "http://127.0.0.1:8000"
+    name = next((n for n in ("HAKI_URL", "HAKI_BASE_URL") if env.get(n)), None)
+    url = env[name] if name is not None else "http://127.0.0.1:8000"
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError as exc:  # a malformed [host]
+        raise ConfigError(f"{name} is not a URL: {exc}") from exc
+    if parts.username is not None or parts.password is not None:
+        # httpx turns a URL's userinfo into Basic auth, which replaces the key's bearer header; the
+        # message never shows the password (MCP clients keep stderr in their logs).
+        raise ConfigError(
+            f"{name} holds credentials (user@ or user:password@): the bridge sends HAKI_API_KEY "
+            f"and nothing else; drop them ({name}={redacted_http_url(url)})"
+        )
     api_key = env.get("HAKI_API_KEY", "")
     if not api_key:
         raise ConfigError("HAKI_API_KEY must hold a key of the project (haki keys create PROJECT_ID)")
@@ -894,6 +920,21 @@ def mcp_url(url: str, project_id: str | None) -> str:
 # The header of ReachServer's own answer when no Haki server answered: none was reached, or
 # another server refused (a proxy's error page, a server without /mcp).
 UNREACHABLE = "haki-mcp-unreachable"
+# Failures before any byte of the request left: the server never saw it, a retry is safe.
+NOT_SENT = (
+    httpx2.ConnectError,
+    httpx2.ConnectTimeout,
+    httpx2.PoolTimeout,
+    httpx2.UnsupportedProtocol,
+    httpx2.LocalProtocolError,
+    httpx2.ProxyError,
+)
+# After a failure past the send, the server may have carried the call out: a write repeated blindly
+# was stored twice (the model retries what reads as "no server answers").
+UNKNOWN_OUTCOME = (
+    "; whether the server carried the call out is unknown: before repeating a write, check with "
+    "list_facts (or recall) whether it is stored"
+)
 # How every error of a Haki server reads: `<code>: <message>`.
 CODED = re.compile(r"^[a-z_]+: ")
 
@@ -930,10 +971,19 @@ class ReachServer(httpx2.AsyncBaseTransport):
             # /mcp answers a POST with JSON (json_response): read whole here, where a broken
             # connection is still this request's error.
             await response.aread()
-        except httpx2.TransportError as exc:
+        except NOT_SENT as exc:
             message = f"unavailable: no Haki server answers at HAKI_URL={self.url}: {exc!r}"
             return rpc_error(503, message, {UNREACHABLE: "1"})
+        except httpx2.TransportError as exc:
+            return rpc_error(503, f"unavailable: {self.lost(request, exc)}", {UNREACHABLE: "1"})
         if response.is_success:
+            other = other_id(request, response)
+            if other is not None:
+                # The SDK's client drops an answer to no request of its own: the call waited for ever.
+                mixed = (
+                    f"{request.url} answered another request's id ({other}) with HTTP {response.status_code}"
+                )
+                return rpc_error(502, f"unavailable: {mixed}", {UNREACHABLE: "1"})
             return response
         said = refusal(response)
         if said is None:
@@ -941,8 +991,30 @@ class ReachServer(httpx2.AsyncBaseTransport):
             return rpc_error(response.status_code, f"unavailable: {said}", {UNREACHABLE: "1"})
         return rpc_error(response.status_code, said)
 
+    def lost(self, request: httpx2.Request, exc: httpx2.TransportError) -> str:
+        """A request sent whose answer never came: its outcome is unknown."""
+        read = request.extensions.get("timeout", {}).get("read")
+        if isinstance(exc, httpx2.ReadTimeout) and read is not None:
+            what = f"did not answer within {read:g} s"
+        else:
+            what = "broke the connection after the request was sent"
+        return f"HAKI_URL={self.url} {what}: {exc!r}{UNKNOWN_OUTCOME}"
+
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+def other_id(request: httpx2.Request, response: httpx2.Response) -> str | None:
+    """The id of a JSON-RPC answer when it is not its request's (a misrouting gateway, another
+    server at HAKI_URL); None when they match or either is not a JSON-RPC request or answer."""
+    try:
+        sent = msgspec.json.decode(request.content)
+        said = msgspec.json.decode(response.content)
+    except (httpx2.RequestNotRead, msgspec.DecodeError):
+        return None
+    if not (isinstance(sent, dict) and isinstance(said, dict) and "id" in sent and "id" in said):
+        return None
+    return None if said["id"] == sent["id"] else repr(said["id"])
 
 
 def refusal(response: httpx2.Response) -> str | None:
@@ -954,33 +1026,64 @@ def refusal(response: httpx2.Response) -> str | None:
     return f"{refused.code}: {refused.message}"
 
 
+def unreachable(r: httpx2.Response) -> ConfigError | None:
+    """ReachServer's own answer (rpc_error), at start: why no Haki server answered; a check that
+    reads nothing has no outcome to look for."""
+    if UNREACHABLE not in r.headers:
+        return None
+    said = types.JSONRPCError.model_validate_json(r.content).error.message
+    return ConfigError(said.removeprefix("unavailable: ").removesuffix(UNKNOWN_OUTCOME))
+
+
 async def check_endpoint(
     http: httpx2.AsyncClient, url: str, endpoint: str, project_id: str | None = None
-) -> None:
+) -> str | None:
     """One MCP `ping` to the server's /mcp with the key, before the MCP client talks: a wrong URL,
     a refused key, a server without /mcp or one that does not speak MCP there is a clear message
-    rather than a failed handshake; so is a pinned project the key may not reach."""
+    rather than a failed handshake; so is a pinned project the key may not reach. Each answers
+    within MCP_BRIDGE_START_SECONDS (a tool call's wait is for the extraction model). Returns a
+    warning when the pin could not be checked (the key rate limited, the server busy): every tool
+    checks it again, and a bridge that exited is not restarted by MCP clients."""
     ping = {"jsonrpc": "2.0", "id": 0, "method": "ping"}
-    r = await http.post(endpoint, json=ping, headers={"Accept": "application/json, text/event-stream"})
+    r = await http.post(
+        endpoint,
+        json=ping,
+        headers={"Accept": "application/json, text/event-stream"},
+        timeout=MCP_BRIDGE_START_SECONDS,
+    )
     try:
         answer = types.jsonrpc_message_adapter.validate_json(r.content, by_name=False)
     except ValidationError:
         answer = None
     said = answer.error.message if isinstance(answer, types.JSONRPCError) else one_line(r.text)
-    if UNREACHABLE in r.headers:
-        raise ConfigError(said.removeprefix("unavailable: "))
+    if (failed := unreachable(r)) is not None:
+        raise failed
     if r.status_code in (401, 403):
         raise ConfigError(f"{url} refused the key: HTTP {r.status_code} {said}")
+    if r.status_code == 404 and url.endswith("/mcp"):
+        said += " (HAKI_URL is the server's own URL, without /mcp)"
     if r.status_code != 200:
         raise ConfigError(f"{endpoint} answered HTTP {r.status_code} {said}")
     if not isinstance(answer, types.JSONRPCResponse) or answer.id != 0:
         raise ConfigError(f"{endpoint} is not a Haki MCP server: it answered an MCP ping with {said!r}")
-    if project_id is not None:
-        # The ping does not read the pin; a page of one fact does, as every tool would.
-        page = await http.get(f"{url}/v1/facts", params={"project_id": project_id, "limit": 1})
-        if page.status_code != 200:
-            said = refusal(page) or f"HTTP {page.status_code} {one_line(page.text)}"
-            raise ConfigError(f"HAKI_PROJECT_ID={project_id!r} was refused: {said}")
+    if project_id is None:
+        return None
+    # The ping does not read the pin; a page of one fact does, as every tool would.
+    page = await http.get(
+        f"{url}/v1/facts", params={"project_id": project_id, "limit": 1}, timeout=MCP_BRIDGE_START_SECONDS
+    )
+    if page.status_code == 200:
+        return None
+    if (failed := unreachable(page)) is not None:
+        raise failed
+    said = refusal(page) or f"HTTP {page.status_code} {one_line(page.text)}"
+    if page.status_code == 429 or page.status_code >= 500:
+        # Busy, not refused: the pin may well be right.
+        return (
+            f"HAKI_PROJECT_ID={project_id!r} was not checked at start, the server is busy or rate "
+            f"limiting the key ({said}); every tool call checks it"
+        )
+    raise ConfigError(f"HAKI_PROJECT_ID={project_id!r} was refused: {said}")
 
 
 def start_failure(exc: BaseException, endpoint: str) -> str:
@@ -990,6 +1093,8 @@ def start_failure(exc: BaseException, endpoint: str) -> str:
         exc = exc.exceptions[0]
     if isinstance(exc, ConfigError):
         return str(exc)
+    if isinstance(exc, TimeoutError):
+        return f"{endpoint} did not complete the MCP handshake within {MCP_BRIDGE_START_SECONDS:g} s"
     said = exc.message if isinstance(exc, MCPError) else repr(exc)
     return f"{endpoint} did not complete the MCP handshake: {one_line(said)}"
 
@@ -1002,7 +1107,10 @@ def bridge(remote: ClientSession) -> Server[Any]:
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         try:
-            return await remote.call_tool(params.name, params.arguments)
+            # Past the HTTP read time-out, ReachServer answers; this bound is for an answer the
+            # SDK's client could not match to the call.
+            wait = MCP_BRIDGE_READ_SECONDS + MCP_BRIDGE_START_SECONDS
+            return await remote.call_tool(params.name, params.arguments, read_timeout_seconds=wait)
         except MCPError as exc:  # the server not reached or refusing: an error the model reads
             # ReachServer's errors read `<code>: `; the SDK client's own (an answer that is not
             # JSON-RPC) do not.
@@ -1020,13 +1128,14 @@ def bridge(remote: ClientSession) -> Server[Any]:
 
 
 async def serve_stdio(url: str, api_key: str, project_id: str | None) -> int:
+    import anyio
     from mcp.client.session import ClientSession
     from mcp.client.streamable_http import streamable_http_client
     from mcp.server.stdio import stdio_server
 
     endpoint = mcp_url(url, project_id)
     # The MCP SDK's client timeouts: a tool call may wait for the server's extraction model.
-    timeout = httpx2.Timeout(30.0, read=300.0)
+    timeout = httpx2.Timeout(30.0, read=MCP_BRIDGE_READ_SECONDS)
     headers = {"Authorization": f"Bearer {api_key}"}
     # The SDK's client logs a failed handshake (with a traceback) before raising it: until the
     # bridge serves, the one line printed below says why instead.
@@ -1036,12 +1145,15 @@ async def serve_stdio(url: str, api_key: str, project_id: str | None) -> int:
     serving = False
     try:
         async with httpx2.AsyncClient(headers=headers, timeout=timeout, transport=ReachServer(url)) as http:
-            await check_endpoint(http, url, endpoint, project_id)
+            warning = await check_endpoint(http, url, endpoint, project_id)
+            if warning is not None:
+                print(f"haki mcp: {warning}", file=sys.stderr)
             async with (
                 streamable_http_client(endpoint, http_client=http) as (read, write),
                 ClientSession(read, write) as remote,
             ):
-                await remote.initialize()
+                with anyio.fail_after(MCP_BRIDGE_START_SECONDS):
+                    await remote.initialize()
                 serving = True
                 sdk_log.setLevel(level)
                 server = bridge(remote)
