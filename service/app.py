@@ -156,7 +156,7 @@ def create_app(
 
         return Supervisor(settings.data_dir, on_restart=restarted)
 
-    return Litestar(
+    app = Litestar(
         route_handlers=[
             healthz,
             FactsController,
@@ -172,7 +172,7 @@ def create_app(
         ],
         lifespan=[lifespan],
         plugins=[StrictStructSchemaPlugin()],
-        middleware=[metrics.middleware] + ([rerun_on_primary] if router is not None else []),
+        middleware=[rerun_on_primary] if router is not None else [],
         state=State(
             {
                 "settings": settings,
@@ -223,3 +223,6 @@ def create_app(
         ),
         debug=False,
     )
+    # Around routing too, so that a 400 malformed path id, a 404 or a 405 is counted.
+    app.asgi_handler = metrics.timing(app.asgi_handler)
+    return app

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers import METRICS_AUTH, bearer, post_facts, write_events
+from tests.helpers import METRICS_AUTH, assert_error, bearer, post_facts, write_events
 
 PROJECT = "proj-a"
 # The stages of the default `unified` profile (facts_first also times "episodes").
@@ -26,6 +27,15 @@ async def scrape(client: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], f
 
 def value(samples: dict[Any, float], name: str, **labels: str) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def requests_counted(before: dict[Any, float], after: dict[Any, float], **labels: str) -> float:
+    name = "haki_http_request_duration_seconds_count"
+    return value(after, name, **labels) - value(before, name, **labels)
+
+
+def routes_of(samples: dict[Any, float]) -> set[str]:
+    return {dict(labels)["route"] for name, labels in samples if name.startswith("haki_http_request")}
 
 
 async def test_metric_names_and_moving_values(client: Any, key: str) -> None:
@@ -150,3 +160,43 @@ async def test_metrics_token_when_configured(settings: Any, conn: Any, hash_embe
         ok = await c.get("/metrics", headers={"Authorization": "Bearer s3cret-scrape"})
         assert ok.status_code == 200
         assert b"haki_open_conflicts" in ok.content
+
+
+async def test_requests_refused_while_routing_are_counted(client: Any, key: str) -> None:
+    """A malformed path id (400), an unknown path (404) and a wrong method (405) are refused by
+    Litestar's router, before any route's middleware: they went uncounted, and an error-rate
+    alert never saw them. Counted under one bounded route label, never the raw path."""
+    before = await scrape(client)
+    assert_error(await client.get("/v1/facts/not-a-uuid", headers=bearer(key)), 400, "validation_error")
+    assert (await client.get("/v1/no-such-route-42", headers=bearer(key))).status_code == 404
+    assert (await client.delete("/v1/context", headers=bearer(key))).status_code == 405
+    # A method outside HTTP's (an ASGI server other than httptools passes any token on).
+    assert (await client.request("FROBNICATE", "/v1/facts", headers=bearer(key))).status_code == 405
+    after = await scrape(client)
+    for method, status in (("GET", "400"), ("GET", "404"), ("DELETE", "405"), ("<other>", "405")):
+        assert requests_counted(before, after, method=method, route="<unmatched>", status=status) == 1
+    assert not any("not-a-uuid" in r or "no-such-route" in r for r in routes_of(after))
+    assert not any(dict(labels).get("method") == "FROBNICATE" for _, labels in after)
+
+
+async def test_mcp_requests_are_counted_under_the_mount_s_path(
+    settings: Any, conn: Any, hash_embedder: Any, key: str
+) -> None:
+    """/mcp is a mount, whose route template Litestar leaves empty: every MCP request was counted
+    as `<unmatched>`, the agent surface mixed with requests that matched nothing."""
+    from tests.helpers.app import asgi_transport
+    from tests.helpers.mcp_sessions import mcp_in_process
+
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    accept = {"Accept": "application/json, text/event-stream"}
+    async with (
+        mcp_in_process(settings, conn, hash_embedder, key) as (app, _, _),
+        httpx.AsyncClient(transport=asgi_transport(app), base_url="http://haki.test") as client,
+    ):
+        before = await scrape(client)
+        assert (await client.post("/mcp", json=ping, headers={**accept, **bearer(key)})).status_code == 200
+        assert_error(await client.post("/mcp", json=ping, headers=accept), 401, "unauthorized")
+        after = await scrape(client)
+    for status in ("200", "401"):
+        assert requests_counted(before, after, method="POST", route="/mcp", status=status) == 1
+    assert requests_counted(before, after, method="POST", route="<unmatched>", status="200") == 0

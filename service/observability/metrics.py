@@ -3,9 +3,10 @@
 Each app owns its registry (not prometheus_client's global one), so several apps in one process
 (tests, workers) never collide and every app reports only its own traffic.
 
-Labels stay bounded: the route *template* (never the raw path, which holds ids), the method and
-the status code. No project or subject label: tenants are unbounded, and a scrape of per-tenant
-series would also leak tenant names to whoever reads the metrics.
+Labels stay bounded: the route *template* (never the raw path, which holds ids; a mount's path,
+`/mcp`; `<unmatched>` for a request refused while routing: 400 malformed path id, 404, 405), the
+method (`<other>` outside HTTP's) and the status code. No project or subject label: tenants are
+unbounded, and a scrape of per-tenant series would also leak tenant names to whoever reads it.
 
 `/metrics` needs no key: it carries no tenant data, only aggregates. Expose it on an internal
 network only (see docs/scaling.md, "Metrics").
@@ -22,7 +23,7 @@ from typing import Any
 
 from litestar import Request, Response, get
 from litestar.datastructures import State
-from litestar.enums import ScopeType
+from litestar.enums import HttpMethod, ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -51,6 +52,22 @@ STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 SCRAPE_QUERY_TIMEOUT_SECONDS = 2.0
 # What a webhook delivery attempt may come to (Round's fields, service/webhooks/worker.py).
 WEBHOOK_OUTCOMES = ("delivered", "failed", "dead")
+# The bounded labels of a request that matched no route, and of a method outside HTTP's: requests
+# refused while routing are timed too, and an ASGI server other than httptools passes any method.
+UNMATCHED_ROUTE = "<unmatched>"
+OTHER_METHOD = "<other>"
+HTTP_METHODS = frozenset(method.value for method in HttpMethod)
+
+
+def route_label(scope: Scope) -> str:
+    """The route template Litestar's router wrote into the scope; for a mount (`/mcp`), whose
+    template Litestar leaves empty (its router returns the root node's), the mount's own path."""
+    template = scope.get("path_template")
+    if template:
+        return str(template)
+    handler = scope.get("route_handler")
+    paths = sorted(getattr(handler, "paths", ()) or ())
+    return paths[0] if paths else UNMATCHED_ROUTE
 
 
 class EmbedderCollector:
@@ -205,8 +222,11 @@ class Metrics:
         if packet.facts:
             self.injections.inc()
 
-    def middleware(self, app: ASGIApp) -> ASGIApp:
-        """ASGI middleware timing every HTTP request that reached a route."""
+    def timing(self, app: ASGIApp) -> ASGIApp:
+        """Times every HTTP request, wrapped around the whole app (its `asgi_handler`, routing and
+        exception handling included), not as route middleware: a request refused while routing
+        (400 malformed path id, 404, 405) never reaches a route's middleware, and an error-rate
+        alert must see it."""
 
         async def timed(scope: Scope, receive: Receive, send: Send) -> None:
             if scope["type"] != ScopeType.HTTP:
@@ -224,10 +244,10 @@ class Metrics:
             try:
                 await app(scope, receive, send_and_record_status)
             finally:
-                route = scope.get("path_template") or "<unmatched>"
-                self.request_duration.labels(method=scope["method"], route=route, status=str(status)).observe(
-                    time.perf_counter() - start
-                )
+                method = scope["method"] if scope["method"] in HTTP_METHODS else OTHER_METHOD
+                self.request_duration.labels(
+                    method=method, route=route_label(scope), status=str(status)
+                ).observe(time.perf_counter() - start)
 
         return timed
 
