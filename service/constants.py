@@ -135,6 +135,9 @@ EVENT_CONTEXT_BEFORE_CHARS: Final = 512
 IMPORT_CONCURRENCY: Final = 2
 IMPORT_MAX_CONCURRENCY: Final = 8
 
+# What every 401 asks for (RFC 7235 `WWW-Authenticate`): /v1, /mcp and /metrics take a bearer.
+BEARER_CHALLENGE: Final = 'Bearer realm="haki"'
+
 # Request bodies. The deepest body the contract needs is 4 levels plus a fact's
 # `metadata`; 64 leaves metadata 60 levels. Deeper JSON is refused before it is decoded: msgspec
 # ran out of Python recursion near 1,000 levels (a 2 KB body) and the request was a 500.

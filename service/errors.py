@@ -20,7 +20,7 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, NotFoundException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
 
-from service.constants import MAX_JSON_DEPTH
+from service.constants import BEARER_CHALLENGE, MAX_JSON_DEPTH
 
 log = logging.getLogger("haki.errors")
 
@@ -169,7 +169,10 @@ class HakiError(Exception):
 
 
 class Unauthorized(HakiError, status=401, code="unauthorized"):
-    pass
+    @property
+    def headers(self) -> dict[str, str]:
+        """RFC 7235: a 401 names the scheme it asks for, on /v1 and /metrics as on /mcp."""
+        return {**super().headers, "WWW-Authenticate": BEARER_CHALLENGE}
 
 
 class Forbidden(HakiError, status=403, code="forbidden"):

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers import METRICS_AUTH, assert_error, bearer, post_facts, write_events
+from service.constants import BEARER_CHALLENGE
+from service.db.replica import ReplicaMetrics
+from service.observability.metrics import Metrics
+from tests.helpers import METRICS_AUTH, METRICS_TOKEN, assert_error, bearer, post_facts, write_events
 
 PROJECT = "proj-a"
 # The stages of the default `unified` profile (facts_first also times "episodes").
@@ -200,3 +205,31 @@ async def test_mcp_requests_are_counted_under_the_mount_s_path(
     for status in ("200", "401"):
         assert requests_counted(before, after, method="POST", route="/mcp", status=status) == 1
     assert requests_counted(before, after, method="POST", route="<unmatched>", status="200") == 0
+
+
+async def test_metrics_takes_the_bearer_as_the_api_does(client: Any) -> None:
+    """The scheme is case-insensitive (RFC 7235), as on /v1 and /mcp, and a 401 carries the
+    API's `WWW-Authenticate` challenge (assert_error checks it)."""
+    for given in (f"bearer {METRICS_TOKEN}", f"BEARER  {METRICS_TOKEN}", f"Bearer {METRICS_TOKEN} "):
+        r = await client.get("/metrics", headers={"Authorization": given})
+        assert r.status_code == 200, (given, r.text)
+    for refused in ("", "Bearer nope", f"Basic {METRICS_TOKEN}", METRICS_TOKEN, f"Bearer {METRICS_TOKEN}x"):
+        r = await client.get("/metrics", headers={"Authorization": refused} if refused else {})
+        assert_error(r, 401, "unauthorized")
+        assert r.headers["www-authenticate"] == BEARER_CHALLENGE
+
+
+def test_every_metric_is_named_in_the_docs() -> None:
+    """docs/scaling.md lists the metrics an operator can scrape: each one the app can register
+    (the replica's and the local model's included) is named there."""
+    metrics = Metrics()
+    ReplicaMetrics(metrics.registry)
+    metrics.embedder_stats.embedder = SimpleNamespace(scheduler=SimpleNamespace(stats={}))
+    names = {
+        f"{family.name}_total" if family.type == "counter" else family.name
+        for family in metrics.registry.collect()
+    }
+    assert "haki_http_request_duration_seconds" in names and "haki_embed_texts_total" in names
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "scaling.md").read_text()
+    assert sorted(name for name in names if f"`{name}" not in docs) == []
+    assert "_created" in docs.split("## Metrics", 1)[1]

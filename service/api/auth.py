@@ -43,12 +43,19 @@ def new_key() -> str:
     return KEY_PREFIX + base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode()
 
 
+def given_bearer(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header, None without one. The scheme is
+    case-insensitive (RFC 7235): `bearer` too, on /v1, /mcp and /metrics alike."""
+    scheme, _, token = (authorization or "").partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
 def bearer_token(authorization: str | None) -> str:
     if not authorization:
         raise Unauthorized("Missing Authorization: Bearer <key> header.")
-    scheme, _, token = authorization.partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
+    token = given_bearer(authorization)
+    if token is None:
         raise Unauthorized("The Authorization header must be `Bearer <key>`.")
     return token
 

@@ -8,8 +8,9 @@ Labels stay bounded: the route *template* (never the raw path, which holds ids; 
 method (`<other>` outside HTTP's) and the status code. No project or subject label: tenants are
 unbounded, and a scrape of per-tenant series would also leak tenant names to whoever reads it.
 
-`/metrics` needs no key: it carries no tenant data, only aggregates. Expose it on an internal
-network only (see docs/scaling.md, "Metrics").
+`/metrics` needs its own token, `Authorization: Bearer <HAKI_METRICS_TOKEN>` (never a project key:
+it aggregates every project), and is closed without one. It carries no tenant data, yet tells
+about traffic: expose it on an internal network only (see docs/scaling.md, "Metrics").
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
+from service.api.auth import given_bearer
 from service.errors import Unauthorized
 from service.observability.timing import StageTimer
 from service.repository import events as events_repo
@@ -302,8 +304,8 @@ async def metrics_endpoint(request: Request[Any, Any, Any], state: State) -> Res
             "GET /metrics is closed: set HAKI_METRICS_TOKEN on the server and send it as "
             "`Authorization: Bearer <token>`."
         )
-    given = request.headers.get("authorization", "")
-    if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+    given = given_bearer(request.headers.get("authorization")) or ""
+    if not hmac.compare_digest(given.encode(), token.encode()):
         raise Unauthorized("GET /metrics needs `Authorization: Bearer <HAKI_METRICS_TOKEN>`.")
     await metrics.refresh(state)
     return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

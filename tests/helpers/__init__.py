@@ -20,7 +20,7 @@ import httpx
 import numpy as np
 import pytest
 
-from service.constants import WEIGHT_RECENCY, WEIGHT_SIMILARITY, WEIGHT_TEXT_RANK
+from service.constants import BEARER_CHALLENGE, WEIGHT_RECENCY, WEIGHT_SIMILARITY, WEIGHT_TEXT_RANK
 from service.embedding.embedder import Embedder, HashEmbedder, Vector
 
 PROJECT = "proj-a"
@@ -280,6 +280,8 @@ def assert_error(r: httpx.Response, status: int, code: str, field: str | None = 
         assert isinstance(body["details"], dict), body
     if field is not None:
         assert body.get("details", {}).get("field") == field, body
+    if status == 401:  # RFC 7235: a 401 names the scheme it asks for, on every route alike
+        assert r.headers.get("www-authenticate") == BEARER_CHALLENGE, r.headers
     return body
 
 
