@@ -871,8 +871,9 @@ class McpEndpoint:
                 principal = await authenticate(conn, authorization)
             project = pinned_project(scope.get("query_string", b"")) or principal.project_id
         except HakiError as exc:
-            challenge = [(b"www-authenticate", b'Bearer realm="haki"')] if exc.status_code == 401 else None
-            await send_error(send, exc.status_code, exc.code, exc.message, challenge, exc.details)
+            # The answer's headers as the API's (a 401's challenge, a wait's Retry-After).
+            headers = [(k.lower().encode(), v.encode()) for k, v in exc.headers.items()]
+            await send_error(send, exc.status_code, exc.code, exc.message, headers, exc.details)
             return
         scope.setdefault("state", {})[CALLER_STATE] = Call(app, principal, project)
         await self.app(scope, receive, send)
