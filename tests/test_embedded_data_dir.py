@@ -196,3 +196,32 @@ def test_another_user_runs_the_embedded_server_though_root_ran_one_first() -> No
         assert not (own / "pgdata" / "postmaster.pid").exists()  # the last handle stopped it
     finally:
         shutil.rmtree(own, ignore_errors=True)
+
+
+def test_a_data_dir_removed_after_its_server_stopped_is_not_made_again_at_exit() -> None:
+    """The throw-away servers of tests and benchmarks: stopped, their directory removed, then
+    the process exits, and pgserver's exit hook took the data directory's lock again, which
+    made the directory again (holding only the lock file)."""
+    data_dir = short_tmp_dir("haki-gone-")
+    code = (
+        "import shutil, sys\n"
+        "from pathlib import Path\n"
+        "from service.db.embedded import embedded_server\n"
+        "data_dir = Path(sys.argv[1])\n"
+        "embedded_server(data_dir).cleanup()\n"
+        "shutil.rmtree(data_dir)\n"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(data_dir)],
+            env=server_env(data_dir),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert not data_dir.exists(), sorted(p.name for p in data_dir.iterdir())
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)

@@ -151,6 +151,10 @@ def _server_class() -> Any:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
 
+        def _cleanup(self) -> None:  # at exit too, even after cleanup() and the directory's removal
+            if self.pgdata.parent.exists():  # else nothing to stop, and the lock would make it again
+                super()._cleanup()
+
     return HakiServer
 
 
