@@ -42,7 +42,7 @@ from service.db import create_pool, create_read_pool
 from service.db.embedded import Supervisor
 from service.db.replica import ReadRouter, rerun_after_replica_error, rerun_on_primary
 from service.embedding.embedder import Embedder, build_embedder, check_embedder
-from service.errors import handle_exception
+from service.errors import handle_exception, unavailable_when_cut
 from service.memory import event_context, retention
 from service.memory.statistics import StatisticsKeeper
 from service.observability.metrics import Metrics, metrics_endpoint
@@ -172,7 +172,9 @@ def create_app(
         ],
         lifespan=[lifespan],
         plugins=[StrictStructSchemaPlugin()],
-        middleware=[rerun_on_primary] if router is not None else [],
+        # Inside the timing (create_app wraps the whole handler), so that a request cut by the
+        # shutdown is counted as its 503.
+        middleware=[unavailable_when_cut] + ([rerun_on_primary] if router is not None else []),
         state=State(
             {
                 "settings": settings,

@@ -530,3 +530,36 @@ async def send_error(
     head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": head + (headers or [])})
     await send({"type": "http.response.body", "body": body})
+
+
+# What a request still running at the end of `haki serve`'s drain is told.
+CUT_BY_SHUTDOWN_MESSAGE = "The server stopped before this request finished; retry."
+
+
+def unavailable_when_cut(app: Any) -> Any:
+    """ASGI middleware: uvicorn cancels a request still running when the drain after SIGTERM ends
+    (HAKI_SHUTDOWN_TIMEOUT_SECONDS) and answered it a plain-text 500, which no SDK retries. It is
+    the retryable 503 `unavailable` instead, unless its response had started; a write retried
+    with the same Idempotency-Key is not applied twice."""
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking(message: Any) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await app(scope, receive, tracking)
+        except asyncio.CancelledError:
+            if started:
+                raise
+            log.warning("%s %s cut short by the shutdown: 503", scope.get("method"), scope.get("path"))
+            retry = [(b"retry-after", str(UNAVAILABLE_RETRY_AFTER_SECONDS).encode())]
+            await send_error(send, 503, "unavailable", CUT_BY_SHUTDOWN_MESSAGE, retry)
+
+    return guarded

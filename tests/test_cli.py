@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -11,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -37,6 +40,8 @@ from tests.helpers.server import (
     spawn_serve,
     stop_process,
 )
+from tests.helpers.sql import load_test_queries
+from tests.helpers.stub_http import serve_posts
 
 pytestmark = pytest.mark.integration
 
@@ -545,7 +550,8 @@ def test_two_serve_processes_share_one_embedded_server() -> None:
 def test_sigterm_stops_serve_within_its_shutdown_timeout_despite_a_stalled_client() -> None:
     """A client that never finishes its body kept `haki serve` draining for ever after SIGTERM,
     until the orchestrator's SIGKILL orphaned the embedded PostgreSQL. The drain is bounded
-    (HAKI_SHUTDOWN_TIMEOUT_SECONDS), then the process stops cleanly, its database too."""
+    (HAKI_SHUTDOWN_TIMEOUT_SECONDS), then the process stops cleanly, its database too. The request
+    cut short is told so in the contract's retryable 503 (it was uvicorn's plain-text 500)."""
     with scratch_data_dir("haki-term-", stop_embedded) as data_dir:
         port = free_port()
         env = server_env(data_dir, HAKI_SHUTDOWN_TIMEOUT_SECONDS="1")
@@ -559,6 +565,74 @@ def test_sigterm_stops_serve_within_its_shutdown_timeout_despite_a_stalled_clien
                 time.sleep(0.5)
                 proc.send_signal(signal.SIGTERM)
                 assert proc.wait(timeout=30) == 0
+                stalled.settimeout(10)
+                answer = b""
+                while chunk := stalled.recv(65536):
+                    answer += chunk
+            head, _, body = answer.partition(b"\r\n\r\n")
+            lines = head.decode().split("\r\n")
+            assert lines[0] == "HTTP/1.1 503 Service Unavailable", answer
+            assert "retry-after: 1" in [line.lower() for line in lines[1:]], answer
+            assert json.loads(body)["code"] == "unavailable", answer
             assert wait_stopped(data_dir, 15), "the embedded PostgreSQL outlived the server"
         finally:
             stop_process(proc)
+
+
+def test_a_write_still_running_when_the_drain_ends_is_a_retryable_503() -> None:
+    """A write waiting on its embeddings when HAKI_SHUTDOWN_TIMEOUT_SECONDS ends: uvicorn
+    cancelled it and answered a plain-text 500, which the SDKs do not retry. It is the contract's
+    503 `unavailable` with `Retry-After`, and nothing of it is written."""
+    held = threading.Event()
+
+    def embeddings(path: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes]:
+        texts = json.loads(body)["input"]
+        if "held up" in texts:
+            held.set()
+            time.sleep(30)  # past the drain: the write is still running when it ends
+        data = [{"index": i, "embedding": [0.1] * 384} for i in range(len(texts))]
+        return 200, json.dumps({"data": data}).encode()
+
+    with serve_posts(embeddings) as stub, scratch_data_dir("haki-cut-", stop_embedded) as data_dir:
+        embedder = {
+            "HAKI_EMBED_PROVIDER": "openai",
+            "HAKI_EMBED_BASE_URL": f"http://127.0.0.1:{stub}/v1",
+            "HAKI_EMBED_API_KEY": "sk-test",
+            "HAKI_EMBED_MODEL": "stub",
+            "HAKI_EMBED_TIMEOUT_SECONDS": "60",
+        }
+        key, _ = create_key(data_dir, "proj-cut")
+        port = free_port()
+        env = server_env(data_dir, HAKI_SHUTDOWN_TIMEOUT_SECONDS="1", **embedder)
+        proc = spawn_serve(env, port, data_dir / "serve.log")
+        try:
+            body = {"project_id": "proj-cut", "subject_id": "s", "facts": [{"content": "held up"}]}
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                answer = pool.submit(
+                    httpx.post,
+                    f"http://127.0.0.1:{port}/v1/facts",
+                    json=body,
+                    headers={"Authorization": f"Bearer {key}"},
+                    timeout=60,
+                )
+                assert held.wait(30), "the write never reached the embedder"
+                proc.send_signal(signal.SIGTERM)
+                r = answer.result(timeout=60)
+            assert proc.wait(timeout=30) == 0
+        finally:
+            stop_process(proc)
+        assert r.status_code == 503, r.text
+        assert r.headers["retry-after"] == "1"
+        assert r.json()["code"] == "unavailable"
+        listed = run_cli(data_dir, "keys", "list", **embedder)  # the database is usable after it
+        assert listed.returncode == 0, listed.stderr
+        assert asyncio.run(facts_written(data_dir)) == 0
+
+
+async def facts_written(data_dir: Path) -> int:
+    conn = await connect(Settings(data_dir=data_dir, embed_provider="hash"))
+    try:
+        count: int = await load_test_queries().test_count_facts(conn)
+        return count
+    finally:
+        await conn.close()

