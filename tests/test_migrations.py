@@ -476,3 +476,25 @@ async def test_sets_left_open_with_one_claim_are_resolved(
         "00000000-0000-7000-8000-0000000000b2": "conflict_open",
     }
 
+
+async def test_the_vector_probe_beside_a_first_migration_lets_the_server_start(
+    scratch_database: Settings,
+) -> None:
+    """`haki serve` started while another's migration 0001 creates pgvector on a new database: its
+    vector probe's CREATE EXTENSION waits on that one, which commits; it starts, not refusing with
+    a wrong diagnosis ("pgvector cannot run here: UniqueViolationError")."""
+    first, watcher = await connect(scratch_database), await connect(scratch_database)
+    try:
+        await load_queries().lock_migrations(first)
+        tx = first.transaction()
+        await tx.start()
+        await first.execute(discover()[0].sql)  # 0001_extensions, uncommitted
+        start_up = asyncio.create_task(cli._start_up(scratch_database))
+        # Watched from outside the transaction, whose view of pg_stat_activity stays as it began.
+        await lock_waiters(watcher, 1)  # the probe waits on the extension's row
+        await tx.commit()
+        await load_queries().unlock_migrations(first)
+        assert await asyncio.wait_for(start_up, timeout=120) is None
+    finally:
+        await first.close()
+        await watcher.close()
