@@ -2308,6 +2308,16 @@ CREATE TABLE public.erasures (
 );
 
 --
+-- Name: event_context_claims; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.event_context_claims (
+    project_id text NOT NULL,
+    event_id uuid NOT NULL,
+    claimed_until timestamp with time zone NOT NULL
+);
+
+--
 -- Name: events; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -2520,6 +2530,13 @@ ALTER TABLE ONLY public.context_traces
 
 ALTER TABLE ONLY public.erasures
     ADD CONSTRAINT erasures_pkey PRIMARY KEY (project_id, erasure_id);
+
+--
+-- Name: event_context_claims event_context_claims_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.event_context_claims
+    ADD CONSTRAINT event_context_claims_pkey PRIMARY KEY (project_id, event_id);
 
 --
 -- Name: events events_pkey; Type: CONSTRAINT; Schema: public; Owner: -

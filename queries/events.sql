@@ -74,20 +74,54 @@ WHERE e.context_embedding IS NULL
 ORDER BY e.project_id
 LIMIT 1;
 
--- name: pending_event_contexts(project_id, event_ids, batch_size)
--- The project's next events without a vector in context (of the given ids only, when given: a
--- write's own), each with the event before it in its scope (haki_event_before; null for a
--- scope's first event), in id order.
-SELECT e.event_id AS event_id, e.content AS content, b.event_id AS before_id,
+-- name: claim_event_contexts(project_id, event_ids, batch_size, lease_seconds)
+-- Claims the project's next events without a vector in context (of the given ids only, when
+-- given: a write's own) for lease_seconds, each with the event before it in its scope
+-- (haki_event_before; null for a scope's first event), in id order. An event another process
+-- claimed is left to it, so that each is embedded once: one being claimed is skipped by its row
+-- lock, one claimed by the claims table, and two claims read before either committed meet on
+-- its key, where only the first is returned.
+WITH picked AS (
+    SELECT e.event_id AS event_id, e.content AS content, e.subject_id AS subject_id,
+           e.occurred_at AS occurred_at
+    FROM events AS e
+    WHERE e.project_id = :project_id
+      AND e.context_embedding IS NULL
+      AND (:event_ids::uuid[] IS NULL OR e.event_id = ANY (:event_ids::uuid[]))
+      AND NOT EXISTS (
+          SELECT 1
+          FROM event_context_claims AS c
+          WHERE c.project_id = :project_id
+            AND c.event_id = e.event_id
+            AND c.claimed_until > clock_timestamp()
+      )
+    ORDER BY e.event_id
+    LIMIT :batch_size
+    FOR NO KEY UPDATE OF e SKIP LOCKED
+),
+claimed AS (
+    INSERT INTO event_context_claims AS c (project_id, event_id, claimed_until)
+    SELECT :project_id, p.event_id, clock_timestamp() + make_interval(secs => :lease_seconds::float8)
+    FROM picked AS p
+    ON CONFLICT (project_id, event_id) DO UPDATE
+    SET claimed_until = excluded.claimed_until
+    WHERE c.claimed_until <= clock_timestamp()
+    RETURNING c.event_id AS event_id
+)
+SELECT p.event_id AS event_id, p.content AS content, b.event_id AS before_id,
        b.content AS before_content
-FROM events AS e
-LEFT JOIN LATERAL public.haki_event_before(e.project_id, e.subject_id, e.occurred_at,
-                                           e.event_id) AS b ON true
-WHERE e.project_id = :project_id
-  AND e.context_embedding IS NULL
-  AND (:event_ids::uuid[] IS NULL OR e.event_id = ANY (:event_ids::uuid[]))
-ORDER BY e.event_id
-LIMIT :batch_size;
+FROM picked AS p
+JOIN claimed AS k ON k.event_id = p.event_id
+LEFT JOIN LATERAL public.haki_event_before(:project_id, p.subject_id, p.occurred_at,
+                                           p.event_id) AS b ON true
+ORDER BY p.event_id;
+
+-- name: release_event_context_claims(project_id, event_ids)!
+-- Ends the claims on a batch (stored, or its embedding failed), and the project's claims whose
+-- lease ran out (a process that died mid-batch), so the table holds only claims in progress.
+DELETE FROM event_context_claims AS c
+WHERE c.project_id = :project_id
+  AND (c.event_id = ANY (:event_ids::uuid[]) OR c.claimed_until <= clock_timestamp());
 
 -- name: set_event_contexts(project_id, event_ids, before_ids, embeddings)$
 -- Stores one batch of vectors in context; a null vector (a scope's first event) takes the event's

@@ -282,7 +282,7 @@ async def test_the_event_context_worker_and_an_event_erasure_do_not_deadlock(
         _, (erased,) = await remember(
             observer, settings, principal, [], [EventIn(content="A", occurred_at=day - timedelta(hours=1))]
         )
-        pending = await event_context.read_pending(worker, embedder, project_id, 10)
+        pending = await event_context.claim_pending(worker, embedder, project_id, 10)
         assert [p.event_id for p in pending] == [after, erased]
         vectors = await event_context.embed_pending(embedder, project_id, pending)
         held = holder.transaction()
@@ -346,7 +346,7 @@ async def test_an_event_written_before_a_pending_one_during_its_store_keeps_it_p
             observer, settings, principal, [], [EventIn(content="P", occurred_at=at[0]),
                                                 EventIn(content="S", occurred_at=at[2])]
         )  # fmt: skip
-        pending = await event_context.read_pending(worker, embedder, project_id, 10)
+        pending = await event_context.claim_pending(worker, embedder, project_id, 10)
         assert [(x.event_id, x.before_id) for x in pending] == [(p, None), (s, p)]
         vectors = await event_context.embed_pending(embedder, project_id, pending)
         async with writer.transaction():
@@ -358,7 +358,7 @@ async def test_an_event_written_before_a_pending_one_during_its_store_keeps_it_p
             )
             assert await waits_or_ends(observer, store, worker), "the store ran beside the write"
         assert await store == 1
-        again = await event_context.read_pending(worker, embedder, project_id, 10)
+        again = await event_context.claim_pending(worker, embedder, project_id, 10)
         assert {y.event_id: y.before_id for y in again} == {x: p, s: x}
 
 
@@ -436,7 +436,7 @@ async def test_two_event_writes_between_the_same_events_leave_the_later_one_pend
                 )
                 x_task = asyncio.create_task(write_x())
                 assert await waits_or_ends(observer, x_task, writes_x), "X's write ran beside Y's"
-            pending = await event_context.read_pending(worker, embedder, project_id, 10)
+            pending = await event_context.claim_pending(worker, embedder, project_id, 10)
             assert {e.event_id: e.before_id for e in pending}[y] == p  # X is not committed yet
             vectors = await event_context.embed_pending(embedder, project_id, pending)
             store = asyncio.create_task(
@@ -447,5 +447,5 @@ async def test_two_event_writes_between_the_same_events_leave_the_later_one_pend
             release_x.set()
         x = await x_task
         await store
-        again = await event_context.read_pending(worker, embedder, project_id, 10)
+        again = await event_context.claim_pending(worker, embedder, project_id, 10)
         assert {e.event_id: e.before_id for e in again}[y] == x

@@ -7,6 +7,7 @@ The hash embedder stands in for the model: a vector in context must equal its em
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import suppress
 from datetime import UTC, datetime
@@ -19,13 +20,14 @@ import numpy as np
 import pytest
 
 from service.constants import EVENT_CONTEXT_BEFORE_CHARS
+from service.db import connect, create_pool, init_connection
 from service.embedding.embedder import Embedder, HashEmbedder, Vector
 from service.errors import EmbeddingModelMismatch
 from service.memory import event_context
-from service.repository import events as events_repo
 from service.settings import Settings
 from tests.helpers import PROJECT, bearer, by_item, context_and_trace, inspect, write_events
 from tests.helpers.app import SingleConnectionPool, make_client
+from tests.helpers.serving import new_project
 from tests.helpers.sql import load_test_queries
 
 SUBJECT = "ctx"
@@ -128,12 +130,12 @@ async def test_a_vector_made_before_its_predecessor_changed_is_not_stored(
     client: httpx.AsyncClient, key: str, conn: asyncpg.Connection, hash_embedder: HashEmbedder
 ) -> None:
     await write_events(client, key, [(CAT, at(0)), (NAME, at(10))], subject_id=SUBJECT)
-    pending = await events_repo.pending_event_contexts(conn, PROJECT, 10)
+    pending = await event_context.claim_pending(conn, hash_embedder, PROJECT, 10)
     assert [p.before_content for p in pending if p.content == NAME] == [CAT]
     await write_events(client, key, [(ASK, at(5))], subject_id=SUBJECT)  # while it was embedded
     made = [None if p.before_content is None else in_context(hash_embedder, p.before_content, p.content)
             for p in pending]  # fmt: skip
-    assert await events_repo.set_event_contexts(conn, PROJECT, pending, made) == 1  # CAT only
+    assert await event_context.store_pending(conn, hash_embedder, PROJECT, pending, made) == 1  # CAT only
     assert (await scope_vectors(conn))[NAME][1] is None
     await drain(conn, hash_embedder)
     assert same((await scope_vectors(conn))[NAME][1], in_context(hash_embedder, ASK, NAME))
@@ -272,3 +274,57 @@ def test_a_long_predecessor_leaves_room_for_the_event() -> None:
     text = event_context.context_text("a" * 600 + "b" * EVENT_CONTEXT_BEFORE_CHARS, "Same here!")
     assert text == "b" * EVENT_CONTEXT_BEFORE_CHARS + "\nSame here!"
     assert event_context.context_text("Who adopted a cat?", "I did.") == "Who adopted a cat?\nI did."
+
+
+class SlowCounting(HashEmbedder):
+    """Keeps every text it embeds; a batch takes a while, as the model's does, so that the
+    batches of two processes' workers overlap."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[str] = []
+
+    async def embed(self, texts: Sequence[str], **kw: Any) -> list[Vector]:
+        self.texts.extend(texts)
+        await asyncio.sleep(0.05)
+        return await super().embed(texts, **kw)
+
+
+async def test_the_workers_of_two_processes_embed_each_event_once(
+    settings: Settings, migrated: str, hash_embedder: HashEmbedder
+) -> None:
+    """Every serving process runs the worker: two draining one project's 200 pending events (two
+    pools, committed data) embed each text once between them, and make every vector."""
+    project, key = await new_project(settings, "ctx-claims")
+    times = [f"2024-03-01T{n // 60:02d}:{n % 60:02d}:00Z" for n in range(200)]
+    writer = await connect(settings)
+    pools = [await create_pool(settings) for _ in range(2)]
+    try:
+        await init_connection(writer)
+        async with make_client(settings, writer, hash_embedder, event_context_inline=False) as c:
+            await write_events(c, key, [(f"turn {n}", t) for n, t in enumerate(times)], SUBJECT, project)
+
+        async def pending(pool: Any) -> int:
+            async with pool.acquire() as c:
+                rows = load_test_queries().test_event_context_vectors(
+                    c, project_id=project, subject_id=SUBJECT
+                )
+                return sum([r["context_embedding"] is None async for r in rows])
+
+        embedder = SlowCounting()
+
+        async def worker(pool: Any) -> int:
+            stored = 0
+            while await pending(pool):
+                made = await event_context.contextualize_batch(pool, embedder, project)
+                stored += made
+                if not made:
+                    await asyncio.sleep(0.01)  # the other process holds the rest
+            return stored
+
+        assert sum(await asyncio.wait_for(asyncio.gather(*(worker(p) for p in pools)), timeout=120)) == 200
+        assert len(embedder.texts) == len(set(embedder.texts)) == 199  # the first event takes its own
+    finally:
+        for pool in pools:
+            await pool.close()
+        await writer.close()

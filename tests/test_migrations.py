@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import asyncpg
+import msgspec
 import pytest
 
+from service import cli
 from service.api import auth
 from service.db import connect, init_connection
 from service.db.embedded import embedded_url
@@ -215,6 +219,105 @@ async def test_a_command_waits_for_a_migration_in_progress(settings: Settings, m
         await waiter.close()
 
 
+def haki_env(monkeypatch: pytest.MonkeyPatch, settings: Settings, **env: str) -> None:
+    """The environment of a `haki` command run in-process (cli.main) against the test server."""
+    for name in [k for k in os.environ if k.startswith("HAKI_")]:
+        monkeypatch.delenv(name)
+    assert settings.database_url is not None
+    env = {
+        "DATABASE_URL": settings.database_url,
+        "DATA_DIR": str(settings.data_dir),
+        "EMBED_PROVIDER": "hash",
+        **env,
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(f"HAKI_{name}", value)
+
+
+async def lock_waiters(conn: asyncpg.Connection, count: int) -> list[int]:
+    """The pids of the `count` sessions of conn's database waiting on a lock, once they all wait."""
+    deadline = asyncio.get_running_loop().time() + 30
+    while len(pids := [r["pid"] async for r in load_test_queries().test_lock_waiters(conn)]) < count:
+        assert asyncio.get_running_loop().time() < deadline, f"{len(pids)} of {count} waiting for the lock"
+        await asyncio.sleep(0.05)
+    return pids
+
+
+async def test_a_runner_waits_for_the_lock_past_the_statement_timeout(
+    settings: Settings, migrated: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Another runner's migrations outlast HAKI_STATEMENT_TIMEOUT_MS (a request's bound): `haki
+    migrate` and a command beside it wait for its lock as long as it is held, then go on."""
+    haki_env(monkeypatch, settings, STATEMENT_TIMEOUT_MS="200")
+    short = msgspec.structs.replace(settings, statement_timeout_ms=200)
+    holder, waiter = await connect(settings), await connect(short)
+    try:
+        await load_queries().lock_migrations(holder)
+        commands = [
+            asyncio.create_task(asyncio.to_thread(cli.main, argv)) for argv in (["migrate"], ["keys", "list"])
+        ]
+        command = asyncio.create_task(require_migrated(waiter))
+        await lock_waiters(holder, 3)
+        await asyncio.sleep(0.5)  # past the statement timeout, still waiting
+        assert not any(t.done() for t in [*commands, command])
+        await load_queries().unlock_migrations(holder)
+        assert await asyncio.wait_for(asyncio.gather(*commands), timeout=60) == [0, 0]
+        assert await asyncio.wait_for(command, timeout=30) == []
+        assert "applied 0 migration(s): none pending" in capsys.readouterr().err
+        # The session goes on with its own timeouts (a command's work after the migrations).
+        timeouts = await load_test_queries().test_migration_session_timeouts(waiter)
+        assert (timeouts["statement_timeout"], timeouts["lock_timeout"]) == ("200ms", "0")
+    finally:
+        await holder.close()
+        await waiter.close()
+
+
+@pytest.fixture
+async def scratch_database(settings: Settings, migrated: str) -> AsyncIterator[Settings]:
+    """A new database in the session's server (no migration applied), dropped after the test."""
+    name = f"haki_scratch_{uuid.uuid4().hex[:8]}"
+    admin = await connect(settings)
+    try:
+        await admin.execute(f"CREATE DATABASE {name} TEMPLATE template0")
+        yield msgspec.structs.replace(settings, database_url=embedded_url(settings.data_dir, name))
+    finally:
+        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        await admin.close()
+
+
+async def test_a_migration_outlasting_the_statement_timeout_applies(
+    scratch_database: Settings, migrations_copy: Path
+) -> None:
+    """A migration statement longer than HAKI_STATEMENT_TIMEOUT_MS (an index build over a large
+    table) applies: the bound is a request's, not an upgrade's."""
+    (migrations_copy / "0900_slow.sql").write_text("SELECT pg_sleep(0.5);\n")
+    conn = await connect(msgspec.structs.replace(scratch_database, statement_timeout_ms=200))
+    try:
+        assert await migrate(conn, migrations_copy) == everything(migrations_copy)
+    finally:
+        await conn.close()
+
+
+async def test_a_runner_ended_while_it_waits_for_the_lock_says_why(
+    settings: Settings, migrated: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A failure in the wait for the lock (here its session ended, as a server restart would) is
+    `haki: <reason>`, exit 2, as docs/spec/api.md says of a migration that cannot apply."""
+    haki_env(monkeypatch, settings)
+    holder = await connect(settings)
+    try:
+        await load_queries().lock_migrations(holder)
+        command = asyncio.create_task(asyncio.to_thread(cli.main, ["migrate"]))
+        (pid,) = await lock_waiters(holder, 1)
+        await load_test_queries().test_terminate_backend(holder, pid=pid)
+        assert await asyncio.wait_for(command, timeout=30) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("haki: the migration lock cannot be taken: "), err
+        assert "Traceback" not in err
+    finally:
+        await holder.close()
+
+
 def keep_only_before(directory: Path, version: str) -> None:
     """The numbered files before `version` (and no rules.sql: today's rules need the later ones)."""
     for later in sorted(directory.glob("*.sql")):
@@ -350,7 +453,9 @@ async def test_sets_left_open_with_one_claim_are_resolved(
     await migrate(fresh_conn, migrations_copy)
     await load_test_queries().test_seed_sets_left_open(fresh_conn, project_id=PROJECT)
     before = datetime.now(UTC) - timedelta(seconds=5)  # the database's clock is this machine's
-    assert await migrate(fresh_conn) == ["0046_resolve_sets_left_open", RULES_VERSION]
+    assert await migrate(fresh_conn) == [m.version for m in discover() if m.version >= "0046"] + [
+        RULES_VERSION
+    ]
     await init_connection(fresh_conn)
     sets = {c.key: c for c in await conflicts_repo.list_conflicts(fresh_conn, PROJECT, "u1", None)}
     assert sets["sport"].status == "resolved"
@@ -370,3 +475,26 @@ async def test_sets_left_open_with_one_claim_are_resolved(
         "00000000-0000-7000-8000-0000000000b1": "conflict_open",
         "00000000-0000-7000-8000-0000000000b2": "conflict_open",
     }
+
+
+async def test_the_vector_probe_beside_a_first_migration_lets_the_server_start(
+    scratch_database: Settings,
+) -> None:
+    """`haki serve` started while another's migration 0001 creates pgvector on a new database: its
+    vector probe's CREATE EXTENSION waits on that one, which commits; it starts, not refusing with
+    a wrong diagnosis ("pgvector cannot run here: UniqueViolationError")."""
+    first, watcher = await connect(scratch_database), await connect(scratch_database)
+    try:
+        await load_queries().lock_migrations(first)
+        tx = first.transaction()
+        await tx.start()
+        await first.execute(discover()[0].sql)  # 0001_extensions, uncommitted
+        start_up = asyncio.create_task(cli._start_up(scratch_database))
+        # Watched from outside the transaction, whose view of pg_stat_activity stays as it began.
+        await lock_waiters(watcher, 1)  # the probe waits on the extension's row
+        await tx.commit()
+        await load_queries().unlock_migrations(first)
+        assert await asyncio.wait_for(start_up, timeout=120) is None
+    finally:
+        await first.close()
+        await watcher.close()

@@ -118,8 +118,9 @@ def session_state(sql: str) -> re.Match[str] | None:
 
 
 def runs_on_own_connection(query: Statement) -> bool:
-    """The migration runner's session lock (service/db/migrations.py), and every test and benchmark
-    statement (throw-away connections and databases), never run on a pooled connection."""
+    """The migration runner's session lock and timeouts (service/db/migrations.py), and every test
+    and benchmark statement (throw-away connections and databases), never run on a pooled
+    connection."""
     return query.folder != "queries" or query.file == "migrations.sql"
 
 

@@ -1,8 +1,10 @@
 """Forward-only migration runner, then the rule functions.
 
 Each `migrations/NNNN_name.sql` file is applied in its own transaction, under a session-level
-advisory lock, and recorded with its sha256. A file that was applied and has since changed
-is refused: the schema it describes is no longer the schema in the database.
+advisory lock waited for as long as another runner holds it, with no statement or lock timeout
+(HAKI_STATEMENT_TIMEOUT_MS is a request's bound, not an index build's), and recorded with its
+sha256. A file that was applied and has since changed is refused: the schema it describes is no
+longer the schema in the database.
 
 `migrations/rules.sql` holds the spec's rule functions, hand-written and repeatable (CREATE OR
 REPLACE). It is applied after the numbered files, in one transaction under the same lock, and
@@ -24,6 +26,8 @@ import hashlib
 import logging
 import re
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 
 import asyncpg
@@ -36,6 +40,9 @@ SCHEMA_SNAPSHOT = "schema.sql"
 RULES = "rules.sql"
 RULES_VERSION = "rules"
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+# What a migration runner's statement meets when the server refuses it or the connection drops
+# (a server restarted, a backend terminated): a MigrationError, `haki: <reason>`, exit 2.
+DATABASE_FAILURES = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
 
 log = logging.getLogger("haki.migrations")
 
@@ -124,19 +131,54 @@ def _pending(applied: dict[str, str], directory: Path | None) -> list[str]:
     return [m.version for m in numbered] + ([RULES_VERSION] if due else [])
 
 
+@asynccontextmanager
+async def _migration_lock(conn: asyncpg.Connection) -> AsyncIterator[None]:
+    """The migration lock, on a session without the request timeouts until it is released: a
+    migration statement may run for minutes (an HNSW build over a large table), and a runner
+    beside another waits for its lock as long as the other's migrations take. A failure to take
+    it is a MigrationError (`haki: ...`, exit 2), never a traceback."""
+    q = load_queries()
+    try:
+        await q.lift_migration_timeouts(conn)
+        if not await q.try_lock_migrations(conn):
+            log.info("waiting for another process's migrations (the migration lock)")
+            await q.lock_migrations(conn)
+    except DATABASE_FAILURES as exc:
+        await _release(conn, locked=False)
+        raise MigrationError(f"the migration lock cannot be taken: {type(exc).__name__}: {exc}") from exc
+    try:
+        yield
+    finally:
+        await _release(conn, locked=True)
+
+
+async def _release(conn: asyncpg.Connection, *, locked: bool) -> None:
+    """The lock released and the session's own timeouts back (a command goes on with its work on
+    the same connection). On a connection that failed, it never hides the failure."""
+    q = load_queries()
+    with suppress(*DATABASE_FAILURES):
+        if locked and not conn.is_closed():
+            await q.unlock_migrations(conn)
+        if not conn.is_closed():
+            await q.restore_migration_timeouts(conn)
+
+
 async def require_migrated(conn: asyncpg.Connection, directory: Path | None = None) -> list[str]:
     """Every command but `serve` and `migrate`: a database no migration was applied to gets them
     all (nothing of an earlier release can be running on it: `haki keys create` before the first
     `haki serve`); one with migrations pending is refused, MigrationsPending. Returns the versions
     applied."""
-    q = load_queries()
     # Under the migration lock: a `haki serve` migrating a fresh database meanwhile has applied
-    # some migrations, not all; this waits for it (the lock is re-entrant for migrate()).
-    await q.lock_migrations(conn)
-    try:
-        applied = await _applied(conn)
+    # some migrations, not all; this waits for it.
+    async with _migration_lock(conn):
+        try:
+            applied = await _applied(conn)
+        except DATABASE_FAILURES as exc:
+            raise MigrationError(
+                f"the applied migrations cannot be read: {type(exc).__name__}: {exc}"
+            ) from exc
         if not applied:
-            return await migrate(conn, directory)
+            return await _apply(conn, directory)
         pending = _pending(applied, directory)
         if pending:
             raise MigrationsPending(
@@ -145,17 +187,20 @@ async def require_migrated(conn: asyncpg.Connection, directory: Path | None = No
                 '`haki migrate` (docs/configuration.md, "Upgrading")'
             )
         return []
-    finally:
-        await q.unlock_migrations(conn)
 
 
 async def migrate(conn: asyncpg.Connection, directory: Path | None = None) -> list[str]:
     """Applies the pending migrations, then rules.sql if due; returns the versions applied by this
     call (`rules` last when the rules were)."""
+    async with _migration_lock(conn):
+        return await _apply(conn, directory)
+
+
+async def _apply(conn: asyncpg.Connection, directory: Path | None) -> list[str]:
+    """migrate() under the migration lock."""
     q = load_queries()
     migrations = discover(directory)
     rules = rules_file(directory)
-    await q.lock_migrations(conn)
     step = "schema_migrations"
     try:
         await q.create_schema_migrations(conn)
@@ -182,9 +227,7 @@ async def migrate(conn: asyncpg.Connection, directory: Path | None = None) -> li
             done.append(RULES_VERSION)
             log.info("migration %s applied (the rule functions, migrations/%s)", RULES_VERSION, RULES)
         return done
-    except asyncpg.PostgresError as exc:
-        # The server refused a statement (a role without CREATE, an object in the way): the CLI
-        # prints `haki: <reason>` and exits 2, as for any migration that cannot apply.
+    except DATABASE_FAILURES as exc:
+        # The server refused a statement (a role without CREATE, an object in the way) or the
+        # connection was lost: the CLI prints `haki: <reason>` and exits 2.
         raise MigrationError(f"migration {step} cannot apply: {type(exc).__name__}: {exc}") from exc
-    finally:
-        await q.unlock_migrations(conn)

@@ -9,10 +9,12 @@ Until one is made, `unified` ranks the episode by its own vector alone. A write 
 that changes an event's predecessor, and a re-embedding's switch, set the vector back to pending
 (migration 0035).
 
-Each batch is read with a connection (`read_pending`), embedded with none held (`embed_pending`:
-the write lane of the embedder's scheduler, behind queries), and stored under the project's model
-record (`store_pending`, hold_model), so a vector is never stored for a project whose vectors
-another model made, nor across a switch. The store waits for the scopes' event writes in flight
+Each batch is claimed with a connection (`claim_pending`: every serving process runs this worker,
+and a claimed event is left to the process that claimed it, so each text is embedded once),
+embedded with none held (`embed_pending`: the write lane of the embedder's scheduler, behind
+queries), and stored under the project's model record (`store_pending`, hold_model, which ends
+the claims), so a vector is never stored for a project whose vectors another model made, nor
+across a switch. The store waits for the scopes' event writes in flight
 (lock_event_order), so it never reads a predecessor while another may be uncommitted.
 """
 
@@ -20,12 +22,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from contextlib import suppress
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
-from service.constants import EVENT_CONTEXT_BATCH, EVENT_CONTEXT_BEFORE_CHARS, EVENT_CONTEXT_IDLE_SECONDS
+from service.constants import (
+    EVENT_CONTEXT_BATCH,
+    EVENT_CONTEXT_BEFORE_CHARS,
+    EVENT_CONTEXT_CLAIM_SECONDS,
+    EVENT_CONTEXT_IDLE_SECONDS,
+)
 from service.embedding.embedder import Embedder
 from service.errors import EmbeddingModelMismatch
 from service.repository import embedding_model
@@ -34,6 +41,7 @@ from service.repository import lifecycle as lifecycle_repo
 from service.repository.events import PendingContext
 
 log = logging.getLogger("haki.event_context")
+T = TypeVar("T")
 
 
 def context_text(before: str, content: str) -> str:
@@ -43,14 +51,22 @@ def context_text(before: str, content: str) -> str:
     return f"{before[-EVENT_CONTEXT_BEFORE_CHARS:]}\n{content}"
 
 
-async def read_pending(
+async def claim_pending(
     conn: Any, embedder: Embedder, project_id: str, batch_size: int, event_ids: Sequence[UUID] | None = None
 ) -> list[PendingContext]:
-    """The project's next pending events (of `event_ids` only, when given). Raises
-    EmbeddingModelMismatch for a project whose vectors another model made: refused before
+    """The project's next pending events (of `event_ids` only, when given) that no other process
+    claimed, claimed by this one (EVENT_CONTEXT_CLAIM_SECONDS): each is embedded by one process.
+    Raises EmbeddingModelMismatch for a project whose vectors another model made: refused before
     embedding, not after, or such a project would cost a batch every round."""
     await embedding_model.check_model(conn, project_id, embedder.name)
-    return await events_repo.pending_event_contexts(conn, project_id, batch_size, event_ids)
+    return await events_repo.claim_event_contexts(
+        conn, project_id, batch_size, EVENT_CONTEXT_CLAIM_SECONDS, event_ids
+    )
+
+
+async def release_pending(conn: Any, project_id: str, pending: list[PendingContext]) -> None:
+    """Gives a batch that was not stored back to the other processes at once, not after its claim."""
+    await events_repo.release_event_context_claims(conn, project_id, [p.event_id for p in pending])
 
 
 async def embed_pending(embedder: Embedder, project_id: str, pending: list[PendingContext]) -> list[Any]:
@@ -73,7 +89,17 @@ async def store_pending(
         # After the scopes' event writes in flight (lock_event_order), before the next ones: the
         # predecessors it compares are then committed ones.
         await events_repo.share_event_orders(conn, project_id, [p.event_id for p in pending])
-        return await events_repo.set_event_contexts(conn, project_id, pending, embeddings)
+        stored = await events_repo.set_event_contexts(conn, project_id, pending, embeddings)
+        # Those not stored (a predecessor changed meanwhile) are pending again, for any process.
+        await release_pending(conn, project_id, pending)
+        return stored
+
+
+async def _caught(work: Awaitable[T]) -> T | Exception:
+    try:
+        return await work
+    except Exception as exc:
+        return exc
 
 
 async def make_written(lent: Any, embedder: Embedder, project_id: str, event_ids: Sequence[UUID]) -> int:
@@ -83,11 +109,19 @@ async def make_written(lent: Any, embedder: Embedder, project_id: str, event_ids
     has committed: a failure here (embedder or database down) is logged, and the background task
     makes them later."""
     try:
-        pending = await read_pending(lent.conn, embedder, project_id, len(event_ids), event_ids)
+        pending = await claim_pending(lent.conn, embedder, project_id, len(event_ids), event_ids)
         if not pending:
-            return 0
-        embeddings = await lent.without_connection(embed_pending(embedder, project_id, pending))
-        return await store_pending(lent.conn, embedder, project_id, pending, embeddings)
+            return 0  # none left, or the background task of a process took them first
+        # Caught inside the wait: a failed wait lends no connection after it, and the claims are
+        # given back on one.
+        embeddings = await lent.without_connection(_caught(embed_pending(embedder, project_id, pending)))
+        try:
+            if isinstance(embeddings, Exception):
+                raise embeddings
+            return await store_pending(lent.conn, embedder, project_id, pending, embeddings)
+        except Exception:
+            await release_pending(lent.conn, project_id, pending)
+            raise
     except Exception as exc:
         log.warning("event context: a write's vectors left to the background task: %r", exc)
         return 0
@@ -96,14 +130,20 @@ async def make_written(lent: Any, embedder: Embedder, project_id: str, event_ids
 async def contextualize_batch(
     pool: Any, embedder: Embedder, project_id: str, batch_size: int = EVENT_CONTEXT_BATCH
 ) -> int:
-    """One batch of the project's pending events; returns how many vectors were stored."""
+    """One batch of the project's pending events no other process claimed; returns how many
+    vectors were stored."""
     async with pool.acquire() as conn:
-        pending = await read_pending(conn, embedder, project_id, batch_size)
+        pending = await claim_pending(conn, embedder, project_id, batch_size)
     if not pending:
         return 0
-    embeddings = await embed_pending(embedder, project_id, pending)
-    async with pool.acquire() as conn:
-        return await store_pending(conn, embedder, project_id, pending, embeddings)
+    try:
+        embeddings = await embed_pending(embedder, project_id, pending)
+        async with pool.acquire() as conn:
+            return await store_pending(conn, embedder, project_id, pending, embeddings)
+    except Exception:
+        async with pool.acquire() as conn:
+            await release_pending(conn, project_id, pending)
+        raise
 
 
 async def drain(pool: Any, embedder: Embedder, batch_size: int = EVENT_CONTEXT_BATCH) -> int:

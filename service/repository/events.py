@@ -45,13 +45,25 @@ async def next_event_context_project(conn: Conn, after_project: str | None) -> s
     return project
 
 
-async def pending_event_contexts(
-    conn: Conn, project_id: str, batch_size: int, event_ids: Sequence[UUID] | None = None
+async def claim_event_contexts(
+    conn: Conn,
+    project_id: str,
+    batch_size: int,
+    lease_seconds: float,
+    event_ids: Sequence[UUID] | None = None,
 ) -> list[PendingContext]:
-    rows = q().pending_event_contexts(conn, project_id=project_id, event_ids=event_ids, batch_size=batch_size)
+    """The project's next pending events no other process claimed, claimed for `lease_seconds`."""
+    rows = q().claim_event_contexts(
+        conn, project_id=project_id, event_ids=event_ids, batch_size=batch_size, lease_seconds=lease_seconds
+    )
     return [
         PendingContext(r["event_id"], r["content"], r["before_id"], r["before_content"]) async for r in rows
     ]
+
+
+async def release_event_context_claims(conn: Conn, project_id: str, event_ids: Sequence[UUID]) -> None:
+    """Ends the claims on a batch, and the project's claims whose lease ran out."""
+    await q().release_event_context_claims(conn, project_id=project_id, event_ids=list(event_ids))
 
 
 async def lock_event_order(conn: Conn, project_id: str, subject_id: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncpg
 import msgspec
 
 from service.repository.base import Conn, one_row, q
@@ -40,6 +41,15 @@ async def probe_vectors(conn: Conn) -> VectorProbe:
     """Runs pgvector's distances, an HNSW build with inserts into a graph that has rows, and an
     HNSW search, in a transaction that is rolled back: nothing stays. A pgvector built for
     instructions this CPU lacks kills the backend here (the connection drops)."""
+    try:
+        return await _probe_once(conn)
+    except (asyncpg.UniqueViolationError, asyncpg.DuplicateObjectError):
+        # Its CREATE EXTENSION waited on another process's migration 0001 creating pgvector, which
+        # then committed: the extension exists now, and the probe runs again on it.
+        return await _probe_once(conn)
+
+
+async def _probe_once(conn: Conn) -> VectorProbe:
     tx = conn.transaction()
     await tx.start()
     try:

@@ -339,3 +339,15 @@ WHERE d.project_id = :project_id
 SELECT p.generic_plans AS generic_plans, p.custom_plans AS custom_plans
 FROM pg_prepared_statements AS p
 WHERE p.statement = :statement;
+
+-- name: test_migration_session_timeouts()^
+-- The session's statement and lock timeouts, as a migration runner leaves them.
+SELECT current_setting('statement_timeout') AS statement_timeout,
+       current_setting('lock_timeout') AS lock_timeout;
+
+-- name: test_lock_waiters()
+-- The sessions of this database waiting on a lock now (pg_stat_activity), to force an interleaving.
+SELECT a.pid AS pid
+FROM pg_stat_activity AS a
+WHERE a.datname = current_database()
+  AND a.wait_event_type = 'Lock';
