@@ -26,7 +26,7 @@ from service.api import auth
 from service.constants import IMPORT_CONCURRENCY, IMPORT_MAX_CONCURRENCY
 from service.db import connect, init_connection
 from service.db.embedded import DataDirError
-from service.db.migrations import MigrationError, migrate, require_migrated
+from service.db.migrations import DATABASE_FAILURES, MigrationError, migrate, require_migrated
 from service.db.pools import DatabaseUnreachable
 from service.errors import EmbedderConfigError
 from service.repository import health as health_repo
@@ -35,10 +35,6 @@ from service.scope_id import scope_id_problem
 from service.settings import SETTING_BOUNDS, Settings, SettingsError
 
 T = TypeVar("T")
-
-# A database that fails a command once connected: a statement timeout, the server gone
-# (asyncpg's InterfaceError, OSError), a value a statement refuses. The command stopped, exit 1.
-DATABASE_FAILURES = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
 
 
 class Stopped(Exception):

@@ -40,8 +40,8 @@ SCHEMA_SNAPSHOT = "schema.sql"
 RULES = "rules.sql"
 RULES_VERSION = "rules"
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
-# What a migration runner's statement meets when the server refuses it or the connection drops
-# (a server restarted, a backend terminated): a MigrationError, `haki: <reason>`, exit 2.
+# What a statement meets when the server refuses it or the connection drops (a server restarted,
+# a backend terminated): in the migration runner a MigrationError (exit 2), in a command exit 1.
 DATABASE_FAILURES = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
 
 log = logging.getLogger("haki.migrations")
