@@ -1,25 +1,19 @@
 -- name: lift_migration_timeouts()^
--- The migration runner's session without the request timeouts until restore_migration_timeouts:
--- a migration may build an index for minutes, and a runner waits for another's lock that long.
-SELECT set_config('statement_timeout', '0', false) AS statement_timeout,
-       set_config('lock_timeout', '0', false) AS lock_timeout;
-
--- name: restore_migration_timeouts#
--- Gives the session back the timeouts it was opened with, once the migrations are done.
-RESET statement_timeout;
-RESET lock_timeout;
+-- A migration runner's transaction without the request timeouts: a migration may build an index
+-- for minutes, and a runner waits for another's lock that long. Scoped to the transaction, as
+-- every setting of Haki's, so a transaction-pooling pgBouncer hands on no session state.
+SELECT set_config('statement_timeout', '0', true) AS statement_timeout,
+       set_config('lock_timeout', '0', true) AS lock_timeout;
 
 -- name: try_lock_migrations()$
--- The migration lock if no other runner holds it (false: one does, the caller logs and waits).
-SELECT pg_try_advisory_lock(7274626173) AS locked;
+-- The migration lock if no other runner holds it (false: one does, the caller logs and waits);
+-- released when the transaction ends.
+SELECT pg_try_advisory_xact_lock(7274626173) AS locked;
 
 -- name: lock_migrations()$
--- Serialises concurrent migration runners (two `haki` processes starting at once).
-SELECT pg_advisory_lock(7274626173) AS locked;
-
--- name: unlock_migrations()$
--- Releases the migration lock taken by lock_migrations.
-SELECT pg_advisory_unlock(7274626173) AS unlocked;
+-- Serialises concurrent migration runners (two `haki` processes starting at once), each migration
+-- a transaction under this lock; released when the transaction ends.
+SELECT pg_advisory_xact_lock(7274626173) AS locked;
 
 -- name: create_schema_migrations#
 -- Bookkeeping table of applied migrations with the sha256 of each file as applied.

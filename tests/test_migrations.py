@@ -13,6 +13,7 @@ from pathlib import Path
 import asyncpg
 import msgspec
 import pytest
+from asyncpg.transaction import Transaction
 
 from service import cli
 from service.api import auth
@@ -22,6 +23,7 @@ from service.db.migrations import (
     RULES,
     RULES_VERSION,
     MigrationError,
+    MigrationsPending,
     discover,
     migrate,
     pending_migrations,
@@ -121,8 +123,8 @@ async def test_changed_applied_file_is_refused(
     # The refusal released the migration lock: another session can take it at once.
     other = await connect(fresh_settings)
     try:
-        await asyncio.wait_for(load_queries().lock_migrations(other), timeout=5)
-        assert await load_queries().unlock_migrations(other) is True
+        held = await asyncio.wait_for(hold_migration_lock(other), timeout=5)
+        await held.rollback()
     finally:
         await other.close()
 
@@ -190,7 +192,9 @@ async def test_concurrent_runners_apply_each_file_once(fresh_settings: Settings)
     conns = [await connect(fresh_settings) for _ in range(3)]
     try:
         results = await asyncio.gather(*(migrate(c) for c in conns))
-        assert sorted(results, key=len) == [[], [], expected]
+        # Each migration is a transaction under the lock: the runners share the work, each file
+        # applied by exactly one of them, in order.
+        assert sorted(v for done in results for v in done) == expected
         rows = [r async for r in load_queries().applied_migrations(conns[0])]
         assert [r["version"] for r in rows] == expected  # `rules` sorts after the numbers
         # Every runner released the advisory lock.
@@ -207,11 +211,11 @@ async def test_a_command_waits_for_a_migration_in_progress(settings: Settings, m
     under the lock and finds nothing pending, not a half-migrated database it must refuse."""
     holder, waiter = await connect(settings), await connect(settings)
     try:
-        await load_queries().lock_migrations(holder)
+        held = await hold_migration_lock(holder)
         command = asyncio.create_task(require_migrated(waiter))
         done, _ = await asyncio.wait({command}, timeout=0.5)
         assert not done, "read the ledger while a runner held the lock"
-        await load_queries().unlock_migrations(holder)
+        await held.commit()
         assert await asyncio.wait_for(command, timeout=30) == []
         assert await asyncio.wait_for(migrate(waiter), timeout=10) == []  # the lock was released
     finally:
@@ -234,10 +238,23 @@ def haki_env(monkeypatch: pytest.MonkeyPatch, settings: Settings, **env: str) ->
         monkeypatch.setenv(f"HAKI_{name}", value)
 
 
+async def hold_migration_lock(conn: asyncpg.Connection) -> Transaction:
+    """conn holds the migration lock, as a runner does, until the returned transaction ends."""
+    held = conn.transaction()
+    await held.start()
+    await load_queries().lock_migrations(conn)
+    return held
+
+
 async def lock_waiters(conn: asyncpg.Connection, count: int) -> list[int]:
     """The pids of the `count` sessions of conn's database waiting on a lock, once they all wait."""
     deadline = asyncio.get_running_loop().time() + 30
-    while len(pids := [r["pid"] async for r in load_test_queries().test_lock_waiters(conn)]) < count:
+    q = load_test_queries()
+    # A holder in a transaction (a runner's lock is the transaction's) sees a fresh view each time.
+    while (
+        await q.test_clear_stats_snapshot(conn)
+        and len(pids := [r["pid"] async for r in q.test_lock_waiters(conn)]) < count
+    ):
         assert asyncio.get_running_loop().time() < deadline, f"{len(pids)} of {count} waiting for the lock"
         await asyncio.sleep(0.05)
     return pids
@@ -252,7 +269,7 @@ async def test_a_runner_waits_for_the_lock_past_the_statement_timeout(
     short = msgspec.structs.replace(settings, statement_timeout_ms=200)
     holder, waiter = await connect(settings), await connect(short)
     try:
-        await load_queries().lock_migrations(holder)
+        held = await hold_migration_lock(holder)
         commands = [
             asyncio.create_task(asyncio.to_thread(cli.main, argv)) for argv in (["migrate"], ["keys", "list"])
         ]
@@ -260,7 +277,7 @@ async def test_a_runner_waits_for_the_lock_past_the_statement_timeout(
         await lock_waiters(holder, 3)
         await asyncio.sleep(0.5)  # past the statement timeout, still waiting
         assert not any(t.done() for t in [*commands, command])
-        await load_queries().unlock_migrations(holder)
+        await held.commit()
         assert await asyncio.wait_for(asyncio.gather(*commands), timeout=60) == [0, 0]
         assert await asyncio.wait_for(command, timeout=30) == []
         assert "applied 0 migration(s): none pending" in capsys.readouterr().err
@@ -298,6 +315,30 @@ async def test_a_migration_outlasting_the_statement_timeout_applies(
         await conn.close()
 
 
+async def test_a_command_beside_a_runner_waits_for_each_of_its_migrations(
+    scratch_database: Settings, migrations_copy: Path
+) -> None:
+    """Each migration is a transaction of its own under the lock, so a command can look at the
+    ledger between two of a runner's migrations: one that grew since its last look is being
+    migrated, waited for, not refused as a database of an earlier release."""
+    runner, command = await connect(scratch_database), await connect(scratch_database)
+    try:
+        assert await migrate(runner, migrations_copy) == everything(migrations_copy)
+        (migrations_copy / "0900_slow.sql").write_text("SELECT pg_sleep(1.5);\n")
+        (migrations_copy / "0901_later.sql").write_text("CREATE TABLE later_test (id text PRIMARY KEY);\n")
+        applying = asyncio.create_task(migrate(runner, migrations_copy))
+        await asyncio.sleep(0.3)  # 0900 is being applied
+        assert await asyncio.wait_for(require_migrated(command, migrations_copy), timeout=30) == []
+        assert await applying == ["0900_slow", "0901_later", RULES_VERSION]
+        # A database of an earlier release, with nobody migrating it, is refused.
+        (migrations_copy / "0902_next.sql").write_text("SELECT 1;\n")
+        with pytest.raises(MigrationsPending):
+            await require_migrated(command, migrations_copy)
+    finally:
+        await runner.close()
+        await command.close()
+
+
 async def test_a_runner_ended_while_it_waits_for_the_lock_says_why(
     settings: Settings, migrated: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -306,7 +347,7 @@ async def test_a_runner_ended_while_it_waits_for_the_lock_says_why(
     haki_env(monkeypatch, settings)
     holder = await connect(settings)
     try:
-        await load_queries().lock_migrations(holder)
+        await hold_migration_lock(holder)
         command = asyncio.create_task(asyncio.to_thread(cli.main, ["migrate"]))
         (pid,) = await lock_waiters(holder, 1)
         await load_test_queries().test_terminate_backend(holder, pid=pid)
@@ -485,15 +526,12 @@ async def test_the_vector_probe_beside_a_first_migration_lets_the_server_start(
     a wrong diagnosis ("pgvector cannot run here: UniqueViolationError")."""
     first, watcher = await connect(scratch_database), await connect(scratch_database)
     try:
-        await load_queries().lock_migrations(first)
-        tx = first.transaction()
-        await tx.start()
+        tx = await hold_migration_lock(first)
         await first.execute(discover()[0].sql)  # 0001_extensions, uncommitted
         start_up = asyncio.create_task(cli._start_up(scratch_database))
         # Watched from outside the transaction, whose view of pg_stat_activity stays as it began.
         await lock_waiters(watcher, 1)  # the probe waits on the extension's row
         await tx.commit()
-        await load_queries().unlock_migrations(first)
         assert await asyncio.wait_for(start_up, timeout=120) is None
     finally:
         await first.close()

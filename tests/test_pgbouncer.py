@@ -24,14 +24,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 
+from service.db import migrations
 from service.db.embedded import embedded_server, embedded_url
 from service.embedding.embedder import HashEmbedder
 from service.settings import Settings
 from tests.helpers import bearer, needs_program, post_context, post_facts
 from tests.helpers.app import migrated_key, pooled_client
 from tests.helpers.server import free_port, stop_process
+from tests.helpers.sql import load_test_queries
 
 PGBOUNCER = shutil.which("pgbouncer") or next(
     (p for p in ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer") if os.path.exists(p)), None
@@ -109,8 +112,7 @@ async def hammer(database_url: str, cache_size: int, key: str) -> dict[int, int]
 
 
 async def test_transaction_pooling_needs_the_statement_cache_off(bouncer: dict[str, str]) -> None:
-    # Migrated directly: the migration lock is a session lock (docs/scaling.md).
-    key = await migrated_key(Settings(database_url=bouncer["direct"]), PROJECT)
+    key = await migrated_key(Settings(database_url=bouncer["bounced"], db_statement_cache_size=0), PROJECT)
 
     ok = await hammer(bouncer["bounced"], 0, key)
     assert set(ok) <= {200, 201}, ok
@@ -118,3 +120,38 @@ async def test_transaction_pooling_needs_the_statement_cache_off(bouncer: dict[s
 
     cached = await hammer(bouncer["bounced"], 100, key)
     assert cached.get(500, 0) > 0, f"expected prepared-statement failures with the cache on: {cached}"
+
+
+async def test_the_migration_lock_is_never_left_held_through_the_bouncer(
+    bouncer: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lock taken and released by two statements of a session can be released on another server
+    connection through transaction pooling, and stay held there: every later runner then waits
+    for ever. The migration lock is a transaction's. Here another client takes the runner's server
+    connection between two of its statements, as traffic does (pgBouncer reuses the last one)."""
+    runner, traffic, direct = (
+        await asyncpg.connect(bouncer["bounced"], statement_cache_size=0),
+        await asyncpg.connect(bouncer["bounced"], statement_cache_size=0),
+        await asyncpg.connect(bouncer["direct"]),
+    )
+    ledger = migrations._applied
+    busy = traffic.transaction()
+    taken: list[bool] = []
+
+    async def read_beside_traffic(conn: asyncpg.Connection) -> dict[str, str]:
+        if conn is runner and not taken:
+            taken.append(True)
+            await busy.start()
+            await traffic.fetchval("SELECT 1")
+        return await ledger(conn)
+
+    monkeypatch.setattr(migrations, "_applied", read_beside_traffic)
+    try:
+        await migrations.migrate(direct)
+        assert await migrations.require_migrated(runner) == []
+        await busy.commit()
+        assert await load_test_queries().test_migration_lock_holders(direct) == 0
+        assert await asyncio.wait_for(migrations.migrate(runner), timeout=30) == []
+    finally:
+        for conn in (runner, traffic, direct):
+            await conn.close()

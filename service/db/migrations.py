@@ -1,10 +1,11 @@
 """Forward-only migration runner, then the rule functions.
 
-Each `migrations/NNNN_name.sql` file is applied in its own transaction, under a session-level
-advisory lock waited for as long as another runner holds it, with no statement or lock timeout
-(HAKI_STATEMENT_TIMEOUT_MS is a request's bound, not an index build's), and recorded with its
-sha256. A file that was applied and has since changed is refused: the schema it describes is no
-longer the schema in the database.
+Each `migrations/NNNN_name.sql` file is applied in its own transaction, under a transaction-level
+advisory lock waited for as long as another runner holds it (through a transaction-pooling
+pgBouncer too, where a session lock can stay held on another server connection), with no
+statement or lock timeout (HAKI_STATEMENT_TIMEOUT_MS is a request's bound, not an index build's),
+and recorded with its sha256. A file that was applied and has since changed is refused: the
+schema it describes is no longer the schema in the database.
 
 `migrations/rules.sql` holds the spec's rule functions, hand-written and repeatable (CREATE OR
 REPLACE). It is applied after the numbered files, in one transaction under the same lock, and
@@ -22,12 +23,13 @@ side effect of `haki keys list` (docs/configuration.md, "Upgrading").
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import re
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import asyncpg
@@ -43,6 +45,10 @@ _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 # What a statement meets when the server refuses it or the connection drops (a server restarted,
 # a backend terminated): in the migration runner a MigrationError (exit 2), in a command exit 1.
 DATABASE_FAILURES = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+
+# The pause between two looks at a ledger with migrations pending: one that grew meanwhile is
+# being migrated by another runner (each migration is a transaction of its own), so it is waited for.
+MIGRATION_PROGRESS_SECONDS = 1.0
 
 log = logging.getLogger("haki.migrations")
 
@@ -120,7 +126,9 @@ async def pending_migrations(conn: asyncpg.Connection, directory: Path | None = 
 async def _applied(conn: asyncpg.Connection) -> dict[str, str]:
     """The versions recorded as applied, with their sha256; none on a database never migrated."""
     try:
-        return {r["version"]: r["sha256"] async for r in load_queries().applied_migrations(conn)}
+        # A savepoint in a runner's transaction: a missing ledger does not abort it.
+        async with conn.transaction():
+            return {r["version"]: r["sha256"] async for r in load_queries().applied_migrations(conn)}
     except asyncpg.UndefinedTableError:
         return {}
 
@@ -132,102 +140,89 @@ def _pending(applied: dict[str, str], directory: Path | None) -> list[str]:
 
 
 @asynccontextmanager
-async def _migration_lock(conn: asyncpg.Connection) -> AsyncIterator[None]:
-    """The migration lock, on a session without the request timeouts until it is released: a
-    migration statement may run for minutes (an HNSW build over a large table), and a runner
-    beside another waits for its lock as long as the other's migrations take. A failure to take
-    it is a MigrationError (`haki: ...`, exit 2), never a traceback."""
+async def _locked(conn: asyncpg.Connection) -> AsyncIterator[None]:
+    """A transaction under the migration lock, without the request timeouts: a migration statement
+    may run for minutes (an HNSW build over a large table), and a runner beside another waits for
+    the lock as long as the other's migration takes. Lock and settings are the transaction's, so
+    a transaction-pooling pgBouncer cannot leave them held on another server connection."""
     q = load_queries()
-    try:
+    async with conn.transaction():
         await q.lift_migration_timeouts(conn)
         if not await q.try_lock_migrations(conn):
             log.info("waiting for another process's migrations (the migration lock)")
             await q.lock_migrations(conn)
-    except DATABASE_FAILURES as exc:
-        await _release(conn, locked=False)
-        raise MigrationError(f"the migration lock cannot be taken: {type(exc).__name__}: {exc}") from exc
-    try:
         yield
-    finally:
-        await _release(conn, locked=True)
 
 
-async def _release(conn: asyncpg.Connection, *, locked: bool) -> None:
-    """The lock released and the session's own timeouts back (a command goes on with its work on
-    the same connection). On a connection that failed, it never hides the failure."""
-    q = load_queries()
-    with suppress(*DATABASE_FAILURES):
-        if locked and not conn.is_closed():
-            await q.unlock_migrations(conn)
-        if not conn.is_closed():
-            await q.restore_migration_timeouts(conn)
+async def _ledger(conn: asyncpg.Connection) -> dict[str, str]:
+    """The applied versions, read under the migration lock: a migration being applied is waited
+    for, never seen half done."""
+    try:
+        async with _locked(conn):
+            return await _applied(conn)
+    except DATABASE_FAILURES as exc:
+        raise MigrationError(f"the migration lock cannot be taken: {type(exc).__name__}: {exc}") from exc
 
 
 async def require_migrated(conn: asyncpg.Connection, directory: Path | None = None) -> list[str]:
     """Every command but `serve` and `migrate`: a database no migration was applied to gets them
     all (nothing of an earlier release can be running on it: `haki keys create` before the first
-    `haki serve`); one with migrations pending is refused, MigrationsPending. Returns the versions
-    applied."""
-    # Under the migration lock: a `haki serve` migrating a fresh database meanwhile has applied
-    # some migrations, not all; this waits for it.
-    async with _migration_lock(conn):
-        try:
-            applied = await _applied(conn)
-        except DATABASE_FAILURES as exc:
-            raise MigrationError(
-                f"the applied migrations cannot be read: {type(exc).__name__}: {exc}"
-            ) from exc
+    `haki serve`); one with migrations pending is refused, MigrationsPending, unless another
+    runner is applying them (a `haki serve` migrating a fresh database: its ledger grows between
+    two looks). Returns the versions applied."""
+    seen: list[str] | None = None
+    while True:
+        applied = await _ledger(conn)
         if not applied:
-            return await _apply(conn, directory)
+            return await migrate(conn, directory)
         pending = _pending(applied, directory)
-        if pending:
+        if not pending:
+            return []
+        if pending == seen:
             raise MigrationsPending(
                 f"the database needs {len(pending)} migration(s) of this release "
                 f"({', '.join(pending)}): stop the servers of the previous release, then run "
                 '`haki migrate` (docs/configuration.md, "Upgrading")'
             )
-        return []
+        seen = pending
+        await asyncio.sleep(MIGRATION_PROGRESS_SECONDS)
 
 
 async def migrate(conn: asyncpg.Connection, directory: Path | None = None) -> list[str]:
-    """Applies the pending migrations, then rules.sql if due; returns the versions applied by this
-    call (`rules` last when the rules were)."""
-    async with _migration_lock(conn):
-        return await _apply(conn, directory)
-
-
-async def _apply(conn: asyncpg.Connection, directory: Path | None) -> list[str]:
-    """migrate() under the migration lock."""
+    """Applies the pending migrations, then rules.sql if due, each in a transaction of its own
+    under the migration lock (a runner beside it applies the next one, or waits for it); returns
+    the versions applied by this call (`rules` last when the rules were)."""
     q = load_queries()
     migrations = discover(directory)
     rules = rules_file(directory)
-    step = "schema_migrations"
-    try:
-        await q.create_schema_migrations(conn)
-        applied = {r["version"]: r["sha256"] async for r in q.applied_migrations(conn)}
-        numbered = _to_apply(migrations, applied)
-        due = _rules_due(rules, applied, numbered)
-        done: list[str] = []
-        for m in numbered:
-            step = m.version
-            started = time.monotonic()
-            async with conn.transaction():
-                await conn.execute(m.sql)
-                await q.record_migration(conn, version=m.version, sha256=m.sha256)
-                # Forgotten in the migration's transaction: the rules are applied again after it.
-                await q.forget_rules(conn, version=RULES_VERSION)
-            done.append(m.version)
-            # Named as each commits: an operator sees what changed, and which one a long wait is.
-            log.info("migration %s applied in %.1f s", m.version, time.monotonic() - started)
-        if due and rules is not None:
-            step = RULES_VERSION
-            async with conn.transaction():
-                await conn.execute(rules.sql)
-                await q.record_rules(conn, version=RULES_VERSION, sha256=rules.sha256)
-            done.append(RULES_VERSION)
-            log.info("migration %s applied (the rule functions, migrations/%s)", RULES_VERSION, RULES)
-        return done
-    except DATABASE_FAILURES as exc:
-        # The server refused a statement (a role without CREATE, an object in the way) or the
-        # connection was lost: the CLI prints `haki: <reason>` and exits 2.
-        raise MigrationError(f"migration {step} cannot apply: {type(exc).__name__}: {exc}") from exc
+    done: list[str] = []
+    while True:
+        step: str | None = None  # None: the lock is not taken yet
+        try:
+            async with _locked(conn):
+                step = "schema_migrations"
+                await q.create_schema_migrations(conn)
+                applied = await _applied(conn)
+                numbered = _to_apply(migrations, applied)
+                started = time.monotonic()
+                if numbered:
+                    step = numbered[0].version
+                    await conn.execute(numbered[0].sql)
+                    await q.record_migration(conn, version=step, sha256=numbered[0].sha256)
+                    # Forgotten in the migration's transaction: the rules are applied again after it.
+                    await q.forget_rules(conn, version=RULES_VERSION)
+                elif rules is not None and _rules_due(rules, applied, numbered):
+                    step = RULES_VERSION
+                    await conn.execute(rules.sql)
+                    await q.record_rules(conn, version=RULES_VERSION, sha256=rules.sha256)
+                else:
+                    return done
+        except DATABASE_FAILURES as exc:
+            # The server refused a statement (a role without CREATE, an object in the way) or the
+            # connection was lost: the CLI prints `haki: <reason>` and exits 2.
+            what = "the migration lock cannot be taken" if step is None else f"migration {step} cannot apply"
+            raise MigrationError(f"{what}: {type(exc).__name__}: {exc}") from exc
+        assert step is not None
+        done.append(step)
+        # Named as each commits: an operator sees what changed, and which one a long wait is.
+        log.info("migration %s applied in %.1f s", step, time.monotonic() - started)

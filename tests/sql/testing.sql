@@ -351,3 +351,17 @@ SELECT a.pid AS pid
 FROM pg_stat_activity AS a
 WHERE a.datname = current_database()
   AND a.wait_event_type = 'Lock';
+
+-- name: test_migration_lock_holders()$
+-- How many sessions hold the migration advisory lock (queries/migrations.sql) now.
+SELECT count(*) AS holders
+FROM pg_locks AS l
+WHERE l.locktype = 'advisory'
+  AND ((l.classid::bigint << 32) | l.objid::bigint) = 7274626173
+  AND l.objsubid = 1
+  AND l.granted;
+
+-- name: test_clear_stats_snapshot()$
+-- Drops the session's snapshot of pg_stat_activity: a transaction otherwise keeps its first view.
+SELECT 1 AS cleared
+FROM (SELECT pg_stat_clear_snapshot()) AS s;
