@@ -131,6 +131,8 @@ EVENT_CONTEXT_IDLE_SECONDS: Final = 1.0
 # the write lane's time-out (HAKI_EMBED_WRITE_TIMEOUT_SECONDS, 120 s by default), so that a slow
 # batch is not embedded twice; a process that dies mid-batch delays its events by as much.
 EVENT_CONTEXT_CLAIM_SECONDS: Final = 300.0
+# The longest HAKI_EMBED_WRITE_TIMEOUT_SECONDS: a minute within that claim.
+EMBED_WRITE_TIMEOUT_MAX_SECONDS: Final = EVENT_CONTEXT_CLAIM_SECONDS - 60.0
 # The end of the event before, in characters: half the local model's window (LOCAL_MAX_LENGTH, 256
 # tokens) at about 4 characters a token, so a long predecessor never truncates the event away.
 EVENT_CONTEXT_BEFORE_CHARS: Final = 512

@@ -532,34 +532,58 @@ async def send_error(
     await send({"type": "http.response.body", "body": body})
 
 
-# What a request still running at the end of `haki serve`'s drain is told.
+# What a request still running at the end of `haki serve`'s drain is told: retry it, when a resend
+# cannot apply it twice; else that it may have been carried out.
 CUT_BY_SHUTDOWN_MESSAGE = "The server stopped before this request finished; retry."
+CUT_BY_SHUTDOWN_UNKNOWN = (
+    "The server stopped before this request finished, after it may have been carried out: check "
+    "before sending it again (with an Idempotency-Key, a resend is applied once)."
+)
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def unavailable_when_cut(app: Any) -> Any:
     """ASGI middleware: uvicorn cancels a request still running when the drain after SIGTERM ends
-    (HAKI_SHUTDOWN_TIMEOUT_SECONDS) and answered it a plain-text 500, which no SDK retries. It is
-    the retryable 503 `unavailable` instead, unless its response had started; a write retried
-    with the same Idempotency-Key is not applied twice."""
+    (HAKI_SHUTDOWN_TIMEOUT_SECONDS) and answered it a plain-text 500. It is a 503 `unavailable`
+    instead, unless its response had started: retryable (`Retry-After`) when a resend cannot apply
+    it twice (a read, a write under an Idempotency-Key, a body not all received); else without
+    `Retry-After` and with `details.outcome_unknown`, since it may have committed."""
 
     async def guarded(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await app(scope, receive, send)
             return
-        started = False
+        started = received = False
 
         async def tracking(message: Any) -> None:
             nonlocal started
             started = started or message["type"] == "http.response.start"
             await send(message)
 
+        async def receiving() -> Any:
+            nonlocal received
+            message = await receive()
+            received = received or (message["type"] == "http.request" and not message.get("more_body"))
+            return message
+
         try:
-            await app(scope, receive, tracking)
+            await app(scope, receiving, tracking)
         except asyncio.CancelledError:
             if started:
                 raise
-            log.warning("%s %s cut short by the shutdown: 503", scope.get("method"), scope.get("path"))
-            retry = [(b"retry-after", str(UNAVAILABLE_RETRY_AFTER_SECONDS).encode())]
-            await send_error(send, 503, "unavailable", CUT_BY_SHUTDOWN_MESSAGE, retry)
+            keyed = any(k.lower() == b"idempotency-key" for k, _ in scope.get("headers", []))
+            safe = scope.get("method") in SAFE_METHODS or keyed or not received
+            log.warning(
+                "%s %s cut short by the shutdown: %s",
+                scope.get("method"),
+                scope.get("path"),
+                "503, retryable" if safe else "503, outcome unknown",
+            )
+            if safe:
+                retry = [(b"retry-after", str(UNAVAILABLE_RETRY_AFTER_SECONDS).encode())]
+                await send_error(send, 503, "unavailable", CUT_BY_SHUTDOWN_MESSAGE, retry)
+            else:
+                unknown = {"outcome_unknown": True}
+                await send_error(send, 503, "unavailable", CUT_BY_SHUTDOWN_UNKNOWN, None, unknown)
 
     return guarded

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import msgspec
 import platformdirs
 
-from service.constants import MAX_SPAN_DAYS, MAX_SPAN_SECONDS
+from service.constants import EMBED_WRITE_TIMEOUT_MAX_SECONDS, MAX_SPAN_DAYS, MAX_SPAN_SECONDS
 from service.redaction import redacted_database_url
 
 EmbedProvider = Literal["local", "openai", "hash"]
@@ -196,10 +196,9 @@ def _name_the_variable(message: str, raw: Mapping[str, str]) -> str:
     return f"{env_name(field)}={raw.get(field)!r}: {message[: m.start()].strip()}"
 
 
-# The largest statement_timeout PostgreSQL takes, in ms (an int4 GUC).
-PG_MAX_TIMEOUT_MS = 2**31 - 1
 # PostgreSQL's integer and bigint: a setting bound to a statement's parameter fits its type, or
-# every run of the statement failed (webhook attempts are an integer column, a LIMIT a bigint).
+# every run of the statement failed (webhook attempts are an integer column, a LIMIT a bigint);
+# an int4 GUC too, so the largest statement_timeout in ms.
 PG_MAX_INT = 2**31 - 1
 PG_MAX_BIGINT = 2**63 - 1
 # PostgreSQL's most connections (MAX_BACKENDS): asyncpg makes a holder per place of the pool at
@@ -214,7 +213,7 @@ SETTING_BOUNDS: dict[str, tuple[float, float | None, str]] = {
     "embed_timeout_seconds": (1e-9, None, "positive"),
     "embed_batch_size": (1, None, ">= 1"),
     "pool_max_size": (1, PG_MAX_CONNECTIONS, f"within [1, {PG_MAX_CONNECTIONS}]"),
-    "statement_timeout_ms": (0, PG_MAX_TIMEOUT_MS, f"within [0, {PG_MAX_TIMEOUT_MS}] (0: no limit)"),
+    "statement_timeout_ms": (0, PG_MAX_INT, f"within [0, {PG_MAX_INT}] (0: no limit)"),
     "connect_timeout_seconds": (1e-9, None, "positive"),
     "torch_threads": (0, MAX_EMBED_THREADS, f"within [0, {MAX_EMBED_THREADS}] (0: torch's own choice)"),
     "max_body_bytes": (1, None, ">= 1"),
@@ -230,7 +229,12 @@ SETTING_BOUNDS: dict[str, tuple[float, float | None, str]] = {
     "rate_limit_per_minute": (0, None, ">= 0 (0 turns the limit off)"),
     "embed_query_max_batch": (1, None, ">= 1"),
     "embed_write_max_wait_ms": (0, None, ">= 0 (0: queries always go first)"),
-    "embed_write_timeout_seconds": (1e-9, None, "positive"),
+    # A batch of events' vectors in context keeps its claim past its embedding (migration 0047).
+    "embed_write_timeout_seconds": (
+        1e-9,
+        EMBED_WRITE_TIMEOUT_MAX_SECONDS,
+        f"within (0, {EMBED_WRITE_TIMEOUT_MAX_SECONDS:g}]",
+    ),
     "embed_chars_per_minute": (0, None, ">= 0 (0 turns the limit off)"),
     "embed_concurrency": (1, None, ">= 1"),
     "extract_timeout_seconds": (1e-9, None, "positive"),
@@ -240,7 +244,7 @@ SETTING_BOUNDS: dict[str, tuple[float, float | None, str]] = {
     "trace_purge_interval_seconds": (1, None, ">= 1"),
     # The LIMIT of the purge's statement, a bigint: past it, every purge failed.
     "trace_purge_batch": (1, PG_MAX_BIGINT, f"within [1, {PG_MAX_BIGINT}]"),
-    "erasure_timeout_ms": (1, PG_MAX_TIMEOUT_MS, f"within [1, {PG_MAX_TIMEOUT_MS}]"),
+    "erasure_timeout_ms": (1, PG_MAX_INT, f"within [1, {PG_MAX_INT}]"),
     "write_timeout_per_item_ms": (0, None, ">= 0 (0: the statement timeout alone)"),
     "read_max_lag_ms": (0, None, ">= 0"),
     # Each check is a query of the standby: not a busy loop.

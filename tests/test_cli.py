@@ -579,10 +579,12 @@ def test_sigterm_stops_serve_within_its_shutdown_timeout_despite_a_stalled_clien
             stop_process(proc)
 
 
-def test_a_write_still_running_when_the_drain_ends_is_a_retryable_503() -> None:
+@pytest.mark.parametrize("keyed", [True, False], ids=["idempotency-key", "no-key"])
+def test_a_write_still_running_when_the_drain_ends_is_a_503(keyed: bool) -> None:
     """A write waiting on its embeddings when HAKI_SHUTDOWN_TIMEOUT_SECONDS ends: uvicorn
-    cancelled it and answered a plain-text 500, which the SDKs do not retry. It is the contract's
-    503 `unavailable` with `Retry-After`, and nothing of it is written."""
+    cancelled it and answered a plain-text 500. It is the contract's 503 `unavailable`: with
+    `Retry-After` under an Idempotency-Key (a resend is applied once), else without it and with
+    `details.outcome_unknown` (a write cut there may have committed; this one had not)."""
     held = threading.Event()
 
     def embeddings(path: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes]:
@@ -612,7 +614,10 @@ def test_a_write_still_running_when_the_drain_ends_is_a_retryable_503() -> None:
                     httpx.post,
                     f"http://127.0.0.1:{port}/v1/facts",
                     json=body,
-                    headers={"Authorization": f"Bearer {key}"},
+                    headers={
+                        "Authorization": f"Bearer {key}",
+                        **({"Idempotency-Key": "k1"} if keyed else {}),
+                    },
                     timeout=60,
                 )
                 assert held.wait(30), "the write never reached the embedder"
@@ -622,8 +627,9 @@ def test_a_write_still_running_when_the_drain_ends_is_a_retryable_503() -> None:
         finally:
             stop_process(proc)
         assert r.status_code == 503, r.text
-        assert r.headers["retry-after"] == "1"
         assert r.json()["code"] == "unavailable"
+        assert r.headers.get("retry-after") == ("1" if keyed else None)
+        assert (r.json().get("details") or {}).get("outcome_unknown") is (None if keyed else True)
         listed = run_cli(data_dir, "keys", "list", **embedder)  # the database is usable after it
         assert listed.returncode == 0, listed.stderr
         assert asyncio.run(facts_written(data_dir)) == 0

@@ -126,6 +126,22 @@ async def test_erasing_an_event_remakes_the_next_ones_vector(
     assert same((await scope_vectors(conn))[NAME][1], in_context(hash_embedder, CAT, NAME))
 
 
+async def test_an_erasure_takes_the_claims_on_its_events(
+    client: httpx.AsyncClient, key: str, conn: asyncpg.Connection, hash_embedder: HashEmbedder
+) -> None:
+    """A claim names its event's id: a process that died mid-batch leaves it for its lease, and
+    an erasure meanwhile must leave no row naming what it erased."""
+    ids = await write_events(client, key, [(CAT, at(0)), (ASK, at(1)), (NAME, at(2))], subject_id=SUBJECT)
+    assert len(await event_context.claim_pending(conn, hash_embedder, PROJECT, 10)) == 3
+    q = load_test_queries()
+    r = await client.delete(f"/v1/events/{ids[0]}", headers=bearer(key))
+    assert r.status_code == 200, r.text
+    assert await q.test_count_event_context_claims(conn, project_id=PROJECT) == 2
+    r = await client.delete(f"/v1/subjects/{SUBJECT}", params={"project_id": PROJECT}, headers=bearer(key))
+    assert r.status_code == 200, r.text
+    assert await q.test_count_event_context_claims(conn, project_id=PROJECT) == 0
+
+
 async def test_a_vector_made_before_its_predecessor_changed_is_not_stored(
     client: httpx.AsyncClient, key: str, conn: asyncpg.Connection, hash_embedder: HashEmbedder
 ) -> None:

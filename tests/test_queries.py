@@ -118,10 +118,9 @@ def session_state(sql: str) -> re.Match[str] | None:
 
 
 def runs_on_own_connection(query: Statement) -> bool:
-    """The migration runner's session lock and timeouts (service/db/migrations.py), and every test
-    and benchmark statement (throw-away connections and databases), never run on a pooled
-    connection."""
-    return query.folder != "queries" or query.file == "migrations.sql"
+    """Every test and benchmark statement (throw-away connections and databases) never runs on a
+    pooled connection; the migration runner's lock and timeouts are its transactions' too."""
+    return query.folder != "queries"
 
 
 @pytest.mark.parametrize("query", all_statements(), ids=label)

@@ -123,6 +123,8 @@ def test_each_bound_is_enforced_and_named(field: str) -> None:
         ("HAKI_WEBHOOK_RETRY_BASE_SECONDS", "1e300", "3600"),
         ("HAKI_POOL_MAX_SIZE", str(2**40), str(2**18 - 1)),
         ("HAKI_TORCH_THREADS", str(2**31), "1024"),
+        # Past its events' claim (migration 0047), a slow batch was embedded by a second process.
+        ("HAKI_EMBED_WRITE_TIMEOUT_SECONDS", "241", "240"),
     ],
 )
 def test_a_value_that_fails_at_run_time_is_refused_at_start(

@@ -120,7 +120,8 @@ async def make_written(lent: Any, embedder: Embedder, project_id: str, event_ids
                 raise embeddings
             return await store_pending(lent.conn, embedder, project_id, pending, embeddings)
         except Exception:
-            await release_pending(lent.conn, project_id, pending)
+            with suppress(Exception):  # the batch's own failure is the one logged
+                await release_pending(lent.conn, project_id, pending)
             raise
     except Exception as exc:
         log.warning("event context: a write's vectors left to the background task: %r", exc)
@@ -141,8 +142,11 @@ async def contextualize_batch(
         async with pool.acquire() as conn:
             return await store_pending(conn, embedder, project_id, pending, embeddings)
     except Exception:
-        async with pool.acquire() as conn:
-            await release_pending(conn, project_id, pending)
+        # Best effort: a release that fails (the database down) leaves the claims to expire, and
+        # the batch's own failure is the one reported.
+        with suppress(Exception):
+            async with pool.acquire() as conn:
+                await release_pending(conn, project_id, pending)
         raise
 
 

@@ -29,7 +29,7 @@ from service.repository import conflicts as conflicts_repo
 from service.repository import events as events_repo
 from service.repository import facts as facts_repo
 from service.repository import lifecycle as lifecycle_repo
-from service.settings import PG_MAX_TIMEOUT_MS, Settings
+from service.settings import PG_MAX_INT, Settings
 from service.structs import (
     ConflictList,
     ConflictSet,
@@ -144,7 +144,7 @@ def write_timeout_ms(settings: Settings, items: int) -> int:
     HAKI_WRITE_TIMEOUT_PER_ITEM_MS an item, as its HNSW inserts grow with the batch and the scope
     (docs/performance.md); a base of 0 stays no limit."""
     base = settings.statement_timeout_ms
-    return base and min(base + items * settings.write_timeout_per_item_ms, PG_MAX_TIMEOUT_MS)
+    return base and min(base + items * settings.write_timeout_per_item_ms, PG_MAX_INT)
 
 
 async def prepare_facts(

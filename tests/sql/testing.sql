@@ -365,3 +365,9 @@ WHERE l.locktype = 'advisory'
 -- Drops the session's snapshot of pg_stat_activity: a transaction otherwise keeps its first view.
 SELECT 1 AS cleared
 FROM (SELECT pg_stat_clear_snapshot()) AS s;
+
+-- name: test_count_event_context_claims(project_id)$
+-- How many claims on events' vectors in context (migration 0047) a project holds.
+SELECT count(*) AS claims
+FROM event_context_claims AS c
+WHERE c.project_id = :project_id;
