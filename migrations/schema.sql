@@ -3150,6 +3150,13 @@ ALTER TABLE ONLY public.conflict_members
     ADD CONSTRAINT conflict_members_project_id_fact_id_fkey FOREIGN KEY (project_id, fact_id) REFERENCES public.facts(project_id, fact_id);
 
 --
+-- Name: event_context_claims event_context_claims_project_id_event_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.event_context_claims
+    ADD CONSTRAINT event_context_claims_project_id_event_id_fkey FOREIGN KEY (project_id, event_id) REFERENCES public.events(project_id, event_id) ON DELETE CASCADE;
+
+--
 -- Name: reembedded_events reembedded_events_project_id_event_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
 --
 

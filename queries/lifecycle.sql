@@ -88,14 +88,6 @@ gone_events AS (
       AND e.subject_id = :subject_id
     RETURNING e.event_id
 ),
-gone_claims AS (
-    -- A process's claims on the events (migration 0047) name them: they go too.
-    DELETE FROM event_context_claims AS c
-    USING gone_events AS g
-    WHERE c.project_id = :project_id
-      AND c.event_id = g.event_id
-    RETURNING c.event_id
-),
 gone_calls AS (
     -- A call's decisions go with its row (migration 0026), counted from its arrays.
     DELETE FROM context_calls AS c
@@ -354,15 +346,6 @@ gone_events AS (
       AND x.kind = 'event'
       AND e.event_id = x.item_id
     RETURNING e.subject_id
-),
-gone_claims AS (
-    -- A process's claim on the event (migration 0047) names it: it goes too.
-    DELETE FROM event_context_claims AS c
-    USING target AS x
-    WHERE c.project_id = :project_id
-      AND x.kind = 'event'
-      AND c.event_id = x.item_id
-    RETURNING c.event_id
 ),
 unlinked_context AS (
     -- The event after an erased one has a vector made with its text (migration 0035): it goes,
